@@ -1,0 +1,18 @@
+//! The subcommands of `zmem`, one module each.
+
+pub mod classes;
+
+use std::io::Write;
+
+use crate::CliError;
+
+/// Writes a report to standard output; a closed pipe (`zmem ... | head`) is not
+/// an error.
+pub fn write_stdout(text: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(CliError::Failed(format!("cannot write output: {e}"))),
+    }
+}

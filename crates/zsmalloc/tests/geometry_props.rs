@@ -1,0 +1,111 @@
+//! Property tests of the size-class geometry over random configurations.
+
+use proptest::prelude::*;
+use zsmalloc::geometry::{ZS_ALIGN, ZS_MIN_ALLOC_SIZE};
+use zsmalloc::{ChainRule, ClassDelta, Geometry, GeometryConfig};
+
+fn any_config() -> impl Strategy<Value = GeometryConfig> {
+    (
+        prop::sample::select(vec![4096u32, 8192, 16384, 32768, 65536]),
+        1u32..=16,
+        prop_oneof![
+            Just(ClassDelta::Legacy),
+            (1u32..=32).prop_map(|k| ClassDelta::Fixed(k * 8))
+        ],
+        prop::sample::select(vec![
+            ChainRule::MinWaste,
+            ChainRule::UsedPercent,
+            ChainRule::Balanced,
+        ]),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(page_size, chain, delta, chain_rule, merge)| GeometryConfig {
+                page_size,
+                chain,
+                delta,
+                chain_rule,
+                merge,
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn every_size_fits_its_class(config in any_config(), probes in prop::collection::vec(1u32..=65536, 64)) {
+        let g = Geometry::new(config).unwrap();
+        let ps = config.page_size;
+        for size in probes.into_iter().map(|s| (s - 1) % ps + 1).chain([1, 31, 32, 33, ps - 1, ps]) {
+            let class = g.class_for(size).unwrap();
+            prop_assert!(class.size >= size, "size {} in class {}", size, class.size);
+            prop_assert!(class.size % ZS_ALIGN == 0);
+            // The class just below (if any) would not fit: no class is skipped.
+            if class.id > 0 {
+                let below = &g.classes()[class.id as usize - 1];
+                prop_assert!(below.size < size || size <= ZS_MIN_ALLOC_SIZE);
+            }
+        }
+        prop_assert!(g.class_for(0).is_none());
+        prop_assert!(g.class_for(ps + 1).is_none());
+    }
+
+    #[test]
+    fn zspages_hold_their_objects(config in any_config()) {
+        let g = Geometry::new(config).unwrap();
+        let ps = config.page_size;
+        for c in g.classes() {
+            prop_assert!(c.pages_per_zspage >= 1 && c.pages_per_zspage <= config.chain);
+            prop_assert!(c.objs_per_zspage >= 1);
+            prop_assert!(c.objs_per_zspage * c.size <= c.pages_per_zspage * ps);
+            prop_assert!((c.objs_per_zspage + 1) * c.size > c.pages_per_zspage * ps);
+            prop_assert_eq!(c.tail_waste, c.pages_per_zspage * ps - c.objs_per_zspage * c.size);
+            prop_assert!(c.span < c.pages_per_zspage || c.pages_per_zspage == 1 && c.span == 0);
+        }
+    }
+
+    #[test]
+    fn merged_runs_are_contiguous(config in any_config()) {
+        let g = Geometry::new(config).unwrap();
+        let logical = g.logical();
+        // Physical ids never decrease along the ladder and never skip.
+        for w in logical.windows(2) {
+            prop_assert!(w[1].class == w[0].class || w[1].class == w[0].class + 1);
+        }
+        prop_assert_eq!(logical[0].class, 0);
+        prop_assert_eq!(logical.last().unwrap().class as usize, g.classes().len() - 1);
+        for c in g.classes() {
+            for i in c.first_index..=c.index {
+                prop_assert_eq!(logical[i as usize].class, c.id);
+            }
+            // The class takes the size of its largest member.
+            prop_assert_eq!(logical[c.index as usize].size, c.size);
+            if !config.merge {
+                prop_assert_eq!(c.first_index, c.index);
+            }
+        }
+        // Neighbouring physical classes never share (pages, objs) when merging is on.
+        if config.merge {
+            for w in g.classes().windows(2) {
+                prop_assert!((w[0].pages_per_zspage, w[0].objs_per_zspage) != (w[1].pages_per_zspage, w[1].objs_per_zspage));
+            }
+        }
+    }
+
+    #[test]
+    fn huge_classes_are_one_page_one_object(config in any_config()) {
+        let g = Geometry::new(config).unwrap();
+        for c in g.classes() {
+            prop_assert_eq!(c.huge, c.pages_per_zspage == 1 && c.objs_per_zspage == 1);
+        }
+        // Every stored size above huge_class_size + 7 is huge; the largest non-huge is not.
+        let hcs = g.huge_class_size();
+        prop_assert!(hcs > 0);
+        let largest_non_huge = hcs + 7;
+        prop_assert!(!g.class_for(largest_non_huge).unwrap().huge);
+        for size in (largest_non_huge + 1)..=config.page_size {
+            prop_assert!(g.class_for(size).unwrap().huge, "size {} not huge", size);
+        }
+    }
+}
