@@ -370,13 +370,22 @@ mod tests {
     fn limits_and_bad_requests_are_errors() {
         let src = PageSource::with_limit(4096, 10).unwrap();
         let a = src.alloc(8).unwrap();
-        assert_eq!(src.alloc(3).unwrap_err(), PagesError::LimitReached { limit: 10 });
+        assert_eq!(
+            src.alloc(3).unwrap_err(),
+            PagesError::LimitReached { limit: 10 }
+        );
         assert_eq!(src.alloc(0).unwrap_err(), PagesError::RunLength(0));
         assert_eq!(src.alloc(17).unwrap_err(), PagesError::RunLength(17));
         src.free(a);
         assert!(src.alloc(3).is_ok());
-        assert_eq!(PageSource::new(1000).unwrap_err(), PagesError::PageSize(1000));
-        assert_eq!(PageSource::new(131072).unwrap_err(), PagesError::PageSize(131072));
+        assert_eq!(
+            PageSource::new(1000).unwrap_err(),
+            PagesError::PageSize(1000)
+        );
+        assert_eq!(
+            PageSource::new(131072).unwrap_err(),
+            PagesError::PageSize(131072)
+        );
     }
 
     #[test]

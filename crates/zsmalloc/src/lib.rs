@@ -2,18 +2,54 @@
 //!
 //! zsmalloc stores many variable-size objects (compressed pages, mostly)
 //! densely: objects of similar size share a *size class*, and each class packs
-//! its objects back to back into *zspages*, chains of 1..=16 pages, so an
+//! its objects back to back into *zspages*, runs of 1..=16 pages, so an
 //! object may straddle two pages. Callers hold *handles*, not addresses, so
 //! that compaction can move objects to free whole zspages.
 //!
+//! ```
+//! use zsmalloc::{Pool, PoolConfig};
+//!
+//! let pool = Pool::new(PoolConfig::kernel_compat()).unwrap();
+//! let h = pool.malloc(100).unwrap();
+//! pool.write(h, b"compressed bytes").unwrap();
+//! assert_eq!(&*pool.read(h, 16).unwrap(), b"compressed bytes");
+//! pool.free(h).unwrap();
+//! assert_eq!(pool.total_pages(), 0);
+//! ```
+//!
 //! The crate is built bottom-up, one concept per module:
-//! - [`geometry`]: the size-class table of a configuration (pure arithmetic).
+//! - [`geometry`]: the size-class table of a configuration (pure arithmetic);
+//! - `segvec`: append-only tables readable without a lock;
+//! - `handle`: handles, handle-table entries, and the per-object lock;
+//! - `zspage`: zspage bookkeeping and raw object memory;
+//! - [`fullness`]: fullness groups and allocation order;
+//! - `class`: one size class, its zspages and lists (under the class lock);
+//! - `pool`: configuration, modes, the object API and the lock order;
+//! - `compact`: the three compaction algorithms and the automatic policy;
+//! - `stats`, `check`: counters, the debugfs-style table, the invariant walk.
+//!
+//! Pages come from [`pages::PageSource`], the only place that maps memory.
 
 #![warn(missing_docs)]
 
+mod check;
+mod class;
+mod compact;
+pub mod fullness;
 pub mod geometry;
+mod handle;
+mod pool;
+mod segvec;
+mod stats;
+mod zspage;
 
+pub use compact::{AutoCompact, CompactResult, CompactionAlgo};
+pub use fullness::FullnessScheme;
 pub use geometry::{
     ChainRule, ClassDelta, Geometry, GeometryConfig, GeometryError, LogicalClass, RequestRow,
     RequestSummary, SizeClass,
 };
+pub use handle::Handle;
+pub use pages::PagesError;
+pub use pool::{Mode, ObjectRef, Pool, PoolConfig, PoolError};
+pub use stats::{ClassStats, PoolStats};

@@ -1,0 +1,475 @@
+//! One physical size class: its zspages, fullness lists, handle table and
+//! counters.
+//!
+//! Everything that changes which zspage or slot an object occupies happens
+//! here, with the class lock held (the `&mut ClassInner` every method takes
+//! is the proof). The lock-free tables (`handles`, `bases`) are read by
+//! object accessors without the lock; this module is the only writer of their
+//! locations and publishes a zspage's base before any entry points into it.
+//!
+//! It does not lock objects (callers hold the object exclusive where a live
+//! object's bytes are touched) and does not keep pool-wide totals (it returns
+//! page deltas to the pool).
+
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, MutexGuard};
+
+use pages::{PageSource, PagesError};
+
+use crate::fullness::{FullnessScheme, NR_GROUPS};
+use crate::geometry::SizeClass;
+use crate::handle::{next_generation, Entry, EntryCell, MAX_SLOTS, MAX_ZSPAGES, NO_SLOT};
+use crate::segvec::SegVec;
+use crate::zspage::{ObjectMemory, ZsPageBase, ZsPageMeta, END_OF_LIST, NO_LINK, NO_OWNER};
+
+/// A class cannot take another object.
+#[derive(Debug)]
+pub(crate) enum ClassFull {
+    /// No handle slot or zspage id is left.
+    Table,
+    /// The page source refused.
+    Pages(PagesError),
+}
+
+/// The class-locked state.
+pub(crate) struct ClassInner {
+    pub(crate) metas: Vec<ZsPageMeta>,
+    /// Ids of freed zspages, reused first.
+    pub(crate) vacant: Vec<u32>,
+    /// First zspage of each fullness list.
+    pub(crate) heads: [u32; NR_GROUPS],
+    /// Zspages in each fullness list.
+    pub(crate) counts: [u32; NR_GROUPS],
+    /// Head of the free handle-slot list.
+    pub(crate) handle_free: u32,
+    /// Live zspages.
+    pub(crate) zspages: u32,
+    /// Live objects.
+    pub(crate) objs_used: u64,
+    /// Pages counted for this class (sum of `populated`).
+    pub(crate) pages: u64,
+    /// Pages freed by compaction.
+    pub(crate) pages_compacted: u64,
+    /// Objects moved by compaction.
+    pub(crate) objs_moved: u64,
+}
+
+/// One physical class.
+pub(crate) struct Class {
+    pub(crate) info: SizeClass,
+    pub(crate) page_size: u32,
+    /// Bytes before the caller's data in each object (8 for the kernel's
+    /// handle header, 0 for huge classes and default mode).
+    pub(crate) header: u32,
+    /// kernel-compat: the kernel's in-object free list; otherwise a bitmap.
+    pub(crate) in_object_list: bool,
+    pub(crate) scheme: FullnessScheme,
+    pub(crate) handles: SegVec<EntryCell>,
+    pub(crate) bases: SegVec<ZsPageBase>,
+    inner: Mutex<ClassInner>,
+}
+
+impl Class {
+    pub(crate) fn new(
+        info: SizeClass,
+        page_size: u32,
+        header: u32,
+        in_object_list: bool,
+        scheme: FullnessScheme,
+    ) -> Class {
+        Class {
+            info,
+            page_size,
+            header,
+            in_object_list,
+            scheme,
+            handles: SegVec::new(),
+            bases: SegVec::new(),
+            inner: Mutex::new(ClassInner {
+                metas: Vec::new(),
+                vacant: Vec::new(),
+                heads: [NO_LINK; NR_GROUPS],
+                counts: [0; NR_GROUPS],
+                handle_free: NO_SLOT,
+                zspages: 0,
+                objs_used: 0,
+                pages: 0,
+                pages_compacted: 0,
+                objs_moved: 0,
+            }),
+        }
+    }
+
+    /// Takes the class lock. No class-locked update can panic half-way
+    /// without a bug, so a poisoned lock is taken as is (the invariant checker
+    /// would report the damage).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, ClassInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Bytes a caller may store in one object of this class.
+    pub(crate) fn capacity(&self) -> u32 {
+        self.info.size - self.header
+    }
+
+    pub(crate) fn objs(&self) -> u32 {
+        self.info.objs_per_zspage
+    }
+
+    /// Object memory of a live zspage.
+    pub(crate) fn memory(&self, inner: &ClassInner, zid: u32) -> ObjectMemory {
+        let run = inner.metas[zid as usize].run.as_ref().expect("live zspage");
+        ObjectMemory {
+            base: run.as_ptr(),
+            size: self.info.size,
+        }
+    }
+
+    /// Object memory reached without the class lock, for a holder of one of
+    /// the zspage's objects.
+    pub(crate) fn memory_unlocked(&self, zid: u32) -> ObjectMemory {
+        let base = self
+            .bases
+            .get(zid as usize)
+            .expect("an entry points only at published zspages")
+            .load(Ordering::Acquire);
+        debug_assert!(!base.is_null());
+        ObjectMemory {
+            base,
+            size: self.info.size,
+        }
+    }
+
+    // ---- fullness lists -------------------------------------------------
+
+    fn list_remove(inner: &mut ClassInner, zid: u32) {
+        let (prev, next, group) = {
+            let m = &inner.metas[zid as usize];
+            (m.prev, m.next, m.group as usize)
+        };
+        if prev == NO_LINK {
+            inner.heads[group] = next;
+        } else {
+            inner.metas[prev as usize].next = next;
+        }
+        if next != NO_LINK {
+            inner.metas[next as usize].prev = prev;
+        }
+        inner.counts[group] -= 1;
+        let m = &mut inner.metas[zid as usize];
+        m.prev = NO_LINK;
+        m.next = NO_LINK;
+    }
+
+    /// Inserts at the head of `group`'s list, as the kernel's `insert_zspage`.
+    fn list_push(inner: &mut ClassInner, zid: u32, group: u8) {
+        let old = inner.heads[group as usize];
+        if old != NO_LINK {
+            inner.metas[old as usize].prev = zid;
+        }
+        let m = &mut inner.metas[zid as usize];
+        m.prev = NO_LINK;
+        m.next = old;
+        m.group = group;
+        inner.heads[group as usize] = zid;
+        inner.counts[group as usize] += 1;
+    }
+
+    /// Moves a zspage to the list its in-use count calls for, if it changed.
+    /// An isolated zspage stays out of the lists until [`Self::putback`].
+    pub(crate) fn fix_group(&self, inner: &mut ClassInner, zid: u32) {
+        let m = &inner.metas[zid as usize];
+        if m.isolated {
+            return;
+        }
+        let group = self.scheme.group(m.inuse, self.objs());
+        if group != m.group {
+            Self::list_remove(inner, zid);
+            Self::list_push(inner, zid, group);
+        }
+    }
+
+    /// Takes a zspage out of its fullness list (compaction's source or
+    /// destination), as the kernel's `isolate_*_zspage`.
+    pub(crate) fn isolate(&self, inner: &mut ClassInner, zid: u32) {
+        debug_assert!(!inner.metas[zid as usize].isolated);
+        Self::list_remove(inner, zid);
+        inner.metas[zid as usize].isolated = true;
+    }
+
+    /// Puts an isolated zspage back at the head of the list of its group.
+    pub(crate) fn putback(&self, inner: &mut ClassInner, zid: u32) {
+        let m = &mut inner.metas[zid as usize];
+        debug_assert!(m.isolated);
+        m.isolated = false;
+        let group = self.scheme.group(m.inuse, self.objs());
+        Self::list_push(inner, zid, group);
+    }
+
+    /// First zspage of the fullest non-full group.
+    pub(crate) fn find_zspage(&self, inner: &ClassInner) -> Option<u32> {
+        self.scheme
+            .alloc_order()
+            .iter()
+            .map(|&g| inner.heads[g as usize])
+            .find(|&z| z != NO_LINK)
+    }
+
+    // ---- zspages --------------------------------------------------------
+
+    /// A new empty zspage (not yet in any list). Returns its id and the pages
+    /// counted for it.
+    pub(crate) fn new_zspage(
+        &self,
+        inner: &mut ClassInner,
+        pages: &PageSource,
+    ) -> Result<(u32, u32), ClassFull> {
+        let zid = match inner.vacant.last() {
+            Some(&z) => z,
+            None => {
+                if inner.metas.len() as u32 >= MAX_ZSPAGES {
+                    return Err(ClassFull::Table);
+                }
+                inner.metas.len() as u32
+            }
+        };
+        let run = pages
+            .alloc(self.info.pages_per_zspage)
+            .map_err(ClassFull::Pages)?;
+        if zid as usize == inner.metas.len() {
+            inner.metas.push(ZsPageMeta::vacant());
+            let published = self.bases.push_default();
+            debug_assert_eq!(published, Some(zid as usize));
+        } else {
+            inner.vacant.pop();
+        }
+        let objs = self.objs();
+        let base = run.as_ptr();
+        let mem = ObjectMemory {
+            base,
+            size: self.info.size,
+        };
+        let counted = if self.in_object_list {
+            // The kernel links every slot at creation, touching every page.
+            for i in 0..objs {
+                let next = if i + 1 < objs { i + 1 } else { END_OF_LIST };
+                // SAFETY: the run is new, holds `objs` slots of `size` bytes and
+                // no handle points into it yet, so nobody else can touch it.
+                unsafe { mem.write_word(i, u64::from(next) << 1) };
+            }
+            self.info.pages_per_zspage
+        } else {
+            0
+        };
+        let m = &mut inner.metas[zid as usize];
+        *m = ZsPageMeta::vacant();
+        m.run = Some(run);
+        m.free_head = 0;
+        m.populated = counted;
+        if !self.in_object_list {
+            m.bitmap = vec![0u64; objs.div_ceil(64) as usize].into_boxed_slice();
+        }
+        if self.header == 0 {
+            m.owners = vec![NO_OWNER; objs as usize].into_boxed_slice();
+        }
+        self.bases
+            .get(zid as usize)
+            .expect("published above")
+            .store(base, Ordering::Release);
+        inner.zspages += 1;
+        inner.pages += u64::from(counted);
+        // Listed as empty until its first object is placed.
+        Self::list_push(inner, zid, 0);
+        Ok((zid, counted))
+    }
+
+    /// Gives an empty zspage's pages back. Returns the pages no longer counted.
+    pub(crate) fn release_zspage(
+        &self,
+        inner: &mut ClassInner,
+        zid: u32,
+        pages: &PageSource,
+    ) -> u32 {
+        debug_assert_eq!(inner.metas[zid as usize].inuse, 0);
+        if !inner.metas[zid as usize].isolated {
+            Self::list_remove(inner, zid);
+        }
+        self.bases
+            .get(zid as usize)
+            .expect("live zspage")
+            .store(std::ptr::null_mut(), Ordering::Release);
+        let m = &mut inner.metas[zid as usize];
+        let counted = m.populated;
+        let run = m.run.take().expect("live zspage");
+        *m = ZsPageMeta::vacant();
+        pages.free(run);
+        inner.vacant.push(zid);
+        inner.zspages -= 1;
+        inner.pages -= u64::from(counted);
+        counted
+    }
+
+    // ---- objects ----------------------------------------------------------
+
+    /// Takes a free slot of `zid` for the object of handle slot `owner`.
+    /// Returns the slot and the change in counted pages.
+    pub(crate) fn place(&self, inner: &mut ClassInner, zid: u32, owner: u32) -> (u32, i64) {
+        let objs = self.objs();
+        let mem = self.memory(inner, zid);
+        let header = self.header;
+        let page_size = u64::from(self.page_size);
+        let size = u64::from(self.info.size);
+        let m = &mut inner.metas[zid as usize];
+        debug_assert!(m.inuse < objs);
+        let mut delta = 0i64;
+        let idx = if self.in_object_list {
+            let idx = m.free_head;
+            // SAFETY: `idx` heads the free list of a live zspage, so it is a
+            // free slot below `objs`; its link word is read under the class
+            // lock and no one else touches free slots.
+            let link = unsafe { mem.read_word(idx) };
+            m.free_head = (link >> 1) as u32;
+            if header > 0 {
+                // SAFETY: the slot was free and becomes this owner's; no
+                // reader can reach it before the entry is stored.
+                unsafe { mem.write_word(idx, u64::from(owner) << 1 | 1) };
+            }
+            idx
+        } else {
+            let idx = m
+                .lowest_free(objs)
+                .expect("a zspage with room has a free slot");
+            m.set_live(idx, true);
+            let need = ((u64::from(idx) + 1) * size).div_ceil(page_size) as u32;
+            if need > m.populated {
+                delta = i64::from(need - m.populated);
+                m.populated = need;
+            }
+            idx
+        };
+        if header == 0 {
+            m.owners[idx as usize] = owner;
+        }
+        m.inuse += 1;
+        inner.objs_used += 1;
+        inner.pages = inner.pages.wrapping_add_signed(delta);
+        self.fix_group(inner, zid);
+        (idx, delta)
+    }
+
+    /// Returns slot `idx` of `zid` to the free slots. The caller holds the
+    /// object exclusive (or it was moved away). Returns the change in counted
+    /// pages, including the zspage's release when it became empty.
+    pub(crate) fn unplace(
+        &self,
+        inner: &mut ClassInner,
+        zid: u32,
+        idx: u32,
+        pages: &PageSource,
+    ) -> i64 {
+        let mem = self.memory(inner, zid);
+        let page_size = u64::from(self.page_size);
+        let size = u64::from(self.info.size);
+        let m = &mut inner.metas[zid as usize];
+        let mut delta = 0i64;
+        if self.in_object_list {
+            // SAFETY: slot `idx` is live and held exclusive by the caller (or
+            // its object has been copied away), so no one reads it; writing
+            // its first word makes it the head of the free list.
+            unsafe { mem.write_word(idx, u64::from(m.free_head) << 1) };
+            m.free_head = idx;
+        } else {
+            m.set_live(idx, false);
+        }
+        if self.header == 0 {
+            m.owners[idx as usize] = NO_OWNER;
+        }
+        m.inuse -= 1;
+        inner.objs_used -= 1;
+        if m.inuse == 0 {
+            return -i64::from(self.release_zspage(inner, zid, pages));
+        }
+        if !self.in_object_list {
+            // Give back the pages above the highest live object.
+            let need = (u64::from(m.live_end()) * size).div_ceil(page_size) as u32;
+            if need < m.populated {
+                let run = m.run.as_ref().expect("live zspage");
+                pages.discard(run, need, m.populated - need);
+                delta = -i64::from(m.populated - need);
+                m.populated = need;
+            }
+        }
+        inner.pages = inner.pages.wrapping_add_signed(delta);
+        self.fix_group(inner, zid);
+        delta
+    }
+
+    /// True if slot `idx` of `zid` holds a live object (the kernel tells by the
+    /// tag bit of the first word; huge and default-mode slots by the owner).
+    pub(crate) fn is_live(&self, inner: &ClassInner, zid: u32, idx: u32) -> bool {
+        if self.header == 0 {
+            inner.metas[zid as usize].owners[idx as usize] != NO_OWNER
+        } else {
+            // SAFETY: slot `idx` of a live zspage; its first word is a header
+            // or a free link, both written only under the class lock held here.
+            unsafe { self.memory(inner, zid).read_word(idx) & 1 == 1 }
+        }
+    }
+
+    /// The handle slot owning live slot `idx` of `zid`.
+    pub(crate) fn owner(&self, inner: &ClassInner, zid: u32, idx: u32) -> u32 {
+        if self.header == 0 {
+            inner.metas[zid as usize].owners[idx as usize]
+        } else {
+            // SAFETY: slot `idx` is live; its header word is written only at
+            // placement, under the class lock we hold.
+            let word = unsafe { self.memory(inner, zid).read_word(idx) };
+            (word >> 1) as u32
+        }
+    }
+
+    // ---- handle slots -----------------------------------------------------
+
+    /// A free handle slot, growing the table if needed. Not yet linked to an
+    /// object: the caller stores its entry.
+    pub(crate) fn take_handle_slot(&self, inner: &mut ClassInner) -> Result<(u32, u32), ClassFull> {
+        if inner.handle_free != NO_SLOT {
+            let slot = inner.handle_free;
+            match self.handles.get(slot as usize).expect("listed slot").load() {
+                Entry::Free { generation, next } => {
+                    inner.handle_free = next;
+                    return Ok((slot, generation));
+                }
+                Entry::Allocated { .. } => unreachable!("the free list holds free slots only"),
+            }
+        }
+        if self.handles.len() as u32 > MAX_SLOTS {
+            return Err(ClassFull::Table);
+        }
+        let slot = self.handles.push_default().ok_or(ClassFull::Table)? as u32;
+        Ok((slot, 0))
+    }
+
+    /// Puts back a slot taken by [`Self::take_handle_slot`] and never used.
+    pub(crate) fn return_handle_slot(&self, inner: &mut ClassInner, slot: u32, generation: u32) {
+        self.handles
+            .get(slot as usize)
+            .expect("taken slot")
+            .store(Entry::Free {
+                generation,
+                next: inner.handle_free,
+            });
+        inner.handle_free = slot;
+    }
+
+    /// The free entry a freed object's handle slot gets: the next generation,
+    /// linked at the head of the free list.
+    pub(crate) fn freed_entry(inner: &mut ClassInner, slot: u32, generation: u32) -> Entry {
+        let e = Entry::Free {
+            generation: next_generation(generation),
+            next: inner.handle_free,
+        };
+        inner.handle_free = slot;
+        e
+    }
+}

@@ -1,0 +1,381 @@
+//! Compaction: moving objects out of sparse zspages so whole zspages can be
+//! freed, and the automatic policy that triggers it.
+//!
+//! Three algorithms, one per generation:
+//! - [`CompactionAlgo::Legacy`] (kernel before 6.4): take a source from the
+//!   emptiest group, then destinations from the fullest, one after another,
+//!   until the source is empty; stop when no destination is left.
+//! - [`CompactionAlgo::Seed001`] (seed 001, kernel 6.4 and later): keep one
+//!   destination (fullest non-full group) across sources (emptiest group);
+//!   move until the destination is full or the source empty; stop when
+//!   `zs_can_compact` says no zspage can be freed.
+//! - [`CompactionAlgo::Optimal`] (zmem's default mode): empty exactly the
+//!   `floor(free slots / objs)` zspages with the fewest live objects into the
+//!   others, fullest first. That moves the least possible number of objects
+//!   to free every freeable zspage ([`Pool::compaction_lower_bound`]).
+//!
+//! Moving an object: with the class lock held, *try* the object's exclusive
+//! hold (a reader or writer keeps its object, and thus its zspage, in place;
+//! compaction skips it and never waits), copy the slot, point the handle
+//! entry at the copy (one atomic store that also drops the hold), free the
+//! old slot. Only one compaction runs per pool at a time.
+//!
+//! This module owns the choice of source and destination zspages; placing and
+//! freeing slots is `class.rs`'s.
+
+use std::sync::atomic::Ordering;
+
+use serde::Serialize;
+
+use crate::class::{Class, ClassInner};
+use crate::handle::Entry;
+use crate::pool::Pool;
+use crate::zspage::NO_LINK;
+
+/// Which compaction algorithm a pool runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CompactionAlgo {
+    /// The kernel's algorithm before seed 001.
+    Legacy,
+    /// Seed 001's algorithm (the kernel's since 6.4).
+    Seed001,
+    /// zmem's: the fewest moves that free every freeable zspage.
+    Optimal,
+}
+
+impl CompactionAlgo {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            CompactionAlgo::Legacy => "legacy",
+            CompactionAlgo::Seed001 => "seed001",
+            CompactionAlgo::Optimal => "optimal",
+        }
+    }
+}
+
+/// Automatic compaction: after a free, compact the class once its freeable
+/// pages reach `threshold_pages`. Compaction brings the class back to 0
+/// freeable pages, so another run needs `threshold_pages` more to be freed
+/// first: each run frees at least that much, and the policy cannot thrash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct AutoCompact {
+    /// Freeable pages in one class that trigger its compaction (at least 1).
+    pub threshold_pages: u64,
+}
+
+/// What one compaction did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CompactResult {
+    /// Pages given back (net, over the classes compacted).
+    pub pages_freed: u64,
+    /// Objects moved.
+    pub objs_moved: u64,
+}
+
+impl CompactResult {
+    fn add(&mut self, other: CompactResult) {
+        self.pages_freed += other.pages_freed;
+        self.objs_moved += other.objs_moved;
+    }
+}
+
+/// `zs_can_compact` of a class: pages of the zspages its free slots add up to.
+fn can_compact(class: &Class, inner: &ClassInner) -> u64 {
+    let objs = u64::from(class.objs());
+    let allocated = u64::from(inner.zspages) * objs;
+    (allocated - inner.objs_used) / objs * u64::from(class.info.pages_per_zspage)
+}
+
+fn is_full(class: &Class, inner: &ClassInner, zid: u32) -> bool {
+    inner.metas[zid as usize].inuse == class.objs()
+}
+
+/// Moves live objects of `src` into `dst`, in slot order, until `dst` is full
+/// or `src` has none left. Returns the objects moved and whether `src` still
+/// exists (it is released when emptied).
+fn migrate(pool: &Pool, class: &Class, inner: &mut ClassInner, src: u32, dst: u32) -> (u64, bool) {
+    let mut moved = 0;
+    for idx in 0..class.objs() {
+        if is_full(class, inner, dst) {
+            break;
+        }
+        if !class.is_live(inner, src, idx) {
+            continue;
+        }
+        let owner = class.owner(inner, src, idx);
+        let cell = class
+            .handles
+            .get(owner as usize)
+            .expect("owners name table slots");
+        let Some(loc) = cell.try_lock_exclusive() else {
+            continue; // held by a reader or writer: it stays, and so does src
+        };
+        debug_assert_eq!((loc.zspage, loc.obj), (src, idx));
+        let generation = cell.load().generation();
+        let (new_idx, delta) = class.place(inner, dst, owner);
+        pool.add_pages(delta);
+        let from = class.memory(inner, src);
+        let to = class.memory(inner, dst);
+        // SAFETY: the source object is held exclusive, so nobody reads or
+        // writes it; the destination slot was just taken from the free slots
+        // under the class lock and no entry points at it yet; both zspages
+        // are live and different.
+        unsafe { from.copy_slot(idx, to, new_idx) };
+        cell.replace_exclusive(Entry::Allocated {
+            generation,
+            zspage: dst,
+            obj: new_idx,
+        });
+        moved += 1;
+        let last = inner.metas[src as usize].inuse == 1;
+        let delta = class.unplace(inner, src, idx, &pool.pages);
+        pool.add_pages(delta);
+        if last {
+            return (moved, false);
+        }
+    }
+    (moved, true)
+}
+
+/// Takes the first zspage of the first non-empty group in `groups` out of
+/// the lists.
+fn isolate(class: &Class, inner: &mut ClassInner, groups: impl Iterator<Item = u8>) -> Option<u32> {
+    for g in groups {
+        let z = inner.heads[g as usize];
+        if z != NO_LINK {
+            class.isolate(inner, z);
+            return Some(z);
+        }
+    }
+    None
+}
+
+impl Pool {
+    fn partial_groups(&self) -> std::ops::Range<u8> {
+        1..self.config().fullness.full_group()
+    }
+
+    /// Pages compaction could free now, over all classes (the kernel's
+    /// shrinker count: the sum of `zs_can_compact`).
+    pub fn can_compact(&self) -> u64 {
+        self.classes.iter().map(|c| can_compact(c, &c.lock())).sum()
+    }
+
+    /// The fewest objects that must move to free every freeable zspage now:
+    /// per class, the live objects of its `floor(free slots / objs)` emptiest
+    /// zspages.
+    pub fn compaction_lower_bound(&self) -> u64 {
+        self.classes
+            .iter()
+            .map(|class| {
+                let inner = class.lock();
+                let freeable =
+                    (can_compact(class, &inner) / u64::from(class.info.pages_per_zspage)) as usize;
+                let mut inuse: Vec<u32> = inner
+                    .metas
+                    .iter()
+                    .filter(|m| m.run.is_some())
+                    .map(|m| m.inuse)
+                    .collect();
+                inuse.sort_unstable();
+                inuse[..freeable].iter().map(|&n| u64::from(n)).sum::<u64>()
+            })
+            .sum()
+    }
+
+    /// Compacts every class, largest first, with the pool's algorithm.
+    /// Returns at once with nothing done if another compaction is running.
+    pub fn compact(&self) -> CompactResult {
+        let Some(_token) = self.compaction_token() else {
+            return CompactResult::default();
+        };
+        let mut total = CompactResult::default();
+        for id in (0..self.classes.len()).rev() {
+            total.add(self.compact_class_locked(id));
+        }
+        total
+    }
+
+    /// Compacts one physical class (by position in
+    /// [`Geometry::classes`](crate::Geometry::classes)). Returns nothing done
+    /// if another compaction is running or there is no such class.
+    pub fn compact_class(&self, class_id: usize) -> CompactResult {
+        if class_id >= self.classes.len() {
+            return CompactResult::default();
+        }
+        let Some(_token) = self.compaction_token() else {
+            return CompactResult::default();
+        };
+        self.compact_class_locked(class_id)
+    }
+
+    fn compaction_token(&self) -> Option<CompactionToken<'_>> {
+        self.compacting
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| CompactionToken(self))
+    }
+
+    fn compact_class_locked(&self, class_id: usize) -> CompactResult {
+        let class = &self.classes[class_id];
+        let mut inner = class.lock();
+        let before = inner.pages;
+        let moved = match self.config().compaction {
+            CompactionAlgo::Legacy => self.compact_legacy(class, &mut inner),
+            CompactionAlgo::Seed001 => self.compact_seed001(class, &mut inner),
+            CompactionAlgo::Optimal => self.compact_optimal(class, &mut inner),
+        };
+        let freed = before.saturating_sub(inner.pages);
+        inner.pages_compacted += freed;
+        inner.objs_moved += moved;
+        CompactResult {
+            pages_freed: freed,
+            objs_moved: moved,
+        }
+    }
+
+    fn compact_seed001(&self, class: &Class, inner: &mut ClassInner) -> u64 {
+        let partial = self.partial_groups();
+        let mut moved = 0;
+        let mut dst = None;
+        while can_compact(class, inner) > 0 {
+            let d = match dst {
+                Some(d) => d,
+                None => match isolate(class, inner, partial.clone().rev()) {
+                    Some(d) => d,
+                    None => break,
+                },
+            };
+            dst = Some(d);
+            let Some(src) = isolate(class, inner, partial.clone()) else {
+                break;
+            };
+            let (n, src_alive) = migrate(self, class, inner, src, d);
+            moved += n;
+            if src_alive {
+                class.putback(inner, src);
+            }
+            if is_full(class, inner, d) {
+                class.putback(inner, d);
+                dst = None;
+            }
+            if n == 0 {
+                break; // every object left in the source is held by somebody
+            }
+        }
+        if let Some(d) = dst {
+            class.putback(inner, d);
+        }
+        moved
+    }
+
+    fn compact_legacy(&self, class: &Class, inner: &mut ClassInner) -> u64 {
+        let partial = self.partial_groups();
+        let mut moved = 0;
+        while let Some(src) = isolate(class, inner, partial.clone()) {
+            if can_compact(class, inner) == 0 {
+                class.putback(inner, src);
+                break;
+            }
+            let mut round = 0;
+            let mut src_alive = true;
+            let mut out_of_dst = false;
+            while src_alive {
+                let Some(d) = isolate(class, inner, partial.clone().rev()) else {
+                    out_of_dst = true;
+                    break;
+                };
+                let (n, alive) = migrate(self, class, inner, src, d);
+                round += n;
+                src_alive = alive;
+                class.putback(inner, d);
+                if alive && !is_full(class, inner, d) {
+                    break; // the rest of the source is held by somebody
+                }
+            }
+            moved += round;
+            if src_alive {
+                class.putback(inner, src);
+            }
+            if out_of_dst || round == 0 {
+                break;
+            }
+        }
+        moved
+    }
+
+    fn compact_optimal(&self, class: &Class, inner: &mut ClassInner) -> u64 {
+        let freeable =
+            (can_compact(class, inner) / u64::from(class.info.pages_per_zspage)) as usize;
+        if freeable == 0 {
+            return 0;
+        }
+        let mut live: Vec<(u32, u32)> = inner
+            .metas
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.run.is_some())
+            .map(|(z, m)| (m.inuse, z as u32))
+            .collect();
+        live.sort_unstable();
+        let (sources, rest) = live.split_at(freeable);
+        // Destinations: the fullest non-full zspages first.
+        let mut dsts: Vec<u32> = rest
+            .iter()
+            .rev()
+            .filter(|&&(n, _)| n < class.objs())
+            .map(|&(_, z)| z)
+            .collect();
+        dsts.reverse(); // pop() takes the fullest
+        let mut moved = 0;
+        for &(_, src) in sources {
+            class.isolate(inner, src);
+            let mut alive = true;
+            while alive {
+                let Some(&d) = dsts.last() else { break };
+                class.isolate(inner, d);
+                let (n, a) = migrate(self, class, inner, src, d);
+                moved += n;
+                alive = a;
+                let full = is_full(class, inner, d);
+                class.putback(inner, d);
+                if full {
+                    dsts.pop();
+                } else if alive {
+                    break; // the rest of the source is held by somebody
+                }
+            }
+            if alive {
+                class.putback(inner, src);
+            }
+        }
+        moved
+    }
+}
+
+/// Proof of being the pool's one compactor; releases the flag when dropped.
+struct CompactionToken<'a>(&'a Pool);
+
+impl Drop for CompactionToken<'_> {
+    fn drop(&mut self) {
+        self.0.compacting.store(false, Ordering::Release);
+    }
+}
+
+impl Pool {
+    /// Runs the automatic policy for one class after a free.
+    pub(crate) fn auto_compact(&self, class_id: usize) {
+        let Some(policy) = self.config().auto_compact else {
+            return;
+        };
+        let class = &self.classes[class_id];
+        let due = can_compact(class, &class.lock()) >= policy.threshold_pages.max(1);
+        if due {
+            if let Some(_token) = self.compaction_token() {
+                self.compact_class_locked(class_id);
+            }
+        }
+    }
+}

@@ -1,0 +1,535 @@
+//! The pool: configuration, modes, and the object API.
+//!
+//! # Lock order
+//!
+//! ```text
+//!   object hold (handle entry: shared or exclusive)
+//!     -> class lock (ClassInner mutex)
+//!       -> page source mutex (leaf)
+//! ```
+//!
+//! - A **handle entry** ([`EntryCell`](crate::handle)) is the lock of its
+//!   object. Readers hold it shared for as long as they look at the bytes;
+//!   `write` and `free` hold it exclusive. While any hold is taken the entry's
+//!   location (zspage, slot) cannot change, so a reader needs no other lock:
+//!   that is the protocol that keeps a handle's target in place while it is
+//!   read, and why reads of different objects never serialise.
+//! - The **class lock** protects the class's zspage bookkeeping: fullness
+//!   lists, free slots, in-use counts, the handle free list, and every change
+//!   of an entry's location. `free` takes it after its exclusive hold.
+//!   Compaction takes it first and then only *tries* object holds, skipping
+//!   objects somebody holds, so it never waits on a reader and never
+//!   deadlocks against `free`.
+//! - The **page source** mutex is taken inside the class lock to get or
+//!   return runs, and nothing is taken inside it.
+//!
+//! # Modes
+//!
+//! - [`Mode::KernelCompat`]: the kernel's layout and policy: 8-byte handle
+//!   header in every non-huge object, none in huge objects, the in-object LIFO
+//!   free list, allocation from the fullest non-full group, whole zspages
+//!   counted from creation. The same operations give the same page count as
+//!   the kernel.
+//! - [`Mode::Default`]: no in-object header (the handle table and a per-zspage
+//!   owner array do its work), slots filled lowest first, and a zspage counts
+//!   (and keeps resident) only the pages up to its highest live object; pages
+//!   above it go back to the OS as objects are freed. See `DESIGN.md` in the
+//!   repository for the measurements behind the default geometry.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+use pages::{PageSource, PagesError};
+use serde::Serialize;
+
+use crate::class::{Class, ClassFull};
+use crate::compact::{AutoCompact, CompactionAlgo};
+use crate::fullness::FullnessScheme;
+use crate::geometry::{
+    ChainRule, ClassDelta, Geometry, GeometryConfig, GeometryError, ZS_HANDLE_SIZE,
+};
+use crate::handle::{EntryCell, Handle, Refusal, MAX_CLASSES};
+
+/// Which of the two behaviours a pool has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Exactly the kernel's layout and policy.
+    KernelCompat,
+    /// zmem's denser layout.
+    Default,
+}
+
+impl Mode {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::KernelCompat => "kernel-compat",
+            Mode::Default => "default",
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "kernel-compat" => Ok(Mode::KernelCompat),
+            "default" => Ok(Mode::Default),
+            other => Err(format!(
+                "unknown mode '{other}': use kernel-compat or default"
+            )),
+        }
+    }
+}
+
+/// Everything a pool is created from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PoolConfig {
+    /// The size-class geometry.
+    pub geometry: GeometryConfig,
+    /// Kernel-compatible or zmem's default behaviour.
+    pub mode: Mode,
+    /// How zspages are grouped by fullness.
+    pub fullness: FullnessScheme,
+    /// Most pages the pool may hold at once (`None`: as many as the OS gives).
+    pub page_limit: Option<usize>,
+    /// The compaction algorithm.
+    pub compaction: CompactionAlgo,
+    /// Compact a class automatically when enough of it is freeable.
+    pub auto_compact: Option<AutoCompact>,
+}
+
+impl PoolConfig {
+    /// The kernel's pool: 4 KiB pages, chain 8, 16-byte classes, min-waste,
+    /// merged, in-use-ratio groups, kernel-compat mode.
+    pub fn kernel_compat() -> PoolConfig {
+        PoolConfig {
+            geometry: GeometryConfig::default(),
+            mode: Mode::KernelCompat,
+            fullness: FullnessScheme::InuseRatio,
+            page_limit: None,
+            compaction: CompactionAlgo::Seed001,
+            auto_compact: None,
+        }
+    }
+
+    /// zmem's default pool on pages of `page_size` bytes.
+    pub fn default_mode(page_size: u32) -> PoolConfig {
+        PoolConfig {
+            geometry: GeometryConfig {
+                page_size,
+                chain: 16,
+                delta: ClassDelta::Fixed(16),
+                chain_rule: ChainRule::MinWaste,
+                merge: true,
+            },
+            mode: Mode::Default,
+            fullness: FullnessScheme::InuseRatio,
+            page_limit: None,
+            compaction: CompactionAlgo::Optimal,
+            auto_compact: None,
+        }
+    }
+}
+
+/// Why a pool call failed. Every failure leaves the pool and every other
+/// object as they were.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolError {
+    /// The geometry is invalid.
+    Geometry(GeometryError),
+    /// The page source cannot be made for this page size.
+    Pages(PagesError),
+    /// `malloc(0)`.
+    ZeroSize,
+    /// `malloc` of more than a page.
+    TooLarge {
+        /// Requested bytes.
+        len: usize,
+        /// Largest allowed.
+        max: usize,
+    },
+    /// No memory: the OS refused, or the page limit is reached.
+    OutOfMemory(PagesError),
+    /// The class's handle or zspage table is full.
+    TableFull,
+    /// A handle this pool never issued.
+    InvalidHandle,
+    /// A handle of an object that was freed.
+    FreedHandle,
+    /// A handle whose slot now holds another object (freed, then reused).
+    StaleHandle,
+    /// A read or write longer than the object.
+    TooLong {
+        /// Bytes asked for.
+        len: usize,
+        /// Bytes the object holds.
+        capacity: usize,
+    },
+}
+
+impl PoolError {
+    /// The kernel's errno for this failure (positive).
+    pub fn errno(&self) -> i32 {
+        match self {
+            PoolError::ZeroSize
+            | PoolError::Geometry(_)
+            | PoolError::Pages(_)
+            | PoolError::InvalidHandle
+            | PoolError::FreedHandle
+            | PoolError::StaleHandle
+            | PoolError::TooLong { .. } => libc_errno::EINVAL,
+            PoolError::TooLarge { .. } => libc_errno::ENOSPC,
+            PoolError::OutOfMemory(_) | PoolError::TableFull => libc_errno::ENOMEM,
+        }
+    }
+}
+
+/// The errno values the pool reports (Linux numbering).
+mod libc_errno {
+    pub(super) const ENOMEM: i32 = 12;
+    pub(super) const EINVAL: i32 = 22;
+    pub(super) const ENOSPC: i32 = 28;
+}
+
+impl fmt::Display for PoolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PoolError::Geometry(e) => write!(f, "invalid geometry: {e}"),
+            PoolError::Pages(e) => write!(f, "cannot create the page source: {e}"),
+            PoolError::ZeroSize => f.write_str("cannot allocate 0 bytes"),
+            PoolError::TooLarge { len, max } => {
+                write!(
+                    f,
+                    "{len} bytes is more than the largest object, {max} bytes"
+                )
+            }
+            PoolError::OutOfMemory(e) => write!(f, "out of memory: {e}"),
+            PoolError::TableFull => f.write_str("the class's handle or zspage table is full"),
+            PoolError::InvalidHandle => f.write_str("not a handle of this pool"),
+            PoolError::FreedHandle => f.write_str("the handle's object was freed"),
+            PoolError::StaleHandle => f.write_str("stale handle: its slot holds another object"),
+            PoolError::TooLong { len, capacity } => {
+                write!(f, "{len} bytes do not fit in an object of {capacity} bytes")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PoolError {}
+
+impl From<Refusal> for PoolError {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::Freed => PoolError::FreedHandle,
+            Refusal::Stale => PoolError::StaleHandle,
+        }
+    }
+}
+
+impl From<ClassFull> for PoolError {
+    fn from(e: ClassFull) -> Self {
+        match e {
+            ClassFull::Table => PoolError::TableFull,
+            ClassFull::Pages(p) => PoolError::OutOfMemory(p),
+        }
+    }
+}
+
+/// A zsmalloc pool.
+pub struct Pool {
+    config: PoolConfig,
+    geometry: Geometry,
+    pub(crate) classes: Box<[Class]>,
+    /// Physical class of each logical class.
+    logical: Box<[u16]>,
+    pub(crate) pages: PageSource,
+    /// Pages counted over all classes.
+    pub(crate) total_pages: AtomicI64,
+    /// Tag in every handle, to catch handles of another pool.
+    tag: u8,
+    /// Set while a compaction runs (one at a time).
+    pub(crate) compacting: AtomicBool,
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("config", &self.config)
+            .field("total_pages", &self.total_pages())
+            .finish_non_exhaustive()
+    }
+}
+
+fn pool_tag() -> u8 {
+    use std::sync::atomic::AtomicU8;
+    static NEXT: AtomicU8 = AtomicU8::new(0x2b);
+    NEXT.fetch_add(37, Ordering::Relaxed) & 0x7f
+}
+
+impl Pool {
+    /// Creates an empty pool.
+    pub fn new(config: PoolConfig) -> Result<Pool, PoolError> {
+        let geometry = Geometry::new(config.geometry).map_err(PoolError::Geometry)?;
+        if geometry.classes().len() > MAX_CLASSES {
+            return Err(PoolError::Geometry(GeometryError::Delta(geometry.delta())));
+        }
+        let page_size = config.geometry.page_size;
+        let pages = match config.page_limit {
+            Some(limit) => PageSource::with_limit(page_size as usize, limit),
+            None => PageSource::new(page_size as usize),
+        }
+        .map_err(PoolError::Pages)?;
+        let compat = config.mode == Mode::KernelCompat;
+        let classes = geometry
+            .classes()
+            .iter()
+            .map(|info| {
+                let header = if compat && !info.huge {
+                    ZS_HANDLE_SIZE
+                } else {
+                    0
+                };
+                Class::new(*info, page_size, header, compat, config.fullness)
+            })
+            .collect();
+        let logical = geometry.logical().iter().map(|l| l.class as u16).collect();
+        Ok(Pool {
+            config,
+            geometry,
+            classes,
+            logical,
+            pages,
+            total_pages: AtomicI64::new(0),
+            tag: pool_tag(),
+            compacting: AtomicBool::new(false),
+        })
+    }
+
+    /// The configuration the pool was made with.
+    pub fn config(&self) -> &PoolConfig {
+        &self.config
+    }
+
+    /// The size-class table.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    /// Bytes per page.
+    pub fn page_size(&self) -> usize {
+        self.config.geometry.page_size as usize
+    }
+
+    /// Pages the pool holds (the kernel's `zs_get_total_pages`).
+    pub fn total_pages(&self) -> usize {
+        self.total_pages.load(Ordering::Relaxed).max(0) as usize
+    }
+
+    pub(crate) fn add_pages(&self, delta: i64) {
+        if delta != 0 {
+            self.total_pages.fetch_add(delta, Ordering::Relaxed);
+        }
+    }
+
+    /// Objects of this many bytes or more are stored in a huge class (a page
+    /// each); zram stores a page raw when it compresses to at least this.
+    pub fn huge_class_size(&self) -> usize {
+        let largest_non_huge = self.geometry.huge_class_size() + (ZS_HANDLE_SIZE - 1);
+        let header = match self.config.mode {
+            Mode::KernelCompat => ZS_HANDLE_SIZE,
+            Mode::Default => 0,
+        };
+        (largest_non_huge - header + 1) as usize
+    }
+
+    /// The physical class serving `len` bytes.
+    fn class_id_for(&self, len: usize) -> Result<usize, PoolError> {
+        let ps = self.page_size();
+        if len == 0 {
+            return Err(PoolError::ZeroSize);
+        }
+        if len > ps {
+            return Err(PoolError::TooLarge { len, max: ps });
+        }
+        let header = match self.config.mode {
+            Mode::KernelCompat => ZS_HANDLE_SIZE as usize,
+            Mode::Default => 0,
+        };
+        // As zs_malloc: the header is added before the lookup, which caps at
+        // the last class (a huge class stores no header).
+        let stored = (len + header).min(ps) as u32;
+        let idx = self
+            .geometry
+            .logical_index(stored)
+            .expect("1..=PAGE_SIZE has a class");
+        Ok(self.logical[idx as usize] as usize)
+    }
+
+    /// Bytes a caller may store in an object allocated for `len` bytes (at least
+    /// `len`: merged classes round up).
+    pub fn capacity_for(&self, len: usize) -> Result<usize, PoolError> {
+        Ok(self.classes[self.class_id_for(len)?].capacity() as usize)
+    }
+
+    /// Allocates an object of `len` bytes (1..=page size). Its contents are
+    /// unspecified until written.
+    pub fn malloc(&self, len: usize) -> Result<Handle, PoolError> {
+        let class_id = self.class_id_for(len)?;
+        let class = &self.classes[class_id];
+        let mut inner = class.lock();
+        let (slot, generation) = class.take_handle_slot(&mut inner)?;
+        let zid = match class.find_zspage(&inner) {
+            Some(zid) => zid,
+            None => match class.new_zspage(&mut inner, &self.pages) {
+                Ok((zid, counted)) => {
+                    self.add_pages(i64::from(counted));
+                    zid
+                }
+                Err(e) => {
+                    class.return_handle_slot(&mut inner, slot, generation);
+                    return Err(e.into());
+                }
+            },
+        };
+        let (obj, delta) = class.place(&mut inner, zid, slot);
+        self.add_pages(delta);
+        class.handles.get(slot as usize).expect("taken slot").store(
+            crate::handle::Entry::Allocated {
+                generation,
+                zspage: zid,
+                obj,
+            },
+        );
+        Ok(Handle::new(class_id, slot, generation, self.tag))
+    }
+
+    /// The class and handle-table cell a handle names.
+    fn resolve(&self, handle: Handle) -> Result<(&Class, u32, &EntryCell), PoolError> {
+        if handle.tag() != self.tag {
+            return Err(PoolError::InvalidHandle);
+        }
+        let class = self
+            .classes
+            .get(handle.class())
+            .ok_or(PoolError::InvalidHandle)?;
+        let slot = handle.slot().ok_or(PoolError::InvalidHandle)?;
+        let cell = class
+            .handles
+            .get(slot as usize)
+            .ok_or(PoolError::InvalidHandle)?;
+        Ok((class, slot, cell))
+    }
+
+    /// Frees an object. Waits while another thread reads or writes it.
+    ///
+    /// Freeing an object while this thread holds an [`ObjectRef`] of it waits
+    /// forever, as taking a lock twice does: drop the guard first.
+    pub fn free(&self, handle: Handle) -> Result<(), PoolError> {
+        let (class, slot, cell) = self.resolve(handle)?;
+        let loc = cell.lock_exclusive(handle.generation())?;
+        let mut inner = class.lock();
+        let freed = Class::freed_entry(&mut inner, slot, handle.generation());
+        // From here readers see a free slot; the bytes are unreachable.
+        cell.replace_exclusive(freed);
+        let delta = class.unplace(&mut inner, loc.zspage, loc.obj, &self.pages);
+        self.add_pages(delta);
+        drop(inner);
+        self.auto_compact(handle.class());
+        Ok(())
+    }
+
+    /// Bytes the object can hold.
+    pub fn capacity(&self, handle: Handle) -> Result<usize, PoolError> {
+        let (class, _, cell) = self.resolve(handle)?;
+        match cell.load() {
+            crate::handle::Entry::Allocated { generation, .. }
+                if generation == handle.generation() =>
+            {
+                Ok(class.capacity() as usize)
+            }
+            crate::handle::Entry::Allocated { .. } => Err(PoolError::StaleHandle),
+            crate::handle::Entry::Free { .. } => Err(PoolError::FreedHandle),
+        }
+    }
+
+    /// Writes `data` at the start of the object (the kernel's `zs_obj_write`).
+    pub fn write(&self, handle: Handle, data: &[u8]) -> Result<(), PoolError> {
+        let (class, _, cell) = self.resolve(handle)?;
+        let capacity = class.capacity() as usize;
+        if data.len() > capacity {
+            return Err(PoolError::TooLong {
+                len: data.len(),
+                capacity,
+            });
+        }
+        let loc = cell.lock_exclusive(handle.generation())?;
+        let mem = class.memory_unlocked(loc.zspage);
+        // SAFETY: the object is live and held exclusive, so its bytes are ours
+        // alone and its zspage stays mapped; `header + data.len()` is within
+        // the slot (checked against the capacity above).
+        unsafe { mem.write_bytes(loc.obj, class.header, data) };
+        cell.unlock_exclusive();
+        Ok(())
+    }
+
+    /// The first `len` bytes of the object, without a copy (the kernel's
+    /// `zs_obj_read_begin`; dropping the guard is `zs_obj_read_end`).
+    ///
+    /// A zmem zspage is one virtually contiguous run, so every object, even
+    /// one that crosses a page boundary, lies in one place: the kernel's
+    /// bounce-buffer path is never needed. While the guard lives the object
+    /// cannot be written, freed or moved; other objects are unaffected.
+    pub fn read(&self, handle: Handle, len: usize) -> Result<ObjectRef<'_>, PoolError> {
+        let (class, _, cell) = self.resolve(handle)?;
+        let capacity = class.capacity() as usize;
+        if len > capacity {
+            return Err(PoolError::TooLong { len, capacity });
+        }
+        let loc = cell.lock_shared(handle.generation())?;
+        let mem = class.memory_unlocked(loc.zspage);
+        // SAFETY: the object is live and held shared until the guard drops, so
+        // its zspage stays mapped and nobody writes these bytes (writers hold
+        // the object exclusive); `header + len` is within the slot.
+        let bytes = unsafe { mem.bytes(loc.obj, class.header, len) };
+        Ok(ObjectRef { cell, bytes })
+    }
+
+    /// Copies the first `buf.len()` bytes of the object into `buf`.
+    pub fn read_into(&self, handle: Handle, buf: &mut [u8]) -> Result<(), PoolError> {
+        let obj = self.read(handle, buf.len())?;
+        buf.copy_from_slice(&obj);
+        Ok(())
+    }
+}
+
+/// A held object's bytes (see [`Pool::read`]).
+pub struct ObjectRef<'a> {
+    cell: &'a EntryCell,
+    bytes: &'a [u8],
+}
+
+impl Deref for ObjectRef<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.bytes
+    }
+}
+
+impl Drop for ObjectRef<'_> {
+    fn drop(&mut self) {
+        self.cell.unlock_shared();
+    }
+}
+
+impl fmt::Debug for ObjectRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectRef")
+            .field("len", &self.bytes.len())
+            .finish()
+    }
+}

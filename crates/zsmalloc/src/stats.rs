@@ -1,0 +1,146 @@
+//! Pool and per-class statistics, and the kernel's debugfs `classes` table.
+//!
+//! Reads counters under each class lock in turn; changes nothing.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::fullness::NR_GROUPS;
+use crate::pool::Pool;
+
+/// Pool-wide counters (the kernel's `zs_pool_stats` plus totals).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PoolStats {
+    /// Pages the pool holds.
+    pub total_pages: u64,
+    /// Live objects.
+    pub objs_used: u64,
+    /// Object slots in live zspages.
+    pub objs_allocated: u64,
+    /// Live zspages.
+    pub zspages: u64,
+    /// Pages freed by compaction since the pool was made.
+    pub pages_compacted: u64,
+    /// Objects moved by compaction since the pool was made (seed 001).
+    pub objs_moved: u64,
+}
+
+/// One row of the per-class table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ClassStats {
+    /// The class's (largest) logical index.
+    pub index: u32,
+    /// Slot size.
+    pub size: u32,
+    /// Zspages per fullness group (index 0 is the empty group).
+    pub groups: [u64; NR_GROUPS],
+    /// Object slots in live zspages.
+    pub obj_allocated: u64,
+    /// Live objects.
+    pub obj_used: u64,
+    /// Pages counted for the class.
+    pub pages_used: u64,
+    /// Pages per zspage.
+    pub pages_per_zspage: u32,
+    /// Pages compaction could free now (`zs_can_compact`).
+    pub freeable: u64,
+    /// Pages freed by compaction.
+    pub pages_compacted: u64,
+    /// Objects moved by compaction.
+    pub objs_moved: u64,
+}
+
+impl Pool {
+    /// One row per physical class, smallest first.
+    pub fn class_stats(&self) -> Vec<ClassStats> {
+        self.classes
+            .iter()
+            .map(|class| {
+                let inner = class.lock();
+                let objs = u64::from(class.objs());
+                let allocated = u64::from(inner.zspages) * objs;
+                let mut groups = [0u64; NR_GROUPS];
+                for (g, count) in groups.iter_mut().zip(inner.counts.iter()) {
+                    *g = u64::from(*count);
+                }
+                ClassStats {
+                    index: class.info.index,
+                    size: class.info.size,
+                    groups,
+                    obj_allocated: allocated,
+                    obj_used: inner.objs_used,
+                    pages_used: inner.pages,
+                    pages_per_zspage: class.info.pages_per_zspage,
+                    freeable: (allocated - inner.objs_used) / objs
+                        * u64::from(class.info.pages_per_zspage),
+                    pages_compacted: inner.pages_compacted,
+                    objs_moved: inner.objs_moved,
+                }
+            })
+            .collect()
+    }
+
+    /// Pool-wide counters.
+    pub fn stats(&self) -> PoolStats {
+        let mut s = PoolStats {
+            total_pages: self.total_pages() as u64,
+            ..PoolStats::default()
+        };
+        for row in self.class_stats() {
+            s.objs_used += row.obj_used;
+            s.objs_allocated += row.obj_allocated;
+            s.zspages += row.groups.iter().sum::<u64>();
+            s.pages_compacted += row.pages_compacted;
+            s.objs_moved += row.objs_moved;
+        }
+        s
+    }
+
+    /// The per-class table in the layout of the kernel's debugfs
+    /// `/sys/kernel/debug/zsmalloc/<pool>/classes`, plus a total line.
+    pub fn format_classes(&self) -> String {
+        let scheme = self.config().fullness;
+        let labels = scheme.labels();
+        let mut out = String::new();
+        let _ = write!(out, " class  size ");
+        for l in labels {
+            let _ = write!(out, "{l:>10} ");
+        }
+        let _ = writeln!(
+            out,
+            "obj_allocated   obj_used pages_used pages_per_zspage freeable"
+        );
+        let mut total = (0u64, 0u64, 0u64, 0u64);
+        let mut group_totals = vec![0u64; labels.len()];
+        for row in self.class_stats() {
+            let _ = write!(out, "{:>6} {:>5} ", row.index, row.size);
+            for (g, t) in row.groups[1..=labels.len()]
+                .iter()
+                .zip(group_totals.iter_mut())
+            {
+                let _ = write!(out, "{g:>10} ");
+                *t += g;
+            }
+            let _ = writeln!(
+                out,
+                "{:>13} {:>10} {:>10} {:>16} {:>8}",
+                row.obj_allocated, row.obj_used, row.pages_used, row.pages_per_zspage, row.freeable
+            );
+            total.0 += row.obj_allocated;
+            total.1 += row.obj_used;
+            total.2 += row.pages_used;
+            total.3 += row.freeable;
+        }
+        let _ = write!(out, "{:>6} {:>5} ", "Total", "");
+        for t in group_totals {
+            let _ = write!(out, "{t:>10} ");
+        }
+        let _ = writeln!(
+            out,
+            "{:>13} {:>10} {:>10} {:>16} {:>8}",
+            total.0, total.1, total.2, "", total.3
+        );
+        out
+    }
+}

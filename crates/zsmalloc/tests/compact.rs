@@ -1,0 +1,304 @@
+//! Compaction: every algorithm frees every freeable zspage, objects survive
+//! byte for byte with their old handles, also while other threads work.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use zsmalloc::{AutoCompact, CompactionAlgo, FullnessScheme, Handle, Mode, Pool, PoolConfig};
+
+fn pattern(id: u64, len: usize) -> Vec<u8> {
+    let mut x = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn variants() -> Vec<(Mode, FullnessScheme, CompactionAlgo)> {
+    let mut v = Vec::new();
+    for mode in [Mode::KernelCompat, Mode::Default] {
+        v.push((mode, FullnessScheme::Legacy, CompactionAlgo::Legacy));
+        v.push((mode, FullnessScheme::Legacy, CompactionAlgo::Seed001));
+        v.push((mode, FullnessScheme::InuseRatio, CompactionAlgo::Seed001));
+        v.push((mode, FullnessScheme::InuseRatio, CompactionAlgo::Optimal));
+    }
+    v
+}
+
+fn pool_for(mode: Mode, fullness: FullnessScheme, compaction: CompactionAlgo) -> Pool {
+    let mut cfg = match mode {
+        Mode::KernelCompat => PoolConfig::kernel_compat(),
+        Mode::Default => PoolConfig::default_mode(4096),
+    };
+    cfg.fullness = fullness;
+    cfg.compaction = compaction;
+    Pool::new(cfg).unwrap()
+}
+
+/// Fills a pool with objects of random sizes and frees a random `free_pct`.
+fn fragment(pool: &Pool, seed: u64, n: usize, free_pct: u64) -> Vec<(Handle, u64, usize)> {
+    let mut rng = Rng(seed);
+    let mut live = Vec::new();
+    for id in 0..n as u64 {
+        let len = (rng.next() % 3000 + 20) as usize;
+        let h = pool.malloc(len).unwrap();
+        pool.write(h, &pattern(id, len)).unwrap();
+        live.push((h, id, len));
+    }
+    live.retain(|&(h, _, _)| {
+        if rng.next() % 100 < free_pct {
+            pool.free(h).unwrap();
+            false
+        } else {
+            true
+        }
+    });
+    live
+}
+
+fn verify(pool: &Pool, live: &[(Handle, u64, usize)]) {
+    for &(h, id, len) in live {
+        assert_eq!(&*pool.read(h, len).unwrap(), &pattern(id, len)[..]);
+    }
+}
+
+#[test]
+fn every_variant_frees_every_freeable_zspage() {
+    for (mode, fullness, algo) in variants() {
+        let pool = pool_for(mode, fullness, algo);
+        let live = fragment(&pool, 42, 20_000, 60);
+        let freeable = pool.can_compact();
+        assert!(
+            freeable > 100,
+            "{mode:?} {algo:?}: fragmentation made only {freeable} freeable pages"
+        );
+        let lower_bound = pool.compaction_lower_bound();
+        let before = pool.total_pages();
+        let r = pool.compact();
+        assert_eq!(
+            pool.can_compact(),
+            0,
+            "{mode:?} {fullness:?} {algo:?} left freeable pages"
+        );
+        assert_eq!(before - pool.total_pages(), r.pages_freed as usize);
+        assert!(
+            r.objs_moved >= lower_bound,
+            "{algo:?} moved fewer than the lower bound"
+        );
+        if algo == CompactionAlgo::Optimal {
+            assert_eq!(
+                r.objs_moved, lower_bound,
+                "{mode:?}: optimal meets the lower bound"
+            );
+        }
+        if mode == Mode::KernelCompat {
+            assert_eq!(
+                r.pages_freed, freeable,
+                "kernel-compat frees exactly zs_can_compact pages"
+            );
+        }
+        let stats = pool.stats();
+        assert_eq!(
+            (stats.pages_compacted, stats.objs_moved),
+            (r.pages_freed, r.objs_moved)
+        );
+        pool.check_invariants().unwrap();
+        verify(&pool, &live);
+        // A second compaction has nothing to do.
+        assert_eq!(pool.compact().objs_moved, 0);
+    }
+}
+
+#[test]
+fn per_class_compaction_touches_one_class() {
+    let pool = pool_for(
+        Mode::KernelCompat,
+        FullnessScheme::InuseRatio,
+        CompactionAlgo::Seed001,
+    );
+    let live = fragment(&pool, 7, 10_000, 70);
+    let rows = pool.class_stats();
+    let (id, _) = rows
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, r)| r.freeable)
+        .unwrap();
+    let others: u64 = rows
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != id)
+        .map(|(_, r)| r.freeable)
+        .sum();
+    let r = pool.compact_class(id);
+    assert!(r.pages_freed > 0);
+    let after = pool.class_stats();
+    assert_eq!(after[id].freeable, 0);
+    assert_eq!(after[id].objs_moved, r.objs_moved);
+    let others_after: u64 = after
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != id)
+        .map(|(_, r)| r.freeable)
+        .sum();
+    assert_eq!(others, others_after);
+    pool.check_invariants().unwrap();
+    verify(&pool, &live);
+}
+
+#[test]
+fn a_held_object_keeps_its_zspage_and_compaction_does_not_wait() {
+    let pool = pool_for(
+        Mode::KernelCompat,
+        FullnessScheme::InuseRatio,
+        CompactionAlgo::Seed001,
+    );
+    // Two half-empty zspages of class 112 (256 objects each).
+    let a: Vec<Handle> = (0..256).map(|_| pool.malloc(100).unwrap()).collect();
+    let b: Vec<Handle> = (0..256).map(|_| pool.malloc(100).unwrap()).collect();
+    for h in a[..200].iter().chain(&b[..100]) {
+        pool.free(*h).unwrap();
+    }
+    for (i, h) in a[200..].iter().chain(&b[100..]).enumerate() {
+        pool.write(*h, &pattern(i as u64, 100)).unwrap();
+    }
+    let held = pool.read(a[255], 100).unwrap();
+    let r = pool.compact();
+    // The held object could not move, so its zspage survives.
+    assert_eq!(pool.total_pages(), 14);
+    assert_eq!(&*held, &pattern(55, 100)[..]);
+    drop(held);
+    assert!(r.objs_moved < 56);
+    pool.check_invariants().unwrap();
+    let r2 = pool.compact();
+    assert_eq!(pool.total_pages(), 7, "freed once nobody holds it");
+    assert!(r2.pages_freed == 7);
+    for (i, h) in a[200..].iter().chain(&b[100..]).enumerate() {
+        assert_eq!(&*pool.read(*h, 100).unwrap(), &pattern(i as u64, 100)[..]);
+    }
+}
+
+#[test]
+fn compaction_under_load_from_four_threads() {
+    for (mode, fullness, algo) in variants() {
+        let pool = Arc::new(pool_for(mode, fullness, algo));
+        let stable = fragment(&pool, 99, 8_000, 50);
+        let stop = Arc::new(AtomicBool::new(false));
+        let workers: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (pool, stop) = (pool.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut rng = Rng(t * 31 + 5);
+                    let mut mine: Vec<(Handle, u64, usize)> = Vec::new();
+                    let mut step = 0u64;
+                    while !stop.load(Ordering::Relaxed) || step < 2_000 {
+                        step += 1;
+                        let r = rng.next();
+                        if mine.len() < 50 || r % 2 == 0 {
+                            let len = (rng.next() % 3000 + 1) as usize;
+                            let id = 1 << 40 | t << 32 | step;
+                            let h = pool.malloc(len).unwrap();
+                            pool.write(h, &pattern(id, len)).unwrap();
+                            mine.push((h, id, len));
+                        } else {
+                            let i = rng.next() as usize % mine.len();
+                            let (h, id, len) = mine[i];
+                            assert_eq!(&*pool.read(h, len).unwrap(), &pattern(id, len)[..]);
+                            if r % 3 == 0 {
+                                // Rewrite in place while compaction may move it.
+                                let nid = id ^ 0xabc;
+                                pool.write(h, &pattern(nid, len)).unwrap();
+                                mine[i].1 = nid;
+                            } else {
+                                mine.swap_remove(i);
+                                pool.free(h).unwrap();
+                            }
+                        }
+                        if mine.len() > 300 {
+                            let (h, _, _) = mine.swap_remove(0);
+                            pool.free(h).unwrap();
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        let mut moved = 0;
+        for _ in 0..20 {
+            moved += pool.compact().objs_moved;
+        }
+        stop.store(true, Ordering::Relaxed);
+        let mut all: Vec<_> = workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect();
+        assert!(
+            moved > 0,
+            "{mode:?} {algo:?}: compaction moved nothing under load"
+        );
+        pool.check_invariants().unwrap();
+        all.extend(stable);
+        verify(&pool, &all);
+        pool.compact();
+        assert_eq!(pool.can_compact(), 0);
+        verify(&pool, &all);
+        for (h, _, _) in all {
+            pool.free(h).unwrap();
+        }
+        assert_eq!(pool.total_pages(), 0);
+        pool.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn automatic_compaction_keeps_freeable_pages_below_its_threshold() {
+    let mut cfg = PoolConfig::kernel_compat();
+    cfg.auto_compact = Some(AutoCompact {
+        threshold_pages: 32,
+    });
+    let pool = Pool::new(cfg).unwrap();
+    let mut live = fragment(&pool, 3, 30_000, 0);
+    let mut rng = Rng(17);
+    let mut runs = 0;
+    let mut compacted = 0;
+    while live.len() > 5_000 {
+        let i = rng.next() as usize % live.len();
+        let (h, _, _) = live.swap_remove(i);
+        pool.free(h).unwrap();
+        for row in pool.class_stats() {
+            assert!(
+                row.freeable < 32 + u64::from(row.pages_per_zspage),
+                "class {} at {} freeable",
+                row.size,
+                row.freeable
+            );
+        }
+        let now = pool.stats().pages_compacted;
+        if now > compacted {
+            // Hysteresis: a run only starts at the threshold and frees all of it.
+            assert!(
+                now - compacted >= 32,
+                "a run freed only {} pages",
+                now - compacted
+            );
+            runs += 1;
+            compacted = now;
+        }
+    }
+    assert!(runs > 0 && pool.stats().objs_moved > 0);
+    pool.check_invariants().unwrap();
+    verify(&pool, &live);
+}

@@ -1,0 +1,491 @@
+//! The pool against a plain model, object sizes at every boundary, threads, and
+//! bad input.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use zsmalloc::{
+    ChainRule, ClassDelta, CompactionAlgo, FullnessScheme, GeometryConfig, Handle, Mode, Pool,
+    PoolConfig, PoolError,
+};
+
+/// Deterministic bytes for object `id` of `len` bytes.
+fn pattern(id: u64, len: usize) -> Vec<u8> {
+    let mut x = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn config(page_size: u32, chain: u32, mode: Mode) -> PoolConfig {
+    PoolConfig {
+        geometry: GeometryConfig {
+            page_size,
+            chain,
+            delta: ClassDelta::Legacy,
+            chain_rule: ChainRule::MinWaste,
+            merge: true,
+        },
+        mode,
+        fullness: FullnessScheme::InuseRatio,
+        page_limit: None,
+        compaction: if mode == Mode::KernelCompat {
+            CompactionAlgo::Seed001
+        } else {
+            CompactionAlgo::Optimal
+        },
+        auto_compact: None,
+    }
+}
+
+#[test]
+fn every_size_and_position_round_trips() {
+    for mode in [Mode::KernelCompat, Mode::Default] {
+        for (ps, step) in [(4096u32, 1usize), (16384, 7), (65536, 61)] {
+            let pool = Pool::new(config(ps, 8, mode)).unwrap();
+            let mut live: Vec<(Handle, u64, usize)> = Vec::new();
+            let sizes = (1..=ps as usize).step_by(step).chain([ps as usize]);
+            for (id, len) in (0u64..).zip(sizes) {
+                let h = pool.malloc(len).unwrap();
+                assert!(pool.capacity(h).unwrap() >= len);
+                pool.write(h, &pattern(id, len)).unwrap();
+                live.push((h, id, len));
+            }
+            for &(h, id, len) in &live {
+                assert_eq!(
+                    &*pool.read(h, len).unwrap(),
+                    &pattern(id, len)[..],
+                    "{mode:?} {ps} len {len}"
+                );
+            }
+            pool.check_invariants().unwrap();
+            for (h, _, _) in live {
+                pool.free(h).unwrap();
+            }
+            assert_eq!(pool.total_pages(), 0);
+            pool.check_invariants().unwrap();
+        }
+    }
+}
+
+#[test]
+fn full_zspages_of_every_class_round_trip() {
+    // A whole zspage of each class puts objects at every offset, including
+    // all the ones that straddle a page boundary.
+    for mode in [Mode::KernelCompat, Mode::Default] {
+        let pool = Pool::new(config(4096, 8, mode)).unwrap();
+        let header = if mode == Mode::KernelCompat { 8 } else { 0 };
+        let mut live = Vec::new();
+        let mut id = 0;
+        for class in pool.geometry().classes() {
+            let len = if class.huge {
+                class.size
+            } else {
+                class.size - header
+            } as usize;
+            for _ in 0..class.objs_per_zspage {
+                let h = pool.malloc(len).unwrap();
+                pool.write(h, &pattern(id, len)).unwrap();
+                live.push((h, id, len));
+                id += 1;
+            }
+        }
+        let expected: u64 = pool
+            .geometry()
+            .classes()
+            .iter()
+            .map(|c| u64::from(c.pages_per_zspage))
+            .sum();
+        assert_eq!(
+            pool.total_pages() as u64,
+            expected,
+            "{mode:?}: one full zspage per class"
+        );
+        pool.check_invariants().unwrap();
+        for &(h, id, len) in &live {
+            let mut buf = vec![0; len];
+            pool.read_into(h, &mut buf).unwrap();
+            assert_eq!(buf, pattern(id, len));
+        }
+        for (h, _, _) in live {
+            pool.free(h).unwrap();
+        }
+        assert_eq!(pool.total_pages(), 0);
+    }
+}
+
+#[test]
+fn kernel_compat_counts_pages_as_the_kernel() {
+    // 4 KiB, chain 8: a 100-byte object plus the 8-byte header lands in class
+    // 112 (7 pages, 256 objects); 257 of them need two zspages.
+    let pool = Pool::new(PoolConfig::kernel_compat()).unwrap();
+    let handles: Vec<Handle> = (0..257).map(|_| pool.malloc(100).unwrap()).collect();
+    assert_eq!(pool.total_pages(), 14);
+    // Freeing the lone object of the second zspage frees it at once.
+    pool.free(handles[256]).unwrap();
+    assert_eq!(pool.total_pages(), 7);
+    // 3625 is huge_class_size: 3624 + 8 fits class 3632; 3625 + 8 is huge.
+    assert_eq!(pool.huge_class_size(), 3625);
+    let a = pool.malloc(3624).unwrap();
+    assert_eq!(pool.total_pages(), 7 + 8);
+    let b = pool.malloc(3625).unwrap();
+    assert_eq!(pool.total_pages(), 7 + 8 + 1);
+    assert_eq!(
+        pool.capacity(b).unwrap(),
+        4096,
+        "huge objects carry no header"
+    );
+    assert_eq!(pool.capacity(a).unwrap(), 3624);
+    let stats = pool.class_stats();
+    let huge = stats.iter().find(|r| r.size == 4096).unwrap();
+    assert_eq!((huge.obj_used, huge.pages_used, huge.groups[11]), (1, 1, 1));
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn kernel_compat_allocates_from_the_fullest_zspage() {
+    // Two zspages of class 112 (256 objects each): fill both, then free 200
+    // from the first and 10 from the second. The next allocations must go to
+    // the fuller second zspage until it is full.
+    let pool = Pool::new(PoolConfig::kernel_compat()).unwrap();
+    let first: Vec<Handle> = (0..256).map(|_| pool.malloc(100).unwrap()).collect();
+    let second: Vec<Handle> = (0..256).map(|_| pool.malloc(100).unwrap()).collect();
+    for h in &first[..200] {
+        pool.free(*h).unwrap();
+    }
+    for h in &second[..10] {
+        pool.free(*h).unwrap();
+    }
+    let row = |pool: &Pool| *pool.class_stats().iter().find(|r| r.size == 112).unwrap();
+    // 56/256 = 21% -> group 3; 246/256 = 96% -> group 10.
+    assert_eq!((row(&pool).groups[3], row(&pool).groups[10]), (1, 1));
+    for _ in 0..10 {
+        pool.malloc(100).unwrap();
+    }
+    let r = row(&pool);
+    assert_eq!(
+        (r.groups[3], r.groups[11]),
+        (1, 1),
+        "the fuller zspage filled first"
+    );
+    assert_eq!(pool.total_pages(), 14);
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn default_mode_counts_only_pages_in_use() {
+    let pool = Pool::new(PoolConfig::default_mode(4096)).unwrap();
+    let h = pool.malloc(1000).unwrap();
+    assert_eq!(
+        pool.total_pages(),
+        1,
+        "one object touches one page of its zspage"
+    );
+    let more: Vec<Handle> = (0..8).map(|_| pool.malloc(1000).unwrap()).collect();
+    let pages = pool.total_pages();
+    assert!(
+        pages <= 3,
+        "nine 1000-byte objects fit in three pages, counted {pages}"
+    );
+    for h in more {
+        pool.free(h).unwrap();
+    }
+    assert_eq!(
+        pool.total_pages(),
+        1,
+        "pages above the last live object go back"
+    );
+    pool.free(h).unwrap();
+    assert_eq!(pool.total_pages(), 0);
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn bad_input_is_refused_and_harms_nothing() {
+    for mode in [Mode::KernelCompat, Mode::Default] {
+        let pool = Pool::new(config(4096, 8, mode)).unwrap();
+        let other = Pool::new(config(4096, 8, mode)).unwrap();
+        let keep: Vec<(Handle, u64)> = (0..50u64)
+            .map(|i| {
+                let h = pool.malloc(300).unwrap();
+                pool.write(h, &pattern(i, 300)).unwrap();
+                (h, i)
+            })
+            .collect();
+        let pages = pool.total_pages();
+
+        assert_eq!(pool.malloc(0), Err(PoolError::ZeroSize));
+        assert_eq!(
+            pool.malloc(4097),
+            Err(PoolError::TooLarge {
+                len: 4097,
+                max: 4096
+            })
+        );
+        assert_eq!(PoolError::ZeroSize.errno(), 22);
+        assert_eq!(PoolError::TooLarge { len: 1, max: 0 }.errno(), 28);
+
+        let h = pool.malloc(300).unwrap();
+        pool.free(h).unwrap();
+        assert_eq!(pool.free(h), Err(PoolError::FreedHandle), "double free");
+        assert_eq!(pool.read(h, 10).map(|_| ()), Err(PoolError::FreedHandle));
+        assert_eq!(pool.write(h, b"x"), Err(PoolError::FreedHandle));
+        // The freed slot is reused with a new generation: the old handle is stale.
+        let reused = pool.malloc(300).unwrap();
+        assert_eq!(pool.read(h, 10).map(|_| ()), Err(PoolError::StaleHandle));
+        assert_eq!(pool.free(h), Err(PoolError::StaleHandle));
+        pool.free(reused).unwrap();
+
+        // Forged handles: random numbers, and another pool's handle.
+        let mut forged = 0x1234_5678_9abc_def1u64;
+        for _ in 0..10_000 {
+            forged = forged
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let Some(f) = Handle::from_raw(forged) else {
+                continue;
+            };
+            if keep.iter().any(|(k, _)| *k == f) {
+                continue;
+            }
+            assert!(pool.read(f, 1).is_err());
+            assert!(pool.free(f).is_err());
+            assert!(pool.write(f, b"zz").is_err());
+        }
+        let foreign = other.malloc(300).unwrap();
+        assert_eq!(pool.free(foreign), Err(PoolError::InvalidHandle));
+
+        // Too long for the object.
+        let (k, _) = keep[0];
+        let cap = pool.capacity(k).unwrap();
+        assert_eq!(
+            pool.write(k, &vec![0; cap + 1]),
+            Err(PoolError::TooLong {
+                len: cap + 1,
+                capacity: cap
+            })
+        );
+        assert!(pool.read(k, cap + 1).is_err());
+
+        assert_eq!(pool.total_pages(), pages);
+        pool.check_invariants().unwrap();
+        for (h, i) in keep {
+            assert_eq!(&*pool.read(h, 300).unwrap(), &pattern(i, 300)[..]);
+        }
+    }
+}
+
+#[test]
+fn page_limit_is_an_error_not_an_abort() {
+    let mut cfg = PoolConfig::kernel_compat();
+    cfg.page_limit = Some(16);
+    let pool = Pool::new(cfg).unwrap();
+    let mut live = Vec::new();
+    let err = loop {
+        match pool.malloc(4000) {
+            Ok(h) => live.push(h),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, PoolError::OutOfMemory(_)), "{err:?}");
+    assert_eq!(live.len(), 16);
+    pool.check_invariants().unwrap();
+    pool.free(live.pop().unwrap()).unwrap();
+    assert!(pool.malloc(4000).is_ok(), "room again after a free");
+}
+
+#[test]
+fn threads_share_a_pool() {
+    for mode in [Mode::KernelCompat, Mode::Default] {
+        let pool = Arc::new(Pool::new(config(4096, 8, mode)).unwrap());
+        let threads: Vec<_> = (0..8u64)
+            .map(|t| {
+                let pool = pool.clone();
+                std::thread::spawn(move || {
+                    let mut rng = t * 7919 + 1;
+                    let mut next = move || {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        rng
+                    };
+                    let mut live: Vec<(Handle, u64, usize)> = Vec::new();
+                    for step in 0..20_000u64 {
+                        let r = next();
+                        if live.len() < 64 || r % 3 != 0 {
+                            let len = (next() % 4096 + 1) as usize;
+                            let id = t << 32 | step;
+                            let h = pool.malloc(len).unwrap();
+                            pool.write(h, &pattern(id, len)).unwrap();
+                            live.push((h, id, len));
+                        } else {
+                            let i = (next() as usize) % live.len();
+                            let (h, id, len) = live.swap_remove(i);
+                            assert_eq!(&*pool.read(h, len).unwrap(), &pattern(id, len)[..]);
+                            pool.free(h).unwrap();
+                        }
+                        if live.len() > 400 {
+                            let (h, _, _) = live.swap_remove(0);
+                            pool.free(h).unwrap();
+                        }
+                    }
+                    live
+                })
+            })
+            .collect();
+        let survivors: Vec<_> = threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        pool.check_invariants().unwrap();
+        for (h, id, len) in survivors {
+            assert_eq!(&*pool.read(h, len).unwrap(), &pattern(id, len)[..]);
+            pool.free(h).unwrap();
+        }
+        assert_eq!(pool.total_pages(), 0);
+        pool.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn readers_of_one_object_do_not_block_writers_of_another() {
+    let pool = Pool::new(PoolConfig::kernel_compat()).unwrap();
+    let a = pool.malloc(100).unwrap();
+    let b = pool.malloc(100).unwrap(); // same zspage as `a`
+    pool.write(a, &[1; 100]).unwrap();
+    let guard = pool.read(a, 100).unwrap();
+    pool.write(b, &[2; 100]).unwrap();
+    pool.free(b).unwrap();
+    assert_eq!(&*guard, &[1; 100][..]);
+    drop(guard);
+    pool.free(a).unwrap();
+}
+
+// ---- model-based property test ------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Op {
+    Malloc(usize),
+    Write(usize, u8),
+    Read(usize),
+    Free(usize),
+    Compact,
+}
+
+fn any_pool_config() -> impl Strategy<Value = PoolConfig> {
+    (
+        prop::sample::select(vec![4096u32, 8192, 16384, 65536]),
+        1u32..=16,
+        prop_oneof![
+            Just(ClassDelta::Legacy),
+            (1u32..=8).prop_map(|k| ClassDelta::Fixed(k * 8))
+        ],
+        prop::sample::select(vec![
+            ChainRule::MinWaste,
+            ChainRule::UsedPercent,
+            ChainRule::Balanced,
+        ]),
+        any::<bool>(),
+        prop::sample::select(vec![Mode::KernelCompat, Mode::Default]),
+        prop::sample::select(vec![FullnessScheme::InuseRatio, FullnessScheme::Legacy]),
+        prop::sample::select(vec![
+            CompactionAlgo::Legacy,
+            CompactionAlgo::Seed001,
+            CompactionAlgo::Optimal,
+        ]),
+    )
+        .prop_map(
+            |(page_size, chain, delta, chain_rule, merge, mode, fullness, compaction)| PoolConfig {
+                geometry: GeometryConfig {
+                    page_size,
+                    chain,
+                    delta,
+                    chain_rule,
+                    merge,
+                },
+                mode,
+                fullness,
+                page_limit: None,
+                compaction,
+                auto_compact: None,
+            },
+        )
+}
+
+fn any_ops() -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        4 => (1usize..=70000).prop_map(Op::Malloc),
+        2 => (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Op::Write(i, b)),
+        2 => any::<usize>().prop_map(Op::Read),
+        3 => any::<usize>().prop_map(Op::Free),
+        1 => Just(Op::Compact),
+    ];
+    prop::collection::vec(op, 1..120)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    #[test]
+    fn pool_matches_a_model(config in any_pool_config(), ops in any_ops()) {
+        let pool = Pool::new(config).unwrap();
+        let ps = config.geometry.page_size as usize;
+        let mut model: HashMap<u64, (Handle, Vec<u8>)> = HashMap::new();
+        let mut order: Vec<u64> = Vec::new();
+        let mut freed: Vec<Handle> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Malloc(n) => {
+                    let len = (n - 1) % ps + 1;
+                    let h = pool.malloc(len).unwrap();
+                    prop_assert!(pool.capacity(h).unwrap() >= len);
+                    let data = pattern(h.to_raw(), len);
+                    pool.write(h, &data).unwrap();
+                    prop_assert!(model.insert(h.to_raw(), (h, data)).is_none(), "handle reused while live");
+                    order.push(h.to_raw());
+                }
+                Op::Write(i, b) if !order.is_empty() => {
+                    let key = order[i % order.len()];
+                    let (h, data) = model.get_mut(&key).unwrap();
+                    let n = data.len().div_ceil(2);
+                    data[..n].fill(b);
+                    pool.write(*h, &data[..n]).unwrap();
+                }
+                Op::Read(i) if !order.is_empty() => {
+                    let (h, data) = &model[&order[i % order.len()]];
+                    prop_assert_eq!(&*pool.read(*h, data.len()).unwrap(), &data[..]);
+                }
+                Op::Compact => {
+                    pool.compact();
+                    prop_assert_eq!(pool.can_compact(), 0);
+                }
+                Op::Free(i) if !order.is_empty() => {
+                    let key = order.swap_remove(i % order.len());
+                    let (h, _) = model.remove(&key).unwrap();
+                    pool.free(h).unwrap();
+                    freed.push(h);
+                }
+                _ => {
+                    if let Some(h) = freed.last() {
+                        prop_assert!(pool.free(*h).is_err(), "a freed handle must be refused");
+                    }
+                }
+            }
+            if let Err(e) = pool.check_invariants() {
+                prop_assert!(false, "invariant broken: {}", e);
+            }
+        }
+        for (h, data) in model.values() {
+            prop_assert_eq!(&*pool.read(*h, data.len()).unwrap(), &data[..]);
+            pool.free(*h).unwrap();
+        }
+        prop_assert_eq!(pool.total_pages(), 0);
+        prop_assert!(pool.check_invariants().is_ok());
+    }
+}
