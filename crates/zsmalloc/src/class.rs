@@ -237,9 +237,19 @@ impl Class {
             .alloc(self.info.pages_per_zspage)
             .map_err(ClassFull::Pages)?;
         if zid as usize == inner.metas.len() {
+            // Grow by a quarter rather than doubling: the descriptors of a
+            // large pool are megabytes, and each abandoned buffer is memory
+            // the C allocator may keep.
+            if inner.metas.len() == inner.metas.capacity() {
+                let more = (inner.metas.len() / 4).max(16);
+                inner.metas.reserve_exact(more);
+            }
             inner.metas.push(ZsPageMeta::vacant());
-            let published = self.bases.push_default();
-            debug_assert_eq!(published, Some(zid as usize));
+            // The base slot may exist from before the class last emptied.
+            if zid as usize >= self.bases.len() {
+                let published = self.bases.push_default();
+                debug_assert_eq!(published, Some(zid as usize));
+            }
         } else {
             inner.vacant.pop();
         }
@@ -306,6 +316,12 @@ impl Class {
         inner.vacant.push(zid);
         inner.zspages -= 1;
         inner.pages -= u64::from(counted);
+        if inner.zspages == 0 {
+            // An empty class gives its descriptors back. The lock-free table of
+            // bases keeps its (null) slots: readers may be looking at it.
+            inner.metas = Vec::new();
+            inner.vacant = Vec::new();
+        }
         counted
     }
 

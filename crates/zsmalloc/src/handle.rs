@@ -204,6 +204,10 @@ fn backoff(spins: &mut u32) {
 #[derive(Default)]
 pub(crate) struct EntryCell(AtomicU64);
 
+// SAFETY: all-zero bytes are `EntryCell(AtomicU64::new(0))`, its default (a
+// free entry, generation 0, next 0); it needs no drop.
+unsafe impl crate::segvec::ZeroDefault for EntryCell {}
+
 impl EntryCell {
     /// The entry, lock bits ignored.
     pub(crate) fn load(&self) -> Entry {

@@ -1,5 +1,9 @@
 //! An append-only table whose elements never move, readable without a lock.
 //!
+//! Segments are allocated zeroed (element types promise that all-zero bytes
+//! are their default, see [`ZeroDefault`]): large segments then come from
+//! fresh, untouched pages, so a table costs memory only for the slots used.
+//!
 //! The handle table and the zspage table are read on every object access by
 //! threads that hold no class lock, and grow while they are read. A `SegVec`
 //! keeps its elements in segments of doubling size that are allocated once and
@@ -10,8 +14,21 @@
 //!
 //! It owns only the segment memory; it knows nothing of what its elements mean.
 
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::alloc::{alloc_zeroed, dealloc, handle_alloc_error, Layout};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
+
+/// Types whose default value is all-zero bytes.
+///
+/// # Safety
+/// An all-zero bit pattern must be a valid value of the type, equal to its
+/// `Default`, and the type must need no drop.
+pub(crate) unsafe trait ZeroDefault {}
+
+// SAFETY: an atomic integer of all-zero bytes is 0, its default; no drop.
+unsafe impl ZeroDefault for AtomicU64 {}
+// SAFETY: an atomic pointer of all-zero bytes is null, its default; no drop.
+unsafe impl<T> ZeroDefault for AtomicPtr<T> {}
 
 /// log2 of the first segment's length.
 const FIRST_SHIFT: u32 = 6;
@@ -41,7 +58,7 @@ fn segment_len(seg: usize) -> usize {
     1 << (seg + FIRST_SHIFT as usize)
 }
 
-impl<T: Default> SegVec<T> {
+impl<T: ZeroDefault> SegVec<T> {
     pub(crate) fn new() -> Self {
         SegVec {
             segments: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
@@ -70,7 +87,7 @@ impl<T: Default> SegVec<T> {
         Some(unsafe { &*base.add(off) })
     }
 
-    /// Publishes one more element (created with `Default`) and returns its
+    /// Publishes one more element (all-zero, its default) and returns its
     /// index, or `None` when the table is full.
     pub(crate) fn push_default(&self) -> Option<usize> {
         let _guard = self.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -80,9 +97,13 @@ impl<T: Default> SegVec<T> {
             return None;
         }
         if off == 0 {
-            let n = segment_len(seg);
-            let boxed: Box<[T]> = (0..n).map(|_| T::default()).collect();
-            let ptr = Box::into_raw(boxed).cast::<T>();
+            let layout = segment_layout::<T>(seg);
+            // SAFETY: the layout has a non-zero size (segments hold at least
+            // 64 elements of a non-zero-sized type, checked in the layout).
+            let ptr = unsafe { alloc_zeroed(layout) }.cast::<T>();
+            if ptr.is_null() {
+                handle_alloc_error(layout);
+            }
             self.segments[seg].store(ptr, Ordering::Release);
         }
         self.len.store(i + 1, Ordering::Release);
@@ -90,16 +111,20 @@ impl<T: Default> SegVec<T> {
     }
 }
 
+fn segment_layout<T>(seg: usize) -> Layout {
+    assert!(std::mem::size_of::<T>() > 0, "SegVec needs sized elements");
+    Layout::array::<T>(segment_len(seg)).expect("segment size fits in isize")
+}
+
 impl<T> Drop for SegVec<T> {
     fn drop(&mut self) {
         for (seg, slot) in self.segments.iter_mut().enumerate() {
             let ptr = *slot.get_mut();
             if !ptr.is_null() {
-                let n = segment_len(seg);
-                // SAFETY: the pointer came from `Box::<[T]>::into_raw` of a
-                // slice of exactly `segment_len(seg)` elements in
-                // `push_default`, and is freed only here, once.
-                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)) });
+                // SAFETY: the pointer came from `alloc_zeroed` with exactly
+                // this layout in `push_default` and is freed only here; the
+                // elements need no drop (`ZeroDefault`).
+                unsafe { dealloc(ptr.cast(), segment_layout::<T>(seg)) };
             }
         }
     }
@@ -108,7 +133,6 @@ impl<T> Drop for SegVec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU64;
 
     #[test]
     fn locate_covers_indices_without_gaps() {
