@@ -12,7 +12,12 @@
 //! - [`CompactionAlgo::Optimal`] (zmem's default mode): empty exactly the
 //!   `floor(free slots / objs)` zspages with the fewest live objects into the
 //!   others, fullest first. That moves the least possible number of objects
-//!   to free every freeable zspage ([`Pool::compaction_lower_bound`]).
+//!   to free every freeable zspage ([`Pool::compaction_lower_bound`]). In
+//!   default mode a *trim* follows: the holes left in the class are gathered
+//!   at the end of one zspage, whose pages there go back to the OS (default
+//!   mode counts only the pages up to a zspage's highest live object). It
+//!   costs fewer than two zspages' worth of moves per class and removes the
+//!   partly used zspages that dominate the kernel's overhead after frees.
 //!
 //! Moving an object: with the class lock held, *try* the object's exclusive
 //! hold (a reader or writer keeps its object, and thus its zspage, in place;
@@ -92,6 +97,36 @@ fn is_full(class: &Class, inner: &ClassInner, zid: u32) -> bool {
     inner.metas[zid as usize].inuse == class.objs()
 }
 
+/// Moves the object in slot `idx` of `src` into the lowest free slot of
+/// `dst` (which may be `src` itself when the free slot is lower). Returns
+/// false, moving nothing, if somebody holds the object.
+fn move_object(pool: &Pool, class: &Class, inner: &mut ClassInner, src: u32, idx: u32, dst: u32) -> bool {
+    let owner = class.owner(inner, src, idx);
+    let cell = class.handles.get(owner as usize).expect("owners name table slots");
+    let Some(loc) = cell.try_lock_exclusive() else {
+        return false; // held by a reader or writer: it stays
+    };
+    debug_assert_eq!((loc.zspage, loc.obj), (src, idx));
+    let generation = cell.load().generation();
+    let (new_idx, delta) = class.place(inner, dst, owner);
+    debug_assert!(src != dst || new_idx != idx);
+    pool.add_pages(delta);
+    let from = class.memory(inner, src);
+    let to = class.memory(inner, dst);
+    // SAFETY: the source object is held exclusive, so nobody reads or writes
+    // it; the destination slot was just taken from the free slots under the
+    // class lock and no entry points at it yet; the two slots are distinct.
+    unsafe { from.copy_slot(idx, to, new_idx) };
+    cell.replace_exclusive(Entry::Allocated {
+        generation,
+        zspage: dst,
+        obj: new_idx,
+    });
+    let delta = class.unplace(inner, src, idx, &pool.pages);
+    pool.add_pages(delta);
+    true
+}
+
 /// Moves live objects of `src` into `dst`, in slot order, until `dst` is full
 /// or `src` has none left. Returns the objects moved and whether `src` still
 /// exists (it is released when emptied).
@@ -104,39 +139,63 @@ fn migrate(pool: &Pool, class: &Class, inner: &mut ClassInner, src: u32, dst: u3
         if !class.is_live(inner, src, idx) {
             continue;
         }
-        let owner = class.owner(inner, src, idx);
-        let cell = class
-            .handles
-            .get(owner as usize)
-            .expect("owners name table slots");
-        let Some(loc) = cell.try_lock_exclusive() else {
-            continue; // held by a reader or writer: it stays, and so does src
-        };
-        debug_assert_eq!((loc.zspage, loc.obj), (src, idx));
-        let generation = cell.load().generation();
-        let (new_idx, delta) = class.place(inner, dst, owner);
-        pool.add_pages(delta);
-        let from = class.memory(inner, src);
-        let to = class.memory(inner, dst);
-        // SAFETY: the source object is held exclusive, so nobody reads or
-        // writes it; the destination slot was just taken from the free slots
-        // under the class lock and no entry points at it yet; both zspages
-        // are live and different.
-        unsafe { from.copy_slot(idx, to, new_idx) };
-        cell.replace_exclusive(Entry::Allocated {
-            generation,
-            zspage: dst,
-            obj: new_idx,
-        });
-        moved += 1;
         let last = inner.metas[src as usize].inuse == 1;
-        let delta = class.unplace(inner, src, idx, &pool.pages);
-        pool.add_pages(delta);
-        if last {
-            return (moved, false);
+        if move_object(pool, class, inner, src, idx, dst) {
+            moved += 1;
+            if last {
+                return (moved, false);
+            }
         }
     }
     (moved, true)
+}
+
+/// Default mode, after the zspages that can be freed are: gathers the class's
+/// remaining free slots into the end of one zspage so its pages there go back
+/// to the OS. The zspage with the fewest live objects fills the holes of the
+/// others from its highest slots, then packs what is left to its front.
+/// Returns the objects moved.
+fn trim(pool: &Pool, class: &Class, inner: &mut ClassInner) -> u64 {
+    let objs = class.objs();
+    let Some(target) = (0..inner.metas.len() as u32)
+        .filter(|&z| inner.metas[z as usize].run.is_some())
+        .min_by_key(|&z| inner.metas[z as usize].inuse)
+    else {
+        return 0;
+    };
+    let mut moved = 0;
+    let others: Vec<u32> = (0..inner.metas.len() as u32)
+        .filter(|&z| z != target && inner.metas[z as usize].run.is_some())
+        .filter(|&z| inner.metas[z as usize].inuse < objs)
+        .collect();
+    // Highest live slot of the target first; a held object is skipped.
+    let mut next = objs;
+    'fill: for z in others {
+        while inner.metas[z as usize].inuse < objs {
+            let Some(idx) = (0..next).rev().find(|&i| inner.metas[target as usize].is_live(i)) else {
+                break 'fill;
+            };
+            next = idx;
+            let last = inner.metas[target as usize].inuse == 1;
+            if move_object(pool, class, inner, target, idx, z) {
+                moved += 1;
+                if last {
+                    return moved; // the target emptied and was released
+                }
+            }
+        }
+    }
+    // Pack the target: its highest live objects into its lowest free slots.
+    loop {
+        let m = &inner.metas[target as usize];
+        let Some(free) = m.lowest_free(objs) else { break };
+        let Some(high) = (free + 1..objs).rev().find(|&i| m.is_live(i)) else { break };
+        if !move_object(pool, class, inner, target, high, target) {
+            break;
+        }
+        moved += 1;
+    }
+    moved
 }
 
 /// Takes the first zspage of the first non-empty group in `groups` out of
@@ -351,7 +410,7 @@ impl Pool {
                 class.putback(inner, src);
             }
         }
-        moved
+        moved + trim(self, class, inner)
     }
 }
 
