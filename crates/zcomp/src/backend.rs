@@ -1,0 +1,282 @@
+//! The five backends: their shared prepared state and their per-thread state.
+//!
+//! This module owns everything that touches a compression library: the
+//! prepared zstd dictionaries shared by all contexts ([`Prepared`]), each
+//! context's library state ([`State`]: zstd's CCtx/DCtx, zlib-rs's deflate
+//! and inflate streams, lz4_flex's hash table), the worst-case output size
+//! of each algorithm, and the translation of library failures into
+//! [`Error`]s. It assumes its callers (the [`crate::Context`] methods) have
+//! validated the parameters and pass an output buffer of at least
+//! [`compress_bound`] bytes to [`State::compress`]; it does not check sizes
+//! against the caller's expectations beyond what decompression needs.
+//!
+//! No `unsafe` here: the libraries' safe Rust APIs are enough. One-shot
+//! calls with a prepared dictionary (`ZSTD_compress_usingCDict`) borrow the
+//! shared dictionary per call, so a context needs no self-reference.
+
+use flate2::{Compression, FlushCompress, FlushDecompress, Status};
+use lz4::block::CompressionMode;
+use lz4_flex::block::CompressTable;
+use zstd::zstd_safe::{self, CCtx, CDict, DCtx, DDict};
+
+use crate::algorithm::{Algorithm, DEFLATE_MAX_WINBITS};
+use crate::error::{Error, Result};
+use crate::params::Dictionary;
+
+/// liblz4's `LZ4_MAX_INPUT_SIZE`.
+const LZ4_MAX_INPUT_SIZE: usize = 0x7E00_0000;
+
+/// The largest output `algorithm` can produce from `len` input bytes.
+pub(crate) fn compress_bound(algorithm: Algorithm, len: usize) -> usize {
+    match algorithm {
+        // LZ4_COMPRESSBOUND.
+        Algorithm::Lz4 | Algorithm::Lz4Hc => len + len / 255 + 16,
+        // lz4_flex asks for this much room before it starts.
+        Algorithm::Lz4Flex => lz4_flex::block::get_maximum_output_size(len),
+        Algorithm::Zstd => zstd_safe::compress_bound(len),
+        // zlib's conservative deflateBound (used for windows under 2^15):
+        // stored blocks as small as the window, 5 header bytes each.
+        Algorithm::Deflate => len + len.div_ceil(8) + len.div_ceil(64) + 5,
+    }
+}
+
+/// What every context of one compressor shares: the resolved settings and
+/// the prepared dictionaries.
+pub(crate) struct Prepared {
+    pub(crate) algorithm: Algorithm,
+    pub(crate) level: i32,
+    pub(crate) window_bits: u8,
+    pub(crate) dict: Option<Dictionary>,
+    zstd: Option<(CDict<'static>, DDict<'static>)>,
+}
+
+impl Prepared {
+    /// Settings without a dictionary (valid ones: nothing can fail).
+    pub(crate) fn plain(algorithm: Algorithm, level: i32, window_bits: u8) -> Prepared {
+        Prepared {
+            algorithm,
+            level,
+            window_bits,
+            dict: None,
+            zstd: None,
+        }
+    }
+
+    /// Prepares the dictionary for `algorithm`; the settings are valid.
+    pub(crate) fn new(
+        algorithm: Algorithm,
+        level: i32,
+        window_bits: u8,
+        dict: Option<Dictionary>,
+    ) -> Result<Prepared> {
+        let zstd = match (&dict, algorithm) {
+            (Some(d), Algorithm::Zstd) => {
+                let refused = || Error::Dictionary {
+                    path: d.source().to_string(),
+                    reason: "zstd could not prepare it".to_string(),
+                };
+                let cdict = CDict::try_create(d.bytes(), level).ok_or_else(refused)?;
+                let ddict = DDict::try_create(d.bytes()).ok_or_else(refused)?;
+                Some((cdict, ddict))
+            }
+            _ => None,
+        };
+        Ok(Prepared {
+            algorithm,
+            level,
+            window_bits,
+            dict,
+            zstd,
+        })
+    }
+}
+
+/// One context's library state.
+pub(crate) enum State {
+    /// liblz4 keeps its 16 KiB state on the stack of each call.
+    Lz4,
+    /// liblz4's HC state is allocated by each call (LZ4HC_HEAPMODE).
+    Lz4Hc,
+    /// The reusable hash table (dictionary-less compression only).
+    Lz4Flex(Box<CompressTable>),
+    /// zstd's compression and decompression contexts.
+    Zstd {
+        cctx: CCtx<'static>,
+        dctx: DCtx<'static>,
+    },
+    /// A raw deflate stream and a raw inflate stream (window 2^15, which
+    /// reads data made with any smaller window).
+    Deflate {
+        deflate: Box<flate2::Compress>,
+        inflate: Box<flate2::Decompress>,
+    },
+}
+
+fn out_of_memory(algorithm: Algorithm) -> Error {
+    Error::Backend {
+        algorithm,
+        detail: "could not allocate a context".to_string(),
+    }
+}
+
+fn corrupt(algorithm: Algorithm, detail: impl ToString) -> Error {
+    Error::Corrupt {
+        algorithm,
+        detail: detail.to_string(),
+    }
+}
+
+fn exact(algorithm: Algorithm, expected: usize, actual: usize) -> Result<usize> {
+    if actual == expected {
+        Ok(actual)
+    } else {
+        Err(Error::WrongSize {
+            algorithm,
+            expected,
+            actual,
+        })
+    }
+}
+
+impl State {
+    /// A fresh state for the compressor `p`.
+    pub(crate) fn new(p: &Prepared) -> Result<State> {
+        Ok(match p.algorithm {
+            Algorithm::Lz4 => State::Lz4,
+            Algorithm::Lz4Hc => State::Lz4Hc,
+            Algorithm::Lz4Flex => State::Lz4Flex(Box::default()),
+            Algorithm::Zstd => State::Zstd {
+                cctx: CCtx::try_create().ok_or_else(|| out_of_memory(p.algorithm))?,
+                dctx: DCtx::try_create().ok_or_else(|| out_of_memory(p.algorithm))?,
+            },
+            Algorithm::Deflate => {
+                // The level is in 0..=9 here.
+                let level = Compression::new(p.level.unsigned_abs());
+                State::Deflate {
+                    deflate: Box::new(flate2::Compress::new_with_window_bits(
+                        level,
+                        false,
+                        p.window_bits,
+                    )),
+                    inflate: Box::new(flate2::Decompress::new_with_window_bits(
+                        false,
+                        DEFLATE_MAX_WINBITS,
+                    )),
+                }
+            }
+        })
+    }
+
+    /// Compresses `src` into `dst`, which holds at least
+    /// `compress_bound(src.len())` bytes; returns the compressed length.
+    pub(crate) fn compress(&mut self, p: &Prepared, src: &[u8], dst: &mut [u8]) -> Result<usize> {
+        let algorithm = p.algorithm;
+        let failed = |detail: String| Error::Backend { algorithm, detail };
+        match self {
+            State::Lz4 | State::Lz4Hc => {
+                if src.len() > LZ4_MAX_INPUT_SIZE {
+                    return Err(Error::InputTooLarge {
+                        algorithm,
+                        len: src.len(),
+                    });
+                }
+                let mode = if algorithm == Algorithm::Lz4 {
+                    CompressionMode::FAST(p.level)
+                } else {
+                    CompressionMode::HIGHCOMPRESSION(p.level)
+                };
+                let bound = compress_bound(algorithm, src.len());
+                lz4::block::compress_to_buffer(src, Some(mode), false, &mut dst[..bound])
+                    .map_err(|e| failed(e.to_string()))
+            }
+            State::Lz4Flex(table) => {
+                let result = match &p.dict {
+                    Some(d) => lz4_flex::block::compress_into_with_dict(src, dst, d.bytes()),
+                    None => lz4_flex::block::compress_into_with_table(src, dst, table),
+                };
+                result.map_err(|e| failed(e.to_string()))
+            }
+            State::Zstd { cctx, .. } => {
+                let result = match &p.zstd {
+                    Some((cdict, _)) => cctx.compress_using_cdict(dst, src, cdict),
+                    None => cctx.compress(dst, src, p.level),
+                };
+                result.map_err(|code| failed(zstd_safe::get_error_name(code).to_string()))
+            }
+            State::Deflate { deflate, .. } => {
+                deflate.reset();
+                match deflate.compress(src, dst, FlushCompress::Finish) {
+                    Ok(Status::StreamEnd) => Ok(total(deflate.total_out())),
+                    Ok(_) => Err(Error::OutputTooSmall {
+                        algorithm,
+                        capacity: dst.len(),
+                    }),
+                    Err(e) => Err(failed(e.to_string())),
+                }
+            }
+        }
+    }
+
+    /// Decompresses `src` into all of `dst`; any other outcome is an error.
+    pub(crate) fn decompress(&mut self, p: &Prepared, src: &[u8], dst: &mut [u8]) -> Result<usize> {
+        let algorithm = p.algorithm;
+        let expected = dst.len();
+        match self {
+            State::Lz4 | State::Lz4Hc => {
+                let Some(size) = i32::try_from(expected)
+                    .ok()
+                    .filter(|&n| n as usize <= LZ4_MAX_INPUT_SIZE)
+                else {
+                    return Err(Error::InputTooLarge {
+                        algorithm,
+                        len: expected,
+                    });
+                };
+                let n = lz4::block::decompress_to_buffer(src, Some(size), dst)
+                    .map_err(|e| corrupt(algorithm, e))?;
+                exact(algorithm, expected, n)
+            }
+            State::Lz4Flex(_) => {
+                let result = match &p.dict {
+                    Some(d) => lz4_flex::block::decompress_into_with_dict(src, dst, d.bytes()),
+                    None => lz4_flex::block::decompress_into(src, dst),
+                };
+                let n = result.map_err(|e| corrupt(algorithm, e))?;
+                exact(algorithm, expected, n)
+            }
+            State::Zstd { dctx, .. } => {
+                let result = match &p.zstd {
+                    Some((_, ddict)) => dctx.decompress_using_ddict(dst, src, ddict),
+                    None => dctx.decompress(dst, src),
+                };
+                let n =
+                    result.map_err(|code| corrupt(algorithm, zstd_safe::get_error_name(code)))?;
+                exact(algorithm, expected, n)
+            }
+            State::Deflate { inflate, .. } => {
+                inflate.reset(false);
+                let status = inflate
+                    .decompress(src, dst, FlushDecompress::Finish)
+                    .map_err(|e| corrupt(algorithm, e))?;
+                let (read, written) = (total(inflate.total_in()), total(inflate.total_out()));
+                match status {
+                    Status::StreamEnd if read != src.len() => Err(corrupt(
+                        algorithm,
+                        format!("{} bytes after the end of the stream", src.len() - read),
+                    )),
+                    Status::StreamEnd => exact(algorithm, expected, written),
+                    _ if written == expected => Err(corrupt(
+                        algorithm,
+                        format!("decompresses to more than {expected} bytes"),
+                    )),
+                    _ => Err(corrupt(algorithm, "truncated stream")),
+                }
+            }
+        }
+    }
+}
+
+/// A stream counter of one call: it never exceeds the buffer it counts.
+fn total(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
