@@ -21,6 +21,9 @@ struct Cli {
 enum Command {
     /// Print the zsmalloc size-class table of a configuration.
     Classes(cmd::classes::ClassesArgs),
+    /// Benchmarks run side by side with their peers.
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCommand),
 }
 
 /// An error that ends the run: usage errors exit with 2, others with 1.
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Classes(args) => cmd::classes::run(&args),
+        Command::Bench(cmd) => cmd::bench::run(&cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -100,9 +100,19 @@ fn is_full(class: &Class, inner: &ClassInner, zid: u32) -> bool {
 /// Moves the object in slot `idx` of `src` into the lowest free slot of
 /// `dst` (which may be `src` itself when the free slot is lower). Returns
 /// false, moving nothing, if somebody holds the object.
-fn move_object(pool: &Pool, class: &Class, inner: &mut ClassInner, src: u32, idx: u32, dst: u32) -> bool {
+fn move_object(
+    pool: &Pool,
+    class: &Class,
+    inner: &mut ClassInner,
+    src: u32,
+    idx: u32,
+    dst: u32,
+) -> bool {
     let owner = class.owner(inner, src, idx);
-    let cell = class.handles.get(owner as usize).expect("owners name table slots");
+    let cell = class
+        .handles
+        .get(owner as usize)
+        .expect("owners name table slots");
     let Some(loc) = cell.try_lock_exclusive() else {
         return false; // held by a reader or writer: it stays
     };
@@ -172,7 +182,10 @@ fn trim(pool: &Pool, class: &Class, inner: &mut ClassInner) -> u64 {
     let mut next = objs;
     'fill: for z in others {
         while inner.metas[z as usize].inuse < objs {
-            let Some(idx) = (0..next).rev().find(|&i| inner.metas[target as usize].is_live(i)) else {
+            let Some(idx) = (0..next)
+                .rev()
+                .find(|&i| inner.metas[target as usize].is_live(i))
+            else {
                 break 'fill;
             };
             next = idx;
@@ -188,8 +201,12 @@ fn trim(pool: &Pool, class: &Class, inner: &mut ClassInner) -> u64 {
     // Pack the target: its highest live objects into its lowest free slots.
     loop {
         let m = &inner.metas[target as usize];
-        let Some(free) = m.lowest_free(objs) else { break };
-        let Some(high) = (free + 1..objs).rev().find(|&i| m.is_live(i)) else { break };
+        let Some(free) = m.lowest_free(objs) else {
+            break;
+        };
+        let Some(high) = (free + 1..objs).rev().find(|&i| m.is_live(i)) else {
+            break;
+        };
         if !move_object(pool, class, inner, target, high, target) {
             break;
         }

@@ -1,5 +1,6 @@
 //! The subcommands of `zmem`, one module each.
 
+pub mod bench;
 pub mod classes;
 
 use std::io::Write;
