@@ -8,7 +8,6 @@
 //! the starting points of a fuzzing corpus. Nothing here may panic on any
 //! input; that is the property being fuzzed.
 
-use std::io;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -22,9 +21,9 @@ use crate::MemDevice;
 /// Size of the fuzzed export.
 const DEVICE_SIZE: u64 = 1 << 20;
 
-/// Runs one connection over `data` (the client's bytes); replies are
-/// discarded.
-pub fn connection(data: &[u8]) {
+/// Runs one connection over `data` (the client's bytes); returns what the
+/// server sent.
+pub fn connection(data: &[u8]) -> Vec<u8> {
     let mut exports = Exports::new();
     let ok = exports
         .add(Export::new("", Arc::new(MemDevice::new(DEVICE_SIZE))).with_description("fuzz"))
@@ -41,15 +40,17 @@ pub fn connection(data: &[u8]) {
         inflight_bytes: 64 * 1024,
         ..Config::default()
     };
+    let mut out = Vec::new();
     connection::run(
         data,
-        io::sink(),
+        &mut out,
         &exports,
         &config,
         &AtomicBool::new(false),
         &|| {},
         0,
     );
+    out
 }
 
 /// Feeds `data` to every parser of the wire module.
