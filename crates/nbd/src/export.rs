@@ -1,0 +1,237 @@
+//! Exports: the named devices a server offers, and the server's settings.
+//!
+//! This module owns [`Export`] (a name, an optional description and an
+//! `Arc<dyn BlockDevice>`), the [`Exports`] table with its default-export
+//! rule, and [`Config`], the limits every connection obeys. It checks names
+//! and block sizes once, when an export is added, so the protocol code can
+//! trust them. It does no I/O.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::device::BlockDevice;
+use crate::wire::MAX_STRING;
+
+/// One device offered under a name.
+#[derive(Clone)]
+pub struct Export {
+    name: String,
+    description: Option<String>,
+    device: Arc<dyn BlockDevice>,
+}
+
+impl Export {
+    /// An export called `name` (may be empty) serving `device`.
+    pub fn new(name: impl Into<String>, device: Arc<dyn BlockDevice>) -> Export {
+        Export {
+            name: name.into(),
+            description: None,
+            device,
+        }
+    }
+
+    /// The same export with a description for humans (`NBD_INFO_DESCRIPTION`,
+    /// shown by `nbdinfo`).
+    pub fn with_description(mut self, description: impl Into<String>) -> Export {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// The export name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The description, if any.
+    pub fn description(&self) -> Option<&str> {
+        self.description.as_deref()
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Arc<dyn BlockDevice> {
+        &self.device
+    }
+}
+
+impl fmt::Debug for Export {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Export")
+            .field("name", &self.name)
+            .field("description", &self.description)
+            .field("size", &self.device.size())
+            .finish()
+    }
+}
+
+/// Why an export was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExportError {
+    /// Another export already has this name.
+    Duplicate(String),
+    /// The name or description is over 4096 bytes or contains NUL.
+    BadString(String),
+    /// The device's block sizes break the protocol's rules.
+    BadBlockSize(String),
+}
+
+impl fmt::Display for ExportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExportError::Duplicate(n) => write!(f, "an export named {n:?} already exists"),
+            ExportError::BadString(m) => write!(f, "bad export name or description: {m}"),
+            ExportError::BadBlockSize(m) => write!(f, "bad block size: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for ExportError {}
+
+/// The exports of a server, in the order they were added.
+///
+/// The empty name `""` (what clients ask for when given no name) selects an
+/// export literally named `""` if there is one, and the first export
+/// otherwise.
+#[derive(Clone, Debug, Default)]
+pub struct Exports {
+    list: Vec<Arc<Export>>,
+}
+
+impl Exports {
+    /// No exports.
+    pub fn new() -> Exports {
+        Exports::default()
+    }
+
+    /// A table holding one export.
+    pub fn single(export: Export) -> Result<Exports, ExportError> {
+        let mut e = Exports::new();
+        e.add(export)?;
+        Ok(e)
+    }
+
+    /// Adds an export after checking its name, description and block sizes.
+    pub fn add(&mut self, export: Export) -> Result<(), ExportError> {
+        for s in std::iter::once(export.name()).chain(export.description()) {
+            if s.len() > MAX_STRING || s.contains('\0') {
+                return Err(ExportError::BadString(format!(
+                    "{} bytes, NUL: {}",
+                    s.len(),
+                    s.contains('\0')
+                )));
+            }
+        }
+        if self.list.iter().any(|e| e.name == export.name) {
+            return Err(ExportError::Duplicate(export.name));
+        }
+        export
+            .device
+            .block_size()
+            .validate()
+            .map_err(ExportError::BadBlockSize)?;
+        self.list.push(Arc::new(export));
+        Ok(())
+    }
+
+    /// The export a client asking for `name` gets.
+    pub fn get(&self, name: &str) -> Option<&Arc<Export>> {
+        self.list.iter().find(|e| e.name == name).or_else(|| {
+            if name.is_empty() {
+                self.list.first()
+            } else {
+                None
+            }
+        })
+    }
+
+    /// All exports, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Export>> {
+        self.list.iter()
+    }
+
+    /// Number of exports.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+}
+
+/// Limits and settings of a server.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Worker threads per connection that serve requests while the
+    /// connection's own thread keeps reading new ones. 0 serves each request
+    /// in the reading thread, one at a time.
+    pub workers: usize,
+    /// Largest READ or WRITE payload accepted (advertised as the maximum
+    /// block size, unless the device's is smaller). Larger requests get
+    /// `EINVAL`; a larger WRITE payload is read and discarded first.
+    pub max_request: u32,
+    /// Bytes of read buffers and write payloads one connection may hold at
+    /// once; the connection stops reading requests while it is used up.
+    /// Never less than `max_request`.
+    pub inflight_bytes: u64,
+    /// Connections served at once; further ones are closed on accept.
+    pub max_connections: usize,
+    /// How long a shutdown lets in-flight requests finish before it closes
+    /// the sockets under them.
+    pub shutdown_grace: Duration,
+    /// Whether a TCP listener may bind a non-loopback address. The server
+    /// has no TLS and no authentication, so the default is no.
+    pub allow_remote: bool,
+}
+
+impl Config {
+    /// 32 MiB: the request limit of qemu and nbdkit.
+    pub const DEFAULT_MAX_REQUEST: u32 = 32 * 1024 * 1024;
+
+    /// `inflight_bytes`, raised to at least `max_request`.
+    pub(crate) fn budget(&self) -> u64 {
+        self.inflight_bytes.max(self.max_request as u64)
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            workers: 4,
+            max_request: Config::DEFAULT_MAX_REQUEST,
+            inflight_bytes: 64 * 1024 * 1024,
+            max_connections: 64,
+            shutdown_grace: Duration::from_secs(5),
+            allow_remote: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemDevice;
+
+    #[test]
+    fn default_export_rule() {
+        let mut e = Exports::new();
+        assert!(e.get("").is_none());
+        e.add(Export::new("a", Arc::new(MemDevice::new(1))))
+            .unwrap();
+        e.add(Export::new("b", Arc::new(MemDevice::new(2))))
+            .unwrap();
+        assert_eq!(e.get("").unwrap().name(), "a");
+        assert_eq!(e.get("b").unwrap().device().size(), 2);
+        assert!(e.get("c").is_none());
+        e.add(Export::new("", Arc::new(MemDevice::new(3)))).unwrap();
+        assert_eq!(e.get("").unwrap().device().size(), 3);
+        assert!(matches!(
+            e.add(Export::new("a", Arc::new(MemDevice::new(1)))),
+            Err(ExportError::Duplicate(_))
+        ));
+        assert!(e
+            .add(Export::new("x\0", Arc::new(MemDevice::new(1))))
+            .is_err());
+    }
+}

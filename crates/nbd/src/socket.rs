@@ -1,0 +1,152 @@
+//! Sockets: Unix and TCP listeners and streams behind one type each.
+//!
+//! This module owns the operating-system side of the server: binding (TCP on
+//! loopback only unless the configuration allows more), accepting, shutting a
+//! stream down so a thread blocked reading it wakes up, waking a blocked
+//! `accept`, and removing a Unix socket file when its listener goes away. It
+//! knows nothing of the protocol.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+
+/// The IANA port of NBD, on loopback: where a TCP server listens by default.
+pub const DEFAULT_TCP_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 10809);
+
+/// Where a server listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenAddr {
+    /// A Unix domain socket at this path (it must not exist yet).
+    Unix(PathBuf),
+    /// A TCP address (port 0 picks a free port).
+    Tcp(SocketAddr),
+}
+
+impl fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListenAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+            ListenAddr::Tcp(a) => write!(f, "tcp:{a}"),
+        }
+    }
+}
+
+/// A connected client.
+#[derive(Debug)]
+pub(crate) enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    /// Shuts down one or both directions; errors (already closed) are
+    /// ignored.
+    pub(crate) fn shutdown(&self, how: Shutdown) {
+        let _ = match self {
+            Stream::Unix(s) => s.shutdown(how),
+            Stream::Tcp(s) => s.shutdown(how),
+        };
+    }
+}
+
+impl Read for &Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match *self {
+            Stream::Unix(s) => (&mut &*s).read(buf),
+            Stream::Tcp(s) => (&mut &*s).read(buf),
+        }
+    }
+}
+
+impl Write for &Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match *self {
+            Stream::Unix(s) => (&mut &*s).write(buf),
+            Stream::Tcp(s) => (&mut &*s).write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A bound listener. A Unix listener removes its socket file when dropped.
+#[derive(Debug)]
+pub(crate) enum Listener {
+    Unix(UnixListener, PathBuf),
+    Tcp(TcpListener),
+}
+
+impl Listener {
+    /// Binds `addr`; returns the listener and the address actually bound.
+    pub(crate) fn bind(
+        addr: &ListenAddr,
+        allow_remote: bool,
+    ) -> io::Result<(Listener, ListenAddr)> {
+        match addr {
+            ListenAddr::Unix(path) => {
+                let l = UnixListener::bind(path)?;
+                Ok((Listener::Unix(l, path.clone()), addr.clone()))
+            }
+            ListenAddr::Tcp(a) => {
+                if !allow_remote && !a.ip().is_loopback() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        format!(
+                            "refusing to listen on {a}: not a loopback address \
+                             (the server has no TLS or authentication; set allow_remote)"
+                        ),
+                    ));
+                }
+                let l = TcpListener::bind(a)?;
+                let bound = l.local_addr()?;
+                Ok((Listener::Tcp(l), ListenAddr::Tcp(bound)))
+            }
+        }
+    }
+
+    /// Waits for a client; returns the stream and a printable peer name.
+    pub(crate) fn accept(&self) -> io::Result<(Stream, String)> {
+        match self {
+            Listener::Unix(l, _) => {
+                let (s, _) = l.accept()?;
+                Ok((Stream::Unix(s), "unix".to_string()))
+            }
+            Listener::Tcp(l) => {
+                let (s, peer) = l.accept()?;
+                // Replies are written whole; do not hold small ones back.
+                let _ = s.set_nodelay(true);
+                Ok((Stream::Tcp(s), peer.to_string()))
+            }
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Listener::Unix(_, path) = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Connects to a listener of ours to wake a thread blocked in `accept`.
+pub(crate) fn wake(addr: &ListenAddr) -> io::Result<()> {
+    match addr {
+        ListenAddr::Unix(p) => UnixStream::connect(p).map(drop),
+        ListenAddr::Tcp(a) => {
+            let mut a = *a;
+            if a.ip().is_unspecified() {
+                a.set_ip(match a {
+                    SocketAddr::V4(_) => Ipv4Addr::LOCALHOST.into(),
+                    SocketAddr::V6(_) => Ipv6Addr::LOCALHOST.into(),
+                });
+            }
+            TcpStream::connect(a).map(drop)
+        }
+    }
+}

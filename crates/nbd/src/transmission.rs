@@ -1,0 +1,585 @@
+//! The transmission phase: requests in, replies out, many in flight.
+//!
+//! This module owns the request loop of one connection after the handshake.
+//! The connection's thread reads request headers (and WRITE payloads) off the
+//! stream, checks each request against the negotiated [`Session`] (flags,
+//! capabilities, bounds, alignment, size cap) and hands it to a small pool of
+//! scoped worker threads; each worker calls the device and writes the whole
+//! reply under the connection's writer lock, so replies go out in completion
+//! order, never interleaved. A per-connection byte budget bounds the memory
+//! held by read buffers and write payloads in flight; when it is used up the
+//! reader waits. It knows nothing of sockets or listeners: it reads a generic
+//! `Read`, writes a generic `Write`, and calls `on_dead` when a reply cannot
+//! be written (the caller then closes the stream so the reader wakes up).
+//!
+//! Errors in a request (bad flags, out of range, device failure) get an error
+//! reply and the connection goes on. Bytes that are not a request (bad magic,
+//! a truncated header or payload) end the connection after the requests
+//! already read are answered.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Condvar, Mutex};
+use std::thread;
+
+use log::{debug, error, trace, warn};
+
+use crate::device::{BlockDevice, Extent};
+use crate::error::{ConnError, DeviceError, DeviceResult};
+use crate::export::Config;
+use crate::handshake::Session;
+use crate::wire::{self, cf, chunk, cmd, tf, ChunkHeader, RequestHeader, SimpleReply};
+
+/// Room kept in front of read data for the largest reply header (a chunk
+/// header and the 8-byte offset of `NBD_REPLY_TYPE_OFFSET_DATA`), so the
+/// reply goes out in one write without copying the data.
+const READ_ROOM: usize = ChunkHeader::LEN + 8;
+/// Most block status descriptors in one reply.
+const MAX_DESCRIPTORS: usize = 4096;
+
+/// How the transmission phase ended without an error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum End {
+    /// The client sent `NBD_CMD_DISC`.
+    Disconnect,
+    /// The client closed the stream between requests (or the server shut the
+    /// reading side down).
+    Eof,
+    /// A reply could not be written.
+    WriteFailed,
+}
+
+impl fmt::Display for End {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            End::Disconnect => "client disconnected (NBD_CMD_DISC)",
+            End::Eof => "connection closed between requests",
+            End::WriteFailed => "reply could not be sent",
+        })
+    }
+}
+
+/// Counts bytes of request data in flight.
+struct Budget {
+    avail: Mutex<u64>,
+    freed: Condvar,
+}
+
+impl Budget {
+    fn new(total: u64) -> Budget {
+        Budget {
+            avail: Mutex::new(total),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// Waits until `n` bytes are free and takes them. `n` never exceeds the
+    /// total (requests are capped at `max_request <= budget`).
+    fn acquire(&self, n: u64) {
+        let mut a = self.avail.lock().unwrap_or_else(|e| e.into_inner());
+        while *a < n {
+            a = self.freed.wait(a).unwrap_or_else(|e| e.into_inner());
+        }
+        *a -= n;
+    }
+
+    fn release(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        *self.avail.lock().unwrap_or_else(|e| e.into_inner()) += n;
+        self.freed.notify_all();
+    }
+}
+
+/// A checked request, ready for the device.
+enum Op {
+    Read {
+        offset: u64,
+        len: u32,
+    },
+    Write {
+        offset: u64,
+        data: Vec<u8>,
+        fua: bool,
+    },
+    Flush,
+    Trim {
+        offset: u64,
+        len: u32,
+        fua: bool,
+    },
+    Zero {
+        offset: u64,
+        len: u32,
+        may_trim: bool,
+        fast: bool,
+        fua: bool,
+    },
+    Cache {
+        offset: u64,
+        len: u32,
+    },
+    BlockStatus {
+        offset: u64,
+        len: u32,
+        req_one: bool,
+    },
+    /// Refused before reaching the device.
+    Fail(DeviceError),
+}
+
+struct Job {
+    cookie: u64,
+    command: u16,
+    op: Op,
+    /// Budget bytes to give back once the reply is sent.
+    charge: u64,
+}
+
+/// A reply ready to send: `buf[start..]`.
+struct Reply {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+/// Shared state of one connection in transmission.
+struct Conn<'a, W> {
+    session: &'a Session,
+    writer: Mutex<W>,
+    dead: AtomicBool,
+    budget: Budget,
+    on_dead: &'a (dyn Fn() + Sync),
+    id: u64,
+}
+
+/// Serves requests until the client disconnects or the stream fails.
+pub(crate) fn serve<R: Read, W: Write + Send>(
+    reader: &mut R,
+    writer: W,
+    session: &Session,
+    config: &Config,
+    on_dead: &(dyn Fn() + Sync),
+    id: u64,
+) -> Result<End, ConnError> {
+    let conn = Conn {
+        session,
+        writer: Mutex::new(writer),
+        dead: AtomicBool::new(false),
+        budget: Budget::new(config.budget()),
+        on_dead,
+        id,
+    };
+    if config.workers == 0 {
+        return read_loop(reader, &conn, &mut |job| conn.execute(job));
+    }
+    let (tx, rx) = mpsc::sync_channel::<Job>(config.workers * 4);
+    let rx = Mutex::new(rx);
+    thread::scope(|s| {
+        let mut spawned = 0;
+        for i in 0..config.workers {
+            let (conn, rx) = (&conn, &rx);
+            let b = thread::Builder::new().name(format!("nbd-{id}-w{i}"));
+            match b.spawn_scoped(s, move || conn.work(rx)) {
+                Ok(_) => spawned += 1,
+                Err(e) => warn!("conn {id}: cannot start worker {i}: {e}"),
+            }
+        }
+        let res = if spawned == 0 {
+            read_loop(reader, &conn, &mut |job| conn.execute(job))
+        } else {
+            read_loop(reader, &conn, &mut |job| {
+                if let Err(mpsc::SendError(job)) = tx.send(job) {
+                    conn.execute(job);
+                }
+            })
+        };
+        // Workers finish what is queued, then see the channel closed.
+        drop(tx);
+        res
+    })
+}
+
+/// Reads whole `buf`, or nothing if the stream ends first.
+fn read_header<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<bool> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+fn read_loop<R: Read, W: Write>(
+    r: &mut R,
+    conn: &Conn<'_, W>,
+    submit: &mut dyn FnMut(Job),
+) -> Result<End, ConnError> {
+    let mut hb = [0u8; RequestHeader::LEN];
+    loop {
+        if conn.dead.load(Ordering::Relaxed) {
+            return Ok(End::WriteFailed);
+        }
+        if !read_header(r, &mut hb)? {
+            return Ok(End::Eof);
+        }
+        let req = RequestHeader::parse(&hb)?;
+        trace!(
+            "conn {}: {} cookie {:#x} offset {} length {} flags {:#x}",
+            conn.id,
+            cmd::name(req.command),
+            req.cookie,
+            req.offset,
+            req.length,
+            req.flags
+        );
+        if req.command == cmd::DISC {
+            return Ok(End::Disconnect);
+        }
+        let job = conn.decode(r, req)?;
+        submit(job);
+    }
+}
+
+impl<W: Write> Conn<'_, W> {
+    fn device(&self) -> &dyn BlockDevice {
+        self.session.export.device().as_ref()
+    }
+
+    /// Checks a request against the negotiated session. `Err` is the answer
+    /// to send instead of calling the device.
+    fn check(&self, req: &RequestHeader) -> DeviceResult<()> {
+        let f = self.session.flags;
+        let has = |flag: u16| f & flag != 0;
+        let (allowed, negotiated, write_like) = match req.command {
+            cmd::READ => (cf::FUA | cf::DF, true, false),
+            cmd::WRITE => (cf::FUA, true, true),
+            cmd::FLUSH => (cf::FUA, has(tf::SEND_FLUSH), false),
+            cmd::TRIM => (cf::FUA, has(tf::SEND_TRIM), true),
+            cmd::WRITE_ZEROES => (
+                cf::FUA | cf::NO_HOLE | cf::FAST_ZERO,
+                has(tf::SEND_WRITE_ZEROES),
+                true,
+            ),
+            cmd::CACHE => (cf::FUA, has(tf::SEND_CACHE), false),
+            cmd::BLOCK_STATUS => (
+                cf::FUA | cf::REQ_ONE,
+                self.session.meta_context.is_some(),
+                false,
+            ),
+            other => return Err(DeviceError::invalid(format!("unknown command {other}"))),
+        };
+        let name = cmd::name(req.command);
+        if req.flags & !allowed != 0 {
+            return Err(DeviceError::invalid(format!(
+                "flags {:#x} are not valid for {name}",
+                req.flags & !allowed
+            )));
+        }
+        let unnegotiated = [
+            (cf::FUA, tf::SEND_FUA),
+            (cf::DF, tf::SEND_DF),
+            (cf::FAST_ZERO, tf::SEND_FAST_ZERO),
+        ];
+        for (flag, needs) in unnegotiated {
+            if req.flags & flag != 0 && !has(needs) {
+                return Err(DeviceError::invalid(format!(
+                    "command flag {flag:#x} was not negotiated"
+                )));
+            }
+        }
+        if write_like && has(tf::READ_ONLY) {
+            return Err(DeviceError::read_only());
+        }
+        if !negotiated {
+            return Err(DeviceError::invalid(format!("{name} was not negotiated")));
+        }
+        if req.command == cmd::FLUSH {
+            if req.offset != 0 || req.length != 0 {
+                return Err(DeviceError::invalid("FLUSH with non-zero offset or length"));
+            }
+            return Ok(());
+        }
+        if req.length == 0 {
+            return Err(DeviceError::invalid(format!("{name} of length 0")));
+        }
+        let payload = matches!(req.command, cmd::READ | cmd::WRITE);
+        if payload && req.length > self.session.block.maximum {
+            return Err(DeviceError::invalid(format!(
+                "{name} of {} bytes is over the maximum of {}",
+                req.length, self.session.block.maximum
+            )));
+        }
+        let size = self.device().size();
+        let end = req.offset.checked_add(req.length as u64);
+        if end.is_none_or(|end| end > size) {
+            let msg = format!(
+                "{name} at {}+{} is past the end of the export ({size} bytes)",
+                req.offset, req.length
+            );
+            return Err(if write_like {
+                DeviceError::no_space(msg)
+            } else {
+                DeviceError::invalid(msg)
+            });
+        }
+        let min = self.session.block.minimum as u64;
+        if min > 1 && (req.offset % min != 0 || req.length as u64 % min != 0) {
+            return Err(DeviceError::invalid(format!(
+                "{name} at {}+{} is not aligned to the minimum block size {min}",
+                req.offset, req.length
+            )));
+        }
+        Ok(())
+    }
+
+    /// Turns a header into a job, reading (or skipping) a WRITE payload.
+    fn decode<R: Read>(&self, r: &mut R, req: RequestHeader) -> Result<Job, ConnError> {
+        let job = |op, charge| Job {
+            cookie: req.cookie,
+            command: req.command,
+            op,
+            charge,
+        };
+        if let Err(e) = self.check(&req) {
+            if req.command == cmd::WRITE {
+                // The payload is framed by the length; skip it to stay in step.
+                let n = io::copy(&mut r.by_ref().take(req.length as u64), &mut io::sink())?;
+                if n < req.length as u64 {
+                    return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+                }
+            }
+            return Ok(job(Op::Fail(e), 0));
+        }
+        let (offset, len) = (req.offset, req.length);
+        let fua = req.flags & cf::FUA != 0;
+        let op = match req.command {
+            cmd::READ => {
+                self.budget.acquire(len as u64);
+                return Ok(job(Op::Read { offset, len }, len as u64));
+            }
+            cmd::WRITE => {
+                self.budget.acquire(len as u64);
+                let mut data = vec![0u8; len as usize];
+                if let Err(e) = r.read_exact(&mut data) {
+                    self.budget.release(len as u64);
+                    return Err(e.into());
+                }
+                return Ok(job(Op::Write { offset, data, fua }, len as u64));
+            }
+            cmd::FLUSH => Op::Flush,
+            cmd::TRIM => Op::Trim { offset, len, fua },
+            cmd::WRITE_ZEROES => Op::Zero {
+                offset,
+                len,
+                may_trim: req.flags & cf::NO_HOLE == 0,
+                fast: req.flags & cf::FAST_ZERO != 0,
+                fua,
+            },
+            cmd::CACHE => Op::Cache { offset, len },
+            cmd::BLOCK_STATUS => Op::BlockStatus {
+                offset,
+                len,
+                req_one: req.flags & cf::REQ_ONE != 0,
+            },
+            other => Op::Fail(DeviceError::invalid(format!("unknown command {other}"))),
+        };
+        Ok(job(op, 0))
+    }
+
+    /// A worker: serves jobs until the reader closes the queue.
+    fn work(&self, rx: &Mutex<mpsc::Receiver<Job>>) {
+        loop {
+            let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+            match job {
+                Ok(job) => self.execute(job),
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn execute(&self, job: Job) {
+        let charge = job.charge;
+        let reply = self.perform(job);
+        self.send(&reply);
+        self.budget.release(charge);
+    }
+
+    fn perform(&self, job: Job) -> Reply {
+        let Job {
+            cookie,
+            command,
+            op,
+            ..
+        } = job;
+        let dev = self.device();
+        let run = || -> DeviceResult<Reply> {
+            match op {
+                Op::Read { offset, len } => {
+                    let mut buf = vec![0u8; READ_ROOM + len as usize];
+                    dev.read_at(offset, &mut buf[READ_ROOM..])?;
+                    return Ok(self.read_reply(cookie, offset, buf));
+                }
+                Op::Write { offset, data, fua } => dev.write_at(offset, &data, fua),
+                Op::Flush => dev.flush(),
+                Op::Trim { offset, len, fua } => {
+                    dev.trim(offset, len as u64)?;
+                    if fua {
+                        dev.flush()?;
+                    }
+                    Ok(())
+                }
+                Op::Zero {
+                    offset,
+                    len,
+                    may_trim,
+                    fast,
+                    fua,
+                } => {
+                    dev.write_zeroes(offset, len as u64, may_trim, fast)?;
+                    if fua {
+                        dev.flush()?;
+                    }
+                    Ok(())
+                }
+                Op::Cache { offset, len } => dev.cache(offset, len as u64),
+                Op::BlockStatus {
+                    offset,
+                    len,
+                    req_one,
+                } => {
+                    let extents = dev.block_status(offset, len as u64)?;
+                    return Ok(self.status_reply(cookie, len, req_one, &extents));
+                }
+                Op::Fail(e) => Err(e),
+            }
+            .map(|()| self.ok_reply(cookie))
+        };
+        let result = catch_unwind(AssertUnwindSafe(run)).unwrap_or_else(|_| {
+            error!(
+                "conn {}: the device panicked in {}",
+                self.id,
+                cmd::name(command)
+            );
+            Err(DeviceError::io("the device failed"))
+        });
+        result.unwrap_or_else(|e| {
+            debug!(
+                "conn {}: {} cookie {cookie:#x} failed: {e}",
+                self.id,
+                cmd::name(command)
+            );
+            self.error_reply(cookie, &e)
+        })
+    }
+
+    fn ok_reply(&self, cookie: u64) -> Reply {
+        Reply {
+            buf: SimpleReply { error: 0, cookie }.encode().to_vec(),
+            start: 0,
+        }
+    }
+
+    /// `buf` holds the data after `READ_ROOM` bytes of room.
+    fn read_reply(&self, cookie: u64, offset: u64, mut buf: Vec<u8>) -> Reply {
+        let len = buf.len() - READ_ROOM;
+        if self.session.structured {
+            let h = ChunkHeader {
+                flags: chunk::FLAG_DONE,
+                kind: chunk::OFFSET_DATA,
+                cookie,
+                length: 8 + len as u32,
+            };
+            buf[..ChunkHeader::LEN].copy_from_slice(&h.encode());
+            buf[ChunkHeader::LEN..READ_ROOM].copy_from_slice(&offset.to_be_bytes());
+            Reply { buf, start: 0 }
+        } else {
+            let start = READ_ROOM - SimpleReply::LEN;
+            buf[start..READ_ROOM].copy_from_slice(&SimpleReply { error: 0, cookie }.encode());
+            Reply { buf, start }
+        }
+    }
+
+    fn error_reply(&self, cookie: u64, e: &DeviceError) -> Reply {
+        let error = e.errno().code();
+        if !self.session.structured {
+            return Reply {
+                buf: SimpleReply { error, cookie }.encode().to_vec(),
+                start: 0,
+            };
+        }
+        let payload = wire::encode_error_payload(error, e.message());
+        chunk_reply(cookie, chunk::ERROR, &payload)
+    }
+
+    fn status_reply(&self, cookie: u64, len: u32, req_one: bool, extents: &[Extent]) -> Reply {
+        let mut left = len as u64;
+        let mut out: Vec<(u32, u32)> = Vec::new();
+        for e in extents {
+            if left == 0 || out.len() == MAX_DESCRIPTORS {
+                break;
+            }
+            let n = e.length.min(left);
+            if n == 0 {
+                continue;
+            }
+            match out.last_mut() {
+                Some(last) if last.1 == e.flags => last.0 += n as u32,
+                _ => out.push((n as u32, e.flags)),
+            }
+            left -= n;
+        }
+        if out.is_empty() {
+            out.push((len, 0));
+        }
+        if req_one {
+            out.truncate(1);
+        }
+        let id = self.session.meta_context.unwrap_or(0);
+        chunk_reply(
+            cookie,
+            chunk::BLOCK_STATUS,
+            &wire::encode_block_status_payload(id, &out),
+        )
+    }
+
+    /// Writes a reply unless the connection is already dead; on failure marks
+    /// it dead and lets the owner close the stream.
+    fn send(&self, reply: &Reply) {
+        if self.dead.load(Ordering::Relaxed) {
+            return;
+        }
+        let res = {
+            let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+            w.write_all(&reply.buf[reply.start..])
+                .and_then(|()| w.flush())
+        };
+        if let Err(e) = res {
+            if !self.dead.swap(true, Ordering::Relaxed) {
+                debug!("conn {}: cannot send a reply: {e}", self.id);
+                (self.on_dead)();
+            }
+        }
+    }
+}
+
+/// A final structured chunk with `payload`.
+fn chunk_reply(cookie: u64, kind: u16, payload: &[u8]) -> Reply {
+    let h = ChunkHeader {
+        flags: chunk::FLAG_DONE,
+        kind,
+        cookie,
+        length: payload.len() as u32,
+    };
+    let mut buf = Vec::with_capacity(ChunkHeader::LEN + payload.len());
+    buf.extend_from_slice(&h.encode());
+    buf.extend_from_slice(payload);
+    Reply { buf, start: 0 }
+}
