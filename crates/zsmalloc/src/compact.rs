@@ -77,12 +77,16 @@ pub struct CompactResult {
     pub pages_freed: u64,
     /// Objects moved.
     pub objs_moved: u64,
+    /// Of `objs_moved`, those moved by default mode's trim (to give back
+    /// pages of zspages that stay), not to free whole zspages.
+    pub objs_moved_trim: u64,
 }
 
 impl CompactResult {
     fn add(&mut self, other: CompactResult) {
         self.pages_freed += other.pages_freed;
         self.objs_moved += other.objs_moved;
+        self.objs_moved_trim += other.objs_moved_trim;
     }
 }
 
@@ -298,10 +302,14 @@ impl Pool {
         let class = &self.classes[class_id];
         let mut inner = class.lock();
         let before = inner.pages;
-        let moved = match self.config().compaction {
-            CompactionAlgo::Legacy => self.compact_legacy(class, &mut inner),
-            CompactionAlgo::Seed001 => self.compact_seed001(class, &mut inner),
-            CompactionAlgo::Optimal => self.compact_optimal(class, &mut inner),
+        let (moved, trimmed) = match self.config().compaction {
+            CompactionAlgo::Legacy => (self.compact_legacy(class, &mut inner), 0),
+            CompactionAlgo::Seed001 => (self.compact_seed001(class, &mut inner), 0),
+            CompactionAlgo::Optimal => {
+                let moved = self.compact_optimal(class, &mut inner);
+                let trimmed = if class.in_object_list { 0 } else { trim(self, class, &mut inner) };
+                (moved + trimmed, trimmed)
+            }
         };
         let freed = before.saturating_sub(inner.pages);
         inner.pages_compacted += freed;
@@ -309,6 +317,7 @@ impl Pool {
         CompactResult {
             pages_freed: freed,
             objs_moved: moved,
+            objs_moved_trim: trimmed,
         }
     }
 
@@ -427,7 +436,7 @@ impl Pool {
                 class.putback(inner, src);
             }
         }
-        moved + trim(self, class, inner)
+        moved
     }
 }
 

@@ -1,0 +1,99 @@
+//! Line charts as SVG and PNG, for the experiments' figures.
+//!
+//! Owns drawing only: callers pass named series of (x, y) points and get two
+//! files. Text is drawn with the system's sans-serif font (fontconfig).
+
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+
+use crate::CliError;
+
+/// One named line.
+pub struct Series {
+    /// Legend label.
+    pub name: String,
+    /// Points, in x order.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// What to draw.
+pub struct Chart<'a> {
+    /// Title above the plot.
+    pub title: &'a str,
+    /// Label of the x axis.
+    pub x_label: &'a str,
+    /// Label of the y axis.
+    pub y_label: &'a str,
+    /// The lines.
+    pub series: &'a [Series],
+}
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x8c, 0x56, 0x4b),
+];
+
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, plotters::coord::Shift>, chart: &Chart<'_>) -> Result<(), String> {
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let points = chart.series.iter().flat_map(|s| s.points.iter());
+    let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0f64);
+    for &(x, y) in points {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y1 = y1.max(y);
+    }
+    if x0 > x1 {
+        (x0, x1) = (0.0, 1.0);
+    }
+    if x0 == x1 {
+        x1 = x0 + 1.0;
+    }
+    let y1 = if y1 <= 0.0 { 1.0 } else { y1 * 1.05 };
+    let mut ctx = ChartBuilder::on(&root)
+        .caption(chart.title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x0..x1, 0.0..y1)
+        .map_err(|e| e.to_string())?;
+    ctx.configure_mesh()
+        .x_desc(chart.x_label)
+        .y_desc(chart.y_label)
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, s) in chart.series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        ctx.draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(s.name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+    }
+    ctx.configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}
+
+/// Draws `chart` to `<stem>.svg` and `<stem>.png` and returns both paths.
+pub fn line_chart(stem: &Path, chart: &Chart<'_>) -> Result<(PathBuf, PathBuf), CliError> {
+    if let Some(dir) = stem.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| CliError::Failed(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let svg = stem.with_extension("svg");
+    let png = stem.with_extension("png");
+    let fail = |what: &Path, e: String| CliError::Failed(format!("cannot draw {}: {e}", what.display()));
+    draw(SVGBackend::new(&svg, (1000, 600)).into_drawing_area(), chart).map_err(|e| fail(&svg, e))?;
+    draw(BitMapBackend::new(&png, (1000, 600)).into_drawing_area(), chart).map_err(|e| fail(&png, e))?;
+    Ok((svg, png))
+}
