@@ -264,10 +264,18 @@ impl fmt::Debug for Pool {
     }
 }
 
+/// A fresh pool tag, never all ones: a handle's top bits are its tag, so every
+/// raw handle stays below [`Handle::RAW_LIMIT`], clear of the top 4095 values
+/// that C callers read as error codes (the kernel's `IS_ERR_VALUE` range).
 fn pool_tag() -> u8 {
     use std::sync::atomic::AtomicU8;
     static NEXT: AtomicU8 = AtomicU8::new(0x2b);
-    NEXT.fetch_add(37, Ordering::Relaxed) & 0x7f
+    loop {
+        let tag = NEXT.fetch_add(37, Ordering::Relaxed) & 0x7f;
+        if tag != 0x7f {
+            return tag;
+        }
+    }
 }
 
 impl Pool {

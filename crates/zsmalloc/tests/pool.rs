@@ -367,6 +367,19 @@ fn readers_of_one_object_do_not_block_writers_of_another() {
     pool.free(a).unwrap();
 }
 
+#[test]
+fn no_handle_is_in_the_c_error_range() {
+    // Pool tags cycle through 7 bits; 200 pools see every tag the pools hand
+    // out, and no handle may reach the top 4095 values of a u64.
+    for _ in 0..200 {
+        let pool = Pool::new(PoolConfig::kernel_compat()).unwrap();
+        let h = pool.malloc(1).unwrap();
+        assert!(h.to_raw() < Handle::RAW_LIMIT, "{h:?}");
+        assert!(h.to_raw() < u64::MAX - 4094);
+        pool.free(h).unwrap();
+    }
+}
+
 // ---- model-based property test ------------------------------------------
 
 #[derive(Clone, Debug)]
