@@ -50,6 +50,8 @@ const EXCLUSIVE: u64 = 1 << 62;
 const READER: u64 = 1 << 56;
 const READERS: u64 = 0x3f << 56;
 const LOCK_BITS: u64 = EXCLUSIVE | READERS;
+/// Shared holds one object can have at once (the `readers` field is full).
+pub(crate) const MAX_READERS: u32 = (READERS / READER) as u32;
 const ENTRY_GEN_SHIFT: u32 = 40;
 const ZSPAGE_SHIFT: u32 = 15;
 const OBJ_MASK: u64 = (1 << ZSPAGE_SHIFT) - 1;
@@ -375,6 +377,7 @@ mod tests {
 
     #[test]
     fn object_lock() {
+        assert_eq!(MAX_READERS, 63);
         let cell = EntryCell::default();
         cell.store(Entry::Allocated {
             generation: 4,

@@ -38,6 +38,7 @@
 
 use std::fmt;
 use std::ops::Deref;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use pages::{PageSource, PagesError};
@@ -518,6 +519,42 @@ impl Pool {
 pub struct ObjectRef<'a> {
     cell: &'a EntryCell,
     bytes: &'a [u8],
+}
+
+impl ObjectRef<'_> {
+    /// Most shared holds (guards and kept holds) one object can have at once
+    /// (63); a further [`Pool::read`] of it waits until one ends.
+    pub const MAX_PER_OBJECT: u32 = crate::handle::MAX_READERS;
+
+    /// Ends the guard but keeps its hold, for APIs whose begin and end are
+    /// separate calls (the C API's `zs_obj_read_begin`/`zs_obj_read_end`).
+    ///
+    /// The object stays held shared, so it cannot be written, freed or moved,
+    /// and the returned bytes stay valid, until [`Pool::release_read`] is
+    /// called for its handle. A hold never released keeps the object pinned
+    /// (and `free` of it waiting) for the pool's life.
+    pub fn into_raw(self) -> NonNull<[u8]> {
+        let bytes = NonNull::from(self.bytes);
+        std::mem::forget(self);
+        bytes
+    }
+}
+
+impl Pool {
+    /// Releases a hold kept by [`ObjectRef::into_raw`].
+    ///
+    /// # Safety
+    ///
+    /// A hold on `handle`'s object, kept by [`ObjectRef::into_raw`] on a guard
+    /// that this pool's [`Pool::read`] of `handle` returned, must be
+    /// outstanding; each kept hold is released exactly once. The bytes that
+    /// `into_raw` returned must not be used after their hold is released.
+    pub unsafe fn release_read(&self, handle: Handle) {
+        match self.resolve(handle) {
+            Ok((_, _, cell)) => cell.unlock_shared(),
+            Err(e) => debug_assert!(false, "release_read of a handle never held: {e}"),
+        }
+    }
 }
 
 impl Deref for ObjectRef<'_> {
