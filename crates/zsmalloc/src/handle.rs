@@ -50,6 +50,8 @@ const EXCLUSIVE: u64 = 1 << 62;
 const READER: u64 = 1 << 56;
 const READERS: u64 = 0x3f << 56;
 const LOCK_BITS: u64 = EXCLUSIVE | READERS;
+/// Shared holds one object can have at once (the `readers` field is full).
+pub(crate) const MAX_READERS: u32 = (READERS / READER) as u32;
 const ENTRY_GEN_SHIFT: u32 = 40;
 const ZSPAGE_SHIFT: u32 = 15;
 const OBJ_MASK: u64 = (1 << ZSPAGE_SHIFT) - 1;
@@ -61,8 +63,13 @@ const OBJ_MASK: u64 = (1 << ZSPAGE_SHIFT) - 1;
 pub struct Handle(NonZeroU64);
 
 impl Handle {
+    /// Every raw handle is below this: the pool tag in the top 7 bits is never
+    /// all ones. So no handle falls in the top 4095 values of a `u64`, which C
+    /// callers read as negative error codes (`IS_ERR_VALUE`).
+    pub const RAW_LIMIT: u64 = 0x7f << (SLOT_BITS + CLASS_BITS + GEN_BITS);
+
     pub(crate) fn new(class: usize, slot: u32, generation: u32, tag: u8) -> Handle {
-        debug_assert!(class < MAX_CLASSES && slot <= MAX_SLOTS);
+        debug_assert!(class < MAX_CLASSES && slot <= MAX_SLOTS && tag < 0x7f);
         let raw = u64::from(slot + 1)
             | (class as u64) << SLOT_BITS
             | (u64::from(generation) & GEN_MASK) << (SLOT_BITS + CLASS_BITS)
@@ -70,8 +77,8 @@ impl Handle {
         Handle(NonZeroU64::new(raw).expect("slot + 1 is never zero"))
     }
 
-    /// The handle as a number (never 0), e.g. to keep it in a table or pass it
-    /// through C.
+    /// The handle as a number (never 0, always below [`Handle::RAW_LIMIT`]),
+    /// e.g. to keep it in a table or pass it through C.
     pub fn to_raw(self) -> u64 {
         self.0.get()
     }
@@ -323,17 +330,23 @@ mod tests {
     fn handle_fields_round_trip() {
         for (class, slot, generation, tag) in [
             (0, 0, 0, 0),
-            (8191, MAX_SLOTS, (1 << 16) - 1, 127),
+            (8191, MAX_SLOTS, (1 << 16) - 1, 126),
             (17, 5, 99, 3),
         ] {
             let h = Handle::new(class, slot, generation, tag);
             assert_ne!(h.to_raw(), 0);
+            assert!(h.to_raw() < Handle::RAW_LIMIT);
             let back = Handle::from_raw(h.to_raw()).unwrap();
             assert_eq!(
                 (back.class(), back.slot(), back.generation(), back.tag()),
                 (class, Some(slot), generation, tag)
             );
         }
+        assert_eq!(
+            Handle::new(8191, MAX_SLOTS, (1 << 16) - 1, 126).to_raw(),
+            Handle::RAW_LIMIT - 1,
+            "the largest handle is just below the limit"
+        );
         assert!(Handle::from_raw(0).is_none());
         assert_eq!(Handle::from_raw(1 << 30).unwrap().slot(), None);
     }
@@ -368,6 +381,7 @@ mod tests {
 
     #[test]
     fn object_lock() {
+        assert_eq!(MAX_READERS, 63);
         let cell = EntryCell::default();
         cell.store(Entry::Allocated {
             generation: 4,

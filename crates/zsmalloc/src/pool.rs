@@ -38,6 +38,7 @@
 
 use std::fmt;
 use std::ops::Deref;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use pages::{PageSource, PagesError};
@@ -264,10 +265,18 @@ impl fmt::Debug for Pool {
     }
 }
 
+/// A fresh pool tag, never all ones: a handle's top bits are its tag, so every
+/// raw handle stays below [`Handle::RAW_LIMIT`], clear of the top 4095 values
+/// that C callers read as error codes (the kernel's `IS_ERR_VALUE` range).
 fn pool_tag() -> u8 {
     use std::sync::atomic::AtomicU8;
     static NEXT: AtomicU8 = AtomicU8::new(0x2b);
-    NEXT.fetch_add(37, Ordering::Relaxed) & 0x7f
+    loop {
+        let tag = NEXT.fetch_add(37, Ordering::Relaxed) & 0x7f;
+        if tag != 0x7f {
+            return tag;
+        }
+    }
 }
 
 impl Pool {
@@ -510,6 +519,42 @@ impl Pool {
 pub struct ObjectRef<'a> {
     cell: &'a EntryCell,
     bytes: &'a [u8],
+}
+
+impl ObjectRef<'_> {
+    /// Most shared holds (guards and kept holds) one object can have at once
+    /// (63); a further [`Pool::read`] of it waits until one ends.
+    pub const MAX_PER_OBJECT: u32 = crate::handle::MAX_READERS;
+
+    /// Ends the guard but keeps its hold, for APIs whose begin and end are
+    /// separate calls (the C API's `zs_obj_read_begin`/`zs_obj_read_end`).
+    ///
+    /// The object stays held shared, so it cannot be written, freed or moved,
+    /// and the returned bytes stay valid, until [`Pool::release_read`] is
+    /// called for its handle. A hold never released keeps the object pinned
+    /// (and `free` of it waiting) for the pool's life.
+    pub fn into_raw(self) -> NonNull<[u8]> {
+        let bytes = NonNull::from(self.bytes);
+        std::mem::forget(self);
+        bytes
+    }
+}
+
+impl Pool {
+    /// Releases a hold kept by [`ObjectRef::into_raw`].
+    ///
+    /// # Safety
+    ///
+    /// A hold on `handle`'s object, kept by [`ObjectRef::into_raw`] on a guard
+    /// that this pool's [`Pool::read`] of `handle` returned, must be
+    /// outstanding; each kept hold is released exactly once. The bytes that
+    /// `into_raw` returned must not be used after their hold is released.
+    pub unsafe fn release_read(&self, handle: Handle) {
+        match self.resolve(handle) {
+            Ok((_, _, cell)) => cell.unlock_shared(),
+            Err(e) => debug_assert!(false, "release_read of a handle never held: {e}"),
+        }
+    }
 }
 
 impl Deref for ObjectRef<'_> {

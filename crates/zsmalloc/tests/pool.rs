@@ -367,6 +367,66 @@ fn readers_of_one_object_do_not_block_writers_of_another() {
     pool.free(a).unwrap();
 }
 
+#[test]
+fn a_kept_hold_pins_the_object_until_released() {
+    let pool = Pool::new(PoolConfig::kernel_compat()).unwrap();
+    // 200 + 8 bytes: class 208, 59 objects in a 3-page zspage; 300 objects
+    // fill five zspages and start a sixth.
+    let handles: Vec<Handle> = (0..300u32)
+        .map(|i| {
+            let h = pool.malloc(200).unwrap();
+            pool.write(h, &[i as u8; 200]).unwrap();
+            h
+        })
+        .collect();
+    let kept = handles[1];
+    let raw = pool.read(kept, 200).unwrap().into_raw();
+    // Empty the first zspages but for the held object: compaction would move
+    // it out, freeing the first zspage, but must not. Nothing else is worth
+    // moving while it stays.
+    for &h in handles[..128].iter().filter(|&&h| h != kept) {
+        pool.free(h).unwrap();
+    }
+    assert!(pool.can_compact() > 0);
+    assert_eq!(pool.compact().objs_moved, 0, "a held object is not moved");
+    assert!(
+        pool.check_invariants().is_err(),
+        "the checker sees the kept hold"
+    );
+    // SAFETY: the hold kept by `into_raw` is outstanding, so the bytes are
+    // mapped, unmoved and unwritten.
+    let bytes = unsafe { raw.as_ref() };
+    assert_eq!(bytes, &[1; 200][..]);
+    assert_eq!(&*pool.read(kept, 200).unwrap(), &[1; 200][..]);
+    // SAFETY: the one hold kept above, released once; `bytes` is not used
+    // after this.
+    unsafe { pool.release_read(kept) };
+    pool.check_invariants().unwrap();
+    let done = pool.compact();
+    assert!(done.objs_moved > 0 && done.pages_freed > 0, "{done:?}");
+    assert_eq!(pool.can_compact(), 0);
+    assert_eq!(&*pool.read(kept, 200).unwrap(), &[1; 200][..]);
+    pool.write(kept, &[9; 200]).unwrap();
+    for &h in handles[128..].iter().chain([&kept]) {
+        pool.free(h).unwrap();
+    }
+    assert_eq!(pool.total_pages(), 0);
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn no_handle_is_in_the_c_error_range() {
+    // Pool tags cycle through 7 bits; 200 pools see every tag the pools hand
+    // out, and no handle may reach the top 4095 values of a u64.
+    for _ in 0..200 {
+        let pool = Pool::new(PoolConfig::kernel_compat()).unwrap();
+        let h = pool.malloc(1).unwrap();
+        assert!(h.to_raw() < Handle::RAW_LIMIT, "{h:?}");
+        assert!(h.to_raw() < u64::MAX - 4094);
+        pool.free(h).unwrap();
+    }
+}
+
 // ---- model-based property test ------------------------------------------
 
 #[derive(Clone, Debug)]

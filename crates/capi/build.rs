@@ -1,0 +1,10 @@
+//! Gives the shared library the soname `libzsmalloc.so.0`, so programs linked
+//! against an installed copy keep working across compatible upgrades (see
+//! `install.sh`, which installs the versioned file and its links).
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libzsmalloc.so.0");
+    }
+}
