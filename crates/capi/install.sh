@@ -8,7 +8,7 @@
 # Usage: crates/capi/install.sh PREFIX
 #   Builds the libraries first (cargo build --release -p zmem-capi).
 # Or:    ZSMALLOC_LIBDIR=DIR crates/capi/install.sh PREFIX
-#   Installs libzsmalloc.a and libzsmalloc.so found in DIR, building nothing
+#   Installs libzsmalloc_capi.a and .so found in DIR (as libzsmalloc), building nothing
 #   (the C API test uses this with the libraries cargo test just built).
 #
 # Then: PKG_CONFIG_PATH=PREFIX/lib/pkgconfig pkg-config --cflags --libs zsmalloc
@@ -36,7 +36,8 @@ else
     (cd "$root" && cargo build --release -p zmem-capi)
     libs=${CARGO_TARGET_DIR:-$root/target}/release
 fi
-for f in libzsmalloc.a libzsmalloc.so; do
+# Cargo names them libzsmalloc_capi (see Cargo.toml); they install as libzsmalloc.
+for f in libzsmalloc_capi.a libzsmalloc_capi.so; do
     if [ ! -f "$libs/$f" ]; then
         echo "$0: $libs/$f not found" >&2
         exit 1
@@ -45,8 +46,8 @@ done
 
 install -d "$prefix/include" "$prefix/lib/pkgconfig"
 install -m 644 "$here/include/zsmalloc.h" "$prefix/include/zsmalloc.h"
-install -m 644 "$libs/libzsmalloc.a" "$prefix/lib/libzsmalloc.a"
-install -m 755 "$libs/libzsmalloc.so" "$prefix/lib/libzsmalloc.so.$version"
+install -m 644 "$libs/libzsmalloc_capi.a" "$prefix/lib/libzsmalloc.a"
+install -m 755 "$libs/libzsmalloc_capi.so" "$prefix/lib/libzsmalloc.so.$version"
 # The library's soname is libzsmalloc.so.0 (see build.rs).
 ln -sfn "libzsmalloc.so.$version" "$prefix/lib/libzsmalloc.so.0"
 ln -sfn "libzsmalloc.so.0" "$prefix/lib/libzsmalloc.so"

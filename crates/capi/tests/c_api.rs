@@ -67,18 +67,19 @@ fn have_cc() -> bool {
     })
 }
 
-/// The directory with the freshly built `libzsmalloc.a` and `.so`.
+/// The directory with the freshly built `libzsmalloc_capi.a` and `.so`
+/// (installed as libzsmalloc by install.sh).
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let deps = exe.parent().expect("deps dir").to_path_buf();
     let profile = deps.parent().expect("profile dir").to_path_buf();
     for dir in [deps, profile] {
-        if dir.join("libzsmalloc.a").is_file() && dir.join("libzsmalloc.so").is_file() {
+        if dir.join("libzsmalloc_capi.a").is_file() && dir.join("libzsmalloc_capi.so").is_file() {
             return dir;
         }
     }
     panic!(
-        "libzsmalloc.a/.so not found next to {}: cargo should have built them",
+        "libzsmalloc_capi.a/.so not found next to {}: cargo should have built them",
         exe.display()
     );
 }
@@ -120,7 +121,7 @@ fn static_test_binary() -> &'static Path {
             .arg("-I")
             .arg(Path::new(CRATE_DIR).join("include"))
             .arg(c_test_source())
-            .arg(lib_dir().join("libzsmalloc.a"))
+            .arg(lib_dir().join("libzsmalloc_capi.a"))
             .arg("-pthread")
             .args(NATIVE_LIBS)
             .arg("-o")
@@ -200,7 +201,7 @@ fn library_exports_exactly_the_header_functions() {
     }
     let out = run(Command::new("nm")
         .args(["-D", "--defined-only"])
-        .arg(lib_dir().join("libzsmalloc.so")));
+        .arg(lib_dir().join("libzsmalloc_capi.so")));
     let mut exported: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {

@@ -8,8 +8,8 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
-use zsmalloc::errno::{err_value, is_err_value, EBUSY, EINVAL, ENOSPC, FIRST_ERR_VALUE};
-use zsmalloc::*;
+use zsmalloc_capi::errno::{err_value, is_err_value, EBUSY, EINVAL, ENOSPC, FIRST_ERR_VALUE};
+use zsmalloc_capi::*;
 
 /// A pool pointer that may cross threads (the pool is thread-safe).
 #[derive(Clone, Copy)]
