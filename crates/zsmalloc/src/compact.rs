@@ -307,7 +307,11 @@ impl Pool {
             CompactionAlgo::Seed001 => (self.compact_seed001(class, &mut inner), 0),
             CompactionAlgo::Optimal => {
                 let moved = self.compact_optimal(class, &mut inner);
-                let trimmed = if class.in_object_list { 0 } else { trim(self, class, &mut inner) };
+                let trimmed = if class.in_object_list {
+                    0
+                } else {
+                    trim(self, class, &mut inner)
+                };
                 (moved + trimmed, trimmed)
             }
         };
