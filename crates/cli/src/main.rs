@@ -4,6 +4,8 @@
 //! and maps errors to exit codes (2 for bad usage, 1 for a failed run).
 
 mod cmd;
+mod ministat;
+mod plot;
 
 use std::process::ExitCode;
 
@@ -21,6 +23,9 @@ struct Cli {
 enum Command {
     /// Print the zsmalloc size-class table of a configuration.
     Classes(cmd::classes::ClassesArgs),
+    /// The seeds' experiments, reproduced.
+    #[command(subcommand)]
+    Exp(cmd::exp::ExpCommand),
     /// Benchmarks run side by side with their peers.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
@@ -63,6 +68,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Classes(args) => cmd::classes::run(&args),
         Command::Bench(cmd) => cmd::bench::run(&cmd),
+        Command::Exp(cmd) => cmd::exp::run(&cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

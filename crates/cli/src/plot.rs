@@ -38,7 +38,10 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(0x8c, 0x56, 0x4b),
 ];
 
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, plotters::coord::Shift>, chart: &Chart<'_>) -> Result<(), String> {
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    chart: &Chart<'_>,
+) -> Result<(), String> {
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let points = chart.series.iter().flat_map(|s| s.points.iter());
     let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0f64);
@@ -69,10 +72,13 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, plotters::coord::Shift>, chart
         .map_err(|e| e.to_string())?;
     for (i, s) in chart.series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        ctx.draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2)))
-            .map_err(|e| e.to_string())?
-            .label(s.name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        ctx.draw_series(LineSeries::new(
+            s.points.iter().copied(),
+            color.stroke_width(2),
+        ))
+        .map_err(|e| e.to_string())?
+        .label(s.name.clone())
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
     }
     ctx.configure_series_labels()
         .background_style(WHITE.mix(0.85))
@@ -92,8 +98,17 @@ pub fn line_chart(stem: &Path, chart: &Chart<'_>) -> Result<(PathBuf, PathBuf), 
     }
     let svg = stem.with_extension("svg");
     let png = stem.with_extension("png");
-    let fail = |what: &Path, e: String| CliError::Failed(format!("cannot draw {}: {e}", what.display()));
-    draw(SVGBackend::new(&svg, (1000, 600)).into_drawing_area(), chart).map_err(|e| fail(&svg, e))?;
-    draw(BitMapBackend::new(&png, (1000, 600)).into_drawing_area(), chart).map_err(|e| fail(&png, e))?;
+    let fail =
+        |what: &Path, e: String| CliError::Failed(format!("cannot draw {}: {e}", what.display()));
+    draw(
+        SVGBackend::new(&svg, (1000, 600)).into_drawing_area(),
+        chart,
+    )
+    .map_err(|e| fail(&svg, e))?;
+    draw(
+        BitMapBackend::new(&png, (1000, 600)).into_drawing_area(),
+        chart,
+    )
+    .map_err(|e| fail(&png, e))?;
     Ok((svg, png))
 }

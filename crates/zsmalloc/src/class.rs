@@ -64,6 +64,8 @@ pub(crate) struct Class {
     /// kernel-compat: the kernel's in-object free list; otherwise a bitmap.
     pub(crate) in_object_list: bool,
     pub(crate) scheme: FullnessScheme,
+    /// The kernel's list insertion before 6.4 (see [`Self::list_push`]).
+    pub(crate) inuse_ordered_insert: bool,
     pub(crate) handles: SegVec<EntryCell>,
     pub(crate) bases: SegVec<ZsPageBase>,
     inner: Mutex<ClassInner>,
@@ -76,6 +78,7 @@ impl Class {
         header: u32,
         in_object_list: bool,
         scheme: FullnessScheme,
+        inuse_ordered_insert: bool,
     ) -> Class {
         Class {
             info,
@@ -83,6 +86,7 @@ impl Class {
             header,
             in_object_list,
             scheme,
+            inuse_ordered_insert,
             handles: SegVec::new(),
             bases: SegVec::new(),
             inner: Mutex::new(ClassInner {
@@ -162,16 +166,31 @@ impl Class {
     }
 
     /// Inserts at the head of `group`'s list, as the kernel's `insert_zspage`.
-    fn list_push(inner: &mut ClassInner, zid: u32, group: u8) {
-        let old = inner.heads[group as usize];
-        if old != NO_LINK {
-            inner.metas[old as usize].prev = zid;
+    /// Before 6.4 the kernel put a zspage with fewer objects in use than the
+    /// head second instead, to keep the fuller one first
+    /// (`inuse_ordered_insert`; seed 001 removed it).
+    fn list_push(&self, inner: &mut ClassInner, zid: u32, group: u8) {
+        let head = inner.heads[group as usize];
+        let after_head = self.inuse_ordered_insert
+            && head != NO_LINK
+            && inner.metas[zid as usize].inuse < inner.metas[head as usize].inuse;
+        let (prev, next) = if after_head {
+            (head, inner.metas[head as usize].next)
+        } else {
+            (NO_LINK, head)
+        };
+        if prev == NO_LINK {
+            inner.heads[group as usize] = zid;
+        } else {
+            inner.metas[prev as usize].next = zid;
+        }
+        if next != NO_LINK {
+            inner.metas[next as usize].prev = zid;
         }
         let m = &mut inner.metas[zid as usize];
-        m.prev = NO_LINK;
-        m.next = old;
+        m.prev = prev;
+        m.next = next;
         m.group = group;
-        inner.heads[group as usize] = zid;
         inner.counts[group as usize] += 1;
     }
 
@@ -185,7 +204,7 @@ impl Class {
         let group = self.scheme.group(m.inuse, self.objs());
         if group != m.group {
             Self::list_remove(inner, zid);
-            Self::list_push(inner, zid, group);
+            self.list_push(inner, zid, group);
         }
     }
 
@@ -203,7 +222,7 @@ impl Class {
         debug_assert!(m.isolated);
         m.isolated = false;
         let group = self.scheme.group(m.inuse, self.objs());
-        Self::list_push(inner, zid, group);
+        self.list_push(inner, zid, group);
     }
 
     /// First zspage of the fullest non-full group.
@@ -289,7 +308,7 @@ impl Class {
         inner.zspages += 1;
         inner.pages += u64::from(counted);
         // Listed as empty until its first object is placed.
-        Self::list_push(inner, zid, 0);
+        self.list_push(inner, zid, 0);
         Ok((zid, counted))
     }
 

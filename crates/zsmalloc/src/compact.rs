@@ -37,7 +37,9 @@ use crate::handle::Entry;
 use crate::pool::Pool;
 use crate::zspage::NO_LINK;
 
-/// Which compaction algorithm a pool runs.
+/// Which compaction algorithm a pool runs. `Legacy` also brings the list
+/// insertion of its kernels (a zspage with fewer objects in use than a
+/// list's head goes second), which seed 001 removed with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CompactionAlgo {
@@ -247,22 +249,28 @@ impl Pool {
     /// per class, the live objects of its `floor(free slots / objs)` emptiest
     /// zspages.
     pub fn compaction_lower_bound(&self) -> u64 {
-        self.classes
-            .iter()
-            .map(|class| {
-                let inner = class.lock();
-                let freeable =
-                    (can_compact(class, &inner) / u64::from(class.info.pages_per_zspage)) as usize;
-                let mut inuse: Vec<u32> = inner
-                    .metas
-                    .iter()
-                    .filter(|m| m.run.is_some())
-                    .map(|m| m.inuse)
-                    .collect();
-                inuse.sort_unstable();
-                inuse[..freeable].iter().map(|&n| u64::from(n)).sum::<u64>()
-            })
+        (0..self.classes.len())
+            .map(|id| self.class_compaction_lower_bound(id))
             .sum()
+    }
+
+    /// [`Pool::compaction_lower_bound`] of one physical class (0 if there is
+    /// no such class).
+    pub fn class_compaction_lower_bound(&self, class_id: usize) -> u64 {
+        let Some(class) = self.classes.get(class_id) else {
+            return 0;
+        };
+        let inner = class.lock();
+        let freeable =
+            (can_compact(class, &inner) / u64::from(class.info.pages_per_zspage)) as usize;
+        let mut inuse: Vec<u32> = inner
+            .metas
+            .iter()
+            .filter(|m| m.run.is_some())
+            .map(|m| m.inuse)
+            .collect();
+        inuse.sort_unstable();
+        inuse[..freeable].iter().map(|&n| u64::from(n)).sum()
     }
 
     /// Compacts every class, largest first, with the pool's algorithm.

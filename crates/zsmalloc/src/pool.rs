@@ -302,7 +302,10 @@ impl Pool {
                 } else {
                     0
                 };
-                Class::new(*info, page_size, header, compat, config.fullness)
+                // The legacy algorithm runs with the kernel of its time, whose
+                // list insertion kept fuller zspages first.
+                let legacy = config.compaction == CompactionAlgo::Legacy;
+                Class::new(*info, page_size, header, compat, config.fullness, legacy)
             })
             .collect();
         let logical = geometry.logical().iter().map(|l| l.class as u16).collect();

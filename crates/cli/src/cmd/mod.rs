@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod classes;
+pub mod exp;
 
 use std::io::Write;
 

@@ -1,0 +1,23 @@
+//! `zmem exp ...`: the seeds' experiments, reproduced, each with a table, JSON
+//! and a plot.
+
+pub mod compaction;
+
+use clap::Subcommand;
+
+use crate::CliError;
+
+/// The experiments.
+#[derive(Subcommand, Debug)]
+pub enum ExpCommand {
+    /// Seed 001: objects moved by compaction under each fullness grouping and
+    /// algorithm, per class, with Student's t.
+    Compaction(compaction::CompactionArgs),
+}
+
+/// Runs `zmem exp`.
+pub fn run(cmd: &ExpCommand) -> Result<(), CliError> {
+    match cmd {
+        ExpCommand::Compaction(args) => compaction::run(args),
+    }
+}
