@@ -30,11 +30,16 @@ use zsmalloc::{Handle, Pool, PoolConfig};
 
 use crate::CliError;
 
+mod read_latency;
+pub use read_latency::ReadLatencyArgs;
+
 /// `zmem bench ...`
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
     /// zsmalloc against glibc, jemalloc and mimalloc on real object sizes.
     Alloc(AllocArgs),
+    /// Object read latency with and without compaction on another thread.
+    ReadLatency(ReadLatencyArgs),
 }
 
 /// Arguments of `zmem bench alloc`.
@@ -65,6 +70,7 @@ pub fn run(cmd: &BenchCommand) -> Result<(), CliError> {
             Some(name) => worker(args, name),
             None => parent(args),
         },
+        BenchCommand::ReadLatency(args) => read_latency::run(args),
     }
 }
 
@@ -77,7 +83,7 @@ fn built_in() -> Vec<&'static str> {
     v
 }
 
-fn default_data() -> Vec<PathBuf> {
+pub(crate) fn default_data() -> Vec<PathBuf> {
     let dir = std::env::var_os("ZMEM_DATA")
         .map_or_else(|| PathBuf::from("/var/tmp/zmem-data"), PathBuf::from);
     vec![dir.join("linux256.bin"), dir.join("usr256.bin")]
@@ -354,14 +360,14 @@ fn rss_bytes() -> u64 {
 }
 
 /// (offset, length) of one object's bytes in the buffer of compressed pages.
-type Span = (usize, usize);
+pub(crate) type Span = (usize, usize);
 
 /// zs_huge_class_size of the kernel's default pool (4 KiB pages, chain 8).
 const KERNEL_HUGE_CLASS_SIZE: usize = 3625;
 
 /// The lz4-compressed pages of a file, same-filled pages skipped, as one
 /// buffer with offsets (so the worker's own memory is made before measuring).
-fn compressed_pages(path: &PathBuf) -> Result<(Vec<u8>, Vec<Span>), CliError> {
+pub(crate) fn compressed_pages(path: &PathBuf) -> Result<(Vec<u8>, Vec<Span>), CliError> {
     let data = std::fs::read(path)
         .map_err(|e| CliError::Failed(format!("cannot read {}: {e}", path.display())))?;
     let lz4 = zcomp::Compressor::with_defaults(zcomp::Algorithm::Lz4);

@@ -1,0 +1,292 @@
+//! `zmem bench read-latency`: how long a reader waits for an object while
+//! compaction runs on another thread, against the same reader alone.
+//!
+//! The pool holds two interleaved sets of real compressed pages: the
+//! reader's and the compactor's. Phase 1 times reads alone. In phase 2
+//! another thread loops: free a random half of its set (fragmenting zspages
+//! that also hold the reader's objects), compact the pool (which moves the
+//! reader's objects too), store its freed objects again. A read is: take
+//! the object's shared hold, copy its bytes into a 4 KiB buffer (where a
+//! decompressor would read them), drop the hold. Latency per read goes
+//! into an HDR histogram.
+//!
+//! Owns the benchmark only; the pool is used through its public API.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use zsmalloc::{Handle, Mode, Pool, PoolConfig};
+
+use super::{compressed_pages, default_data};
+use crate::CliError;
+
+/// Arguments of `zmem bench read-latency`.
+#[derive(Args, Debug)]
+pub struct ReadLatencyArgs {
+    /// Data file whose lz4-compressed 4 KiB pages are the objects.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Seconds per phase.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Pool mode.
+    #[arg(long, default_value = "kernel-compat", value_parser = parse_mode)]
+    mode: Mode,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    s.parse()
+}
+
+/// Percentiles of one phase, in nanoseconds.
+#[derive(Serialize, Debug)]
+struct Phase {
+    name: &'static str,
+    reads: u64,
+    p50_ns: u64,
+    p99_ns: u64,
+    p999_ns: u64,
+    p9999_ns: u64,
+    max_ns: u64,
+    compactions: u64,
+    objs_moved: u64,
+}
+
+#[derive(Serialize, Debug)]
+struct Report {
+    data: String,
+    mode: Mode,
+    objects: usize,
+    phases: Vec<Phase>,
+    p999_ratio: f64,
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn store(pool: &Pool, data: &[u8]) -> Result<Handle, CliError> {
+    let h = pool
+        .malloc(data.len())
+        .map_err(|e| CliError::Failed(e.to_string()))?;
+    pool.write(h, data)
+        .map_err(|e| CliError::Failed(e.to_string()))?;
+    Ok(h)
+}
+
+/// Times reads of random reader objects until `stop`.
+fn read_phase(
+    pool: &Pool,
+    objects: &[(Handle, usize)],
+    seconds: f64,
+    stop: &AtomicBool,
+) -> Result<Histogram<u64>, CliError> {
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
+        .map_err(|e| CliError::Failed(e.to_string()))?;
+    let mut buf = [0u8; 4096];
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    while Instant::now() < end {
+        for _ in 0..256 {
+            let (h, len) = objects[(rng.next() % objects.len() as u64) as usize];
+            let t = Instant::now();
+            {
+                let obj = pool
+                    .read(h, len)
+                    .map_err(|e| CliError::Failed(e.to_string()))?;
+                buf[..len].copy_from_slice(&obj);
+            }
+            let ns = t.elapsed().as_nanos() as u64;
+            hist.saturating_record(ns.max(1));
+        }
+        std::hint::black_box(&buf);
+    }
+    stop.store(true, Ordering::Relaxed);
+    Ok(hist)
+}
+
+fn phase(name: &'static str, h: &Histogram<u64>, compactions: u64, objs_moved: u64) -> Phase {
+    Phase {
+        name,
+        reads: h.len(),
+        p50_ns: h.value_at_quantile(0.5),
+        p99_ns: h.value_at_quantile(0.99),
+        p999_ns: h.value_at_quantile(0.999),
+        p9999_ns: h.value_at_quantile(0.9999),
+        max_ns: h.max(),
+        compactions,
+        objs_moved,
+    }
+}
+
+/// Runs `zmem bench read-latency`.
+pub fn run(args: &ReadLatencyArgs) -> Result<(), CliError> {
+    let path = args
+        .data
+        .clone()
+        .unwrap_or_else(|| default_data().remove(0));
+    if !path.is_file() {
+        return Err(CliError::Failed(format!(
+            "{} is missing: make the data sets with scripts/make-corpus",
+            path.display()
+        )));
+    }
+    if !(args.seconds > 0.0 && args.seconds.is_finite()) {
+        return Err(CliError::Usage("--seconds must be positive".into()));
+    }
+    let (bytes, spans) = compressed_pages(&path)?;
+    let bytes = Arc::new(bytes);
+    let config = match args.mode {
+        Mode::KernelCompat => PoolConfig::kernel_compat(),
+        Mode::Default => PoolConfig::default_mode(4096),
+    };
+    let pool = Arc::new(Pool::new(config).map_err(|e| CliError::Failed(e.to_string()))?);
+    // Interleave the two sets so they share zspages.
+    let mut reader = Vec::new();
+    let mut churn = Vec::new();
+    for (i, &(off, len)) in spans.iter().enumerate() {
+        let h = store(&pool, &bytes[off..off + len])?;
+        if i % 2 == 0 {
+            reader.push((h, len));
+        } else {
+            churn.push((h, off, len));
+        }
+    }
+
+    let stop = AtomicBool::new(false);
+    let quiet = read_phase(&pool, &reader, args.seconds, &stop)?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let compactions = Arc::new(AtomicU64::new(0));
+    let moved_before = pool.stats().objs_moved;
+    let compactor = {
+        let (pool, stop, compactions, bytes) = (
+            pool.clone(),
+            stop.clone(),
+            compactions.clone(),
+            bytes.clone(),
+        );
+        std::thread::spawn(move || -> Result<Vec<(Handle, usize, usize)>, CliError> {
+            let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+            while !stop.load(Ordering::Relaxed) {
+                let mut freed = Vec::new();
+                for item in churn.iter_mut() {
+                    if rng.next() % 2 == 0 {
+                        pool.free(item.0)
+                            .map_err(|e| CliError::Failed(e.to_string()))?;
+                        freed.push(item);
+                    }
+                }
+                pool.compact();
+                compactions.fetch_add(1, Ordering::Relaxed);
+                for item in freed {
+                    item.0 = store(&pool, &bytes[item.1..item.1 + item.2])?;
+                }
+            }
+            Ok(churn)
+        })
+    };
+    let busy = read_phase(&pool, &reader, args.seconds, &stop)?;
+    let churn = compactor
+        .join()
+        .map_err(|_| CliError::Failed("the compactor thread panicked".into()))??;
+    let moved = pool.stats().objs_moved - moved_before;
+
+    // Every object is still intact.
+    for &(h, len) in &reader {
+        pool.read(h, len)
+            .map_err(|e| CliError::Failed(e.to_string()))?;
+    }
+    for (h, off, len) in churn {
+        let obj = pool
+            .read(h, len)
+            .map_err(|e| CliError::Failed(e.to_string()))?;
+        if *obj != bytes[off..off + len] {
+            return Err(CliError::Failed(
+                "an object changed under compaction".into(),
+            ));
+        }
+    }
+    pool.check_invariants().map_err(CliError::Failed)?;
+
+    let phases = vec![
+        phase("reads alone", &quiet, 0, 0),
+        phase(
+            "reads while compacting",
+            &busy,
+            compactions.load(Ordering::Relaxed),
+            moved,
+        ),
+    ];
+    let report = Report {
+        data: path.display().to_string(),
+        mode: args.mode,
+        objects: reader.len(),
+        p999_ratio: phases[1].p999_ns as f64 / phases[0].p999_ns as f64,
+        phases,
+    };
+    let text = if args.json {
+        serde_json::to_string_pretty(&report).map_err(|e| CliError::Failed(e.to_string()))? + "\n"
+    } else {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{} objects read at random from {} ({} mode), {} s per phase",
+            report.objects,
+            report.data,
+            args.mode.name(),
+            args.seconds
+        );
+        let _ = writeln!(
+            out,
+            "{:<24} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>11} {:>11}",
+            "phase",
+            "reads",
+            "p50 ns",
+            "p99 ns",
+            "p99.9 ns",
+            "p99.99 ns",
+            "max ns",
+            "compactions",
+            "objs moved"
+        );
+        for p in &report.phases {
+            let _ = writeln!(
+                out,
+                "{:<24} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>11} {:>11}",
+                p.name,
+                p.reads,
+                p.p50_ns,
+                p.p99_ns,
+                p.p999_ns,
+                p.p9999_ns,
+                p.max_ns,
+                p.compactions,
+                p.objs_moved
+            );
+        }
+        let _ = writeln!(
+            out,
+            "p99.9 while compacting / alone: {:.2}x",
+            report.p999_ratio
+        );
+        out
+    };
+    crate::cmd::write_stdout(&text)
+}
