@@ -6,6 +6,7 @@
 mod cmd;
 mod ministat;
 mod plot;
+mod rng;
 
 use std::process::ExitCode;
 

@@ -23,6 +23,7 @@ use serde::Serialize;
 use zsmalloc::{Handle, Mode, Pool, PoolConfig};
 
 use super::{compressed_pages, default_data};
+use crate::rng::Rng;
 use crate::CliError;
 
 /// Arguments of `zmem bench read-latency`.
@@ -69,17 +70,6 @@ struct Report {
     p999_ratio: f64,
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 fn store(pool: &Pool, data: &[u8]) -> Result<Handle, CliError> {
     let h = pool
         .malloc(data.len())
@@ -99,11 +89,11 @@ fn read_phase(
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
         .map_err(|e| CliError::Failed(e.to_string()))?;
     let mut buf = [0u8; 4096];
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut rng = Rng::new(0x2545_f491_4f6c_dd1d, 0);
     let end = Instant::now() + Duration::from_secs_f64(seconds);
     while Instant::now() < end {
         for _ in 0..256 {
-            let (h, len) = objects[(rng.next() % objects.len() as u64) as usize];
+            let (h, len) = objects[(rng.next_u64() % objects.len() as u64) as usize];
             let t = Instant::now();
             {
                 let obj = pool
@@ -182,11 +172,11 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), CliError> {
             bytes.clone(),
         );
         std::thread::spawn(move || -> Result<Vec<(Handle, usize, usize)>, CliError> {
-            let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+            let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15, 1);
             while !stop.load(Ordering::Relaxed) {
                 let mut freed = Vec::new();
                 for item in churn.iter_mut() {
-                    if rng.next() % 2 == 0 {
+                    if rng.next_u64() % 2 == 0 {
                         pool.free(item.0)
                             .map_err(|e| CliError::Failed(e.to_string()))?;
                         freed.push(item);

@@ -23,6 +23,7 @@ use zsmalloc::{CompactionAlgo, FullnessScheme, Mode, Pool, PoolConfig};
 
 use crate::ministat;
 use crate::plot::{self, Chart, Series};
+use crate::rng::Rng;
 use crate::CliError;
 
 /// Output formats.
@@ -129,24 +130,6 @@ const VARIANTS: [(&str, Mode, FullnessScheme, CompactionAlgo); 5] = [
     ),
 ];
 
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64, stream: u64) -> Rng {
-        Rng((seed ^ stream.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 fn run_variant(
     seed: u64,
     zspages: u32,
@@ -183,7 +166,7 @@ fn run_variant(
         for _ in 0..zspages {
             let keep = rng.unit();
             for _ in 0..n {
-                let len = lo + (rng.next() % u64::from(hi - lo + 1)) as u32;
+                let len = lo + (rng.next_u64() % u64::from(hi - lo + 1)) as u32;
                 let h = pool
                     .malloc(len as usize)
                     .map_err(|e| CliError::Failed(e.to_string()))?;
