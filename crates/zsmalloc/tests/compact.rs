@@ -4,29 +4,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+mod common;
+
+use common::{pattern, Rng};
 use zsmalloc::{AutoCompact, CompactionAlgo, FullnessScheme, Handle, Mode, Pool, PoolConfig};
-
-fn pattern(id: u64, len: usize) -> Vec<u8> {
-    let mut x = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 fn variants() -> Vec<(Mode, FullnessScheme, CompactionAlgo)> {
     let mut v = Vec::new();

@@ -1,27 +1,17 @@
 //! The pool against a plain model, object sizes at every boundary, threads, and
 //! bad input.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use common::{pattern, Rng};
 use proptest::prelude::*;
 use zsmalloc::{
     ChainRule, ClassDelta, CompactionAlgo, FullnessScheme, GeometryConfig, Handle, Mode, Pool,
     PoolConfig, PoolError,
 };
-
-/// Deterministic bytes for object `id` of `len` bytes.
-fn pattern(id: u64, len: usize) -> Vec<u8> {
-    let mut x = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn config(page_size: u32, chain: u32, mode: Mode) -> PoolConfig {
     PoolConfig {
@@ -308,13 +298,8 @@ fn threads_share_a_pool() {
             .map(|t| {
                 let pool = pool.clone();
                 std::thread::spawn(move || {
-                    let mut rng = t * 7919 + 1;
-                    let mut next = move || {
-                        rng ^= rng << 13;
-                        rng ^= rng >> 7;
-                        rng ^= rng << 17;
-                        rng
-                    };
+                    let mut rng = Rng(t * 7919 + 1);
+                    let mut next = move || rng.next();
                     let mut live: Vec<(Handle, u64, usize)> = Vec::new();
                     for step in 0..20_000u64 {
                         let r = next();
