@@ -26,7 +26,8 @@
 //! - `class`: one size class, its zspages and lists (under the class lock);
 //! - `pool`: configuration, modes, the object API and the lock order;
 //! - `compact`: the three compaction algorithms and the automatic policy;
-//! - `stats`, `check`: counters, the debugfs-style table, the invariant walk.
+//! - `stats`, `check`: counters, the debugfs-style table, the invariant walk;
+//! - `zpool_impl`: the pool behind the shared [`zpool::ZPool`] trait.
 //!
 //! Pages come from [`pages::PageSource`], the only place that maps memory.
 
@@ -41,6 +42,7 @@ mod handle;
 mod pool;
 mod segvec;
 mod stats;
+mod zpool_impl;
 mod zspage;
 
 pub use compact::{AutoCompact, CompactResult, CompactionAlgo};

@@ -1,0 +1,252 @@
+//! One allocator trait for compressed objects.
+//!
+//! The kernel once put zsmalloc, zbud and z3fold behind one `zpool` driver so
+//! that zswap could choose one by name. [`ZPool`] is that driver's shape in
+//! Rust: `malloc`, `free`, `write`, a read that is begun and ended, total
+//! pages, compaction where the allocator has it, counters and a name. The zram
+//! store, `zmem replay`, `zmem serve` and `zmem exp latency` see allocators
+//! only through it.
+//!
+//! This crate owns the trait, the handle and error types every allocator
+//! shares, and [`ObjectRead`], the guard that ends a read. It implements no
+//! allocator and maps no memory.
+
+#![warn(missing_docs)]
+
+use std::fmt;
+use std::num::NonZeroU64;
+use std::ops::Deref;
+use std::ptr::NonNull;
+
+use serde::Serialize;
+
+/// An allocator's name for one object. Opaque: each allocator encodes its own
+/// location in it and must reject handles it did not issue (and, as far as it
+/// can tell, handles of freed objects) with an error, never a crash.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ZHandle(NonZeroU64);
+
+impl ZHandle {
+    /// The handle of a raw value, or `None` for 0 (never a handle).
+    pub const fn from_raw(raw: u64) -> Option<ZHandle> {
+        match NonZeroU64::new(raw) {
+            Some(v) => Some(ZHandle(v)),
+            None => None,
+        }
+    }
+
+    /// The raw value (never 0).
+    pub const fn to_raw(self) -> u64 {
+        self.0.get()
+    }
+}
+
+impl fmt::Debug for ZHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ZHandle({:#x})", self.0)
+    }
+}
+
+/// Why an allocator call failed. Every failure leaves the allocator and every
+/// other object as they were.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ZPoolError {
+    /// `malloc(0)`.
+    ZeroSize,
+    /// `malloc` of more than the largest object.
+    TooLarge {
+        /// Requested bytes.
+        len: usize,
+        /// Largest allowed.
+        max: usize,
+    },
+    /// No memory: the OS refused, a limit was reached, or a table is full.
+    OutOfMemory(String),
+    /// A handle this allocator never issued, or one of a freed object.
+    InvalidHandle(&'static str),
+    /// A read or write longer than the object.
+    TooLong {
+        /// Bytes asked for.
+        len: usize,
+        /// Bytes the object holds.
+        capacity: usize,
+    },
+    /// The allocator cannot be made with these settings.
+    Config(String),
+}
+
+impl ZPoolError {
+    /// The kernel's errno for this failure (positive, Linux numbering).
+    pub fn errno(&self) -> i32 {
+        const ENOMEM: i32 = 12;
+        const EINVAL: i32 = 22;
+        const ENOSPC: i32 = 28;
+        match self {
+            ZPoolError::TooLarge { .. } => ENOSPC,
+            ZPoolError::OutOfMemory(_) => ENOMEM,
+            ZPoolError::ZeroSize
+            | ZPoolError::InvalidHandle(_)
+            | ZPoolError::TooLong { .. }
+            | ZPoolError::Config(_) => EINVAL,
+        }
+    }
+}
+
+impl fmt::Display for ZPoolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ZPoolError::ZeroSize => f.write_str("cannot allocate 0 bytes"),
+            ZPoolError::TooLarge { len, max } => {
+                write!(
+                    f,
+                    "{len} bytes is more than the largest object, {max} bytes"
+                )
+            }
+            ZPoolError::OutOfMemory(why) => write!(f, "out of memory: {why}"),
+            ZPoolError::InvalidHandle(why) => write!(f, "invalid handle: {why}"),
+            ZPoolError::TooLong { len, capacity } => {
+                write!(f, "{len} bytes do not fit in an object of {capacity} bytes")
+            }
+            ZPoolError::Config(why) => write!(f, "invalid allocator settings: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ZPoolError {}
+
+/// Counters every allocator keeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ZPoolStats {
+    /// Pages (of [`ZPool::page_size`]) the allocator holds.
+    pub total_pages: u64,
+    /// Live objects.
+    pub objects: u64,
+    /// Pages freed by compaction since the allocator was made.
+    pub pages_compacted: u64,
+    /// Objects moved by compaction since the allocator was made.
+    pub objs_moved: u64,
+}
+
+/// What one compaction did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ZCompacted {
+    /// Pages given back.
+    pub pages_freed: u64,
+    /// Objects moved.
+    pub objs_moved: u64,
+}
+
+/// An allocator of compressed objects (the kernel's former `zpool_driver`).
+///
+/// All methods take `&self`: implementations are safe to share between
+/// threads, and calls on different objects never wait long on each other.
+pub trait ZPool: Send + Sync {
+    /// The allocator's name, as `--alloc` takes it (`"zsmalloc"`, `"zbud"`, ...).
+    fn name(&self) -> &'static str;
+
+    /// Bytes per page.
+    fn page_size(&self) -> usize;
+
+    /// The largest object `malloc` accepts.
+    fn max_object_size(&self) -> usize;
+
+    /// Objects of at least this many bytes take a page of their own (a store
+    /// keeps pages that compress to this size or more uncompressed). Equal to
+    /// `page_size` when the allocator has no such threshold.
+    fn huge_class_size(&self) -> usize {
+        self.page_size()
+    }
+
+    /// Allocates an object of `len` bytes (contents unspecified).
+    fn malloc(&self, len: usize) -> Result<ZHandle, ZPoolError>;
+
+    /// Frees an object. Waits for reads of it to end.
+    fn free(&self, handle: ZHandle) -> Result<(), ZPoolError>;
+
+    /// Writes `data` at the start of the object.
+    fn write(&self, handle: ZHandle, data: &[u8]) -> Result<(), ZPoolError>;
+
+    /// Begins a read of the object's first `len` bytes: until
+    /// [`ZPool::read_end`], the bytes stay where they are and unchanged (no
+    /// write, free or compaction moves them). Prefer [`ObjectRead::begin`],
+    /// which ends the read when dropped.
+    fn read_begin(&self, handle: ZHandle, len: usize) -> Result<NonNull<[u8]>, ZPoolError>;
+
+    /// Ends a read.
+    ///
+    /// # Safety
+    ///
+    /// A read of `handle` begun by this allocator's [`ZPool::read_begin`] must
+    /// be outstanding; each is ended exactly once, and its bytes are not used
+    /// afterwards.
+    unsafe fn read_end(&self, handle: ZHandle);
+
+    /// Pages held now.
+    fn total_pages(&self) -> usize;
+
+    /// Counters.
+    fn stats(&self) -> ZPoolStats;
+
+    /// Moves objects to give pages back, if the allocator can.
+    fn compact(&self) -> ZCompacted {
+        ZCompacted::default()
+    }
+
+    /// Pages [`ZPool::compact`] could give back now.
+    fn can_compact(&self) -> u64 {
+        0
+    }
+}
+
+/// A begun read that ends when dropped.
+pub struct ObjectRead<'a> {
+    pool: &'a dyn ZPool,
+    handle: ZHandle,
+    bytes: NonNull<[u8]>,
+}
+
+impl<'a> ObjectRead<'a> {
+    /// Begins a read of `handle`'s first `len` bytes.
+    pub fn begin(pool: &'a dyn ZPool, handle: ZHandle, len: usize) -> Result<Self, ZPoolError> {
+        let bytes = pool.read_begin(handle, len)?;
+        Ok(ObjectRead {
+            pool,
+            handle,
+            bytes,
+        })
+    }
+}
+
+impl Deref for ObjectRead<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `read_begin` promised these bytes stay valid and unchanged
+        // until `read_end`, which only `drop` calls, after the last borrow.
+        unsafe { self.bytes.as_ref() }
+    }
+}
+
+impl Drop for ObjectRead<'_> {
+    fn drop(&mut self) {
+        // SAFETY: this guard's read is outstanding and ended only here.
+        unsafe { self.pool.read_end(self.handle) }
+    }
+}
+
+impl fmt::Debug for ObjectRead<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectRead")
+            .field("allocator", &self.pool.name())
+            .field("handle", &self.handle)
+            .field("len", &self.bytes.len())
+            .finish()
+    }
+}
+
+/// Copies the first `buf.len()` bytes of an object into `buf`.
+pub fn read_into(pool: &dyn ZPool, handle: ZHandle, buf: &mut [u8]) -> Result<(), ZPoolError> {
+    let obj = ObjectRead::begin(pool, handle, buf.len())?;
+    buf.copy_from_slice(&obj);
+    Ok(())
+}

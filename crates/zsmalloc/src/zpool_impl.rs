@@ -1,0 +1,107 @@
+//! The pool behind the shared allocator trait ([`zpool::ZPool`]).
+//!
+//! A thin mapping of handles, errors and counters; it adds no state and takes
+//! no lock of its own.
+
+use std::ptr::NonNull;
+
+use zpool::{ZCompacted, ZHandle, ZPool, ZPoolError, ZPoolStats};
+
+use crate::handle::Handle;
+use crate::pool::{Pool, PoolError};
+
+impl From<PoolError> for ZPoolError {
+    fn from(e: PoolError) -> Self {
+        match e {
+            PoolError::ZeroSize => ZPoolError::ZeroSize,
+            PoolError::TooLarge { len, max } => ZPoolError::TooLarge { len, max },
+            PoolError::OutOfMemory(_) | PoolError::TableFull => {
+                ZPoolError::OutOfMemory(e.to_string())
+            }
+            PoolError::InvalidHandle => ZPoolError::InvalidHandle("not a handle of this pool"),
+            PoolError::FreedHandle => ZPoolError::InvalidHandle("the object was freed"),
+            PoolError::StaleHandle => {
+                ZPoolError::InvalidHandle("stale: its slot holds another object")
+            }
+            PoolError::TooLong { len, capacity } => ZPoolError::TooLong { len, capacity },
+            PoolError::Geometry(_) | PoolError::Pages(_) => ZPoolError::Config(e.to_string()),
+        }
+    }
+}
+
+fn handle(h: ZHandle) -> Result<Handle, ZPoolError> {
+    Handle::from_raw(h.to_raw()).ok_or(ZPoolError::InvalidHandle("not a handle of this pool"))
+}
+
+fn zhandle(h: Handle) -> ZHandle {
+    // A zsmalloc handle is never 0 (its slot field is slot + 1).
+    ZHandle::from_raw(h.to_raw()).expect("zsmalloc handles are nonzero")
+}
+
+impl ZPool for Pool {
+    fn name(&self) -> &'static str {
+        "zsmalloc"
+    }
+
+    fn page_size(&self) -> usize {
+        Pool::page_size(self)
+    }
+
+    fn max_object_size(&self) -> usize {
+        Pool::page_size(self)
+    }
+
+    fn huge_class_size(&self) -> usize {
+        Pool::huge_class_size(self)
+    }
+
+    fn malloc(&self, len: usize) -> Result<ZHandle, ZPoolError> {
+        Ok(zhandle(Pool::malloc(self, len)?))
+    }
+
+    fn free(&self, h: ZHandle) -> Result<(), ZPoolError> {
+        Ok(Pool::free(self, handle(h)?)?)
+    }
+
+    fn write(&self, h: ZHandle, data: &[u8]) -> Result<(), ZPoolError> {
+        Ok(Pool::write(self, handle(h)?, data)?)
+    }
+
+    fn read_begin(&self, h: ZHandle, len: usize) -> Result<NonNull<[u8]>, ZPoolError> {
+        Ok(Pool::read(self, handle(h)?, len)?.into_raw())
+    }
+
+    unsafe fn read_end(&self, h: ZHandle) {
+        if let Ok(h) = handle(h) {
+            // SAFETY: the caller has an outstanding read of `h`, begun by
+            // `read_begin`, which kept the guard's hold with `into_raw`.
+            unsafe { self.release_read(h) }
+        }
+    }
+
+    fn total_pages(&self) -> usize {
+        Pool::total_pages(self)
+    }
+
+    fn stats(&self) -> ZPoolStats {
+        let s = Pool::stats(self);
+        ZPoolStats {
+            total_pages: s.total_pages,
+            objects: s.objs_used,
+            pages_compacted: s.pages_compacted,
+            objs_moved: s.objs_moved,
+        }
+    }
+
+    fn compact(&self) -> ZCompacted {
+        let r = Pool::compact(self);
+        ZCompacted {
+            pages_freed: r.pages_freed,
+            objs_moved: r.objs_moved,
+        }
+    }
+
+    fn can_compact(&self) -> u64 {
+        Pool::can_compact(self)
+    }
+}
