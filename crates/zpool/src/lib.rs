@@ -196,6 +196,12 @@ pub trait ZPool: Send + Sync {
     fn can_compact(&self) -> u64 {
         0
     }
+
+    /// A per-class table in the style of the kernel's debugfs `classes`
+    /// file, for allocators that have size classes.
+    fn format_classes(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A begun read that ends when dropped.

@@ -104,4 +104,8 @@ impl ZPool for Pool {
     fn can_compact(&self) -> u64 {
         Pool::can_compact(self)
     }
+
+    fn format_classes(&self) -> Option<String> {
+        Some(Pool::format_classes(self))
+    }
 }
