@@ -1,0 +1,102 @@
+//! The store's error type.
+
+use std::fmt;
+
+use zpool::ZPoolError;
+
+/// Why a store call failed. A failed call changes no page and no counter
+/// other than `failed_reads` / `failed_writes`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreError {
+    /// A page index past the end of the disk.
+    OutOfRange {
+        /// The first index asked for that is out of range.
+        index: u64,
+        /// Pages on the disk.
+        pages: u64,
+    },
+    /// A buffer that is not exactly one page.
+    BadLength {
+        /// The buffer's length.
+        len: usize,
+        /// The page size.
+        page_size: usize,
+    },
+    /// The write would take the allocator past the memory limit.
+    MemLimit {
+        /// Pages the allocator would hold.
+        used_pages: u64,
+        /// The limit, in pages.
+        limit_pages: u64,
+    },
+    /// The allocator refused.
+    Alloc(ZPoolError),
+    /// The compressor failed.
+    Compress(zcomp::Error),
+    /// A stored page did not decompress (a bug or memory corruption).
+    Corrupt {
+        /// The page.
+        index: u64,
+        /// The decompressor's complaint.
+        reason: String,
+    },
+    /// The store cannot be made with these settings.
+    Config(String),
+}
+
+impl StoreError {
+    /// The errno a block device would report (positive, Linux numbering).
+    pub fn errno(&self) -> i32 {
+        const EIO: i32 = 5;
+        const ENOMEM: i32 = 12;
+        const EINVAL: i32 = 22;
+        const ENOSPC: i32 = 28;
+        match self {
+            StoreError::OutOfRange { .. } => ENOSPC,
+            StoreError::BadLength { .. } | StoreError::Config(_) => EINVAL,
+            StoreError::MemLimit { .. } => ENOMEM,
+            StoreError::Alloc(e) => e.errno(),
+            StoreError::Compress(_) | StoreError::Corrupt { .. } => EIO,
+        }
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::OutOfRange { index, pages } => {
+                write!(f, "page {index} is past the end of a {pages}-page disk")
+            }
+            StoreError::BadLength { len, page_size } => {
+                write!(f, "a buffer of {len} bytes is not one {page_size}-byte page")
+            }
+            StoreError::MemLimit {
+                used_pages,
+                limit_pages,
+            } => write!(
+                f,
+                "memory limit reached: the write needs {used_pages} pages, the limit is {limit_pages}"
+            ),
+            StoreError::Alloc(e) => write!(f, "allocator: {e}"),
+            StoreError::Compress(e) => write!(f, "compressor: {e}"),
+            StoreError::Corrupt { index, reason } => {
+                write!(f, "page {index} does not decompress: {reason}")
+            }
+            StoreError::Config(why) => write!(f, "invalid store settings: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<ZPoolError> for StoreError {
+    fn from(e: ZPoolError) -> Self {
+        StoreError::Alloc(e)
+    }
+}
+
+impl From<zcomp::Error> for StoreError {
+    fn from(e: zcomp::Error) -> Self {
+        StoreError::Compress(e)
+    }
+}

@@ -1,0 +1,42 @@
+//! A zram-style compressed block store in user space.
+//!
+//! A [`Store`] is a disk of N pages. Each page written is compressed and kept
+//! in an allocator (any [`zpool::ZPool`]: zsmalloc by default), as the
+//! kernel's zram keeps it: pages of one repeated word take no allocator
+//! memory, pages that compress badly are kept raw, and the statistics are the
+//! kernel's, printed in its exact format.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use zram::Store;
+//!
+//! let pool = Arc::new(zsmalloc::Pool::new(zsmalloc::PoolConfig::kernel_compat()).unwrap());
+//! let store = Store::new(pool, zcomp::Compressor::parse("lz4", "").unwrap(), 256).unwrap();
+//! let mut page = vec![0u8; 4096];
+//! page[..11].copy_from_slice(b"hello, zram");
+//! store.write_page(3, &page).unwrap();
+//! let mut back = vec![0u8; 4096];
+//! store.read_page(3, &mut back).unwrap();
+//! assert_eq!(back, page);
+//! println!("{}", store.mm_stat());
+//! ```
+//!
+//! Modules:
+//! - `slot`: the 16-byte slot, its bit layout and lock;
+//! - `streams`: per-thread compression contexts;
+//! - [`stats`]: counters and the `mm_stat` / `io_stat` / `debug_stat` files;
+//! - [`store`]: the write, read, discard and control paths, and the lock
+//!   order;
+//! - [`mod@error`]: the [`StoreError`] type.
+
+#![warn(missing_docs)]
+
+pub mod error;
+mod slot;
+pub mod stats;
+pub mod store;
+mod streams;
+
+pub use error::StoreError;
+pub use stats::{DebugStat, IoStat, MmStat};
+pub use store::{same_filled, IdleCutoff, SlotInfo, SlotState, Store};

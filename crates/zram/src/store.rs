@@ -1,0 +1,554 @@
+//! The store: a disk of pages over an allocator and a compressor.
+//!
+//! # Paths (as the kernel's zram_drv.c)
+//! - **write**: a page that is one repeated 8-byte word is kept in its slot
+//!   (SAME, no allocator memory). Otherwise it is compressed with this
+//!   thread's stream; if the result reaches `huge_class_size` the raw page is
+//!   stored instead (HUGE). The object is allocated, the memory limit checked
+//!   (over it: the object is freed and the write fails, the old page stays),
+//!   and written; only then is the slot locked and its old contents swapped
+//!   out, to be freed after the unlock.
+//! - **read**: under the slot lock: empty slots read as zeros, SAME slots as
+//!   their word, HUGE slots are copied, others decompressed straight from the
+//!   allocator's memory.
+//! - **discard / write-zeroes**: each page's slot is emptied and
+//!   `notify_free` counted.
+//!
+//! # Locks, in the order they are taken
+//! 1. `dev` (read by every I/O call, written by `reset`);
+//! 2. one slot lock (never two at once);
+//! 3. a compression stream;
+//! 4. the allocator's own locks (behind [`ZPool`]).
+//!
+//! The write path takes a stream and the allocator before the slot lock,
+//! never while holding it; the read path takes them inside it. Neither holds
+//! a stream while waiting for a slot, so the order has no cycle.
+//!
+//! This module owns the slot table and the counters; it reaches memory only
+//! through the [`ZPool`] it was given.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use zcomp::Compressor;
+use zpool::{ObjectRead, ZCompacted, ZPool};
+
+use crate::error::StoreError;
+use crate::slot::{self, Contents, Layout, Slot};
+use crate::stats::{Counters, DebugStat, IoStat, MmStat};
+use crate::streams::Streams;
+
+/// What one slot holds, for inspection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum SlotState {
+    /// Never written, or discarded: reads as zeros.
+    Empty,
+    /// One repeated 8-byte word (native byte order).
+    Same(u64),
+    /// A compressed object of this many bytes.
+    Compressed(usize),
+    /// The page stored uncompressed.
+    Huge,
+}
+
+/// A slot's state and flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SlotInfo {
+    /// What it holds.
+    pub state: SlotState,
+    /// Not accessed since the last idle marking.
+    pub idle: bool,
+    /// Seconds since the store was made, at the last access.
+    pub ac_time: u32,
+}
+
+/// Which slots [`Store::mark_idle`] marks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleCutoff {
+    /// Every allocated slot (`echo all > idle`).
+    All,
+    /// Slots not accessed for at least this long (`echo N > idle`); the
+    /// others lose their mark.
+    OlderThan(Duration),
+}
+
+/// A zram-style compressed block store.
+pub struct Store {
+    pool: Arc<dyn ZPool>,
+    streams: Streams,
+    slots: Box<[Slot]>,
+    layout: Layout,
+    page_size: usize,
+    huge_class_size: usize,
+    limit_pages: AtomicU64,
+    counters: Counters,
+    born: Instant,
+    /// The allocator's (pages_compacted, objs_moved) at the last reset: the
+    /// kernel makes a new pool on reset, so its counters start again at 0.
+    pool_base: [AtomicU64; 2],
+    /// Excludes `reset` from every other call.
+    dev: RwLock<()>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("allocator", &self.pool.name())
+            .field("compressor", &self.streams.compressor())
+            .field("pages", &self.slots.len())
+            .field("page_size", &self.page_size)
+            .finish()
+    }
+}
+
+/// The fill word if `page` is one 8-byte word repeated: the kernel's
+/// `page_same_filled`, which checks the last word against the first before
+/// the rest.
+pub fn same_filled(page: &[u8]) -> Option<u64> {
+    let word = |i: usize| u64::from_ne_bytes(page[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+    let n = page.len() / 8;
+    if n == 0 || page.len() % 8 != 0 {
+        return None;
+    }
+    let first = word(0);
+    if word(n - 1) != first {
+        return None;
+    }
+    page.chunks_exact(8)
+        .all(|w| u64::from_ne_bytes(w.try_into().unwrap_or([0; 8])) == first)
+        .then_some(first)
+}
+
+fn fill_word(buf: &mut [u8], word: u64) {
+    let bytes = word.to_ne_bytes();
+    for chunk in buf.chunks_exact_mut(8) {
+        chunk.copy_from_slice(&bytes);
+    }
+}
+
+fn zeroed_slots(n: usize) -> Result<Box<[Slot]>, StoreError> {
+    if n == 0 {
+        return Ok(Box::new([]));
+    }
+    let layout = std::alloc::Layout::array::<Slot>(n)
+        .map_err(|_| StoreError::Config(format!("{n} pages is too many")))?;
+    // SAFETY: `layout` has a nonzero size (n > 0 and a Slot is 16 bytes).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Slot>();
+    if ptr.is_null() {
+        return Err(StoreError::Config(format!(
+            "cannot allocate the slot table for {n} pages"
+        )));
+    }
+    // SAFETY: `ptr` is a fresh allocation of `n` Slots made with the global
+    // allocator and this exact layout, so a Box may own it; a Slot is only
+    // atomics, for which all-zero bytes are a valid (empty, unlocked) value.
+    // A large table comes from calloc's mmap, so untouched slots cost no RSS.
+    Ok(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)) })
+}
+
+impl Store {
+    /// A store of `disk_pages` pages of the allocator's page size.
+    pub fn new(
+        pool: Arc<dyn ZPool>,
+        compressor: Compressor,
+        disk_pages: u64,
+    ) -> Result<Store, StoreError> {
+        let page_size = pool.page_size();
+        if !page_size.is_power_of_two() || !(4096..=65536).contains(&page_size) {
+            return Err(StoreError::Config(format!(
+                "page size {page_size} is not a power of two from 4096 to 65536"
+            )));
+        }
+        if pool.max_object_size() < page_size {
+            return Err(StoreError::Config(format!(
+                "allocator {} cannot hold a whole {page_size}-byte page (its largest object is {} bytes)",
+                pool.name(),
+                pool.max_object_size()
+            )));
+        }
+        let n = usize::try_from(disk_pages)
+            .map_err(|_| StoreError::Config(format!("{disk_pages} pages is too many")))?;
+        Ok(Store {
+            huge_class_size: pool.huge_class_size().min(page_size),
+            streams: Streams::new(compressor),
+            slots: zeroed_slots(n)?,
+            layout: Layout::new(page_size),
+            page_size,
+            limit_pages: AtomicU64::new(0),
+            counters: Counters::default(),
+            born: Instant::now(),
+            pool_base: [AtomicU64::new(0), AtomicU64::new(0)],
+            dev: RwLock::new(()),
+            pool,
+        })
+    }
+
+    /// Bytes per page.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// Pages on the disk.
+    pub fn disk_pages(&self) -> u64 {
+        self.slots.len() as u64
+    }
+
+    /// Bytes on the disk.
+    pub fn disk_size(&self) -> u64 {
+        self.disk_pages() * self.page_size as u64
+    }
+
+    /// The allocator.
+    pub fn allocator(&self) -> &dyn ZPool {
+        &*self.pool
+    }
+
+    /// The compressor.
+    pub fn compressor(&self) -> &Compressor {
+        self.streams.compressor()
+    }
+
+    /// Compressed pages of at least this many bytes are stored raw.
+    pub fn huge_class_size(&self) -> usize {
+        self.huge_class_size
+    }
+
+    fn now(&self) -> u32 {
+        u32::try_from(self.born.elapsed().as_secs()).unwrap_or(u32::MAX)
+    }
+
+    fn io(&self) -> RwLockReadGuard<'_, ()> {
+        self.dev.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn check_range(&self, first: u64, count: u64) -> Result<(), StoreError> {
+        let pages = self.disk_pages();
+        match first.checked_add(count) {
+            Some(end) if end <= pages => Ok(()),
+            _ => Err(StoreError::OutOfRange {
+                index: first.max(pages),
+                pages,
+            }),
+        }
+    }
+
+    fn check_page(&self, index: u64, len: usize) -> Result<(), StoreError> {
+        self.check_range(index, 1)?;
+        if len != self.page_size {
+            return Err(StoreError::BadLength {
+                len,
+                page_size: self.page_size,
+            });
+        }
+        Ok(())
+    }
+
+    /// Stores one page at `index`.
+    pub fn write_page(&self, index: u64, page: &[u8]) -> Result<(), StoreError> {
+        self.check_page(index, page.len())?;
+        let _dev = self.io();
+        Counters::add(&self.counters.num_writes, 1);
+        let result = self.store(index, page);
+        if result.is_err() {
+            Counters::add(&self.counters.failed_writes, 1);
+        }
+        result
+    }
+
+    fn store(&self, index: u64, page: &[u8]) -> Result<(), StoreError> {
+        let c = &self.counters;
+        if let Some(word) = same_filled(page) {
+            Counters::add(&c.same_pages, 1);
+            Counters::add(&c.pages_stored, 1);
+            self.replace(
+                index,
+                Contents {
+                    handle: word,
+                    size: 0,
+                    flags: slot::SAME,
+                },
+            );
+            return Ok(());
+        }
+        let mut stream = self.streams.get()?;
+        let compressed = stream.context().compress_buffered(page)?;
+        let (bytes, flags) = if compressed.len() >= self.huge_class_size {
+            (page, slot::HUGE)
+        } else {
+            (compressed, 0)
+        };
+        let handle = self.pool.malloc(bytes.len())?;
+        let total = self.pool.total_pages() as u64;
+        let limit = self.limit_pages.load(Ordering::Relaxed);
+        if limit != 0 && total > limit {
+            self.pool.free(handle)?;
+            return Err(StoreError::MemLimit {
+                used_pages: total,
+                limit_pages: limit,
+            });
+        }
+        c.update_max(total);
+        if let Err(e) = self.pool.write(handle, bytes) {
+            self.pool.free(handle)?;
+            return Err(e.into());
+        }
+        let size = bytes.len();
+        drop(stream);
+        Counters::add(&c.compr_data_size, size as u64);
+        Counters::add(&c.pages_stored, 1);
+        if flags & slot::HUGE != 0 {
+            Counters::add(&c.huge_pages, 1);
+            Counters::add(&c.huge_pages_since, 1);
+        }
+        self.replace(
+            index,
+            Contents {
+                handle: handle.to_raw(),
+                size,
+                flags,
+            },
+        );
+        Ok(())
+    }
+
+    /// Puts `new` in the slot and frees what it held.
+    fn replace(&self, index: u64, new: Contents) {
+        let old = {
+            let mut guard = self.slots[index as usize].lock(self.layout);
+            let old = guard.contents();
+            guard.set(new);
+            guard.touch(self.now());
+            old
+        };
+        self.release(old);
+    }
+
+    /// Frees a slot's former contents and takes them out of the counters.
+    fn release(&self, old: Contents) {
+        let c = &self.counters;
+        if old.flags & slot::SAME != 0 {
+            Counters::sub(&c.same_pages, 1);
+            Counters::sub(&c.pages_stored, 1);
+        } else if let Some(handle) = zpool::ZHandle::from_raw(old.handle) {
+            // The handle came from this allocator and was in one slot only,
+            // so the free cannot fail; if it ever did, the object would only
+            // leak.
+            let freed = self.pool.free(handle);
+            debug_assert!(freed.is_ok(), "freeing a stored object: {freed:?}");
+            Counters::sub(&c.compr_data_size, old.size as u64);
+            Counters::sub(&c.pages_stored, 1);
+            if old.flags & slot::HUGE != 0 {
+                Counters::sub(&c.huge_pages, 1);
+            }
+        }
+    }
+
+    /// Reads the page at `index` into `buf` (one page long).
+    pub fn read_page(&self, index: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.check_page(index, buf.len())?;
+        let _dev = self.io();
+        Counters::add(&self.counters.num_reads, 1);
+        let result = self.load(index, buf);
+        if result.is_err() {
+            Counters::add(&self.counters.failed_reads, 1);
+        }
+        result
+    }
+
+    fn load(&self, index: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        let mut guard = self.slots[index as usize].lock(self.layout);
+        let c = guard.contents();
+        if c.flags & slot::SAME != 0 {
+            fill_word(buf, c.handle);
+        } else if let Some(handle) = zpool::ZHandle::from_raw(c.handle) {
+            let obj = ObjectRead::begin(&*self.pool, handle, c.size)?;
+            if c.flags & slot::HUGE != 0 {
+                buf.copy_from_slice(&obj);
+            } else {
+                let mut stream = self.streams.get()?;
+                stream
+                    .context()
+                    .decompress(&obj, buf)
+                    .map_err(|e| StoreError::Corrupt {
+                        index,
+                        reason: e.to_string(),
+                    })?;
+            }
+        } else {
+            buf.fill(0);
+        }
+        guard.touch(self.now());
+        Ok(())
+    }
+
+    /// Frees `count` pages from `first` (a discard or trim): they read as
+    /// zeros afterwards and hold no memory.
+    pub fn discard(&self, first: u64, count: u64) -> Result<(), StoreError> {
+        self.check_range(first, count)?;
+        let _dev = self.io();
+        for index in first..first + count {
+            self.replace(index, Contents::EMPTY);
+            Counters::add(&self.counters.notify_free, 1);
+        }
+        Ok(())
+    }
+
+    /// Zeroes `count` pages from `first`. As in zram this frees them: an
+    /// empty slot reads as zeros.
+    pub fn write_zeroes(&self, first: u64, count: u64) -> Result<(), StoreError> {
+        self.discard(first, count)
+    }
+
+    /// Frees every page and zeroes the counters and the memory limit (the
+    /// kernel's `reset`). Waits for calls in flight to end.
+    pub fn reset(&self) {
+        let _dev = self.dev.write().unwrap_or_else(|p| p.into_inner());
+        for slot in self.slots.iter() {
+            let old = {
+                let mut guard = slot.lock(self.layout);
+                let old = guard.contents();
+                guard.set(Contents::EMPTY);
+                old
+            };
+            self.release(old);
+        }
+        self.counters.clear();
+        self.limit_pages.store(0, Ordering::Relaxed);
+        let pool = self.pool.stats();
+        self.pool_base[0].store(pool.pages_compacted, Ordering::Relaxed);
+        self.pool_base[1].store(pool.objs_moved, Ordering::Relaxed);
+    }
+
+    /// Compacts the allocator (`echo 1 > compact`).
+    pub fn compact(&self) -> ZCompacted {
+        let _dev = self.io();
+        self.pool.compact()
+    }
+
+    /// Sets the memory limit in bytes, rounded up to whole pages; 0 removes
+    /// it. Pages already stored stay; later writes that would pass it fail.
+    pub fn set_mem_limit(&self, bytes: u64) {
+        let pages = bytes.div_ceil(self.page_size as u64);
+        self.limit_pages.store(pages, Ordering::Relaxed);
+    }
+
+    /// The memory limit in bytes (0: none).
+    pub fn mem_limit(&self) -> u64 {
+        self.limit_pages.load(Ordering::Relaxed) * self.page_size as u64
+    }
+
+    /// Resets `mem_used_max` to the memory used now (`echo 0 >
+    /// mem_used_max`).
+    pub fn reset_mem_used_max(&self) {
+        let now = self.pool.total_pages() as u64;
+        self.counters.max_used_pages.store(now, Ordering::Relaxed);
+    }
+
+    /// Marks slots idle (`echo all > idle` or `echo N > idle`). Same-filled
+    /// and empty slots are never marked. Returns the slots marked.
+    pub fn mark_idle(&self, cutoff: IdleCutoff) -> u64 {
+        let _dev = self.io();
+        let now = self.now();
+        let mut marked = 0;
+        for slot in self.slots.iter() {
+            let mut guard = slot.lock(self.layout);
+            let c = guard.contents();
+            if !c.has_object() {
+                continue;
+            }
+            let idle = match cutoff {
+                IdleCutoff::All => true,
+                IdleCutoff::OlderThan(age) => {
+                    let age = u32::try_from(age.as_secs()).unwrap_or(u32::MAX);
+                    now.saturating_sub(slot.ac_time()) >= age
+                }
+            };
+            if idle {
+                guard.update_flags(slot::IDLE, 0);
+                marked += 1;
+            } else {
+                guard.update_flags(0, slot::IDLE);
+            }
+        }
+        marked
+    }
+
+    /// What the slot at `index` holds.
+    pub fn slot_info(&self, index: u64) -> Result<SlotInfo, StoreError> {
+        self.check_range(index, 1)?;
+        let slot = &self.slots[index as usize];
+        let guard = slot.lock(self.layout);
+        let c = guard.contents();
+        let state = if c.flags & slot::SAME != 0 {
+            SlotState::Same(c.handle)
+        } else if c.handle == 0 {
+            SlotState::Empty
+        } else if c.flags & slot::HUGE != 0 {
+            SlotState::Huge
+        } else {
+            SlotState::Compressed(c.size)
+        };
+        Ok(SlotInfo {
+            state,
+            idle: c.flags & slot::IDLE != 0,
+            ac_time: slot.ac_time(),
+        })
+    }
+
+    /// `mm_stat` now.
+    pub fn mm_stat(&self) -> MmStat {
+        let c = &self.counters;
+        let page = self.page_size as u64;
+        let pool = self.pool.stats();
+        MmStat {
+            orig_data_size: Counters::get(&c.pages_stored) * page,
+            compr_data_size: Counters::get(&c.compr_data_size),
+            mem_used_total: self.pool.total_pages() as u64 * page,
+            mem_limit: self.mem_limit(),
+            mem_used_max: Counters::get(&c.max_used_pages) * page,
+            same_pages: Counters::get(&c.same_pages),
+            pages_compacted: pool
+                .pages_compacted
+                .saturating_sub(self.pool_base[0].load(Ordering::Relaxed)),
+            huge_pages: Counters::get(&c.huge_pages),
+            huge_pages_since: Counters::get(&c.huge_pages_since),
+            objs_moved: pool
+                .objs_moved
+                .saturating_sub(self.pool_base[1].load(Ordering::Relaxed)),
+        }
+    }
+
+    /// `io_stat` now.
+    pub fn io_stat(&self) -> IoStat {
+        let c = &self.counters;
+        IoStat {
+            failed_reads: Counters::get(&c.failed_reads),
+            failed_writes: Counters::get(&c.failed_writes),
+            notify_free: Counters::get(&c.notify_free),
+        }
+    }
+
+    /// `debug_stat` now.
+    pub fn debug_stat(&self) -> DebugStat {
+        DebugStat {
+            miss_free: Counters::get(&self.counters.miss_free),
+        }
+    }
+
+    /// Page reads and writes served since the last reset.
+    pub fn io_counts(&self) -> (u64, u64) {
+        (
+            Counters::get(&self.counters.num_reads),
+            Counters::get(&self.counters.num_writes),
+        )
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // Give the allocator's memory back even if it outlives the store.
+        self.reset();
+    }
+}

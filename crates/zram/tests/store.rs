@@ -1,0 +1,409 @@
+//! The store against a model of the disk, under threads, at its limits.
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use zpool::ZPool;
+use zram::{IdleCutoff, SlotState, Store, StoreError};
+use zsmalloc::{Mode, Pool, PoolConfig};
+
+/// Deterministic page contents: `kind` picks same-filled, zero, compressible,
+/// half-random or random (incompressible) pages.
+fn page(page_size: usize, kind: u8, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    match kind % 5 {
+        0 => vec![(seed % 251) as u8; page_size],
+        1 => vec![0; page_size],
+        2 => (0..page_size)
+            .map(|i| b"zram stores pages "[(i + seed as usize) % 18])
+            .collect(),
+        3 => {
+            let k = (next() % page_size as u64) as usize;
+            let mut p: Vec<u8> = (0..page_size).map(|_| next() as u8).collect();
+            p[k..].fill(0);
+            p
+        }
+        _ => (0..page_size).map(|_| next() as u8).collect(),
+    }
+}
+
+fn pool(mode: Mode, page_size: usize) -> Arc<dyn ZPool> {
+    let config = match mode {
+        Mode::KernelCompat => PoolConfig {
+            geometry: zsmalloc::GeometryConfig {
+                page_size: page_size as u32,
+                ..PoolConfig::kernel_compat().geometry
+            },
+            ..PoolConfig::kernel_compat()
+        },
+        Mode::Default => PoolConfig::default_mode(page_size as u32),
+    };
+    Arc::new(Pool::new(config).expect("pool"))
+}
+
+fn store(mode: Mode, page_size: usize, pages: u64, comp: &str) -> Store {
+    Store::new(
+        pool(mode, page_size),
+        zcomp::Compressor::parse(comp, "").expect("compressor"),
+        pages,
+    )
+    .expect("store")
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Write { index: u64, kind: u8, seed: u64 },
+    Discard { first: u64, count: u64 },
+    Zeroes { first: u64, count: u64 },
+    Compact,
+    Reset,
+    Read { index: u64 },
+}
+
+fn op(pages: u64) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => (0..pages, any::<u8>(), any::<u64>()).prop_map(|(index, kind, seed)| Op::Write { index, kind, seed }),
+        2 => (0..pages, 0..8u64).prop_map(move |(first, count)| Op::Discard { first, count: count.min(pages - first) }),
+        1 => (0..pages, 0..8u64).prop_map(move |(first, count)| Op::Zeroes { first, count: count.min(pages - first) }),
+        1 => Just(Op::Compact),
+        1 => Just(Op::Reset),
+        3 => (0..pages).prop_map(|index| Op::Read { index }),
+    ]
+}
+
+/// Checks every page and the counters that follow from the model.
+fn check(store: &Store, model: &[Option<Vec<u8>>]) {
+    let ps = store.page_size();
+    let mut buf = vec![0u8; ps];
+    let (mut stored, mut same, mut huge) = (0u64, 0u64, 0u64);
+    for (i, want) in model.iter().enumerate() {
+        store.read_page(i as u64, &mut buf).expect("read");
+        match want {
+            Some(p) => {
+                assert_eq!(&buf, p, "page {i}");
+                stored += 1;
+            }
+            None => assert!(buf.iter().all(|&b| b == 0), "page {i} should be zeros"),
+        }
+        match store.slot_info(i as u64).expect("slot").state {
+            SlotState::Same(_) => same += 1,
+            SlotState::Huge => huge += 1,
+            _ => {}
+        }
+    }
+    let mm = store.mm_stat();
+    assert_eq!(mm.orig_data_size, stored * ps as u64);
+    assert_eq!(mm.same_pages, same);
+    assert_eq!(mm.huge_pages, huge);
+    assert!(mm.mem_used_total >= mm.compr_data_size);
+    assert!(mm.mem_used_max >= mm.mem_used_total);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn store_matches_a_model_disk(
+        kernel in any::<bool>(),
+        ps_shift in prop_oneof![Just(12u32), Just(14), Just(16)],
+        comp in prop_oneof![Just("lz4"), Just("zstd"), Just("lz4hc"), Just("deflate")],
+        ops in prop::collection::vec(op(24), 1..80),
+    ) {
+        let ps = 1usize << ps_shift;
+        let mode = if kernel { Mode::KernelCompat } else { Mode::Default };
+        let store = store(mode, ps, 24, comp);
+        let mut model: Vec<Option<Vec<u8>>> = vec![None; 24];
+        let mut buf = vec![0u8; ps];
+        for op in ops {
+            match op {
+                Op::Write { index, kind, seed } => {
+                    let p = page(ps, kind, seed);
+                    store.write_page(index, &p).expect("write");
+                    model[index as usize] = Some(p);
+                }
+                Op::Discard { first, count } => {
+                    store.discard(first, count).expect("discard");
+                    model[first as usize..(first + count) as usize].fill(None);
+                }
+                Op::Zeroes { first, count } => {
+                    store.write_zeroes(first, count).expect("zeroes");
+                    model[first as usize..(first + count) as usize].fill(None);
+                }
+                Op::Compact => {
+                    store.compact();
+                    prop_assert_eq!(store.allocator().can_compact(), 0);
+                }
+                Op::Reset => {
+                    store.reset();
+                    model.fill(None);
+                    prop_assert_eq!(store.mm_stat().mem_used_total, 0);
+                }
+                Op::Read { index } => {
+                    store.read_page(index, &mut buf).expect("read");
+                    match &model[index as usize] {
+                        Some(p) => prop_assert_eq!(&buf, p),
+                        None => prop_assert!(buf.iter().all(|&b| b == 0)),
+                    }
+                }
+            }
+        }
+        check(&store, &model);
+        store.reset();
+        prop_assert_eq!(store.mm_stat(), zram::MmStat::default());
+        prop_assert_eq!(store.allocator().total_pages(), 0);
+    }
+}
+
+#[test]
+fn same_filled_and_huge_pages_use_the_kernels_rules() {
+    let s = store(Mode::KernelCompat, 4096, 8, "lz4");
+    s.write_page(0, &vec![0xAB; 4096]).unwrap();
+    assert_eq!(
+        s.slot_info(0).unwrap().state,
+        SlotState::Same(u64::from_ne_bytes([0xAB; 8]))
+    );
+    // A repeated 8-byte word that is not one repeated byte is same-filled too.
+    let word: Vec<u8> = (0..4096).map(|i| (i % 8) as u8).collect();
+    s.write_page(1, &word).unwrap();
+    assert!(matches!(s.slot_info(1).unwrap().state, SlotState::Same(_)));
+    s.write_page(2, &page(4096, 4, 9)).unwrap();
+    assert_eq!(s.slot_info(2).unwrap().state, SlotState::Huge);
+    let text = page(4096, 2, 1);
+    s.write_page(3, &text).unwrap();
+    let lz4 = zcomp::Compressor::parse("lz4", "")
+        .unwrap()
+        .context()
+        .unwrap()
+        .compress_buffered(&text)
+        .unwrap()
+        .len();
+    assert_eq!(s.slot_info(3).unwrap().state, SlotState::Compressed(lz4));
+    let mm = s.mm_stat();
+    assert_eq!(mm.orig_data_size, 4 * 4096);
+    assert_eq!(mm.compr_data_size, 4096 + lz4 as u64);
+    assert_eq!(
+        (mm.same_pages, mm.huge_pages, mm.huge_pages_since),
+        (2, 1, 1)
+    );
+    // Overwriting the huge page with a small one keeps huge_pages_since.
+    s.write_page(2, &text).unwrap();
+    let mm = s.mm_stat();
+    assert_eq!((mm.huge_pages, mm.huge_pages_since), (0, 1));
+    assert_eq!(mm.compr_data_size, 2 * lz4 as u64);
+}
+
+#[test]
+fn kernel_compat_page_counts_follow_the_classes() {
+    // Pages compressing to k random bytes then zeros; with kernel-compat
+    // geometry the pool's pages are exactly what the class table predicts.
+    let s = store(Mode::KernelCompat, 4096, 64, "lz4");
+    for i in 0..64 {
+        s.write_page(i, &page(4096, 3, i + 100)).unwrap();
+    }
+    let mm = s.mm_stat();
+    let pool_pages = s.allocator().stats().total_pages;
+    assert_eq!(mm.mem_used_total, pool_pages * 4096);
+    assert_eq!(mm.mem_used_max, mm.mem_used_total);
+    s.discard(0, 64).unwrap();
+    let mm = s.mm_stat();
+    assert_eq!((mm.orig_data_size, mm.compr_data_size), (0, 0));
+    assert_eq!(mm.mem_used_total, 0);
+    assert_eq!(s.io_stat().notify_free, 64);
+}
+
+#[test]
+fn bad_input_is_refused_and_changes_nothing() {
+    let s = store(Mode::Default, 4096, 4, "lz4");
+    let p = page(4096, 2, 5);
+    s.write_page(0, &p).unwrap();
+    let before = s.mm_stat();
+    assert!(matches!(
+        s.write_page(4, &p),
+        Err(StoreError::OutOfRange { index: 4, pages: 4 })
+    ));
+    assert!(matches!(
+        s.write_page(u64::MAX, &p),
+        Err(StoreError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        s.write_page(1, &p[..100]),
+        Err(StoreError::BadLength { len: 100, .. })
+    ));
+    let mut small = vec![0u8; 512];
+    assert!(matches!(
+        s.read_page(0, &mut small),
+        Err(StoreError::BadLength { .. })
+    ));
+    assert!(matches!(
+        s.discard(3, 2),
+        Err(StoreError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        s.discard(u64::MAX, 2),
+        Err(StoreError::OutOfRange { .. })
+    ));
+    assert_eq!(s.mm_stat(), before);
+    let mut back = vec![0u8; 4096];
+    s.read_page(0, &mut back).unwrap();
+    assert_eq!(back, p);
+    assert!(Store::new(
+        pool(Mode::Default, 4096),
+        zcomp::Compressor::parse("lz4", "").unwrap(),
+        u64::MAX
+    )
+    .is_err());
+}
+
+#[test]
+fn mem_limit_fails_the_write_and_keeps_the_old_page() {
+    let s = store(Mode::KernelCompat, 4096, 64, "lz4");
+    s.set_mem_limit(8 * 4096);
+    assert_eq!(s.mem_limit(), 8 * 4096);
+    let mut written = Vec::new();
+    let mut refused = None;
+    for i in 0..64 {
+        let p = page(4096, 4, i);
+        match s.write_page(i, &p) {
+            Ok(()) => written.push(p),
+            Err(e) => {
+                assert!(
+                    matches!(e, StoreError::MemLimit { limit_pages: 8, .. }),
+                    "{e}"
+                );
+                refused = Some(i);
+                break;
+            }
+        }
+    }
+    let refused = refused.expect("the limit must stop the writes");
+    let mm = s.mm_stat();
+    assert!(mm.mem_used_total <= 8 * 4096);
+    assert_eq!(s.io_stat().failed_writes, 1);
+    // Overwriting a stored page past the limit keeps its old contents.
+    assert!(s.write_page(0, &page(4096, 4, 999)).is_err());
+    let mut back = vec![0u8; 4096];
+    for (i, p) in written.iter().enumerate() {
+        s.read_page(i as u64, &mut back).unwrap();
+        assert_eq!(&back, p);
+    }
+    s.read_page(refused, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 0));
+    // Same-filled pages take no memory, so they still go in.
+    s.write_page(refused, &vec![7; 4096]).unwrap();
+    s.set_mem_limit(0);
+    s.write_page(refused + 1, &page(4096, 4, 1)).unwrap();
+    assert_eq!(s.mm_stat().mem_limit, 0);
+}
+
+#[test]
+fn mem_used_max_follows_the_peak_and_resets_to_now() {
+    let s = store(Mode::KernelCompat, 4096, 32, "lz4");
+    for i in 0..32 {
+        s.write_page(i, &page(4096, 4, i)).unwrap();
+    }
+    let peak = s.mm_stat().mem_used_max;
+    assert_eq!(peak, 32 * 4096);
+    s.discard(0, 16).unwrap();
+    assert_eq!(s.mm_stat().mem_used_max, peak);
+    s.reset_mem_used_max();
+    let mm = s.mm_stat();
+    assert_eq!(mm.mem_used_max, mm.mem_used_total);
+    assert!(mm.mem_used_max < peak);
+}
+
+#[test]
+fn idle_marking_skips_same_pages_and_clears_on_access() {
+    let s = store(Mode::Default, 4096, 4, "lz4");
+    s.write_page(0, &page(4096, 2, 1)).unwrap();
+    s.write_page(1, &vec![0; 4096]).unwrap();
+    assert_eq!(s.mark_idle(IdleCutoff::All), 1);
+    assert!(s.slot_info(0).unwrap().idle);
+    assert!(!s.slot_info(1).unwrap().idle);
+    let mut b = vec![0u8; 4096];
+    s.read_page(0, &mut b).unwrap();
+    assert!(!s.slot_info(0).unwrap().idle);
+    assert_eq!(
+        s.mark_idle(IdleCutoff::OlderThan(std::time::Duration::from_secs(3600))),
+        0
+    );
+    assert_eq!(
+        s.mark_idle(IdleCutoff::OlderThan(std::time::Duration::ZERO)),
+        1
+    );
+}
+
+#[test]
+fn four_threads_on_their_own_and_shared_pages() {
+    for mode in [Mode::KernelCompat, Mode::Default] {
+        let s = store(mode, 4096, 512, "lz4");
+        std::thread::scope(|scope| {
+            for t in 0..4u64 {
+                let s = &s;
+                scope.spawn(move || {
+                    let mut back = vec![0u8; 4096];
+                    // Own pages: t, t+4, ... ; checked exactly.
+                    for round in 0..6u64 {
+                        for i in (t..512).step_by(4) {
+                            let p = page(4096, (i + round) as u8, i * 7 + round);
+                            s.write_page(i, &p).unwrap();
+                            s.read_page(i, &mut back).unwrap();
+                            assert_eq!(back, p);
+                            if (i + round) % 11 == 0 {
+                                s.discard(i, 1).unwrap();
+                                s.read_page(i, &mut back).unwrap();
+                                assert!(back.iter().all(|&b| b == 0));
+                            }
+                        }
+                        if t == 0 {
+                            s.compact();
+                        }
+                    }
+                    // Shared page 0..4: whatever is read is one of the
+                    // versions written, whole.
+                    for k in 0..200u64 {
+                        let i = k % 4;
+                        let p = vec![(t * 50 + k % 50) as u8; 4096];
+                        s.write_page(i, &p).unwrap();
+                        s.read_page(i, &mut back).unwrap();
+                        assert!(back.iter().all(|&b| b == back[0]), "torn page");
+                    }
+                });
+            }
+        });
+        let mut back = vec![0u8; 4096];
+        for i in 4..512u64 {
+            let last = 5u64;
+            let p = page(4096, (i + last) as u8, i * 7 + last);
+            s.read_page(i, &mut back).unwrap();
+            if (i + last) % 11 == 0 {
+                assert!(back.iter().all(|&b| b == 0));
+            } else {
+                assert_eq!(back, p, "page {i}");
+            }
+        }
+        assert_eq!(s.io_stat().failed_writes + s.io_stat().failed_reads, 0);
+    }
+}
+
+#[test]
+fn dropping_the_store_frees_the_allocators_memory() {
+    let pool = pool(Mode::KernelCompat, 4096);
+    let s = Store::new(
+        pool.clone(),
+        zcomp::Compressor::parse("lz4", "").unwrap(),
+        16,
+    )
+    .unwrap();
+    for i in 0..16 {
+        s.write_page(i, &page(4096, 3, i)).unwrap();
+    }
+    assert!(pool.total_pages() > 0);
+    drop(s);
+    assert_eq!(pool.total_pages(), 0);
+}
