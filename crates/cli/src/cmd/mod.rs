@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod classes;
 pub mod exp;
+pub mod store_opts;
 
 use std::io::Write;
 

@@ -1,0 +1,201 @@
+//! The store options shared by `zmem replay` and `zmem serve`.
+//!
+//! [`StoreArgs`] are the flags (`--alloc`, `--comp`, `--comp-params`,
+//! `--page-size`, `--mode`, `--chain`, `--delta`, `--mem-limit`); each takes a
+//! comma-separated list, and [`StoreArgs::specs`] expands them into every
+//! combination, so one `zmem replay` can compare configurations side by side.
+//! A [`StoreSpec`] is one configuration; [`StoreSpec::open`] makes its store.
+//! Sizes take the kernel's `memparse` suffixes (K, M, G, T).
+
+use std::sync::Arc;
+
+use clap::Args;
+use serde::Serialize;
+use zalloc::AllocOptions;
+use zram::Store;
+use zsmalloc::Mode;
+
+use crate::CliError;
+
+/// Store flags.
+#[derive(Args, Debug, Clone)]
+pub struct StoreArgs {
+    /// Allocator(s): zsmalloc, zbud, z3fold, zblock.
+    #[arg(long, value_delimiter = ',', default_values_t = [String::from("zsmalloc")])]
+    pub alloc: Vec<String>,
+    /// Compressor(s), by zram's names: lz4, lz4hc, zstd, deflate, lz4-flex.
+    #[arg(long, value_delimiter = ',', default_values_t = [String::from("lz4")])]
+    pub comp: Vec<String>,
+    /// Compressor settings in zram's algorithm_params syntax ("level=3 dict=FILE").
+    #[arg(long, default_value = "")]
+    pub comp_params: String,
+    /// Page size(s): 4K, 16K, 64K.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_values_t = [4096u64])]
+    pub page_size: Vec<u64>,
+    /// zsmalloc mode(s): default or kernel-compat.
+    #[arg(long, value_delimiter = ',', default_values_t = [Mode::Default])]
+    pub mode: Vec<Mode>,
+    /// zsmalloc pages per zspage (1..16); default: the mode's.
+    #[arg(long, value_delimiter = ',')]
+    pub chain: Vec<u32>,
+    /// zsmalloc class step in bytes; default: the mode's.
+    #[arg(long, value_delimiter = ',')]
+    pub delta: Vec<u32>,
+    /// Memory limit (mem_limit) per store, e.g. 64M; 0 for none.
+    #[arg(long, value_parser = parse_size, default_value = "0")]
+    pub mem_limit: u64,
+}
+
+/// One store configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StoreSpec {
+    /// Allocator name.
+    pub alloc: String,
+    /// Compressor name.
+    pub comp: String,
+    /// Compressor settings.
+    pub comp_params: String,
+    /// Bytes per page.
+    pub page_size: usize,
+    /// zsmalloc mode.
+    pub mode: Mode,
+    /// zsmalloc chain, if set.
+    pub chain: Option<u32>,
+    /// zsmalloc delta, if set.
+    pub delta: Option<u32>,
+    /// Memory limit in bytes (0: none).
+    pub mem_limit: u64,
+}
+
+/// Parses a size with an optional K/M/G/T suffix (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (digits, shift) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => {
+                    return Err(format!(
+                        "'{s}': unknown size suffix '{c}' (use K, M, G or T)"
+                    ))
+                }
+            };
+            (&s[..i], shift)
+        }
+        _ => (s, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (a number with an optional K, M, G or T)"))?;
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
+impl StoreArgs {
+    /// Every combination of the listed values, in flag order.
+    pub fn specs(&self) -> Result<Vec<StoreSpec>, CliError> {
+        let opt = |v: &[u32]| -> Vec<Option<u32>> {
+            if v.is_empty() {
+                vec![None]
+            } else {
+                v.iter().copied().map(Some).collect()
+            }
+        };
+        let mut specs = Vec::new();
+        for alloc in &self.alloc {
+            for comp in &self.comp {
+                for &page_size in &self.page_size {
+                    for &mode in &self.mode {
+                        for chain in opt(&self.chain) {
+                            for delta in opt(&self.delta) {
+                                let page_size = usize::try_from(page_size).map_err(|_| {
+                                    CliError::Usage(format!("page size {page_size} is too large"))
+                                })?;
+                                specs.push(StoreSpec {
+                                    alloc: alloc.clone(),
+                                    comp: comp.clone(),
+                                    comp_params: self.comp_params.clone(),
+                                    page_size,
+                                    mode,
+                                    chain,
+                                    delta,
+                                    mem_limit: self.mem_limit,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // zsmalloc's settings mean nothing to the others: one column each.
+        specs.dedup_by(|b, a| {
+            a.alloc != "zsmalloc"
+                && a.alloc == b.alloc
+                && a.comp == b.comp
+                && a.page_size == b.page_size
+        });
+        Ok(specs)
+    }
+}
+
+impl StoreSpec {
+    /// A short name: `zsmalloc/default/lz4/4K`, plus chain and delta when set.
+    pub fn label(&self) -> String {
+        let mut s = self.alloc.clone();
+        if self.alloc == "zsmalloc" {
+            s.push('/');
+            s.push_str(self.mode.name());
+            if let Some(c) = self.chain {
+                s.push_str(&format!("/chain{c}"));
+            }
+            if let Some(d) = self.delta {
+                s.push_str(&format!("/delta{d}"));
+            }
+        }
+        s.push_str(&format!("/{}/{}K", self.comp, self.page_size / 1024));
+        s
+    }
+
+    /// The allocator options.
+    pub fn alloc_options(&self) -> AllocOptions {
+        AllocOptions {
+            page_size: self.page_size,
+            mode: self.mode,
+            chain: self.chain,
+            delta: self.delta,
+        }
+    }
+
+    /// A store of `disk_bytes` (rounded up to whole pages) with this
+    /// configuration. Bad settings are usage errors.
+    pub fn open(&self, disk_bytes: u64) -> Result<Store, CliError> {
+        let pool = zalloc::open(&self.alloc, &self.alloc_options())
+            .map_err(|e| CliError::Usage(format!("{}: {e}", self.label())))?;
+        let comp = zcomp::Compressor::parse(&self.comp, &self.comp_params)
+            .map_err(|e| CliError::Usage(format!("--comp {}: {e}", self.comp)))?;
+        let pages = disk_bytes.div_ceil(self.page_size as u64);
+        let store = Store::new(Arc::clone(&pool), comp, pages)
+            .map_err(|e| CliError::Usage(format!("{}: {e}", self.label())))?;
+        store.set_mem_limit(self.mem_limit);
+        Ok(store)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_kernel_suffixes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("16K"), Ok(16384));
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+}
