@@ -4,6 +4,7 @@
 //! and maps errors to exit codes (2 for bad usage, 1 for a failed run).
 
 mod cmd;
+mod corpus;
 mod ministat;
 mod plot;
 mod rng;
@@ -22,6 +23,10 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Store real data page by page in one or more zram-style stores and
+    /// print the kernel's statistics after each stage (the default job: with
+    /// no PATH it replays a built-in corpus of real files).
+    Replay(cmd::replay::ReplayArgs),
     /// Print the zsmalloc size-class table of a configuration.
     Classes(cmd::classes::ClassesArgs),
     /// The seeds' experiments, reproduced.
@@ -67,6 +72,7 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
+        Command::Replay(args) => cmd::replay::run(&args),
         Command::Classes(args) => cmd::classes::run(&args),
         Command::Bench(cmd) => cmd::bench::run(&cmd),
         Command::Exp(cmd) => cmd::exp::run(&cmd),

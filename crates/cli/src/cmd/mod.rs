@@ -3,11 +3,21 @@
 pub mod bench;
 pub mod classes;
 pub mod exp;
+pub mod replay;
 pub mod store_opts;
 
 use std::io::Write;
 
 use crate::CliError;
+
+/// Output formats of the reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Tables for people.
+    Table,
+    /// Everything, machine-readable.
+    Json,
+}
 
 /// Writes a report to standard output; a closed pipe (`zmem ... | head`) is not
 /// an error.
