@@ -35,8 +35,6 @@ enum Source {
 pub struct Item {
     /// Its path (within its archive or tree).
     pub name: String,
-    /// The first component of `name` (the top-level directory).
-    pub top: String,
     /// Its length in bytes.
     pub len: u64,
     source: Source,
@@ -53,14 +51,6 @@ pub struct Corpus {
 
 fn io_err(path: &Path, e: std::io::Error) -> CliError {
     CliError::Failed(format!("{}: {e}", path.display()))
-}
-
-fn top_of(name: &str) -> String {
-    name.trim_start_matches("./")
-        .split('/')
-        .next()
-        .unwrap_or("")
-        .to_string()
 }
 
 /// Regular files under `dir`, sorted by path, not following links.
@@ -182,6 +172,62 @@ fn tar_members(path: &Path) -> Result<Vec<(String, u64, u64)>, CliError> {
     Ok(members)
 }
 
+/// The bytes of the first regular member of a tar archive whose name ends
+/// with `suffix`.
+pub fn tar_member(path: &Path, suffix: &str) -> Result<Option<Vec<u8>>, CliError> {
+    let Some((_, offset, len)) = tar_members(path)?
+        .into_iter()
+        .find(|(name, _, _)| name.ends_with(suffix))
+    else {
+        return Ok(None);
+    };
+    let mut file = File::open(path).map_err(|e| io_err(path, e))?;
+    file.seek(SeekFrom::Start(offset))
+        .map_err(|e| io_err(path, e))?;
+    let mut data = vec![0u8; len as usize];
+    file.read_exact(&mut data).map_err(|e| io_err(path, e))?;
+    Ok(Some(data))
+}
+
+/// Where `zmem exp merge` and `zmem exp chain` look for the Linux source tar.
+pub const LINUX_TAR: &str = "/var/tmp/zmem-data/linux-source-6.1.tar";
+/// Debian's linux-source-6.1 package installs this.
+pub const LINUX_TAR_XZ: &str = "/usr/src/linux-source-6.1.tar.xz";
+
+/// The Linux source tar at `path`, made from Debian's `.tar.xz` (with `xz
+/// -dc`) when it is missing and the package is installed. The error says how
+/// to get it.
+pub fn linux_tar(path: &Path) -> Result<PathBuf, CliError> {
+    if path.exists() {
+        return Ok(path.to_path_buf());
+    }
+    let how = format!(
+        "{} is missing: install Debian's linux-source-6.1 (apt-get install linux-source-6.1) and \
+         run `xz -dc {LINUX_TAR_XZ} > {LINUX_TAR}`, or pass another tar",
+        path.display()
+    );
+    if path != Path::new(LINUX_TAR) || !Path::new(LINUX_TAR_XZ).exists() {
+        return Err(CliError::Failed(how));
+    }
+    eprintln!("decompressing {LINUX_TAR_XZ} to {LINUX_TAR} (once)...");
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
+    }
+    let tmp = path.with_extension("tar.part");
+    let out = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
+    let status = std::process::Command::new("xz")
+        .args(["-dc", LINUX_TAR_XZ])
+        .stdout(out)
+        .status()
+        .map_err(|e| CliError::Failed(format!("running xz: {e}; {how}")))?;
+    if !status.success() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(CliError::Failed(format!("xz failed ({status}); {how}")));
+    }
+    std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))?;
+    Ok(path.to_path_buf())
+}
+
 fn human(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
@@ -205,7 +251,6 @@ impl Corpus {
                         .to_string_lossy()
                         .into_owned();
                     items.push(Item {
-                        top: top_of(&name),
                         name,
                         len,
                         source: Source::File(file),
@@ -217,7 +262,6 @@ impl Corpus {
                 let n = members.len();
                 for (name, offset, len) in members {
                     items.push(Item {
-                        top: top_of(&name),
                         name,
                         len,
                         source: Source::Range {
@@ -230,7 +274,6 @@ impl Corpus {
             } else {
                 let name = path.to_string_lossy().into_owned();
                 items.push(Item {
-                    top: name.clone(),
                     name,
                     len: meta.len(),
                     source: Source::File(path.clone()),
@@ -274,7 +317,6 @@ impl Corpus {
                 n += 1;
                 let name = file.to_string_lossy().into_owned();
                 items.push(Item {
-                    top: top_of(&name),
                     name,
                     len,
                     source: Source::File(file),
@@ -301,15 +343,15 @@ impl Corpus {
         })
     }
 
-    /// A corpus of in-memory items (`(name, bytes)`), for experiments.
-    pub fn from_buffers(items: Vec<(String, Arc<[u8]>)>, description: String) -> Corpus {
+    /// A corpus of in-memory items (`(name, buffer, len)`: the first `len`
+    /// bytes of the buffer), for experiments.
+    pub fn from_buffers(items: Vec<(String, Arc<[u8]>, u64)>, description: String) -> Corpus {
         Corpus {
             items: items
                 .into_iter()
-                .map(|(name, bytes)| Item {
-                    top: top_of(&name),
+                .map(|(name, bytes, len)| Item {
                     name,
-                    len: bytes.len() as u64,
+                    len: len.min(bytes.len() as u64),
                     source: Source::Bytes(bytes),
                 })
                 .collect(),
@@ -408,7 +450,10 @@ mod tests {
     fn buffers_are_laid_out_page_aligned() {
         let a: Arc<[u8]> = vec![1u8; 5000].into();
         let b: Arc<[u8]> = vec![2u8; 4096].into();
-        let c = Corpus::from_buffers(vec![("x/a".into(), a), ("y/b".into(), b)], "t".into());
+        let c = Corpus::from_buffers(
+            vec![("x/a".into(), a, 5000), ("y/b".into(), b, 4096)],
+            "t".into(),
+        );
         assert_eq!(c.pages(4096), 3);
         assert_eq!(c.extents(4096), vec![(0, 2), (2, 1)]);
         let mut seen = Vec::new();
@@ -418,6 +463,5 @@ mod tests {
         })
         .unwrap();
         assert_eq!(seen, vec![(0, 1, 1), (1, 1, 0), (2, 2, 2)]);
-        assert_eq!(c.items[0].top, "x");
     }
 }

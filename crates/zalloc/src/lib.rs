@@ -45,6 +45,9 @@ pub struct AllocOptions {
     /// 8); `None` keeps the mode's (kernel-compat `max(PAGE_SIZE >> 8, 16)`,
     /// default 16).
     pub delta: Option<u32>,
+    /// zsmalloc: merge classes with the same pages and objects per zspage
+    /// (seed 003); both modes merge by default.
+    pub merge: bool,
 }
 
 impl Default for AllocOptions {
@@ -55,6 +58,7 @@ impl Default for AllocOptions {
             mode: Mode::Default,
             chain: None,
             delta: None,
+            merge: true,
         }
     }
 }
@@ -79,6 +83,7 @@ impl AllocOptions {
         if let Some(delta) = self.delta {
             config.geometry.delta = ClassDelta::Fixed(delta);
         }
+        config.geometry.merge &= self.merge;
         config
             .geometry
             .validate()

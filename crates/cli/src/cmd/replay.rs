@@ -167,11 +167,6 @@ impl Replay {
         })
     }
 
-    /// The stores, in configuration order.
-    pub fn stores(&self) -> &[Store] {
-        &self.stores
-    }
-
     /// The corpus.
     pub fn corpus(&self) -> &Corpus {
         &self.corpus

@@ -41,6 +41,9 @@ pub struct StoreArgs {
     /// zsmalloc class step in bytes; default: the mode's.
     #[arg(long, value_delimiter = ',')]
     pub delta: Vec<u32>,
+    /// zsmalloc: do not merge size classes (seed 003 compares both).
+    #[arg(long)]
+    pub no_merge: bool,
     /// Memory limit (mem_limit) per store, e.g. 64M; 0 for none.
     #[arg(long, value_parser = parse_size, default_value = "0")]
     pub mem_limit: u64,
@@ -63,6 +66,8 @@ pub struct StoreSpec {
     pub chain: Option<u32>,
     /// zsmalloc delta, if set.
     pub delta: Option<u32>,
+    /// zsmalloc class merging.
+    pub merge: bool,
     /// Memory limit in bytes (0: none).
     pub mem_limit: u64,
 }
@@ -122,6 +127,7 @@ impl StoreArgs {
                                     mode,
                                     chain,
                                     delta,
+                                    merge: !self.no_merge,
                                     mem_limit: self.mem_limit,
                                 });
                             }
@@ -154,6 +160,9 @@ impl StoreSpec {
             if let Some(d) = self.delta {
                 s.push_str(&format!("/delta{d}"));
             }
+            if !self.merge {
+                s.push_str("/nomerge");
+            }
         }
         s.push_str(&format!("/{}/{}K", self.comp, self.page_size / 1024));
         s
@@ -166,6 +175,7 @@ impl StoreSpec {
             mode: self.mode,
             chain: self.chain,
             delta: self.delta,
+            merge: self.merge,
         }
     }
 

@@ -1,7 +1,9 @@
 //! `zmem exp ...`: the seeds' experiments, reproduced, each with a table, JSON
 //! and a plot.
 
+pub mod chain;
 pub mod compaction;
+pub mod merge;
 
 use clap::Subcommand;
 
@@ -13,11 +15,19 @@ pub enum ExpCommand {
     /// Seed 001: objects moved by compaction under each fullness grouping and
     /// algorithm, per class, with Student's t.
     Compaction(compaction::CompactionArgs),
+    /// Seed 000: mem_used_total for several most-pages-per-zspage limits on
+    /// files of growing size.
+    Chain(chain::ChainArgs),
+    /// Seed 003: overhead ratio with and without class merging as the Linux
+    /// source's directories are removed.
+    Merge(merge::MergeArgs),
 }
 
 /// Runs `zmem exp`.
 pub fn run(cmd: &ExpCommand) -> Result<(), CliError> {
     match cmd {
         ExpCommand::Compaction(args) => compaction::run(args),
+        ExpCommand::Chain(args) => chain::run(args),
+        ExpCommand::Merge(args) => merge::run(args),
     }
 }

@@ -1,0 +1,238 @@
+//! `zmem exp chain`: seed 000's experiment.
+//!
+//! The seed made a test file of one source file repeated 200 times, then in
+//! three rounds wrote files of its first j bytes for j = 1, 513, 1025, ...
+//! below 1 MiB onto ext4 on zram, and compared mem_used_total for at most
+//! 4, 5 and 6 pages per zspage. Here the files are laid out page-aligned as a
+//! filesystem places them, and every chain size is a kernel-compat store fed
+//! the same pages. The source file is mm/zsmalloc.c from the Linux source tar
+//! when it is there (the seed's own choice), else `--source`, else a zmem
+//! source file built into the binary.
+//!
+//! Owns the experiment and its report; the stages are `replay`'s.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use serde::Serialize;
+use zram::MmStat;
+use zsmalloc::Mode;
+
+use crate::cmd::replay::Replay;
+use crate::cmd::store_opts::{parse_size, StoreSpec};
+use crate::cmd::{write_stdout, Format};
+use crate::corpus::{self, Corpus};
+use crate::plot::{self, Chart, Series};
+use crate::CliError;
+
+/// A zmem source file, the fallback test text.
+const BUILT_IN: &str = include_str!("../../../../zsmalloc/src/pool.rs");
+
+/// Arguments of `zmem exp chain`.
+#[derive(Args, Debug)]
+pub struct ChainArgs {
+    /// The file repeated into the test file (default: mm/zsmalloc.c from
+    /// the Linux source tar, else a built-in source file).
+    #[arg(long)]
+    source: Option<PathBuf>,
+    /// Times the source is repeated.
+    #[arg(long, default_value_t = 200)]
+    repeat: usize,
+    /// Rounds of files.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// Files are shorter than this.
+    #[arg(long, value_parser = parse_size, default_value = "1M")]
+    max_size: u64,
+    /// Step between file sizes.
+    #[arg(long, value_parser = parse_size, default_value = "512")]
+    step: u64,
+    /// Chain sizes (most pages per zspage) compared.
+    #[arg(long, value_delimiter = ',', default_values_t = [4u32, 5, 6, 8])]
+    chains: Vec<u32>,
+    /// Compressor.
+    #[arg(long, default_value = "lz4")]
+    comp: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Path stem of the plot (`.svg` and `.png` are added).
+    #[arg(long, default_value = "out/exp-chain")]
+    plot: PathBuf,
+    /// Do not draw the plot.
+    #[arg(long)]
+    no_plot: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct ChainRow {
+    chain: u32,
+    mm_stat: MmStat,
+    mm_stat_line: String,
+    saving_bytes: i64,
+    saving_percent: f64,
+}
+
+fn source_text(args: &ChainArgs) -> Result<(Vec<u8>, String), CliError> {
+    if let Some(p) = &args.source {
+        let data = std::fs::read(p)
+            .map_err(|e| CliError::Usage(format!("--source {}: {e}", p.display())))?;
+        if data.is_empty() {
+            return Err(CliError::Usage(format!(
+                "--source {} is empty",
+                p.display()
+            )));
+        }
+        return Ok((data, p.display().to_string()));
+    }
+    let tar = std::path::Path::new(corpus::LINUX_TAR);
+    if tar.exists() {
+        if let Some(data) = corpus::tar_member(tar, "/mm/zsmalloc.c")? {
+            return Ok((data, format!("mm/zsmalloc.c from {}", tar.display())));
+        }
+    }
+    Ok((
+        BUILT_IN.as_bytes().to_vec(),
+        format!(
+            "built-in crates/zsmalloc/src/pool.rs (no {}; see `zmem exp merge --help` to get it)",
+            corpus::LINUX_TAR
+        ),
+    ))
+}
+
+/// Runs `zmem exp chain`.
+pub fn run(args: &ChainArgs) -> Result<(), CliError> {
+    if args.chains.is_empty() || args.step == 0 || args.repeat == 0 {
+        return Err(CliError::Usage(
+            "--chains, --step and --repeat must be nonzero".into(),
+        ));
+    }
+    let (source, source_name) = source_text(args)?;
+    let test: Arc<[u8]> = source.repeat(args.repeat).into();
+    if (test.len() as u64) < args.max_size {
+        return Err(CliError::Usage(format!(
+            "the test file ({} bytes) is shorter than --max-size; raise --repeat",
+            test.len()
+        )));
+    }
+    let mut items = Vec::new();
+    for k in 1..=args.rounds {
+        let mut j = 1;
+        while j < args.max_size {
+            items.push((format!("file-{k}-{j}"), Arc::clone(&test), j));
+            j += args.step;
+        }
+    }
+    let n_files = items.len();
+    let corpus = Corpus::from_buffers(
+        items,
+        format!(
+            "{n_files} files of the first 1, 1+{}, ... bytes of {source_name} x{}, {} rounds",
+            args.step, args.repeat, args.rounds
+        ),
+    );
+    let specs: Vec<StoreSpec> = args
+        .chains
+        .iter()
+        .map(|&c| StoreSpec {
+            alloc: "zsmalloc".into(),
+            comp: args.comp.clone(),
+            comp_params: String::new(),
+            page_size: 4096,
+            mode: Mode::KernelCompat,
+            chain: Some(c),
+            delta: None,
+            merge: true,
+            mem_limit: 0,
+        })
+        .collect();
+    let description = corpus.description.clone();
+    let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut replay = Replay::new(specs, corpus, progress)?;
+    replay.fill()?;
+    let stage = replay.snapshot("fill");
+    let verified = replay.verify()?;
+    let base = stage.results[0].mm_stat.mem_used_total as i64;
+    let rows: Vec<ChainRow> = args
+        .chains
+        .iter()
+        .zip(&stage.results)
+        .map(|(&chain, r)| {
+            let saving = base - r.mm_stat.mem_used_total as i64;
+            ChainRow {
+                chain,
+                mm_stat: r.mm_stat,
+                mm_stat_line: r.mm_stat.to_string(),
+                saving_bytes: saving,
+                saving_percent: saving as f64 * 100.0 / base.max(1) as f64,
+            }
+        })
+        .collect();
+    let plot_paths = if args.no_plot {
+        None
+    } else {
+        let series = [Series {
+            name: "mem_used_total".into(),
+            points: rows
+                .iter()
+                .map(|r| {
+                    (
+                        f64::from(r.chain),
+                        r.mm_stat.mem_used_total as f64 / 1048576.0,
+                    )
+                })
+                .collect(),
+        }];
+        Some(plot::line_chart(
+            &args.plot,
+            &Chart {
+                title: "Seed 000: mem_used_total by most pages per zspage",
+                x_label: "chain size (pages per zspage, at most)",
+                y_label: "mem_used_total, MiB",
+                series: &series,
+            },
+        )?)
+    };
+    match args.format {
+        Format::Json => {
+            #[derive(Serialize)]
+            struct Report<'a> {
+                corpus: &'a str,
+                rows: &'a [ChainRow],
+                verified_pages: u64,
+                plot: Option<(PathBuf, PathBuf)>,
+            }
+            let text = serde_json::to_string_pretty(&Report {
+                corpus: &description,
+                rows: &rows,
+                verified_pages: verified,
+                plot: plot_paths,
+            })
+            .map_err(|e| CliError::Failed(format!("json: {e}")))?;
+            write_stdout(&(text + "\n"))
+        }
+        Format::Table => {
+            let mut out = format!(
+                "corpus: {description}\n\n{:>5}  {:<92} {:>14} {:>8}\n",
+                "chain", "mm_stat", "saved vs first", ""
+            );
+            for r in &rows {
+                out.push_str(&format!(
+                    "{:>5}  {:<92} {:>12.2}MB {:>7.2}%\n",
+                    r.chain,
+                    r.mm_stat_line,
+                    r.saving_bytes as f64 / 1048576.0,
+                    r.saving_percent
+                ));
+            }
+            out.push_str(&format!(
+                "verify: every page read back identical ({verified} pages per store)\n"
+            ));
+            if let Some((svg, png)) = plot_paths {
+                out.push_str(&format!("plot: {} {}\n", svg.display(), png.display()));
+            }
+            write_stdout(&out)
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! `zmem exp merge`: seed 003's experiment.
+//!
+//! The seed untarred the kernel source onto ext4 on zram (mounted with
+//! discard), then removed the top-level directories in descending order of
+//! size, printing orig, compr, used, overhead and overhead ratio after each
+//! step, with and without size-class merging. Here the tar's files are laid
+//! out page-aligned as a filesystem places them (metadata aside), each
+//! removal discards its directory's pages, and the same steps run on a
+//! kernel-compat store without merging, one with merging (the seed's
+//! geometry: chain 4 unless `--chain` says otherwise) and zmem's default mode.
+//!
+//! Owns the experiment and its report; the stages are `replay`'s.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::Args;
+use serde::Serialize;
+use zsmalloc::Mode;
+
+use crate::cmd::replay::Replay;
+use crate::cmd::store_opts::StoreSpec;
+use crate::cmd::{write_stdout, Format};
+use crate::corpus::{self, Corpus};
+use crate::plot::{self, Chart, Series};
+use crate::CliError;
+
+/// Arguments of `zmem exp merge`.
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// The Linux source tar (made from Debian's linux-source-6.1 when
+    /// missing).
+    #[arg(long, default_value = corpus::LINUX_TAR)]
+    tar: PathBuf,
+    /// zsmalloc chain of the kernel-compat stores (the seed's kernel had 4).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=16))]
+    chain: u32,
+    /// Directories to remove, largest first.
+    #[arg(long, default_value_t = 10)]
+    dirs: usize,
+    /// Compressor.
+    #[arg(long, default_value = "lz4")]
+    comp: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Path stem of the plot (`.svg` and `.png` are added).
+    #[arg(long, default_value = "out/exp-merge")]
+    plot: PathBuf,
+    /// Do not draw the plot.
+    #[arg(long)]
+    no_plot: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Row {
+    step: String,
+    orig: u64,
+    compr: u64,
+    used: u64,
+    overhead: i64,
+    overhead_ratio: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct ConfigRows {
+    config: String,
+    rows: Vec<Row>,
+}
+
+/// The directory of an item: the first path component, or the second when
+/// every item shares the first (`linux-source-6.1/drivers/...`).
+fn dir_key(names: &[&str]) -> Vec<String> {
+    let first = |n: &str| {
+        n.trim_start_matches("./")
+            .split('/')
+            .next()
+            .unwrap_or("")
+            .to_string()
+    };
+    let common = names.first().map(|n| first(n));
+    let shared = common
+        .as_ref()
+        .is_some_and(|c| names.iter().all(|n| first(n) == *c && n.contains('/')));
+    names
+        .iter()
+        .map(|n| {
+            let mut parts = n.trim_start_matches("./").split('/');
+            if shared {
+                parts.next();
+            }
+            let top = parts.next().unwrap_or("");
+            // Files directly in the top level stay together.
+            if parts.next().is_none() {
+                "(files)".to_string()
+            } else {
+                top.to_string()
+            }
+        })
+        .collect()
+}
+
+fn mb(b: u64) -> String {
+    format!("{:.2}MB", b as f64 / 1048576.0)
+}
+
+/// Runs `zmem exp merge`.
+pub fn run(args: &MergeArgs) -> Result<(), CliError> {
+    let tar = corpus::linux_tar(&args.tar)?;
+    let corpus = Corpus::from_paths(&[tar], false)?;
+    let spec = |mode: Mode, chain: Option<u32>, merge: bool| StoreSpec {
+        alloc: "zsmalloc".into(),
+        comp: args.comp.clone(),
+        comp_params: String::new(),
+        page_size: 4096,
+        mode,
+        chain,
+        delta: None,
+        merge,
+        mem_limit: 0,
+    };
+    let specs = vec![
+        spec(Mode::KernelCompat, Some(args.chain), false),
+        spec(Mode::KernelCompat, Some(args.chain), true),
+        spec(Mode::Default, None, true),
+    ];
+    let names: Vec<&str> = corpus.items.iter().map(|i| i.name.as_str()).collect();
+    let keys = dir_key(&names);
+    let extents = corpus.extents(4096);
+    let mut sizes: BTreeMap<&str, u64> = BTreeMap::new();
+    for (k, item) in keys.iter().zip(&corpus.items) {
+        *sizes.entry(k.as_str()).or_default() += item.len;
+    }
+    let mut order: Vec<(&str, u64)> = sizes.into_iter().filter(|(k, _)| *k != "(files)").collect();
+    order.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    order.truncate(args.dirs);
+
+    let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let description = corpus.description.clone();
+    let mut replay = Replay::new(specs.clone(), corpus, progress)?;
+    replay.fill()?;
+    let mut stages = vec![replay.snapshot("untar")];
+    for (dir, _) in &order {
+        let pages: Vec<u64> = keys
+            .iter()
+            .zip(&extents)
+            .filter(|(k, _)| k.as_str() == *dir)
+            .flat_map(|(_, &(first, n))| first..first + n)
+            .collect();
+        replay.discard(4096, &pages)?;
+        stages.push(replay.snapshot(&format!("rm {dir}")));
+    }
+    let verified = replay.verify()?;
+
+    let configs: Vec<ConfigRows> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| ConfigRows {
+            config: spec.label(),
+            rows: stages
+                .iter()
+                .map(|st| {
+                    let m = st.results[i].mm_stat;
+                    Row {
+                        step: st.name.clone(),
+                        orig: m.orig_data_size,
+                        compr: m.compr_data_size,
+                        used: m.mem_used_total,
+                        overhead: m.mem_used_total as i64 - m.compr_data_size as i64,
+                        overhead_ratio: m.overhead_ratio(),
+                    }
+                })
+                .collect(),
+        })
+        .collect();
+
+    let plot_paths = if args.no_plot {
+        None
+    } else {
+        let series: Vec<Series> = configs
+            .iter()
+            .map(|c| Series {
+                name: c.config.clone(),
+                points: c
+                    .rows
+                    .iter()
+                    .enumerate()
+                    .map(|(k, r)| (k as f64, r.overhead_ratio * 100.0))
+                    .collect(),
+            })
+            .collect();
+        Some(plot::line_chart(
+            &args.plot,
+            &Chart {
+                title: "Seed 003: overhead ratio after each directory removal",
+                x_label: "directories removed (largest first)",
+                y_label: "(used - compr) / compr, %",
+                series: &series,
+            },
+        )?)
+    };
+
+    match args.format {
+        Format::Json => {
+            #[derive(Serialize)]
+            struct Report<'a> {
+                corpus: &'a str,
+                removed: Vec<&'a str>,
+                configs: &'a [ConfigRows],
+                verified_pages: u64,
+                plot: Option<(PathBuf, PathBuf)>,
+            }
+            let text = serde_json::to_string_pretty(&Report {
+                corpus: &description,
+                removed: order.iter().map(|(d, _)| *d).collect(),
+                configs: &configs,
+                verified_pages: verified,
+                plot: plot_paths,
+            })
+            .map_err(|e| CliError::Failed(format!("json: {e}")))?;
+            write_stdout(&(text + "\n"))
+        }
+        Format::Table => {
+            let mut out = format!(
+                "corpus: {description}\nremoved in order: {}\n",
+                order.iter().map(|(d, _)| *d).collect::<Vec<_>>().join(" ")
+            );
+            for c in &configs {
+                out.push_str(&format!(
+                    "\n* {}\n{:>22} {:>10} {:>10} {:>10} {:>9} {:>14}\n",
+                    c.config,
+                    "step",
+                    "orig_size",
+                    "compr_size",
+                    "used_size",
+                    "overhead",
+                    "overhead_ratio"
+                ));
+                for r in &c.rows {
+                    out.push_str(&format!(
+                        "{:>22} {:>10} {:>10} {:>10} {:>9} {:>13.2}%\n",
+                        r.step,
+                        mb(r.orig),
+                        mb(r.compr),
+                        mb(r.used),
+                        format!("{:.2}MB", r.overhead as f64 / 1048576.0),
+                        r.overhead_ratio * 100.0
+                    ));
+                }
+            }
+            let (nomerge, merge) = (&configs[0].rows, &configs[1].rows);
+            let better = nomerge
+                .iter()
+                .zip(merge)
+                .filter(|(a, b)| b.used <= a.used)
+                .count();
+            out.push_str(&format!(
+                "\nmerge uses no more memory than no-merge at {better} of {} steps; \
+                 last step: {} vs {} used, overhead ratio {:.2}% vs {:.2}%\n",
+                merge.len(),
+                mb(merge[merge.len() - 1].used),
+                mb(nomerge[nomerge.len() - 1].used),
+                merge[merge.len() - 1].overhead_ratio * 100.0,
+                nomerge[nomerge.len() - 1].overhead_ratio * 100.0,
+            ));
+            out.push_str(&format!(
+                "verify: every page read back identical ({verified} pages per store)\n"
+            ));
+            if let Some((svg, png)) = plot_paths {
+                out.push_str(&format!("plot: {} {}\n", svg.display(), png.display()));
+            }
+            write_stdout(&out)
+        }
+    }
+}

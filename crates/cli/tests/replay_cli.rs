@@ -1,0 +1,296 @@
+//! `zmem replay`, `zmem exp chain` and `zmem exp merge` through the binary.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn zmem(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn tmp(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("zmem-replay-{tag}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A tree of text and binary-like files under two top-level directories.
+fn tree(root: &Path) {
+    for (dir, n) in [("big", 40), ("small", 10)] {
+        fs::create_dir_all(root.join(dir).join("sub")).unwrap();
+        for i in 0..n {
+            let text: String = (0..(i * 997 % 20000 + 1))
+                .map(|k| char::from(b"abcdefgh ijk\n"[(k * 7 + i) % 13]))
+                .collect();
+            fs::write(root.join(dir).join(format!("f{i}.txt")), text).unwrap();
+            let bin: Vec<u8> = (0..(i * 3001 % 9000)).map(|k| (k * k + i) as u8).collect();
+            fs::write(root.join(dir).join("sub").join(format!("b{i}")), bin).unwrap();
+        }
+    }
+}
+
+#[test]
+fn default_corpus_runs_and_says_what_it_used() {
+    let out = zmem(&["replay", "--default-size", "4M"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("corpus: built-in default corpus"),
+        "{text}"
+    );
+    assert!(text.contains("mm_stat zsmalloc/default/lz4/4K:"), "{text}");
+    assert!(
+        text.contains("verify: every page of every store read back identical"),
+        "{text}"
+    );
+}
+
+#[test]
+fn side_by_side_stages_add_up() {
+    let d = tmp("sbs");
+    tree(&d.join("t"));
+    let discards = d.join("discards.txt");
+    let out = zmem(&[
+        "replay",
+        d.join("t").to_str().unwrap(),
+        "--mode",
+        "default,kernel-compat",
+        "--comp",
+        "lz4,zstd",
+        "--free-fraction",
+        "0.5",
+        "--seed",
+        "3",
+        "--compact",
+        "--format",
+        "json",
+        "--write-discards",
+        discards.to_str().unwrap(),
+    ]);
+    let r = json(&out);
+    let stages = r["stages"].as_array().unwrap();
+    assert_eq!(
+        stages
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["fill", "discard", "compact"]
+    );
+    let pages = r["verified_pages"].as_u64().unwrap();
+    assert!(pages > 100);
+    let discarded = fs::read_to_string(&discards).unwrap().lines().count() as u64;
+    assert!(
+        discarded > pages / 4 && discarded < pages * 3 / 4,
+        "{discarded} of {pages}"
+    );
+    for (i, res) in stages[0]["results"].as_array().unwrap().iter().enumerate() {
+        let fill = &res["mm_stat"];
+        let disc = &stages[1]["results"][i]["mm_stat"];
+        let comp = &stages[2]["results"][i]["mm_stat"];
+        assert_eq!(fill["orig_data_size"].as_u64().unwrap(), pages * 4096);
+        assert_eq!(
+            disc["orig_data_size"].as_u64().unwrap(),
+            (pages - discarded) * 4096
+        );
+        assert!(comp["mem_used_total"].as_u64() <= disc["mem_used_total"].as_u64());
+        assert!(comp["mem_used_total"].as_u64() >= comp["compr_data_size"].as_u64());
+        assert_eq!(
+            stages[2]["results"][i]["io_stat"]["notify_free"]
+                .as_u64()
+                .unwrap(),
+            discarded
+        );
+    }
+    // The same discards from the file give the same figures.
+    let again = json(&zmem(&[
+        "replay",
+        d.join("t").to_str().unwrap(),
+        "--mode",
+        "default,kernel-compat",
+        "--comp",
+        "lz4,zstd",
+        "--discard-pages",
+        discards.to_str().unwrap(),
+        "--compact",
+        "--format",
+        "json",
+    ]));
+    for i in 0..4 {
+        assert_eq!(
+            again["stages"][2]["results"][i]["mm_stat"],
+            r["stages"][2]["results"][i]["mm_stat"]
+        );
+    }
+    let _ = fs::remove_dir_all(&d);
+}
+
+#[test]
+fn tar_members_are_laid_out_like_files_and_raw_is_not() {
+    let d = tmp("tar");
+    tree(&d.join("t"));
+    let tar = d.join("t.tar");
+    let st = Command::new("tar")
+        .arg("-cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&d)
+        .arg("t")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let tree_run = json(&zmem(&[
+        "replay",
+        d.join("t").to_str().unwrap(),
+        "--format",
+        "json",
+    ]));
+    let tar_run = json(&zmem(&[
+        "replay",
+        tar.to_str().unwrap(),
+        "--format",
+        "json",
+    ]));
+    let raw_run = json(&zmem(&[
+        "replay",
+        tar.to_str().unwrap(),
+        "--raw",
+        "--format",
+        "json",
+    ]));
+    let orig = |r: &serde_json::Value| {
+        r["stages"][0]["results"][0]["mm_stat"]["orig_data_size"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(orig(&tree_run), orig(&tar_run), "same files, same pages");
+    let tar_len = fs::metadata(&tar).unwrap().len();
+    assert_eq!(orig(&raw_run), tar_len.div_ceil(4096) * 4096);
+    let _ = fs::remove_dir_all(&d);
+}
+
+#[test]
+fn bad_input_gets_one_clear_error() {
+    let d = tmp("bad");
+    fs::write(d.join("f"), vec![1u8; 10000]).unwrap();
+    let f = d.join("f");
+    let f = f.to_str().unwrap();
+    let cases: [(&[&str], i32, &str); 6] = [
+        (&["replay", f, "--free-fraction", "2"], 2, "fraction"),
+        (&["replay", f, "--alloc", "slab"], 2, "unknown allocator"),
+        (&["replay", f, "--page-size", "3000"], 2, "page size"),
+        (&["replay", "/nonexistent/zmem"], 1, "No such file"),
+        (&["replay", f, "--comp", "lzma"], 2, "lzma"),
+        (
+            &["replay", f, "--chain", "0", "--mode", "kernel-compat"],
+            2,
+            "chain",
+        ),
+    ];
+    for (args, code, needle) in cases {
+        let out = zmem(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+    let list = d.join("list");
+    fs::write(&list, "0\n99\n").unwrap();
+    let out = zmem(&["replay", f, "--discard-pages", list.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("page 99"));
+    fs::write(&list, "0\nx\n").unwrap();
+    let out = zmem(&["replay", f, "--discard-pages", list.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 2"));
+    let _ = fs::remove_dir_all(&d);
+}
+
+#[test]
+fn exp_chain_runs_small_and_draws() {
+    let d = tmp("chain");
+    let r = json(&zmem(&[
+        "exp",
+        "chain",
+        "--rounds",
+        "1",
+        "--max-size",
+        "64K",
+        "--step",
+        "4K",
+        "--repeat",
+        "20",
+        "--format",
+        "json",
+        "--plot",
+        d.join("c").to_str().unwrap(),
+    ]));
+    let rows = r["rows"].as_array().unwrap();
+    assert_eq!(
+        rows.iter()
+            .map(|r| r["chain"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        [4, 5, 6, 8]
+    );
+    let orig = rows[0]["mm_stat"]["orig_data_size"].as_u64().unwrap();
+    assert!(rows
+        .iter()
+        .all(|r| r["mm_stat"]["orig_data_size"].as_u64() == Some(orig)));
+    assert!(rows
+        .iter()
+        .all(|r| r["mm_stat"]["compr_data_size"] == rows[0]["mm_stat"]["compr_data_size"]));
+    assert!(d.join("c.svg").exists() && d.join("c.png").exists());
+    let _ = fs::remove_dir_all(&d);
+}
+
+#[test]
+fn exp_merge_removes_directories_largest_first() {
+    let d = tmp("merge");
+    tree(&d.join("src"));
+    let tar = d.join("src.tar");
+    assert!(Command::new("tar")
+        .arg("-cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&d)
+        .arg("src")
+        .status()
+        .unwrap()
+        .success());
+    let r = json(&zmem(&[
+        "exp",
+        "merge",
+        "--tar",
+        tar.to_str().unwrap(),
+        "--format",
+        "json",
+        "--no-plot",
+    ]));
+    assert_eq!(r["removed"], serde_json::json!(["big", "small"]));
+    for c in r["configs"].as_array().unwrap() {
+        let rows = c["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[2]["orig"].as_u64(), Some(0), "everything removed");
+        assert!(rows[1]["orig"].as_u64() < rows[0]["orig"].as_u64());
+    }
+    let missing = zmem(&["exp", "merge", "--tar", "/nonexistent.tar"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("linux-source-6.1"));
+    let _ = fs::remove_dir_all(&d);
+}
