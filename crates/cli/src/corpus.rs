@@ -7,7 +7,8 @@
 //! path order (symbolic links are not followed); a `.tar` archive contributes
 //! its regular members in archive order (so `zmem exp merge` can delete a
 //! top-level directory's pages as `rm -rf` on a filesystem would), unless
-//! it is read raw. [`Corpus::for_each_page`] streams the pages in disk order,
+//! it is read raw or is not a complete archive (a truncated tar is stored as
+//! plain bytes). [`Corpus::for_each_page`] streams the pages in disk order,
 //! reading each input once.
 //!
 //! This module only reads files; it knows nothing of stores.
@@ -257,8 +258,10 @@ impl Corpus {
                     });
                 }
                 parts.push(format!("{} ({n} files)", path.display()));
-            } else if !raw && is_tar(path) {
-                let members = tar_members(path)?;
+            } else if let Some(members) = (!raw && is_tar(path))
+                .then(|| tar_members(path).ok())
+                .flatten()
+            {
                 let n = members.len();
                 for (name, offset, len) in members {
                     items.push(Item {
@@ -278,7 +281,12 @@ impl Corpus {
                     len: meta.len(),
                     source: Source::File(path.clone()),
                 });
-                parts.push(path.display().to_string());
+                // A truncated or damaged tar is stored as plain bytes.
+                parts.push(if !raw && is_tar(path) {
+                    format!("{} (an incomplete tar, stored raw)", path.display())
+                } else {
+                    path.display().to_string()
+                });
             }
         }
         let mut c = Corpus {

@@ -31,7 +31,9 @@ use zsmalloc::{Handle, Pool, PoolConfig};
 use crate::CliError;
 
 mod read_latency;
+mod store;
 pub use read_latency::ReadLatencyArgs;
+pub use store::StoreBenchArgs;
 
 /// `zmem bench ...`
 #[derive(Subcommand, Debug)]
@@ -40,6 +42,9 @@ pub enum BenchCommand {
     Alloc(AllocArgs),
     /// Object read latency with and without compaction on another thread.
     ReadLatency(ReadLatencyArgs),
+    /// The store's write and read speed against raw compression, on one and
+    /// two threads.
+    Store(StoreBenchArgs),
 }
 
 /// Arguments of `zmem bench alloc`.
@@ -71,6 +76,7 @@ pub fn run(cmd: &BenchCommand) -> Result<(), CliError> {
             None => parent(args),
         },
         BenchCommand::ReadLatency(args) => read_latency::run(args),
+        BenchCommand::Store(args) => store::run(args),
     }
 }
 

@@ -1,0 +1,207 @@
+//! `zmem bench store`: the store's speed against the compressor's own.
+//!
+//! On the same pages, in one run, interleaved round by round so that a
+//! noisy machine affects both sides alike:
+//! - raw compression of every page with one context (the floor a store
+//!   cannot beat) against `Store::write_page` of every page on one thread;
+//! - raw decompression against `Store::read_page`;
+//! - the store's writes and reads on two threads (each its own half of the
+//!   pages) against one.
+//!
+//! Each figure is the median over the rounds; the report gives the ratios.
+//! Owns the benchmark; the store and compressors are their crates'.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Args;
+use serde::Serialize;
+use zram::Store;
+
+use crate::cmd::store_opts::{parse_size, StoreArgs};
+use crate::cmd::{write_stdout, Format};
+use crate::corpus::Corpus;
+use crate::CliError;
+
+/// Arguments of `zmem bench store`.
+#[derive(Args, Debug)]
+pub struct StoreBenchArgs {
+    /// Input files (default: the built-in corpus of /usr files).
+    paths: Vec<PathBuf>,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Bytes of input used.
+    #[arg(long, value_parser = parse_size, default_value = "64M")]
+    size: u64,
+    /// Rounds; each figure is the median.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
+#[derive(Debug, Serialize)]
+struct Figures {
+    config: String,
+    corpus: String,
+    pages: usize,
+    /// MiB/s, medians.
+    raw_compress: f64,
+    store_write_1t: f64,
+    store_write_2t: f64,
+    raw_decompress: f64,
+    store_read_1t: f64,
+    store_read_2t: f64,
+    write_vs_raw: f64,
+    read_vs_raw: f64,
+    write_2t_vs_1t: f64,
+    read_2t_vs_1t: f64,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn parallel(threads: usize, pages: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
+    std::thread::scope(|s| {
+        let per = pages.div_ceil(threads);
+        for t in 0..threads {
+            let f = &f;
+            s.spawn(move || f(t * per..((t + 1) * per).min(pages)));
+        }
+    });
+}
+
+/// Runs `zmem bench store`.
+pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
+    let corpus = if args.paths.is_empty() {
+        Corpus::default_corpus(args.size)?
+    } else {
+        Corpus::from_paths(&args.paths, true)?
+    };
+    let mut out = Vec::new();
+    for spec in args.store.specs()? {
+        let ps = spec.page_size;
+        let mut data = Vec::new();
+        corpus.for_each_page(ps, |_, page| {
+            if (data.len() as u64) < args.size {
+                data.extend_from_slice(page);
+            }
+            Ok(())
+        })?;
+        let pages = data.len() / ps;
+        if pages == 0 {
+            return Err(CliError::Usage("no input pages".into()));
+        }
+        let mib = data.len() as f64 / 1048576.0;
+        let comp = zcomp::Compressor::parse(&spec.comp, &spec.comp_params)
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        let mut ctx = comp
+            .context()
+            .map_err(|e| CliError::Failed(e.to_string()))?;
+        let compressed: Vec<Vec<u8>> = data
+            .chunks_exact(ps)
+            .map(|p| ctx.compress_buffered(p).map(<[u8]>::to_vec))
+            .collect::<Result<_, _>>()
+            .map_err(|e| CliError::Failed(e.to_string()))?;
+        let store_for = || -> Result<Store, CliError> { spec.open(data.len() as u64) };
+        let (mut rc, mut rd, mut w1, mut w2, mut r1, mut r2) =
+            (vec![], vec![], vec![], vec![], vec![], vec![]);
+        for _ in 0..args.rounds.max(1) {
+            let t = Instant::now();
+            for p in data.chunks_exact(ps) {
+                std::hint::black_box(
+                    ctx.compress_buffered(p)
+                        .map_err(|e| CliError::Failed(e.to_string()))?,
+                );
+            }
+            rc.push(mib / t.elapsed().as_secs_f64());
+            let mut buf = vec![0u8; ps];
+            let t = Instant::now();
+            for c in &compressed {
+                ctx.decompress(c, &mut buf)
+                    .map_err(|e| CliError::Failed(e.to_string()))?;
+                std::hint::black_box(&buf);
+            }
+            rd.push(mib / t.elapsed().as_secs_f64());
+            for (threads, wv, rv) in [(1usize, &mut w1, &mut r1), (2, &mut w2, &mut r2)] {
+                let store = store_for()?;
+                let failed = std::sync::atomic::AtomicBool::new(false);
+                let t = Instant::now();
+                parallel(threads, pages, |range| {
+                    for i in range {
+                        if store
+                            .write_page(i as u64, &data[i * ps..(i + 1) * ps])
+                            .is_err()
+                        {
+                            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                });
+                wv.push(mib / t.elapsed().as_secs_f64());
+                let t = Instant::now();
+                parallel(threads, pages, |range| {
+                    let mut buf = vec![0u8; ps];
+                    for i in range {
+                        if store.read_page(i as u64, &mut buf).is_err()
+                            || buf != data[i * ps..(i + 1) * ps]
+                        {
+                            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                });
+                rv.push(mib / t.elapsed().as_secs_f64());
+                if failed.into_inner() {
+                    return Err(CliError::Failed(format!(
+                        "{}: a page did not store or read back",
+                        spec.label()
+                    )));
+                }
+            }
+        }
+        let (rc, rd) = (median(&mut rc), median(&mut rd));
+        let (w1, w2, r1, r2) = (
+            median(&mut w1),
+            median(&mut w2),
+            median(&mut r1),
+            median(&mut r2),
+        );
+        out.push(Figures {
+            config: spec.label(),
+            corpus: corpus.description.clone(),
+            pages,
+            raw_compress: rc,
+            store_write_1t: w1,
+            store_write_2t: w2,
+            raw_decompress: rd,
+            store_read_1t: r1,
+            store_read_2t: r2,
+            write_vs_raw: w1 / rc,
+            read_vs_raw: r1 / rd,
+            write_2t_vs_1t: w2 / w1,
+            read_2t_vs_1t: r2 / r1,
+        });
+    }
+    match args.format {
+        Format::Json => write_stdout(
+            &(serde_json::to_string_pretty(&out).map_err(|e| CliError::Failed(e.to_string()))?
+                + "\n"),
+        ),
+        Format::Table => {
+            let mut s = format!(
+                "corpus: {}\nMiB/s, medians of {} rounds\n",
+                corpus.description, args.rounds
+            );
+            for f in &out {
+                s.push_str(&format!(
+                    "\n{} ({} pages)\n  write: raw compress {:8.1}  store 1 thread {:8.1}  ({:.2}x raw)  2 threads {:8.1}  ({:.2}x one)\n  read:  raw decompress {:6.1}  store 1 thread {:8.1}  ({:.2}x raw)  2 threads {:8.1}  ({:.2}x one)\n",
+                    f.config, f.pages, f.raw_compress, f.store_write_1t, f.write_vs_raw, f.store_write_2t, f.write_2t_vs_1t,
+                    f.raw_decompress, f.store_read_1t, f.read_vs_raw, f.store_read_2t, f.read_2t_vs_1t
+                ));
+            }
+            write_stdout(&s)
+        }
+    }
+}
