@@ -56,6 +56,16 @@ fn io_err(path: &Path, e: std::io::Error) -> CliError {
 
 /// Regular files under `dir`, sorted by path, not following links.
 fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> Result<(), CliError> {
+    walk_while(dir, &mut |path, len| {
+        out.push((path, len));
+        true
+    })
+    .map(|_| ())
+}
+
+/// Calls `f(path, len)` for the regular files under `dir` in sorted path
+/// order until it returns false; returns whether the walk went to the end.
+fn walk_while(dir: &Path, f: &mut dyn FnMut(PathBuf, u64) -> bool) -> Result<bool, CliError> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| io_err(dir, e))?
         .filter_map(Result::ok)
@@ -66,14 +76,18 @@ fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> Result<(), CliError> {
         let path = e.path();
         if ft.is_dir() {
             // Unreadable subdirectories are skipped, as `cp -r` would warn.
-            let _ = walk(&path, out);
+            if !walk_while(&path, f).unwrap_or(true) {
+                return Ok(false);
+            }
         } else if ft.is_file() {
             if let Ok(meta) = e.metadata() {
-                out.push((path, meta.len()));
+                if !f(path, meta.len()) {
+                    return Ok(false);
+                }
             }
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 fn octal(field: &[u8]) -> Option<u64> {
@@ -309,26 +323,25 @@ impl Corpus {
         for (k, root) in ROOTS.iter().enumerate() {
             let budget = (limit - total) / (ROOTS.len() - k) as u64;
             let root = Path::new(root);
-            let mut files = Vec::new();
-            if walk(root, &mut files).is_err() {
-                continue;
-            }
             let (mut n, mut taken) = (0, 0u64);
-            for (file, len) in files {
+            let walked = walk_while(root, &mut |file, len| {
                 if len == 0 || len > budget / 4 || File::open(&file).is_err() {
-                    continue;
+                    return true;
                 }
                 if taken + len > budget {
-                    break;
+                    return false;
                 }
                 taken += len;
                 n += 1;
-                let name = file.to_string_lossy().into_owned();
                 items.push(Item {
-                    name,
+                    name: file.to_string_lossy().into_owned(),
                     len,
                     source: Source::File(file),
                 });
+                true
+            });
+            if walked.is_err() {
+                continue;
             }
             total += taken;
             if n > 0 {

@@ -50,10 +50,13 @@ struct Figures {
     raw_compress: f64,
     store_write_1t: f64,
     store_write_2t: f64,
+    /// Writing every page again into the filled store (memory recycled).
+    store_overwrite_1t: f64,
     raw_decompress: f64,
     store_read_1t: f64,
     store_read_2t: f64,
     write_vs_raw: f64,
+    overwrite_vs_raw: f64,
     read_vs_raw: f64,
     write_2t_vs_1t: f64,
     read_2t_vs_1t: f64,
@@ -107,8 +110,8 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
             .collect::<Result<_, _>>()
             .map_err(|e| CliError::Failed(e.to_string()))?;
         let store_for = || -> Result<Store, CliError> { spec.open(data.len() as u64) };
-        let (mut rc, mut rd, mut w1, mut w2, mut r1, mut r2) =
-            (vec![], vec![], vec![], vec![], vec![], vec![]);
+        let (mut rc, mut rd, mut w1, mut w2, mut r1, mut r2, mut o1) =
+            (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
         for _ in 0..args.rounds.max(1) {
             let t = Instant::now();
             for p in data.chunks_exact(ps) {
@@ -153,6 +156,18 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
                     }
                 });
                 rv.push(mib / t.elapsed().as_secs_f64());
+                if threads == 1 {
+                    let t = Instant::now();
+                    for i in 0..pages {
+                        if store
+                            .write_page(i as u64, &data[i * ps..(i + 1) * ps])
+                            .is_err()
+                        {
+                            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                    o1.push(mib / t.elapsed().as_secs_f64());
+                }
                 if failed.into_inner() {
                     return Err(CliError::Failed(format!(
                         "{}: a page did not store or read back",
@@ -175,10 +190,12 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
             raw_compress: rc,
             store_write_1t: w1,
             store_write_2t: w2,
+            store_overwrite_1t: median(&mut o1),
             raw_decompress: rd,
             store_read_1t: r1,
             store_read_2t: r2,
             write_vs_raw: w1 / rc,
+            overwrite_vs_raw: median(&mut o1) / rc,
             read_vs_raw: r1 / rd,
             write_2t_vs_1t: w2 / w1,
             read_2t_vs_1t: r2 / r1,
@@ -196,8 +213,9 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
             );
             for f in &out {
                 s.push_str(&format!(
-                    "\n{} ({} pages)\n  write: raw compress {:8.1}  store 1 thread {:8.1}  ({:.2}x raw)  2 threads {:8.1}  ({:.2}x one)\n  read:  raw decompress {:6.1}  store 1 thread {:8.1}  ({:.2}x raw)  2 threads {:8.1}  ({:.2}x one)\n",
+                    "\n{} ({} pages)\n  write: raw compress {:8.1}  store 1 thread {:8.1}  ({:.2}x raw)  2 threads {:8.1}  ({:.2}x one)\n  overwrite of a full store, 1 thread {:8.1}  ({:.2}x raw)\n  read:  raw decompress {:6.1}  store 1 thread {:8.1}  ({:.2}x raw)  2 threads {:8.1}  ({:.2}x one)\n",
                     f.config, f.pages, f.raw_compress, f.store_write_1t, f.write_vs_raw, f.store_write_2t, f.write_2t_vs_1t,
+                    f.store_overwrite_1t, f.overwrite_vs_raw,
                     f.raw_decompress, f.store_read_1t, f.read_vs_raw, f.store_read_2t, f.read_2t_vs_1t
                 ));
             }
