@@ -23,6 +23,7 @@
 //!
 //! Modules:
 //! - `slot`: the 16-byte slot, its bit layout and lock;
+//! - `shard`: per-thread indexes and cache-line padding;
 //! - `streams`: per-thread compression contexts;
 //! - [`stats`]: counters and the `mm_stat` / `io_stat` / `debug_stat` files;
 //! - [`store`]: the write, read, discard and control paths, and the lock
@@ -32,6 +33,7 @@
 #![warn(missing_docs)]
 
 pub mod error;
+mod shard;
 mod slot;
 pub mod stats;
 pub mod store;

@@ -1,84 +1,126 @@
 //! The store's counters and the kernel's statistics files.
 //!
-//! [`Counters`] are the atomics the I/O paths update (the kernel's
-//! `zram_stats`); [`MmStat`], [`IoStat`] and [`DebugStat`] are snapshots that
+//! [`Counters`] are the per-thread sharded atomics the I/O paths update (the
+//! kernel's `zram_stats`); [`MmStat`], [`IoStat`] and [`DebugStat`] are snapshots that
 //! print exactly as `/sys/block/zramN/{mm_stat,io_stat,debug_stat}` do, column
 //! for column. This module does no I/O and takes no lock.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use serde::Serialize;
 
-/// Counters updated by the I/O paths.
-#[derive(Debug, Default)]
-pub struct Counters {
+use crate::shard::{shard_count, thread_index, Padded};
+
+/// One counter of the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
     /// Bytes of compressed data stored (huge pages count a whole page).
-    pub compr_data_size: AtomicU64,
+    ComprDataSize,
     /// Pages stored, same-filled ones included.
-    pub pages_stored: AtomicU64,
+    PagesStored,
     /// Same-filled pages stored.
-    pub same_pages: AtomicU64,
+    SamePages,
     /// Pages stored uncompressed now.
-    pub huge_pages: AtomicU64,
+    HugePages,
     /// Pages ever stored uncompressed.
-    pub huge_pages_since: AtomicU64,
+    HugePagesSince,
     /// Reads that failed.
-    pub failed_reads: AtomicU64,
+    FailedReads,
     /// Writes that failed.
-    pub failed_writes: AtomicU64,
+    FailedWrites,
     /// Pages freed by discard and write-zeroes.
-    pub notify_free: AtomicU64,
+    NotifyFree,
     /// Frees skipped because the slot was busy (kept for the format; the
     /// store always waits, so it stays 0).
-    pub miss_free: AtomicU64,
-    /// Most pages the allocator has held (reset by `reset_mem_used_max`).
-    pub max_used_pages: AtomicU64,
+    MissFree,
     /// Page reads served.
-    pub num_reads: AtomicU64,
+    NumReads,
     /// Page writes served.
-    pub num_writes: AtomicU64,
+    NumWrites,
+}
+
+const NR_COUNTERS: usize = 11;
+
+/// Counters that only grow (zeroed by `reset`); the others are gauges that
+/// follow the slots and return to 0 when every slot is freed.
+pub const CUMULATIVE: [Counter; 7] = [
+    Counter::HugePagesSince,
+    Counter::FailedReads,
+    Counter::FailedWrites,
+    Counter::NotifyFree,
+    Counter::MissFree,
+    Counter::NumReads,
+    Counter::NumWrites,
+];
+
+/// The counters the I/O paths update (the kernel's `zram_stats`), sharded
+/// per thread: each thread adds to its own shard, and a read sums them. A
+/// gauge may be raised in one shard and lowered in another, so shards hold
+/// wrapping signed values and only their sum is meaningful.
+#[derive(Debug)]
+pub struct Counters {
+    shards: Box<[Padded<[AtomicI64; NR_COUNTERS]>]>,
+    /// Most pages the allocator has held (reset by `reset_mem_used_max`).
+    max_used_pages: AtomicU64,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            shards: (0..shard_count()).map(|_| Padded::default()).collect(),
+            max_used_pages: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Counters {
-    /// Adds to a counter.
-    pub fn add(c: &AtomicU64, n: u64) {
-        c.fetch_add(n, Ordering::Relaxed);
+    fn mine(&self) -> &[AtomicI64; NR_COUNTERS] {
+        &self.shards[thread_index() % self.shards.len()]
     }
 
-    /// Subtracts from a counter.
-    pub fn sub(c: &AtomicU64, n: u64) {
-        c.fetch_sub(n, Ordering::Relaxed);
+    /// Adds `n` to a counter.
+    pub fn add(&self, c: Counter, n: u64) {
+        self.mine()[c as usize].fetch_add(n as i64, Ordering::Relaxed);
     }
 
-    /// Reads a counter.
-    pub fn get(c: &AtomicU64) -> u64 {
-        c.load(Ordering::Relaxed)
+    /// Subtracts `n` from a counter.
+    pub fn sub(&self, c: Counter, n: u64) {
+        self.mine()[c as usize].fetch_sub(n as i64, Ordering::Relaxed);
     }
 
-    /// Raises `max_used_pages` to `pages` if it is higher.
-    pub fn update_max(&self, pages: u64) {
-        self.max_used_pages.fetch_max(pages, Ordering::Relaxed);
+    /// A counter's value (the sum over the shards; a gauge read while
+    /// another thread updates it may be off by that update).
+    pub fn get(&self, c: Counter) -> u64 {
+        let sum = self.shards.iter().fold(0i64, |acc, s| {
+            acc.wrapping_add(s[c as usize].load(Ordering::Relaxed))
+        });
+        sum.max(0) as u64
     }
 
-    /// Zeroes everything.
-    pub fn clear(&self) {
-        for c in [
-            &self.compr_data_size,
-            &self.pages_stored,
-            &self.same_pages,
-            &self.huge_pages,
-            &self.huge_pages_since,
-            &self.failed_reads,
-            &self.failed_writes,
-            &self.notify_free,
-            &self.miss_free,
-            &self.max_used_pages,
-            &self.num_reads,
-            &self.num_writes,
-        ] {
-            c.store(0, Ordering::Relaxed);
+    /// Zeroes a counter.
+    pub fn zero(&self, c: Counter) {
+        for s in self.shards.iter() {
+            s[c as usize].store(0, Ordering::Relaxed);
         }
+    }
+
+    /// Raises `max_used_pages` to `pages` if it is higher (a load first, so
+    /// the common case writes nothing).
+    pub fn update_max(&self, pages: u64) {
+        if pages > self.max_used_pages.load(Ordering::Relaxed) {
+            self.max_used_pages.fetch_max(pages, Ordering::Relaxed);
+        }
+    }
+
+    /// Sets `max_used_pages`.
+    pub fn set_max(&self, pages: u64) {
+        self.max_used_pages.store(pages, Ordering::Relaxed);
+    }
+
+    /// `max_used_pages`.
+    pub fn max_used_pages(&self) -> u64 {
+        self.max_used_pages.load(Ordering::Relaxed)
     }
 }
 

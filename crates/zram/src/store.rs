@@ -15,10 +15,13 @@
 //!   `notify_free` counted.
 //!
 //! # Locks, in the order they are taken
-//! 1. `dev` (read by every I/O call, written by `reset`);
-//! 2. one slot lock (never two at once);
-//! 3. a compression stream;
-//! 4. the allocator's own locks (behind [`ZPool`]).
+//! 1. one slot lock (never two at once);
+//! 2. a compression stream;
+//! 3. the allocator's own locks (behind [`ZPool`]).
+//!
+//! There is no device-wide lock: `reset` empties the slots one by one under
+//! their own locks, and the counters are per-thread shards, so threads on
+//! different pages share no written cache line in the store.
 //!
 //! The write path takes a stream and the allocator before the slot lock,
 //! never while holding it; the read path takes them inside it. Neither holds
@@ -28,7 +31,7 @@
 //! through the [`ZPool`] it was given.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -37,7 +40,7 @@ use zpool::{ObjectRead, ZCompacted, ZPool};
 
 use crate::error::StoreError;
 use crate::slot::{self, Contents, Layout, Slot};
-use crate::stats::{Counters, DebugStat, IoStat, MmStat};
+use crate::stats::{Counter, Counters, DebugStat, IoStat, MmStat, CUMULATIVE};
 use crate::streams::Streams;
 
 /// What one slot holds, for inspection.
@@ -88,8 +91,6 @@ pub struct Store {
     /// The allocator's (pages_compacted, objs_moved) at the last reset: the
     /// kernel makes a new pool on reset, so its counters start again at 0.
     pool_base: [AtomicU64; 2],
-    /// Excludes `reset` from every other call.
-    dev: RwLock<()>,
 }
 
 impl std::fmt::Debug for Store {
@@ -180,7 +181,6 @@ impl Store {
             counters: Counters::default(),
             born: Instant::now(),
             pool_base: [AtomicU64::new(0), AtomicU64::new(0)],
-            dev: RwLock::new(()),
             pool,
         })
     }
@@ -219,10 +219,6 @@ impl Store {
         u32::try_from(self.born.elapsed().as_secs()).unwrap_or(u32::MAX)
     }
 
-    fn io(&self) -> RwLockReadGuard<'_, ()> {
-        self.dev.read().unwrap_or_else(|p| p.into_inner())
-    }
-
     fn check_range(&self, first: u64, count: u64) -> Result<(), StoreError> {
         let pages = self.disk_pages();
         match first.checked_add(count) {
@@ -248,20 +244,18 @@ impl Store {
     /// Stores one page at `index`.
     pub fn write_page(&self, index: u64, page: &[u8]) -> Result<(), StoreError> {
         self.check_page(index, page.len())?;
-        let _dev = self.io();
-        Counters::add(&self.counters.num_writes, 1);
+        self.counters.add(Counter::NumWrites, 1);
         let result = self.store(index, page);
         if result.is_err() {
-            Counters::add(&self.counters.failed_writes, 1);
+            self.counters.add(Counter::FailedWrites, 1);
         }
         result
     }
 
     fn store(&self, index: u64, page: &[u8]) -> Result<(), StoreError> {
-        let c = &self.counters;
         if let Some(word) = same_filled(page) {
-            Counters::add(&c.same_pages, 1);
-            Counters::add(&c.pages_stored, 1);
+            self.counters.add(Counter::SamePages, 1);
+            self.counters.add(Counter::PagesStored, 1);
             self.replace(
                 index,
                 Contents {
@@ -289,18 +283,18 @@ impl Store {
                 limit_pages: limit,
             });
         }
-        c.update_max(total);
+        self.counters.update_max(total);
         if let Err(e) = self.pool.write(handle, bytes) {
             self.pool.free(handle)?;
             return Err(e.into());
         }
         let size = bytes.len();
         drop(stream);
-        Counters::add(&c.compr_data_size, size as u64);
-        Counters::add(&c.pages_stored, 1);
+        self.counters.add(Counter::ComprDataSize, size as u64);
+        self.counters.add(Counter::PagesStored, 1);
         if flags & slot::HUGE != 0 {
-            Counters::add(&c.huge_pages, 1);
-            Counters::add(&c.huge_pages_since, 1);
+            self.counters.add(Counter::HugePages, 1);
+            self.counters.add(Counter::HugePagesSince, 1);
         }
         self.replace(
             index,
@@ -327,20 +321,19 @@ impl Store {
 
     /// Frees a slot's former contents and takes them out of the counters.
     fn release(&self, old: Contents) {
-        let c = &self.counters;
         if old.flags & slot::SAME != 0 {
-            Counters::sub(&c.same_pages, 1);
-            Counters::sub(&c.pages_stored, 1);
+            self.counters.sub(Counter::SamePages, 1);
+            self.counters.sub(Counter::PagesStored, 1);
         } else if let Some(handle) = zpool::ZHandle::from_raw(old.handle) {
             // The handle came from this allocator and was in one slot only,
             // so the free cannot fail; if it ever did, the object would only
             // leak.
             let freed = self.pool.free(handle);
             debug_assert!(freed.is_ok(), "freeing a stored object: {freed:?}");
-            Counters::sub(&c.compr_data_size, old.size as u64);
-            Counters::sub(&c.pages_stored, 1);
+            self.counters.sub(Counter::ComprDataSize, old.size as u64);
+            self.counters.sub(Counter::PagesStored, 1);
             if old.flags & slot::HUGE != 0 {
-                Counters::sub(&c.huge_pages, 1);
+                self.counters.sub(Counter::HugePages, 1);
             }
         }
     }
@@ -348,11 +341,10 @@ impl Store {
     /// Reads the page at `index` into `buf` (one page long).
     pub fn read_page(&self, index: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         self.check_page(index, buf.len())?;
-        let _dev = self.io();
-        Counters::add(&self.counters.num_reads, 1);
+        self.counters.add(Counter::NumReads, 1);
         let result = self.load(index, buf);
         if result.is_err() {
-            Counters::add(&self.counters.failed_reads, 1);
+            self.counters.add(Counter::FailedReads, 1);
         }
         result
     }
@@ -387,10 +379,9 @@ impl Store {
     /// zeros afterwards and hold no memory.
     pub fn discard(&self, first: u64, count: u64) -> Result<(), StoreError> {
         self.check_range(first, count)?;
-        let _dev = self.io();
         for index in first..first + count {
             self.replace(index, Contents::EMPTY);
-            Counters::add(&self.counters.notify_free, 1);
+            self.counters.add(Counter::NotifyFree, 1);
         }
         Ok(())
     }
@@ -402,9 +393,11 @@ impl Store {
     }
 
     /// Frees every page and zeroes the counters and the memory limit (the
-    /// kernel's `reset`). Waits for calls in flight to end.
+    /// kernel's `reset`). The kernel refuses a reset while the device is
+    /// open; here calls may run alongside it, and a write that lands on a
+    /// slot after `reset` has passed it stays (as a write just after the
+    /// reset would).
     pub fn reset(&self) {
-        let _dev = self.dev.write().unwrap_or_else(|p| p.into_inner());
         for slot in self.slots.iter() {
             let old = {
                 let mut guard = slot.lock(self.layout);
@@ -414,7 +407,11 @@ impl Store {
             };
             self.release(old);
         }
-        self.counters.clear();
+        // The gauges went to 0 as the slots were freed.
+        for c in CUMULATIVE {
+            self.counters.zero(c);
+        }
+        self.counters.set_max(self.pool.total_pages() as u64);
         self.limit_pages.store(0, Ordering::Relaxed);
         let pool = self.pool.stats();
         self.pool_base[0].store(pool.pages_compacted, Ordering::Relaxed);
@@ -423,7 +420,6 @@ impl Store {
 
     /// Compacts the allocator (`echo 1 > compact`).
     pub fn compact(&self) -> ZCompacted {
-        let _dev = self.io();
         self.pool.compact()
     }
 
@@ -443,13 +439,12 @@ impl Store {
     /// mem_used_max`).
     pub fn reset_mem_used_max(&self) {
         let now = self.pool.total_pages() as u64;
-        self.counters.max_used_pages.store(now, Ordering::Relaxed);
+        self.counters.set_max(now);
     }
 
     /// Marks slots idle (`echo all > idle` or `echo N > idle`). Same-filled
     /// and empty slots are never marked. Returns the slots marked.
     pub fn mark_idle(&self, cutoff: IdleCutoff) -> u64 {
-        let _dev = self.io();
         let now = self.now();
         let mut marked = 0;
         for slot in self.slots.iter() {
@@ -499,21 +494,20 @@ impl Store {
 
     /// `mm_stat` now.
     pub fn mm_stat(&self) -> MmStat {
-        let c = &self.counters;
         let page = self.page_size as u64;
         let pool = self.pool.stats();
         MmStat {
-            orig_data_size: Counters::get(&c.pages_stored) * page,
-            compr_data_size: Counters::get(&c.compr_data_size),
+            orig_data_size: self.counters.get(Counter::PagesStored) * page,
+            compr_data_size: self.counters.get(Counter::ComprDataSize),
             mem_used_total: self.pool.total_pages() as u64 * page,
             mem_limit: self.mem_limit(),
-            mem_used_max: Counters::get(&c.max_used_pages) * page,
-            same_pages: Counters::get(&c.same_pages),
+            mem_used_max: self.counters.max_used_pages() * page,
+            same_pages: self.counters.get(Counter::SamePages),
             pages_compacted: pool
                 .pages_compacted
                 .saturating_sub(self.pool_base[0].load(Ordering::Relaxed)),
-            huge_pages: Counters::get(&c.huge_pages),
-            huge_pages_since: Counters::get(&c.huge_pages_since),
+            huge_pages: self.counters.get(Counter::HugePages),
+            huge_pages_since: self.counters.get(Counter::HugePagesSince),
             objs_moved: pool
                 .objs_moved
                 .saturating_sub(self.pool_base[1].load(Ordering::Relaxed)),
@@ -522,26 +516,25 @@ impl Store {
 
     /// `io_stat` now.
     pub fn io_stat(&self) -> IoStat {
-        let c = &self.counters;
         IoStat {
-            failed_reads: Counters::get(&c.failed_reads),
-            failed_writes: Counters::get(&c.failed_writes),
-            notify_free: Counters::get(&c.notify_free),
+            failed_reads: self.counters.get(Counter::FailedReads),
+            failed_writes: self.counters.get(Counter::FailedWrites),
+            notify_free: self.counters.get(Counter::NotifyFree),
         }
     }
 
     /// `debug_stat` now.
     pub fn debug_stat(&self) -> DebugStat {
         DebugStat {
-            miss_free: Counters::get(&self.counters.miss_free),
+            miss_free: self.counters.get(Counter::MissFree),
         }
     }
 
     /// Page reads and writes served since the last reset.
     pub fn io_counts(&self) -> (u64, u64) {
         (
-            Counters::get(&self.counters.num_reads),
-            Counters::get(&self.counters.num_writes),
+            self.counters.get(Counter::NumReads),
+            self.counters.get(Counter::NumWrites),
         )
     }
 }

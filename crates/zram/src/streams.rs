@@ -1,22 +1,24 @@
 //! Compression contexts, one per thread at a time, as zram keeps one stream
 //! per CPU.
 //!
-//! A fixed array of stripes (twice the CPUs), each a mutex around a lazily
+//! A fixed array of stripes (twice the CPUs), each a mutex (on its own cache
+//! line) around a lazily
 //! made [`Context`]. A thread starts at its own stripe and takes the first
 //! free one; only when all are busy does it wait, on its own. So threads never
 //! share one global context, and a context is made at most once per stripe.
 //!
 //! This module owns the contexts; it knows nothing of slots or allocators.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use zcomp::{Compressor, Context};
 
+use crate::shard::{shard_count, thread_index, Padded};
+
 /// The stripes of one store.
 pub struct Streams {
     compressor: Compressor,
-    stripes: Box<[Mutex<Option<Context>>]>,
+    stripes: Box<[Padded<Mutex<Option<Context>>>]>,
 }
 
 /// A context borrowed from a stripe.
@@ -24,21 +26,14 @@ pub struct Stream<'a> {
     guard: MutexGuard<'a, Option<Context>>,
 }
 
-fn thread_stripe() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static ID: usize = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    ID.with(|id| *id)
-}
-
 impl Streams {
     /// Stripes for `compressor`, twice the available CPUs.
     pub fn new(compressor: Compressor) -> Streams {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         Streams {
             compressor,
-            stripes: (0..cpus * 2).map(|_| Mutex::new(None)).collect(),
+            stripes: (0..shard_count())
+                .map(|_| Padded(Mutex::new(None)))
+                .collect(),
         }
     }
 
@@ -50,7 +45,7 @@ impl Streams {
     /// A context for this thread.
     pub fn get(&self) -> Result<Stream<'_>, zcomp::Error> {
         let n = self.stripes.len();
-        let start = thread_stripe() % n;
+        let start = thread_index() % n;
         let mut guard = None;
         for i in 0..n {
             match self.stripes[(start + i) % n].try_lock() {
