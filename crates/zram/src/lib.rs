@@ -25,6 +25,7 @@
 //! - `slot`: the 16-byte slot, its bit layout and lock;
 //! - `shard`: per-thread indexes and cache-line padding;
 //! - `streams`: per-thread compression contexts;
+//! - `huge`: raw pages kept beside allocators that cannot hold a page;
 //! - [`stats`]: counters and the `mm_stat` / `io_stat` / `debug_stat` files;
 //! - [`store`]: the write, read, discard and control paths, and the lock
 //!   order;
@@ -33,6 +34,7 @@
 #![warn(missing_docs)]
 
 pub mod error;
+mod huge;
 mod shard;
 mod slot;
 pub mod stats;

@@ -11,6 +11,9 @@
 //! - **read**: under the slot lock: empty slots read as zeros, SAME slots as
 //!   their word, HUGE slots are copied, others decompressed straight from the
 //!   allocator's memory.
+//! - **huge pages** go to the allocator as page-sized objects, or, for an
+//!   allocator whose largest object is smaller than a page (zbud, zblock),
+//!   to whole pages kept beside it (`huge`), counted in `mem_used_total`.
 //! - **discard / write-zeroes**: each page's slot is emptied and
 //!   `notify_free` counted.
 //!
@@ -39,6 +42,7 @@ use zcomp::Compressor;
 use zpool::{ObjectRead, ZCompacted, ZPool};
 
 use crate::error::StoreError;
+use crate::huge::HugePages;
 use crate::slot::{self, Contents, Layout, Slot};
 use crate::stats::{Counter, Counters, DebugStat, IoStat, MmStat, CUMULATIVE};
 use crate::streams::Streams;
@@ -85,6 +89,8 @@ pub struct Store {
     layout: Layout,
     page_size: usize,
     huge_class_size: usize,
+    /// Raw pages kept beside an allocator that cannot hold a whole page.
+    huge: Option<HugePages>,
     limit_pages: AtomicU64,
     counters: Counters,
     born: Instant,
@@ -162,17 +168,22 @@ impl Store {
                 "page size {page_size} is not a power of two from 4096 to 65536"
             )));
         }
-        if pool.max_object_size() < page_size {
-            return Err(StoreError::Config(format!(
-                "allocator {} cannot hold a whole {page_size}-byte page (its largest object is {} bytes)",
-                pool.name(),
-                pool.max_object_size()
-            )));
-        }
+        // zram keeps incompressible pages raw, as page-sized objects; for an
+        // allocator that cannot hold one, they are kept beside it.
+        let huge = if pool.max_object_size() < page_size {
+            Some(HugePages::new(page_size)?)
+        } else {
+            None
+        };
+        let huge_class_size = pool
+            .huge_class_size()
+            .min(page_size)
+            .min(pool.max_object_size() + 1);
         let n = usize::try_from(disk_pages)
             .map_err(|_| StoreError::Config(format!("{disk_pages} pages is too many")))?;
         Ok(Store {
-            huge_class_size: pool.huge_class_size().min(page_size),
+            huge_class_size,
+            huge,
             streams: Streams::new(compressor),
             slots: zeroed_slots(n)?,
             layout: Layout::new(page_size),
@@ -273,20 +284,26 @@ impl Store {
         } else {
             (compressed, 0)
         };
-        let handle = self.pool.malloc(bytes.len())?;
-        let total = self.pool.total_pages() as u64;
+        let handle = match (&self.huge, flags) {
+            (Some(huge), slot::HUGE) => huge.store(page)?,
+            _ => self.pool.malloc(bytes.len())?.to_raw(),
+        };
+        let total = self.used_pages();
         let limit = self.limit_pages.load(Ordering::Relaxed);
         if limit != 0 && total > limit {
-            self.pool.free(handle)?;
+            self.free_object(handle, flags);
             return Err(StoreError::MemLimit {
                 used_pages: total,
                 limit_pages: limit,
             });
         }
         self.counters.update_max(total);
-        if let Err(e) = self.pool.write(handle, bytes) {
-            self.pool.free(handle)?;
-            return Err(e.into());
+        if self.huge.is_none() || flags != slot::HUGE {
+            let h = zpool::ZHandle::from_raw(handle).expect("allocator handles are nonzero");
+            if let Err(e) = self.pool.write(h, bytes) {
+                self.free_object(handle, flags);
+                return Err(e.into());
+            }
         }
         let size = bytes.len();
         drop(stream);
@@ -299,7 +316,7 @@ impl Store {
         self.replace(
             index,
             Contents {
-                handle: handle.to_raw(),
+                handle,
                 size,
                 flags,
             },
@@ -324,18 +341,35 @@ impl Store {
         if old.flags & slot::SAME != 0 {
             self.counters.sub(Counter::SamePages, 1);
             self.counters.sub(Counter::PagesStored, 1);
-        } else if let Some(handle) = zpool::ZHandle::from_raw(old.handle) {
-            // The handle came from this allocator and was in one slot only,
-            // so the free cannot fail; if it ever did, the object would only
-            // leak.
-            let freed = self.pool.free(handle);
-            debug_assert!(freed.is_ok(), "freeing a stored object: {freed:?}");
+        } else if old.handle != 0 {
+            self.free_object(old.handle, old.flags);
             self.counters.sub(Counter::ComprDataSize, old.size as u64);
             self.counters.sub(Counter::PagesStored, 1);
             if old.flags & slot::HUGE != 0 {
                 self.counters.sub(Counter::HugePages, 1);
             }
         }
+    }
+
+    /// Frees an object of the allocator, or a page kept beside it.
+    fn free_object(&self, handle: u64, flags: u32) {
+        match (&self.huge, flags & slot::HUGE) {
+            (Some(huge), slot::HUGE) => huge.free(handle),
+            _ => {
+                // The handle came from this allocator and was in one slot
+                // only, so the free cannot fail; if it ever did, the object
+                // would only leak.
+                if let Some(h) = zpool::ZHandle::from_raw(handle) {
+                    let freed = self.pool.free(h);
+                    debug_assert!(freed.is_ok(), "freeing a stored object: {freed:?}");
+                }
+            }
+        }
+    }
+
+    /// Pages held: the allocator's, plus pages kept beside it.
+    fn used_pages(&self) -> u64 {
+        (self.pool.total_pages() + self.huge.as_ref().map_or(0, HugePages::pages)) as u64
     }
 
     /// Reads the page at `index` into `buf` (one page long).
@@ -354,6 +388,8 @@ impl Store {
         let c = guard.contents();
         if c.flags & slot::SAME != 0 {
             fill_word(buf, c.handle);
+        } else if let (Some(huge), slot::HUGE) = (&self.huge, c.flags & slot::HUGE) {
+            huge.load(c.handle, buf)?;
         } else if let Some(handle) = zpool::ZHandle::from_raw(c.handle) {
             let obj = ObjectRead::begin(&*self.pool, handle, c.size)?;
             if c.flags & slot::HUGE != 0 {
@@ -411,7 +447,7 @@ impl Store {
         for c in CUMULATIVE {
             self.counters.zero(c);
         }
-        self.counters.set_max(self.pool.total_pages() as u64);
+        self.counters.set_max(self.used_pages());
         self.limit_pages.store(0, Ordering::Relaxed);
         let pool = self.pool.stats();
         self.pool_base[0].store(pool.pages_compacted, Ordering::Relaxed);
@@ -438,7 +474,7 @@ impl Store {
     /// Resets `mem_used_max` to the memory used now (`echo 0 >
     /// mem_used_max`).
     pub fn reset_mem_used_max(&self) {
-        let now = self.pool.total_pages() as u64;
+        let now = self.used_pages();
         self.counters.set_max(now);
     }
 
@@ -499,7 +535,7 @@ impl Store {
         MmStat {
             orig_data_size: self.counters.get(Counter::PagesStored) * page,
             compr_data_size: self.counters.get(Counter::ComprDataSize),
-            mem_used_total: self.pool.total_pages() as u64 * page,
+            mem_used_total: self.used_pages() * page,
             mem_limit: self.mem_limit(),
             mem_used_max: self.counters.max_used_pages() * page,
             same_pages: self.counters.get(Counter::SamePages),

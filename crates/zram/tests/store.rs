@@ -407,3 +407,91 @@ fn dropping_the_store_frees_the_allocators_memory() {
     drop(s);
     assert_eq!(pool.total_pages(), 0);
 }
+
+/// zsmalloc posing as an allocator whose largest object is smaller than a
+/// page (as zbud's and zblock's are).
+struct SmallObjects(Pool);
+
+impl ZPool for SmallObjects {
+    fn name(&self) -> &'static str {
+        "small-objects"
+    }
+    fn page_size(&self) -> usize {
+        4096
+    }
+    fn max_object_size(&self) -> usize {
+        4096 - 128
+    }
+    fn malloc(&self, len: usize) -> Result<zpool::ZHandle, zpool::ZPoolError> {
+        if len > self.max_object_size() {
+            return Err(zpool::ZPoolError::TooLarge {
+                len,
+                max: self.max_object_size(),
+            });
+        }
+        ZPool::malloc(&self.0, len)
+    }
+    fn free(&self, h: zpool::ZHandle) -> Result<(), zpool::ZPoolError> {
+        ZPool::free(&self.0, h)
+    }
+    fn write(&self, h: zpool::ZHandle, data: &[u8]) -> Result<(), zpool::ZPoolError> {
+        ZPool::write(&self.0, h, data)
+    }
+    fn read_begin(
+        &self,
+        h: zpool::ZHandle,
+        len: usize,
+    ) -> Result<std::ptr::NonNull<[u8]>, zpool::ZPoolError> {
+        self.0.read_begin(h, len)
+    }
+    unsafe fn read_end(&self, h: zpool::ZHandle) {
+        // SAFETY: forwarded from our caller's contract.
+        unsafe { self.0.read_end(h) }
+    }
+    fn total_pages(&self) -> usize {
+        ZPool::total_pages(&self.0)
+    }
+    fn stats(&self) -> zpool::ZPoolStats {
+        ZPool::stats(&self.0)
+    }
+}
+
+#[test]
+fn allocators_that_cannot_hold_a_page_get_raw_pages_beside_them() {
+    let pool: Arc<dyn ZPool> = Arc::new(SmallObjects(
+        Pool::new(PoolConfig::kernel_compat()).expect("pool"),
+    ));
+    let s = Store::new(
+        pool.clone(),
+        zcomp::Compressor::parse("lz4", "").unwrap(),
+        8,
+    )
+    .unwrap();
+    // No huge_class_size of its own: one past its largest object.
+    assert_eq!(s.huge_class_size(), 4096 - 128 + 1);
+    let random = page(4096, 4, 1);
+    let text = page(4096, 2, 1);
+    s.write_page(0, &random).unwrap();
+    s.write_page(1, &text).unwrap();
+    assert_eq!(s.slot_info(0).unwrap().state, SlotState::Huge);
+    let mm = s.mm_stat();
+    assert_eq!(mm.huge_pages, 1);
+    // The raw page's own page is counted with the allocator's.
+    assert_eq!(mm.mem_used_total, (pool.total_pages() as u64 + 1) * 4096);
+    let mut back = vec![0u8; 4096];
+    s.read_page(0, &mut back).unwrap();
+    assert_eq!(back, random);
+    s.read_page(1, &mut back).unwrap();
+    assert_eq!(back, text);
+    // A limit counts those pages too.
+    s.set_mem_limit(mm.mem_used_total);
+    assert!(matches!(
+        s.write_page(2, &page(4096, 4, 2)),
+        Err(StoreError::MemLimit { .. })
+    ));
+    s.set_mem_limit(0);
+    s.write_page(0, &text).unwrap();
+    assert_eq!(s.mm_stat().huge_pages, 0);
+    s.discard(0, 8).unwrap();
+    assert_eq!(s.mm_stat().mem_used_total, 0);
+}
