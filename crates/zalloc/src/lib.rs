@@ -1,0 +1,173 @@
+//! Opens any of zmem's allocators by name.
+//!
+//! Everything that lets a user choose an allocator (`--alloc
+//! zsmalloc|zbud|z3fold|zblock` in the store, `zmem replay`, `zmem serve`,
+//! `zmem exp latency`) goes through [`open`], so the names, the options they
+//! take and the errors for bad ones are the same everywhere.
+//!
+//! ```
+//! use zalloc::{open, AllocOptions};
+//!
+//! let pool = open("zsmalloc", &AllocOptions::default()).unwrap();
+//! let h = pool.malloc(100).unwrap();
+//! pool.write(h, b"hello").unwrap();
+//! let mut buf = [0u8; 5];
+//! zpool::read_into(&*pool, h, &mut buf).unwrap();
+//! assert_eq!(&buf, b"hello");
+//! pool.free(h).unwrap();
+//! ```
+
+#![warn(missing_docs)]
+
+use std::sync::Arc;
+
+use zpool::{ZPool, ZPoolError};
+use zsmalloc::{ClassDelta, Mode, Pool, PoolConfig};
+
+/// Every allocator name [`open`] knows, zsmalloc first.
+pub const NAMES: [&str; 4] = ["zsmalloc", "zbud", "z3fold", "zblock"];
+
+/// How to make an allocator.
+///
+/// `page_size` applies to every allocator. `mode`, `chain` and `delta` are
+/// zsmalloc's and are ignored by the others (they have no size classes to
+/// configure), so one set of options can open every allocator side by side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocOptions {
+    /// Bytes per page (4096 up to 65536, a power of two).
+    pub page_size: usize,
+    /// zsmalloc: kernel-compatible layout or zmem's default.
+    pub mode: Mode,
+    /// zsmalloc: most pages per zspage (1..=16); `None` keeps the mode's
+    /// value (kernel-compat 8, default 16).
+    pub chain: Option<u32>,
+    /// zsmalloc: fixed step in bytes between size classes (a multiple of
+    /// 8); `None` keeps the mode's (kernel-compat `max(PAGE_SIZE >> 8, 16)`,
+    /// default 16).
+    pub delta: Option<u32>,
+}
+
+impl Default for AllocOptions {
+    /// zmem's default mode on 4 KiB pages.
+    fn default() -> Self {
+        AllocOptions {
+            page_size: 4096,
+            mode: Mode::Default,
+            chain: None,
+            delta: None,
+        }
+    }
+}
+
+impl AllocOptions {
+    /// The zsmalloc pool configuration these options describe.
+    pub fn zsmalloc_config(&self) -> Result<PoolConfig, ZPoolError> {
+        let page_size = u32::try_from(self.page_size).map_err(|_| {
+            ZPoolError::Config(format!("page size {} is too large", self.page_size))
+        })?;
+        let mut config = match self.mode {
+            Mode::Default => PoolConfig::default_mode(page_size),
+            Mode::KernelCompat => {
+                let mut c = PoolConfig::kernel_compat();
+                c.geometry.page_size = page_size;
+                c
+            }
+        };
+        if let Some(chain) = self.chain {
+            config.geometry.chain = chain;
+        }
+        if let Some(delta) = self.delta {
+            config.geometry.delta = ClassDelta::Fixed(delta);
+        }
+        config
+            .geometry
+            .validate()
+            .map_err(|e| ZPoolError::Config(e.to_string()))?;
+        Ok(config)
+    }
+}
+
+/// Opens the allocator called `name` (one of [`NAMES`]) with `opts`.
+///
+/// Unknown names and settings an allocator cannot use (a page size it does
+/// not support, an invalid chain or delta) give [`ZPoolError::Config`].
+pub fn open(name: &str, opts: &AllocOptions) -> Result<Arc<dyn ZPool>, ZPoolError> {
+    match name {
+        "zsmalloc" => {
+            let pool = Pool::new(opts.zsmalloc_config()?).map_err(ZPoolError::from)?;
+            Ok(Arc::new(pool))
+        }
+        "zbud" | "z3fold" | "zblock" => Err(ZPoolError::Config(format!(
+            "allocator '{name}' is not built yet"
+        ))),
+        other => Err(ZPoolError::Config(format!(
+            "unknown allocator '{other}': use one of {}",
+            NAMES.join(", ")
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zsmalloc_opens_in_both_modes() {
+        for mode in [Mode::Default, Mode::KernelCompat] {
+            for page_size in [4096, 16384, 65536] {
+                let opts = AllocOptions {
+                    page_size,
+                    mode,
+                    ..AllocOptions::default()
+                };
+                let pool = open("zsmalloc", &opts).unwrap();
+                assert_eq!(pool.name(), "zsmalloc");
+                assert_eq!(pool.page_size(), page_size);
+            }
+        }
+    }
+
+    #[test]
+    fn chain_and_delta_reach_the_geometry() {
+        let opts = AllocOptions {
+            mode: Mode::KernelCompat,
+            chain: Some(4),
+            delta: Some(32),
+            ..AllocOptions::default()
+        };
+        let c = opts.zsmalloc_config().unwrap();
+        assert_eq!(c.geometry.chain, 4);
+        assert_eq!(c.geometry.delta, ClassDelta::Fixed(32));
+        assert_eq!(c.mode, Mode::KernelCompat);
+    }
+
+    #[test]
+    fn bad_names_and_settings_are_config_errors() {
+        let d = AllocOptions::default();
+        assert!(matches!(open("slab", &d), Err(ZPoolError::Config(_))));
+        let bad_chain = AllocOptions {
+            chain: Some(0),
+            ..d
+        };
+        assert!(matches!(
+            open("zsmalloc", &bad_chain),
+            Err(ZPoolError::Config(_))
+        ));
+        let bad_delta = AllocOptions {
+            delta: Some(12),
+            ..d
+        };
+        assert!(matches!(
+            open("zsmalloc", &bad_delta),
+            Err(ZPoolError::Config(_))
+        ));
+        let bad_page = AllocOptions {
+            page_size: 1000,
+            ..d
+        };
+        assert!(matches!(
+            open("zsmalloc", &bad_page),
+            Err(ZPoolError::Config(_))
+        ));
+    }
+}
