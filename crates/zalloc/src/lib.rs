@@ -97,7 +97,8 @@ pub fn open(name: &str, opts: &AllocOptions) -> Result<Arc<dyn ZPool>, ZPoolErro
             let pool = Pool::new(opts.zsmalloc_config()?).map_err(ZPoolError::from)?;
             Ok(Arc::new(pool))
         }
-        "zbud" | "z3fold" | "zblock" => Err(ZPoolError::Config(format!(
+        "zbud" => Ok(Arc::new(zbud::ZBud::new(opts.page_size)?)),
+        "z3fold" | "zblock" => Err(ZPoolError::Config(format!(
             "allocator '{name}' is not built yet"
         ))),
         other => Err(ZPoolError::Config(format!(

@@ -104,4 +104,8 @@ impl ZPool for Pool {
     fn can_compact(&self) -> u64 {
         Pool::can_compact(self)
     }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        Pool::check_invariants(self)
+    }
 }
