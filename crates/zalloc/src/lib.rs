@@ -98,7 +98,8 @@ pub fn open(name: &str, opts: &AllocOptions) -> Result<Arc<dyn ZPool>, ZPoolErro
             Ok(Arc::new(pool))
         }
         "zbud" => Ok(Arc::new(zbud::ZBud::new(opts.page_size)?)),
-        "z3fold" | "zblock" => Err(ZPoolError::Config(format!(
+        "z3fold" => Ok(Arc::new(z3fold::Z3Fold::new(opts.page_size)?)),
+        "zblock" => Err(ZPoolError::Config(format!(
             "allocator '{name}' is not built yet"
         ))),
         other => Err(ZPoolError::Config(format!(
