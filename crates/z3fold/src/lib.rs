@@ -898,14 +898,23 @@ impl ZPool for Z3Fold {
         }
     }
 
-    /// Works through the compaction queue, one page per hold of the pool
-    /// mutex. Pages with an object being read are queued again.
+    /// Works through the compaction queue as it is at the call, one page
+    /// per hold of the pool mutex (pages queued meanwhile wait for the next
+    /// call, so a steady stream of frees cannot keep it running). Pages with
+    /// an object being read are queued again.
     fn compact(&self) -> ZCompacted {
         let mut done = ZCompacted::default();
         let mut busy = Vec::new();
+        let mut budget = self.lock().queue.len();
         loop {
             let mut inner = self.lock();
-            let Some(pid) = inner.queue.pop_front() else {
+            let next = if budget == 0 {
+                None
+            } else {
+                budget -= 1;
+                inner.queue.pop_front()
+            };
+            let Some(pid) = next else {
                 inner.queue.extend(busy.iter().copied());
                 return done;
             };
