@@ -112,3 +112,81 @@ pub fn line_chart(stem: &Path, chart: &Chart<'_>) -> Result<(PathBuf, PathBuf), 
     .map_err(|e| fail(&png, e))?;
     Ok((svg, png))
 }
+
+fn draw_log_y<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    chart: &Chart<'_>,
+) -> Result<(), String> {
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for &(x, y) in chart.series.iter().flat_map(|s| s.points.iter()) {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        if y > 0.0 {
+            y0 = y0.min(y);
+            y1 = y1.max(y);
+        }
+    }
+    if x0 >= x1 {
+        (x0, x1) = (x0.min(0.0), x0.max(0.0) + 1.0);
+    }
+    if y0 > y1 {
+        (y0, y1) = (1.0, 10.0);
+    }
+    let (y0, y1) = (y0 / 1.5, y1 * 1.5);
+    let mut ctx = ChartBuilder::on(&root)
+        .caption(chart.title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x0..x1, (y0..y1).log_scale())
+        .map_err(|e| e.to_string())?;
+    ctx.configure_mesh()
+        .x_desc(chart.x_label)
+        .y_desc(chart.y_label)
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, s) in chart.series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        ctx.draw_series(LineSeries::new(
+            s.points.iter().copied().filter(|&(_, y)| y > 0.0),
+            color.stroke_width(2),
+        ))
+        .map_err(|e| e.to_string())?
+        .label(s.name.clone())
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+    }
+    ctx.configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}
+
+/// Like [`line_chart`], with a logarithmic y axis (points with `y <= 0` are
+/// left out): for latencies, whose tails span orders of magnitude.
+pub fn line_chart_log_y(stem: &Path, chart: &Chart<'_>) -> Result<(PathBuf, PathBuf), CliError> {
+    if let Some(dir) = stem.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| CliError::Failed(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let svg = stem.with_extension("svg");
+    let png = stem.with_extension("png");
+    let fail =
+        |what: &Path, e: String| CliError::Failed(format!("cannot draw {}: {e}", what.display()));
+    draw_log_y(
+        SVGBackend::new(&svg, (1000, 600)).into_drawing_area(),
+        chart,
+    )
+    .map_err(|e| fail(&svg, e))?;
+    draw_log_y(
+        BitMapBackend::new(&png, (1000, 600)).into_drawing_area(),
+        chart,
+    )
+    .map_err(|e| fail(&png, e))?;
+    Ok((svg, png))
+}

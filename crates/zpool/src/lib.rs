@@ -202,6 +202,33 @@ pub trait ZPool: Send + Sync {
     fn format_classes(&self) -> Option<String> {
         None
     }
+
+    /// Walks the allocator and verifies its bookkeeping (counts, lists,
+    /// handles), returning the first violation. For tests and debugging: call
+    /// it while no other thread uses the allocator. Allocators without a
+    /// checker report `Ok`.
+    fn check_invariants(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// A fresh tag for a new allocator instance, in `1..=126`.
+///
+/// Allocators put it in the top bits of their handles so that a handle of
+/// another instance (or another allocator) is refused as foreign in all but
+/// one case in 126. One sequence for the whole process keeps the tags of
+/// allocators made one after another apart. Never 0 (so a handle with a tag
+/// is never 0) and never 127 (so a raw handle stays below the top 4095
+/// values, which C callers read as error codes).
+pub fn next_pool_tag() -> u8 {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    static NEXT: AtomicU8 = AtomicU8::new(0x11);
+    loop {
+        let tag = NEXT.fetch_add(41, Ordering::Relaxed) & 0x7f;
+        if tag != 0 && tag != 0x7f {
+            return tag;
+        }
+    }
 }
 
 /// A begun read that ends when dropped.

@@ -108,4 +108,8 @@ impl ZPool for Pool {
     fn format_classes(&self) -> Option<String> {
         Some(Pool::format_classes(self))
     }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        Pool::check_invariants(self)
+    }
 }

@@ -3,6 +3,7 @@
 
 pub mod chain;
 pub mod compaction;
+pub mod latency;
 pub mod merge;
 
 use clap::Subcommand;
@@ -21,6 +22,9 @@ pub enum ExpCommand {
     /// Seed 003: overhead ratio with and without class merging as the Linux
     /// source's directories are removed.
     Merge(merge::MergeArgs),
+    /// Seed 004: per-operation latency (p50..max) and memory of zsmalloc,
+    /// zbud, z3fold and zblock under one fixed-seed zram-like workload.
+    Latency(latency::LatencyArgs),
 }
 
 /// Runs `zmem exp`.
@@ -29,5 +33,6 @@ pub fn run(cmd: &ExpCommand) -> Result<(), CliError> {
         ExpCommand::Compaction(args) => compaction::run(args),
         ExpCommand::Chain(args) => chain::run(args),
         ExpCommand::Merge(args) => merge::run(args),
+        ExpCommand::Latency(args) => latency::run(args),
     }
 }

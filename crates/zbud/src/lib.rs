@@ -1,0 +1,671 @@
+//! zbud in user space: at most two compressed objects per page.
+//!
+//! zbud was the kernel's simplest compressed-object allocator (removed in
+//! 6.15). Every page is cut into 64 *chunks* (64 bytes each on 4 KiB pages,
+//! `page_size / 64` in general). Chunk 0 is the page header's; the remaining
+//! 63 hold at most two objects, the *buddies*:
+//!
+//! ```text
+//!   | hdr | FIRST ------>          free          <------ LAST |
+//!   0     1 chunk                                   page_size
+//! ```
+//!
+//! The FIRST buddy starts right after the header, the LAST one ends at the
+//! end of the page, and the free space between them is one region. An
+//! object takes `ceil(len / chunk)` chunks, so the largest is
+//! `page_size - 2 * chunk` bytes (3968 on 4 KiB pages); larger requests are
+//! refused with [`ZPoolError::TooLarge`], as the kernel's `-ENOSPC`.
+//!
+//! # Placement
+//!
+//! A page with one buddy sits on the *unbuddied* list indexed by its free
+//! chunks (1..=62). `malloc` of `n` chunks scans the lists from `n` upward,
+//! takes the first page found and fills its free buddy (FIRST if free, else
+//! LAST); if every list is empty it takes a new page. A page with two
+//! buddies is on no list. Freeing a buddy puts its page back on the list of
+//! its new free count, or returns the page to the OS at once when it was the
+//! last. Nothing ever moves, so there is no compaction: allocation is a
+//! bounded scan of 62 list heads, free is O(1). That is zbud's case for
+//! determinism (seed 004), and its density is capped at two objects a page.
+//!
+//! # Differences from the kernel
+//!
+//! - Handles are not addresses. A [`ZHandle`] packs the page's index in the
+//!   pool's page table, the buddy, the buddy's *generation* (bumped by every
+//!   free) and the pool's tag, so a forged, foreign or stale handle is
+//!   refused with [`ZPoolError::InvalidHandle`] instead of being followed.
+//!   Bits: tag (7) | generation (24) | page index (31) | buddy (2).
+//! - The header is kept outside the page (in page records); chunk 0 stays
+//!   reserved so the geometry, and thus the density, is the kernel's.
+//! - There is no LRU and no eviction (the kernel dropped them in 6.5).
+//!
+//! # Lock order
+//!
+//! ```text
+//!   pool mutex (`ZBud::inner`: page table, lists, counters, read holds)
+//!     -> page source mutex (leaf, inside `PageSource`)
+//! ```
+//!
+//! One mutex guards the whole pool, like the kernel's single spinlock. A
+//! read takes it twice, briefly: `read_begin` counts a *read hold* on the
+//! buddy and `read_end` drops it. The bytes are read with the mutex
+//! released. `write` and `free` wait (on the condition variable
+//! `ZBud::released`) until an object has no read holds, so the bytes a reader
+//! sees never change and its page is never freed under it. `write` copies
+//! under the mutex.
+
+#![warn(missing_docs)]
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use pages::{PageSource, Run};
+use zpool::{ZHandle, ZPool, ZPoolError, ZPoolStats};
+
+/// Chunks per page (`1 << NCHUNKS_ORDER` in the kernel).
+pub const TOTAL_CHUNKS: usize = 64;
+/// Chunks the page header takes.
+pub const HEADER_CHUNKS: usize = 1;
+/// Chunks left for objects (63).
+pub const NCHUNKS: usize = TOTAL_CHUNKS - HEADER_CHUNKS;
+
+const NIL: u32 = u32::MAX;
+const NO_LIST: u8 = u8::MAX;
+
+const TAG_SHIFT: u32 = 57;
+const GEN_SHIFT: u32 = 33;
+const GEN_MASK: u32 = (1 << 24) - 1;
+const PAGE_SHIFT: u32 = 2;
+const PAGE_MASK: u64 = (1 << 31) - 1;
+const MAX_PAGES: usize = PAGE_MASK as usize;
+
+const FOREIGN: ZPoolError = ZPoolError::InvalidHandle("not a handle of this pool");
+const FREED: ZPoolError = ZPoolError::InvalidHandle("the object was freed");
+const STALE: ZPoolError = ZPoolError::InvalidHandle("stale: its slot holds another object");
+
+/// Which buddy of a page an object is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buddy {
+    /// Starts right after the header.
+    First = 0,
+    /// Ends at the end of the page.
+    Last = 1,
+}
+
+/// One buddy's bookkeeping.
+#[derive(Clone, Copy, Debug, Default)]
+struct Bud {
+    /// Generation of the slot; bumped by every free of it.
+    generation: u32,
+    /// Outstanding `read_begin`s of the object.
+    readers: u32,
+}
+
+/// The header of one page (kept outside the page).
+#[derive(Debug)]
+struct Page {
+    /// The memory; `None` while the record is unused (its index on the free list).
+    run: Option<Run>,
+    /// Chunks of the FIRST and LAST buddies, 0 when free.
+    chunks: [u8; 2],
+    /// Index of the unbuddied list the page is on, or [`NO_LIST`].
+    list: u8,
+    prev: u32,
+    next: u32,
+    bud: [Bud; 2],
+}
+
+impl Page {
+    fn used_chunks(&self) -> usize {
+        usize::from(self.chunks[0]) + usize::from(self.chunks[1])
+    }
+}
+
+/// Everything under the pool mutex.
+struct Inner {
+    /// Page records by index; unused ones have no run.
+    pages: Vec<Page>,
+    /// Indexes of unused page records.
+    free_ids: Vec<u32>,
+    /// `heads[i]`: first page of the unbuddied list of pages with `i` free
+    /// chunks (index 0 unused: a full page is on no list).
+    heads: [u32; NCHUNKS],
+    /// Pages holding memory.
+    live_pages: usize,
+    /// Live objects.
+    objects: u64,
+    /// Threads waiting in `write` or `free` for read holds to end.
+    waiters: usize,
+}
+
+/// A zbud pool. See the [module documentation](self).
+pub struct ZBud {
+    source: PageSource,
+    page_size: usize,
+    chunk_shift: u32,
+    tag: u8,
+    inner: Mutex<Inner>,
+    /// Signalled when an object's last read hold ends.
+    released: Condvar,
+}
+
+impl fmt::Debug for ZBud {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZBud")
+            .field("page_size", &self.page_size)
+            .field("total_pages", &self.total_pages())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZBud {
+    /// An empty pool on pages of `page_size` bytes (a power of two from the
+    /// OS page size up to 64 KiB).
+    pub fn new(page_size: usize) -> Result<ZBud, ZPoolError> {
+        Self::build(page_size, None)
+    }
+
+    /// An empty pool that holds at most `limit` pages at once; `malloc`
+    /// fails with [`ZPoolError::OutOfMemory`] beyond it.
+    pub fn with_page_limit(page_size: usize, limit: usize) -> Result<ZBud, ZPoolError> {
+        Self::build(page_size, Some(limit))
+    }
+
+    fn build(page_size: usize, limit: Option<usize>) -> Result<ZBud, ZPoolError> {
+        let source = match limit {
+            Some(l) => PageSource::with_limit(page_size, l),
+            None => PageSource::new(page_size),
+        }
+        .map_err(|e| ZPoolError::Config(e.to_string()))?;
+        Ok(ZBud {
+            source,
+            page_size,
+            chunk_shift: page_size.trailing_zeros() - TOTAL_CHUNKS.trailing_zeros(),
+            tag: zpool::next_pool_tag(),
+            inner: Mutex::new(Inner {
+                pages: Vec::new(),
+                free_ids: Vec::new(),
+                heads: [NIL; NCHUNKS],
+                live_pages: 0,
+                objects: 0,
+                waiters: 0,
+            }),
+            released: Condvar::new(),
+        })
+    }
+
+    /// Bytes per chunk (`page_size / 64`).
+    pub fn chunk_size(&self) -> usize {
+        1 << self.chunk_shift
+    }
+
+    /// Bytes an object of `len` bytes may hold (`len` rounded up to whole
+    /// chunks), or an error if `malloc(len)` would fail for its size.
+    pub fn capacity_for(&self, len: usize) -> Result<usize, ZPoolError> {
+        Ok(self.chunks_for(len)? << self.chunk_shift)
+    }
+
+    fn chunks_for(&self, len: usize) -> Result<usize, ZPoolError> {
+        if len == 0 {
+            return Err(ZPoolError::ZeroSize);
+        }
+        let max = self.max_size();
+        if len > max {
+            return Err(ZPoolError::TooLarge { len, max });
+        }
+        Ok(len.div_ceil(self.chunk_size()))
+    }
+
+    fn max_size(&self) -> usize {
+        self.page_size - 2 * self.chunk_size()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Every update under the mutex is finished before anything that can
+        // panic, so a poisoned mutex still guards consistent state.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wait<'a>(&self, mut guard: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
+        guard.waiters += 1;
+        let mut guard = self.released.wait(guard).unwrap_or_else(|e| e.into_inner());
+        guard.waiters -= 1;
+        guard
+    }
+
+    fn handle(&self, page: u32, bud: usize, generation: u32) -> ZHandle {
+        let raw = u64::from(self.tag) << TAG_SHIFT
+            | u64::from(generation & GEN_MASK) << GEN_SHIFT
+            | u64::from(page) << PAGE_SHIFT
+            | (bud as u64 + 1);
+        ZHandle::from_raw(raw).expect("the buddy field is never 0")
+    }
+
+    /// The live object `h` names: (page index, buddy index).
+    fn locate(&self, inner: &Inner, h: ZHandle) -> Result<(usize, usize), ZPoolError> {
+        let raw = h.to_raw();
+        if (raw >> TAG_SHIFT) as u8 != self.tag {
+            return Err(FOREIGN);
+        }
+        let bud = match raw & 3 {
+            1 => 0,
+            2 => 1,
+            _ => return Err(FOREIGN),
+        };
+        let pid = ((raw >> PAGE_SHIFT) & PAGE_MASK) as usize;
+        let generation = ((raw >> GEN_SHIFT) as u32) & GEN_MASK;
+        let page = inner.pages.get(pid).ok_or(FOREIGN)?;
+        if page.run.is_none() || page.chunks[bud] == 0 {
+            return Err(FREED);
+        }
+        if page.bud[bud].generation != generation {
+            return Err(STALE);
+        }
+        Ok((pid, bud))
+    }
+
+    /// Byte offset of a buddy in its page.
+    fn offset(&self, page: &Page, bud: usize) -> usize {
+        if bud == Buddy::First as usize {
+            HEADER_CHUNKS << self.chunk_shift
+        } else {
+            self.page_size - (usize::from(page.chunks[1]) << self.chunk_shift)
+        }
+    }
+
+    /// The address of a buddy's first byte.
+    fn address(&self, page: &Page, bud: usize) -> *mut u8 {
+        let run = page.run.as_ref().expect("a live page has memory");
+        // SAFETY: `offset` is below `page_size`, inside the page's one-page run.
+        unsafe { run.as_ptr().add(self.offset(page, bud)) }
+    }
+
+    /// Verifies every count, list and record. Returns the first violation.
+    /// Call it while no other thread uses the pool.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let inner = self.lock();
+        let mut live = 0;
+        let mut objects = 0;
+        let mut listed = vec![false; inner.pages.len()];
+        for (i, &head) in inner.heads.iter().enumerate() {
+            let mut prev = NIL;
+            let mut cur = head;
+            while cur != NIL {
+                let page = inner
+                    .pages
+                    .get(cur as usize)
+                    .ok_or(format!("list {i} links to page {cur}, past the table"))?;
+                if listed[cur as usize] {
+                    return Err(format!("page {cur} is on a list twice (list {i})"));
+                }
+                listed[cur as usize] = true;
+                if usize::from(page.list) != i || page.prev != prev {
+                    return Err(format!("page {cur}: bad links on list {i}"));
+                }
+                prev = cur;
+                cur = page.next;
+            }
+        }
+        for (pid, page) in inner.pages.iter().enumerate() {
+            if page.run.is_none() {
+                if page.chunks != [0, 0] || page.list != NO_LIST {
+                    return Err(format!("unused page record {pid} has contents"));
+                }
+                continue;
+            }
+            live += 1;
+            let used = page.chunks.iter().filter(|&&c| c != 0).count();
+            objects += used as u64;
+            if used == 0 {
+                return Err(format!("page {pid} is held with no object"));
+            }
+            if page.used_chunks() > NCHUNKS {
+                return Err(format!("page {pid}: buddies overlap"));
+            }
+            let want = if used == 1 {
+                Some(NCHUNKS - page.used_chunks())
+            } else {
+                None
+            };
+            let have = (page.list != NO_LIST).then_some(usize::from(page.list));
+            if want != have || listed[pid] != want.is_some() {
+                return Err(format!(
+                    "page {pid}: on list {have:?}, should be on {want:?}"
+                ));
+            }
+            if page.bud.iter().any(|b| b.readers != 0) {
+                return Err(format!("page {pid}: an object is still being read"));
+            }
+        }
+        let mut ids: Vec<u32> = inner.free_ids.clone();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() != inner.free_ids.len()
+            || ids.len() + live != inner.pages.len()
+            || ids.iter().any(|&i| inner.pages[i as usize].run.is_some())
+        {
+            return Err("the free page-record list is not the unused records".into());
+        }
+        if live != inner.live_pages || objects != inner.objects {
+            return Err(format!(
+                "counted {live} pages, {objects} objects; kept {}, {}",
+                inner.live_pages, inner.objects
+            ));
+        }
+        if self.source.pages_out() != live {
+            return Err(format!(
+                "the page source has {} pages out for {live} live pages",
+                self.source.pages_out()
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Inner {
+    fn link(&mut self, pid: u32, list: usize) {
+        let head = self.heads[list];
+        if head != NIL {
+            self.pages[head as usize].prev = pid;
+        }
+        let page = &mut self.pages[pid as usize];
+        page.list = list as u8;
+        page.prev = NIL;
+        page.next = head;
+        self.heads[list] = pid;
+    }
+
+    fn unlink(&mut self, pid: u32) {
+        let page = &mut self.pages[pid as usize];
+        if page.list == NO_LIST {
+            return;
+        }
+        let (list, prev, next) = (usize::from(page.list), page.prev, page.next);
+        page.list = NO_LIST;
+        page.prev = NIL;
+        page.next = NIL;
+        if prev == NIL {
+            self.heads[list] = next;
+        } else {
+            self.pages[prev as usize].next = next;
+        }
+        if next != NIL {
+            self.pages[next as usize].prev = prev;
+        }
+    }
+
+    /// Puts a page on the list its contents call for (none when full).
+    fn relist(&mut self, pid: u32) {
+        self.unlink(pid);
+        let page = &self.pages[pid as usize];
+        if page.chunks.contains(&0) {
+            let free = NCHUNKS - page.used_chunks();
+            self.link(pid, free);
+        }
+    }
+
+    /// A page record for new memory.
+    fn new_record(&mut self, run: Run) -> Result<u32, Run> {
+        if let Some(pid) = self.free_ids.pop() {
+            self.pages[pid as usize].run = Some(run);
+            return Ok(pid);
+        }
+        if self.pages.len() >= MAX_PAGES {
+            return Err(run);
+        }
+        self.pages.push(Page {
+            run: Some(run),
+            chunks: [0, 0],
+            list: NO_LIST,
+            prev: NIL,
+            next: NIL,
+            bud: [Bud::default(); 2],
+        });
+        Ok((self.pages.len() - 1) as u32)
+    }
+}
+
+impl ZPool for ZBud {
+    fn name(&self) -> &'static str {
+        "zbud"
+    }
+
+    fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    fn max_object_size(&self) -> usize {
+        self.max_size()
+    }
+
+    fn malloc(&self, len: usize) -> Result<ZHandle, ZPoolError> {
+        let chunks = self.chunks_for(len)?;
+        let mut inner = self.lock();
+        let found = (chunks..NCHUNKS)
+            .map(|i| inner.heads[i])
+            .find(|&head| head != NIL);
+        let (pid, bud) = match found {
+            Some(pid) => {
+                let bud = if inner.pages[pid as usize].chunks[0] == 0 {
+                    0
+                } else {
+                    1
+                };
+                (pid, bud)
+            }
+            None => {
+                let run = self
+                    .source
+                    .alloc(1)
+                    .map_err(|e| ZPoolError::OutOfMemory(e.to_string()))?;
+                let pid = match inner.new_record(run) {
+                    Ok(pid) => pid,
+                    Err(run) => {
+                        self.source.free(run);
+                        return Err(ZPoolError::OutOfMemory("the page table is full".into()));
+                    }
+                };
+                inner.live_pages += 1;
+                (pid, 0)
+            }
+        };
+        let page = &mut inner.pages[pid as usize];
+        page.chunks[bud] = chunks as u8;
+        let generation = page.bud[bud].generation;
+        inner.relist(pid);
+        inner.objects += 1;
+        Ok(self.handle(pid, bud, generation))
+    }
+
+    fn free(&self, h: ZHandle) -> Result<(), ZPoolError> {
+        let mut inner = self.lock();
+        let (pid, bud) = loop {
+            let (pid, bud) = self.locate(&inner, h)?;
+            if inner.pages[pid].bud[bud].readers == 0 {
+                break (pid, bud);
+            }
+            inner = self.wait(inner);
+        };
+        let page = &mut inner.pages[pid];
+        page.chunks[bud] = 0;
+        page.bud[bud].generation = (page.bud[bud].generation + 1) & GEN_MASK;
+        inner.objects -= 1;
+        if inner.pages[pid].chunks == [0, 0] {
+            inner.unlink(pid as u32);
+            let run = inner.pages[pid].run.take().expect("a live page has memory");
+            self.source.free(run);
+            inner.free_ids.push(pid as u32);
+            inner.live_pages -= 1;
+        } else {
+            inner.relist(pid as u32);
+        }
+        Ok(())
+    }
+
+    fn write(&self, h: ZHandle, data: &[u8]) -> Result<(), ZPoolError> {
+        let mut inner = self.lock();
+        let (pid, bud) = loop {
+            let (pid, bud) = self.locate(&inner, h)?;
+            let capacity = usize::from(inner.pages[pid].chunks[bud]) << self.chunk_shift;
+            if data.len() > capacity {
+                return Err(ZPoolError::TooLong {
+                    len: data.len(),
+                    capacity,
+                });
+            }
+            if inner.pages[pid].bud[bud].readers == 0 {
+                break (pid, bud);
+            }
+            inner = self.wait(inner);
+        };
+        let dst = self.address(&inner.pages[pid], bud);
+        // SAFETY: the buddy is live and spans `capacity >= data.len()` bytes
+        // from `dst` inside its page; nobody reads it (no read holds) and no
+        // other write or free can run (we hold the pool mutex), and `data`
+        // is caller memory, so the ranges do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+        Ok(())
+    }
+
+    fn read_begin(&self, h: ZHandle, len: usize) -> Result<NonNull<[u8]>, ZPoolError> {
+        let mut inner = self.lock();
+        let (pid, bud) = self.locate(&inner, h)?;
+        let capacity = usize::from(inner.pages[pid].chunks[bud]) << self.chunk_shift;
+        if len > capacity {
+            return Err(ZPoolError::TooLong { len, capacity });
+        }
+        let page = &mut inner.pages[pid];
+        page.bud[bud].readers =
+            page.bud[bud]
+                .readers
+                .checked_add(1)
+                .ok_or(ZPoolError::OutOfMemory(
+                    "too many reads of one object".into(),
+                ))?;
+        let ptr = NonNull::new(self.address(page, bud)).expect("page memory is not null");
+        Ok(NonNull::slice_from_raw_parts(ptr, len))
+    }
+
+    unsafe fn read_end(&self, h: ZHandle) {
+        let mut inner = self.lock();
+        if let Ok((pid, bud)) = self.locate(&inner, h) {
+            let b = &mut inner.pages[pid].bud[bud];
+            b.readers = b.readers.saturating_sub(1);
+            if b.readers == 0 && inner.waiters > 0 {
+                self.released.notify_all();
+            }
+        }
+    }
+
+    fn total_pages(&self) -> usize {
+        self.lock().live_pages
+    }
+
+    fn stats(&self) -> ZPoolStats {
+        let inner = self.lock();
+        ZPoolStats {
+            total_pages: inner.live_pages as u64,
+            objects: inner.objects,
+            pages_compacted: 0,
+            objs_moved: 0,
+        }
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        ZBud::check_invariants(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zpool::read_into;
+
+    #[test]
+    fn geometry_is_the_kernels() {
+        let pool = ZBud::new(4096).unwrap();
+        assert_eq!(pool.chunk_size(), 64);
+        assert_eq!(pool.max_object_size(), 3968);
+        assert_eq!(
+            pool.malloc(3969).unwrap_err(),
+            ZPoolError::TooLarge {
+                len: 3969,
+                max: 3968
+            }
+        );
+        let big = ZBud::new(65536).unwrap();
+        assert_eq!(big.chunk_size(), 1024);
+        assert_eq!(big.max_object_size(), 65536 - 2048);
+    }
+
+    #[test]
+    fn buddies_pair_up_first_then_last() {
+        let pool = ZBud::new(4096).unwrap();
+        // 62 chunks + 1 chunk fill a page; the next object needs a new one.
+        let a = pool.malloc(3968).unwrap();
+        let b = pool.malloc(64).unwrap();
+        assert_eq!(pool.total_pages(), 1);
+        let c = pool.malloc(1).unwrap();
+        assert_eq!(pool.total_pages(), 2);
+        // FIRST at offset 64, LAST right-justified.
+        let pa = pool.read_begin(a, 1).unwrap().cast::<u8>().as_ptr() as usize;
+        let pb = pool.read_begin(b, 1).unwrap().cast::<u8>().as_ptr() as usize;
+        // SAFETY: both reads are outstanding and ended once here.
+        unsafe {
+            pool.read_end(a);
+            pool.read_end(b);
+        }
+        assert_eq!(pa % 4096, 64);
+        assert_eq!(pb % 4096, 4096 - 64);
+        assert_eq!(pa / 4096, pb / 4096);
+        pool.write(a, &[7; 3968]).unwrap();
+        pool.write(b, &[9; 64]).unwrap();
+        pool.free(a).unwrap();
+        // The first buddy's space (62 chunks free) takes a 3000-byte object.
+        let d = pool.malloc(3000).unwrap();
+        assert_eq!(pool.total_pages(), 2);
+        let mut buf = [0; 64];
+        read_into(&pool, b, &mut buf).unwrap();
+        assert_eq!(buf, [9; 64]);
+        for h in [b, c, d] {
+            pool.free(h).unwrap();
+        }
+        assert_eq!(pool.total_pages(), 0);
+        pool.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn lists_are_scanned_from_the_needed_size_up() {
+        let pool = ZBud::new(4096).unwrap();
+        // Two pages with one buddy each: 10 and 40 chunks free.
+        let a = pool.malloc(53 * 64).unwrap(); // page 1: 10 free
+        let b = pool.malloc(23 * 64).unwrap(); // page 2: 40 free
+        assert_eq!(pool.total_pages(), 2);
+        let c = pool.malloc(20 * 64).unwrap(); // only page 2 fits
+        assert_eq!(pool.total_pages(), 2);
+        let d = pool.malloc(11 * 64).unwrap(); // page 1 has 10: new page
+        assert_eq!(pool.total_pages(), 3);
+        pool.check_invariants().unwrap();
+        for h in [a, b, c, d] {
+            pool.free(h).unwrap();
+        }
+        pool.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn stale_and_foreign_handles_are_refused() {
+        let pool = ZBud::new(4096).unwrap();
+        let other = ZBud::new(4096).unwrap();
+        let h = pool.malloc(100).unwrap();
+        assert_eq!(other.free(h).unwrap_err(), FOREIGN);
+        pool.free(h).unwrap();
+        assert_eq!(pool.free(h).unwrap_err(), FREED);
+        let h2 = pool.malloc(100).unwrap();
+        assert_ne!(h, h2, "the generation changed");
+        assert_eq!(pool.write(h, b"x").unwrap_err(), STALE);
+        assert!(pool.read_begin(h, 1).is_err());
+        pool.free(h2).unwrap();
+        pool.check_invariants().unwrap();
+    }
+}

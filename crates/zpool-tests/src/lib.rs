@@ -1,0 +1,126 @@
+//! The allocators under test and the helpers the suite shares.
+//!
+//! The suite itself is in `tests/`: `suite.rs` (model-based property test,
+//! round trips at every size, threads, bad input, density) and `rss.rs`
+//! (the resident set follows the pool; its own binary so nothing else
+//! allocates while it measures). Every test runs against every [`SUBJECTS`]
+//! entry through [`zpool::ZPool`] only.
+
+#![warn(missing_docs)]
+
+use std::sync::Arc;
+
+use zalloc::AllocOptions;
+use zpool::ZPool;
+use zsmalloc::Mode;
+
+/// One allocator configuration the suite runs against.
+#[derive(Clone, Copy, Debug)]
+pub struct Subject {
+    /// Label in failure messages.
+    pub label: &'static str,
+    /// Name for [`zalloc::open`].
+    pub name: &'static str,
+    /// zsmalloc's mode (ignored by the others).
+    pub mode: Mode,
+    /// Most objects one page can hold (`None`: no such bound).
+    pub max_per_page: Option<u64>,
+}
+
+/// Every allocator, zsmalloc in both modes.
+pub const SUBJECTS: [Subject; 5] = [
+    Subject {
+        label: "zsmalloc-default",
+        name: "zsmalloc",
+        mode: Mode::Default,
+        max_per_page: None,
+    },
+    Subject {
+        label: "zsmalloc-kernel-compat",
+        name: "zsmalloc",
+        mode: Mode::KernelCompat,
+        max_per_page: None,
+    },
+    Subject {
+        label: "zbud",
+        name: "zbud",
+        mode: Mode::Default,
+        max_per_page: Some(2),
+    },
+    Subject {
+        label: "z3fold",
+        name: "z3fold",
+        mode: Mode::Default,
+        max_per_page: Some(3),
+    },
+    Subject {
+        label: "zblock",
+        name: "zblock",
+        mode: Mode::Default,
+        max_per_page: None,
+    },
+];
+
+impl Subject {
+    /// A fresh allocator on pages of `page_size` bytes.
+    pub fn open(&self, page_size: usize) -> Arc<dyn ZPool> {
+        let opts = AllocOptions {
+            page_size,
+            mode: self.mode,
+            ..AllocOptions::default()
+        };
+        zalloc::open(self.name, &opts)
+            .unwrap_or_else(|e| panic!("{}: cannot open: {e}", self.label))
+    }
+
+    /// Checks the allocator's bookkeeping and its density bound.
+    pub fn check(&self, pool: &dyn ZPool) -> Result<(), String> {
+        pool.check_invariants()
+            .map_err(|e| format!("{}: {e}", self.label))?;
+        let s = pool.stats();
+        if s.total_pages != pool.total_pages() as u64 {
+            return Err(format!("{}: stats and total_pages disagree", self.label));
+        }
+        if let Some(max) = self.max_per_page {
+            if s.objects > max * s.total_pages {
+                return Err(format!(
+                    "{}: {} objects in {} pages, above {max} a page",
+                    self.label, s.objects, s.total_pages
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// xorshift64; the seed must not be zero.
+#[derive(Clone, Debug)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number in `lo..=hi`.
+    pub fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + (self.next_u64() % (hi - lo + 1) as u64) as usize
+    }
+}
+
+/// Deterministic bytes for object `id` of `len` bytes.
+pub fn pattern(id: u64, len: usize) -> Vec<u8> {
+    let mut rng = Rng(id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    (0..len).map(|_| rng.next_u64() as u8).collect()
+}
+
+/// Reads an object's first `len` bytes into a vector.
+pub fn read_vec(pool: &dyn ZPool, h: zpool::ZHandle, len: usize) -> Vec<u8> {
+    let mut buf = vec![0; len];
+    zpool::read_into(pool, h, &mut buf).expect("read of a live object");
+    buf
+}
