@@ -495,3 +495,36 @@ fn allocators_that_cannot_hold_a_page_get_raw_pages_beside_them() {
     s.discard(0, 8).unwrap();
     assert_eq!(s.mm_stat().mem_used_total, 0);
 }
+
+#[test]
+fn every_allocator_stores_and_reads_back_every_kind_of_page() {
+    for name in zalloc::NAMES {
+        let pool = zalloc::open(name, &zalloc::AllocOptions::default()).expect(name);
+        let s = Store::new(
+            pool.clone(),
+            zcomp::Compressor::parse("lz4", "").unwrap(),
+            64,
+        )
+        .expect(name);
+        let mut model = vec![None; 64];
+        for round in 0..3u64 {
+            for i in 0..64u64 {
+                let p = page(4096, (i + round) as u8, i * 31 + round);
+                s.write_page(i, &p)
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+                model[i as usize] = Some(p);
+            }
+            s.discard(round * 7, 5).unwrap();
+            model[(round * 7) as usize..(round * 7 + 5) as usize].fill(None);
+            s.compact();
+        }
+        check(&s, &model);
+        assert!(
+            s.mm_stat().huge_pages > 0,
+            "{name}: random pages are stored raw"
+        );
+        s.reset();
+        assert_eq!(s.mm_stat().mem_used_total, 0, "{name}");
+        assert_eq!(pool.total_pages(), 0, "{name}");
+    }
+}
