@@ -36,9 +36,9 @@
 //!   default [`DEFAULT_CACHE_BYTES`]). When they pass it, all of them are
 //!   released in one batch: the ranges sorted by address, adjacent ones
 //!   coalesced, and all given to the kernel by one `process_madvise` call,
-//!   which Linux 6.16+ turns into a single TLB shootdown (one `madvise` per
-//!   range where that call is unavailable; see `release.rs`). Released runs
-//!   join the free lists.
+//!   which recent kernels (6.16+) turn into a single TLB shootdown (one
+//!   `madvise` per range where that call is refused; see `release.rs`).
+//!   Released runs join the free lists.
 //! - [`PageSource::hold`] raises the bound (to [`DEFAULT_HOLD_BYTES`] by
 //!   default) for a burst of frees such as a compaction: the runs it frees
 //!   were resident when it started, so keeping them to its end does not
