@@ -252,9 +252,17 @@ impl Class {
                 inner.metas.len() as u32
             }
         };
-        let run = pages
-            .alloc(self.info.pages_per_zspage)
-            .map_err(ClassFull::Pages)?;
+        // kernel-compat writes a link into every slot at once, so a cached
+        // run (stale bytes, resident pages) serves it as well as a fresh one
+        // and saves the page faults. Default mode counts only the pages up to
+        // its highest object, so it needs a run none of whose pages is
+        // resident yet.
+        let run = if self.in_object_list {
+            pages.alloc(self.info.pages_per_zspage)
+        } else {
+            pages.alloc_clean(self.info.pages_per_zspage)
+        }
+        .map_err(ClassFull::Pages)?;
         if zid as usize == inner.metas.len() {
             // Grow by a quarter rather than doubling: the descriptors of a
             // large pool are megabytes, and each abandoned buffer is memory
@@ -331,7 +339,9 @@ impl Class {
         let counted = m.populated;
         let run = m.run.take().expect("live zspage");
         *m = ZsPageMeta::vacant();
-        pages.free(run);
+        // Only the counted pages may be resident: default mode discarded the
+        // rest as its objects went.
+        pages.free_resident(run, counted);
         inner.vacant.push(zid);
         inner.zspages -= 1;
         inner.pages -= u64::from(counted);
@@ -348,7 +358,13 @@ impl Class {
 
     /// Takes a free slot of `zid` for the object of handle slot `owner`.
     /// Returns the slot and the change in counted pages.
-    pub(crate) fn place(&self, inner: &mut ClassInner, zid: u32, owner: u32) -> (u32, i64) {
+    pub(crate) fn place(
+        &self,
+        inner: &mut ClassInner,
+        zid: u32,
+        owner: u32,
+        pages: &PageSource,
+    ) -> (u32, i64) {
         let objs = self.objs();
         let mem = self.memory(inner, zid);
         let header = self.header;
@@ -377,6 +393,12 @@ impl Class {
             m.set_live(idx, true);
             let need = ((u64::from(idx) + 1) * size).div_ceil(page_size) as u32;
             if need > m.populated {
+                if m.tail_pending {
+                    // Take back pages given up but perhaps not yet released
+                    // before the caller writes the object into them.
+                    let run = m.run.as_ref().expect("live zspage");
+                    m.tail_pending = pages.reclaim(run, need);
+                }
                 delta = i64::from(need - m.populated);
                 m.populated = need;
             }
@@ -425,11 +447,13 @@ impl Class {
             return -i64::from(self.release_zspage(inner, zid, pages));
         }
         if !self.in_object_list {
-            // Give back the pages above the highest live object.
+            // Give back the pages above the highest live object, with the
+            // page source's next batch (one TLB shootdown for many).
             let need = (u64::from(m.live_end()) * size).div_ceil(page_size) as u32;
             if need < m.populated {
                 let run = m.run.as_ref().expect("live zspage");
-                pages.discard(run, need, m.populated - need);
+                pages.discard_later(run, need, m.populated - need);
+                m.tail_pending = true;
                 delta = -i64::from(m.populated - need);
                 m.populated = need;
             }

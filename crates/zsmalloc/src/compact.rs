@@ -124,7 +124,7 @@ fn move_object(
     };
     debug_assert_eq!((loc.zspage, loc.obj), (src, idx));
     let generation = cell.load().generation();
-    let (new_idx, delta) = class.place(inner, dst, owner);
+    let (new_idx, delta) = class.place(inner, dst, owner, &pool.pages);
     debug_assert!(src != dst || new_idx != idx);
     pool.add_pages(delta);
     let from = class.memory(inner, src);
@@ -280,9 +280,16 @@ impl Pool {
             return CompactResult::default();
         };
         let mut total = CompactResult::default();
+        // The zspages compaction frees stay in the page source's cache until
+        // it ends (they were resident when it started), then go back to the
+        // OS in one batch: one TLB shootdown where the kernel batches, not
+        // one per zspage.
+        let hold = self.pages.hold();
         for id in (0..self.classes.len()).rev() {
             total.add(self.compact_class_locked(id));
         }
+        drop(hold);
+        self.pages.flush();
         total
     }
 
@@ -296,7 +303,11 @@ impl Pool {
         let Some(_token) = self.compaction_token() else {
             return CompactResult::default();
         };
-        self.compact_class_locked(class_id)
+        let hold = self.pages.hold();
+        let result = self.compact_class_locked(class_id);
+        drop(hold);
+        self.pages.flush();
+        result
     }
 
     fn compaction_token(&self) -> Option<CompactionToken<'_>> {
@@ -471,6 +482,7 @@ impl Pool {
         let due = can_compact(class, &class.lock()) >= policy.threshold_pages.max(1);
         if due {
             if let Some(_token) = self.compaction_token() {
+                let _hold = self.pages.hold();
                 self.compact_class_locked(class_id);
             }
         }

@@ -52,6 +52,6 @@ pub use geometry::{
     RequestSummary, SizeClass,
 };
 pub use handle::Handle;
-pub use pages::PagesError;
+pub use pages::{PagesError, SourceStats};
 pub use pool::{Mode, ObjectRef, Pool, PoolConfig, PoolError};
 pub use stats::{ClassStats, PoolStats};

@@ -21,7 +21,11 @@
 //!   objects somebody holds, so it never waits on a reader and never
 //!   deadlocks against `free`.
 //! - The **page source** mutex is taken inside the class lock to get or
-//!   return runs, and nothing is taken inside it.
+//!   return runs (and, in default mode, to give up or reclaim the pages
+//!   above a zspage's highest object), and nothing is taken inside it.
+//!   Freed zspages and given-up pages go back to the OS in batches (see the
+//!   `pages` crate): after compaction, when the pool empties, or when the
+//!   page source's small cache passes its bound.
 //!
 //! # Modes
 //!
@@ -32,9 +36,10 @@
 //!   the kernel.
 //! - [`Mode::Default`]: no in-object header (the handle table and a per-zspage
 //!   owner array do its work), slots filled lowest first, and a zspage counts
-//!   (and keeps resident) only the pages up to its highest live object; pages
-//!   above it go back to the OS as objects are freed. See `DESIGN.md` in the
-//!   repository for the measurements behind the default geometry.
+//!   only the pages up to its highest live object; pages above it go back to
+//!   the OS as objects are freed (with the page source's next batch). See
+//!   `DESIGN.md` in the repository for the measurements behind the default
+//!   geometry.
 
 use std::fmt;
 use std::ops::Deref;
@@ -342,6 +347,35 @@ impl Pool {
         self.config.geometry.page_size as usize
     }
 
+    /// Gives the page source's cache of freed zspages back to the OS now
+    /// (see [`pages`]'s module documentation). The pool does this itself at
+    /// the end of [`Pool::compact`] and when it becomes empty. Returns the
+    /// pages released.
+    pub fn flush_page_cache(&self) -> usize {
+        self.pages.flush()
+    }
+
+    /// Bounds the page source's cache of freed zspages, in pages (0: every
+    /// freed zspage goes back to the OS at once). The default is
+    /// [`pages::DEFAULT_CACHE_BYTES`] worth of pages.
+    pub fn set_page_cache_limit(&self, pages: usize) {
+        self.pages.set_cache_limit(pages);
+    }
+
+    /// Bounds the page source's cache while compaction runs, in pages: the
+    /// zspages compaction frees are kept until it ends, up to this many
+    /// (default [`pages::DEFAULT_HOLD_BYTES`] worth), then given back in one
+    /// batch.
+    pub fn set_page_hold_limit(&self, pages: usize) {
+        self.pages.set_hold_limit(pages);
+    }
+
+    /// The page source's counters: pages cached, system calls that gave
+    /// pages back, cache hits.
+    pub fn page_stats(&self) -> pages::SourceStats {
+        self.pages.stats()
+    }
+
     /// Pages the pool holds (the kernel's `zs_get_total_pages`).
     pub fn total_pages(&self) -> usize {
         self.total_pages.load(Ordering::Relaxed).max(0) as usize
@@ -413,7 +447,7 @@ impl Pool {
                 }
             },
         };
-        let (obj, delta) = class.place(&mut inner, zid, slot);
+        let (obj, delta) = class.place(&mut inner, zid, slot, &self.pages);
         self.add_pages(delta);
         class.handles.get(slot as usize).expect("taken slot").store(
             crate::handle::Entry::Allocated {
@@ -456,6 +490,10 @@ impl Pool {
         let delta = class.unplace(&mut inner, loc.zspage, loc.obj, &self.pages);
         self.add_pages(delta);
         drop(inner);
+        if delta < 0 && self.total_pages.load(Ordering::Relaxed) <= 0 {
+            // The pool holds nothing: neither should the page cache.
+            self.pages.flush();
+        }
         self.auto_compact(handle.class());
         Ok(())
     }

@@ -16,7 +16,8 @@
 //!   first word is its header, `slot << 1 | 1`.
 //! - default: a bitmap, lowest free slot first, and an owner array. Objects
 //!   are packed from the start of the run, and only the pages up to the
-//!   highest live object are resident (`populated`).
+//!   highest live object are counted (`populated`); the pages above go back
+//!   to the OS with the page source's next batch.
 //!
 //! This module owns the memory layout of objects. It does not decide which
 //! zspage an object goes to (that is `class.rs`) and takes no lock: who may
@@ -61,6 +62,10 @@ pub(crate) struct ZsPageMeta {
     /// Pages counted for this zspage: all of them in kernel-compat mode; in
     /// default mode the pages up to the end of the highest live object.
     pub(crate) populated: u32,
+    /// default: pages above `populated` were given up with
+    /// `PageSource::discard_later` and may not be released yet; they must be
+    /// reclaimed before they are touched again.
+    pub(crate) tail_pending: bool,
     /// default: one bit per slot, set when live.
     pub(crate) bitmap: Box<[u64]>,
     /// default: handle slot owning each object slot, or [`NO_OWNER`].
@@ -80,6 +85,7 @@ impl ZsPageMeta {
             next: NO_LINK,
             free_head: END_OF_LIST,
             populated: 0,
+            tail_pending: false,
             bitmap: Box::new([]),
             owners: Box::new([]),
         }

@@ -85,6 +85,9 @@ fn rss_follows_the_pool() {
             pool.free(h).unwrap();
         }
         assert_eq!(pool.total_pages(), 0);
+        // An empty pool keeps nothing in its page source's cache either.
+        let cache = pool.page_stats();
+        assert_eq!((cache.cached_pages, cache.pending_pages), (0, 0));
         let end = rss_kib();
         eprintln!("{mode:?}: all freed: RSS {end} KiB (started at {start})");
         if std::env::var_os("ZMEM_RSS_DEBUG").is_some() {

@@ -38,6 +38,14 @@ pub struct ReadLatencyArgs {
     /// Pool mode.
     #[arg(long, default_value = "kernel-compat", value_parser = parse_mode)]
     mode: Mode,
+    /// Bound of the page source's cache of freed zspages, in KiB (0: every
+    /// freed zspage goes back to the OS at once; default: the pages crate's).
+    #[arg(long)]
+    page_cache_kib: Option<usize>,
+    /// Bound of that cache while compaction runs, in KiB (default: the
+    /// pages crate's).
+    #[arg(long)]
+    page_hold_kib: Option<usize>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -59,6 +67,9 @@ struct Phase {
     max_ns: u64,
     compactions: u64,
     objs_moved: u64,
+    /// System calls that gave pages back to the OS during the phase (each
+    /// ends with a TLB shootdown that interrupts the reader's CPU).
+    advise_calls: u64,
 }
 
 #[derive(Serialize, Debug)]
@@ -66,6 +77,7 @@ struct Report {
     data: String,
     mode: Mode,
     objects: usize,
+    page_cache_pages: usize,
     phases: Vec<Phase>,
     p999_ratio: f64,
 }
@@ -110,7 +122,13 @@ fn read_phase(
     Ok(hist)
 }
 
-fn phase(name: &'static str, h: &Histogram<u64>, compactions: u64, objs_moved: u64) -> Phase {
+fn phase(
+    name: &'static str,
+    h: &Histogram<u64>,
+    compactions: u64,
+    objs_moved: u64,
+    advise_calls: u64,
+) -> Phase {
     Phase {
         name,
         reads: h.len(),
@@ -121,6 +139,7 @@ fn phase(name: &'static str, h: &Histogram<u64>, compactions: u64, objs_moved: u
         max_ns: h.max(),
         compactions,
         objs_moved,
+        advise_calls,
     }
 }
 
@@ -146,6 +165,12 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), CliError> {
         Mode::Default => PoolConfig::default_mode(4096),
     };
     let pool = Arc::new(Pool::new(config).map_err(|e| CliError::Failed(e.to_string()))?);
+    if let Some(kib) = args.page_cache_kib {
+        pool.set_page_cache_limit((kib << 10) / pool.page_size());
+    }
+    if let Some(kib) = args.page_hold_kib {
+        pool.set_page_hold_limit((kib << 10) / pool.page_size());
+    }
     // Interleave the two sets so they share zspages.
     let mut reader = Vec::new();
     let mut churn = Vec::new();
@@ -159,11 +184,14 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), CliError> {
     }
 
     let stop = AtomicBool::new(false);
+    let calls_before = pool.page_stats().advise_calls;
     let quiet = read_phase(&pool, &reader, args.seconds, &stop)?;
+    let quiet_calls = pool.page_stats().advise_calls - calls_before;
 
     let stop = Arc::new(AtomicBool::new(false));
     let compactions = Arc::new(AtomicU64::new(0));
     let moved_before = pool.stats().objs_moved;
+    let calls_before = pool.page_stats().advise_calls;
     let compactor = {
         let (pool, stop, compactions, bytes) = (
             pool.clone(),
@@ -196,6 +224,7 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), CliError> {
         .join()
         .map_err(|_| CliError::Failed("the compactor thread panicked".into()))??;
     let moved = pool.stats().objs_moved - moved_before;
+    let busy_calls = pool.page_stats().advise_calls - calls_before;
 
     // Every object is still intact.
     for &(h, len) in &reader {
@@ -215,18 +244,20 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), CliError> {
     pool.check_invariants().map_err(CliError::Failed)?;
 
     let phases = vec![
-        phase("reads alone", &quiet, 0, 0),
+        phase("reads alone", &quiet, 0, 0, quiet_calls),
         phase(
             "reads while compacting",
             &busy,
             compactions.load(Ordering::Relaxed),
             moved,
+            busy_calls,
         ),
     ];
     let report = Report {
         data: path.display().to_string(),
         mode: args.mode,
         objects: reader.len(),
+        page_cache_pages: pool.page_stats().cache_limit_pages,
         p999_ratio: phases[1].p999_ns as f64 / phases[0].p999_ns as f64,
         phases,
     };
@@ -237,15 +268,16 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), CliError> {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{} objects read at random from {} ({} mode), {} s per phase",
+            "{} objects read at random from {} ({} mode), {} s per phase, page cache {} KiB",
             report.objects,
             report.data,
             args.mode.name(),
-            args.seconds
+            args.seconds,
+            report.page_cache_pages * pool.page_size() / 1024
         );
         let _ = writeln!(
             out,
-            "{:<24} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>11} {:>11}",
+            "{:<24} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>11} {:>11} {:>8}",
             "phase",
             "reads",
             "p50 ns",
@@ -254,12 +286,13 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), CliError> {
             "p99.99 ns",
             "max ns",
             "compactions",
-            "objs moved"
+            "objs moved",
+            "madvise"
         );
         for p in &report.phases {
             let _ = writeln!(
                 out,
-                "{:<24} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>11} {:>11}",
+                "{:<24} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>11} {:>11} {:>8}",
                 p.name,
                 p.reads,
                 p.p50_ns,
@@ -268,7 +301,8 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), CliError> {
                 p.p9999_ns,
                 p.max_ns,
                 p.compactions,
-                p.objs_moved
+                p.objs_moved,
+                p.advise_calls
             );
         }
         let _ = writeln!(
