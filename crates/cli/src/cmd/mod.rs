@@ -2,7 +2,9 @@
 
 pub mod bench;
 pub mod classes;
+pub mod ctl;
 pub mod exp;
+pub mod serve;
 pub mod store_opts;
 
 use std::io::Write;

@@ -31,7 +31,9 @@ use zsmalloc::{Handle, Pool, PoolConfig};
 use crate::CliError;
 
 mod read_latency;
+mod serve;
 pub use read_latency::ReadLatencyArgs;
+pub use serve::ServeBenchArgs;
 
 /// `zmem bench ...`
 #[derive(Subcommand, Debug)]
@@ -40,6 +42,8 @@ pub enum BenchCommand {
     Alloc(AllocArgs),
     /// Object read latency with and without compaction on another thread.
     ReadLatency(ReadLatencyArgs),
+    /// `zmem serve` beside nbdkit's memory plugin: throughput and RSS.
+    Serve(ServeBenchArgs),
 }
 
 /// Arguments of `zmem bench alloc`.
@@ -71,6 +75,7 @@ pub fn run(cmd: &BenchCommand) -> Result<(), CliError> {
             None => parent(args),
         },
         BenchCommand::ReadLatency(args) => read_latency::run(args),
+        BenchCommand::Serve(args) => serve::run(args),
     }
 }
 
