@@ -381,16 +381,17 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     };
     let trimmer = Trimmer::start(registry.clone())
         .map_err(|e| CliError::Failed(format!("cannot start a thread: {e}")))?;
-    if let Some(p) = &args.pid_file {
-        write_pid_file(p)
-            .map_err(|e| CliError::Failed(format!("PID file {}: {e}", p.display())))?;
-    }
     info!(
         "ready: NBD on {bound}, control on {}, {} export(s), pid {}",
         ctl_path.display(),
         registry.len(),
         std::process::id()
     );
+    // Last: whoever waits for the PID file finds everything up.
+    if let Some(p) = &args.pid_file {
+        write_pid_file(p)
+            .map_err(|e| CliError::Failed(format!("PID file {}: {e}", p.display())))?;
+    }
 
     let result = match signals.wait() {
         Ok(sig) => {
