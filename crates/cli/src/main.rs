@@ -33,7 +33,7 @@ enum Command {
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
     /// Serve compressed RAM disks (zram stores) over NBD.
-    Serve(cmd::serve::ServeArgs),
+    Serve(Box<cmd::serve::ServeArgs>),
     /// Read or change a running server's zram attributes (mm_stat, compact, ...).
     Ctl(cmd::ctl::CtlArgs),
 }

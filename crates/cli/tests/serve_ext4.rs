@@ -137,11 +137,15 @@ impl Drop for Stack {
 /// The tree to copy: a few MiB of headers (many small files) and
 /// documentation, whichever exist.
 fn source_trees() -> Vec<PathBuf> {
-    ["/usr/include/linux", "/usr/include/c++", "/usr/share/doc/git"]
-        .iter()
-        .map(PathBuf::from)
-        .filter(|p| p.is_dir())
-        .collect()
+    [
+        "/usr/include/linux",
+        "/usr/include/c++",
+        "/usr/share/doc/git",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .filter(|p| p.is_dir())
+    .collect()
 }
 
 /// Compares two trees: the same entries, file contents, symlink targets.
@@ -218,13 +222,19 @@ fn ext4_on_nbdfuse_and_a_loop_device() {
         Err(e) => panic!("{e}\nzmem log:\n{}", z.log()),
     };
     for t in &trees {
-        sh("cp", &["-a", &t.to_string_lossy(), &stack.root().to_string_lossy()])
-            .unwrap_or_else(|e| panic!("{e}"));
+        sh(
+            "cp",
+            &["-a", &t.to_string_lossy(), &stack.root().to_string_lossy()],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
     }
     sh("sync", &[]).unwrap();
     stack.down();
     let stored = z.mm_stat("zram0");
-    assert!(stored[0] > 4 << 20, "the filesystem reached the store: {stored:?}");
+    assert!(
+        stored[0] > 4 << 20,
+        "the filesystem reached the store: {stored:?}"
+    );
 
     // Fresh nbdfuse, loop device and mount: every byte comes from zmem.
     let mut stack = Stack::up(&z, "b", false).unwrap_or_else(|e| panic!("{e}"));

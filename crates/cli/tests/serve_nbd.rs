@@ -89,14 +89,20 @@ fn qemu_io_at_odd_offsets_and_lengths() {
         let back = read_export(&z, &uri);
         assert!(back == model, "{page}: contents differ from the model");
         // Past the end: refused, nothing changes, the server stays up.
-        let o = run_tool("qemu-io", &["-f", "raw", "-c", "write -P 1 4194000 1000", &uri]);
-        let text = String::from_utf8_lossy(&o.stdout).to_string()
-            + &String::from_utf8_lossy(&o.stderr);
+        let o = run_tool(
+            "qemu-io",
+            &["-f", "raw", "-c", "write -P 1 4194000 1000", &uri],
+        );
+        let text =
+            String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
         assert!(
             !o.status.success() || text.contains("error") || text.contains("out of"),
             "{text}"
         );
-        assert!(read_export(&z, &uri) == model, "{page}: changed by a refused write");
+        assert!(
+            read_export(&z, &uri) == model,
+            "{page}: changed by a refused write"
+        );
     }
 }
 
@@ -385,7 +391,10 @@ fn sigterm_and_sigint_shut_down_cleanly() {
         assert!(!z.ctl.exists(), "control socket left behind");
         assert!(!z.pid_file.exists(), "PID file left behind");
         let log = z.log();
-        assert!(log.contains("shutting down") && log.contains("stopped"), "{log}");
+        assert!(
+            log.contains("shutting down") && log.contains("stopped"),
+            "{log}"
+        );
     }
 }
 
@@ -454,7 +463,13 @@ fn tcp_metrics_and_refusals() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("loopback"));
     let o = zmem(&[
-        "serve", "--export", "a", "--export", "b", "--comp", "lz4,zstd,deflate",
+        "serve",
+        "--export",
+        "a",
+        "--export",
+        "b",
+        "--comp",
+        "lz4,zstd,deflate",
     ]);
     assert_eq!(o.status.code(), Some(2));
     let o = zmem(&["serve", "--size", "1M", "--alloc", "slab"]);

@@ -37,7 +37,11 @@ fn main() {
         sizes.iter().sum::<usize>()
     );
     let mut results = Vec::new();
-    for rule in [ChainRule::MinWaste, ChainRule::UsedPercent, ChainRule::Balanced] {
+    for rule in [
+        ChainRule::MinWaste,
+        ChainRule::UsedPercent,
+        ChainRule::Balanced,
+    ] {
         for merge in [true, false] {
             for delta in [16u32, 32, 64, 128, 192, 256, 320, 384, 512, 1024] {
                 for chain in [1u32, 2, 4, 8, 16] {
@@ -57,7 +61,10 @@ fn main() {
                     }
                     let used = ZPool::total_pages(&pool) * ps;
                     let ovh = (used as f64 / stored as f64 - 1.0) * 100.0;
-                    results.push((ovh, format!("{} merge={merge} delta={delta} chain={chain}", rule.name())));
+                    results.push((
+                        ovh,
+                        format!("{} merge={merge} delta={delta} chain={chain}", rule.name()),
+                    ));
                     for h in handles {
                         ZPool::free(&pool, h).expect("free");
                     }

@@ -351,7 +351,10 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             };
             serve::ctl_socket::claim_socket_path(&path)
                 .map_err(|e| CliError::Failed(e.to_string()))?;
-            let ctl = args.ctl_socket.clone().unwrap_or_else(|| ctl_path_for(&path));
+            let ctl = args
+                .ctl_socket
+                .clone()
+                .unwrap_or_else(|| ctl_path_for(&path));
             (ListenAddr::Unix(path), ctl)
         }
     };

@@ -160,7 +160,11 @@ impl Zmem {
                 self.child = None;
                 return st;
             }
-            assert!(start.elapsed() < timeout, "zmem did not exit: {}", self.log());
+            assert!(
+                start.elapsed() < timeout,
+                "zmem did not exit: {}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }

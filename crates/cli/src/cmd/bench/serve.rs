@@ -183,8 +183,8 @@ impl Running {
         let start = Instant::now();
         while !(pid_file.exists() && sock.exists()) {
             if let Ok(Some(st)) = r.child.try_wait() {
-                let log = std::fs::read_to_string(dir.join(format!("{name}.log")))
-                    .unwrap_or_default();
+                let log =
+                    std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
                 return Err(failed(format!("{name} exited ({st}): {log}")));
             }
             if start.elapsed() > Duration::from_secs(30) {
@@ -384,7 +384,11 @@ pub fn run(args: &ServeBenchArgs) -> Result<(), CliError> {
     if args.runs == 0 {
         return Err(CliError::Usage("--runs must be at least 1".into()));
     }
-    let extra: Vec<String> = args.zmem_flags.split_whitespace().map(String::from).collect();
+    let extra: Vec<String> = args
+        .zmem_flags
+        .split_whitespace()
+        .map(String::from)
+        .collect();
     if !(0.0..=60.0).contains(&args.settle) {
         return Err(CliError::Usage("--settle must be 0 to 60 seconds".into()));
     }
@@ -430,7 +434,16 @@ fn table(samples: &[Sample], setups: &[&Setup]) -> String {
     let _ = writeln!(
         out,
         "{:<8} {:<13} {:<6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>10} {:>10}",
-        "config", "data", "server", "write MB/s", "CPU s", "read MB/s", "CPU s", "RSS+ KiB", "after rd", "VmHWM"
+        "config",
+        "data",
+        "server",
+        "write MB/s",
+        "CPU s",
+        "read MB/s",
+        "CPU s",
+        "RSS+ KiB",
+        "after rd",
+        "VmHWM"
     );
     let mut keys: Vec<(String, String)> = Vec::new();
     for s in samples {
@@ -468,7 +481,8 @@ fn table(samples: &[Sample], setups: &[&Setup]) -> String {
         }
         let w = med("zmem", |s| s.write_mb_s) / med("nbdkit", |s| s.write_mb_s);
         let r = med("zmem", |s| s.read_mb_s) / med("nbdkit", |s| s.read_mb_s);
-        let m = med("zmem", |s| s.rss_growth_kib as f64) / med("nbdkit", |s| s.rss_growth_kib as f64);
+        let m =
+            med("zmem", |s| s.rss_growth_kib as f64) / med("nbdkit", |s| s.rss_growth_kib as f64);
         let cw = med("zmem", |s| s.write_cpu_s) / med("nbdkit", |s| s.write_cpu_s);
         let cr = med("zmem", |s| s.read_cpu_s) / med("nbdkit", |s| s.read_cpu_s);
         let _ = writeln!(
@@ -479,10 +493,7 @@ fn table(samples: &[Sample], setups: &[&Setup]) -> String {
         if let Some(st) = setups.iter().find(|s| s.name == setup) {
             let (tw, tr, tm) = st.target;
             let yes = |b: bool| if b { "met" } else { "NOT met" };
-            let mut v = format!(
-                "{setup} {data}: write >= {tw}x nbdkit {}",
-                yes(w >= tw)
-            );
+            let mut v = format!("{setup} {data}: write >= {tw}x nbdkit {}", yes(w >= tw));
             if let Some(tr) = tr {
                 let _ = write!(v, ", read >= {tr}x {}", yes(r >= tr));
             }
