@@ -21,6 +21,8 @@ COMMANDS (as zram's sysfs attributes; reads print the file's text)
   mm_stat | io_stat | debug_stat | classes | disksize | comp_algorithm
   | initstate | objs_moved | exports
   compact | idle all | idle SECONDS | reset | mem_limit SIZE | mem_used_max 0
+  (reset is refused with EBUSY while NBD clients are connected, as zram's
+  reset is while the device is open)
 
 EXAMPLES
   zmem ctl mm_stat

@@ -47,7 +47,7 @@ pub struct ServeBenchArgs {
     #[arg(long, value_delimiter = ',')]
     config: Vec<String>,
     /// Extra flags for `zmem serve` (e.g. "--workers 8"), split at spaces.
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
     zmem_flags: String,
     /// Seconds to wait after a client ends before reading VmRSS (both
     /// servers; zmem gives idle request buffers back after 0.25-0.5 s).
