@@ -517,3 +517,26 @@ fn a_second_server_on_a_live_socket_is_refused_and_a_stale_one_replaced() {
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn bench_serve_runs_on_a_small_file() {
+    require_tools!("nbdkit", "nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("small.bin");
+    std::fs::write(&data, real_data(4 * MIB)).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .args([
+            "bench", "serve", "--runs", "1", "--settle", "0", "--json", "--data",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let samples = v.as_array().unwrap();
+    assert_eq!(samples.len(), 4, "two configurations, two servers");
+    for s in samples {
+        assert!(s["write_mb_s"].as_f64().unwrap() > 0.0, "{s}");
+        assert!(s["read_mb_s"].as_f64().unwrap() > 0.0, "{s}");
+    }
+}
