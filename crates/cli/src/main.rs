@@ -5,9 +5,11 @@
 
 mod cmd;
 mod corpus;
+mod logger;
 mod ministat;
 mod plot;
 mod rng;
+mod signals;
 
 use std::process::ExitCode;
 
@@ -35,6 +37,10 @@ enum Command {
     /// Benchmarks run side by side with their peers.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// Serve compressed RAM disks (zram stores) over NBD.
+    Serve(Box<cmd::serve::ServeArgs>),
+    /// Read or change a running server's zram attributes (mm_stat, compact, ...).
+    Ctl(cmd::ctl::CtlArgs),
 }
 
 /// An error that ends the run: usage errors exit with 2, others with 1.
@@ -76,6 +82,8 @@ fn main() -> ExitCode {
         Command::Classes(args) => cmd::classes::run(&args),
         Command::Bench(cmd) => cmd::bench::run(&cmd),
         Command::Exp(cmd) => cmd::exp::run(&cmd),
+        Command::Serve(args) => cmd::serve::run(&args),
+        Command::Ctl(args) => cmd::ctl::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,8 +2,10 @@
 
 pub mod bench;
 pub mod classes;
+pub mod ctl;
 pub mod exp;
 pub mod replay;
+pub mod serve;
 pub mod store_opts;
 
 use std::io::Write;

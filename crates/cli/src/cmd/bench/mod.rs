@@ -31,8 +31,10 @@ use zsmalloc::{Handle, Pool, PoolConfig};
 use crate::CliError;
 
 mod read_latency;
+mod serve;
 mod store;
 pub use read_latency::ReadLatencyArgs;
+pub use serve::ServeBenchArgs;
 pub use store::StoreBenchArgs;
 
 /// `zmem bench ...`
@@ -45,6 +47,8 @@ pub enum BenchCommand {
     /// The store's write and read speed against raw compression, on one and
     /// two threads.
     Store(StoreBenchArgs),
+    /// `zmem serve` beside nbdkit's memory plugin: throughput and RSS.
+    Serve(ServeBenchArgs),
 }
 
 /// Arguments of `zmem bench alloc`.
@@ -77,6 +81,7 @@ pub fn run(cmd: &BenchCommand) -> Result<(), CliError> {
         },
         BenchCommand::ReadLatency(args) => read_latency::run(args),
         BenchCommand::Store(args) => store::run(args),
+        BenchCommand::Serve(args) => serve::run(args),
     }
 }
 

@@ -1,0 +1,509 @@
+//! `zmem bench serve`: `zmem serve` beside nbdkit's memory plugin.
+//!
+//! Both servers run as child processes of one run, one at a time, on a Unix
+//! socket in a temporary directory, with an export exactly the size of the
+//! data (so reads cover the data and nothing else). For each configuration,
+//! data set and repetition, each server:
+//! 1. starts (the PID file is the readiness signal) and its `VmRSS` is read
+//!    from `/proc/PID/status`;
+//! 2. receives the file from `nbdcopy FILE URI` (timed: write throughput);
+//!    its `VmRSS` is read again: the growth is what storing the data cost;
+//! 3. is read back whole with `nbdcopy URI null:` (timed: read throughput),
+//!    then once more through `nbdcopy URI -` compared byte for byte with the
+//!    file (not timed);
+//! 4. is stopped with SIGTERM.
+//!
+//! The servers alternate which goes first in each repetition; the table
+//! shows medians and zmem's ratio to nbdkit. The configurations are the
+//! issue's: zstd on 32 KiB pages (nbdkit's page size) against
+//! `allocator=zstd`, and lz4 on 4 KiB pages against `allocator=sparse`.
+//! nbdcopy uses its defaults (4 connections when the server allows
+//! multi-conn, as both do; 256 KiB requests).
+//!
+//! This module owns the benchmark; it changes neither server.
+
+use std::fmt::Write as _;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde::Serialize;
+
+use crate::CliError;
+
+/// Arguments of `zmem bench serve`.
+#[derive(Args, Debug)]
+pub struct ServeBenchArgs {
+    /// Data files (default: linux256.bin and usr256.bin from
+    /// scripts/make-corpus).
+    #[arg(long = "data")]
+    data: Vec<PathBuf>,
+    /// Repetitions per server (medians are shown).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Configurations to run: zstd32k, lz4-4k (default both).
+    #[arg(long, value_delimiter = ',')]
+    config: Vec<String>,
+    /// Extra flags for `zmem serve` (e.g. "--workers 8"), split at spaces.
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
+    zmem_flags: String,
+    /// Seconds to wait after a client ends before reading VmRSS (both
+    /// servers; zmem gives idle request buffers back after 0.25-0.5 s).
+    #[arg(long, default_value_t = 1.0)]
+    settle: f64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One side-by-side configuration.
+struct Setup {
+    name: &'static str,
+    zmem: &'static [&'static str],
+    nbdkit_allocator: &'static str,
+    page: u64,
+    /// (write, read) throughput ratios zmem must reach, and whether its RSS
+    /// growth must not exceed nbdkit's.
+    target: (f64, Option<f64>, bool),
+}
+
+const SETUPS: [Setup; 2] = [
+    Setup {
+        name: "zstd32k",
+        // Classes 256 bytes apart: the least pool overhead measured for
+        // 32 KiB pages (see BENCHMARKS.md).
+        zmem: &["--comp", "zstd", "--page-size", "32K", "--delta", "256"],
+        nbdkit_allocator: "zstd",
+        page: 32768,
+        target: (1.5, Some(1.5), true),
+    },
+    Setup {
+        name: "lz4-4k",
+        zmem: &["--comp", "lz4", "--page-size", "4K"],
+        nbdkit_allocator: "sparse",
+        page: 4096,
+        target: (1.0, None, false),
+    },
+];
+
+/// What one server did with one data set.
+#[derive(Serialize, Debug, Clone)]
+struct Sample {
+    setup: String,
+    data: String,
+    server: String,
+    write_mb_s: f64,
+    read_mb_s: f64,
+    /// CPU seconds the server used (all threads, user + system).
+    write_cpu_s: f64,
+    read_cpu_s: f64,
+    rss_before_kib: u64,
+    rss_growth_kib: u64,
+    rss_after_read_kib: u64,
+    hwm_kib: u64,
+}
+
+fn failed(msg: impl Into<String>) -> CliError {
+    CliError::Failed(msg.into())
+}
+
+fn tool(name: &str) -> Result<PathBuf, CliError> {
+    ["/usr/bin", "/usr/sbin", "/bin", "/usr/local/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            failed(format!(
+                "{name} is not installed (apt-get install nbdkit libnbd-bin)"
+            ))
+        })
+}
+
+/// A `/proc/PID/status` field in KiB.
+fn status_kib(pid: u32, field: &str) -> Result<u64, CliError> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| failed(format!("/proc/{pid}/status: {e}")))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| failed(format!("no {field} in /proc/{pid}/status")))
+}
+
+/// CPU seconds a process has used (user + system, all threads).
+fn cpu_s(pid: u32) -> Result<f64, CliError> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| failed(format!("/proc/{pid}/stat: {e}")))?;
+    // Fields after the ")" that ends the command name; utime and stime are
+    // fields 14 and 15 of the whole line.
+    let rest = text.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    if f.len() != 2 {
+        return Err(failed(format!("cannot parse /proc/{pid}/stat")));
+    }
+    // SAFETY: sysconf has no preconditions.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Ok((f[0] + f[1]) as f64 / tick)
+}
+
+/// A server under test; stopped (SIGTERM, then SIGKILL) when dropped.
+struct Running {
+    child: Child,
+    uri: String,
+    name: String,
+}
+
+impl Running {
+    fn start(
+        name: &str,
+        mut cmd: Command,
+        dir: &Path,
+        sock: &Path,
+        pid_file: &Path,
+    ) -> Result<Running, CliError> {
+        let log = std::fs::File::create(dir.join(format!("{name}.log")))
+            .map_err(|e| failed(e.to_string()))?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| failed(format!("cannot start {name}: {e}")))?;
+        let mut r = Running {
+            child,
+            uri: format!("nbd+unix:///?socket={}", sock.display()),
+            name: name.to_string(),
+        };
+        let start = Instant::now();
+        while !(pid_file.exists() && sock.exists()) {
+            if let Ok(Some(st)) = r.child.try_wait() {
+                let log =
+                    std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
+                return Err(failed(format!("{name} exited ({st}): {log}")));
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                return Err(failed(format!("{name} did not become ready")));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(r)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn stop(&mut self) {
+        // SAFETY: kill has no memory-safety preconditions; the PID is our
+        // own child, not yet reaped (so not reused).
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        eprintln!("{} did not stop on SIGTERM; killing it", self.name);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.stop();
+        }
+    }
+}
+
+/// Runs a client to completion; returns its wall time.
+fn timed(prog: &Path, args: &[&str]) -> Result<f64, CliError> {
+    let start = Instant::now();
+    let out = Command::new(prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| failed(format!("{}: {e}", prog.display())))?;
+    let t = start.elapsed().as_secs_f64();
+    if !out.status.success() {
+        return Err(failed(format!(
+            "{} {args:?} failed: {}",
+            prog.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(t)
+}
+
+/// Reads the export back through `nbdcopy URI -` and compares it with
+/// `data`.
+fn verify(nbdcopy: &Path, uri: &str, data: &[u8]) -> Result<(), CliError> {
+    let mut child = Command::new(nbdcopy)
+        .args([uri, "-"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| failed(e.to_string()))?;
+    let mut out = child.stdout.take().ok_or_else(|| failed("no stdout"))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos = 0usize;
+    let mut mismatch = None;
+    loop {
+        let n = out.read(&mut buf).map_err(|e| failed(e.to_string()))?;
+        if n == 0 {
+            break;
+        }
+        if mismatch.is_none() {
+            let end = (pos + n).min(data.len());
+            let want = &data[pos.min(end)..end];
+            let got = &buf[..n];
+            if got[..want.len()] != *want || got[want.len()..].iter().any(|&b| b != 0) {
+                mismatch = Some(pos);
+            }
+        }
+        pos += n;
+    }
+    let st = child.wait().map_err(|e| failed(e.to_string()))?;
+    if !st.success() {
+        return Err(failed(format!("nbdcopy {uri} - failed ({st})")));
+    }
+    if let Some(at) = mismatch {
+        return Err(failed(format!("read back differs near byte {at}")));
+    }
+    if pos < data.len() {
+        return Err(failed(format!("read back {pos} of {} bytes", data.len())));
+    }
+    Ok(())
+}
+
+fn one(
+    setup: &Setup,
+    server: &str,
+    file: &Path,
+    data: &[u8],
+    extra: &[String],
+    settle: Duration,
+) -> Result<Sample, CliError> {
+    let nbdcopy = tool("nbdcopy")?;
+    let dir = tempfile::tempdir().map_err(|e| failed(e.to_string()))?;
+    let sock = dir.path().join("nbd.sock");
+    let pid_file = dir.path().join("pid");
+    let size = (data.len() as u64).next_multiple_of(setup.page).to_string();
+    let cmd = if server == "zmem" {
+        let exe = std::env::current_exe().map_err(|e| failed(e.to_string()))?;
+        let mut c = Command::new(exe);
+        c.args(["serve", "--log-level", "warn", "--size", &size, "--socket"])
+            .arg(&sock)
+            .arg("--pid-file")
+            .arg(&pid_file)
+            .args(setup.zmem)
+            .args(extra);
+        c
+    } else {
+        let mut c = Command::new(tool("nbdkit")?);
+        c.args(["-f", "-U"])
+            .arg(&sock)
+            .arg("-P")
+            .arg(&pid_file)
+            .args(["memory", &size])
+            .arg(format!("allocator={}", setup.nbdkit_allocator));
+        c
+    };
+    let mut running = Running::start(server, cmd, dir.path(), &sock, &pid_file)?;
+    let pid = running.pid();
+    let uri = running.uri.clone();
+    let file_s = file.to_string_lossy();
+    let rss0 = status_kib(pid, "VmRSS")?;
+    let c0 = cpu_s(pid)?;
+    let tw = timed(&nbdcopy, &[&file_s, &uri])?;
+    let c1 = cpu_s(pid)?;
+    std::thread::sleep(settle);
+    let rss1 = status_kib(pid, "VmRSS")?;
+    let c2 = cpu_s(pid)?;
+    let tr = timed(&nbdcopy, &[&uri, "null:"])?;
+    let c3 = cpu_s(pid)?;
+    std::thread::sleep(settle);
+    let rss2 = status_kib(pid, "VmRSS")?;
+    let hwm = status_kib(pid, "VmHWM")?;
+    verify(&nbdcopy, &uri, data)?;
+    running.stop();
+    let mb = data.len() as f64 / 1e6;
+    Ok(Sample {
+        setup: setup.name.to_string(),
+        data: file
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+        server: server.to_string(),
+        write_mb_s: mb / tw,
+        read_mb_s: mb / tr,
+        write_cpu_s: c1 - c0,
+        read_cpu_s: c3 - c2,
+        rss_before_kib: rss0,
+        rss_growth_kib: rss1.saturating_sub(rss0),
+        rss_after_read_kib: rss2.saturating_sub(rss0),
+        hwm_kib: hwm,
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Runs `zmem bench serve`.
+pub fn run(args: &ServeBenchArgs) -> Result<(), CliError> {
+    let files = if args.data.is_empty() {
+        super::default_data()
+    } else {
+        args.data.clone()
+    };
+    let setups: Vec<&Setup> = if args.config.is_empty() {
+        SETUPS.iter().collect()
+    } else {
+        args.config
+            .iter()
+            .map(|c| {
+                SETUPS.iter().find(|s| s.name == c).ok_or_else(|| {
+                    CliError::Usage(format!("unknown --config {c}: use zstd32k or lz4-4k"))
+                })
+            })
+            .collect::<Result<_, _>>()?
+    };
+    if args.runs == 0 {
+        return Err(CliError::Usage("--runs must be at least 1".into()));
+    }
+    let extra: Vec<String> = args
+        .zmem_flags
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    if !(0.0..=60.0).contains(&args.settle) {
+        return Err(CliError::Usage("--settle must be 0 to 60 seconds".into()));
+    }
+    let settle = Duration::from_secs_f64(args.settle);
+    tool("nbdkit")?;
+    tool("nbdcopy")?;
+    let mut samples = Vec::new();
+    for file in &files {
+        let data = std::fs::read(file).map_err(|e| {
+            failed(format!(
+                "{}: {e} (make the data sets with scripts/make-corpus)",
+                file.display()
+            ))
+        })?;
+        for setup in &setups {
+            for run in 0..args.runs {
+                let order: [&str; 2] = if run % 2 == 0 {
+                    ["nbdkit", "zmem"]
+                } else {
+                    ["zmem", "nbdkit"]
+                };
+                for server in order {
+                    let s = one(setup, server, file, &data, &extra, settle)?;
+                    eprintln!(
+                        "{:<8} {:<13} {:<6} run {run}: write {:>7.1} MB/s ({:.2} s CPU), read {:>7.1} MB/s ({:.2} s CPU), RSS +{} KiB",
+                        s.setup, s.data, s.server, s.write_mb_s, s.write_cpu_s, s.read_mb_s, s.read_cpu_s, s.rss_growth_kib
+                    );
+                    samples.push(s);
+                }
+            }
+        }
+    }
+    let text = if args.json {
+        serde_json::to_string_pretty(&samples).map_err(|e| failed(e.to_string()))? + "\n"
+    } else {
+        table(&samples, &setups)
+    };
+    crate::cmd::write_stdout(&text)
+}
+
+fn table(samples: &[Sample], setups: &[&Setup]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<8} {:<13} {:<6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>10} {:>10}",
+        "config",
+        "data",
+        "server",
+        "write MB/s",
+        "CPU s",
+        "read MB/s",
+        "CPU s",
+        "RSS+ KiB",
+        "after rd",
+        "VmHWM"
+    );
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for s in samples {
+        let k = (s.setup.clone(), s.data.clone());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let mut verdicts = String::new();
+    for (setup, data) in &keys {
+        let med = |server: &str, f: fn(&Sample) -> f64| {
+            median(
+                samples
+                    .iter()
+                    .filter(|s| &s.setup == setup && &s.data == data && s.server == server)
+                    .map(f)
+                    .collect(),
+            )
+        };
+        for server in ["nbdkit", "zmem"] {
+            let _ = writeln!(
+                out,
+                "{:<8} {:<13} {:<6} {:>10.1} {:>6.2} {:>10.1} {:>6.2} {:>10.0} {:>10.0} {:>10.0}",
+                setup,
+                data,
+                server,
+                med(server, |s| s.write_mb_s),
+                med(server, |s| s.write_cpu_s),
+                med(server, |s| s.read_mb_s),
+                med(server, |s| s.read_cpu_s),
+                med(server, |s| s.rss_growth_kib as f64),
+                med(server, |s| s.rss_after_read_kib as f64),
+                med(server, |s| s.hwm_kib as f64),
+            );
+        }
+        let w = med("zmem", |s| s.write_mb_s) / med("nbdkit", |s| s.write_mb_s);
+        let r = med("zmem", |s| s.read_mb_s) / med("nbdkit", |s| s.read_mb_s);
+        let m =
+            med("zmem", |s| s.rss_growth_kib as f64) / med("nbdkit", |s| s.rss_growth_kib as f64);
+        let cw = med("zmem", |s| s.write_cpu_s) / med("nbdkit", |s| s.write_cpu_s);
+        let cr = med("zmem", |s| s.read_cpu_s) / med("nbdkit", |s| s.read_cpu_s);
+        let _ = writeln!(
+            out,
+            "{:<8} {:<13} {:<6} {:>9.2}x {:>5.2}x {:>9.2}x {:>5.2}x {:>9.3}x",
+            setup, data, "ratio", w, cw, r, cr, m
+        );
+        if let Some(st) = setups.iter().find(|s| s.name == setup) {
+            let (tw, tr, tm) = st.target;
+            let yes = |b: bool| if b { "met" } else { "NOT met" };
+            let mut v = format!("{setup} {data}: write >= {tw}x nbdkit {}", yes(w >= tw));
+            if let Some(tr) = tr {
+                let _ = write!(v, ", read >= {tr}x {}", yes(r >= tr));
+            }
+            if tm {
+                let _ = write!(v, ", RSS growth <= nbdkit's {}", yes(m <= 1.0));
+            }
+            let _ = writeln!(verdicts, "{v}");
+        }
+    }
+    out.push('\n');
+    out.push_str(&verdicts);
+    out
+}

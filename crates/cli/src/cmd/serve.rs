@@ -1,0 +1,445 @@
+//! `zmem serve`: zram stores as NBD exports, with a control socket.
+//!
+//! This module owns the command: it turns the flags into stores and export
+//! names, binds the NBD socket (Unix by default, or TCP), the control socket
+//! and the optional metrics endpoint, writes the PID file, then waits for
+//! SIGINT or SIGTERM and shuts everything down in order: the NBD server
+//! first (no new clients, requests in flight finish), then metrics and
+//! control, then the PID file. The parts themselves are in the `serve` and
+//! `nbd` crates.
+//!
+//! Exports and store configurations: the store flags take comma lists, as
+//! in `zmem replay`, and expand to N configurations. With no `--export`,
+//! each configuration gets an export named zram0, zram1, ... With
+//! `--export` given, one configuration applies to every export, or N
+//! exports pair with the N configurations in order.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+use log::{error, info, LevelFilter};
+use nbd::{Config, ListenAddr, Server};
+use serve::{CtlServer, MetricsServer, Registry, Served};
+
+use crate::cmd::store_opts::{parse_size, StoreArgs, StoreSpec};
+use crate::{logger, signals, CliError};
+
+/// Arguments of `zmem serve`.
+#[derive(Args, Debug)]
+#[command(after_long_help = "\
+EXPORTS
+  The store flags take comma lists and expand to N configurations (as in
+  `zmem replay`). Without --export, each configuration is served as its own
+  export: zram0, zram1, ... With --export, either one configuration serves
+  every export, or N --export flags pair with the N configurations in order.
+
+PAGE SIZES
+  On 32 KiB pages, --delta 256 wastes least (3.5% over the compressed bytes
+  of 256 MiB of real data, against 15% with 16-byte classes; BENCHMARKS.md).
+
+EXAMPLES
+  zmem serve --size 4G --comp zstd --page-size 32K --delta 256
+  qemu-img convert -n -f raw -O raw disk.img \\
+      \"nbd+unix:///zram0?socket=$XDG_RUNTIME_DIR/zmem/nbd.sock\"
+  zmem ctl mm_stat
+  zmem serve --export a:1G --export b:2G --comp lz4,zstd --tcp 127.0.0.1:10809
+
+SOCKETS
+  NBD: --socket PATH (default $XDG_RUNTIME_DIR/zmem/nbd.sock, or
+  /tmp/zmem-UID/nbd.sock), or --tcp [ADDR] (default 127.0.0.1:10809).
+  Control: --ctl-socket PATH (default: the NBD socket's path plus .ctl; with
+  --tcp, DIR/tcp-PORT.ctl in the default directory). `zmem ctl` reads and
+  writes the zram attributes through it.
+
+The server runs in the foreground and stops cleanly on SIGINT or SIGTERM.")]
+pub struct ServeArgs {
+    /// An export NAME, or NAME:SIZE (repeatable; default one per store
+    /// configuration, zram0, zram1, ...).
+    #[arg(long = "export", value_name = "NAME[:SIZE]")]
+    exports: Vec<String>,
+    /// Size of each export that does not give its own (K, M, G, T suffixes).
+    #[arg(long, value_parser = parse_size, default_value = "1G")]
+    size: u64,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Unix socket for NBD clients.
+    #[arg(long, value_name = "PATH", conflicts_with = "tcp")]
+    socket: Option<PathBuf>,
+    /// Listen on TCP instead of a Unix socket.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1,
+          default_missing_value = "127.0.0.1:10809")]
+    tcp: Option<SocketAddr>,
+    /// Allow --tcp and --metrics on non-loopback addresses (there is no TLS
+    /// and no authentication).
+    #[arg(long)]
+    allow_remote: bool,
+    /// Unix socket for `zmem ctl`.
+    #[arg(long, value_name = "PATH")]
+    ctl_socket: Option<PathBuf>,
+    /// Write the server's PID here once it is ready (removed at exit).
+    #[arg(long, value_name = "PATH")]
+    pid_file: Option<PathBuf>,
+    /// Serve Prometheus metrics on http://ADDR/metrics (loopback).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
+    /// Request worker threads per connection.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    workers: u16,
+    /// Log level: off, error, warn, info, debug, trace (default: $ZMEM_LOG
+    /// or info).
+    #[arg(long, value_name = "LEVEL", value_parser = parse_level)]
+    log_level: Option<LevelFilter>,
+}
+
+fn parse_level(s: &str) -> Result<LevelFilter, String> {
+    s.parse()
+        .map_err(|_| format!("'{s}' is not a log level (off, error, warn, info, debug, trace)"))
+}
+
+/// The directory for default sockets: `$XDG_RUNTIME_DIR/zmem`, or
+/// `/tmp/zmem-UID`.
+pub fn default_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d).join("zmem"),
+        _ => PathBuf::from(format!("/tmp/zmem-{}", uid())),
+    }
+}
+
+/// The default NBD socket.
+pub fn default_socket() -> PathBuf {
+    default_dir().join("nbd.sock")
+}
+
+/// The control socket that goes with the NBD socket `nbd`.
+pub fn ctl_path_for(nbd: &Path) -> PathBuf {
+    let mut s = nbd.as_os_str().to_owned();
+    s.push(".ctl");
+    PathBuf::from(s)
+}
+
+fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// Creates the default directory (mode 0700) if needed, and refuses one
+/// that belongs to another user (someone could have put sockets there).
+fn make_private_dir(dir: &Path) -> Result<(), CliError> {
+    let fail = |e: io::Error| CliError::Failed(format!("{}: {e}", dir.display()));
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).map_err(fail)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(fail)?;
+    }
+    let meta = std::fs::metadata(dir).map_err(fail)?;
+    if meta.uid() != uid() {
+        return Err(CliError::Failed(format!(
+            "{} belongs to uid {}, not to us; give --socket explicitly",
+            dir.display(),
+            meta.uid()
+        )));
+    }
+    Ok(())
+}
+
+/// Splits `NAME[:SIZE]`: the part after the last colon is a size if it
+/// parses as one.
+fn parse_export(s: &str, default_size: u64) -> Result<(String, u64), CliError> {
+    if let Some((name, size)) = s.rsplit_once(':') {
+        if let Ok(bytes) = parse_size(size) {
+            if bytes == 0 {
+                return Err(CliError::Usage(format!("--export {s}: size 0")));
+            }
+            return Ok((name.to_string(), bytes));
+        }
+    }
+    Ok((s.to_string(), default_size))
+}
+
+/// The exports to make: (name, size, configuration).
+fn plan(args: &ServeArgs) -> Result<Vec<(String, u64, StoreSpec)>, CliError> {
+    let specs = args.store.specs()?;
+    if args.size == 0 {
+        return Err(CliError::Usage("--size must be more than 0".into()));
+    }
+    if args.exports.is_empty() {
+        return Ok(specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, spec)| (format!("zram{i}"), args.size, spec))
+            .collect());
+    }
+    let named: Vec<(String, u64)> = args
+        .exports
+        .iter()
+        .map(|e| parse_export(e, args.size))
+        .collect::<Result<_, _>>()?;
+    let specs: Vec<StoreSpec> = match specs.len() {
+        1 => vec![specs[0].clone(); named.len()],
+        n if n == named.len() => specs,
+        n => {
+            return Err(CliError::Usage(format!(
+                "{} --export flags but {n} store configurations: give one configuration, \
+                 or one --export per configuration",
+                named.len()
+            )))
+        }
+    };
+    Ok(named
+        .into_iter()
+        .zip(specs)
+        .map(|((n, s), spec)| (n, s, spec))
+        .collect())
+}
+
+/// Writes the PID file (via a temporary file and a rename, so readers never
+/// see it half written).
+fn write_pid_file(path: &Path) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, format!("{}\n", std::process::id()))?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Removes the PID file if it is still ours.
+fn remove_pid_file(path: &Path) {
+    let ours = std::fs::read_to_string(path)
+        .map(|s| s.trim() == std::process::id().to_string())
+        .unwrap_or(false);
+    if ours {
+        if let Err(e) = std::fs::remove_file(path) {
+            error!("cannot remove the PID file {}: {e}", path.display());
+        }
+    }
+}
+
+/// Gives freed heap memory back to the OS once I/O goes quiet.
+///
+/// Request buffers (up to tens of MiB while a client streams data) are
+/// freed to glibc's arenas, which keep most of them: a RAM disk that exists
+/// to save memory should not sit on them. Every `IDLE_TICK` the thread
+/// compares the stores' page I/O counts; after a tick with no I/O following
+/// some, it calls `malloc_trim(0)`, which returns every free page of every
+/// arena. Trimming only when idle keeps it off the I/O path (a fixed mmap
+/// threshold would do it per request and cost 15-45% more CPU).
+struct Trimmer {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+const IDLE_TICK: std::time::Duration = std::time::Duration::from_millis(250);
+
+impl Trimmer {
+    fn start(registry: Arc<Registry>) -> io::Result<Trimmer> {
+        let (stop, rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("trim".into())
+            .spawn(move || {
+                let io = || -> u64 {
+                    registry
+                        .iter()
+                        .map(|s| {
+                            let (r, w) = s.store.io_counts();
+                            r.wrapping_add(w)
+                        })
+                        .fold(0u64, u64::wrapping_add)
+                };
+                let mut last = io();
+                let mut dirty = false;
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    rx.recv_timeout(IDLE_TICK)
+                {
+                    let now = io();
+                    if now != last {
+                        last = now;
+                        dirty = true;
+                    } else if dirty {
+                        dirty = false;
+                        release_free_heap();
+                    }
+                }
+            })?;
+        Ok(Trimmer { stop, thread })
+    }
+
+    fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.thread.join();
+    }
+}
+
+/// Puts every thread's allocations in glibc's main arena, so that
+/// [`release_free_heap`] can give all free heap memory back: `malloc_trim`
+/// leaves the free top of each per-thread arena resident (measured: about
+/// 5 MiB per NBD connection thread after a 256 MiB copy), while the main
+/// arena's top is trimmed. The server allocates little (a buffer per
+/// request), so one arena costs no measurable CPU. Call it before any
+/// thread starts.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn one_heap_arena() {
+    // SAFETY: mallopt only sets a glibc tunable; no thread allocates
+    // concurrently yet.
+    if unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) } != 1 {
+        log::warn!("mallopt(M_ARENA_MAX, 1) failed; idle memory may stay resident");
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn one_heap_arena() {}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn release_free_heap() {
+    // SAFETY: malloc_trim only walks glibc's own arenas under their locks
+    // and has no preconditions.
+    let released = unsafe { libc::malloc_trim(0) };
+    log::debug!("idle: malloc_trim released memory: {}", released != 0);
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn release_free_heap() {}
+
+/// Runs `zmem serve` until SIGINT or SIGTERM.
+pub fn run(args: &ServeArgs) -> Result<(), CliError> {
+    logger::init(logger::level(args.log_level));
+    // Before any thread exists: every thread inherits the blocked mask.
+    let signals = signals::block_termination()
+        .map_err(|e| CliError::Failed(format!("cannot block SIGINT/SIGTERM: {e}")))?;
+    one_heap_arena();
+
+    let plan = plan(args)?;
+    let mut served = Vec::new();
+    for (name, size, spec) in &plan {
+        let store = spec.open(*size)?;
+        info!(
+            "export {name:?}: {} bytes, {}{}",
+            store.disk_size(),
+            spec.label(),
+            if spec.mem_limit > 0 {
+                format!(", mem_limit {}", spec.mem_limit)
+            } else {
+                String::new()
+            }
+        );
+        served.push(Served {
+            name: name.clone(),
+            label: spec.label(),
+            store: Arc::new(store),
+        });
+    }
+    let registry = Arc::new(Registry::new(served));
+    let exports = registry
+        .nbd_exports()
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+
+    let (addr, ctl_path) = match (&args.tcp, &args.socket) {
+        (Some(tcp), _) => {
+            let ctl = match &args.ctl_socket {
+                Some(p) => p.clone(),
+                None => {
+                    make_private_dir(&default_dir())?;
+                    default_dir().join(format!("tcp-{}.ctl", tcp.port()))
+                }
+            };
+            (ListenAddr::Tcp(*tcp), ctl)
+        }
+        (None, socket) => {
+            let path = match socket {
+                Some(p) => p.clone(),
+                None => {
+                    make_private_dir(&default_dir())?;
+                    default_socket()
+                }
+            };
+            serve::ctl_socket::claim_socket_path(&path)
+                .map_err(|e| CliError::Failed(e.to_string()))?;
+            let ctl = args
+                .ctl_socket
+                .clone()
+                .unwrap_or_else(|| ctl_path_for(&path));
+            (ListenAddr::Unix(path), ctl)
+        }
+    };
+    let config = Config {
+        workers: args.workers as usize,
+        allow_remote: args.allow_remote,
+        ..Config::default()
+    };
+    let server = Server::bind(addr.clone(), exports, config)
+        .map_err(|e| CliError::Failed(format!("cannot listen on {addr}: {e}")))?;
+    let bound = server.local_addr().clone();
+    let server = Arc::new(server);
+    registry.attach(&server);
+
+    let ctl = CtlServer::bind(&ctl_path, registry.clone()).map_err(|e| {
+        CliError::Failed(format!(
+            "cannot listen on the control socket {}: {e}",
+            ctl_path.display()
+        ))
+    })?;
+    let metrics = match args.metrics {
+        Some(a) => Some(
+            MetricsServer::bind(a, args.allow_remote, registry.clone())
+                .map_err(|e| CliError::Failed(format!("metrics on {a}: {e}")))?,
+        ),
+        None => None,
+    };
+    let trimmer = Trimmer::start(registry.clone())
+        .map_err(|e| CliError::Failed(format!("cannot start a thread: {e}")))?;
+    info!(
+        "ready: NBD on {bound}, control on {}, {} export(s), pid {}",
+        ctl_path.display(),
+        registry.len(),
+        std::process::id()
+    );
+    // Last: whoever waits for the PID file finds everything up.
+    if let Some(p) = &args.pid_file {
+        write_pid_file(p)
+            .map_err(|e| CliError::Failed(format!("PID file {}: {e}", p.display())))?;
+    }
+
+    let result = match signals.wait() {
+        Ok(sig) => {
+            info!("{}: shutting down", signals::name(sig));
+            Ok(())
+        }
+        Err(e) => Err(CliError::Failed(format!("waiting for signals: {e}"))),
+    };
+
+    // New clients are refused and requests in flight finish first.
+    server.shutdown_handle().shutdown();
+    if let Some(m) = metrics {
+        m.shutdown();
+    }
+    ctl.shutdown();
+    trimmer.stop();
+    match Arc::try_unwrap(server) {
+        Ok(s) => s.wait(),
+        Err(_) => error!("the NBD server is still referenced; leaving it to exit"),
+    }
+    if let Some(p) = &args.pid_file {
+        remove_pid_file(p);
+    }
+    info!("stopped");
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn export_flags() {
+        assert_eq!(parse_export("a", 7).unwrap(), ("a".into(), 7));
+        assert_eq!(parse_export("a:1M", 7).unwrap(), ("a".into(), 1 << 20));
+        assert_eq!(parse_export("a:b", 7).unwrap(), ("a:b".into(), 7));
+        assert_eq!(parse_export(":4K", 7).unwrap(), ("".into(), 4096));
+        assert!(parse_export("a:0", 7).is_err());
+        assert_eq!(
+            ctl_path_for(Path::new("/run/x/nbd.sock")),
+            PathBuf::from("/run/x/nbd.sock.ctl")
+        );
+    }
+}

@@ -1,0 +1,542 @@
+//! `zmem serve` and `zmem ctl` end to end: the real binary, driven by the
+//! Debian NBD clients (qemu-img, qemu-io, nbdcopy, nbdinfo from qemu-utils
+//! and libnbd-bin). A test whose client is missing prints SKIP and passes.
+
+mod serve_common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use serve_common::{qemu_io, read_export, real_data, run_ok, run_tool, Zmem, MIB};
+
+fn write_file(z: &Zmem, name: &str, data: &[u8]) -> String {
+    let p = z.file(name);
+    std::fs::write(&p, data).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+/// Makes every page of `data` (4 KiB pages) differ from a same-filled one,
+/// so page counts in mm_stat are exact.
+fn no_same_pages(mut data: Vec<u8>) -> Vec<u8> {
+    for (i, page) in data.chunks_exact_mut(4096).enumerate() {
+        page[..8].copy_from_slice(&(i as u64 + 1).to_le_bytes());
+        page[4088..].copy_from_slice(&(!(i as u64)).to_le_bytes());
+    }
+    data
+}
+
+#[test]
+fn qemu_img_convert_in_nbdcopy_out_identical() {
+    require_tools!("qemu-img", "nbdcopy");
+    let data = real_data(6 * MIB + 12345);
+    for (comp, page) in [("lz4", "4K"), ("zstd", "32K")] {
+        let z = Zmem::start(&["--export", "d:8M", "--comp", comp, "--page-size", page]);
+        let src = write_file(&z, "src.raw", &data);
+        let uri = z.uri("d");
+        run_ok(
+            "qemu-img",
+            &["convert", "-n", "-f", "raw", "-O", "raw", &src, &uri],
+        );
+        let back = read_export(&z, &uri);
+        assert_eq!(back.len(), 8 * MIB, "{comp}");
+        assert!(back[..data.len()] == data[..], "{comp}: data differs");
+        assert!(back[data.len()..].iter().all(|&b| b == 0), "{comp}: tail");
+        let o = run_ok(
+            "qemu-img",
+            &["compare", "-f", "raw", "-F", "raw", &src, &uri],
+        );
+        assert!(o.contains("identical"), "{o}");
+        let mm = z.mm_stat("d");
+        assert!(mm[1] < mm[0], "{comp} compresses: {mm:?}");
+    }
+}
+
+#[test]
+fn qemu_io_at_odd_offsets_and_lengths() {
+    require_tools!("qemu-io", "nbdcopy");
+    for page in ["4K", "32K"] {
+        let z = Zmem::start(&["--size", "4M", "--page-size", page, "--comp", "zstd"]);
+        let uri = z.uri("zram0");
+        qemu_io(
+            &uri,
+            &[
+                "write -P 0x5a 1000 3333",
+                "read -P 0x5a 1000 3333",
+                "write -P 0xa5 4095 2",
+                "read -P 0x5a 1000 3095",
+                "read -P 0xa5 4095 2",
+                "read -P 0x5a 4097 236",
+                "read -P 0 0 1000",
+                "read -P 0 4333 10000",
+                "write -P 0x33 65535 131073",
+                "read -P 0x33 65535 131073",
+                "read -P 0 196608 1",
+                "write -P 0x77 4194303 1",
+                "read -P 0x77 4194303 1",
+                "write -P 0x11 32767 2",
+                "read -P 0x11 32767 2",
+                "flush",
+            ],
+        );
+        let mut model = vec![0u8; 4 * MIB];
+        model[1000..4333].fill(0x5a);
+        model[4095..4097].fill(0xa5);
+        model[65535..65535 + 131073].fill(0x33);
+        model[32767..32769].fill(0x11);
+        model[4 * MIB - 1] = 0x77;
+        let back = read_export(&z, &uri);
+        assert!(back == model, "{page}: contents differ from the model");
+        // Past the end: refused, nothing changes, the server stays up.
+        let o = run_tool(
+            "qemu-io",
+            &["-f", "raw", "-c", "write -P 1 4194000 1000", &uri],
+        );
+        let text =
+            String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() || text.contains("error") || text.contains("out of"),
+            "{text}"
+        );
+        assert!(
+            read_export(&z, &uri) == model,
+            "{page}: changed by a refused write"
+        );
+    }
+}
+
+#[test]
+fn nbdinfo_shows_size_flags_and_exports() {
+    require_tools!("nbdinfo");
+    let z = Zmem::start(&[
+        "--export",
+        "a:3M",
+        "--export",
+        "b:64M",
+        "--page-size",
+        "16K",
+    ]);
+    let out = run_ok("nbdinfo", &["--json", &z.uri("a")]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let e = &v["exports"][0];
+    assert_eq!(e["export-name"], "a");
+    assert_eq!(e["export-size"], 3 * MIB as u64);
+    for flag in [
+        "can_trim",
+        "can_zero",
+        "can_fast_zero",
+        "can_flush",
+        "can_fua",
+        "can_multi_conn",
+        "can_cache",
+    ] {
+        assert_eq!(e[flag], true, "{flag}: {out}");
+    }
+    assert_eq!(e["is_read_only"], false);
+    assert_eq!(e["block_size_minimum"], 1);
+    assert_eq!(e["block_size_preferred"], 16384);
+    assert!(e["description"]
+        .as_str()
+        .unwrap_or("")
+        .contains("zsmalloc/default/lz4/16K"));
+    let list = run_ok("nbdinfo", &["--list", "--json", &z.uri("")]);
+    let v: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let names: Vec<&str> = v["exports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["export-name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+    // An unknown export is refused; the server goes on.
+    let o = run_tool("nbdinfo", &[&z.uri("nope")]);
+    assert!(!o.status.success());
+    run_ok("nbdinfo", &["--size", &z.uri("b")]);
+}
+
+#[test]
+fn trim_and_zero_free_pages() {
+    require_tools!("qemu-io", "nbdinfo", "nbdcopy");
+    let z = Zmem::start(&["--size", "8M"]);
+    let uri = z.uri("zram0");
+    let data = no_same_pages(real_data(8 * MIB));
+    let src = write_file(&z, "src.raw", &data);
+    run_ok("nbdcopy", &[&src, &uri]);
+    let full = z.mm_stat("zram0");
+    assert_eq!(full[5], 0, "no same-filled pages: {full:?}");
+    assert_eq!(full[0], 8 * MIB as u64, "{full:?}");
+    // Trim 1 MiB (plus ragged edges, which keep their data), zero 1 MiB
+    // with a hole and 1 MiB without one.
+    qemu_io(
+        &uri,
+        &[
+            "discard 1048000 1049600",
+            "write -z 3145728 1048576",
+            "write -z -u -n 5242880 1048576",
+            "read -P 0 5242880 1048576",
+            "read -P 0 3145728 1048576",
+        ],
+    );
+    let after = z.mm_stat("zram0");
+    // 256 whole pages trimmed, 256 zeroed with holes; the NO_HOLE zeroes
+    // stay as same-filled pages.
+    assert_eq!(after[0], full[0] - 512 * 4096, "{after:?}");
+    assert_eq!(after[5], 256, "same_pages: {after:?}");
+    assert!(after[2] < full[2], "memory freed: {full:?} -> {after:?}");
+    let io = z.io_stat("zram0");
+    assert_eq!(io[3], 512, "notify_free: {io:?}");
+    let map = run_ok("nbdinfo", &["--map", &uri]);
+    assert!(map.contains("hole,zero"), "{map}");
+    let back = read_export(&z, &uri);
+    let mut model = data.clone();
+    model[1048576..2097152].fill(0);
+    model[3145728..4194304].fill(0);
+    model[5242880..6291456].fill(0);
+    assert!(back[..1048000] == model[..1048000]);
+    // The trimmed whole pages read as zeros; the ragged edges kept data.
+    assert!(back[1048576..2097152].iter().all(|&b| b == 0));
+    assert!(back[2097152..] == model[2097152..]);
+}
+
+#[test]
+fn two_clients_at_once() {
+    require_tools!("nbdcopy", "qemu-io");
+    let z = Zmem::start(&["--export", "a:16M", "--export", "b:16M"]);
+    let d1 = real_data(12 * MIB);
+    let d2: Vec<u8> = d1.iter().rev().copied().collect();
+    let s1 = write_file(&z, "one.raw", &d1);
+    let s2 = write_file(&z, "two.raw", &d2);
+    let (ua, ub) = (z.uri("a"), z.uri("b"));
+    std::thread::scope(|s| {
+        let h1 = s.spawn(|| run_ok("nbdcopy", &[&s1, &ua]));
+        let h2 = s.spawn(|| run_ok("nbdcopy", &[&s2, &ub]));
+        // A third client writes past the first one's data meanwhile.
+        let h3 = s.spawn(|| {
+            qemu_io(
+                &ua,
+                &[
+                    "write -P 0x42 13000000 1000000",
+                    "read -P 0x42 13000000 1000000",
+                ],
+            )
+        });
+        h1.join().unwrap();
+        h2.join().unwrap();
+        h3.join().unwrap();
+    });
+    let a = read_export(&z, &ua);
+    let b = read_export(&z, &ub);
+    assert!(a[..d1.len()] == d1[..]);
+    assert!(a[13000000..14000000].iter().all(|&x| x == 0x42));
+    assert!(b[..d2.len()] == d2[..]);
+    assert!(z.log().contains("conn 3"), "three connections: {}", z.log());
+}
+
+#[test]
+fn ctl_reads_and_writes_the_attributes() {
+    require_tools!("qemu-io", "nbdcopy");
+    let z = Zmem::start(&["--size", "16M", "--export", "x", "--export", "y"]);
+    let empty = z.ctl_ok(&["mm_stat"]);
+    assert_eq!(empty.split_whitespace().count(), 9);
+    assert!(empty.ends_with('\n'));
+    assert_eq!(
+        z.ctl_ok(&["debug_stat"]),
+        "version: 1\n0        0\n",
+        "debug_stat"
+    );
+    assert_eq!(z.ctl_ok(&["io_stat"]), "       0        0 0        0\n");
+    assert_eq!(z.ctl_ok(&["--export", "y", "disksize"]), "16777216\n");
+    assert_eq!(z.ctl_ok(&["comp_algorithm"]), "[lz4]\n");
+    let exports = z.ctl_ok(&["exports"]);
+    assert_eq!(exports.lines().count(), 2, "{exports}");
+
+    let data = no_same_pages(real_data(4 * MIB));
+    let src = write_file(&z, "src.raw", &data);
+    run_ok("nbdcopy", &[&src, &z.uri("x")]);
+    let mm = z.mm_stat("x");
+    assert_eq!(mm[0], 4 * MIB as u64);
+    assert!(mm[1] > 0 && mm[2] >= mm[1] && mm[4] >= mm[2], "{mm:?}");
+    assert_eq!(z.mm_stat("y")[0], 0, "the other export is untouched");
+    let classes = z.ctl_ok(&["--export", "x", "classes"]);
+    assert!(classes.starts_with(" class  size"), "{classes}");
+
+    // Free every other 4 KiB page, then compact: the pool shrinks.
+    let cmds: Vec<String> = (0..512)
+        .map(|i| format!("discard {} 4096", i * 8192))
+        .collect();
+    let cmds: Vec<&str> = cmds.iter().map(String::as_str).collect();
+    qemu_io(&z.uri("x"), &cmds);
+    let before = z.mm_stat("x");
+    assert_eq!(z.ctl_ok(&["--export", "x", "compact"]), "");
+    let after = z.mm_stat("x");
+    assert!(after[2] < before[2], "compact: {before:?} -> {after:?}");
+    assert!(after[6] > 0, "pages_compacted: {after:?}");
+    assert_eq!(after[0], before[0]);
+    // mem_used_max 0 brings the maximum down to the current use.
+    assert_eq!(z.ctl_ok(&["--export", "x", "mem_used_max", "0"]), "");
+    assert_eq!(z.mm_stat("x")[4], after[2]);
+    assert_eq!(z.ctl_ok(&["--export", "x", "idle", "all"]), "");
+    assert_eq!(z.ctl_ok(&["--export", "x", "idle", "60"]), "");
+    // Data survived all of it.
+    let back = read_export(&z, &z.uri("x"));
+    for i in 0..1024usize {
+        let page = &back[i * 4096..(i + 1) * 4096];
+        if i % 2 == 0 {
+            assert!(page.iter().all(|&b| b == 0), "page {i}");
+        } else {
+            assert!(page == &data[i * 4096..(i + 1) * 4096], "page {i}");
+        }
+    }
+
+    // reset is refused while a client is connected, as zram's is while open.
+    let client = UnixStream::connect(&z.sock).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let o = z.ctl(&["--export", "x", "reset"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("EBUSY"));
+    drop(client);
+    let mut ok = false;
+    for _ in 0..100 {
+        if z.ctl(&["--export", "x", "reset"]).status.success() {
+            ok = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(ok, "reset after the client left");
+    assert_eq!(z.mm_stat("x"), vec![0; 9]);
+    assert!(read_export(&z, &z.uri("x")).iter().all(|&b| b == 0));
+
+    // Bad values: EINVAL, exit status 1, nothing changes.
+    for bad in [
+        vec!["mem_used_max", "5"],
+        vec!["mem_limit", "lots"],
+        vec!["idle", "never"],
+        vec!["frobnicate"],
+        vec!["--export", "nope", "mm_stat"],
+    ] {
+        let o = z.ctl(&bad);
+        assert_eq!(o.status.code(), Some(1), "{bad:?}");
+        assert!(!String::from_utf8_lossy(&o.stderr).is_empty());
+    }
+}
+
+#[test]
+fn mem_limit_fails_writes_and_keeps_other_data() {
+    require_tools!("qemu-io", "nbdcopy");
+    let z = Zmem::start(&["--size", "32M"]);
+    let uri = z.uri("zram0");
+    let data = real_data(2 * MIB);
+    let src = write_file(&z, "src.raw", &data);
+    run_ok("nbdcopy", &[&src, &uri]);
+    let used = z.mm_stat("zram0")[2];
+    z.ctl_ok(&["mem_limit", &(used + 256 * 1024).to_string()]);
+    assert_eq!(z.mm_stat("zram0")[3], used + 256 * 1024);
+    // Incompressible data past the first 2 MiB soon passes the limit.
+    let mut x = 12345u32;
+    let noise: Vec<u8> = (0..8 * MIB)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect();
+    let mut padded = data.clone();
+    padded.extend_from_slice(&noise);
+    let big = write_file(&z, "big.raw", &padded);
+    let o = run_tool(
+        "qemu-img",
+        &["convert", "-n", "-f", "raw", "-O", "raw", &big, &uri],
+    );
+    let text = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(!o.status.success(), "the write must fail");
+    assert!(
+        text.contains("No space left on device"),
+        "ENOSPC expected: {text}"
+    );
+    assert!(z.io_stat("zram0")[1] > 0, "failed_writes counted");
+    let mm = z.mm_stat("zram0");
+    assert!(mm[2] <= used + 256 * 1024 + 65536, "limit held: {mm:?}");
+    // The first 2 MiB (written again with the same bytes) are intact.
+    let back = read_export(&z, &uri);
+    assert!(back[..data.len()] == data[..]);
+    // Lifting the limit lets the write through.
+    z.ctl_ok(&["mem_limit", "0"]);
+    run_ok(
+        "qemu-img",
+        &["convert", "-n", "-f", "raw", "-O", "raw", &big, &uri],
+    );
+    assert!(read_export(&z, &uri)[..padded.len()] == padded[..]);
+}
+
+#[test]
+fn sigterm_and_sigint_shut_down_cleanly() {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let mut z = Zmem::start(&["--size", "1M", "--metrics", "127.0.0.1:0"]);
+        assert!(z.sock.exists() && z.ctl.exists() && z.pid_file.exists());
+        let pid: u32 = std::fs::read_to_string(&z.pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(pid, z.pid());
+        // A connected client does not hold the shutdown up.
+        let _client = UnixStream::connect(&z.sock).unwrap();
+        z.signal(sig);
+        let st = z.wait_exit(Duration::from_secs(20));
+        assert!(st.success(), "exit status {st}: {}", z.log());
+        assert!(!z.sock.exists(), "NBD socket left behind");
+        assert!(!z.ctl.exists(), "control socket left behind");
+        assert!(!z.pid_file.exists(), "PID file left behind");
+        let log = z.log();
+        assert!(
+            log.contains("shutting down") && log.contains("stopped"),
+            "{log}"
+        );
+    }
+}
+
+/// The address a `--tcp` or `--metrics` server logged for itself.
+fn logged_addr(log: &str, prefix: &str) -> String {
+    log.lines()
+        .find_map(|l| {
+            let i = l.find(prefix)?;
+            let rest = &l[i + prefix.len()..];
+            Some(
+                rest.split(|c: char| c == ',' || c == '/' || c.is_whitespace())
+                    .next()?
+                    .to_string(),
+            )
+        })
+        .unwrap_or_else(|| panic!("no {prefix:?} in the log:\n{log}"))
+}
+
+#[test]
+fn tcp_metrics_and_refusals() {
+    require_tools!("nbdinfo", "qemu-io");
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("c.ctl");
+    let z = Zmem::start(&[
+        "--tcp",
+        "127.0.0.1:0",
+        "--ctl-socket",
+        &ctl.to_string_lossy(),
+        "--metrics",
+        "127.0.0.1:0",
+        "--size",
+        "2M",
+    ]);
+    let log = z.log();
+    let nbd = logged_addr(&log, "NBD on tcp:");
+    let metrics = logged_addr(&log, "metrics: http://");
+    let uri = format!("nbd://{nbd}/zram0");
+    qemu_io(&uri, &["write -P 0x61 0 65536", "read -P 0x61 0 65536"]);
+    let size = run_ok("nbdinfo", &["--size", &uri]);
+    assert_eq!(size.trim(), "2097152");
+    let mut c = TcpStream::connect(&metrics).unwrap();
+    c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut text = String::new();
+    c.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.0 200"), "{text}");
+    assert!(
+        text.contains("zmem_orig_data_size_bytes{export=\"zram0\"} 65536\n"),
+        "{text}"
+    );
+    assert!(text.contains("zmem_page_writes_total{export=\"zram0\"} 16\n"));
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .args(["ctl", "--socket", &ctl.to_string_lossy(), "mm_stat"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("   65536 "));
+
+    // Refusals: usage errors exit 2, failures 1, and nothing is left behind.
+    let zmem = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_zmem"))
+            .args(args)
+            .env("XDG_RUNTIME_DIR", dir.path())
+            .output()
+            .unwrap()
+    };
+    let o = zmem(&["serve", "--tcp", "0.0.0.0:0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("loopback"));
+    let o = zmem(&[
+        "serve",
+        "--export",
+        "a",
+        "--export",
+        "b",
+        "--comp",
+        "lz4,zstd,deflate",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = zmem(&["serve", "--size", "1M", "--alloc", "slab"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = zmem(&["ctl", "--socket", "/nonexistent/ctl", "mm_stat"]);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn a_second_server_on_a_live_socket_is_refused_and_a_stale_one_replaced() {
+    let mut z = Zmem::start(&["--size", "1M"]);
+    let sock = z.sock.to_string_lossy().into_owned();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .args(["serve", "--size", "1M", "--socket", &sock])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("already listening"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(z.alive());
+    // Kill it hard: its sockets stay behind, and the next server replaces
+    // them.
+    z.signal(libc::SIGKILL);
+    let _ = z.wait_exit(Duration::from_secs(10));
+    assert!(z.sock.exists());
+    let dir = z.dir.path().to_path_buf();
+    let pid_file = dir.join("again.pid");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .args(["serve", "--size", "1M", "--socket", &sock, "--pid-file"])
+        .arg(&pid_file)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !pid_file.exists() {
+        assert!(start.elapsed() < Duration::from_secs(20), "not ready");
+        assert!(child.try_wait().unwrap().is_none(), "exited");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(UnixStream::connect(&sock).is_ok());
+    // SAFETY: kill has no memory-safety preconditions; our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn bench_serve_runs_on_a_small_file() {
+    require_tools!("nbdkit", "nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("small.bin");
+    std::fs::write(&data, real_data(4 * MIB)).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .args([
+            "bench", "serve", "--runs", "1", "--settle", "0", "--json", "--data",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let samples = v.as_array().unwrap();
+    assert_eq!(samples.len(), 4, "two configurations, two servers");
+    for s in samples {
+        assert!(s["write_mb_s"].as_f64().unwrap() > 0.0, "{s}");
+        assert!(s["read_mb_s"].as_f64().unwrap() > 0.0, "{s}");
+    }
+}

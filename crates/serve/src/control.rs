@@ -1,0 +1,338 @@
+//! The control commands: zram's sysfs attributes, on a running server.
+//!
+//! This module owns what a control command means. Each command is named
+//! after the zram attribute it mirrors and reads or writes it the way
+//! `cat /sys/block/zramN/ATTR` or `echo VALUE > /sys/block/zramN/ATTR` does:
+//! reads answer exactly the file's text (with its trailing newline), writes
+//! answer nothing, and bad values fail with the errno the kernel returns.
+//!
+//! | command | kernel attribute | effect |
+//! |---|---|---|
+//! | `mm_stat`, `io_stat`, `debug_stat` | same | the statistics line(s) |
+//! | `classes` | debugfs `zsmalloc/<pool>/classes` | the allocator's class table |
+//! | `disksize`, `comp_algorithm`, `initstate` | same (read) | size in bytes, `[algo]`, `1` |
+//! | `objs_moved` | (seed 001's counter) | objects moved by compaction |
+//! | `compact` | `compact` | compacts the allocator |
+//! | `idle all`, `idle N` | `idle` | marks slots idle (all, or unused for N s) |
+//! | `reset [1]` | `reset` | frees every page, zeroes stats and limit; `EBUSY` while a client is connected |
+//! | `mem_limit SIZE` | `mem_limit` | K/M/G/T suffixes (memparse); 0 removes it |
+//! | `mem_used_max 0` | `mem_used_max` | resets the maximum to the current use |
+//! | `exports` | (none) | one line per export: name, label, disksize |
+//!
+//! It does no I/O; the socket is in [`crate::ctl_socket`].
+
+use std::fmt;
+use std::time::Duration;
+
+use zram::IdleCutoff;
+
+use crate::registry::{Registry, Served};
+
+/// Why a control command failed: a Linux errno name and a message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CtlError {
+    /// `EINVAL`, `ENOENT`, `EBUSY` or `EOPNOTSUPP`.
+    pub errno: &'static str,
+    /// For a human.
+    pub message: String,
+}
+
+impl CtlError {
+    fn new(errno: &'static str, message: impl Into<String>) -> CtlError {
+        CtlError {
+            errno,
+            message: message.into(),
+        }
+    }
+
+    fn inval(message: impl Into<String>) -> CtlError {
+        CtlError::new("EINVAL", message)
+    }
+}
+
+impl fmt::Display for CtlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.errno, self.message)
+    }
+}
+
+impl std::error::Error for CtlError {}
+
+/// Every command name, for `help` and error messages.
+pub const COMMANDS: [&str; 14] = [
+    "mm_stat",
+    "io_stat",
+    "debug_stat",
+    "classes",
+    "disksize",
+    "comp_algorithm",
+    "initstate",
+    "objs_moved",
+    "compact",
+    "idle",
+    "reset",
+    "mem_limit",
+    "mem_used_max",
+    "exports",
+];
+
+/// Parses a size the way the kernel's `memparse` does: a number with an
+/// optional K, M, G, T, P or E suffix (powers of 1024, either case).
+pub fn memparse(s: &str) -> Result<u64, CtlError> {
+    let s = s.trim();
+    let bad = || CtlError::inval(format!("'{s}' is not a size (a number with K, M, G or T)"));
+    let (digits, shift) = match s.chars().last() {
+        Some(c) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                'P' => 50,
+                'E' => 60,
+                _ => return Err(bad()),
+            };
+            (&s[..s.len() - 1], shift)
+        }
+        _ => (s, 0),
+    };
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    n.checked_mul(1u64 << shift).ok_or_else(bad)
+}
+
+/// Runs `line` (`COMMAND [VALUE]`) on the export called `export` (`None`:
+/// the first). Returns the text a read answers, empty for a write.
+pub fn execute(reg: &Registry, export: Option<&str>, line: &str) -> Result<String, CtlError> {
+    let line = line.trim();
+    let (cmd, arg) = match line.split_once(char::is_whitespace) {
+        Some((c, a)) => (c, Some(a.trim())),
+        None => (line, None),
+    };
+    if cmd == "exports" {
+        no_value(cmd, arg)?;
+        return Ok(reg
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}\t{}\t{}\n",
+                    if s.name.is_empty() { "\"\"" } else { &s.name },
+                    s.label,
+                    s.store.disk_size()
+                )
+            })
+            .collect());
+    }
+    let served = reg.get(export).ok_or_else(|| {
+        CtlError::new(
+            "ENOENT",
+            format!("no export named {:?}", export.unwrap_or("")),
+        )
+    })?;
+    run(reg, served, cmd, arg)
+}
+
+fn no_value(cmd: &str, arg: Option<&str>) -> Result<(), CtlError> {
+    match arg {
+        None => Ok(()),
+        Some(v) => Err(CtlError::inval(format!(
+            "{cmd} is read-only (got value {v:?})"
+        ))),
+    }
+}
+
+fn run(reg: &Registry, s: &Served, cmd: &str, arg: Option<&str>) -> Result<String, CtlError> {
+    let store = &s.store;
+    let read = |text: String| -> Result<String, CtlError> {
+        no_value(cmd, arg)?;
+        Ok(text + "\n")
+    };
+    match cmd {
+        "mm_stat" => read(store.mm_stat().to_string()),
+        "io_stat" => read(store.io_stat().to_string()),
+        "debug_stat" => read(store.debug_stat().to_string()),
+        "disksize" => read(store.disk_size().to_string()),
+        "initstate" => read("1".to_string()),
+        "objs_moved" => read(store.mm_stat().objs_moved.to_string()),
+        "comp_algorithm" => read(format!("[{}]", store.compressor().algorithm().name())),
+        "classes" => {
+            no_value(cmd, arg)?;
+            let mut t = store.allocator().format_classes().ok_or_else(|| {
+                CtlError::new(
+                    "EOPNOTSUPP",
+                    format!("allocator {} has no size classes", store.allocator().name()),
+                )
+            })?;
+            if !t.ends_with('\n') {
+                t.push('\n');
+            }
+            Ok(t)
+        }
+        "compact" => {
+            let c = store.compact();
+            log::info!(
+                "ctl: {}: compact freed {} pages, moved {} objects",
+                s.name,
+                c.pages_freed,
+                c.objs_moved
+            );
+            Ok(String::new())
+        }
+        "idle" => {
+            let cutoff = match arg {
+                Some("all") => IdleCutoff::All,
+                Some(v) => match v.parse::<u64>() {
+                    Ok(secs) => IdleCutoff::OlderThan(Duration::from_secs(secs)),
+                    Err(_) => {
+                        return Err(CtlError::inval(format!(
+                            "idle takes 'all' or seconds, not {v:?}"
+                        )))
+                    }
+                },
+                None => return Err(CtlError::inval("idle takes 'all' or a number of seconds")),
+            };
+            let marked = store.mark_idle(cutoff);
+            log::info!("ctl: {}: idle marked {marked} slots", s.name);
+            Ok(String::new())
+        }
+        "reset" => {
+            let v = arg.unwrap_or("1");
+            match v.parse::<u64>() {
+                Ok(n) if n > 0 => {}
+                _ => {
+                    return Err(CtlError::inval(format!(
+                        "reset takes a positive number, not {v:?}"
+                    )))
+                }
+            }
+            let open = reg.connections();
+            if open > 0 {
+                return Err(CtlError::new(
+                    "EBUSY",
+                    format!("{open} NBD connection(s) open; disconnect the clients first"),
+                ));
+            }
+            store.reset();
+            log::info!("ctl: {}: reset", s.name);
+            Ok(String::new())
+        }
+        "mem_limit" => {
+            let v = arg
+                .ok_or_else(|| CtlError::inval("mem_limit takes a size (e.g. 64M, 0 for none)"))?;
+            let bytes = memparse(v)?;
+            store.set_mem_limit(bytes);
+            log::info!("ctl: {}: mem_limit {bytes}", s.name);
+            Ok(String::new())
+        }
+        "mem_used_max" => match arg {
+            Some("0") => {
+                store.reset_mem_used_max();
+                Ok(String::new())
+            }
+            _ => Err(CtlError::inval("mem_used_max only takes 0")),
+        },
+        other => Err(CtlError::inval(format!(
+            "unknown command {other:?}; commands: {}",
+            COMMANDS.join(" ")
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use zram::Store;
+
+    fn registry() -> Registry {
+        let served = |name: &str| {
+            let pool = zalloc::open("zsmalloc", &zalloc::AllocOptions::default()).unwrap();
+            let comp = zcomp::Compressor::parse("lz4", "").unwrap();
+            Served {
+                name: name.to_string(),
+                label: "zsmalloc/default/lz4/4K".to_string(),
+                store: Arc::new(Store::new(pool, comp, 256).unwrap()),
+            }
+        };
+        Registry::new(vec![served("a"), served("b")])
+    }
+
+    #[test]
+    fn reads_answer_the_sysfs_text() {
+        let reg = registry();
+        let page: Vec<u8> = (0..4096).map(|i| (i % 251) as u8).collect();
+        reg.get(Some("b"))
+            .unwrap()
+            .store
+            .write_page(3, &page)
+            .unwrap();
+        let mm = execute(&reg, Some("b"), "mm_stat").unwrap();
+        assert!(mm.starts_with("    4096 "), "{mm:?}");
+        assert!(mm.ends_with('\n') && mm.lines().count() == 1);
+        assert_eq!(mm.split_whitespace().count(), 9);
+        // The default export is the first, which is empty.
+        assert!(execute(&reg, None, "mm_stat")
+            .unwrap()
+            .starts_with("       0 "));
+        assert_eq!(
+            execute(&reg, None, "io_stat").unwrap(),
+            "       0        0 0        0\n"
+        );
+        assert_eq!(
+            execute(&reg, None, "debug_stat").unwrap(),
+            "version: 1\n0        0\n"
+        );
+        assert_eq!(execute(&reg, None, "disksize").unwrap(), "1048576\n");
+        assert_eq!(execute(&reg, None, "comp_algorithm").unwrap(), "[lz4]\n");
+        assert!(execute(&reg, Some("b"), "classes")
+            .unwrap()
+            .starts_with(" class  size"));
+        let ex = execute(&reg, None, "exports").unwrap();
+        assert_eq!(ex.lines().count(), 2);
+    }
+
+    #[test]
+    fn writes_change_the_store_and_bad_values_are_einval() {
+        let reg = registry();
+        let store = &reg.get(None).unwrap().store;
+        assert_eq!(execute(&reg, None, "mem_limit 64M").unwrap(), "");
+        assert_eq!(store.mem_limit(), 64 << 20);
+        assert_eq!(execute(&reg, None, "mem_limit 0").unwrap(), "");
+        assert_eq!(store.mem_limit(), 0);
+        let page: Vec<u8> = (0..4096).map(|i| (i % 13) as u8 ^ (i / 97) as u8).collect();
+        store.write_page(0, &page).unwrap();
+        assert_eq!(execute(&reg, None, "idle all").unwrap(), "");
+        assert!(store.slot_info(0).unwrap().idle);
+        assert_eq!(execute(&reg, None, "idle 3600").unwrap(), "");
+        assert_eq!(execute(&reg, None, "compact").unwrap(), "");
+        assert_eq!(execute(&reg, None, "mem_used_max 0").unwrap(), "");
+        assert_eq!(execute(&reg, None, "reset").unwrap(), "");
+        assert_eq!(store.mm_stat().orig_data_size, 0);
+        for bad in [
+            "mem_limit",
+            "mem_limit 12Q",
+            "mem_used_max 5",
+            "idle",
+            "idle soon",
+            "reset 0",
+            "mm_stat 1",
+            "frobnicate",
+        ] {
+            let e = execute(&reg, None, bad).unwrap_err();
+            assert_eq!(e.errno, "EINVAL", "{bad}: {e}");
+        }
+        assert_eq!(
+            execute(&reg, Some("zz"), "mm_stat").unwrap_err().errno,
+            "ENOENT"
+        );
+    }
+
+    #[test]
+    fn memparse_takes_kernel_suffixes() {
+        assert_eq!(memparse("0").unwrap(), 0);
+        assert_eq!(memparse("4k").unwrap(), 4096);
+        assert_eq!(memparse("2G").unwrap(), 2 << 30);
+        assert!(memparse("").is_err());
+        assert!(memparse("99999999999999E").is_err());
+    }
+}

@@ -1,0 +1,32 @@
+//! zram stores served over NBD: what `zmem serve` is made of.
+//!
+//! `zmem serve` exports one or more [`zram::Store`]s as NBD block devices
+//! with the [`nbd`] crate's server, and offers a control interface that
+//! mirrors zram's sysfs attributes plus a Prometheus endpoint. This crate
+//! holds those parts, one concept per module:
+//! - [`device`]: the store as an [`nbd::BlockDevice`] (whole pages, with
+//!   read-modify-write for partial ones through [`nbd::BlockAligned`]);
+//! - [`registry`]: the exported stores by name, shared by the NBD server,
+//!   the control socket and the metrics endpoint;
+//! - [`control`]: what each control command does (`mm_stat`, `compact`,
+//!   `reset`, `mem_limit`, ...), answering exactly what sysfs would;
+//! - [`ctl_socket`]: the control socket's line protocol, server and client;
+//! - [`metrics`]: the Prometheus text format and its tiny HTTP server.
+//!
+//! The command line, logging and signal handling live in the `zmem` binary.
+//! This crate has no `unsafe` code.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod control;
+pub mod ctl_socket;
+pub mod device;
+pub mod metrics;
+pub mod registry;
+
+pub use control::CtlError;
+pub use ctl_socket::{request, CtlServer};
+pub use device::{export_device, nbd_error, PageDevice};
+pub use metrics::MetricsServer;
+pub use registry::{Registry, Served};

@@ -1,0 +1,343 @@
+//! A Prometheus `/metrics` endpoint: every export's mm_stat and io_stat.
+//!
+//! This module owns the text exposition ([`render`]) and a deliberately
+//! tiny HTTP/1.0 server ([`MetricsServer`]) on one thread: it reads one
+//! request (headers only, at most 8 KiB, 5 s timeout), answers `GET
+//! /metrics` with the text format and anything else with 404 or 405, and
+//! closes the connection. It listens on loopback only unless asked, as the
+//! NBD server does. Each metric carries an `export` label; counters end in
+//! `_total`, byte gauges in `_bytes`.
+
+use std::fmt::Write as _;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use log::{debug, info, warn};
+
+use crate::registry::Registry;
+
+/// Longest request head read.
+const MAX_REQUEST: usize = 8192;
+
+/// Escapes a label value (backslash, quote, newline).
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The metrics of every export in Prometheus' text format (version 0.0.4).
+pub fn render(reg: &Registry) -> String {
+    type Get = fn(&Sample) -> u64;
+    struct Sample {
+        mm: zram::MmStat,
+        io: zram::IoStat,
+        reads: u64,
+        writes: u64,
+        disksize: u64,
+    }
+    let samples: Vec<(String, Sample)> = reg
+        .iter()
+        .map(|s| {
+            let (reads, writes) = s.store.io_counts();
+            (
+                label(&s.name),
+                Sample {
+                    mm: s.store.mm_stat(),
+                    io: s.store.io_stat(),
+                    reads,
+                    writes,
+                    disksize: s.store.disk_size(),
+                },
+            )
+        })
+        .collect();
+    let metrics: [(&str, &str, &str, Get); 16] = [
+        ("zmem_disksize_bytes", "gauge", "Size of the export.", |s| {
+            s.disksize
+        }),
+        (
+            "zmem_orig_data_size_bytes",
+            "gauge",
+            "mm_stat orig_data_size: bytes of pages stored.",
+            |s| s.mm.orig_data_size,
+        ),
+        (
+            "zmem_compr_data_size_bytes",
+            "gauge",
+            "mm_stat compr_data_size: bytes of compressed data.",
+            |s| s.mm.compr_data_size,
+        ),
+        (
+            "zmem_mem_used_total_bytes",
+            "gauge",
+            "mm_stat mem_used_total: allocator memory.",
+            |s| s.mm.mem_used_total,
+        ),
+        (
+            "zmem_mem_limit_bytes",
+            "gauge",
+            "mm_stat mem_limit (0: none).",
+            |s| s.mm.mem_limit,
+        ),
+        (
+            "zmem_mem_used_max_bytes",
+            "gauge",
+            "mm_stat mem_used_max.",
+            |s| s.mm.mem_used_max,
+        ),
+        (
+            "zmem_same_pages",
+            "gauge",
+            "mm_stat same_pages: same-filled pages.",
+            |s| s.mm.same_pages,
+        ),
+        (
+            "zmem_pages_compacted_total",
+            "counter",
+            "mm_stat pages_compacted.",
+            |s| s.mm.pages_compacted,
+        ),
+        (
+            "zmem_huge_pages",
+            "gauge",
+            "mm_stat huge_pages: pages stored uncompressed.",
+            |s| s.mm.huge_pages,
+        ),
+        (
+            "zmem_huge_pages_since_total",
+            "counter",
+            "mm_stat huge_pages_since.",
+            |s| s.mm.huge_pages_since,
+        ),
+        (
+            "zmem_objs_moved_total",
+            "counter",
+            "Objects moved by compaction.",
+            |s| s.mm.objs_moved,
+        ),
+        (
+            "zmem_failed_reads_total",
+            "counter",
+            "io_stat failed_reads.",
+            |s| s.io.failed_reads,
+        ),
+        (
+            "zmem_failed_writes_total",
+            "counter",
+            "io_stat failed_writes.",
+            |s| s.io.failed_writes,
+        ),
+        (
+            "zmem_notify_free_total",
+            "counter",
+            "io_stat notify_free: pages freed by trim and zero.",
+            |s| s.io.notify_free,
+        ),
+        (
+            "zmem_page_reads_total",
+            "counter",
+            "Page reads served.",
+            |s| s.reads,
+        ),
+        (
+            "zmem_page_writes_total",
+            "counter",
+            "Page writes served.",
+            |s| s.writes,
+        ),
+    ];
+    let mut out = String::new();
+    for (name, kind, help, get) in metrics {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (export, s) in &samples {
+            let _ = writeln!(out, "{name}{{export=\"{export}\"}} {}", get(s));
+        }
+    }
+    let _ = writeln!(out, "# HELP zmem_nbd_connections NBD connections open.");
+    let _ = writeln!(out, "# TYPE zmem_nbd_connections gauge");
+    let _ = writeln!(out, "zmem_nbd_connections {}", reg.connections());
+    out
+}
+
+/// A running metrics endpoint. Dropping it shuts it down.
+pub struct MetricsServer {
+    addr: SocketAddr,
+    stopping: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Listens on `addr` (loopback only unless `allow_remote`; port 0 picks
+    /// one) and serves `registry`'s metrics.
+    pub fn bind(
+        addr: SocketAddr,
+        allow_remote: bool,
+        registry: Arc<Registry>,
+    ) -> io::Result<MetricsServer> {
+        if !allow_remote && !addr.ip().is_loopback() {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("refusing to serve metrics on {addr}: not a loopback address (use --allow-remote)"),
+            ));
+        }
+        let listener = TcpListener::bind(addr)?;
+        let addr = listener.local_addr()?;
+        let stopping = Arc::new(AtomicBool::new(false));
+        let stop = stopping.clone();
+        let thread = thread::Builder::new()
+            .name("metrics".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    match conn {
+                        Ok(s) => {
+                            if let Err(e) = answer(s, &registry) {
+                                debug!("metrics: {e}");
+                            }
+                        }
+                        Err(e) => {
+                            warn!("metrics: accept failed: {e}");
+                            thread::sleep(Duration::from_millis(50));
+                        }
+                    }
+                }
+            })?;
+        info!("metrics: http://{addr}/metrics");
+        Ok(MetricsServer {
+            addr,
+            stopping,
+            thread: Some(thread),
+        })
+    }
+
+    /// The address bound.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops the server and joins its thread.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.stopping.store(true, Ordering::SeqCst);
+            let mut wake = self.addr;
+            if wake.ip().is_unspecified() {
+                wake.set_ip(if wake.is_ipv4() {
+                    std::net::Ipv4Addr::LOCALHOST.into()
+                } else {
+                    std::net::Ipv6Addr::LOCALHOST.into()
+                });
+            }
+            let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn answer(mut s: TcpStream, reg: &Registry) -> io::Result<()> {
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+        if head.len() > MAX_REQUEST {
+            return respond(
+                &mut s,
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                "too large\n",
+            );
+        }
+    }
+    let text = String::from_utf8_lossy(&head);
+    let mut parts = text.lines().next().unwrap_or("").split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    match (method, path) {
+        ("GET", "/metrics") => respond(
+            &mut s,
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            &render(reg),
+        ),
+        ("GET", _) => respond(&mut s, "404 Not Found", "text/plain", "try /metrics\n"),
+        _ => respond(&mut s, "405 Method Not Allowed", "text/plain", "GET only\n"),
+    }
+}
+
+fn respond(s: &mut TcpStream, status: &str, ctype: &str, body: &str) -> io::Result<()> {
+    let head = format!(
+        "HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes())?;
+    s.write_all(body.as_bytes())?;
+    s.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Served;
+
+    #[test]
+    fn metrics_over_http() {
+        let pool = zalloc::open("zsmalloc", &zalloc::AllocOptions::default()).unwrap();
+        let comp = zcomp::Compressor::parse("lz4", "").unwrap();
+        let store = Arc::new(zram::Store::new(pool, comp, 16).unwrap());
+        let page: Vec<u8> = (0..4096).map(|i| (i % 7) as u8).collect();
+        store.write_page(1, &page).unwrap();
+        let reg = Arc::new(Registry::new(vec![Served {
+            name: "d\"q".into(),
+            label: "t".into(),
+            store,
+        }]));
+        let m = MetricsServer::bind("127.0.0.1:0".parse().unwrap(), false, reg).unwrap();
+        let get = |req: &str| {
+            let mut c = TcpStream::connect(m.local_addr()).unwrap();
+            c.write_all(req.as_bytes()).unwrap();
+            let mut out = String::new();
+            c.read_to_string(&mut out).unwrap();
+            out
+        };
+        let out = get("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(out.starts_with("HTTP/1.0 200 OK\r\n"), "{out}");
+        assert!(
+            out.contains("zmem_orig_data_size_bytes{export=\"d\\\"q\"} 4096\n"),
+            "{out}"
+        );
+        assert!(out.contains("# TYPE zmem_failed_writes_total counter\n"));
+        assert!(out.contains("zmem_page_writes_total{export=\"d\\\"q\"} 1\n"));
+        assert!(get("GET / HTTP/1.0\r\n\r\n").starts_with("HTTP/1.0 404"));
+        assert!(get("POST /metrics HTTP/1.0\r\n\r\n").starts_with("HTTP/1.0 405"));
+        assert!(MetricsServer::bind(
+            "0.0.0.0:0".parse().unwrap(),
+            false,
+            Arc::new(Registry::default())
+        )
+        .is_err());
+        m.shutdown();
+    }
+}
