@@ -341,7 +341,8 @@ fn idle_marking_skips_same_pages_and_clears_on_access() {
 #[test]
 fn four_threads_on_their_own_and_shared_pages() {
     for mode in [Mode::KernelCompat, Mode::Default] {
-        let s = store(mode, 4096, 512, "lz4");
+        // Pages 0..512 belong to one thread each; 512..516 are shared.
+        let s = store(mode, 4096, 516, "lz4");
         std::thread::scope(|scope| {
             for t in 0..4u64 {
                 let s = &s;
@@ -364,10 +365,11 @@ fn four_threads_on_their_own_and_shared_pages() {
                             s.compact();
                         }
                     }
-                    // Shared page 0..4: whatever is read is one of the
+                    // Shared pages 512..516 (apart from every thread's own
+                    // pages, which others may still be checking): whatever is read is one of the
                     // versions written, whole.
                     for k in 0..200u64 {
-                        let i = k % 4;
+                        let i = 512 + k % 4;
                         let p = vec![(t * 50 + k % 50) as u8; 4096];
                         s.write_page(i, &p).unwrap();
                         s.read_page(i, &mut back).unwrap();
@@ -377,7 +379,7 @@ fn four_threads_on_their_own_and_shared_pages() {
             }
         });
         let mut back = vec![0u8; 4096];
-        for i in 4..512u64 {
+        for i in 0..512u64 {
             let last = 5u64;
             let p = page(4096, (i + last) as u8, i * 7 + last);
             s.read_page(i, &mut back).unwrap();
