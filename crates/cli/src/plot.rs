@@ -92,6 +92,11 @@ fn draw<DB: DrawingBackend>(
 
 /// Draws `chart` to `<stem>.svg` and `<stem>.png` and returns both paths.
 pub fn line_chart(stem: &Path, chart: &Chart<'_>) -> Result<(PathBuf, PathBuf), CliError> {
+    render(stem, chart, false)
+}
+
+/// Writes both files, with a linear or logarithmic y axis.
+fn render(stem: &Path, chart: &Chart<'_>, log_y: bool) -> Result<(PathBuf, PathBuf), CliError> {
     if let Some(dir) = stem.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .map_err(|e| CliError::Failed(format!("cannot create {}: {e}", dir.display())))?;
@@ -100,15 +105,19 @@ pub fn line_chart(stem: &Path, chart: &Chart<'_>) -> Result<(PathBuf, PathBuf), 
     let png = stem.with_extension("png");
     let fail =
         |what: &Path, e: String| CliError::Failed(format!("cannot draw {}: {e}", what.display()));
-    draw(
-        SVGBackend::new(&svg, (1000, 600)).into_drawing_area(),
-        chart,
-    )
+    let svg_area = SVGBackend::new(&svg, (1000, 600)).into_drawing_area();
+    if log_y {
+        draw_log_y(svg_area, chart)
+    } else {
+        draw(svg_area, chart)
+    }
     .map_err(|e| fail(&svg, e))?;
-    draw(
-        BitMapBackend::new(&png, (1000, 600)).into_drawing_area(),
-        chart,
-    )
+    let png_area = BitMapBackend::new(&png, (1000, 600)).into_drawing_area();
+    if log_y {
+        draw_log_y(png_area, chart)
+    } else {
+        draw(png_area, chart)
+    }
     .map_err(|e| fail(&png, e))?;
     Ok((svg, png))
 }
@@ -170,23 +179,5 @@ fn draw_log_y<DB: DrawingBackend>(
 /// Like [`line_chart`], with a logarithmic y axis (points with `y <= 0` are
 /// left out): for latencies, whose tails span orders of magnitude.
 pub fn line_chart_log_y(stem: &Path, chart: &Chart<'_>) -> Result<(PathBuf, PathBuf), CliError> {
-    if let Some(dir) = stem.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| CliError::Failed(format!("cannot create {}: {e}", dir.display())))?;
-    }
-    let svg = stem.with_extension("svg");
-    let png = stem.with_extension("png");
-    let fail =
-        |what: &Path, e: String| CliError::Failed(format!("cannot draw {}: {e}", what.display()));
-    draw_log_y(
-        SVGBackend::new(&svg, (1000, 600)).into_drawing_area(),
-        chart,
-    )
-    .map_err(|e| fail(&svg, e))?;
-    draw_log_y(
-        BitMapBackend::new(&png, (1000, 600)).into_drawing_area(),
-        chart,
-    )
-    .map_err(|e| fail(&png, e))?;
-    Ok((svg, png))
+    render(stem, chart, true)
 }
