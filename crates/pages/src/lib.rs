@@ -7,10 +7,14 @@
 //! address ranges are kept for reuse. An allocator can also give back part of
 //! a run it keeps ([`PageSource::discard`], [`PageSource::discard_later`]).
 //!
-//! Address space is reserved in large chunks with `MAP_NORESERVE`; a page costs
-//! memory only once it is touched. Free runs are kept by length and split when
-//! a shorter run is wanted, so the address space a source holds is bounded by
-//! its peak use.
+//! Address space is reserved in large chunks with `MAP_NORESERVE`. A run from
+//! [`PageSource::alloc_clean`] costs memory only as its pages are touched;
+//! fresh runs from [`PageSource::alloc`], whose holders write every page at
+//! once, come from a frontier populated ahead with transparent huge pages,
+//! which costs the kernel one fault per 2 MiB instead of one per page
+//! (`frontier.rs` explains how huge pages are kept from covering pages
+//! nobody counts). Free runs are kept by length and split when a shorter run
+//! is wanted, so the address space a source holds is bounded by its peak use.
 //!
 //! # Giving pages back in batches
 //!
@@ -71,6 +75,7 @@
 //! batch is released with the mutex held, so that [`PageSource::reclaim`]
 //! (which takes it) cannot return while pages it reclaims are being dropped.
 
+mod frontier;
 mod release;
 
 use std::collections::HashMap;
@@ -79,13 +84,11 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use frontier::{Chunk, Frontier, Use};
 use release::{Counters, Range};
 
 /// The longest run, in pages, a source hands out (zsmalloc's longest chain).
 pub const MAX_RUN_PAGES: u32 = 16;
-
-/// Bytes reserved per mapping; runs are carved out of these.
-const CHUNK_BYTES: usize = 64 << 20;
 
 /// The default bound of the cache of freed runs, in bytes (see the module
 /// documentation; `BENCHMARKS.md` has the measurements behind it).
@@ -165,11 +168,6 @@ impl Run {
     }
 }
 
-struct Chunk {
-    base: NonNull<u8>,
-    len: usize,
-}
-
 /// A freed run kept resident in the cache.
 struct Cached {
     ptr: NonNull<u8>,
@@ -186,6 +184,18 @@ struct Pending {
     end: u32,
 }
 
+/// How an allocation may be served (see [`PageSource::alloc`],
+/// [`PageSource::alloc_clean`], [`PageSource::alloc_pending`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fresh {
+    /// A cached run, else the dense frontier.
+    Dense,
+    /// A free run or the sparse frontier, never the cache.
+    Clean,
+    /// A cached run with its pages pending, else as `Clean`.
+    Pending,
+}
+
 struct Inner {
     /// Every mapping made; unmapped when the source drops.
     chunks: Vec<Chunk>,
@@ -200,8 +210,10 @@ struct Inner {
     pending: HashMap<usize, Pending>,
     /// Pages in `pending`.
     pending_pages: usize,
-    /// Bytes of the newest chunk already carved into runs.
-    bump: usize,
+    /// Fresh runs for holders that touch pages one by one ([`PageSource::alloc_clean`]).
+    sparse: Frontier,
+    /// Fresh runs for holders that write every page at once ([`PageSource::alloc`]).
+    dense: Frontier,
     /// Pages in runs currently handed out.
     pages_out: usize,
     /// Allocations served from the cache.
@@ -315,7 +327,8 @@ impl PageSource {
                 cached_pages: 0,
                 pending: HashMap::new(),
                 pending_pages: 0,
-                bump: CHUNK_BYTES,
+                sparse: Frontier::new(Use::Sparse),
+                dense: Frontier::new(Use::Dense),
                 pages_out: 0,
                 cache_hits: 0,
                 runs_released: 0,
@@ -382,20 +395,39 @@ impl PageSource {
         }
     }
 
-    /// Hands out `pages` contiguous pages: a cached run of that length if
-    /// there is one (its bytes are stale and its pages may all be resident),
-    /// otherwise as [`PageSource::alloc_clean`].
+    /// Hands out `pages` contiguous pages for a holder that writes all of
+    /// them at once: a cached run of that length if there is one (its bytes
+    /// are stale and its pages may all be resident), otherwise a fresh
+    /// zero-filled run, whose pages may be resident already (populated ahead
+    /// with transparent huge pages where the system offers them; see
+    /// `frontier.rs`).
     pub fn alloc(&self, pages: u32) -> Result<Run, PagesError> {
-        self.alloc_from(pages, true)
+        self.alloc_from(pages, Fresh::Dense)
     }
 
     /// Hands out `pages` contiguous zero-filled pages, none of them resident
     /// until touched. Never takes a cached run.
     pub fn alloc_clean(&self, pages: u32) -> Result<Run, PagesError> {
-        self.alloc_from(pages, false)
+        self.alloc_from(pages, Fresh::Clean)
     }
 
-    fn alloc_from(&self, pages: u32, reuse: bool) -> Result<Run, PagesError> {
+    /// Hands out `pages` contiguous pages for a holder that touches them one
+    /// by one, counting only those: a cached run of that length if there is
+    /// one, with every page that may be resident *pending* (as if given up
+    /// with [`PageSource::discard_later`]), otherwise as
+    /// [`PageSource::alloc_clean`].
+    ///
+    /// The holder must call [`PageSource::reclaim`] before it touches a page
+    /// (pages taken back keep stale bytes; pages released meanwhile read as
+    /// zero). Pages it never takes back are released with the next batch, so
+    /// the resident set stays within the cache bound of what it counts, while
+    /// the pages it does fill were faulted in already: no page fault, no
+    /// zeroing, no system call.
+    pub fn alloc_pending(&self, pages: u32) -> Result<Run, PagesError> {
+        self.alloc_from(pages, Fresh::Pending)
+    }
+
+    fn alloc_from(&self, pages: u32, how: Fresh) -> Result<Run, PagesError> {
         if pages == 0 || pages > MAX_RUN_PAGES {
             return Err(PagesError::RunLength(pages));
         }
@@ -406,11 +438,21 @@ impl PageSource {
                 return Err(PagesError::LimitReached { limit });
             }
         }
-        if reuse {
+        if how != Fresh::Clean {
             if let Some(c) = inner.cache[want].pop() {
                 inner.cached_pages -= c.resident as usize;
                 inner.cache_hits += 1;
                 inner.pages_out += want;
+                if how == Fresh::Pending {
+                    // From cached to pending: the bound counts both alike.
+                    let key = c.ptr.as_ptr() as usize;
+                    let tail = Pending {
+                        from: 0,
+                        end: c.resident,
+                    };
+                    inner.pending.insert(key, tail);
+                    inner.pending_pages += c.resident as usize;
+                }
                 return Ok(Run { ptr: c.ptr, pages });
             }
         }
@@ -423,7 +465,15 @@ impl PageSource {
         }
         let ptr = match self.take_free(&mut inner, pages) {
             Some(ptr) => ptr,
-            None => self.carve(&mut inner, pages)?,
+            None => {
+                let bytes = pages as usize * self.page_size;
+                let inner = &mut *inner;
+                let frontier = match how {
+                    Fresh::Dense => &mut inner.dense,
+                    Fresh::Clean | Fresh::Pending => &mut inner.sparse,
+                };
+                frontier.carve(bytes, &mut inner.chunks)?
+            }
         };
         inner.pages_out += want;
         Ok(Run { ptr, pages })
@@ -442,42 +492,6 @@ impl PageSource {
         let rest = unsafe { ptr.add(want * self.page_size) };
         inner.free[longer - want].push(rest);
         Some(ptr)
-    }
-
-    /// A fresh run from the newest chunk, mapping a new chunk if needed.
-    fn carve(&self, inner: &mut Inner, pages: u32) -> Result<NonNull<u8>, PagesError> {
-        let bytes = pages as usize * self.page_size;
-        if inner.bump + bytes > CHUNK_BYTES || inner.chunks.is_empty() {
-            // SAFETY: an anonymous private mapping at an address of the
-            // kernel's choosing; no existing memory is affected.
-            let addr = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    CHUNK_BYTES,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                    -1,
-                    0,
-                )
-            };
-            if addr == libc::MAP_FAILED {
-                let errno = std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(libc::ENOMEM);
-                return Err(PagesError::OutOfMemory(errno));
-            }
-            let base = NonNull::new(addr.cast::<u8>()).ok_or(PagesError::OutOfMemory(0))?;
-            inner.chunks.push(Chunk {
-                base,
-                len: CHUNK_BYTES,
-            });
-            inner.bump = 0;
-        }
-        let chunk = inner.chunks.last().expect("a chunk was just ensured");
-        // SAFETY: `bump + bytes <= CHUNK_BYTES`, so the run lies inside the chunk.
-        let ptr = unsafe { chunk.base.add(inner.bump) };
-        inner.bump += bytes;
-        Ok(ptr)
     }
 
     /// Takes a run back into the cache (all its pages may be resident); the
@@ -703,7 +717,7 @@ impl Drop for PageSource {
     fn drop(&mut self) {
         let inner = self.inner.get_mut().unwrap_or_else(|e| e.into_inner());
         for chunk in inner.chunks.drain(..) {
-            // SAFETY: each chunk is a mapping made by `carve` and unmapped
+            // SAFETY: each chunk is a mapping made by a frontier and unmapped
             // only here; `&mut self` means no run of this source is in use
             // through it (runs outliving the source are documented as unmapped).
             unsafe {
@@ -747,8 +761,107 @@ mod tests {
         let src = PageSource::new(PS).unwrap();
         let a = src.alloc(3).unwrap();
         let b = src.alloc_clean(2).unwrap();
-        assert_eq!(resident(a.as_ptr(), 3), 0, "untouched pages cost nothing");
-        assert_eq!((byte_at(&a, 0), byte_at(&b, PS + 5)), (0, 0));
+        assert_eq!(
+            resident(b.as_ptr(), 2),
+            0,
+            "untouched clean pages cost nothing"
+        );
+        assert_eq!((byte_at(&a, 0), byte_at(&a, 3 * PS - 1)), (0, 0));
+        assert_eq!((byte_at(&b, 0), byte_at(&b, PS + 5)), (0, 0));
+    }
+
+    /// `AnonHugePages` of the mapping that contains `addr`, in bytes.
+    fn anon_huge_bytes_at(addr: *mut u8) -> usize {
+        let addr = addr as usize;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            let head = line.split_whitespace().next().unwrap_or("");
+            if let Some((a, b)) = head.split_once('-') {
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
+                    inside = (a..b).contains(&addr);
+                    continue;
+                }
+            }
+            if let (true, Some(v)) = (inside, line.strip_prefix("AnonHugePages:")) {
+                let kb: usize = v.trim().trim_end_matches("kB").trim().parse().unwrap();
+                return kb * 1024;
+            }
+        }
+        panic!("no mapping contains {addr:#x}");
+    }
+
+    /// The kernel's count of huge-page faults that fell back to small pages.
+    fn thp_fallbacks() -> u64 {
+        let vmstat = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
+        vmstat
+            .lines()
+            .find_map(|l| l.strip_prefix("thp_fault_fallback "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn the_dense_frontier_stays_within_one_window_of_what_is_out() {
+        let src = PageSource::new(PS).unwrap();
+        let runs: Vec<Run> = (0..300).map(|_| src.alloc(4).unwrap()).collect();
+        let first = runs[0].as_ptr();
+        // Runs are carved in address order from one chunk.
+        let span = runs[299].as_ptr() as usize + 4 * PS - first as usize;
+        assert_eq!(span, 1200 * PS);
+        let window = frontier::huge_page_bytes().unwrap_or(0) / PS;
+        let held = resident(first, (1200 + window) as u32);
+        assert!(
+            held <= 1200 + window,
+            "{held} pages resident for 1200 out and a window of {window}"
+        );
+        if window > 0 {
+            assert!(held >= 1200, "populated ahead: {held} of 1200");
+        }
+        for r in runs {
+            src.free(r);
+        }
+        src.flush();
+        assert_eq!(
+            resident(first, 1200),
+            0,
+            "released parts of huge pages are dropped"
+        );
+    }
+
+    #[test]
+    fn dense_runs_use_huge_pages_where_the_system_offers_them() {
+        let Some(window) = frontier::huge_page_bytes() else {
+            eprintln!("skipped: transparent huge pages are not offered here");
+            return;
+        };
+        let src = PageSource::new(PS).unwrap();
+        let fallbacks = thp_fallbacks();
+        let run = src.alloc(8).unwrap();
+        let clean = src.alloc_clean(8).unwrap();
+        // SAFETY: the run is 8 pages long and held by this test alone.
+        unsafe { clean.as_ptr().write(1) };
+        let huge = anon_huge_bytes_at(run.as_ptr());
+        if huge == 0 {
+            // The kernel may have had no free 2 MiB block; then it says so.
+            assert!(
+                thp_fallbacks() > fallbacks,
+                "no huge page and no fallback counted: the window was not populated"
+            );
+            eprintln!("the kernel had no huge page to give (thp_fault_fallback rose)");
+        } else {
+            assert!(huge >= window, "{huge} bytes of huge pages");
+        }
+        // Mappings merge, so the clean run's may be the same as the dense
+        // one's; its residency tells that no huge page backs it.
+        assert_eq!(
+            resident(clean.as_ptr(), 8),
+            1,
+            "touching a clean page faults in that page only"
+        );
+        src.free(run);
+        src.free(clean);
     }
 
     #[test]
@@ -793,6 +906,40 @@ mod tests {
         let c = src.alloc_clean(3).unwrap();
         assert_eq!(c.as_ptr(), addr);
         assert_eq!((byte_at(&c, 0), byte_at(&c, 2 * PS)), (0, 0));
+    }
+
+    #[test]
+    fn alloc_pending_reuses_a_cached_run_with_every_page_pending() {
+        let src = PageSource::new(PS).unwrap();
+        let a = src.alloc(4).unwrap();
+        fill(&a, 0xcd);
+        let addr = a.as_ptr();
+        src.free(a);
+        let b = src.alloc_pending(4).unwrap();
+        assert_eq!(b.as_ptr(), addr, "the cached run is reused");
+        let st = src.stats();
+        assert_eq!(
+            (st.cached_pages, st.pending_pages, st.cache_hits),
+            (0, 4, 1)
+        );
+        // Taking back the first two pages: no system call, bytes kept.
+        let calls = src.stats().advise_calls;
+        assert!(src.reclaim(&b, 2), "pages 2 and 3 are still pending");
+        assert_eq!(byte_at(&b, PS + 7), 0xcd);
+        assert_eq!(src.stats().pending_pages, 2);
+        // The rest goes with the next batch; the pages taken back stay.
+        src.flush();
+        assert_eq!(src.stats().advise_calls, calls + 1);
+        assert_eq!(resident(b.as_ptr(), 4), 2);
+        assert!(!src.reclaim(&b, 4), "nothing is pending after the batch");
+        assert_eq!(byte_at(&b, 3 * PS), 0, "a released page reads as zero");
+        src.free(b);
+        // With nothing cached it is a clean fresh run.
+        src.flush();
+        let c = src.alloc_pending(2).unwrap();
+        assert_eq!(resident(c.as_ptr(), 2), 0);
+        assert_eq!(src.stats().pending_pages, 0);
+        src.free(c);
     }
 
     #[test]

@@ -254,13 +254,16 @@ impl Class {
         };
         // kernel-compat writes a link into every slot at once, so a cached
         // run (stale bytes, resident pages) serves it as well as a fresh one
-        // and saves the page faults. Default mode counts only the pages up to
-        // its highest object, so it needs a run none of whose pages is
+        // and saves the page faults, and a fresh one is populated ahead.
+        // Default mode counts only the pages up to its highest object: it
+        // takes a cached run with all its pages pending and reclaims them as
+        // objects reach them (no fault for those), the rest going back with
+        // the source's next batch; or a fresh run none of whose pages is
         // resident yet.
         let run = if self.in_object_list {
             pages.alloc(self.info.pages_per_zspage)
         } else {
-            pages.alloc_clean(self.info.pages_per_zspage)
+            pages.alloc_pending(self.info.pages_per_zspage)
         }
         .map_err(ClassFull::Pages)?;
         if zid as usize == inner.metas.len() {
@@ -303,6 +306,8 @@ impl Class {
         m.run = Some(run);
         m.free_head = 0;
         m.populated = counted;
+        // Default mode: a reused run's pages are pending until reclaimed.
+        m.tail_pending = !self.in_object_list;
         if !self.in_object_list {
             m.bitmap = vec![0u64; objs.div_ceil(64) as usize].into_boxed_slice();
         }
