@@ -7,111 +7,13 @@
 //! device with hot_add, never touches zram0, never enables swap, and
 //! removes the device at the end, even when an assertion fails.
 
-use std::fs::{self, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::io::AsRawFd;
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use zram::kernel::{KernelZram, PageBuffer};
+
 const PAGE: usize = 4096;
-
-/// A kernel zram device made for one test, removed on drop.
-struct KernelZram {
-    id: u32,
-}
-
-impl KernelZram {
-    /// A new device of `bytes` with lz4, or why the kernel's zram cannot be
-    /// used here.
-    fn new(bytes: u64) -> Result<KernelZram, String> {
-        // SAFETY: geteuid has no preconditions and only reads process state.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err("not root".into());
-        }
-        let ctl = Path::new("/sys/class/zram-control/hot_add");
-        if !ctl.exists() {
-            return Err("no /sys/class/zram-control".into());
-        }
-        let id: u32 = fs::read_to_string(ctl)
-            .map_err(|e| format!("hot_add: {e}"))?
-            .trim()
-            .parse()
-            .map_err(|e| format!("hot_add: {e}"))?;
-        // hot_add never returns an existing device; zram0 is never ours.
-        assert_ne!(id, 0, "hot_add returned zram0");
-        let dev = KernelZram { id };
-        let algos = fs::read_to_string(dev.attr("comp_algorithm")).unwrap_or_default();
-        if !algos
-            .split_whitespace()
-            .any(|a| a.trim_matches(['[', ']']) == "lz4")
-        {
-            return Err(format!("the kernel's zram has no lz4 ({})", algos.trim()));
-        }
-        dev.set("comp_algorithm", "lz4")?;
-        dev.set("disksize", &bytes.to_string())?;
-        Ok(dev)
-    }
-
-    fn attr(&self, name: &str) -> PathBuf {
-        PathBuf::from(format!("/sys/block/zram{}/{name}", self.id))
-    }
-
-    fn set(&self, name: &str, value: &str) -> Result<(), String> {
-        fs::write(self.attr(name), value).map_err(|e| format!("zram{} {name}: {e}", self.id))
-    }
-
-    fn node(&self) -> String {
-        format!("/dev/zram{}", self.id)
-    }
-
-    fn mm_stat(&self) -> Vec<u64> {
-        fs::read_to_string(self.attr("mm_stat"))
-            .unwrap()
-            .split_whitespace()
-            .map(|v| v.parse().unwrap())
-            .collect()
-    }
-
-    /// Writes `file` to the device with direct I/O, in order.
-    fn fill(&self, file: &Path) {
-        let st = Command::new("dd")
-            .arg(format!("if={}", file.display()))
-            .arg(format!("of={}", self.node()))
-            .args(["bs=1M", "oflag=direct", "conv=fsync", "status=none"])
-            .status()
-            .unwrap();
-        assert!(st.success(), "dd to {}", self.node());
-    }
-
-    /// Discards each page, one request per page, in the order given.
-    fn discard(&self, pages: &[u64]) {
-        let dev = OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(self.node())
-            .unwrap();
-        const BLKDISCARD: libc::c_ulong = 0x1277; // _IO(0x12, 119)
-        for &p in pages {
-            let range: [u64; 2] = [p * PAGE as u64, PAGE as u64];
-            // SAFETY: BLKDISCARD reads two u64s (offset, length) from the
-            // pointer, which points at `range`, alive for the call.
-            let rc = unsafe { libc::ioctl(dev.as_raw_fd(), BLKDISCARD, range.as_ptr()) };
-            assert_eq!(
-                rc,
-                0,
-                "BLKDISCARD page {p}: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-    }
-}
-
-impl Drop for KernelZram {
-    fn drop(&mut self) {
-        let _ = self.set("reset", "1");
-        let _ = fs::write("/sys/class/zram-control/hot_remove", self.id.to_string());
-    }
-}
 
 /// mm_stat columns the real-data test compares (indexes into the kernel's
 /// line).
@@ -127,7 +29,8 @@ struct Stages {
 /// Runs the same fill, seeded half discard and compact on both sides.
 fn run_both(file: &Path, tag: &str) -> Option<Stages> {
     let len = fs::metadata(file).unwrap().len();
-    let dev = match KernelZram::new(len.div_ceil(PAGE as u64) * PAGE as u64) {
+    let bytes = len.div_ceil(PAGE as u64) * PAGE as u64;
+    let dev = match KernelZram::create("lz4", bytes) {
         Ok(d) => d,
         Err(why) => {
             eprintln!("skipping the kernel zram comparison: {why}");
@@ -176,12 +79,15 @@ fn run_both(file: &Path, tag: &str) -> Option<Stages> {
         .collect();
     let _ = fs::remove_file(&discards);
     let mut kernel = Vec::new();
-    dev.fill(file);
-    kernel.push(dev.mm_stat());
-    dev.discard(&pages);
-    kernel.push(dev.mm_stat());
+    // The last page padded with zeros, as replay pads it.
+    let mut input = PageBuffer::zeroed(bytes as usize);
+    input[..len as usize].copy_from_slice(&fs::read(file).unwrap());
+    dev.write_all(&input).unwrap();
+    kernel.push(dev.mm_stat().unwrap());
+    dev.discard_pages(&pages, PAGE).unwrap();
+    kernel.push(dev.mm_stat().unwrap());
     dev.set("compact", "1").unwrap();
-    kernel.push(dev.mm_stat());
+    kernel.push(dev.mm_stat().unwrap());
     Some(Stages { ours, kernel })
 }
 

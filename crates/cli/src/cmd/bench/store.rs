@@ -6,7 +6,12 @@
 //!   cannot beat) against `Store::write_page` of every page on one thread;
 //! - raw decompression against `Store::read_page`;
 //! - the store's writes and reads on two threads (each its own half of the
-//!   pages) against one.
+//!   pages) against one;
+//! - where the kernel's zram can be used (root, `/sys/class/zram-control`,
+//!   4 KiB pages, a compressor it has), the kernel's own zram on the same
+//!   pages: a new device each round, written and read with direct I/O in
+//!   1 MiB requests from one thread (`dd bs=1M oflag=direct`), the peer
+//!   whose overheads the store's are compared with.
 //!
 //! Each figure is the median over the rounds; the report gives the ratios.
 //! Owns the benchmark; the store and compressors are their crates'.
@@ -18,7 +23,9 @@ use clap::Args;
 use serde::Serialize;
 use zram::Store;
 
-use crate::cmd::store_opts::{parse_size, StoreArgs};
+use zram::kernel::{KernelZram, PageBuffer};
+
+use crate::cmd::store_opts::{parse_size, StoreArgs, StoreSpec};
 use crate::cmd::{write_stdout, Format};
 use crate::corpus::Corpus;
 use crate::CliError;
@@ -39,6 +46,37 @@ pub struct StoreBenchArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
+    /// Do not run the kernel's zram beside the store.
+    #[arg(long)]
+    no_kernel: bool,
+}
+
+/// The kernel's zram as the peer of one configuration, or why not.
+fn kernel_peer(
+    args: &StoreBenchArgs,
+    spec: &StoreSpec,
+    bytes: u64,
+) -> Result<(KernelZram, String), String> {
+    if args.no_kernel {
+        return Err("not asked for (--no-kernel)".into());
+    }
+    if spec.page_size != KernelZram::page_size() {
+        return Err(format!(
+            "the kernel's pages are {} bytes, not {}",
+            KernelZram::page_size(),
+            spec.page_size
+        ));
+    }
+    if !spec.comp_params.is_empty() {
+        return Err("compressor settings are not passed to the kernel".into());
+    }
+    // lz4-flex is zmem's second lz4 implementation; the kernel has one.
+    let comp = if spec.comp == "lz4-flex" {
+        "lz4"
+    } else {
+        spec.comp.as_str()
+    };
+    Ok((KernelZram::create(comp, bytes)?, comp.to_string()))
 }
 
 #[derive(Debug, Serialize)]
@@ -60,6 +98,11 @@ struct Figures {
     read_vs_raw: f64,
     write_2t_vs_1t: f64,
     read_2t_vs_1t: f64,
+    /// The kernel's zram on the same pages (MiB/s, medians), if it ran.
+    kernel_write: Option<f64>,
+    kernel_read: Option<f64>,
+    /// Why the kernel's zram did not run.
+    kernel_skipped: Option<String>,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -112,7 +155,24 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
         let store_for = || -> Result<Store, CliError> { spec.open(data.len() as u64) };
         let (mut rc, mut rd, mut w1, mut w2, mut r1, mut r2, mut o1) =
             (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+        let (mut kw, mut kr) = (vec![], vec![]);
+        let kernel = kernel_peer(args, &spec, data.len() as u64);
+        let aligned = kernel.is_ok().then(|| PageBuffer::copy_of(&data));
         for _ in 0..args.rounds.max(1) {
+            if let (Ok((dev, comp)), Some(input)) = (&kernel, &aligned) {
+                let failed = |e: String| CliError::Failed(format!("kernel zram{}: {e}", dev.id()));
+                dev.reinit(comp, data.len() as u64).map_err(failed)?;
+                let t = Instant::now();
+                dev.write_all(input).map_err(|e| failed(e.to_string()))?;
+                kw.push(mib / t.elapsed().as_secs_f64());
+                let mut back = PageBuffer::zeroed(data.len());
+                let t = Instant::now();
+                dev.read_all(&mut back).map_err(|e| failed(e.to_string()))?;
+                kr.push(mib / t.elapsed().as_secs_f64());
+                if back[..] != data[..] {
+                    return Err(failed("read back different bytes".into()));
+                }
+            }
             let t = Instant::now();
             for p in data.chunks_exact(ps) {
                 std::hint::black_box(
@@ -207,6 +267,9 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
             read_vs_raw: r1 / rd,
             write_2t_vs_1t: w2 / w1,
             read_2t_vs_1t: r2 / r1,
+            kernel_write: (!kw.is_empty()).then(|| median(&mut kw)),
+            kernel_read: (!kr.is_empty()).then(|| median(&mut kr)),
+            kernel_skipped: kernel.err(),
         });
     }
     match args.format {
@@ -226,6 +289,15 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
                     f.store_overwrite_1t, f.overwrite_vs_raw,
                     f.raw_decompress, f.store_read_1t, f.read_vs_raw, f.store_read_2t, f.read_2t_vs_1t
                 ));
+                match (f.kernel_write, f.kernel_read, &f.kernel_skipped) {
+                    (Some(w), Some(r), _) => s.push_str(&format!(
+                        "  kernel zram, 1 thread (direct I/O, 1 MiB requests): write {:8.1} ({:.2}x raw; store {:.2}x kernel)  read {:8.1} ({:.2}x raw; store {:.2}x kernel)\n",
+                        w, w / f.raw_compress, f.store_write_1t / w,
+                        r, r / f.raw_decompress, f.store_read_1t / r
+                    )),
+                    (_, _, Some(why)) => s.push_str(&format!("  kernel zram: not run ({why})\n")),
+                    _ => {}
+                }
             }
             write_stdout(&s)
         }
