@@ -17,7 +17,7 @@
 use std::alloc::Layout;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::ops::{Deref, DerefMut};
+use std::ops::{Deref, DerefMut, Range};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -133,18 +133,36 @@ impl KernelZram {
     /// Writes `data` from offset 0 with direct I/O, 1 MiB a request, and
     /// waits until the device has it.
     pub fn write_all(&self, data: &PageBuffer) -> io::Result<()> {
+        self.write_range(data, 0..data.len())?;
+        self.open(true)?.sync_all()
+    }
+
+    /// Writes `data[range]` at offset `range.start` with direct I/O, 1 MiB a
+    /// request (threads may write disjoint ranges at once). `range.start`
+    /// must be a multiple of 4 KiB.
+    pub fn write_range(&self, data: &PageBuffer, range: Range<usize>) -> io::Result<()> {
         let dev = self.open(true)?;
-        for (i, block) in data.chunks(IO_BYTES).enumerate() {
-            dev.write_all_at(block, (i * IO_BYTES) as u64)?;
+        let mut at = range.start;
+        while at < range.end {
+            let end = (at + IO_BYTES).min(range.end);
+            dev.write_all_at(&data[at..end], at as u64)?;
+            at = end;
         }
-        dev.sync_all()
+        Ok(())
     }
 
     /// Reads `out.len()` bytes from offset 0 with direct I/O.
     pub fn read_all(&self, out: &mut PageBuffer) -> io::Result<()> {
+        self.read_range(&mut out[..], 0)
+    }
+
+    /// Reads `out.len()` bytes at `offset` with direct I/O, 1 MiB a request.
+    /// `out` must start on a 4 KiB boundary (a [`PageBuffer`], or a part of
+    /// one split at a 4 KiB multiple), and `offset` be a 4 KiB multiple.
+    pub fn read_range(&self, out: &mut [u8], offset: usize) -> io::Result<()> {
         let dev = self.open(false)?;
         for (i, block) in out.chunks_mut(IO_BYTES).enumerate() {
-            dev.read_exact_at(block, (i * IO_BYTES) as u64)?;
+            dev.read_exact_at(block, (offset + i * IO_BYTES) as u64)?;
         }
         Ok(())
     }

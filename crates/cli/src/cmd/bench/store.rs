@@ -86,6 +86,8 @@ struct Figures {
     pages: usize,
     /// MiB/s, medians.
     raw_compress: f64,
+    /// Raw compression on two threads against one: the machine's ceiling.
+    raw_compress_2t_vs_1t: f64,
     store_write_1t: f64,
     store_write_2t: f64,
     /// Writing every page again into the filled store (memory recycled).
@@ -101,6 +103,8 @@ struct Figures {
     /// The kernel's zram on the same pages (MiB/s, medians), if it ran.
     kernel_write: Option<f64>,
     kernel_read: Option<f64>,
+    kernel_write_2t: Option<f64>,
+    kernel_read_2t: Option<f64>,
     /// Why the kernel's zram did not run.
     kernel_skipped: Option<String>,
 }
@@ -155,7 +159,8 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
         let store_for = || -> Result<Store, CliError> { spec.open(data.len() as u64) };
         let (mut rc, mut rd, mut w1, mut w2, mut r1, mut r2, mut o1) =
             (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
-        let (mut kw, mut kr) = (vec![], vec![]);
+        let (mut kw, mut kr, mut kw2, mut kr2) = (vec![], vec![], vec![], vec![]);
+        let mut rc2 = vec![];
         let kernel = kernel_peer(args, &spec, data.len() as u64);
         let aligned = kernel.is_ok().then(|| PageBuffer::copy_of(&data));
         for _ in 0..args.rounds.max(1) {
@@ -171,6 +176,45 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
                 kr.push(mib / t.elapsed().as_secs_f64());
                 if back[..] != data[..] {
                     return Err(failed("read back different bytes".into()));
+                }
+                // Two threads, each its own half, as for the store.
+                dev.reinit(comp, data.len() as u64).map_err(failed)?;
+                let half = pages.div_ceil(2) * ps;
+                let t = Instant::now();
+                let written: Vec<std::io::Result<()>> = std::thread::scope(|s| {
+                    let jobs =
+                        [0..half, half..data.len()].map(|r| s.spawn(|| dev.write_range(input, r)));
+                    jobs.map(|j| {
+                        j.join()
+                            .unwrap_or_else(|_| Err(std::io::Error::other("panicked")))
+                    })
+                    .into()
+                });
+                written
+                    .into_iter()
+                    .collect::<std::io::Result<()>>()
+                    .map_err(|e| failed(e.to_string()))?;
+                kw2.push(mib / t.elapsed().as_secs_f64());
+                back.fill(0);
+                let (lo, hi) = back.split_at_mut(half);
+                let t = Instant::now();
+                let read: Vec<std::io::Result<()>> = std::thread::scope(|s| {
+                    let jobs = [
+                        s.spawn(|| dev.read_range(lo, 0)),
+                        s.spawn(|| dev.read_range(hi, half)),
+                    ];
+                    jobs.map(|j| {
+                        j.join()
+                            .unwrap_or_else(|_| Err(std::io::Error::other("panicked")))
+                    })
+                    .into()
+                });
+                read.into_iter()
+                    .collect::<std::io::Result<()>>()
+                    .map_err(|e| failed(e.to_string()))?;
+                kr2.push(mib / t.elapsed().as_secs_f64());
+                if back[..] != data[..] {
+                    return Err(failed("two threads read back different bytes".into()));
                 }
             }
             let t = Instant::now();
@@ -189,6 +233,18 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
                 std::hint::black_box(&buf);
             }
             rd.push(mib / t.elapsed().as_secs_f64());
+            // Raw compression on two threads, each its own context and half:
+            // what this machine's two CPUs allow at best.
+            let t = Instant::now();
+            parallel(2, pages, |range| {
+                if let Ok(mut c) = comp.context() {
+                    for i in range {
+                        let _ =
+                            std::hint::black_box(c.compress_buffered(&data[i * ps..(i + 1) * ps]));
+                    }
+                }
+            });
+            rc2.push(mib / t.elapsed().as_secs_f64());
             for (threads, wv, rv) in [(1usize, &mut w1, &mut r1), (2, &mut w2, &mut r2)] {
                 let store = store_for()?;
                 let failed = std::sync::atomic::AtomicBool::new(false);
@@ -256,6 +312,7 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
             corpus: corpus.description.clone(),
             pages,
             raw_compress: rc,
+            raw_compress_2t_vs_1t: median(&mut rc2) / rc,
             store_write_1t: w1,
             store_write_2t: w2,
             store_overwrite_1t: median(&mut o1),
@@ -269,6 +326,8 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
             read_2t_vs_1t: r2 / r1,
             kernel_write: (!kw.is_empty()).then(|| median(&mut kw)),
             kernel_read: (!kr.is_empty()).then(|| median(&mut kr)),
+            kernel_write_2t: (!kw2.is_empty()).then(|| median(&mut kw2)),
+            kernel_read_2t: (!kr2.is_empty()).then(|| median(&mut kr2)),
             kernel_skipped: kernel.err(),
         });
     }
@@ -284,17 +343,23 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
             );
             for f in &out {
                 s.push_str(&format!(
-                    "\n{} ({} pages)\n  write: raw compress {:8.1}  store 1 thread {:8.1}  ({:.2}x raw)  2 threads {:8.1}  ({:.2}x one)\n  overwrite of a full store, 1 thread {:8.1}  ({:.2}x raw)\n  read:  raw decompress {:6.1}  store 1 thread {:8.1}  ({:.2}x raw)  2 threads {:8.1}  ({:.2}x one)\n",
-                    f.config, f.pages, f.raw_compress, f.store_write_1t, f.write_vs_raw, f.store_write_2t, f.write_2t_vs_1t,
+                    "\n{} ({} pages)\n  write: raw compress {:8.1}  store 1 thread {:8.1}  ({:.2}x raw)  2 threads {:8.1}  ({:.2}x one; raw compression {:.2}x one)\n  overwrite of a full store, 1 thread {:8.1}  ({:.2}x raw)\n  read:  raw decompress {:6.1}  store 1 thread {:8.1}  ({:.2}x raw)  2 threads {:8.1}  ({:.2}x one)\n",
+                    f.config, f.pages, f.raw_compress, f.store_write_1t, f.write_vs_raw, f.store_write_2t, f.write_2t_vs_1t, f.raw_compress_2t_vs_1t,
                     f.store_overwrite_1t, f.overwrite_vs_raw,
                     f.raw_decompress, f.store_read_1t, f.read_vs_raw, f.store_read_2t, f.read_2t_vs_1t
                 ));
                 match (f.kernel_write, f.kernel_read, &f.kernel_skipped) {
-                    (Some(w), Some(r), _) => s.push_str(&format!(
-                        "  kernel zram, 1 thread (direct I/O, 1 MiB requests): write {:8.1} ({:.2}x raw; store {:.2}x kernel)  read {:8.1} ({:.2}x raw; store {:.2}x kernel)\n",
-                        w, w / f.raw_compress, f.store_write_1t / w,
-                        r, r / f.raw_decompress, f.store_read_1t / r
-                    )),
+                    (Some(w), Some(r), _) => {
+                        let (w2, r2) = (
+                            f.kernel_write_2t.unwrap_or(f64::NAN),
+                            f.kernel_read_2t.unwrap_or(f64::NAN),
+                        );
+                        s.push_str(&format!(
+                            "  kernel zram (direct I/O, 1 MiB requests):\n    write: 1 thread {:8.1}  ({:.2}x raw; store {:.2}x kernel)  2 threads {:8.1}  ({:.2}x one)\n    read:  1 thread {:8.1}  ({:.2}x raw; store {:.2}x kernel)  2 threads {:8.1}  ({:.2}x one)\n",
+                            w, w / f.raw_compress, f.store_write_1t / w, w2, w2 / w,
+                            r, r / f.raw_decompress, f.store_read_1t / r, r2, r2 / r
+                        ))
+                    }
                     (_, _, Some(why)) => s.push_str(&format!("  kernel zram: not run ({why})\n")),
                     _ => {}
                 }
