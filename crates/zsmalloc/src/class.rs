@@ -11,8 +11,8 @@
 //! object's bytes are touched) and does not keep pool-wide totals (it returns
 //! page deltas to the pool).
 
-use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use pages::{PageSource, PagesError};
 
@@ -69,6 +69,9 @@ pub(crate) struct Class {
     pub(crate) handles: SegVec<EntryCell>,
     pub(crate) bases: SegVec<ZsPageBase>,
     inner: Mutex<ClassInner>,
+    /// Threads waiting for the lock after finding it taken (the kernel's
+    /// `spin_is_contended`): compaction lets them in at the next zspage.
+    waiters: AtomicU32,
 }
 
 impl Class {
@@ -89,6 +92,7 @@ impl Class {
             inuse_ordered_insert,
             handles: SegVec::new(),
             bases: SegVec::new(),
+            waiters: AtomicU32::new(0),
             inner: Mutex::new(ClassInner {
                 metas: Vec::new(),
                 vacant: Vec::new(),
@@ -108,7 +112,23 @@ impl Class {
     /// without a bug, so a poisoned lock is taken as is (the invariant checker
     /// would report the damage).
     pub(crate) fn lock(&self) -> MutexGuard<'_, ClassInner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        match self.inner.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                // Only the slow path counts itself: an uncontended lock
+                // costs what it did.
+                self.waiters.fetch_add(1, Ordering::Relaxed);
+                let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+                self.waiters.fetch_sub(1, Ordering::Relaxed);
+                guard
+            }
+        }
+    }
+
+    /// True if a thread is waiting for the class lock.
+    pub(crate) fn contended(&self) -> bool {
+        self.waiters.load(Ordering::Relaxed) > 0
     }
 
     /// Bytes a caller may store in one object of this class.

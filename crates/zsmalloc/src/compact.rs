@@ -25,6 +25,15 @@
 //! entry at the copy (one atomic store that also drops the hold), free the
 //! old slot. Only one compaction runs per pool at a time.
 //!
+//! Letting others in: compaction holds the class lock, so a `malloc` or
+//! `free` in the class waits for it. As the kernel does (`spin_is_contended`
+//! in `__zs_compact`), it checks after each source zspage whether a thread
+//! found the lock taken; if so it puts every zspage it holds back in the
+//! lists, unlocks, yields, locks again and carries on from where it was
+//! (seed 001 and legacy pick their next zspages afresh; the optimal plan is
+//! kept and each zspage re-checked). A waiter thus waits for at most one
+//! source zspage's moves, not a whole class's compaction.
+//!
 //! This module owns the choice of source and destination zspages; placing and
 //! freeing slots is `class.rs`'s.
 
@@ -82,6 +91,9 @@ pub struct CompactResult {
     /// Of `objs_moved`, those moved by default mode's trim (to give back
     /// pages of zspages that stay), not to free whole zspages.
     pub objs_moved_trim: u64,
+    /// Times compaction unlocked a class between two source zspages to let
+    /// a waiting thread in.
+    pub pauses: u64,
 }
 
 impl CompactResult {
@@ -89,6 +101,7 @@ impl CompactResult {
         self.pages_freed += other.pages_freed;
         self.objs_moved += other.objs_moved;
         self.objs_moved_trim += other.objs_moved_trim;
+        self.pauses += other.pauses;
     }
 }
 
@@ -113,6 +126,7 @@ fn move_object(
     src: u32,
     idx: u32,
     dst: u32,
+    tally: &mut Tally,
 ) -> bool {
     let owner = class.owner(inner, src, idx);
     let cell = class
@@ -127,6 +141,7 @@ fn move_object(
     let (new_idx, delta) = class.place(inner, dst, owner, &pool.pages);
     debug_assert!(src != dst || new_idx != idx);
     pool.add_pages(delta);
+    tally.pages += delta;
     let from = class.memory(inner, src);
     let to = class.memory(inner, dst);
     // SAFETY: the source object is held exclusive, so nobody reads or writes
@@ -140,13 +155,49 @@ fn move_object(
     });
     let delta = class.unplace(inner, src, idx, &pool.pages);
     pool.add_pages(delta);
+    tally.pages += delta;
+    tally.moved += 1;
     true
+}
+
+/// What one class's compaction has done so far.
+#[derive(Default)]
+struct Tally {
+    /// Objects moved.
+    moved: u64,
+    /// Change in the class's counted pages caused by the moves (negative:
+    /// freed), so that pages others allocate or free while compaction lets
+    /// them in are not counted as compacted.
+    pages: i64,
+}
+
+/// Whether an algorithm finished or stopped at a zspage boundary to let a
+/// waiting thread take the lock.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Done,
+    Paused,
+}
+
+fn step_after_source(class: &Class) -> Step {
+    if class.contended() {
+        Step::Paused
+    } else {
+        Step::Done
+    }
 }
 
 /// Moves live objects of `src` into `dst`, in slot order, until `dst` is full
 /// or `src` has none left. Returns the objects moved and whether `src` still
 /// exists (it is released when emptied).
-fn migrate(pool: &Pool, class: &Class, inner: &mut ClassInner, src: u32, dst: u32) -> (u64, bool) {
+fn migrate(
+    pool: &Pool,
+    class: &Class,
+    inner: &mut ClassInner,
+    src: u32,
+    dst: u32,
+    tally: &mut Tally,
+) -> (u64, bool) {
     let mut moved = 0;
     for idx in 0..class.objs() {
         if is_full(class, inner, dst) {
@@ -156,7 +207,7 @@ fn migrate(pool: &Pool, class: &Class, inner: &mut ClassInner, src: u32, dst: u3
             continue;
         }
         let last = inner.metas[src as usize].inuse == 1;
-        if move_object(pool, class, inner, src, idx, dst) {
+        if move_object(pool, class, inner, src, idx, dst, tally) {
             moved += 1;
             if last {
                 return (moved, false);
@@ -171,7 +222,7 @@ fn migrate(pool: &Pool, class: &Class, inner: &mut ClassInner, src: u32, dst: u3
 /// to the OS. The zspage with the fewest live objects fills the holes of the
 /// others from its highest slots, then packs what is left to its front.
 /// Returns the objects moved.
-fn trim(pool: &Pool, class: &Class, inner: &mut ClassInner) -> u64 {
+fn trim(pool: &Pool, class: &Class, inner: &mut ClassInner, tally: &mut Tally) -> u64 {
     let objs = class.objs();
     let Some(target) = (0..inner.metas.len() as u32)
         .filter(|&z| inner.metas[z as usize].run.is_some())
@@ -196,7 +247,7 @@ fn trim(pool: &Pool, class: &Class, inner: &mut ClassInner) -> u64 {
             };
             next = idx;
             let last = inner.metas[target as usize].inuse == 1;
-            if move_object(pool, class, inner, target, idx, z) {
+            if move_object(pool, class, inner, target, idx, z, tally) {
                 moved += 1;
                 if last {
                     return moved; // the target emptied and was released
@@ -213,7 +264,7 @@ fn trim(pool: &Pool, class: &Class, inner: &mut ClassInner) -> u64 {
         let Some(high) = (free + 1..objs).rev().find(|&i| m.is_live(i)) else {
             break;
         };
-        if !move_object(pool, class, inner, target, high, target) {
+        if !move_object(pool, class, inner, target, high, target, tally) {
             break;
         }
         moved += 1;
@@ -320,33 +371,47 @@ impl Pool {
     fn compact_class_locked(&self, class_id: usize) -> CompactResult {
         let class = &self.classes[class_id];
         let mut inner = class.lock();
-        let before = inner.pages;
-        let (moved, trimmed) = match self.config().compaction {
-            CompactionAlgo::Legacy => (self.compact_legacy(class, &mut inner), 0),
-            CompactionAlgo::Seed001 => (self.compact_seed001(class, &mut inner), 0),
-            CompactionAlgo::Optimal => {
-                let moved = self.compact_optimal(class, &mut inner);
-                let trimmed = if class.in_object_list {
-                    0
-                } else {
-                    trim(self, class, &mut inner)
-                };
-                (moved + trimmed, trimmed)
+        let mut tally = Tally::default();
+        let algo = self.config().compaction;
+        let mut plan = None;
+        let mut pauses = 0;
+        loop {
+            let step = match algo {
+                CompactionAlgo::Legacy => self.compact_legacy(class, &mut inner, &mut tally),
+                CompactionAlgo::Seed001 => self.compact_seed001(class, &mut inner, &mut tally),
+                CompactionAlgo::Optimal => {
+                    let plan = plan.get_or_insert_with(|| OptimalPlan::new(class, &inner));
+                    self.compact_optimal(class, &mut inner, plan, &mut tally)
+                }
+            };
+            if step == Step::Done {
+                break;
             }
-        };
-        let freed = before.saturating_sub(inner.pages);
+            // Every zspage is back in the lists: let the waiter in.
+            pauses += 1;
+            drop(inner);
+            std::thread::yield_now();
+            inner = class.lock();
+        }
+        let mut trimmed = 0;
+        if algo == CompactionAlgo::Optimal && !class.in_object_list {
+            let before = tally.moved;
+            trim(self, class, &mut inner, &mut tally);
+            trimmed = tally.moved - before;
+        }
+        let freed = u64::try_from(-tally.pages).unwrap_or(0);
         inner.pages_compacted += freed;
-        inner.objs_moved += moved;
+        inner.objs_moved += tally.moved;
         CompactResult {
             pages_freed: freed,
-            objs_moved: moved,
+            objs_moved: tally.moved,
             objs_moved_trim: trimmed,
+            pauses,
         }
     }
 
-    fn compact_seed001(&self, class: &Class, inner: &mut ClassInner) -> u64 {
+    fn compact_seed001(&self, class: &Class, inner: &mut ClassInner, tally: &mut Tally) -> Step {
         let partial = self.partial_groups();
-        let mut moved = 0;
         let mut dst = None;
         while can_compact(class, inner) > 0 {
             let d = match dst {
@@ -360,28 +425,30 @@ impl Pool {
             let Some(src) = isolate(class, inner, partial.clone()) else {
                 break;
             };
-            let (n, src_alive) = migrate(self, class, inner, src, d);
-            moved += n;
+            let (n, src_alive) = migrate(self, class, inner, src, d, tally);
             if src_alive {
                 class.putback(inner, src);
             }
-            if is_full(class, inner, d) {
+            let step = step_after_source(class);
+            if is_full(class, inner, d) || step == Step::Paused {
                 class.putback(inner, d);
                 dst = None;
             }
             if n == 0 {
                 break; // every object left in the source is held by somebody
             }
+            if step == Step::Paused {
+                return Step::Paused;
+            }
         }
         if let Some(d) = dst {
             class.putback(inner, d);
         }
-        moved
+        Step::Done
     }
 
-    fn compact_legacy(&self, class: &Class, inner: &mut ClassInner) -> u64 {
+    fn compact_legacy(&self, class: &Class, inner: &mut ClassInner, tally: &mut Tally) -> Step {
         let partial = self.partial_groups();
-        let mut moved = 0;
         while let Some(src) = isolate(class, inner, partial.clone()) {
             if can_compact(class, inner) == 0 {
                 class.putback(inner, src);
@@ -395,7 +462,7 @@ impl Pool {
                     out_of_dst = true;
                     break;
                 };
-                let (n, alive) = migrate(self, class, inner, src, d);
+                let (n, alive) = migrate(self, class, inner, src, d, tally);
                 round += n;
                 src_alive = alive;
                 class.putback(inner, d);
@@ -403,22 +470,87 @@ impl Pool {
                     break; // the rest of the source is held by somebody
                 }
             }
-            moved += round;
             if src_alive {
                 class.putback(inner, src);
             }
             if out_of_dst || round == 0 {
                 break;
             }
+            if step_after_source(class) == Step::Paused {
+                return Step::Paused;
+            }
         }
-        moved
+        Step::Done
     }
 
-    fn compact_optimal(&self, class: &Class, inner: &mut ClassInner) -> u64 {
+    fn compact_optimal(
+        &self,
+        class: &Class,
+        inner: &mut ClassInner,
+        plan: &mut OptimalPlan,
+        tally: &mut Tally,
+    ) -> Step {
+        while let Some(&src) = plan.sources.last() {
+            // Pauses let others in: the class may have changed since the
+            // plan was made. A released source is skipped; once nothing can
+            // be freed, the rest of the plan would only move objects.
+            if inner.metas[src as usize].run.is_none() || can_compact(class, inner) == 0 {
+                plan.sources.pop();
+                if can_compact(class, inner) == 0 {
+                    plan.sources.clear();
+                }
+                continue;
+            }
+            class.isolate(inner, src);
+            let mut alive = true;
+            while alive {
+                let Some(&d) = plan.dsts.last() else { break };
+                if d == src || inner.metas[d as usize].run.is_none() || is_full(class, inner, d) {
+                    plan.dsts.pop();
+                    continue;
+                }
+                class.isolate(inner, d);
+                let (_, a) = migrate(self, class, inner, src, d, tally);
+                alive = a;
+                let full = is_full(class, inner, d);
+                class.putback(inner, d);
+                if full {
+                    plan.dsts.pop();
+                } else if alive {
+                    break; // the rest of the source is held by somebody
+                }
+            }
+            if alive {
+                class.putback(inner, src);
+            }
+            plan.sources.pop();
+            if step_after_source(class) == Step::Paused {
+                return Step::Paused;
+            }
+        }
+        Step::Done
+    }
+}
+
+/// The optimal algorithm's choice, made once per class compaction and kept
+/// across pauses: the zspages to empty and where their objects go.
+struct OptimalPlan {
+    /// The `floor(free slots / objs)` zspages with the fewest live objects,
+    /// the emptiest last (taken first).
+    sources: Vec<u32>,
+    /// The other non-full zspages, the fullest last (filled first).
+    dsts: Vec<u32>,
+}
+
+impl OptimalPlan {
+    fn new(class: &Class, inner: &ClassInner) -> OptimalPlan {
         let freeable =
             (can_compact(class, inner) / u64::from(class.info.pages_per_zspage)) as usize;
         if freeable == 0 {
-            return 0;
+            return OptimalPlan {
+                sources: Vec::new(),
+                dsts: Vec::new(),
+            };
         }
         let mut live: Vec<(u32, u32)> = inner
             .metas
@@ -429,37 +561,14 @@ impl Pool {
             .collect();
         live.sort_unstable();
         let (sources, rest) = live.split_at(freeable);
-        // Destinations: the fullest non-full zspages first.
-        let mut dsts: Vec<u32> = rest
-            .iter()
-            .rev()
-            .filter(|&&(n, _)| n < class.objs())
-            .map(|&(_, z)| z)
-            .collect();
-        dsts.reverse(); // pop() takes the fullest
-        let mut moved = 0;
-        for &(_, src) in sources {
-            class.isolate(inner, src);
-            let mut alive = true;
-            while alive {
-                let Some(&d) = dsts.last() else { break };
-                class.isolate(inner, d);
-                let (n, a) = migrate(self, class, inner, src, d);
-                moved += n;
-                alive = a;
-                let full = is_full(class, inner, d);
-                class.putback(inner, d);
-                if full {
-                    dsts.pop();
-                } else if alive {
-                    break; // the rest of the source is held by somebody
-                }
-            }
-            if alive {
-                class.putback(inner, src);
-            }
+        OptimalPlan {
+            sources: sources.iter().rev().map(|&(_, z)| z).collect(),
+            dsts: rest
+                .iter()
+                .filter(|&&(n, _)| n < class.objs())
+                .map(|&(_, z)| z)
+                .collect(),
         }
-        moved
     }
 }
 

@@ -287,3 +287,66 @@ fn automatic_compaction_keeps_freeable_pages_below_its_threshold() {
     pool.check_invariants().unwrap();
     verify(&pool, &live);
 }
+
+#[test]
+fn compaction_lets_a_waiting_thread_in_between_zspages() {
+    let mut paused = Vec::new();
+    for (mode, fullness, algo) in variants() {
+        let pool = pool_for(mode, fullness, algo);
+        // One class: every object the same size.
+        let mut live = Vec::new();
+        for id in 0..30_000u64 {
+            let h = pool.malloc(200).unwrap();
+            pool.write(h, &pattern(id, 200)).unwrap();
+            live.push((h, id, 200));
+        }
+        let mut rng = Rng(11);
+        live.retain(|&(h, _, _)| rng.next() % 100 >= 70 || pool.free(h).is_err());
+        let done = AtomicBool::new(false);
+        let started = AtomicBool::new(false);
+        let r = std::thread::scope(|s| {
+            let worker = s.spawn(|| {
+                // Allocates and frees in the class being compacted, so it
+                // keeps finding the class lock taken.
+                let mut n = 0u64;
+                while !done.load(Ordering::Relaxed) {
+                    let h = pool.malloc(200).unwrap();
+                    pool.write(h, &pattern(1 << 40 | n, 200)).unwrap();
+                    assert_eq!(&*pool.read(h, 200).unwrap(), &pattern(1 << 40 | n, 200)[..]);
+                    pool.free(h).unwrap();
+                    n += 1;
+                    if n == 100 {
+                        started.store(true, Ordering::Release);
+                    }
+                }
+                n
+            });
+            while !started.load(Ordering::Acquire) {
+                std::hint::spin_loop();
+            }
+            let r = pool.compact();
+            done.store(true, Ordering::Relaxed);
+            assert!(worker.join().unwrap() >= 100);
+            r
+        });
+        let label = format!("{mode:?}/{fullness:?}/{algo:?}");
+        eprintln!("{label}: {r:?}");
+        paused.push(r.pauses > 0);
+        assert!(r.pages_freed > 0, "{label}: {r:?}");
+        pool.check_invariants().unwrap();
+        verify(&pool, &live);
+        // Alone again, it finishes the job.
+        pool.compact();
+        assert_eq!(pool.can_compact(), 0, "{label}");
+        pool.check_invariants().unwrap();
+        verify(&pool, &live);
+    }
+    // A variant whose worker got no CPU during its compaction (a busy
+    // machine) cannot pause; most must.
+    let n = paused.iter().filter(|&&p| p).count();
+    assert!(
+        n * 2 > paused.len(),
+        "only {n} of {} variants paused",
+        paused.len()
+    );
+}
