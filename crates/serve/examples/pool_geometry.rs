@@ -8,8 +8,12 @@
 //! object sizes in zsmalloc pools of every chain (1..16), class delta
 //! (16..1024 bytes), chain rule and merge setting in default mode, and
 //! prints the ten with the least pool overhead (pool bytes over the bytes
-//! stored). This is how `zmem bench serve` picked `--delta 256` for its
-//! 32 KiB configuration (see BENCHMARKS.md).
+//! stored). Pool bytes are counted pages, as `mem_used_total` counts them:
+//! in default mode a 32 KiB pool page is resident only up to the end of its
+//! last object (4 KiB granules), so this overstates what a geometry costs
+//! in RSS and ranks by the wrong measure for large pages. It picked
+//! `--delta 256` for `zmem bench serve`; RSS measured per mapping picked
+//! `--delta 128` instead (BENCHMARKS.md).
 
 use zpool::ZPool;
 use zsmalloc::geometry::{ChainRule, ClassDelta};

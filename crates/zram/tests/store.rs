@@ -530,3 +530,34 @@ fn every_allocator_stores_and_reads_back_every_kind_of_page() {
         assert_eq!(pool.total_pages(), 0, "{name}");
     }
 }
+
+#[test]
+fn idle_streams_are_released_and_made_again_by_threads() {
+    let store = Arc::new(store(Mode::Default, 32768, 64, "zstd"));
+    assert_eq!(store.live_streams(), 0, "no context before the first page");
+    let pages: Vec<Vec<u8>> = (0..64).map(|i| page(32768, 2, i)).collect();
+    std::thread::scope(|sc| {
+        for t in 0..4u64 {
+            let (store, pages) = (&store, &pages);
+            sc.spawn(move || {
+                for i in (t..64).step_by(4) {
+                    store.write_page(i, &pages[i as usize]).unwrap();
+                }
+            });
+        }
+    });
+    let made = store.live_streams();
+    assert!(made >= 1);
+    assert_eq!(store.release_idle_streams(), made);
+    assert_eq!(store.live_streams(), 0);
+    // Reading and writing again makes contexts that read the old pages.
+    let mut back = vec![0u8; 32768];
+    for i in 0..64u64 {
+        store.read_page(i, &mut back).unwrap();
+        assert!(back == pages[i as usize], "page {i}");
+    }
+    assert!(store.live_streams() >= 1);
+    store.write_page(0, &pages[1]).unwrap();
+    store.read_page(0, &mut back).unwrap();
+    assert!(back == pages[1]);
+}

@@ -38,11 +38,13 @@ EXPORTS
   every export, or N --export flags pair with the N configurations in order.
 
 PAGE SIZES
-  On 32 KiB pages, --delta 256 wastes least (3.5% over the compressed bytes
-  of 256 MiB of real data, against 15% with 16-byte classes; BENCHMARKS.md).
+  On 32 KiB pages, --delta 128 keeps the least memory resident (pool and
+  metadata 2.3% over the compressed bytes of 256 MiB of real data, against
+  4.9% with 16-byte classes; BENCHMARKS.md). mm_stat's mem_used_total counts
+  whole 32 KiB pages and overstates it by up to 15%.
 
 EXAMPLES
-  zmem serve --size 4G --comp zstd --page-size 32K --delta 256
+  zmem serve --size 4G --comp zstd --page-size 32K --delta 128
   qemu-img convert -n -f raw -O raw disk.img \\
       \"nbd+unix:///zram0?socket=$XDG_RUNTIME_DIR/zmem/nbd.sock\"
   zmem ctl mm_stat
@@ -216,15 +218,24 @@ fn remove_pid_file(path: &Path) {
     }
 }
 
-/// Gives freed heap memory back to the OS once I/O goes quiet.
+/// Gives idle memory back to the OS once I/O goes quiet.
 ///
-/// Request buffers (up to tens of MiB while a client streams data) are
-/// freed to glibc's arenas, which keep most of them: a RAM disk that exists
-/// to save memory should not sit on them. Every `IDLE_TICK` the thread
-/// compares the stores' page I/O counts; after a tick with no I/O following
-/// some, it calls `malloc_trim(0)`, which returns every free page of every
-/// arena. Trimming only when idle keeps it off the I/O path (a fixed mmap
-/// threshold would do it per request and cost 15-45% more CPU).
+/// Two kinds of memory serve a burst of I/O and nothing after it:
+/// - request buffers (up to tens of MiB while a client streams data), freed
+///   to glibc's arenas, which keep most of them;
+/// - the stores' compression contexts: zstd's at level 3 on 32 KiB pages is
+///   about 0.5 MiB each (workspace, decompression context, scratch), one
+///   per stripe, four on two CPUs: 1.9 MiB resident after a write, 3% of
+///   the compressed data of a 256 MiB disk.
+///
+/// A RAM disk that exists to save memory should not sit on them. Every
+/// `IDLE_TICK` the thread compares the stores' page I/O counts; after a tick
+/// with no I/O following some, it drops the contexts no thread holds
+/// (`Store::release_idle_streams`), then calls `malloc_trim(0)`, which
+/// returns every free page of every arena. Doing this only when idle keeps
+/// it off the I/O path (a fixed mmap threshold would trim per request and
+/// cost 15-45% more CPU); the next burst makes its contexts again, a few
+/// tens of microseconds per stripe.
 struct Trimmer {
     stop: std::sync::mpsc::Sender<()>,
     thread: std::thread::JoinHandle<()>,
@@ -258,6 +269,11 @@ impl Trimmer {
                         dirty = true;
                     } else if dirty {
                         dirty = false;
+                        let contexts: usize = registry
+                            .iter()
+                            .map(|s| s.store.release_idle_streams())
+                            .sum();
+                        log::debug!("idle: released {contexts} compression context(s)");
                         release_free_heap();
                     }
                 }

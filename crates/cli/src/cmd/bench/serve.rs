@@ -46,7 +46,8 @@ pub struct ServeBenchArgs {
     /// Configurations to run: zstd32k, lz4-4k (default both).
     #[arg(long, value_delimiter = ',')]
     config: Vec<String>,
-    /// Extra flags for `zmem serve` (e.g. "--workers 8"), split at spaces.
+    /// Extra flags for `zmem serve` (e.g. "--workers 8"), split at spaces; a
+    /// flag the configuration sets itself (e.g. "--delta 64") replaces it.
     #[arg(long, default_value = "", allow_hyphen_values = true)]
     zmem_flags: String,
     /// Seconds to wait after a client ends before reading VmRSS (both
@@ -61,6 +62,7 @@ pub struct ServeBenchArgs {
 /// One side-by-side configuration.
 struct Setup {
     name: &'static str,
+    /// `zmem serve` flags, as flag and value pairs.
     zmem: &'static [&'static str],
     nbdkit_allocator: &'static str,
     page: u64,
@@ -72,9 +74,9 @@ struct Setup {
 const SETUPS: [Setup; 2] = [
     Setup {
         name: "zstd32k",
-        // Classes 256 bytes apart: the least pool overhead measured for
-        // 32 KiB pages (see BENCHMARKS.md).
-        zmem: &["--comp", "zstd", "--page-size", "32K", "--delta", "256"],
+        // Classes 128 bytes apart: the smallest resident pool plus
+        // metadata measured for 32 KiB pages (see BENCHMARKS.md).
+        zmem: &["--comp", "zstd", "--page-size", "32K", "--delta", "128"],
         nbdkit_allocator: "zstd",
         page: 32768,
         target: (1.5, Some(1.5), true),
@@ -284,6 +286,19 @@ fn verify(nbdcopy: &Path, uri: &str, data: &[u8]) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The setup's `zmem serve` flags (flag and value pairs) minus those that
+/// `extra` gives again: the store flags take lists, so a repeated `--delta`
+/// would add a second export instead of replacing the value (and the
+/// client would still write to the first).
+fn setup_flags<'a>(setup: &[&'a str], extra: &[String]) -> Vec<&'a str> {
+    setup
+        .chunks(2)
+        .filter(|pair| !extra.iter().any(|e| e == pair[0]))
+        .flatten()
+        .copied()
+        .collect()
+}
+
 fn one(
     setup: &Setup,
     server: &str,
@@ -304,7 +319,7 @@ fn one(
             .arg(&sock)
             .arg("--pid-file")
             .arg(&pid_file)
-            .args(setup.zmem)
+            .args(setup_flags(setup.zmem, extra))
             .args(extra);
         c
     } else {
@@ -506,4 +521,22 @@ fn table(samples: &[Sample], setups: &[&Setup]) -> String {
     out.push('\n');
     out.push_str(&verdicts);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extra_flags_replace_the_setups_own() {
+        let setup = SETUPS[0].zmem;
+        assert_eq!(setup_flags(setup, &[]), setup.to_vec());
+        let extra = vec!["--delta".to_string(), "64".to_string()];
+        assert_eq!(
+            setup_flags(setup, &extra),
+            vec!["--comp", "zstd", "--page-size", "32K"]
+        );
+        let extra = vec!["--workers".to_string(), "8".to_string()];
+        assert_eq!(setup_flags(setup, &extra), setup.to_vec());
+    }
 }
