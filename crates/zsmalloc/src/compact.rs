@@ -597,3 +597,92 @@ impl Pool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{FullnessScheme, Mode, PoolConfig};
+
+    /// A pool of one class (200-byte objects), 70% of them freed, the same
+    /// every call.
+    fn fragmented(mode: Mode, fullness: FullnessScheme, algo: CompactionAlgo) -> Pool {
+        let mut cfg = match mode {
+            Mode::KernelCompat => PoolConfig::kernel_compat(),
+            Mode::Default => PoolConfig::default_mode(4096),
+        };
+        cfg.fullness = fullness;
+        cfg.compaction = algo;
+        let pool = Pool::new(cfg).unwrap();
+        let handles: Vec<_> = (0..6000u32)
+            .map(|i| {
+                let h = pool.malloc(200).unwrap();
+                pool.write(h, &[i as u8; 200]).unwrap();
+                h
+            })
+            .collect();
+        for (i, h) in handles.into_iter().enumerate() {
+            if (i * 7919) % 10 < 7 {
+                pool.free(h).unwrap();
+            }
+        }
+        pool
+    }
+
+    #[test]
+    fn a_waiter_makes_compaction_pause_at_every_source_and_lose_nothing() {
+        for (mode, fullness, algo) in [
+            (
+                Mode::KernelCompat,
+                FullnessScheme::Legacy,
+                CompactionAlgo::Legacy,
+            ),
+            (
+                Mode::KernelCompat,
+                FullnessScheme::InuseRatio,
+                CompactionAlgo::Seed001,
+            ),
+            (
+                Mode::KernelCompat,
+                FullnessScheme::InuseRatio,
+                CompactionAlgo::Optimal,
+            ),
+            (
+                Mode::Default,
+                FullnessScheme::InuseRatio,
+                CompactionAlgo::Seed001,
+            ),
+            (
+                Mode::Default,
+                FullnessScheme::InuseRatio,
+                CompactionAlgo::Optimal,
+            ),
+        ] {
+            let label = format!("{mode:?}/{fullness:?}/{algo:?}");
+            let alone = fragmented(mode, fullness, algo);
+            let freeable = alone.can_compact();
+            assert!(freeable > 0, "{label}");
+            let quiet = alone.compact();
+            assert_eq!(quiet.pauses, 0, "{label}: nobody waited");
+
+            let busy = fragmented(mode, fullness, algo);
+            let id = (0..busy.classes.len())
+                .find(|&i| busy.classes[i].lock().objs_used > 0)
+                .unwrap();
+            busy.classes[id].fake_waiter(true);
+            let r = busy.compact();
+            busy.classes[id].fake_waiter(false);
+            assert!(r.pauses > 1, "{label}: {r:?}");
+            assert_eq!(
+                busy.can_compact(),
+                0,
+                "{label}: everything freeable was freed"
+            );
+            assert_eq!(r.pages_freed, quiet.pages_freed, "{label}");
+            if algo == CompactionAlgo::Optimal {
+                // The plan is kept across pauses: the very same moves.
+                assert_eq!(r.objs_moved, quiet.objs_moved, "{label}");
+            }
+            busy.check_invariants().unwrap();
+        }
+    }
+}

@@ -289,8 +289,7 @@ fn automatic_compaction_keeps_freeable_pages_below_its_threshold() {
 }
 
 #[test]
-fn compaction_lets_a_waiting_thread_in_between_zspages() {
-    let mut paused = Vec::new();
+fn compaction_with_a_thread_working_in_the_same_class() {
     for (mode, fullness, algo) in variants() {
         let pool = pool_for(mode, fullness, algo);
         // One class: every object the same size.
@@ -330,8 +329,10 @@ fn compaction_lets_a_waiting_thread_in_between_zspages() {
             r
         });
         let label = format!("{mode:?}/{fullness:?}/{algo:?}");
+        // How often it paused depends on the scheduler (the unit test in
+        // compact.rs checks pausing deterministically); what it must do
+        // whatever the timing is lose nothing and free what it can.
         eprintln!("{label}: {r:?}");
-        paused.push(r.pauses > 0);
         assert!(r.pages_freed > 0, "{label}: {r:?}");
         pool.check_invariants().unwrap();
         verify(&pool, &live);
@@ -341,12 +342,4 @@ fn compaction_lets_a_waiting_thread_in_between_zspages() {
         pool.check_invariants().unwrap();
         verify(&pool, &live);
     }
-    // A variant whose worker got no CPU during its compaction (a busy
-    // machine) cannot pause; most must.
-    let n = paused.iter().filter(|&&p| p).count();
-    assert!(
-        n * 2 > paused.len(),
-        "only {n} of {} variants paused",
-        paused.len()
-    );
 }
