@@ -29,6 +29,7 @@
 //! - `export`: [`Export`], [`Exports`], [`Config`].
 //! - `handshake`: option haggling (fixed newstyle).
 //! - `transmission`: the request loop, workers and replies.
+//! - `buffers`: payload buffers a connection reuses while it is busy.
 //! - `connection`: one connection from greeting to close.
 //! - `socket`, `server`: listeners, threads, shutdown.
 //!
@@ -39,6 +40,7 @@
 #![warn(missing_docs)]
 
 pub mod aligned;
+mod buffers;
 mod connection;
 pub mod device;
 pub mod error;

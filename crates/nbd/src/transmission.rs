@@ -26,6 +26,7 @@ use std::thread;
 
 use log::{debug, error, trace, warn};
 
+use crate::buffers::{Buffers, Lease};
 use crate::device::{BlockDevice, Extent};
 use crate::error::{ConnError, DeviceError, DeviceResult};
 use crate::export::Config;
@@ -95,14 +96,14 @@ impl Budget {
 }
 
 /// A checked request, ready for the device.
-enum Op {
+enum Op<'b> {
     Read {
         offset: u64,
         len: u32,
     },
     Write {
         offset: u64,
-        data: Vec<u8>,
+        data: Lease<'b>,
         fua: bool,
     },
     Flush,
@@ -131,18 +132,35 @@ enum Op {
     Fail(DeviceError),
 }
 
-struct Job {
+struct Job<'b> {
     cookie: u64,
     command: u16,
-    op: Op,
+    op: Op<'b>,
     /// Budget bytes to give back once the reply is sent.
     charge: u64,
 }
 
 /// A reply ready to send: `buf[start..]`.
-struct Reply {
-    buf: Vec<u8>,
+struct Reply<'b> {
+    buf: ReplyBuf<'b>,
     start: usize,
+}
+
+/// A reply's bytes: its own for headers and errors, a lent payload buffer
+/// for read data.
+enum ReplyBuf<'b> {
+    Own(Vec<u8>),
+    Lent(Lease<'b>),
+}
+
+impl std::ops::Deref for ReplyBuf<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            ReplyBuf::Own(v) => v,
+            ReplyBuf::Lent(l) => l,
+        }
+    }
 }
 
 /// Shared state of one connection in transmission.
@@ -151,6 +169,7 @@ struct Conn<'a, W> {
     writer: Mutex<W>,
     dead: AtomicBool,
     budget: Budget,
+    buffers: Buffers,
     on_dead: &'a (dyn Fn() + Sync),
     id: u64,
 }
@@ -169,6 +188,7 @@ pub(crate) fn serve<R: Read, W: Write + Send>(
         writer: Mutex::new(writer),
         dead: AtomicBool::new(false),
         budget: Budget::new(config.budget()),
+        buffers: Buffers::default(),
         on_dead,
         id,
     };
@@ -217,10 +237,10 @@ fn read_header<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<bool> {
     Ok(true)
 }
 
-fn read_loop<R: Read, W: Write>(
+fn read_loop<'c, R: Read, W: Write>(
     r: &mut R,
-    conn: &Conn<'_, W>,
-    submit: &mut dyn FnMut(Job),
+    conn: &'c Conn<'_, W>,
+    submit: &mut dyn FnMut(Job<'c>),
 ) -> Result<End, ConnError> {
     let mut hb = [0u8; RequestHeader::LEN];
     loop {
@@ -341,7 +361,7 @@ impl<W: Write> Conn<'_, W> {
     }
 
     /// Turns a header into a job, reading (or skipping) a WRITE payload.
-    fn decode<R: Read>(&self, r: &mut R, req: RequestHeader) -> Result<Job, ConnError> {
+    fn decode<R: Read>(&self, r: &mut R, req: RequestHeader) -> Result<Job<'_>, ConnError> {
         let job = |op, charge| Job {
             cookie: req.cookie,
             command: req.command,
@@ -367,7 +387,7 @@ impl<W: Write> Conn<'_, W> {
             }
             cmd::WRITE => {
                 self.budget.acquire(len as u64);
-                let mut data = vec![0u8; len as usize];
+                let mut data = self.buffers.take(len as usize);
                 if let Err(e) = r.read_exact(&mut data) {
                     self.budget.release(len as u64);
                     return Err(e.into());
@@ -395,7 +415,7 @@ impl<W: Write> Conn<'_, W> {
     }
 
     /// A worker: serves jobs until the reader closes the queue.
-    fn work(&self, rx: &Mutex<mpsc::Receiver<Job>>) {
+    fn work<'c>(&'c self, rx: &Mutex<mpsc::Receiver<Job<'c>>>) {
         loop {
             let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
             match job {
@@ -405,14 +425,17 @@ impl<W: Write> Conn<'_, W> {
         }
     }
 
-    fn execute(&self, job: Job) {
+    fn execute(&self, job: Job<'_>) {
         let charge = job.charge;
         let reply = self.perform(job);
         self.send(&reply);
+        // The payload buffer goes back before the budget, so a reader that
+        // was waiting for room finds it to reuse.
+        drop(reply);
         self.budget.release(charge);
     }
 
-    fn perform(&self, job: Job) -> Reply {
+    fn perform(&self, job: Job<'_>) -> Reply<'_> {
         let Job {
             cookie,
             command,
@@ -420,10 +443,12 @@ impl<W: Write> Conn<'_, W> {
             ..
         } = job;
         let dev = self.device();
-        let run = || -> DeviceResult<Reply> {
+        let run = || -> DeviceResult<Reply<'_>> {
             match op {
                 Op::Read { offset, len } => {
-                    let mut buf = vec![0u8; READ_ROOM + len as usize];
+                    // The device fills every byte after the room (its
+                    // contract), so a lent buffer's old bytes never go out.
+                    let mut buf = self.buffers.take(READ_ROOM + len as usize);
                     dev.read_at(offset, &mut buf[READ_ROOM..])?;
                     return Ok(self.read_reply(cookie, offset, buf));
                 }
@@ -480,15 +505,15 @@ impl<W: Write> Conn<'_, W> {
         })
     }
 
-    fn ok_reply(&self, cookie: u64) -> Reply {
+    fn ok_reply(&self, cookie: u64) -> Reply<'static> {
         Reply {
-            buf: SimpleReply { error: 0, cookie }.encode().to_vec(),
+            buf: ReplyBuf::Own(SimpleReply { error: 0, cookie }.encode().to_vec()),
             start: 0,
         }
     }
 
     /// `buf` holds the data after `READ_ROOM` bytes of room.
-    fn read_reply(&self, cookie: u64, offset: u64, mut buf: Vec<u8>) -> Reply {
+    fn read_reply<'b>(&self, cookie: u64, offset: u64, mut buf: Lease<'b>) -> Reply<'b> {
         let len = buf.len() - READ_ROOM;
         if self.session.structured {
             let h = ChunkHeader {
@@ -499,19 +524,25 @@ impl<W: Write> Conn<'_, W> {
             };
             buf[..ChunkHeader::LEN].copy_from_slice(&h.encode());
             buf[ChunkHeader::LEN..READ_ROOM].copy_from_slice(&offset.to_be_bytes());
-            Reply { buf, start: 0 }
+            Reply {
+                buf: ReplyBuf::Lent(buf),
+                start: 0,
+            }
         } else {
             let start = READ_ROOM - SimpleReply::LEN;
             buf[start..READ_ROOM].copy_from_slice(&SimpleReply { error: 0, cookie }.encode());
-            Reply { buf, start }
+            Reply {
+                buf: ReplyBuf::Lent(buf),
+                start,
+            }
         }
     }
 
-    fn error_reply(&self, cookie: u64, e: &DeviceError) -> Reply {
+    fn error_reply(&self, cookie: u64, e: &DeviceError) -> Reply<'static> {
         let error = e.errno().code();
         if !self.session.structured {
             return Reply {
-                buf: SimpleReply { error, cookie }.encode().to_vec(),
+                buf: ReplyBuf::Own(SimpleReply { error, cookie }.encode().to_vec()),
                 start: 0,
             };
         }
@@ -519,7 +550,13 @@ impl<W: Write> Conn<'_, W> {
         chunk_reply(cookie, chunk::ERROR, &payload)
     }
 
-    fn status_reply(&self, cookie: u64, len: u32, req_one: bool, extents: &[Extent]) -> Reply {
+    fn status_reply(
+        &self,
+        cookie: u64,
+        len: u32,
+        req_one: bool,
+        extents: &[Extent],
+    ) -> Reply<'static> {
         let mut left = len as u64;
         let mut out: Vec<(u32, u32)> = Vec::new();
         for e in extents {
@@ -552,7 +589,7 @@ impl<W: Write> Conn<'_, W> {
 
     /// Writes a reply unless the connection is already dead; on failure marks
     /// it dead and lets the owner close the stream.
-    fn send(&self, reply: &Reply) {
+    fn send(&self, reply: &Reply<'_>) {
         if self.dead.load(Ordering::Relaxed) {
             return;
         }
@@ -571,7 +608,7 @@ impl<W: Write> Conn<'_, W> {
 }
 
 /// A final structured chunk with `payload`.
-fn chunk_reply(cookie: u64, kind: u16, payload: &[u8]) -> Reply {
+fn chunk_reply(cookie: u64, kind: u16, payload: &[u8]) -> Reply<'static> {
     let h = ChunkHeader {
         flags: chunk::FLAG_DONE,
         kind,
@@ -581,5 +618,8 @@ fn chunk_reply(cookie: u64, kind: u16, payload: &[u8]) -> Reply {
     let mut buf = Vec::with_capacity(ChunkHeader::LEN + payload.len());
     buf.extend_from_slice(&h.encode());
     buf.extend_from_slice(payload);
-    Reply { buf, start: 0 }
+    Reply {
+        buf: ReplyBuf::Own(buf),
+        start: 0,
+    }
 }
