@@ -165,7 +165,8 @@ impl Exports {
 pub struct Config {
     /// Worker threads per connection that serve requests while the
     /// connection's own thread keeps reading new ones. 0 serves each request
-    /// in the reading thread, one at a time.
+    /// in the reading thread, one at a time. The default is
+    /// [`Config::default_workers`].
     pub workers: usize,
     /// Largest READ or WRITE payload accepted (advertised as the maximum
     /// block size, unless the device's is smaller). Larger requests get
@@ -189,6 +190,14 @@ impl Config {
     /// 32 MiB: the request limit of qemu and nbdkit.
     pub const DEFAULT_MAX_REQUEST: u32 = 32 * 1024 * 1024;
 
+    /// Workers per connection by default: one per CPU this process may run
+    /// on, at most 4. More workers than CPUs cannot compress any faster;
+    /// they only add threads, each with a stack that stays resident (glibc
+    /// caches the stacks of exited threads for the next ones).
+    pub fn default_workers() -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+    }
+
     /// `inflight_bytes`, raised to at least `max_request`.
     pub(crate) fn budget(&self) -> u64 {
         self.inflight_bytes.max(self.max_request as u64)
@@ -198,7 +207,7 @@ impl Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            workers: 4,
+            workers: Config::default_workers(),
             max_request: Config::DEFAULT_MAX_REQUEST,
             inflight_bytes: 64 * 1024 * 1024,
             max_connections: 64,

@@ -88,9 +88,10 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics on http://ADDR/metrics (loopback).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<SocketAddr>,
-    /// Request worker threads per connection.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
-    workers: u16,
+    /// Request worker threads per connection (default: one per CPU, at
+    /// most 4).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+    workers: Option<u16>,
     /// Log level: off, error, warn, info, debug, trace (default: $ZMEM_LOG
     /// or info).
     #[arg(long, value_name = "LEVEL", value_parser = parse_level)]
@@ -379,7 +380,9 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         }
     };
     let config = Config {
-        workers: args.workers as usize,
+        workers: args
+            .workers
+            .map_or_else(Config::default_workers, usize::from),
         allow_remote: args.allow_remote,
         ..Config::default()
     };
