@@ -9,7 +9,9 @@
 //! - every live zspage has a run, sits in exactly the fullness list its
 //!   in-use count calls for, and the lists' links and counts agree;
 //! - its free slots (in-object list or bitmap) are distinct, in range and
-//!   number `objs - inuse`; each live slot's owner (header or owner array)
+//!   number `objs - inuse`; the owner array covers every slot in
+//!   kernel-compat and at most `objs` in default mode, its bitmap matching;
+//!   each live slot's owner (header or owner array)
 //!   names a handle whose entry points back at it, with the right generation
 //!   form;
 //! - counted pages match the mode's rule (whole zspage in kernel-compat; up to
@@ -139,7 +141,21 @@ fn check_class(class: &Class, inner: &ClassInner) -> Result<(), String> {
         }
         live_zspages += 1;
         used += u64::from(m.inuse);
-        pages += u64::from(m.populated);
+        pages += u64::from(m.populated());
+
+        // The owner array (and bitmap): whole in kernel-compat, grown up to
+        // at most the object count in default mode.
+        let slots_ok = if class.in_object_list {
+            m.slots() == if class.header == 0 { objs } else { 0 }
+        } else {
+            m.slots() <= objs
+        };
+        if !slots_ok || !m.table_is_consistent(!class.in_object_list) {
+            return Err(format!(
+                "zspage {zid}: owner table covers {} slots of {objs} and is malformed",
+                m.slots()
+            ));
+        }
 
         // Free slots.
         let mut free = vec![false; objs as usize];
@@ -171,10 +187,10 @@ fn check_class(class: &Class, inner: &ClassInner) -> Result<(), String> {
                     objs - m.inuse
                 ));
             }
-            if m.populated != class.info.pages_per_zspage {
+            if m.populated() != class.info.pages_per_zspage {
                 return Err(format!(
                     "zspage {zid}: counts {} pages, not the whole zspage",
-                    m.populated
+                    m.populated()
                 ));
             }
         } else {
@@ -185,6 +201,13 @@ fn check_class(class: &Class, inner: &ClassInner) -> Result<(), String> {
                     n += 1;
                 }
             }
+            // Past the table's slots, the last bitmap word's bits are clear.
+            if let Some(idx) = (m.slots()..m.slots().next_multiple_of(32)).find(|&i| m.is_live(i)) {
+                return Err(format!(
+                    "zspage {zid}: slot {idx} is live past the {} slots of the table",
+                    m.slots()
+                ));
+            }
             if n != objs - m.inuse {
                 return Err(format!(
                     "zspage {zid}: bitmap has {n} free slots, {} expected",
@@ -192,10 +215,10 @@ fn check_class(class: &Class, inner: &ClassInner) -> Result<(), String> {
                 ));
             }
             let need = (u64::from(m.live_end()) * size).div_ceil(ps) as u32;
-            if m.populated != need {
+            if m.populated() != need {
                 return Err(format!(
                     "zspage {zid}: counts {} pages, live objects need {need}",
-                    m.populated
+                    m.populated()
                 ));
             }
         }
@@ -203,7 +226,7 @@ fn check_class(class: &Class, inner: &ClassInner) -> Result<(), String> {
         // Owners of live slots.
         for idx in 0..objs {
             let owner_field = if class.header == 0 {
-                Some(m.owners[idx as usize])
+                Some(m.owner(idx))
             } else {
                 None
             };

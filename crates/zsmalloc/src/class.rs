@@ -338,14 +338,13 @@ impl Class {
         *m = ZsPageMeta::vacant();
         m.run = Some(run);
         m.free_head = 0;
-        m.populated = counted;
+        m.set_populated(counted);
         // Default mode: a reused run's pages are pending until reclaimed.
         m.tail_pending = !self.in_object_list;
-        if !self.in_object_list {
-            m.bitmap = vec![0u64; objs.div_ceil(64) as usize].into_boxed_slice();
-        }
-        if self.header == 0 {
-            m.owners = vec![NO_OWNER; objs as usize].into_boxed_slice();
+        // Default mode's owner array and bitmap grow as objects are placed;
+        // kernel-compat's huge classes get their owner array whole.
+        if self.in_object_list && self.header == 0 {
+            m.give_all_owners(objs);
         }
         self.bases
             .get(zid as usize)
@@ -374,7 +373,7 @@ impl Class {
             .expect("live zspage")
             .store(std::ptr::null_mut(), Ordering::Release);
         let m = &mut inner.metas[zid as usize];
-        let counted = m.populated;
+        let counted = m.populated();
         let run = m.run.take().expect("live zspage");
         *m = ZsPageMeta::vacant();
         // Only the counted pages may be resident: default mode discarded the
@@ -428,22 +427,26 @@ impl Class {
             let idx = m
                 .lowest_free(objs)
                 .expect("a zspage with room has a free slot");
+            if idx >= m.slots() {
+                // The lowest free slot is the first past the owner array.
+                m.grow(idx, objs);
+            }
             m.set_live(idx, true);
             let need = ((u64::from(idx) + 1) * size).div_ceil(page_size) as u32;
-            if need > m.populated {
+            if need > m.populated() {
                 if m.tail_pending {
                     // Take back pages given up but perhaps not yet released
                     // before the caller writes the object into them.
                     let run = m.run.as_ref().expect("live zspage");
                     m.tail_pending = pages.reclaim(run, need);
                 }
-                delta = i64::from(need - m.populated);
-                m.populated = need;
+                delta = i64::from(need - m.populated());
+                m.set_populated(need);
             }
             idx
         };
         if header == 0 {
-            m.owners[idx as usize] = owner;
+            m.set_owner(idx, owner);
         }
         m.inuse += 1;
         inner.objs_used += 1;
@@ -477,7 +480,7 @@ impl Class {
             m.set_live(idx, false);
         }
         if self.header == 0 {
-            m.owners[idx as usize] = NO_OWNER;
+            m.set_owner(idx, NO_OWNER);
         }
         m.inuse -= 1;
         inner.objs_used -= 1;
@@ -488,12 +491,13 @@ impl Class {
             // Give back the pages above the highest live object, with the
             // page source's next batch (one TLB shootdown for many).
             let need = (u64::from(m.live_end()) * size).div_ceil(page_size) as u32;
-            if need < m.populated {
+            let populated = m.populated();
+            if need < populated {
                 let run = m.run.as_ref().expect("live zspage");
-                pages.discard_later(run, need, m.populated - need);
+                pages.discard_later(run, need, populated - need);
                 m.tail_pending = true;
-                delta = -i64::from(m.populated - need);
-                m.populated = need;
+                delta = -i64::from(populated - need);
+                m.set_populated(need);
             }
         }
         inner.pages = inner.pages.wrapping_add_signed(delta);
@@ -505,7 +509,7 @@ impl Class {
     /// tag bit of the first word; huge and default-mode slots by the owner).
     pub(crate) fn is_live(&self, inner: &ClassInner, zid: u32, idx: u32) -> bool {
         if self.header == 0 {
-            inner.metas[zid as usize].owners[idx as usize] != NO_OWNER
+            inner.metas[zid as usize].owner(idx) != NO_OWNER
         } else {
             // SAFETY: slot `idx` of a live zspage; its first word is a header
             // or a free link, both written only under the class lock held here.
@@ -513,10 +517,21 @@ impl Class {
         }
     }
 
+    /// One past the highest slot of `zid` that may be live: the object count
+    /// in kernel-compat mode, the slots its owner array covers in default
+    /// mode. Loops over a zspage's slots stop there.
+    pub(crate) fn slot_end(&self, inner: &ClassInner, zid: u32) -> u32 {
+        if self.in_object_list {
+            self.objs()
+        } else {
+            inner.metas[zid as usize].slots()
+        }
+    }
+
     /// The handle slot owning live slot `idx` of `zid`.
     pub(crate) fn owner(&self, inner: &ClassInner, zid: u32, idx: u32) -> u32 {
         if self.header == 0 {
-            inner.metas[zid as usize].owners[idx as usize]
+            inner.metas[zid as usize].owner(idx)
         } else {
             // SAFETY: slot `idx` is live; its header word is written only at
             // placement, under the class lock we hold.
@@ -568,5 +583,155 @@ impl Class {
         };
         inner.handle_free = slot;
         e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::handle::Entry;
+    use crate::{Handle, Pool, PoolConfig};
+
+    /// Bytes of the `i`th test object: its number, then a pattern of it.
+    fn content(i: u32, len: usize) -> Vec<u8> {
+        let mut v: Vec<u8> = (0..len as u32).map(|k| (i * 31 + k * 7) as u8).collect();
+        v[..4].copy_from_slice(&i.to_le_bytes());
+        v
+    }
+
+    fn put(pool: &Pool, i: u32, len: usize) -> Handle {
+        let h = pool.malloc(len).unwrap();
+        pool.write(h, &content(i, len)).unwrap();
+        h
+    }
+
+    fn verify(pool: &Pool, objs: &[(u32, Handle)], len: usize) {
+        for &(i, h) in objs {
+            assert_eq!(
+                &*pool.read(h, len).unwrap(),
+                &content(i, len)[..],
+                "object {i}"
+            );
+        }
+        pool.check_invariants().unwrap();
+    }
+
+    /// (zspage, slot) of a handle's object.
+    fn loc(pool: &Pool, h: Handle) -> (u32, u32) {
+        let cell = pool.classes[h.class()]
+            .handles
+            .get(h.slot().unwrap() as usize);
+        match cell.unwrap().load() {
+            Entry::Allocated { zspage, obj, .. } => (zspage, obj),
+            Entry::Free { .. } => panic!("freed"),
+        }
+    }
+
+    /// (slots covered, table elements) of zspage `zid` of `h`'s class.
+    fn table(pool: &Pool, h: Handle, zid: u32) -> (u32, usize) {
+        let inner = pool.classes[h.class()].lock();
+        let m = &inner.metas[zid as usize];
+        (m.slots(), m.table_len())
+    }
+
+    const LEN: usize = 150;
+
+    #[test]
+    fn few_objects_of_a_small_class_keep_a_small_owner_table() {
+        let pool = Pool::new(PoolConfig::default_mode(32 * 1024)).unwrap();
+        let live: Vec<_> = (0..12).map(|i| (i, put(&pool, i, LEN))).collect();
+        let h = live[0].1;
+        let objs = pool.classes[h.class()].objs();
+        assert!(objs >= 1000, "a small class of a large-page pool: {objs}");
+        assert!(live.iter().all(|&(_, h)| loc(&pool, h).0 == 0));
+        // 16 owners and one bitmap word, not `objs` of each.
+        assert_eq!(table(&pool, h, 0), (16, 17));
+        // Freeing does not shrink it; placement refills the holes first.
+        let (gone, mut live): (Vec<_>, Vec<_>) = live.into_iter().partition(|&(i, _)| i % 3 == 0);
+        for (_, h) in gone {
+            pool.free(h).unwrap();
+        }
+        assert_eq!(table(&pool, h, 0), (16, 17));
+        live.extend((100..104).map(|i| (i, put(&pool, i, LEN))));
+        assert_eq!(table(&pool, h, 0), (16, 17));
+        assert!(live.iter().all(|&(_, h)| loc(&pool, h).1 < 12));
+        verify(&pool, &live, LEN);
+        // One past the table: it doubles.
+        live.extend((200..206).map(|i| (i, put(&pool, i, LEN))));
+        assert_eq!(table(&pool, h, 0), (32, 33));
+        verify(&pool, &live, LEN);
+    }
+
+    #[test]
+    fn kernel_compat_keeps_whole_owner_arrays_for_huge_classes_only() {
+        let pool = Pool::new(PoolConfig::kernel_compat()).unwrap();
+        let small = pool.malloc(100).unwrap();
+        let huge = pool.malloc(4000).unwrap();
+        assert_eq!(table(&pool, small, 0), (0, 0), "the header names the owner");
+        let objs = pool.classes[huge.class()].objs();
+        assert_eq!(table(&pool, huge, 0), (objs, objs as usize), "no bitmap");
+        pool.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn large_page_compaction_moves_objects_into_partly_grown_owner_tables() {
+        let pool = Pool::new(PoolConfig::default_mode(32 * 1024)).unwrap();
+        let first = put(&pool, 0, LEN);
+        let objs = pool.classes[first.class()].objs();
+        assert!(objs >= 1000, "{objs}");
+        // Zspage A full (its table grown to `objs`), B holding 40 (64 slots).
+        let mut all = vec![(0, first)];
+        all.extend((1..objs + 40).map(|i| (i, put(&pool, i, LEN))));
+        let (a, b) = (loc(&pool, all[0].1).0, loc(&pool, all[objs as usize].1).0);
+        assert_ne!(a, b);
+        assert_eq!(table(&pool, first, a).0, objs);
+        assert_eq!(table(&pool, first, b).0, 64);
+        // Holes at B's slots 5..8; A keeps 30 objects spread to its last slot.
+        let keep_a: Vec<u32> = (0..30).map(|k| objs - 1 - k * (objs / 31)).collect();
+        let mut live = Vec::new();
+        for (i, h) in all {
+            let (z, slot) = loc(&pool, h);
+            let keep = if z == a {
+                keep_a.contains(&slot)
+            } else {
+                !(5..8).contains(&slot)
+            };
+            if keep {
+                live.push((i, h));
+            } else {
+                pool.free(h).unwrap();
+            }
+        }
+        assert_eq!(live.len(), 30 + 37);
+        verify(&pool, &live, LEN);
+
+        // A (30 objects) empties into B (37): 3 into its holes, 27 above its
+        // table's 64 slots, which grows to 128 on the way.
+        let r = pool.compact();
+        assert_eq!((r.objs_moved, r.objs_moved_trim), (30, 0), "{r:?}");
+        assert!(live.iter().all(|&(_, h)| loc(&pool, h).0 == b));
+        assert_eq!(pool.classes[first.class()].lock().zspages, 1);
+        assert_eq!(table(&pool, first, b).0, 128);
+        let slots: Vec<u32> = live.iter().map(|&(_, h)| loc(&pool, h).1).collect();
+        assert_eq!(slots.iter().max(), Some(&66), "packed lowest first");
+        verify(&pool, &live, LEN);
+
+        // Refill B past 256 slots, then free its low slots: the trim packs
+        // its highest objects down into them.
+        live.extend((1_000_000..1_000_300).map(|i| (i, put(&pool, i, LEN))));
+        assert_eq!(table(&pool, first, b).0, 512);
+        verify(&pool, &live, LEN);
+        let (gone, live): (Vec<_>, Vec<_>) = live
+            .into_iter()
+            .partition(|&(_, h)| loc(&pool, h).1 % 4 == 1);
+        for (_, h) in gone {
+            pool.free(h).unwrap();
+        }
+        let high = live.iter().map(|&(_, h)| loc(&pool, h).1).max().unwrap();
+        let r = pool.compact();
+        assert!(r.objs_moved_trim > 0, "{r:?}");
+        let packed = live.iter().map(|&(_, h)| loc(&pool, h).1).max().unwrap();
+        assert_eq!(packed as usize, live.len() - 1, "packed from {high}");
+        assert_eq!(table(&pool, first, b).0, 512, "kept, not shrunk");
+        verify(&pool, &live, LEN);
     }
 }

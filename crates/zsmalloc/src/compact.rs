@@ -199,7 +199,8 @@ fn migrate(
     tally: &mut Tally,
 ) -> (u64, bool) {
     let mut moved = 0;
-    for idx in 0..class.objs() {
+    // `src` only loses objects here, so its live slots stay below this.
+    for idx in 0..class.slot_end(inner, src) {
         if is_full(class, inner, dst) {
             break;
         }
@@ -236,7 +237,7 @@ fn trim(pool: &Pool, class: &Class, inner: &mut ClassInner, tally: &mut Tally) -
         .filter(|&z| inner.metas[z as usize].inuse < objs)
         .collect();
     // Highest live slot of the target first; a held object is skipped.
-    let mut next = objs;
+    let mut next = class.slot_end(inner, target);
     'fill: for z in others {
         while inner.metas[z as usize].inuse < objs {
             let Some(idx) = (0..next)
@@ -261,7 +262,7 @@ fn trim(pool: &Pool, class: &Class, inner: &mut ClassInner, tally: &mut Tally) -
         let Some(free) = m.lowest_free(objs) else {
             break;
         };
-        let Some(high) = (free + 1..objs).rev().find(|&i| m.is_live(i)) else {
+        let Some(high) = (free + 1..m.slots()).rev().find(|&i| m.is_live(i)) else {
             break;
         };
         if !move_object(pool, class, inner, target, high, target, tally) {

@@ -19,6 +19,16 @@
 //!   highest live object are counted (`populated`); the pages above go back
 //!   to the OS with the page source's next batch.
 //!
+//! The owner array and bitmap (one allocation, `ZsPageMeta`'s `table`) cover
+//! only the zspage's first `slots` slots: default mode grows them as placement
+//! reaches the slot past their end (to the next power of two, at most the
+//! zspage's object count), since objects are placed lowest slot first and a
+//! zspage of a small class in a large-page pool has thousands of slots but
+//! often a few dozen objects. A slot past `slots` is free and has no owner.
+//! They do not shrink until the zspage is released. Huge classes of
+//! kernel-compat mode (the only ones there with no in-object header) get their
+//! owner array whole at creation, and no bitmap.
+//!
 //! This module owns the memory layout of objects. It does not decide which
 //! zspage an object goes to (that is `class.rs`) and takes no lock: who may
 //! touch which bytes is the contract of each `unsafe fn` here, kept by `pool.rs`.
@@ -26,6 +36,8 @@
 use std::sync::atomic::AtomicPtr;
 
 use pages::Run;
+
+use crate::geometry::MAX_CHAIN;
 
 /// The kernel's end-of-free-list index.
 pub(crate) const END_OF_LIST: u32 = u32::MAX >> 1;
@@ -45,83 +57,185 @@ pub(crate) type ZsPageBase = AtomicPtr<u8>;
 // The class-locked part of a zspage.
 
 /// Bookkeeping of one zspage, protected by its class lock.
+///
+/// A class keeps one per zspage id in a `Vec`, so its size counts: fields are
+/// ordered and sized to leave no padding (56 bytes).
 pub(crate) struct ZsPageMeta {
     /// The pages; `None` while the id is vacant.
     pub(crate) run: Option<Run>,
+    /// The owner of each of the first `slots` slots ([`NO_OWNER`] if free),
+    /// followed in default mode by their live bits, 32 slots a word
+    /// (`slots.div_ceil(32)` words; bits at and above `slots` are clear).
+    /// Empty in kernel-compat classes with an in-object header.
+    table: Box<[u32]>,
     /// Live objects.
     pub(crate) inuse: u32,
-    /// Fullness group the zspage is listed in.
-    pub(crate) group: u8,
-    /// Taken out of the lists by compaction (its group is set on putback).
-    pub(crate) isolated: bool,
     /// Fullness list links (zspage ids, `u32::MAX` for none).
     pub(crate) prev: u32,
     pub(crate) next: u32,
     /// kernel-compat: head of the in-object free list.
     pub(crate) free_head: u32,
-    /// Pages counted for this zspage: all of them in kernel-compat mode; in
-    /// default mode the pages up to the end of the highest live object.
-    pub(crate) populated: u32,
+    /// Slots covered by `table`. Every slot at or above it is free.
+    slots: u32,
+    /// Pages counted for this zspage (at most [`MAX_CHAIN`]): all of them in
+    /// kernel-compat mode; in default mode the pages up to the end of the
+    /// highest live object. Read and set through [`Self::populated`] and
+    /// [`Self::set_populated`].
+    populated: u8,
+    /// Fullness group the zspage is listed in.
+    pub(crate) group: u8,
+    /// Taken out of the lists by compaction (its group is set on putback).
+    pub(crate) isolated: bool,
     /// default: pages above `populated` were given up with
     /// `PageSource::discard_later` and may not be released yet; they must be
     /// reclaimed before they are touched again.
     pub(crate) tail_pending: bool,
-    /// default: one bit per slot, set when live.
-    pub(crate) bitmap: Box<[u64]>,
-    /// default: handle slot owning each object slot, or [`NO_OWNER`].
-    pub(crate) owners: Box<[u32]>,
 }
 
 pub(crate) const NO_LINK: u32 = u32::MAX;
+
+// `populated` is a u8: a zspage has at most `MAX_CHAIN` pages.
+const _: () = assert!(MAX_CHAIN <= u8::MAX as u32);
+
+/// Slots the table of a default-mode zspage first covers (fewer if the
+/// zspage has fewer).
+const MIN_TABLE_SLOTS: u32 = 8;
 
 impl ZsPageMeta {
     pub(crate) fn vacant() -> Self {
         ZsPageMeta {
             run: None,
+            table: Box::new([]),
             inuse: 0,
-            group: 0,
-            isolated: false,
             prev: NO_LINK,
             next: NO_LINK,
             free_head: END_OF_LIST,
+            slots: 0,
             populated: 0,
+            group: 0,
+            isolated: false,
             tail_pending: false,
-            bitmap: Box::new([]),
-            owners: Box::new([]),
         }
     }
 
-    /// default mode: the lowest free slot, if any below `objs`.
-    pub(crate) fn lowest_free(&self, objs: u32) -> Option<u32> {
-        for (w, word) in self.bitmap.iter().enumerate() {
-            if *word != u64::MAX {
-                let idx = w as u32 * 64 + word.trailing_ones();
-                return (idx < objs).then_some(idx);
-            }
+    /// Pages counted for this zspage.
+    pub(crate) fn populated(&self) -> u32 {
+        u32::from(self.populated)
+    }
+
+    /// Sets the pages counted for this zspage (at most its page count).
+    pub(crate) fn set_populated(&mut self, pages: u32) {
+        debug_assert!(pages <= MAX_CHAIN);
+        self.populated = pages as u8;
+    }
+
+    /// Slots covered by the owner array (and bitmap): every slot at or above
+    /// this is free.
+    pub(crate) fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// kernel-compat, huge class: an owner array for all `objs` slots, no
+    /// bitmap (the in-object free list tracks free slots).
+    pub(crate) fn give_all_owners(&mut self, objs: u32) {
+        self.table = vec![NO_OWNER; objs as usize].into_boxed_slice();
+        self.slots = objs;
+    }
+
+    /// Elements of the table: the owner array, then the bitmap if any.
+    #[cfg(test)]
+    pub(crate) fn table_len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// True if the table's length is right for its slots: owners only, or
+    /// owners and bitmap words (`with_bitmap`).
+    pub(crate) fn table_is_consistent(&self, with_bitmap: bool) -> bool {
+        let words = if with_bitmap {
+            self.slots.div_ceil(32)
+        } else {
+            0
+        };
+        self.table.len() == (self.slots + words) as usize
+    }
+
+    fn bitmap(&self) -> &[u32] {
+        &self.table[self.slots as usize..]
+    }
+
+    /// default mode: makes the table cover slot `idx` (just past its end:
+    /// placement takes the lowest free slot): the next power of two above
+    /// `idx`, at least [`MIN_TABLE_SLOTS`], at most `objs`. Owners and bits of
+    /// the new slots are free.
+    pub(crate) fn grow(&mut self, idx: u32, objs: u32) {
+        debug_assert!(idx >= self.slots && idx < objs);
+        debug_assert!(self.table_is_consistent(true));
+        let slots = (idx + 1).next_power_of_two().max(MIN_TABLE_SLOTS).min(objs);
+        let words = slots.div_ceil(32);
+        let mut table = Vec::with_capacity((slots + words) as usize);
+        let (owners, bitmap) = self.table.split_at(self.slots as usize);
+        table.extend_from_slice(owners);
+        table.resize(slots as usize, NO_OWNER);
+        table.extend_from_slice(bitmap);
+        table.resize((slots + words) as usize, 0);
+        self.table = table.into_boxed_slice();
+        self.slots = slots;
+    }
+
+    /// The handle slot owning slot `idx`, or [`NO_OWNER`] if it is free.
+    pub(crate) fn owner(&self, idx: u32) -> u32 {
+        if idx < self.slots {
+            self.table[idx as usize]
+        } else {
+            NO_OWNER
         }
-        None
+    }
+
+    /// Sets the owner of slot `idx`, which the table covers.
+    pub(crate) fn set_owner(&mut self, idx: u32, owner: u32) {
+        debug_assert!(idx < self.slots);
+        self.table[idx as usize] = owner;
+    }
+
+    /// default mode: the lowest free slot, if any below `objs`. It may be the
+    /// first slot past the table ([`Self::grow`] it before use).
+    pub(crate) fn lowest_free(&self, objs: u32) -> Option<u32> {
+        let bitmap = self.bitmap();
+        let idx = bitmap
+            .iter()
+            .position(|&word| word != u32::MAX)
+            .map_or(bitmap.len() as u32 * 32, |w| {
+                w as u32 * 32 + bitmap[w].trailing_ones()
+            });
+        (idx < objs).then_some(idx)
     }
 
     /// default mode: one past the highest live slot (0 if none).
     pub(crate) fn live_end(&self) -> u32 {
-        for (w, word) in self.bitmap.iter().enumerate().rev() {
+        for (w, word) in self.bitmap().iter().enumerate().rev() {
             if *word != 0 {
-                return w as u32 * 64 + 64 - word.leading_zeros();
+                return w as u32 * 32 + 32 - word.leading_zeros();
             }
         }
         0
     }
 
+    /// default mode: true if slot `idx` is live.
     pub(crate) fn is_live(&self, idx: u32) -> bool {
-        self.bitmap[(idx / 64) as usize] & (1 << (idx % 64)) != 0
+        self.bitmap()
+            .get((idx / 32) as usize)
+            .is_some_and(|word| word & (1 << (idx % 32)) != 0)
     }
 
+    /// default mode: marks slot `idx`, which the table covers, live or free.
     pub(crate) fn set_live(&mut self, idx: u32, live: bool) {
-        let word = &mut self.bitmap[(idx / 64) as usize];
+        debug_assert!(idx < self.slots);
+        let at = (self.slots + idx / 32) as usize;
+        let word = &mut self.table[at];
         if live {
-            *word |= 1 << (idx % 64);
+            *word |= 1 << (idx % 32);
         } else {
-            *word &= !(1 << (idx % 64));
+            *word &= !(1 << (idx % 32));
         }
     }
 }
@@ -222,17 +336,61 @@ mod tests {
     #[test]
     fn bitmap_helpers() {
         let mut m = ZsPageMeta::vacant();
-        m.bitmap = vec![0; 2].into_boxed_slice();
         assert_eq!(m.lowest_free(100), Some(0));
         assert_eq!(m.live_end(), 0);
         for i in 0..70 {
+            let idx = m.lowest_free(100).unwrap();
+            assert_eq!(idx, i);
+            if idx >= m.slots() {
+                m.grow(idx, 100);
+            }
             m.set_live(i, true);
+            m.set_owner(i, 1000 + i);
+            assert!(m.table_is_consistent(true));
         }
+        assert_eq!(m.slots(), 100, "128 capped at the object count");
         assert_eq!(m.lowest_free(100), Some(70));
         assert_eq!(m.lowest_free(70), None);
         assert_eq!(m.live_end(), 70);
         m.set_live(3, false);
+        m.set_owner(3, NO_OWNER);
         assert!(!m.is_live(3) && m.is_live(4));
         assert_eq!(m.lowest_free(100), Some(3));
+        // Growth kept every owner and bit.
+        assert!((0..70).all(|i| i == 3 || (m.is_live(i) && m.owner(i) == 1000 + i)));
+        assert!((70..200).all(|i| !m.is_live(i) && m.owner(i) == NO_OWNER));
+    }
+
+    #[test]
+    fn the_table_grows_by_powers_of_two_from_the_minimum() {
+        let objs = 3276;
+        let mut m = ZsPageMeta::vacant();
+        let mut sizes = Vec::new();
+        for i in 0..objs {
+            if m.lowest_free(objs) == Some(m.slots()) {
+                m.grow(i, objs);
+                sizes.push(m.slots());
+            }
+            m.set_live(i, true);
+            m.set_owner(i, i);
+        }
+        assert_eq!(
+            sizes,
+            [8, 16, 32, 64, 128, 256, 512, 1024, 2048, objs],
+            "one reallocation per doubling"
+        );
+        assert_eq!(m.lowest_free(objs), None);
+        assert_eq!(m.live_end(), objs);
+        assert_eq!(m.table_len(), (objs + objs.div_ceil(32)) as usize);
+        // A class of few objects per zspage never gets more than it has.
+        let mut small = ZsPageMeta::vacant();
+        small.grow(0, 3);
+        assert_eq!((small.slots(), small.table_len()), (3, 4));
+    }
+
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn meta_is_56_bytes() {
+        assert_eq!(std::mem::size_of::<ZsPageMeta>(), 56);
     }
 }
