@@ -118,6 +118,9 @@ struct Sample {
     client_write_cpu_s: f64,
     rss_before_kib: u64,
     rss_growth_kib: u64,
+    /// The part of `rss_growth_kib` that is anonymous memory (`RssAnon`):
+    /// without the program text and libraries first run by the write.
+    anon_growth_kib: u64,
     rss_after_read_kib: u64,
     hwm_kib: u64,
 }
@@ -399,6 +402,7 @@ fn one(
     let uri = running.uri.clone();
     let file_s = file.to_string_lossy();
     let rss0 = status_kib(pid, "VmRSS")?;
+    let anon0 = status_kib(pid, "RssAnon")?;
     let c0 = cpu_s(pid)?;
     let k0 = children_cpu_s();
     let tw = timed(&nbdcopy, &[&file_s, &uri])?;
@@ -406,6 +410,7 @@ fn one(
     let c1 = cpu_s(pid)?;
     std::thread::sleep(settle);
     let rss1 = status_kib(pid, "VmRSS")?;
+    let anon1 = status_kib(pid, "RssAnon")?;
     let c2 = cpu_s(pid)?;
     let tr = timed(&nbdcopy, &[&uri, "null:"])?;
     let c3 = cpu_s(pid)?;
@@ -427,6 +432,7 @@ fn one(
         client_write_cpu_s: k1 - k0,
         rss_before_kib: rss0,
         rss_growth_kib: rss1.saturating_sub(rss0),
+        anon_growth_kib: anon1.saturating_sub(anon0),
         rss_after_read_kib: rss2.saturating_sub(rss0),
         hwm_kib: hwm,
     })
@@ -546,7 +552,7 @@ fn table(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> String 
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<8} {:<13} {:<6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>10} {:>10}",
+        "{:<8} {:<13} {:<6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>10} {:>10} {:>10}",
         "config",
         "data",
         "server",
@@ -555,6 +561,7 @@ fn table(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> String 
         "read MB/s",
         "CPU s",
         "RSS+ KiB",
+        "anon+ KiB",
         "after rd",
         "VmHWM"
     );
@@ -579,7 +586,7 @@ fn table(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> String 
         for server in ["nbdkit", "zmem"] {
             let _ = writeln!(
                 out,
-                "{:<8} {:<13} {:<6} {:>10.1} {:>6.2} {:>10.1} {:>6.2} {:>10.0} {:>10.0} {:>10.0}",
+                "{:<8} {:<13} {:<6} {:>10.1} {:>6.2} {:>10.1} {:>6.2} {:>10.0} {:>10.0} {:>10.0} {:>10.0}",
                 setup,
                 data,
                 server,
@@ -588,6 +595,7 @@ fn table(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> String 
                 med(server, |s| s.read_mb_s),
                 med(server, |s| s.read_cpu_s),
                 med(server, |s| s.rss_growth_kib as f64),
+                med(server, |s| s.anon_growth_kib as f64),
                 med(server, |s| s.rss_after_read_kib as f64),
                 med(server, |s| s.hwm_kib as f64),
             );
@@ -598,10 +606,12 @@ fn table(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> String 
             med("zmem", |s| s.rss_growth_kib as f64) / med("nbdkit", |s| s.rss_growth_kib as f64);
         let cw = med("zmem", |s| s.write_cpu_s) / med("nbdkit", |s| s.write_cpu_s);
         let cr = med("zmem", |s| s.read_cpu_s) / med("nbdkit", |s| s.read_cpu_s);
+        let ma =
+            med("zmem", |s| s.anon_growth_kib as f64) / med("nbdkit", |s| s.anon_growth_kib as f64);
         let _ = writeln!(
             out,
-            "{:<8} {:<13} {:<6} {:>9.2}x {:>5.2}x {:>9.2}x {:>5.2}x {:>9.3}x",
-            setup, data, "ratio", w, cw, r, cr, m
+            "{:<8} {:<13} {:<6} {:>9.2}x {:>5.2}x {:>9.2}x {:>5.2}x {:>9.3}x {:>9.3}x",
+            setup, data, "ratio", w, cw, r, cr, m, ma
         );
         if let Some(st) = setups.iter().find(|s| s.name == setup) {
             let (tw, tr, tm) = st.target;
