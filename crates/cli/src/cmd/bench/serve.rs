@@ -621,7 +621,25 @@ fn table(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> String 
                 let _ = write!(v, ", read >= {tr}x {}", yes(r >= tr));
             }
             if tm {
-                let _ = write!(v, ", RSS growth <= nbdkit's {}", yes(m <= 1.0));
+                // Each server's spread over the runs, next to the medians'
+                // verdict: RSS moves by tens of KiB from run to run.
+                let spread = |server: &str| {
+                    let v: Vec<u64> = samples
+                        .iter()
+                        .filter(|s| &s.setup == setup && &s.data == data && s.server == server)
+                        .map(|s| s.rss_growth_kib)
+                        .collect();
+                    let lo = v.iter().min().copied().unwrap_or(0);
+                    let hi = v.iter().max().copied().unwrap_or(0);
+                    format!("{lo}-{hi}")
+                };
+                let _ = write!(
+                    v,
+                    ", RSS growth <= nbdkit's {} (KiB over the runs: zmem {}, nbdkit {})",
+                    yes(m <= 1.0),
+                    spread("zmem"),
+                    spread("nbdkit")
+                );
             }
             let _ = writeln!(verdicts, "{v}");
         }
