@@ -3,8 +3,10 @@
 //! Owns drawing only: callers pass named series of (x, y) points and get two
 //! files. Text is drawn with the system's sans-serif font (fontconfig).
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 
 use crate::CliError;
@@ -38,11 +40,9 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(0x8c, 0x56, 0x4b),
 ];
 
-fn draw<DB: DrawingBackend>(
-    root: DrawingArea<DB, plotters::coord::Shift>,
-    chart: &Chart<'_>,
-) -> Result<(), String> {
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
+/// The x range of every point, and the y range (from 0, with headroom) of
+/// a linear axis.
+fn linear_ranges(chart: &Chart<'_>) -> (Range<f64>, Range<f64>) {
     let points = chart.series.iter().flat_map(|s| s.points.iter());
     let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0f64);
     for &(x, y) in points {
@@ -57,76 +57,12 @@ fn draw<DB: DrawingBackend>(
         x1 = x0 + 1.0;
     }
     let y1 = if y1 <= 0.0 { 1.0 } else { y1 * 1.05 };
-    let mut ctx = ChartBuilder::on(&root)
-        .caption(chart.title, ("sans-serif", 22))
-        .margin(16)
-        .x_label_area_size(44)
-        .y_label_area_size(70)
-        .build_cartesian_2d(x0..x1, 0.0..y1)
-        .map_err(|e| e.to_string())?;
-    ctx.configure_mesh()
-        .x_desc(chart.x_label)
-        .y_desc(chart.y_label)
-        .label_style(("sans-serif", 14))
-        .draw()
-        .map_err(|e| e.to_string())?;
-    for (i, s) in chart.series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        ctx.draw_series(LineSeries::new(
-            s.points.iter().copied(),
-            color.stroke_width(2),
-        ))
-        .map_err(|e| e.to_string())?
-        .label(s.name.clone())
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
-    }
-    ctx.configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())
+    (x0..x1, 0.0..y1)
 }
 
-/// Draws `chart` to `<stem>.svg` and `<stem>.png` and returns both paths.
-pub fn line_chart(stem: &Path, chart: &Chart<'_>) -> Result<(PathBuf, PathBuf), CliError> {
-    render(stem, chart, false)
-}
-
-/// Writes both files, with a linear or logarithmic y axis.
-fn render(stem: &Path, chart: &Chart<'_>, log_y: bool) -> Result<(PathBuf, PathBuf), CliError> {
-    if let Some(dir) = stem.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| CliError::Failed(format!("cannot create {}: {e}", dir.display())))?;
-    }
-    let svg = stem.with_extension("svg");
-    let png = stem.with_extension("png");
-    let fail =
-        |what: &Path, e: String| CliError::Failed(format!("cannot draw {}: {e}", what.display()));
-    let svg_area = SVGBackend::new(&svg, (1000, 600)).into_drawing_area();
-    if log_y {
-        draw_log_y(svg_area, chart)
-    } else {
-        draw(svg_area, chart)
-    }
-    .map_err(|e| fail(&svg, e))?;
-    let png_area = BitMapBackend::new(&png, (1000, 600)).into_drawing_area();
-    if log_y {
-        draw_log_y(png_area, chart)
-    } else {
-        draw(png_area, chart)
-    }
-    .map_err(|e| fail(&png, e))?;
-    Ok((svg, png))
-}
-
-fn draw_log_y<DB: DrawingBackend>(
-    root: DrawingArea<DB, plotters::coord::Shift>,
-    chart: &Chart<'_>,
-) -> Result<(), String> {
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
+/// The x range of every point, and the y range of the positive ones with
+/// headroom, for a logarithmic axis.
+fn log_y_ranges(chart: &Chart<'_>) -> (Range<f64>, Range<f64>) {
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for &(x, y) in chart.series.iter().flat_map(|s| s.points.iter()) {
         x0 = x0.min(x);
@@ -142,13 +78,46 @@ fn draw_log_y<DB: DrawingBackend>(
     if y0 > y1 {
         (y0, y1) = (1.0, 10.0);
     }
-    let (y0, y1) = (y0 / 1.5, y1 * 1.5);
-    let mut ctx = ChartBuilder::on(&root)
+    (x0..x1, y0 / 1.5..y1 * 1.5)
+}
+
+/// Draws the chart on `root`, with a linear or logarithmic y axis (points
+/// with `y <= 0` are left out of a logarithmic one).
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    chart: &Chart<'_>,
+    log_y: bool,
+) -> Result<(), String> {
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    if log_y {
+        let (x, y) = log_y_ranges(chart);
+        draw_lines(&root, chart, x, y.log_scale(), |y| y > 0.0)?;
+    } else {
+        let (x, y) = linear_ranges(chart);
+        draw_lines(&root, chart, x, y, |_| true)?;
+    }
+    root.present().map_err(|e| e.to_string())
+}
+
+/// The caption, mesh, lines (of the points whose y passes `keep`) and
+/// legend, on a y axis of any scale.
+fn draw_lines<DB: DrawingBackend, Y>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    chart: &Chart<'_>,
+    x: Range<f64>,
+    y: Y,
+    keep: impl Fn(f64) -> bool,
+) -> Result<(), String>
+where
+    Y: AsRangedCoord<Value = f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    let mut ctx = ChartBuilder::on(root)
         .caption(chart.title, ("sans-serif", 22))
         .margin(16)
         .x_label_area_size(44)
         .y_label_area_size(70)
-        .build_cartesian_2d(x0..x1, (y0..y1).log_scale())
+        .build_cartesian_2d(x, y)
         .map_err(|e| e.to_string())?;
     ctx.configure_mesh()
         .x_desc(chart.x_label)
@@ -159,7 +128,7 @@ fn draw_log_y<DB: DrawingBackend>(
     for (i, s) in chart.series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         ctx.draw_series(LineSeries::new(
-            s.points.iter().copied().filter(|&(_, y)| y > 0.0),
+            s.points.iter().copied().filter(|&(_, y)| keep(y)),
             color.stroke_width(2),
         ))
         .map_err(|e| e.to_string())?
@@ -172,12 +141,41 @@ fn draw_log_y<DB: DrawingBackend>(
         .label_font(("sans-serif", 14))
         .position(SeriesLabelPosition::UpperLeft)
         .draw()
-        .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// Draws `chart` to `<stem>.svg` and `<stem>.png` and returns both paths.
+pub fn line_chart(stem: &Path, chart: &Chart<'_>) -> Result<(PathBuf, PathBuf), CliError> {
+    render(stem, chart, false)
 }
 
 /// Like [`line_chart`], with a logarithmic y axis (points with `y <= 0` are
 /// left out): for latencies, whose tails span orders of magnitude.
 pub fn line_chart_log_y(stem: &Path, chart: &Chart<'_>) -> Result<(PathBuf, PathBuf), CliError> {
     render(stem, chart, true)
+}
+
+/// Writes both files, with a linear or logarithmic y axis.
+fn render(stem: &Path, chart: &Chart<'_>, log_y: bool) -> Result<(PathBuf, PathBuf), CliError> {
+    if let Some(dir) = stem.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| CliError::Failed(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let svg = stem.with_extension("svg");
+    let png = stem.with_extension("png");
+    let fail =
+        |what: &Path, e: String| CliError::Failed(format!("cannot draw {}: {e}", what.display()));
+    draw(
+        SVGBackend::new(&svg, (1000, 600)).into_drawing_area(),
+        chart,
+        log_y,
+    )
+    .map_err(|e| fail(&svg, e))?;
+    draw(
+        BitMapBackend::new(&png, (1000, 600)).into_drawing_area(),
+        chart,
+        log_y,
+    )
+    .map_err(|e| fail(&png, e))?;
+    Ok((svg, png))
 }

@@ -2,24 +2,27 @@
 //! page size and chain against an independent reference model written from the
 //! vectors' README, the kernel's figures, and bad flags.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
-fn zmem(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zmem"))
-        .args(args)
-        .output()
-        .expect("run zmem")
-}
+use common::{stdout_of, zmem};
 
-fn stdout_of(args: &[&str]) -> String {
-    let out = zmem(args);
-    assert!(
-        out.status.success(),
-        "zmem {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+/// `zmem classes` for one geometry, in simulate-zsmalloc's format.
+fn simzs(page_size: &str, chain: &str, delta: &str, rule: &str) -> String {
+    stdout_of(&[
+        "classes",
+        "--page-size",
+        page_size,
+        "--chain",
+        chain,
+        "--delta",
+        delta,
+        "--chain-rule",
+        rule,
+        "--format",
+        "simzs",
+    ])
 }
 
 fn vectors_dir() -> PathBuf {
@@ -75,19 +78,7 @@ fn reproduces_the_five_shared_vectors() {
     ];
     for (file, ps, chain, delta, rule) in cases {
         let want = std::fs::read_to_string(vectors_dir().join(file)).unwrap();
-        let got = stdout_of(&[
-            "classes",
-            "--page-size",
-            ps,
-            "--chain",
-            chain,
-            "--delta",
-            delta,
-            "--chain-rule",
-            rule,
-            "--format",
-            "simzs",
-        ]);
+        let got = simzs(ps, chain, delta, rule);
         let (want, got) = (normalise(&want), normalise(&got));
         // Line 2 ("Building Pool ... NumClasses") is documented as unreliable.
         assert_eq!(got.len(), want.len(), "{file}: line count");
@@ -238,19 +229,7 @@ fn every_page_size_and_chain_matches_the_reference_model() {
     for ps in [4096u32, 8192, 16384, 32768, 65536] {
         for chain in 1..=16u32 {
             for (delta, rule) in [("legacy", "min-waste"), ("16", "balanced")] {
-                let text = stdout_of(&[
-                    "classes",
-                    "--page-size",
-                    &ps.to_string(),
-                    "--chain",
-                    &chain.to_string(),
-                    "--delta",
-                    delta,
-                    "--chain-rule",
-                    rule,
-                    "--format",
-                    "simzs",
-                ]);
+                let text = simzs(&ps.to_string(), &chain.to_string(), delta, rule);
                 let d = if delta == "legacy" {
                     (ps >> 8).max(16)
                 } else {

@@ -1,33 +1,26 @@
 //! `zmem exp compaction` end to end: seed 001's direction, equal pages freed,
 //! the lower bound met, and the plot drawn.
 
-use std::process::Command;
+mod common;
+
+use common::{json, zmem};
 
 #[test]
 fn reproduces_seed_001_direction() {
     let dir = std::env::temp_dir().join(format!("zmem-exp-compaction-{}", std::process::id()));
     let stem = dir.join("plot");
-    let out = Command::new(env!("CARGO_BIN_EXE_zmem"))
-        .args([
-            "exp",
-            "compaction",
-            "--zspages",
-            "24",
-            "--seed",
-            "7",
-            "--format",
-            "json",
-            "--plot",
-        ])
-        .arg(&stem)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = json(&zmem(&[
+        "exp",
+        "compaction",
+        "--zspages",
+        "24",
+        "--seed",
+        "7",
+        "--format",
+        "json",
+        "--plot",
+        stem.to_str().unwrap(),
+    ]));
     let v = r["variants"].as_array().unwrap();
     let moved = |i: usize| v[i]["objs_moved"].as_u64().unwrap();
     let freed = |i: usize| v[i]["pages_freed"].as_u64().unwrap();

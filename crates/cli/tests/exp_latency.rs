@@ -2,38 +2,31 @@
 //! data file needed): every allocator measured, percentiles ordered, density
 //! within each allocator's bound, the goal line and the plot there.
 
-use std::process::Command;
+mod common;
+
+use common::{json, zmem};
 
 #[test]
 fn measures_every_allocator() {
     let dir = std::env::temp_dir().join(format!("zmem-exp-latency-{}", std::process::id()));
     let stem = dir.join("plot");
-    let out = Command::new(env!("CARGO_BIN_EXE_zmem"))
-        .args([
-            "exp",
-            "latency",
-            "--synthetic",
-            "--pages",
-            "1024",
-            "--ops",
-            "20000",
-            "--rounds",
-            "2",
-            "--compact-ms",
-            "2",
-            "--format",
-            "json",
-            "--plot",
-        ])
-        .arg(&stem)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = json(&zmem(&[
+        "exp",
+        "latency",
+        "--synthetic",
+        "--pages",
+        "1024",
+        "--ops",
+        "20000",
+        "--rounds",
+        "2",
+        "--compact-ms",
+        "2",
+        "--format",
+        "json",
+        "--plot",
+        stem.to_str().unwrap(),
+    ]));
     let allocs = r["allocators"].as_array().unwrap();
     let names: Vec<&str> = allocs.iter().map(|a| a["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["zsmalloc", "zbud", "z3fold", "zblock"]);
@@ -80,17 +73,14 @@ fn measures_every_allocator() {
 
 #[test]
 fn unknown_allocators_are_usage_errors() {
-    let out = Command::new(env!("CARGO_BIN_EXE_zmem"))
-        .args([
-            "exp",
-            "latency",
-            "--synthetic",
-            "--alloc",
-            "slab",
-            "--no-plot",
-        ])
-        .output()
-        .unwrap();
+    let out = zmem(&[
+        "exp",
+        "latency",
+        "--synthetic",
+        "--alloc",
+        "slab",
+        "--no-plot",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown allocator"));
 }

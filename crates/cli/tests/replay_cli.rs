@@ -1,24 +1,12 @@
 //! `zmem replay`, `zmem exp chain` and `zmem exp merge` through the binary.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn zmem(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zmem"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn json(out: &Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
+use common::{json, zmem};
 
 fn tmp(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("zmem-replay-{tag}-{}", std::process::id()));
@@ -40,6 +28,21 @@ fn tree(root: &Path) {
             fs::write(root.join(dir).join("sub").join(format!("b{i}")), bin).unwrap();
         }
     }
+}
+
+/// Archives `d/name` as `d/name.tar`, its members under `name/`.
+fn tar_of(d: &Path, name: &str) -> PathBuf {
+    let tar = d.join(format!("{name}.tar"));
+    let st = Command::new("tar")
+        .arg("-cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(d)
+        .arg(name)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    tar
 }
 
 #[test]
@@ -145,16 +148,7 @@ fn side_by_side_stages_add_up() {
 fn tar_members_are_laid_out_like_files_and_raw_is_not() {
     let d = tmp("tar");
     tree(&d.join("t"));
-    let tar = d.join("t.tar");
-    let st = Command::new("tar")
-        .arg("-cf")
-        .arg(&tar)
-        .arg("-C")
-        .arg(&d)
-        .arg("t")
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let tar = tar_of(&d, "t");
     let tree_run = json(&zmem(&[
         "replay",
         d.join("t").to_str().unwrap(),
@@ -263,16 +257,7 @@ fn exp_chain_runs_small_and_draws() {
 fn exp_merge_removes_directories_largest_first() {
     let d = tmp("merge");
     tree(&d.join("src"));
-    let tar = d.join("src.tar");
-    assert!(Command::new("tar")
-        .arg("-cf")
-        .arg(&tar)
-        .arg("-C")
-        .arg(&d)
-        .arg("src")
-        .status()
-        .unwrap()
-        .success());
+    let tar = tar_of(&d, "src");
     let r = json(&zmem(&[
         "exp",
         "merge",

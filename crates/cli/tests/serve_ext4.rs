@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serve_common::{run_tool, tool, Zmem};
+use serve_common::Zmem;
+use testkit::clients::{run_tool, tool};
 
 fn skip(why: &str) {
     eprintln!("SKIP: {why}");

@@ -9,7 +9,12 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use serve_common::{qemu_io, read_export, real_data, run_ok, run_tool, Zmem, MIB};
+use serve_common::{read_export, Zmem, MIB};
+use testkit::clients::{
+    assert_write_past_end_refused, nbdinfo_export_names, odd_offsets_model, qemu_io, run_ok,
+    run_tool, ODD_OFFSETS,
+};
+use testkit::{real_data, require_tools};
 
 fn write_file(z: &Zmem, name: &str, data: &[u8]) -> String {
     let p = z.file(name);
@@ -59,46 +64,15 @@ fn qemu_io_at_odd_offsets_and_lengths() {
     for page in ["4K", "32K"] {
         let z = Zmem::start(&["--size", "4M", "--page-size", page, "--comp", "zstd"]);
         let uri = z.uri("zram0");
-        qemu_io(
-            &uri,
-            &[
-                "write -P 0x5a 1000 3333",
-                "read -P 0x5a 1000 3333",
-                "write -P 0xa5 4095 2",
-                "read -P 0x5a 1000 3095",
-                "read -P 0xa5 4095 2",
-                "read -P 0x5a 4097 236",
-                "read -P 0 0 1000",
-                "read -P 0 4333 10000",
-                "write -P 0x33 65535 131073",
-                "read -P 0x33 65535 131073",
-                "read -P 0 196608 1",
-                "write -P 0x77 4194303 1",
-                "read -P 0x77 4194303 1",
-                "write -P 0x11 32767 2",
-                "read -P 0x11 32767 2",
-                "flush",
-            ],
-        );
-        let mut model = vec![0u8; 4 * MIB];
-        model[1000..4333].fill(0x5a);
-        model[4095..4097].fill(0xa5);
-        model[65535..65535 + 131073].fill(0x33);
+        // ODD_OFFSETS on a 4 MiB export, and across a 32 KiB page boundary.
+        let more = ["write -P 0x11 32767 2", "read -P 0x11 32767 2", "flush"];
+        qemu_io(&uri, &[&ODD_OFFSETS[..], &more].concat());
+        let mut model = odd_offsets_model();
         model[32767..32769].fill(0x11);
-        model[4 * MIB - 1] = 0x77;
         let back = read_export(&z, &uri);
         assert!(back == model, "{page}: contents differ from the model");
         // Past the end: refused, nothing changes, the server stays up.
-        let o = run_tool(
-            "qemu-io",
-            &["-f", "raw", "-c", "write -P 1 4194000 1000", &uri],
-        );
-        let text =
-            String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
-        assert!(
-            !o.status.success() || text.contains("error") || text.contains("out of"),
-            "{text}"
-        );
+        assert_write_past_end_refused(&uri);
         assert!(
             read_export(&z, &uri) == model,
             "{page}: changed by a refused write"
@@ -140,15 +114,7 @@ fn nbdinfo_shows_size_flags_and_exports() {
         .as_str()
         .unwrap_or("")
         .contains("zsmalloc/default/lz4/16K"));
-    let list = run_ok("nbdinfo", &["--list", "--json", &z.uri("")]);
-    let v: serde_json::Value = serde_json::from_str(&list).unwrap();
-    let names: Vec<&str> = v["exports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["export-name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["a", "b"]);
+    assert_eq!(nbdinfo_export_names(&z.uri("")), ["a", "b"]);
     // An unknown export is refused; the server goes on.
     let o = run_tool("nbdinfo", &[&z.uri("nope")]);
     assert!(!o.status.success());

@@ -7,13 +7,29 @@
 //! device with hot_add, never touches zram0, never enables swap, and
 //! removes the device at the end, even when an assertion fails.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
+use common::{json, zmem};
 use zram::kernel::{KernelZram, PageBuffer};
 
 const PAGE: usize = 4096;
+
+/// mm_stat's columns in the kernel's order: the keys of the JSON report's
+/// `mm_stat`.
+const MM_STAT: [&str; 9] = [
+    "orig_data_size",
+    "compr_data_size",
+    "mem_used_total",
+    "mem_limit",
+    "mem_used_max",
+    "same_pages",
+    "pages_compacted",
+    "huge_pages",
+    "huge_pages_since",
+];
 
 /// mm_stat columns the real-data test compares (indexes into the kernel's
 /// line).
@@ -39,33 +55,24 @@ fn run_both(file: &Path, tag: &str) -> Option<Stages> {
     };
     let discards =
         std::env::temp_dir().join(format!("zmem-fidelity-{tag}-{}.txt", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_zmem"))
-        .arg("replay")
-        .arg(file)
-        .args([
-            "--raw",
-            "--mode",
-            "kernel-compat",
-            "--comp",
-            "lz4",
-            "--free-fraction",
-            "0.5",
-            "--seed",
-            "7",
-            "--compact",
-            "--format",
-            "json",
-            "--write-discards",
-        ])
-        .arg(&discards)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = json(&zmem(&[
+        "replay",
+        file.to_str().unwrap(),
+        "--raw",
+        "--mode",
+        "kernel-compat",
+        "--comp",
+        "lz4",
+        "--free-fraction",
+        "0.5",
+        "--seed",
+        "7",
+        "--compact",
+        "--format",
+        "json",
+        "--write-discards",
+        discards.to_str().unwrap(),
+    ]));
     let ours: Vec<serde_json::Value> = report["stages"]
         .as_array()
         .unwrap()
@@ -91,18 +98,9 @@ fn run_both(file: &Path, tag: &str) -> Option<Stages> {
     Some(Stages { ours, kernel })
 }
 
+/// Column `i` of a JSON `mm_stat`.
 fn col(v: &serde_json::Value, i: usize) -> u64 {
-    let key = [
-        "orig_data_size",
-        "compr_data_size",
-        "mem_used_total",
-        "mem_limit",
-        "mem_used_max",
-        "same_pages",
-        "pages_compacted",
-        "huge_pages",
-    ][i];
-    v[key].as_u64().unwrap()
+    v[MM_STAT[i]].as_u64().unwrap()
 }
 
 /// Pages of k random bytes followed by zeros, k drawn per page: lz4's
@@ -149,23 +147,8 @@ fn synthetic_pages_match_the_kernel_to_the_byte() {
         eprintln!("{stage}: zmem {o}\n{stage}: kernel mm_stat {k:?}");
         // Every column: the same pages, discards and compaction give the
         // kernel's numbers exactly.
-        let names = [
-            "orig_data_size",
-            "compr_data_size",
-            "mem_used_total",
-            "mem_limit",
-            "mem_used_max",
-            "same_pages",
-            "pages_compacted",
-            "huge_pages",
-            "huge_pages_since",
-        ];
-        for (i, name) in names.iter().enumerate() {
-            assert_eq!(
-                o[name].as_u64().unwrap(),
-                k[i],
-                "{stage}: {name}: zmem {o} vs kernel {k:?}"
-            );
+        for (i, name) in MM_STAT.iter().enumerate() {
+            assert_eq!(col(o, i), k[i], "{stage}: {name}: zmem {o} vs kernel {k:?}");
         }
     }
 }

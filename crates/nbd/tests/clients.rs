@@ -10,11 +10,14 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{
-    read_all, real_data, run_ok, run_tool, PlainDevice, RawClient, StrictDevice, TestServer,
-};
+use common::{read_all, PlainDevice, RawClient, StrictDevice, TestServer};
 use nbd::wire::{cmd, hs, opt};
 use nbd::{BlockAligned, BlockDevice, Config, MemDevice};
+use testkit::clients::{
+    assert_write_past_end_refused, nbdinfo_export_names, odd_offsets_model, qemu_io, run_ok,
+    run_tool, tool, ODD_OFFSETS, ODD_OFFSETS_SIZE,
+};
+use testkit::{real_data, require_tools};
 
 const MIB: usize = 1 << 20;
 
@@ -22,22 +25,6 @@ fn write_file(ts: &TestServer, name: &str, data: &[u8]) -> String {
     let p = ts.file(name);
     std::fs::write(&p, data).unwrap();
     p.to_string_lossy().into_owned()
-}
-
-/// qemu-io arguments: `-f raw`, each command as `-c`, then the URI.
-fn qemu_io(uri: &str, cmds: &[String]) -> String {
-    let mut args: Vec<&str> = vec!["-f", "raw"];
-    for c in cmds {
-        args.push("-c");
-        args.push(c);
-    }
-    args.push(uri);
-    let out = run_ok("qemu-io", &args);
-    assert!(
-        !out.contains("verification failed") && !out.contains("error"),
-        "qemu-io reported a problem:\n{out}"
-    );
-    out
 }
 
 #[test]
@@ -81,37 +68,16 @@ fn qemu_img_convert_in_then_nbdcopy_out() {
 #[test]
 fn qemu_io_odd_offsets_on_byte_and_block_devices() {
     require_tools!("qemu-io");
-    let mem = Arc::new(MemDevice::new(4 * MIB as u64));
-    let rmw = Arc::new(BlockAligned::new(StrictDevice::new(4 * MIB as u64, 4096)));
+    let size = ODD_OFFSETS_SIZE as u64;
+    let mem = Arc::new(MemDevice::new(size));
+    let rmw = Arc::new(BlockAligned::new(StrictDevice::new(size, 4096)));
     let ts = TestServer::start(
         vec![("mem", mem.clone()), ("rmw", rmw.clone())],
         Config::default(),
     );
-    let cmds: Vec<String> = [
-        "write -P 0x5a 1000 3333",
-        "read -P 0x5a 1000 3333",
-        "write -P 0xa5 4095 2",
-        "read -P 0x5a 1000 3095",
-        "read -P 0xa5 4095 2",
-        "read -P 0x5a 4097 236",
-        "read -P 0 0 1000",
-        "read -P 0 4333 10000",
-        "write -P 0x33 65535 131073",
-        "read -P 0x33 65535 131073",
-        "read -P 0 196608 1",
-        "write -P 0x77 4194303 1",
-        "read -P 0x77 4194303 1",
-        "flush",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let cmds = [&ODD_OFFSETS[..], &["flush"]].concat();
     // The same model for both devices.
-    let mut model = vec![0u8; 4 * MIB];
-    model[1000..4333].fill(0x5a);
-    model[4095..4097].fill(0xa5);
-    model[65535..65535 + 131073].fill(0x33);
-    model[4 * MIB - 1] = 0x77;
+    let model = odd_offsets_model();
     for (name, dev) in [
         ("mem", mem.clone() as Arc<dyn BlockDevice>),
         ("rmw", rmw.clone()),
@@ -119,17 +85,9 @@ fn qemu_io_odd_offsets_on_byte_and_block_devices() {
         qemu_io(&ts.uri(name), &cmds);
         assert!(read_all(dev.as_ref()) == model, "{name}: contents differ");
     }
-    // Reads past the end are refused by the client or the server, and
+    // Writes past the end are refused by the client or the server, and
     // nothing changes.
-    let o = run_tool(
-        "qemu-io",
-        &["-f", "raw", "-c", "write -P 1 4194000 1000", &ts.uri("mem")],
-    );
-    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !o.status.success() || text.contains("error") || text.contains("out of"),
-        "{text}"
-    );
+    assert_write_past_end_refused(&ts.uri("mem"));
     assert!(read_all(mem.as_ref()) == model);
 }
 
@@ -200,15 +158,7 @@ fn nbdinfo_json_shows_size_and_flags() {
 
     // The export list with descriptions.
     let uri = format!("nbd+unix://?socket={}", ts.path.display());
-    let out = run_ok("nbdinfo", &["--list", "--json", &uri]);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let names: Vec<&str> = v["exports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["export-name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["rw", "ro", "plain"]);
+    assert_eq!(nbdinfo_export_names(&uri), ["rw", "ro", "plain"]);
 }
 
 #[test]
@@ -221,19 +171,13 @@ fn trim_and_zero_through_clients() {
         Config::default(),
     );
     let uri = ts.uri("");
-    qemu_io(&uri, &["write -P 0x61 0 4M".into()]);
+    qemu_io(&uri, &["write -P 0x61 0 4M"]);
     assert_eq!(mem.allocated_pages(), 1024);
     // TRIM frees pages; WRITE_ZEROES with unmap frees, without keeps them.
-    qemu_io(&uri, &["discard 1M 1M".into(), "read -P 0 1M 1M".into()]);
+    qemu_io(&uri, &["discard 1M 1M", "read -P 0 1M 1M"]);
     assert_eq!(mem.allocated_pages(), 768);
-    qemu_io(
-        &uri,
-        &["write -z 2M 512k".into(), "read -P 0 2M 512k".into()],
-    );
-    qemu_io(
-        &uri,
-        &["write -z -u 3M 512k".into(), "read -P 0 3M 512k".into()],
-    );
+    qemu_io(&uri, &["write -z 2M 512k", "read -P 0 2M 512k"]);
+    qemu_io(&uri, &["write -z -u 3M 512k", "read -P 0 3M 512k"]);
     assert!(
         mem.allocated_pages() <= 768 - 128,
         "{}",
@@ -244,10 +188,10 @@ fn trim_and_zero_through_clients() {
         qemu_io(
             &ts.uri(name),
             &[
-                "write -P 0x62 5M 1M".into(),
-                "write -z 5000001 7777".into(),
-                "read -P 0 5000001 7777".into(),
-                "read -P 0x62 5242880 10".into(),
+                "write -P 0x62 5M 1M",
+                "write -z 5000001 7777",
+                "read -P 0 5000001 7777",
+                "read -P 0x62 5242880 10",
             ],
         );
     }
@@ -257,7 +201,7 @@ fn trim_and_zero_through_clients() {
     assert!(m[5 * MIB..6 * MIB].iter().all(|&b| b == 0x62));
 
     // Fast zero, through libnbd's Python binding if it is installed.
-    if common::tool("nbdsh").is_some() && std::path::Path::new("/usr/bin/python3").exists() {
+    if tool("nbdsh").is_some() && std::path::Path::new("/usr/bin/python3").exists() {
         // libnbd's Python binding gives `nbd.Error.errno` as a name
         // ("ENOTSUP"), not a number.
         let script = r#"
@@ -420,10 +364,7 @@ fn misbehaving_clients_do_not_hurt_others() {
         &["compare", "-f", "raw", "-F", "raw", &src, &uri],
     );
     assert!(o.contains("identical"), "{o}");
-    qemu_io(
-        &uri,
-        &["write -P 0x42 0 512".into(), "read -P 0x42 0 512".into()],
-    );
+    qemu_io(&uri, &["write -P 0x42 0 512", "read -P 0x42 0 512"]);
 
     drop(good);
     drop(c);

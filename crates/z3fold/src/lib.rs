@@ -30,7 +30,9 @@
 //! page found and fills the first buddy that fits in the order FIRST, LAST,
 //! MIDDLE; if every list is empty it takes a new page. The kernel kept these
 //! lists per CPU; here there is one set (a user-space thread has no stable
-//! CPU), which is what the kernel's lists amount to on one CPU.
+//! CPU), which is what the kernel's lists amount to on one CPU. The lists
+//! themselves (linking, the scan, their check) are [`zpool::lists`], which
+//! zbud uses too; this crate says which list a page belongs on.
 //!
 //! # Compaction
 //!
@@ -66,16 +68,20 @@
 //!
 //! `read_begin` counts a *read hold* on the object's entry and `read_end`
 //! drops it; the bytes are read with the mutex released. `write` and `free`
-//! wait (on `Z3Fold::released`) until an object has no read holds, and
+//! wait (on the condition variable of `Z3Fold::inner`, a
+//! [`zpool::holds::HoldLock`]) until an object has no read holds, and
 //! compaction skips held objects, so a reader's bytes never move or change.
+//! Every update under the mutex completes before anything that can panic, so
+//! a poisoned mutex still guards consistent state.
 
 #![warn(missing_docs)]
 
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::{Condvar, Mutex, MutexGuard};
 
 use pages::{PageSource, Run};
+use zpool::holds::HoldLock;
+use zpool::lists::ChunkLists;
 use zpool::{ZCompacted, ZHandle, ZPool, ZPoolError, ZPoolStats};
 
 /// Chunks per page.
@@ -95,7 +101,6 @@ const LAST: usize = 2;
 const HEADLESS: u8 = 3;
 
 const NIL: u32 = u32::MAX;
-const NO_LIST: u8 = u8::MAX;
 
 const TAG_SHIFT: u32 = 57;
 const GEN_SHIFT: u32 = 32;
@@ -120,10 +125,6 @@ struct Page {
     /// Handle-table entry of each buddy, [`NIL`] when free (a headless page's
     /// object is `owner[FIRST]`).
     owner: [u32; 3],
-    /// The unbuddied list the page is on, or [`NO_LIST`].
-    list: u8,
-    prev: u32,
-    next: u32,
     /// On the compaction queue.
     queued: bool,
 }
@@ -172,6 +173,15 @@ impl Page {
             .unwrap_or(0)
     }
 
+    /// The unbuddied list the page belongs on: that of the largest object
+    /// it can take now; none if it can take none (or is unused).
+    fn want_list(&self) -> Option<usize> {
+        self.run
+            .is_some()
+            .then(|| self.placeable())
+            .filter(|&p| p > 0)
+    }
+
     /// First chunk of buddy `bud` (which is used).
     fn start(&self, bud: usize) -> usize {
         match bud {
@@ -201,8 +211,8 @@ struct Entry {
 struct Inner {
     pages: Vec<Page>,
     free_pages: Vec<u32>,
-    /// `heads[i]`: first page of the list of pages that can take `i` chunks.
-    heads: [u32; NCHUNKS],
+    /// List `i`: the pages that can take `i` chunks (by index in `pages`).
+    lists: ChunkLists<NCHUNKS>,
     entries: Vec<Entry>,
     free_entry: u32,
     /// Pages to compact, oldest first.
@@ -211,8 +221,6 @@ struct Inner {
     objects: u64,
     pages_compacted: u64,
     objs_moved: u64,
-    /// Threads waiting in `write` or `free` for read holds to end.
-    waiters: usize,
 }
 
 /// A z3fold pool. See the [module documentation](self).
@@ -221,9 +229,9 @@ pub struct Z3Fold {
     page_size: usize,
     chunk_shift: u32,
     tag: u8,
-    inner: Mutex<Inner>,
-    /// Signalled when an object's last read hold ends.
-    released: Condvar,
+    /// The pool mutex, and the condition variable read holds are waited
+    /// out on.
+    inner: HoldLock<Inner>,
 }
 
 impl fmt::Debug for Z3Fold {
@@ -268,10 +276,10 @@ impl Z3Fold {
             page_size,
             chunk_shift: page_size.trailing_zeros() - TOTAL_CHUNKS.trailing_zeros(),
             tag: zpool::next_pool_tag(),
-            inner: Mutex::new(Inner {
+            inner: HoldLock::new(Inner {
                 pages: Vec::new(),
                 free_pages: Vec::new(),
-                heads: [NIL; NCHUNKS],
+                lists: ChunkLists::new(),
                 entries: Vec::new(),
                 free_entry: NIL,
                 queue: std::collections::VecDeque::new(),
@@ -279,9 +287,7 @@ impl Z3Fold {
                 objects: 0,
                 pages_compacted: 0,
                 objs_moved: 0,
-                waiters: 0,
             }),
-            released: Condvar::new(),
         })
     }
 
@@ -308,7 +314,7 @@ impl Z3Fold {
 
     /// Pages waiting for compaction.
     pub fn queued_pages(&self) -> usize {
-        self.lock().queue.len()
+        self.inner.lock().queue.len()
     }
 
     fn check_len(&self, len: usize) -> Result<(), ZPoolError> {
@@ -322,19 +328,6 @@ impl Z3Fold {
             });
         }
         Ok(())
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        // Every update under the mutex completes before anything that can
-        // panic, so a poisoned mutex still guards consistent state.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn wait<'a>(&self, mut guard: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
-        guard.waiters += 1;
-        let mut guard = self.released.wait(guard).unwrap_or_else(|e| e.into_inner());
-        guard.waiters -= 1;
-        guard
     }
 
     fn handle(&self, slot: u32, generation: u32) -> ZHandle {
@@ -398,9 +391,6 @@ impl Z3Fold {
                 chunks: [0; 3],
                 start_middle: 0,
                 owner: [NIL; 3],
-                list: NO_LIST,
-                prev: NIL,
-                next: NIL,
                 queued: false,
             });
             (inner.pages.len() - 1) as u32
@@ -414,7 +404,7 @@ impl Z3Fold {
     }
 
     fn release_page(&self, inner: &mut Inner, pid: u32) {
-        inner.unlink(pid);
+        inner.lists.unlink(pid);
         let page = &mut inner.pages[pid as usize];
         let run = page.run.take().expect("a live page has memory");
         page.headless = false;
@@ -443,7 +433,7 @@ impl Z3Fold {
                 return PageWork::Busy;
             }
             let chunks = usize::from(page.chunks[bud]);
-            if let Some(dst) = inner.find_page(chunks, pid) {
+            if let Some(dst) = inner.find_page(chunks, Some(pid)) {
                 let (src_off, len) = self.extent(inner, slot as usize);
                 let dbud = inner.pages[dst as usize]
                     .choose(chunks)
@@ -519,29 +509,11 @@ impl Z3Fold {
     /// Verifies every count, list, page layout and handle entry. Returns the
     /// first violation. Call it while no other thread uses the pool.
     pub fn check_invariants(&self) -> Result<(), String> {
-        let inner = self.lock();
-        let mut listed = vec![false; inner.pages.len()];
-        for (i, &head) in inner.heads.iter().enumerate() {
-            let (mut prev, mut cur) = (NIL, head);
-            while cur != NIL {
-                let page = inner
-                    .pages
-                    .get(cur as usize)
-                    .ok_or(format!("list {i} links to page {cur}, past the table"))?;
-                if std::mem::replace(&mut listed[cur as usize], true) {
-                    return Err(format!("page {cur} is on a list twice"));
-                }
-                if usize::from(page.list) != i || page.prev != prev {
-                    return Err(format!("page {cur}: bad links on list {i}"));
-                }
-                prev = cur;
-                cur = page.next;
-            }
-        }
+        let inner = self.inner.lock();
         let (mut live, mut objects) = (0, 0u64);
         for (pid, page) in inner.pages.iter().enumerate() {
             if page.run.is_none() {
-                if page.chunks != [0; 3] || page.list != NO_LIST || page.owner != [NIL; 3] {
+                if page.chunks != [0; 3] || page.owner != [NIL; 3] {
                     return Err(format!("unused page record {pid} has contents"));
                 }
                 continue;
@@ -550,8 +522,8 @@ impl Z3Fold {
             objects += page.objects() as u64;
             let mut owned = Vec::new();
             if page.headless {
-                if page.owner[1..] != [NIL, NIL] || page.list != NO_LIST {
-                    return Err(format!("headless page {pid} has buddies or a list"));
+                if page.owner[1..] != [NIL, NIL] {
+                    return Err(format!("headless page {pid} has buddies"));
                 }
                 owned.push((page.owner[FIRST], HEADLESS));
             } else {
@@ -573,11 +545,6 @@ impl Z3Fold {
                         owned.push((page.owner[b], b as u8));
                     }
                 }
-                let want = Some(page.placeable()).filter(|&p| p > 0);
-                let have = (page.list != NO_LIST).then_some(usize::from(page.list));
-                if want != have || listed[pid] != want.is_some() {
-                    return Err(format!("page {pid}: on list {have:?}, should be {want:?}"));
-                }
             }
             for (slot, bud) in owned {
                 let e = inner
@@ -589,6 +556,10 @@ impl Z3Fold {
                 }
             }
         }
+        // Now that the layouts are known to be sound (`want_list` reads them).
+        inner
+            .lists
+            .check(inner.pages.len(), |pid| inner.pages[pid].want_list())?;
         let mut free_entries = 0;
         let mut cur = inner.free_entry;
         while cur != NIL {
@@ -612,72 +583,24 @@ impl Z3Fold {
         if inner.entries.iter().any(|e| e.readers != 0) {
             return Err("an object is still being read".into());
         }
-        if live != inner.live_pages || objects != inner.objects {
-            return Err(format!(
-                "counted {live} pages, {objects} objects; kept {}, {}",
-                inner.live_pages, inner.objects
-            ));
-        }
-        if self.source.pages_out() != live {
-            return Err(format!(
-                "the page source has {} pages out for {live} live pages",
-                self.source.pages_out()
-            ));
-        }
-        Ok(())
+        zpool::check_totals(
+            (live, objects),
+            (inner.live_pages, inner.objects),
+            self.source.pages_out(),
+        )
     }
 }
 
 impl Inner {
-    fn link(&mut self, pid: u32, list: usize) {
-        let head = self.heads[list];
-        if head != NIL {
-            self.pages[head as usize].prev = pid;
-        }
-        let page = &mut self.pages[pid as usize];
-        page.list = list as u8;
-        page.prev = NIL;
-        page.next = head;
-        self.heads[list] = pid;
-    }
-
-    fn unlink(&mut self, pid: u32) {
-        let page = &mut self.pages[pid as usize];
-        if page.list == NO_LIST {
-            return;
-        }
-        let (list, prev, next) = (usize::from(page.list), page.prev, page.next);
-        page.list = NO_LIST;
-        page.prev = NIL;
-        page.next = NIL;
-        if prev == NIL {
-            self.heads[list] = next;
-        } else {
-            self.pages[prev as usize].next = next;
-        }
-        if next != NIL {
-            self.pages[next as usize].prev = prev;
-        }
-    }
-
     /// Puts a page on the list of the largest object it can take.
     fn relist(&mut self, pid: u32) {
-        self.unlink(pid);
-        let room = self.pages[pid as usize].placeable();
-        if room > 0 {
-            self.link(pid, room);
-        }
+        let want = self.pages[pid as usize].want_list();
+        self.lists.relist(pid, want);
     }
 
     /// A listed page other than `not` that can take `chunks` chunks.
-    fn find_page(&self, chunks: usize, not: u32) -> Option<u32> {
-        (chunks..NCHUNKS).find_map(|i| {
-            let mut cur = self.heads[i];
-            while cur != NIL && cur == not {
-                cur = self.pages[cur as usize].next;
-            }
-            (cur != NIL).then_some(cur)
-        })
+    fn find_page(&self, chunks: usize, not: Option<u32>) -> Option<u32> {
+        self.lists.find(chunks, not)
     }
 
     /// Records entry `slot`'s object as buddy `bud` of page `pid`.
@@ -756,7 +679,7 @@ impl ZPool for Z3Fold {
 
     fn malloc(&self, len: usize) -> Result<ZHandle, ZPoolError> {
         self.check_len(len)?;
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         let slot = inner.take_entry()?;
         if len > self.headless_threshold() {
             let pid = match self.new_page(&mut inner) {
@@ -774,7 +697,7 @@ impl ZPool for Z3Fold {
             e.bud = HEADLESS;
         } else {
             let chunks = len.div_ceil(self.chunk_size());
-            let (pid, bud) = match inner.find_page(chunks, NIL) {
+            let (pid, bud) = match inner.find_page(chunks, None) {
                 Some(pid) => {
                     let bud = inner.pages[pid as usize]
                         .choose(chunks)
@@ -796,13 +719,13 @@ impl ZPool for Z3Fold {
     }
 
     fn free(&self, h: ZHandle) -> Result<(), ZPoolError> {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         let slot = loop {
             let slot = self.locate(&inner, h)?;
             if inner.entries[slot].readers == 0 {
                 break slot;
             }
-            inner = self.wait(inner);
+            inner = self.inner.wait(inner);
         };
         let Entry { page: pid, bud, .. } = inner.entries[slot];
         inner.put_entry(slot as u32, true);
@@ -826,7 +749,7 @@ impl ZPool for Z3Fold {
     }
 
     fn write(&self, h: ZHandle, data: &[u8]) -> Result<(), ZPoolError> {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         let (offset, pid) = loop {
             let slot = self.locate(&inner, h)?;
             let (offset, capacity) = self.extent(&inner, slot);
@@ -839,7 +762,7 @@ impl ZPool for Z3Fold {
             if inner.entries[slot].readers == 0 {
                 break (offset, inner.entries[slot].page);
             }
-            inner = self.wait(inner);
+            inner = self.inner.wait(inner);
         };
         // SAFETY: the object spans `capacity >= data.len()` bytes from
         // `offset` inside its page's run; it has no read holds and we hold
@@ -856,7 +779,7 @@ impl ZPool for Z3Fold {
     }
 
     fn read_begin(&self, h: ZHandle, len: usize) -> Result<NonNull<[u8]>, ZPoolError> {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         let slot = self.locate(&inner, h)?;
         let (offset, capacity) = self.extent(&inner, slot);
         if len > capacity {
@@ -874,22 +797,22 @@ impl ZPool for Z3Fold {
     }
 
     unsafe fn read_end(&self, h: ZHandle) {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         if let Ok(slot) = self.locate(&inner, h) {
             let e = &mut inner.entries[slot];
             e.readers = e.readers.saturating_sub(1);
-            if e.readers == 0 && inner.waiters > 0 {
-                self.released.notify_all();
+            if e.readers == 0 {
+                self.inner.released(&inner);
             }
         }
     }
 
     fn total_pages(&self) -> usize {
-        self.lock().live_pages
+        self.inner.lock().live_pages
     }
 
     fn stats(&self) -> ZPoolStats {
-        let inner = self.lock();
+        let inner = self.inner.lock();
         ZPoolStats {
             total_pages: inner.live_pages as u64,
             objects: inner.objects,
@@ -905,9 +828,9 @@ impl ZPool for Z3Fold {
     fn compact(&self) -> ZCompacted {
         let mut done = ZCompacted::default();
         let mut busy = Vec::new();
-        let mut budget = self.lock().queue.len();
+        let mut budget = self.inner.lock().queue.len();
         loop {
-            let mut inner = self.lock();
+            let mut inner = self.inner.lock();
             let next = if budget == 0 {
                 None
             } else {
@@ -936,7 +859,7 @@ impl ZPool for Z3Fold {
     /// Queued pages holding a single object: each can be emptied if another
     /// page has room.
     fn can_compact(&self) -> u64 {
-        let inner = self.lock();
+        let inner = self.inner.lock();
         inner
             .queue
             .iter()

@@ -48,8 +48,10 @@
 //! type mutexes. The pool's page and object counts are atomics updated under
 //! a type mutex. `read_begin` counts a *read hold* on the slot, and
 //! `read_end` drops it; the bytes are read with the mutex released. `write`
-//! and `free` wait (on the type's `released` condition variable) until the
-//! object has no read holds.
+//! and `free` wait (on the condition variable of the type's `inner`, a
+//! [`zpool::holds::HoldLock`]) until the object has no read holds. Every
+//! update under a type mutex completes before anything that can panic, so a
+//! poisoned mutex still guards consistent state.
 
 #![warn(missing_docs)]
 
@@ -58,9 +60,9 @@ pub mod table;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
 
 use pages::{PageSource, Run};
+use zpool::holds::HoldLock;
 use zpool::{ZHandle, ZPool, ZPoolError, ZPoolStats};
 
 pub use table::{BlockType, BLOCK_HEADER};
@@ -121,16 +123,14 @@ struct TypeInner {
     /// Blocks with free slots: allocation takes the head.
     head: u32,
     tail: u32,
-    /// Threads waiting in `write` or `free` for read holds to end.
-    waiters: usize,
 }
 
 /// One block type and its blocks.
 struct TypePool {
     info: BlockType,
-    inner: Mutex<TypeInner>,
-    /// Signalled when an object's last read hold ends.
-    released: Condvar,
+    /// The type mutex, and the condition variable read holds are waited
+    /// out on.
+    inner: HoldLock<TypeInner>,
 }
 
 /// A zblock pool. See the [module documentation](self).
@@ -188,14 +188,12 @@ impl ZBlock {
             .into_iter()
             .map(|info| TypePool {
                 info,
-                inner: Mutex::new(TypeInner {
+                inner: HoldLock::new(TypeInner {
                     blocks: Vec::new(),
                     free_ids: Vec::new(),
                     head: NIL,
                     tail: NIL,
-                    waiters: 0,
                 }),
-                released: Condvar::new(),
             })
             .collect();
         Ok(ZBlock {
@@ -233,19 +231,6 @@ impl ZBlock {
 
     fn max_size(&self) -> usize {
         self.types.last().map_or(0, |t| t.info.slot_size as usize)
-    }
-
-    fn lock(tp: &TypePool) -> MutexGuard<'_, TypeInner> {
-        // Every update under a type mutex completes before anything that can
-        // panic, so a poisoned mutex still guards consistent state.
-        tp.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn wait<'a>(tp: &TypePool, mut guard: MutexGuard<'a, TypeInner>) -> MutexGuard<'a, TypeInner> {
-        guard.waiters += 1;
-        let mut guard = tp.released.wait(guard).unwrap_or_else(|e| e.into_inner());
-        guard.waiters -= 1;
-        guard
     }
 
     fn handle(&self, ty: usize, block: u32, slot: usize, generation: u16) -> ZHandle {
@@ -304,7 +289,7 @@ impl ZBlock {
     pub fn check_invariants(&self) -> Result<(), String> {
         let (mut pages, mut objects) = (0usize, 0u64);
         for (ty, tp) in self.types.iter().enumerate() {
-            let inner = Self::lock(tp);
+            let inner = tp.inner.lock();
             let slots = tp.info.slots;
             let mut listed = vec![false; inner.blocks.len()];
             let (mut prev, mut cur) = (NIL, inner.head);
@@ -355,20 +340,11 @@ impl ZBlock {
             }
             pages += live * tp.info.pages as usize;
         }
-        if pages != self.total_pages() || objects != self.objects.load(Ordering::Relaxed) {
-            return Err(format!(
-                "counted {pages} pages, {objects} objects; kept {}, {}",
-                self.total_pages(),
-                self.objects.load(Ordering::Relaxed)
-            ));
-        }
-        if self.source.pages_out() != pages {
-            return Err(format!(
-                "the page source has {} pages out for {pages}",
-                self.source.pages_out()
-            ));
-        }
-        Ok(())
+        zpool::check_totals(
+            (pages, objects),
+            (self.total_pages(), self.objects.load(Ordering::Relaxed)),
+            self.source.pages_out(),
+        )
     }
 }
 
@@ -440,7 +416,7 @@ impl ZPool for ZBlock {
         let ty = self.type_for(len)?;
         let tp = &self.types[ty];
         let info = tp.info;
-        let mut inner = Self::lock(tp);
+        let mut inner = tp.inner.lock();
         let (bid, slot) = if inner.head != NIL {
             let bid = inner.head;
             let b = &mut inner.blocks[bid as usize];
@@ -495,13 +471,13 @@ impl ZPool for ZBlock {
     fn free(&self, h: ZHandle) -> Result<(), ZPoolError> {
         let (tp, parts) = self.parse(h)?;
         let (_, block, slot, _) = parts;
-        let mut inner = Self::lock(tp);
+        let mut inner = tp.inner.lock();
         loop {
             Self::locate(tp, &inner, parts)?;
             if inner.blocks[block].slots[slot].readers == 0 {
                 break;
             }
-            inner = Self::wait(tp, inner);
+            inner = tp.inner.wait(inner);
         }
         let b = &mut inner.blocks[block];
         b.bitmap[slot / 64] &= !(1 << (slot % 64));
@@ -530,7 +506,7 @@ impl ZPool for ZBlock {
         let (tp, parts) = self.parse(h)?;
         let (_, block, slot, _) = parts;
         let capacity = tp.info.slot_size as usize;
-        let mut inner = Self::lock(tp);
+        let mut inner = tp.inner.lock();
         loop {
             Self::locate(tp, &inner, parts)?;
             if data.len() > capacity {
@@ -542,7 +518,7 @@ impl ZPool for ZBlock {
             if inner.blocks[block].slots[slot].readers == 0 {
                 break;
             }
-            inner = Self::wait(tp, inner);
+            inner = tp.inner.wait(inner);
         }
         let dst = Self::address(tp, &inner, block, slot);
         // SAFETY: the slot is live and `data.len() <= slot_size`, so the copy
@@ -556,7 +532,7 @@ impl ZPool for ZBlock {
     fn read_begin(&self, h: ZHandle, len: usize) -> Result<NonNull<[u8]>, ZPoolError> {
         let (tp, parts) = self.parse(h)?;
         let (_, block, slot, _) = parts;
-        let mut inner = Self::lock(tp);
+        let mut inner = tp.inner.lock();
         Self::locate(tp, &inner, parts)?;
         let capacity = tp.info.slot_size as usize;
         if len > capacity {
@@ -575,12 +551,12 @@ impl ZPool for ZBlock {
             return;
         };
         let (_, block, slot, _) = parts;
-        let mut inner = Self::lock(tp);
+        let mut inner = tp.inner.lock();
         if Self::locate(tp, &inner, parts).is_ok() {
             let s = &mut inner.blocks[block].slots[slot];
             s.readers = s.readers.saturating_sub(1);
-            if s.readers == 0 && inner.waiters > 0 {
-                tp.released.notify_all();
+            if s.readers == 0 {
+                tp.inner.released(&inner);
             }
         }
     }

@@ -27,6 +27,9 @@
 //! last. Nothing ever moves, so there is no compaction: allocation is a
 //! bounded scan of 62 list heads, free is O(1). That is zbud's case for
 //! determinism (seed 004), and its density is capped at two objects a page.
+//! The lists themselves (linking, the scan, their check) are
+//! [`zpool::lists`], which z3fold uses too; this crate says which list a
+//! page belongs on.
 //!
 //! # Differences from the kernel
 //!
@@ -49,18 +52,21 @@
 //! One mutex guards the whole pool, like the kernel's single spinlock. A
 //! read takes it twice, briefly: `read_begin` counts a *read hold* on the
 //! buddy and `read_end` drops it. The bytes are read with the mutex
-//! released. `write` and `free` wait (on the condition variable
-//! `ZBud::released`) until an object has no read holds, so the bytes a reader
-//! sees never change and its page is never freed under it. `write` copies
-//! under the mutex.
+//! released. `write` and `free` wait (on the condition variable of
+//! `ZBud::inner`, a [`zpool::holds::HoldLock`]) until an object has no read
+//! holds, so the bytes a reader sees never change and its page is never freed
+//! under it. `write` copies under the mutex. Every update under the mutex is
+//! finished before anything that can panic, so a poisoned mutex still guards
+//! consistent state.
 
 #![warn(missing_docs)]
 
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::{Condvar, Mutex, MutexGuard};
 
 use pages::{PageSource, Run};
+use zpool::holds::HoldLock;
+use zpool::lists::ChunkLists;
 use zpool::{ZHandle, ZPool, ZPoolError, ZPoolStats};
 
 /// Chunks per page (`1 << NCHUNKS_ORDER` in the kernel).
@@ -69,9 +75,6 @@ pub const TOTAL_CHUNKS: usize = 64;
 pub const HEADER_CHUNKS: usize = 1;
 /// Chunks left for objects (63).
 pub const NCHUNKS: usize = TOTAL_CHUNKS - HEADER_CHUNKS;
-
-const NIL: u32 = u32::MAX;
-const NO_LIST: u8 = u8::MAX;
 
 const TAG_SHIFT: u32 = 57;
 const GEN_SHIFT: u32 = 33;
@@ -109,16 +112,19 @@ struct Page {
     run: Option<Run>,
     /// Chunks of the FIRST and LAST buddies, 0 when free.
     chunks: [u8; 2],
-    /// Index of the unbuddied list the page is on, or [`NO_LIST`].
-    list: u8,
-    prev: u32,
-    next: u32,
     bud: [Bud; 2],
 }
 
 impl Page {
     fn used_chunks(&self) -> usize {
         usize::from(self.chunks[0]) + usize::from(self.chunks[1])
+    }
+
+    /// The unbuddied list the page belongs on: that of its free chunks when
+    /// it holds one buddy; none when it holds two (or is unused).
+    fn want_list(&self) -> Option<usize> {
+        let used = self.chunks.iter().filter(|&&c| c != 0).count();
+        (self.run.is_some() && used == 1).then(|| NCHUNKS - self.used_chunks())
     }
 }
 
@@ -128,15 +134,13 @@ struct Inner {
     pages: Vec<Page>,
     /// Indexes of unused page records.
     free_ids: Vec<u32>,
-    /// `heads[i]`: first page of the unbuddied list of pages with `i` free
-    /// chunks (index 0 unused: a full page is on no list).
-    heads: [u32; NCHUNKS],
+    /// List `i`: the pages with one buddy and `i` free chunks (list 0
+    /// unused: a full page is on no list). Pages by index in `pages`.
+    lists: ChunkLists<NCHUNKS>,
     /// Pages holding memory.
     live_pages: usize,
     /// Live objects.
     objects: u64,
-    /// Threads waiting in `write` or `free` for read holds to end.
-    waiters: usize,
 }
 
 /// A zbud pool. See the [module documentation](self).
@@ -145,9 +149,9 @@ pub struct ZBud {
     page_size: usize,
     chunk_shift: u32,
     tag: u8,
-    inner: Mutex<Inner>,
-    /// Signalled when an object's last read hold ends.
-    released: Condvar,
+    /// The pool mutex, and the condition variable read holds are waited
+    /// out on.
+    inner: HoldLock<Inner>,
 }
 
 impl fmt::Debug for ZBud {
@@ -183,15 +187,13 @@ impl ZBud {
             page_size,
             chunk_shift: page_size.trailing_zeros() - TOTAL_CHUNKS.trailing_zeros(),
             tag: zpool::next_pool_tag(),
-            inner: Mutex::new(Inner {
+            inner: HoldLock::new(Inner {
                 pages: Vec::new(),
                 free_ids: Vec::new(),
-                heads: [NIL; NCHUNKS],
+                lists: ChunkLists::new(),
                 live_pages: 0,
                 objects: 0,
-                waiters: 0,
             }),
-            released: Condvar::new(),
         })
     }
 
@@ -219,19 +221,6 @@ impl ZBud {
 
     fn max_size(&self) -> usize {
         self.page_size - 2 * self.chunk_size()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        // Every update under the mutex is finished before anything that can
-        // panic, so a poisoned mutex still guards consistent state.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn wait<'a>(&self, mut guard: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
-        guard.waiters += 1;
-        let mut guard = self.released.wait(guard).unwrap_or_else(|e| e.into_inner());
-        guard.waiters -= 1;
-        guard
     }
 
     fn handle(&self, page: u32, bud: usize, generation: u32) -> ZHandle {
@@ -284,32 +273,12 @@ impl ZBud {
     /// Verifies every count, list and record. Returns the first violation.
     /// Call it while no other thread uses the pool.
     pub fn check_invariants(&self) -> Result<(), String> {
-        let inner = self.lock();
+        let inner = self.inner.lock();
         let mut live = 0;
         let mut objects = 0;
-        let mut listed = vec![false; inner.pages.len()];
-        for (i, &head) in inner.heads.iter().enumerate() {
-            let mut prev = NIL;
-            let mut cur = head;
-            while cur != NIL {
-                let page = inner
-                    .pages
-                    .get(cur as usize)
-                    .ok_or(format!("list {i} links to page {cur}, past the table"))?;
-                if listed[cur as usize] {
-                    return Err(format!("page {cur} is on a list twice (list {i})"));
-                }
-                listed[cur as usize] = true;
-                if usize::from(page.list) != i || page.prev != prev {
-                    return Err(format!("page {cur}: bad links on list {i}"));
-                }
-                prev = cur;
-                cur = page.next;
-            }
-        }
         for (pid, page) in inner.pages.iter().enumerate() {
             if page.run.is_none() {
-                if page.chunks != [0, 0] || page.list != NO_LIST {
+                if page.chunks != [0, 0] {
                     return Err(format!("unused page record {pid} has contents"));
                 }
                 continue;
@@ -323,21 +292,14 @@ impl ZBud {
             if page.used_chunks() > NCHUNKS {
                 return Err(format!("page {pid}: buddies overlap"));
             }
-            let want = if used == 1 {
-                Some(NCHUNKS - page.used_chunks())
-            } else {
-                None
-            };
-            let have = (page.list != NO_LIST).then_some(usize::from(page.list));
-            if want != have || listed[pid] != want.is_some() {
-                return Err(format!(
-                    "page {pid}: on list {have:?}, should be on {want:?}"
-                ));
-            }
             if page.bud.iter().any(|b| b.readers != 0) {
                 return Err(format!("page {pid}: an object is still being read"));
             }
         }
+        // Each page on the list its buddies call for (overlaps ruled out).
+        inner
+            .lists
+            .check(inner.pages.len(), |pid| inner.pages[pid].want_list())?;
         let mut ids: Vec<u32> = inner.free_ids.clone();
         ids.sort_unstable();
         ids.dedup();
@@ -347,64 +309,15 @@ impl ZBud {
         {
             return Err("the free page-record list is not the unused records".into());
         }
-        if live != inner.live_pages || objects != inner.objects {
-            return Err(format!(
-                "counted {live} pages, {objects} objects; kept {}, {}",
-                inner.live_pages, inner.objects
-            ));
-        }
-        if self.source.pages_out() != live {
-            return Err(format!(
-                "the page source has {} pages out for {live} live pages",
-                self.source.pages_out()
-            ));
-        }
-        Ok(())
+        zpool::check_totals(
+            (live, objects),
+            (inner.live_pages, inner.objects),
+            self.source.pages_out(),
+        )
     }
 }
 
 impl Inner {
-    fn link(&mut self, pid: u32, list: usize) {
-        let head = self.heads[list];
-        if head != NIL {
-            self.pages[head as usize].prev = pid;
-        }
-        let page = &mut self.pages[pid as usize];
-        page.list = list as u8;
-        page.prev = NIL;
-        page.next = head;
-        self.heads[list] = pid;
-    }
-
-    fn unlink(&mut self, pid: u32) {
-        let page = &mut self.pages[pid as usize];
-        if page.list == NO_LIST {
-            return;
-        }
-        let (list, prev, next) = (usize::from(page.list), page.prev, page.next);
-        page.list = NO_LIST;
-        page.prev = NIL;
-        page.next = NIL;
-        if prev == NIL {
-            self.heads[list] = next;
-        } else {
-            self.pages[prev as usize].next = next;
-        }
-        if next != NIL {
-            self.pages[next as usize].prev = prev;
-        }
-    }
-
-    /// Puts a page on the list its contents call for (none when full).
-    fn relist(&mut self, pid: u32) {
-        self.unlink(pid);
-        let page = &self.pages[pid as usize];
-        if page.chunks.contains(&0) {
-            let free = NCHUNKS - page.used_chunks();
-            self.link(pid, free);
-        }
-    }
-
     /// A page record for new memory.
     fn new_record(&mut self, run: Run) -> Result<u32, Run> {
         if let Some(pid) = self.free_ids.pop() {
@@ -417,12 +330,15 @@ impl Inner {
         self.pages.push(Page {
             run: Some(run),
             chunks: [0, 0],
-            list: NO_LIST,
-            prev: NIL,
-            next: NIL,
             bud: [Bud::default(); 2],
         });
         Ok((self.pages.len() - 1) as u32)
+    }
+
+    /// Puts a page on the list its contents call for (none when full).
+    fn relist(&mut self, pid: u32) {
+        let want = self.pages[pid as usize].want_list();
+        self.lists.relist(pid, want);
     }
 }
 
@@ -441,10 +357,8 @@ impl ZPool for ZBud {
 
     fn malloc(&self, len: usize) -> Result<ZHandle, ZPoolError> {
         let chunks = self.chunks_for(len)?;
-        let mut inner = self.lock();
-        let found = (chunks..NCHUNKS)
-            .map(|i| inner.heads[i])
-            .find(|&head| head != NIL);
+        let mut inner = self.inner.lock();
+        let found = inner.lists.find(chunks, None);
         let (pid, bud) = match found {
             Some(pid) => {
                 let bud = if inner.pages[pid as usize].chunks[0] == 0 {
@@ -479,20 +393,20 @@ impl ZPool for ZBud {
     }
 
     fn free(&self, h: ZHandle) -> Result<(), ZPoolError> {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         let (pid, bud) = loop {
             let (pid, bud) = self.locate(&inner, h)?;
             if inner.pages[pid].bud[bud].readers == 0 {
                 break (pid, bud);
             }
-            inner = self.wait(inner);
+            inner = self.inner.wait(inner);
         };
         let page = &mut inner.pages[pid];
         page.chunks[bud] = 0;
         page.bud[bud].generation = (page.bud[bud].generation + 1) & GEN_MASK;
         inner.objects -= 1;
         if inner.pages[pid].chunks == [0, 0] {
-            inner.unlink(pid as u32);
+            inner.lists.unlink(pid as u32);
             let run = inner.pages[pid].run.take().expect("a live page has memory");
             self.source.free(run);
             inner.free_ids.push(pid as u32);
@@ -504,7 +418,7 @@ impl ZPool for ZBud {
     }
 
     fn write(&self, h: ZHandle, data: &[u8]) -> Result<(), ZPoolError> {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         let (pid, bud) = loop {
             let (pid, bud) = self.locate(&inner, h)?;
             let capacity = usize::from(inner.pages[pid].chunks[bud]) << self.chunk_shift;
@@ -517,7 +431,7 @@ impl ZPool for ZBud {
             if inner.pages[pid].bud[bud].readers == 0 {
                 break (pid, bud);
             }
-            inner = self.wait(inner);
+            inner = self.inner.wait(inner);
         };
         let dst = self.address(&inner.pages[pid], bud);
         // SAFETY: the buddy is live and spans `capacity >= data.len()` bytes
@@ -529,7 +443,7 @@ impl ZPool for ZBud {
     }
 
     fn read_begin(&self, h: ZHandle, len: usize) -> Result<NonNull<[u8]>, ZPoolError> {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         let (pid, bud) = self.locate(&inner, h)?;
         let capacity = usize::from(inner.pages[pid].chunks[bud]) << self.chunk_shift;
         if len > capacity {
@@ -548,22 +462,22 @@ impl ZPool for ZBud {
     }
 
     unsafe fn read_end(&self, h: ZHandle) {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         if let Ok((pid, bud)) = self.locate(&inner, h) {
             let b = &mut inner.pages[pid].bud[bud];
             b.readers = b.readers.saturating_sub(1);
-            if b.readers == 0 && inner.waiters > 0 {
-                self.released.notify_all();
+            if b.readers == 0 {
+                self.inner.released(&inner);
             }
         }
     }
 
     fn total_pages(&self) -> usize {
-        self.lock().live_pages
+        self.inner.lock().live_pages
     }
 
     fn stats(&self) -> ZPoolStats {
-        let inner = self.lock();
+        let inner = self.inner.lock();
         ZPoolStats {
             total_pages: inner.live_pages as u64,
             objects: inner.objects,

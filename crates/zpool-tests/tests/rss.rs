@@ -3,17 +3,9 @@
 //!
 //! One test in its own binary, so nothing else allocates while RSS is read.
 
+use testkit::rss::{free_every_other, rss_kib};
 use zpool::ZHandle;
 use zpool_tests::{Rng, SUBJECTS};
-
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS line")
-}
 
 #[test]
 fn rss_follows_every_allocator() {
@@ -51,14 +43,7 @@ fn rss_follows_every_allocator() {
 
         // Free every other object (and compact where the allocator can):
         // whatever pages the pool gives back leave the resident set.
-        let mut i = 0;
-        handles.retain(|&h| {
-            i += 1;
-            if i % 2 == 0 {
-                pool.free(h).unwrap();
-            }
-            i % 2 == 1
-        });
+        free_every_other(&mut handles, |h| pool.free(h).unwrap());
         pool.compact();
         let half_kib = pool.total_pages() as u64 * 4;
         let half = rss_kib();

@@ -8,10 +8,17 @@
 //! only through it.
 //!
 //! This crate owns the trait, the handle and error types every allocator
-//! shares, and [`ObjectRead`], the guard that ends a read. It implements no
+//! shares, and [`ObjectRead`], the guard that ends a read. It also holds the
+//! bookkeeping more than one allocator does the same way: the tag in every
+//! handle ([`next_pool_tag`]), the read holds of zbud, z3fold and zblock
+//! ([`holds`]), the unbuddied lists of zbud and z3fold ([`lists`]) and the
+//! last step of an invariant check ([`check_totals`]). It implements no
 //! allocator and maps no memory.
 
 #![warn(missing_docs)]
+
+pub mod holds;
+pub mod lists;
 
 use std::fmt;
 use std::num::NonZeroU64;
@@ -229,6 +236,29 @@ pub fn next_pool_tag() -> u8 {
             return tag;
         }
     }
+}
+
+/// The last step of an allocator's `check_invariants`: the pages and objects
+/// its walk `counted` against the counters it `kept`, and the pages against
+/// those its page source has out. Returns the first mismatch.
+pub fn check_totals(
+    counted: (usize, u64),
+    kept: (usize, u64),
+    pages_out: usize,
+) -> Result<(), String> {
+    let (pages, objects) = counted;
+    if counted != kept {
+        return Err(format!(
+            "counted {pages} pages, {objects} objects; kept {}, {}",
+            kept.0, kept.1
+        ));
+    }
+    if pages_out != pages {
+        return Err(format!(
+            "the page source has {pages_out} pages out for {pages} live pages"
+        ));
+    }
+    Ok(())
 }
 
 /// A begun read that ends when dropped.

@@ -3,16 +3,8 @@
 //!
 //! One test per binary so nothing else allocates while RSS is read.
 
+use testkit::rss::{free_every_other, rss_kib};
 use zsmalloc::{Handle, Mode, Pool, PoolConfig};
-
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS line")
-}
 
 fn fill(pool: &Pool, bytes: usize, seed: u64, handles: &mut Vec<Handle>) {
     let mut x = seed;
@@ -61,14 +53,7 @@ fn rss_follows_the_pool() {
         );
 
         // Free every other object and compact: RSS follows the pool down.
-        let mut i = 0;
-        handles.retain(|&h| {
-            i += 1;
-            if i % 2 == 0 {
-                pool.free(h).unwrap();
-            }
-            i % 2 == 1
-        });
+        free_every_other(&mut handles, |h| pool.free(h).unwrap());
         pool.compact();
         let half_kib = pool.total_pages() as u64 * 4;
         let half = rss_kib();

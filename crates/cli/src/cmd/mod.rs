@@ -10,6 +10,8 @@ pub mod store_opts;
 
 use std::io::Write;
 
+use serde::Serialize;
+
 use crate::CliError;
 
 /// Output formats of the reports.
@@ -30,4 +32,12 @@ pub fn write_stdout(text: &str) -> Result<(), CliError> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(e) => Err(CliError::Failed(format!("cannot write output: {e}"))),
     }
+}
+
+/// Writes a report to standard output as pretty-printed JSON and a newline
+/// (as [`write_stdout`]).
+pub fn write_json(report: &impl Serialize) -> Result<(), CliError> {
+    let text =
+        serde_json::to_string_pretty(report).map_err(|e| CliError::Failed(format!("json: {e}")))?;
+    write_stdout(&(text + "\n"))
 }

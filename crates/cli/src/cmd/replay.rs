@@ -22,7 +22,7 @@ use serde::Serialize;
 use zram::{IoStat, MmStat, Store};
 
 use crate::cmd::store_opts::{parse_size, StoreArgs, StoreSpec};
-use crate::cmd::{write_stdout, Format};
+use crate::cmd::{write_json, write_stdout, Format};
 use crate::corpus::Corpus;
 use crate::rng::Rng;
 use crate::CliError;
@@ -560,9 +560,7 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
                 stages: &stages,
                 verified_pages: verified,
             };
-            let text = serde_json::to_string_pretty(&report)
-                .map_err(|e| CliError::Failed(format!("json: {e}")))?;
-            write_stdout(&(text + "\n"))
+            write_json(&report)
         }
     }
 }

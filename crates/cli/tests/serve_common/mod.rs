@@ -1,15 +1,15 @@
 //! Test support for `zmem serve`: the real binary on sockets in a temporary
-//! directory, the Debian NBD clients with a timeout, and real data.
+//! directory, and reading an export back. The Debian NBD clients (run with a
+//! timeout) and real data come from `testkit`, which the nbd crate's tests
+//! share.
 
 #![allow(dead_code)]
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// How long any client command may run.
-pub const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
+use testkit::clients::run_ok;
 
 pub const MIB: usize = 1 << 20;
 
@@ -187,127 +187,6 @@ impl Drop for Zmem {
     }
 }
 
-/// The path of a program, if installed. `NBD_TEST_NO_CLIENTS=1` pretends
-/// none is (to check that the tests skip cleanly).
-pub fn tool(name: &str) -> Option<PathBuf> {
-    if std::env::var_os("NBD_TEST_NO_CLIENTS").is_some() {
-        return None;
-    }
-    ["/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-}
-
-/// Skips the test (it passes) when a program is missing.
-#[macro_export]
-macro_rules! require_tools {
-    ($($t:expr),+) => {
-        for t in [$($t),+] {
-            if serve_common::tool(t).is_none() {
-                eprintln!("SKIP: {t} is not installed (scripts/install-deps installs it)");
-                return;
-            }
-        }
-    };
-}
-
-/// Runs a program with a timeout; returns its output whatever the status.
-pub fn run_tool(prog: &str, args: &[&str]) -> Output {
-    let path = tool(prog).unwrap_or_else(|| PathBuf::from(prog));
-    let mut child = Command::new(&path)
-        .args(args)
-        // nbdsh needs Debian's python3 first on PATH.
-        .env(
-            "PATH",
-            format!(
-                "/usr/bin:/bin:/usr/sbin:/sbin:{}",
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {prog}: {e}"));
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let t_out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if start.elapsed() > TOOL_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{prog} {args:?} timed out");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    Output {
-        status,
-        stdout: t_out.join().expect("stdout reader"),
-        stderr: t_err.join().expect("stderr reader"),
-    }
-}
-
-/// Runs a program that must succeed; returns its stdout.
-pub fn run_ok(prog: &str, args: &[&str]) -> String {
-    let o = run_tool(prog, args);
-    assert!(
-        o.status.success(),
-        "{prog} {args:?} failed ({}):\nstdout: {}\nstderr: {}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// `len` bytes of real data: system libraries and programs in a fixed
-/// order (padded with a pattern on a very small system).
-pub fn real_data(len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len);
-    for dir in ["/usr/lib/x86_64-linux-gnu", "/usr/lib", "/usr/bin"] {
-        let Ok(rd) = std::fs::read_dir(dir) else {
-            continue;
-        };
-        let mut files: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
-        files.sort();
-        for f in files {
-            if out.len() >= len {
-                break;
-            }
-            if !f.is_file() {
-                continue;
-            }
-            if let Ok(file) = std::fs::File::open(&f) {
-                let want = (len - out.len()).min(2 << 20) as u64;
-                let _ = file.take(want).read_to_end(&mut out);
-            }
-        }
-    }
-    let mut x = 0x9e37_79b9u32;
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        out.push(x as u8);
-    }
-    out.truncate(len);
-    out
-}
-
 /// Reads an export whole through `nbdcopy URI FILE`.
 pub fn read_export(z: &Zmem, uri: &str) -> Vec<u8> {
     let out = z.file("readback.raw");
@@ -316,21 +195,4 @@ pub fn read_export(z: &Zmem, uri: &str) -> Vec<u8> {
     let v = std::fs::read(&out).expect("read back");
     let _ = std::fs::remove_file(&out);
     v
-}
-
-/// qemu-io with `-f raw`, each command as `-c`; fails the test on a
-/// verification failure or error.
-pub fn qemu_io(uri: &str, cmds: &[&str]) -> String {
-    let mut args: Vec<&str> = vec!["-f", "raw"];
-    for c in cmds {
-        args.push("-c");
-        args.push(c);
-    }
-    args.push(uri);
-    let out = run_ok("qemu-io", &args);
-    assert!(
-        !out.contains("verification failed") && !out.contains("error") && !out.contains("failed"),
-        "qemu-io reported a problem:\n{out}"
-    );
-    out
 }

@@ -1,6 +1,7 @@
-//! Test support: a server on a Unix socket in a temporary directory, real
-//! data, running the Debian NBD clients with a timeout, and a raw protocol
-//! client for the cases no well-behaved client produces.
+//! Test support: a server on a Unix socket in a temporary directory, test
+//! devices, and a raw protocol client for the cases no well-behaved client
+//! produces. Running the Debian NBD clients and real data come from
+//! `testkit`, which `zmem serve`'s tests share.
 
 #![allow(dead_code)]
 
@@ -8,18 +9,14 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Once};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nbd::wire::{
     self, chunk, hs, info, opt, rep, ChunkHeader, Info, InfoRequest, MetaContextRequest,
     OptionHeader, OptionReplyHeader, RequestHeader, SimpleReply,
 };
 use nbd::{BlockDevice, Config, Export, Exports, ListenAddr, MemDevice, Server};
-
-/// How long any client command may run.
-pub const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
 
 struct TestLog;
 
@@ -103,129 +100,6 @@ impl Drop for TestServer {
             s.shutdown();
         }
     }
-}
-
-/// The path of a client program, if installed. `NBD_TEST_NO_CLIENTS=1`
-/// pretends none is (to check that the tests skip cleanly).
-pub fn tool(name: &str) -> Option<PathBuf> {
-    if std::env::var_os("NBD_TEST_NO_CLIENTS").is_some() {
-        return None;
-    }
-    let dirs = ["/usr/bin", "/bin", "/usr/local/bin"];
-    dirs.iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-}
-
-/// Skips the test (it passes) when a client program is missing.
-#[macro_export]
-macro_rules! require_tools {
-    ($($t:expr),+) => {
-        for t in [$($t),+] {
-            if common::tool(t).is_none() {
-                eprintln!("SKIP: {t} is not installed (apt-get install libnbd-bin qemu-utils)");
-                return;
-            }
-        }
-    };
-}
-
-/// Runs a client program with a timeout; returns its output (whatever the
-/// exit status).
-pub fn run_tool(prog: &str, args: &[&str]) -> Output {
-    let path = tool(prog).unwrap_or_else(|| PathBuf::from(prog));
-    let mut child = Command::new(&path)
-        .args(args)
-        // nbdsh needs Debian's python3, which must come first on PATH.
-        .env(
-            "PATH",
-            format!(
-                "/usr/bin:/bin:{}",
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {prog}: {e}"));
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let t_out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if start.elapsed() > TOOL_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{prog} {args:?} timed out");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    Output {
-        status,
-        stdout: t_out.join().expect("stdout reader"),
-        stderr: t_err.join().expect("stderr reader"),
-    }
-}
-
-/// Runs a client program and asserts it succeeded; returns its stdout.
-pub fn run_ok(prog: &str, args: &[&str]) -> String {
-    let o = run_tool(prog, args);
-    assert!(
-        o.status.success(),
-        "{prog} {args:?} failed ({}):\nstdout: {}\nstderr: {}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// `len` bytes of real data: system libraries and programs, concatenated in
-/// a fixed order.
-pub fn real_data(len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len);
-    for dir in ["/usr/lib/x86_64-linux-gnu", "/usr/lib", "/usr/bin"] {
-        let Ok(rd) = std::fs::read_dir(dir) else {
-            continue;
-        };
-        let mut files: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
-        files.sort();
-        for f in files {
-            if out.len() >= len {
-                break;
-            }
-            if !f.is_file() {
-                continue;
-            }
-            if let Ok(file) = std::fs::File::open(&f) {
-                let want = (len - out.len()).min(2 << 20) as u64;
-                let _ = file.take(want).read_to_end(&mut out);
-            }
-        }
-    }
-    // Pad with a pattern if the system is very small.
-    let mut x = 0x9e37_79b9u32;
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        out.push(x as u8);
-    }
-    out.truncate(len);
-    out
 }
 
 /// Reads the whole device.

@@ -21,7 +21,7 @@ use zsmalloc::Mode;
 
 use crate::cmd::replay::Replay;
 use crate::cmd::store_opts::{parse_size, StoreSpec};
-use crate::cmd::{write_stdout, Format};
+use crate::cmd::{write_json, write_stdout, Format};
 use crate::corpus::{self, Corpus};
 use crate::plot::{self, Chart, Series};
 use crate::CliError;
@@ -203,14 +203,12 @@ pub fn run(args: &ChainArgs) -> Result<(), CliError> {
                 verified_pages: u64,
                 plot: Option<(PathBuf, PathBuf)>,
             }
-            let text = serde_json::to_string_pretty(&Report {
+            write_json(&Report {
                 corpus: &description,
                 rows: &rows,
                 verified_pages: verified,
                 plot: plot_paths,
             })
-            .map_err(|e| CliError::Failed(format!("json: {e}")))?;
-            write_stdout(&(text + "\n"))
         }
         Format::Table => {
             let mut out = format!(

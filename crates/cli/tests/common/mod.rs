@@ -1,0 +1,38 @@
+//! Test support for running the `zmem` binary: its output, the stdout of a
+//! run that must succeed and the JSON report of one. (`zmem serve`, a
+//! server rather than a run, has its own: `serve_common`.)
+
+#![allow(dead_code)]
+
+use std::process::{Command, Output};
+
+/// Runs `zmem ARGS` to the end; its output, whatever the exit status.
+pub fn zmem(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .args(args)
+        .output()
+        .expect("run zmem")
+}
+
+/// The stdout of `zmem ARGS`, which must succeed (the test fails with its
+/// stderr otherwise).
+pub fn stdout_of(args: &[&str]) -> String {
+    let out = zmem(args);
+    assert!(
+        out.status.success(),
+        "zmem {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The JSON report of a run that must have succeeded (the test fails with
+/// its stderr otherwise).
+pub fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
