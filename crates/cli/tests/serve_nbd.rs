@@ -499,10 +499,18 @@ fn bench_serve_runs_on_a_small_file() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let samples = v.as_array().unwrap();
+    let samples = v["samples"].as_array().unwrap();
     assert_eq!(samples.len(), 4, "two configurations, two servers");
     for s in samples {
         assert!(s["write_mb_s"].as_f64().unwrap() > 0.0, "{s}");
         assert!(s["read_mb_s"].as_f64().unwrap() > 0.0, "{s}");
+        assert!(s["client_write_cpu_s"].as_f64().unwrap() >= 0.0, "{s}");
+        assert!(s["rss_growth_kib"].as_u64().is_some(), "{s}");
+        assert!(s["anon_growth_kib"].as_u64().is_some(), "{s}");
     }
+    // The lz4 configuration's ceiling: the bare compression of the file.
+    let ceilings = v["ceilings"].as_array().unwrap();
+    assert_eq!(ceilings.len(), 1, "{ceilings:?}");
+    assert_eq!(ceilings[0]["setup"], "lz4-4k");
+    assert!(ceilings[0]["compress_cpu_s"].as_f64().unwrap() > 0.0);
 }
