@@ -50,7 +50,13 @@ impl Buffers {
         let mut buf = {
             let mut k = self.state();
             k.out += 1;
-            let b = k.free.pop().unwrap_or_default();
+            // A kept buffer long enough if there is one (the newest such),
+            // so that mixed request sizes do not regrow small buffers.
+            let fit = k.free.iter().rposition(|b| b.len() >= len);
+            let b = match fit {
+                Some(i) => k.free.swap_remove(i),
+                None => k.free.pop().unwrap_or_default(),
+            };
             k.bytes -= b.len();
             b
         };
@@ -142,6 +148,23 @@ mod tests {
         assert!(fourth[300..].iter().all(|&x| x == 0));
         drop(fourth);
         drop(first);
+    }
+
+    #[test]
+    fn a_long_enough_buffer_is_preferred() {
+        let b = Buffers::default();
+        let hold = b.take(1);
+        let (big, small) = (b.take(1000), b.take(10));
+        let big_addr = big.as_ptr();
+        drop(big);
+        drop(small);
+        // The small buffer was given back last; a long request still gets
+        // the long buffer instead of regrowing the small one.
+        let again = b.take(900);
+        assert_eq!(again.as_ptr(), big_addr);
+        assert_eq!(b.kept(), (1, 10));
+        drop(again);
+        drop(hold);
     }
 
     #[test]
