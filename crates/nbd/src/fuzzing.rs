@@ -1,6 +1,6 @@
 //! Entry points for fuzzers and the seed corpus (not a stable API).
 //!
-//! This module owns what `fuzz/` and the corpus test call: [`connection`]
+//! This module owns what `fuzz/` and the corpus test call: [`connection()`]
 //! feeds arbitrary bytes to a whole connection (handshake, then
 //! transmission) as if a client had sent them, serving requests inline on a
 //! small [`MemDevice`]; [`parsers`] feeds them to every wire parser; and
