@@ -60,7 +60,7 @@
 //!
 //! - [`PageSource::pages_out`] counts pages in runs handed out and not
 //!   freed; cached runs are not out, pending pages are (their run is).
-//! - The limit of [`PageSource::with_limit`] is on pages out, as before the
+//! - The limit given to [`PageSource::new`] is on pages out, as before the
 //!   cache: an allocation fails only if the pages out would pass it. Cached
 //!   pages never make it fail, but they count towards the memory the limit
 //!   bounds: when a run must come from outside the cache and pages out plus
@@ -294,17 +294,9 @@ pub fn os_page_size() -> usize {
 }
 
 impl PageSource {
-    /// A source of pages of `page_size` bytes with no limit.
-    pub fn new(page_size: usize) -> Result<Self, PagesError> {
-        Self::build(page_size, None)
-    }
-
-    /// A source that refuses to have more than `limit_pages` pages out at once.
-    pub fn with_limit(page_size: usize, limit_pages: usize) -> Result<Self, PagesError> {
-        Self::build(page_size, Some(limit_pages))
-    }
-
-    fn build(page_size: usize, limit_pages: Option<usize>) -> Result<Self, PagesError> {
+    /// A source of pages of `page_size` bytes that refuses to have more
+    /// than `limit_pages` pages out at once (`None`: no limit).
+    pub fn new(page_size: usize, limit_pages: Option<usize>) -> Result<Self, PagesError> {
         let os = os_page_size();
         if !page_size.is_power_of_two() || page_size < os || page_size > 65536 {
             return Err(PagesError::PageSize(page_size));
@@ -758,7 +750,7 @@ mod tests {
 
     #[test]
     fn fresh_runs_are_zeroed() {
-        let src = PageSource::new(PS).unwrap();
+        let src = PageSource::new(PS, None).unwrap();
         let a = src.alloc(3).unwrap();
         let b = src.alloc_clean(2).unwrap();
         assert_eq!(
@@ -804,7 +796,7 @@ mod tests {
 
     #[test]
     fn the_dense_frontier_stays_within_one_window_of_what_is_out() {
-        let src = PageSource::new(PS).unwrap();
+        let src = PageSource::new(PS, None).unwrap();
         let runs: Vec<Run> = (0..300).map(|_| src.alloc(4).unwrap()).collect();
         let first = runs[0].as_ptr();
         // Runs are carved in address order from one chunk.
@@ -836,7 +828,7 @@ mod tests {
             eprintln!("skipped: transparent huge pages are not offered here");
             return;
         };
-        let src = PageSource::new(PS).unwrap();
+        let src = PageSource::new(PS, None).unwrap();
         let fallbacks = thp_fallbacks();
         let run = src.alloc(8).unwrap();
         let clean = src.alloc_clean(8).unwrap();
@@ -866,7 +858,7 @@ mod tests {
 
     #[test]
     fn a_cached_run_is_reused_without_a_system_call() {
-        let src = PageSource::new(PS).unwrap();
+        let src = PageSource::new(PS, None).unwrap();
         let a = src.alloc(3).unwrap();
         fill(&a, 0xab);
         let addr = a.as_ptr();
@@ -892,7 +884,7 @@ mod tests {
 
     #[test]
     fn alloc_clean_never_takes_from_the_cache() {
-        let src = PageSource::new(PS).unwrap();
+        let src = PageSource::new(PS, None).unwrap();
         let a = src.alloc(3).unwrap();
         fill(&a, 0xab);
         let addr = a.as_ptr();
@@ -910,7 +902,7 @@ mod tests {
 
     #[test]
     fn alloc_pending_reuses_a_cached_run_with_every_page_pending() {
-        let src = PageSource::new(PS).unwrap();
+        let src = PageSource::new(PS, None).unwrap();
         let a = src.alloc(4).unwrap();
         fill(&a, 0xcd);
         let addr = a.as_ptr();
@@ -944,7 +936,7 @@ mod tests {
 
     #[test]
     fn the_bound_is_respected_and_released_in_batches() {
-        let src = PageSource::new(PS).unwrap();
+        let src = PageSource::new(PS, None).unwrap();
         src.set_cache_limit(8);
         let runs: Vec<Run> = (0..10).map(|_| src.alloc(2).unwrap()).collect();
         for r in &runs {
@@ -968,7 +960,7 @@ mod tests {
 
     #[test]
     fn adjacent_runs_are_released_as_one_range() {
-        let src = PageSource::new(PS).unwrap();
+        let src = PageSource::new(PS, None).unwrap();
         let runs: Vec<Run> = (0..4).map(|_| src.alloc(2).unwrap()).collect();
         let base = runs[0].as_ptr();
         for r in &runs {
@@ -1003,7 +995,7 @@ mod tests {
 
     #[test]
     fn flush_releases_everything() {
-        let src = PageSource::new(PS).unwrap();
+        let src = PageSource::new(PS, None).unwrap();
         let runs: Vec<Run> = (0..6).map(|i| src.alloc(1 + i % 3).unwrap()).collect();
         let spans: Vec<(*mut u8, u32)> = runs.iter().map(|r| (r.as_ptr(), r.pages())).collect();
         for r in &runs {
@@ -1024,7 +1016,7 @@ mod tests {
 
     #[test]
     fn a_zero_bound_releases_every_free_at_once() {
-        let src = PageSource::new(PS).unwrap();
+        let src = PageSource::new(PS, None).unwrap();
         src.set_cache_limit(0);
         let a = src.alloc(2).unwrap();
         fill(&a, 1);
@@ -1040,7 +1032,7 @@ mod tests {
 
     #[test]
     fn lowering_the_bound_releases_what_is_over_it() {
-        let src = PageSource::new(PS).unwrap();
+        let src = PageSource::new(PS, None).unwrap();
         let a = src.alloc(4).unwrap();
         src.free(a);
         src.set_cache_limit(8);
@@ -1051,7 +1043,7 @@ mod tests {
 
     #[test]
     fn a_hold_raises_the_bound_until_dropped() {
-        let src = PageSource::new(PS).unwrap();
+        let src = PageSource::new(PS, None).unwrap();
         src.set_cache_limit(4);
         src.set_hold_limit(100);
         let runs: Vec<Run> = (0..5).map(|_| src.alloc(2).unwrap()).collect();
@@ -1072,7 +1064,7 @@ mod tests {
 
     #[test]
     fn the_limit_counts_cached_pages_but_never_fails_because_of_them() {
-        let src = PageSource::with_limit(PS, 10).unwrap();
+        let src = PageSource::new(PS, Some(10)).unwrap();
         let a = src.alloc(8).unwrap();
         assert_eq!(
             src.alloc(3).unwrap_err(),
@@ -1094,22 +1086,22 @@ mod tests {
 
     #[test]
     fn bad_requests_are_errors() {
-        let src = PageSource::new(PS).unwrap();
+        let src = PageSource::new(PS, None).unwrap();
         assert_eq!(src.alloc(0).unwrap_err(), PagesError::RunLength(0));
         assert_eq!(src.alloc_clean(17).unwrap_err(), PagesError::RunLength(17));
         assert_eq!(
-            PageSource::new(1000).unwrap_err(),
+            PageSource::new(1000, None).unwrap_err(),
             PagesError::PageSize(1000)
         );
         assert_eq!(
-            PageSource::new(131072).unwrap_err(),
+            PageSource::new(131072, None).unwrap_err(),
             PagesError::PageSize(131072)
         );
     }
 
     #[test]
     fn longer_free_runs_are_split() {
-        let src = PageSource::new(PS).unwrap();
+        let src = PageSource::new(PS, None).unwrap();
         let a = src.alloc(8).unwrap();
         let base = a.as_ptr();
         src.free(a);
@@ -1122,7 +1114,7 @@ mod tests {
 
     #[test]
     fn discard_zeroes_part_of_a_run_at_once() {
-        let src = PageSource::new(PS).unwrap();
+        let src = PageSource::new(PS, None).unwrap();
         let a = src.alloc(4).unwrap();
         fill(&a, 7);
         src.discard(&a, 2, 5);
@@ -1132,7 +1124,7 @@ mod tests {
 
     #[test]
     fn discard_later_is_released_with_the_next_batch() {
-        let src = PageSource::new(PS).unwrap();
+        let src = PageSource::new(PS, None).unwrap();
         let a = src.alloc(8).unwrap();
         fill(&a, 7);
         src.discard_later(&a, 6, 2);
@@ -1160,7 +1152,7 @@ mod tests {
 
     #[test]
     fn pending_pages_share_the_bound() {
-        let src = PageSource::new(PS).unwrap();
+        let src = PageSource::new(PS, None).unwrap();
         src.set_cache_limit(6);
         let a = src.alloc(8).unwrap();
         let b = src.alloc(4).unwrap();
@@ -1175,7 +1167,7 @@ mod tests {
 
     #[test]
     fn a_freed_run_takes_its_pending_tail_along() {
-        let src = PageSource::new(PS).unwrap();
+        let src = PageSource::new(PS, None).unwrap();
         let a = src.alloc(8).unwrap();
         fill(&a, 1);
         src.discard_later(&a, 3, 5);
@@ -1195,7 +1187,7 @@ mod tests {
         // One thread gives up a run's tail and reclaims it to write a pattern,
         // which it checks; another flushes all the time. Whatever the
         // interleaving, a reclaimed page keeps what is written to it.
-        let src = std::sync::Arc::new(PageSource::new(PS).unwrap());
+        let src = std::sync::Arc::new(PageSource::new(PS, None).unwrap());
         src.set_cache_limit(1 << 20);
         let run = src.alloc(8).unwrap();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -1226,7 +1218,7 @@ mod tests {
 
     #[test]
     fn many_chunks() {
-        let src = PageSource::new(65536).unwrap();
+        let src = PageSource::new(65536, None).unwrap();
         let runs: Vec<Run> = (0..100).map(|_| src.alloc(16).unwrap()).collect();
         assert_eq!(src.pages_out(), 1600);
         for r in runs {

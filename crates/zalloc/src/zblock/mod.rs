@@ -49,11 +49,9 @@
 //! a type mutex. `read_begin` counts a *read hold* on the slot, and
 //! `read_end` drops it; the bytes are read with the mutex released. `write`
 //! and `free` wait (on the condition variable of the type's `inner`, a
-//! [`zpool::holds::HoldLock`]) until the object has no read holds. Every
+//! `holds::HoldLock`, private to this crate) until the object has no read holds. Every
 //! update under a type mutex completes before anything that can panic, so a
 //! poisoned mutex still guards consistent state.
-
-#![warn(missing_docs)]
 
 pub mod table;
 
@@ -61,8 +59,8 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use crate::holds::HoldLock;
 use pages::{PageSource, Run};
-use zpool::holds::HoldLock;
 use zpool::{ZHandle, ZPool, ZPoolError, ZPoolStats};
 
 pub use table::{BlockType, BLOCK_HEADER};
@@ -169,11 +167,8 @@ impl ZBlock {
     }
 
     fn build(page_size: usize, limit: Option<usize>) -> Result<ZBlock, ZPoolError> {
-        let source = match limit {
-            Some(l) => PageSource::with_limit(page_size, l),
-            None => PageSource::new(page_size),
-        }
-        .map_err(|e| ZPoolError::Config(e.to_string()))?;
+        let source =
+            PageSource::new(page_size, limit).map_err(|e| ZPoolError::Config(e.to_string()))?;
         let table = table::block_types(page_size);
         if table.is_empty()
             || table.len() > TYPE_MASK as usize + 1
@@ -199,7 +194,7 @@ impl ZBlock {
         Ok(ZBlock {
             source,
             page_size,
-            tag: zpool::next_pool_tag(),
+            tag: crate::bookkeeping::next_pool_tag(),
             types,
             total_pages: AtomicUsize::new(0),
             objects: AtomicU64::new(0),
@@ -340,7 +335,7 @@ impl ZBlock {
             }
             pages += live * tp.info.pages as usize;
         }
-        zpool::check_totals(
+        crate::bookkeeping::check_totals(
             (pages, objects),
             (self.total_pages(), self.objects.load(Ordering::Relaxed)),
             self.source.pages_out(),

@@ -31,8 +31,8 @@
 //! MIDDLE; if every list is empty it takes a new page. The kernel kept these
 //! lists per CPU; here there is one set (a user-space thread has no stable
 //! CPU), which is what the kernel's lists amount to on one CPU. The lists
-//! themselves (linking, the scan, their check) are [`zpool::lists`], which
-//! zbud uses too; this crate says which list a page belongs on.
+//! themselves (linking, the scan, their check) are `lists::ChunkLists`
+//! (private to this crate), which zbud uses too; this module says which list a page belongs on.
 //!
 //! # Compaction
 //!
@@ -69,19 +69,17 @@
 //! `read_begin` counts a *read hold* on the object's entry and `read_end`
 //! drops it; the bytes are read with the mutex released. `write` and `free`
 //! wait (on the condition variable of `Z3Fold::inner`, a
-//! [`zpool::holds::HoldLock`]) until an object has no read holds, and
+//! `holds::HoldLock`, private to this crate) until an object has no read holds, and
 //! compaction skips held objects, so a reader's bytes never move or change.
 //! Every update under the mutex completes before anything that can panic, so
 //! a poisoned mutex still guards consistent state.
 
-#![warn(missing_docs)]
-
 use std::fmt;
 use std::ptr::NonNull;
 
+use crate::holds::HoldLock;
+use crate::lists::ChunkLists;
 use pages::{PageSource, Run};
-use zpool::holds::HoldLock;
-use zpool::lists::ChunkLists;
 use zpool::{ZCompacted, ZHandle, ZPool, ZPoolError, ZPoolStats};
 
 /// Chunks per page.
@@ -266,16 +264,13 @@ impl Z3Fold {
     }
 
     fn build(page_size: usize, limit: Option<usize>) -> Result<Z3Fold, ZPoolError> {
-        let source = match limit {
-            Some(l) => PageSource::with_limit(page_size, l),
-            None => PageSource::new(page_size),
-        }
-        .map_err(|e| ZPoolError::Config(e.to_string()))?;
+        let source =
+            PageSource::new(page_size, limit).map_err(|e| ZPoolError::Config(e.to_string()))?;
         Ok(Z3Fold {
             source,
             page_size,
             chunk_shift: page_size.trailing_zeros() - TOTAL_CHUNKS.trailing_zeros(),
-            tag: zpool::next_pool_tag(),
+            tag: crate::bookkeeping::next_pool_tag(),
             inner: HoldLock::new(Inner {
                 pages: Vec::new(),
                 free_pages: Vec::new(),
@@ -583,7 +578,7 @@ impl Z3Fold {
         if inner.entries.iter().any(|e| e.readers != 0) {
             return Err("an object is still being read".into());
         }
-        zpool::check_totals(
+        crate::bookkeeping::check_totals(
             (live, objects),
             (inner.live_pages, inner.objects),
             self.source.pages_out(),

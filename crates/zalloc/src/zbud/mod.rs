@@ -28,7 +28,8 @@
 //! bounded scan of 62 list heads, free is O(1). That is zbud's case for
 //! determinism (seed 004), and its density is capped at two objects a page.
 //! The lists themselves (linking, the scan, their check) are
-//! [`zpool::lists`], which z3fold uses too; this crate says which list a
+//! `lists::ChunkLists` (private to this crate), which z3fold uses too;
+//! this module says which list a
 //! page belongs on.
 //!
 //! # Differences from the kernel
@@ -53,20 +54,18 @@
 //! read takes it twice, briefly: `read_begin` counts a *read hold* on the
 //! buddy and `read_end` drops it. The bytes are read with the mutex
 //! released. `write` and `free` wait (on the condition variable of
-//! `ZBud::inner`, a [`zpool::holds::HoldLock`]) until an object has no read
+//! `ZBud::inner`, a `holds::HoldLock`, private to this crate) until an object has no read
 //! holds, so the bytes a reader sees never change and its page is never freed
 //! under it. `write` copies under the mutex. Every update under the mutex is
 //! finished before anything that can panic, so a poisoned mutex still guards
 //! consistent state.
 
-#![warn(missing_docs)]
-
 use std::fmt;
 use std::ptr::NonNull;
 
+use crate::holds::HoldLock;
+use crate::lists::ChunkLists;
 use pages::{PageSource, Run};
-use zpool::holds::HoldLock;
-use zpool::lists::ChunkLists;
 use zpool::{ZHandle, ZPool, ZPoolError, ZPoolStats};
 
 /// Chunks per page (`1 << NCHUNKS_ORDER` in the kernel).
@@ -177,16 +176,13 @@ impl ZBud {
     }
 
     fn build(page_size: usize, limit: Option<usize>) -> Result<ZBud, ZPoolError> {
-        let source = match limit {
-            Some(l) => PageSource::with_limit(page_size, l),
-            None => PageSource::new(page_size),
-        }
-        .map_err(|e| ZPoolError::Config(e.to_string()))?;
+        let source =
+            PageSource::new(page_size, limit).map_err(|e| ZPoolError::Config(e.to_string()))?;
         Ok(ZBud {
             source,
             page_size,
             chunk_shift: page_size.trailing_zeros() - TOTAL_CHUNKS.trailing_zeros(),
-            tag: zpool::next_pool_tag(),
+            tag: crate::bookkeeping::next_pool_tag(),
             inner: HoldLock::new(Inner {
                 pages: Vec::new(),
                 free_ids: Vec::new(),
@@ -309,7 +305,7 @@ impl ZBud {
         {
             return Err("the free page-record list is not the unused records".into());
         }
-        zpool::check_totals(
+        crate::bookkeeping::check_totals(
             (live, objects),
             (inner.live_pages, inner.objects),
             self.source.pages_out(),
