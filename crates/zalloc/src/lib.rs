@@ -1,9 +1,22 @@
-//! Opens any of zmem's allocators by name.
+//! zmem's page-packing allocators, and the one place that opens any
+//! allocator by name.
+//!
+//! Three allocators live here, one module each: [`zbud`] (at most two
+//! objects a page), [`z3fold`] (at most three, in-page compaction) and
+//! [`zblock`] (fixed-size slots in multi-page blocks). Their shared
+//! bookkeeping is private to this crate: read holds (`holds`), the
+//! unbuddied lists of zbud and z3fold (`lists`), the handle tag and the
+//! totals check (`bookkeeping`). zsmalloc is its own crate; this one only
+//! opens it.
 //!
 //! Everything that lets a user choose an allocator (`--alloc
 //! zsmalloc|zbud|z3fold|zblock` in the store, `zmem replay`, `zmem serve`,
 //! `zmem exp latency`) goes through [`open`], so the names, the options they
 //! take and the errors for bad ones are the same everywhere.
+//!
+//! This crate owns the three allocators and the name table. It may not map
+//! memory itself (every page comes from a `pages::PageSource`) and does not
+//! reach into zsmalloc beyond its public configuration.
 //!
 //! ```
 //! use zalloc::{open, AllocOptions};
@@ -18,6 +31,13 @@
 //! ```
 
 #![warn(missing_docs)]
+
+mod bookkeeping;
+mod holds;
+mod lists;
+pub mod z3fold;
+pub mod zblock;
+pub mod zbud;
 
 use std::sync::Arc;
 
@@ -97,7 +117,7 @@ impl AllocOptions {
 /// Unknown names and settings an allocator cannot use (a page size it does
 /// not support, an invalid chain or delta) give [`ZPoolError::Config`].
 ///
-/// What each one is (see its crate):
+/// What each one is (see its module, or crate `zsmalloc`):
 /// - `zsmalloc`: size classes packed into zspages, compaction; objects up
 ///   to a page.
 /// - `zbud`: at most two objects a page; objects up to `page_size - 2 *

@@ -8,17 +8,11 @@
 //! only through it.
 //!
 //! This crate owns the trait, the handle and error types every allocator
-//! shares, and [`ObjectRead`], the guard that ends a read. It also holds the
-//! bookkeeping more than one allocator does the same way: the tag in every
-//! handle ([`next_pool_tag`]), the read holds of zbud, z3fold and zblock
-//! ([`holds`]), the unbuddied lists of zbud and z3fold ([`lists`]) and the
-//! last step of an invariant check ([`check_totals`]). It implements no
-//! allocator and maps no memory.
+//! shares, and [`ObjectRead`], the guard that ends a read. It implements no
+//! allocator, keeps no allocator's bookkeeping (zbud, z3fold and zblock share
+//! theirs privately in crate `zalloc`) and maps no memory.
 
 #![warn(missing_docs)]
-
-pub mod holds;
-pub mod lists;
 
 use std::fmt;
 use std::num::NonZeroU64;
@@ -217,48 +211,6 @@ pub trait ZPool: Send + Sync {
     fn check_invariants(&self) -> Result<(), String> {
         Ok(())
     }
-}
-
-/// A fresh tag for a new allocator instance, in `1..=126`.
-///
-/// Allocators put it in the top bits of their handles so that a handle of
-/// another instance (or another allocator) is refused as foreign in all but
-/// one case in 126. One sequence for the whole process keeps the tags of
-/// allocators made one after another apart. Never 0 (so a handle with a tag
-/// is never 0) and never 127 (so a raw handle stays below the top 4095
-/// values, which C callers read as error codes).
-pub fn next_pool_tag() -> u8 {
-    use std::sync::atomic::{AtomicU8, Ordering};
-    static NEXT: AtomicU8 = AtomicU8::new(0x11);
-    loop {
-        let tag = NEXT.fetch_add(41, Ordering::Relaxed) & 0x7f;
-        if tag != 0 && tag != 0x7f {
-            return tag;
-        }
-    }
-}
-
-/// The last step of an allocator's `check_invariants`: the pages and objects
-/// its walk `counted` against the counters it `kept`, and the pages against
-/// those its page source has out. Returns the first mismatch.
-pub fn check_totals(
-    counted: (usize, u64),
-    kept: (usize, u64),
-    pages_out: usize,
-) -> Result<(), String> {
-    let (pages, objects) = counted;
-    if counted != kept {
-        return Err(format!(
-            "counted {pages} pages, {objects} objects; kept {}, {}",
-            kept.0, kept.1
-        ));
-    }
-    if pages_out != pages {
-        return Err(format!(
-            "the page source has {pages_out} pages out for {pages} live pages"
-        ));
-    }
-    Ok(())
 }
 
 /// A begun read that ends when dropped.

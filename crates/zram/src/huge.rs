@@ -33,7 +33,7 @@ impl HugePages {
     /// Pages of `page_size` bytes.
     pub fn new(page_size: usize) -> Result<HugePages, StoreError> {
         Ok(HugePages {
-            source: PageSource::new(page_size)
+            source: PageSource::new(page_size, None)
                 .map_err(|e| StoreError::Config(format!("huge pages: {e}")))?,
             table: Mutex::new(Table::default()),
         })

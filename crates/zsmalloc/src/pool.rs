@@ -298,11 +298,8 @@ impl Pool {
             return Err(PoolError::Geometry(GeometryError::Delta(geometry.delta())));
         }
         let page_size = config.geometry.page_size;
-        let pages = match config.page_limit {
-            Some(limit) => PageSource::with_limit(page_size as usize, limit),
-            None => PageSource::new(page_size as usize),
-        }
-        .map_err(PoolError::Pages)?;
+        let pages =
+            PageSource::new(page_size as usize, config.page_limit).map_err(PoolError::Pages)?;
         let compat = config.mode == Mode::KernelCompat;
         let classes = geometry
             .classes()

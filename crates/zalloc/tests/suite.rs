@@ -1,14 +1,16 @@
 //! The shared allocator suite: every test runs against every allocator
 //! (zsmalloc in both modes, zbud, z3fold, zblock) through `ZPool` alone.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{pattern, read_vec, Rng, Subject, SUBJECTS};
 use proptest::prelude::*;
 use zpool::{ObjectRead, ZHandle, ZPoolError};
-use zpool_tests::{pattern, read_vec, Rng, Subject, SUBJECTS};
 
 const PAGE_SIZES: [usize; 3] = [4096, 16384, 65536];
 

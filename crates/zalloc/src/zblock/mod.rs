@@ -45,15 +45,16 @@
 //!
 //! Each type has its own mutex (the kernel had a list spinlock per type), so
 //! objects of different types never wait on each other. No thread holds two
-//! type mutexes. The pool's page and object counts are atomics updated under
-//! a type mutex. `read_begin` counts a *read hold* on the slot, and
-//! `read_end` drops it; the bytes are read with the mutex released. `write`
-//! and `free` wait (on the condition variable of the type's `inner`, a
-//! [`zpool::holds::HoldLock`]) until the object has no read holds. Every
-//! update under a type mutex completes before anything that can panic, so a
-//! poisoned mutex still guards consistent state.
-
-#![warn(missing_docs)]
+//! type mutexes. The pool's page and object counts are atomics updated under a
+//! type mutex. `read_begin` counts a *read hold* on the slot, and `read_end`
+//! drops it; the bytes are read with the mutex released. `write` and `free`
+//! wait (on the condition variable of the type's `inner`, a `holds::HoldLock`,
+//! private to this crate) until the object has no read holds. Every update
+//! under a type mutex completes before anything that can panic, so a poisoned
+//! mutex still guards consistent state.
+//!
+//! This module owns zblock's blocks, slot bitmaps and handles; it may not map
+//! memory (blocks come from its `PageSource`) or know about other allocators.
 
 pub mod table;
 
@@ -61,8 +62,8 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use crate::holds::HoldLock;
 use pages::{PageSource, Run};
-use zpool::holds::HoldLock;
 use zpool::{ZHandle, ZPool, ZPoolError, ZPoolStats};
 
 pub use table::{BlockType, BLOCK_HEADER};
@@ -169,11 +170,8 @@ impl ZBlock {
     }
 
     fn build(page_size: usize, limit: Option<usize>) -> Result<ZBlock, ZPoolError> {
-        let source = match limit {
-            Some(l) => PageSource::with_limit(page_size, l),
-            None => PageSource::new(page_size),
-        }
-        .map_err(|e| ZPoolError::Config(e.to_string()))?;
+        let source =
+            PageSource::new(page_size, limit).map_err(|e| ZPoolError::Config(e.to_string()))?;
         let table = table::block_types(page_size);
         if table.is_empty()
             || table.len() > TYPE_MASK as usize + 1
@@ -199,7 +197,7 @@ impl ZBlock {
         Ok(ZBlock {
             source,
             page_size,
-            tag: zpool::next_pool_tag(),
+            tag: crate::bookkeeping::next_pool_tag(),
             types,
             total_pages: AtomicUsize::new(0),
             objects: AtomicU64::new(0),
@@ -340,7 +338,7 @@ impl ZBlock {
             }
             pages += live * tp.info.pages as usize;
         }
-        zpool::check_totals(
+        crate::bookkeeping::check_totals(
             (pages, objects),
             (self.total_pages(), self.objects.load(Ordering::Relaxed)),
             self.source.pages_out(),
@@ -580,94 +578,4 @@ impl ZPool for ZBlock {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use zpool::read_into;
-
-    #[test]
-    fn sizes_go_to_the_smallest_slot_that_holds_them() {
-        let pool = ZBlock::new(4096).unwrap();
-        let types = pool.block_types();
-        assert_eq!(types.len(), 37);
-        assert_eq!(pool.type_for(1).unwrap(), 0);
-        assert_eq!(pool.type_for(144).unwrap(), 0, "equal to a slot: that slot");
-        assert_eq!(pool.type_for(145).unwrap(), 1);
-        // The largest-slot edge case: 4080 fits the last type, 4081 nothing.
-        assert_eq!(pool.type_for(4080).unwrap(), 36);
-        assert_eq!(pool.max_object_size(), 4080);
-        assert_eq!(
-            pool.malloc(4081).unwrap_err(),
-            ZPoolError::TooLarge {
-                len: 4081,
-                max: 4080
-            }
-        );
-        let h = pool.malloc(4080).unwrap();
-        pool.write(h, &[0xee; 4080]).unwrap();
-        let mut buf = vec![0; 4080];
-        read_into(&pool, h, &mut buf).unwrap();
-        assert_eq!(buf, vec![0xee; 4080]);
-        assert_eq!(pool.total_pages(), 4, "4080 B x 4 slots in 4 pages");
-        pool.free(h).unwrap();
-        assert_eq!(pool.total_pages(), 0);
-        for (i, t) in types.iter().enumerate() {
-            assert_eq!(pool.type_for(t.slot_size as usize).unwrap(), i);
-        }
-    }
-
-    #[test]
-    fn a_block_fills_then_a_new_one_starts() {
-        let pool = ZBlock::new(4096).unwrap();
-        // Type 0: 28 slots of 144 bytes in one page.
-        let hs: Vec<ZHandle> = (0..29).map(|_| pool.malloc(100).unwrap()).collect();
-        assert_eq!(pool.total_pages(), 2);
-        pool.check_invariants().unwrap();
-        // Free one from the full first block: it goes to the list's tail, so
-        // the next object still goes to the second block (the head).
-        pool.free(hs[3]).unwrap();
-        let h = pool.malloc(100).unwrap();
-        let (_, (_, block, _, _)) = pool.parse(h).unwrap();
-        assert_eq!(block, 1);
-        pool.check_invariants().unwrap();
-        for (i, h) in hs.into_iter().enumerate().chain([(99, h)]) {
-            if i != 3 {
-                pool.free(h).unwrap();
-            }
-        }
-        assert_eq!(pool.total_pages(), 0);
-        pool.check_invariants().unwrap();
-    }
-
-    #[test]
-    fn larger_pages_have_computed_tables() {
-        for ps in [8192, 16384, 65536] {
-            let pool = ZBlock::new(ps).unwrap();
-            assert!(pool.max_object_size() >= ps - 16);
-            let h = pool.malloc(pool.max_object_size()).unwrap();
-            let small = pool.malloc(1).unwrap();
-            pool.write(small, b"x").unwrap();
-            pool.free(h).unwrap();
-            pool.free(small).unwrap();
-            assert_eq!(pool.total_pages(), 0);
-        }
-    }
-
-    #[test]
-    fn stale_and_foreign_handles_are_refused() {
-        let pool = ZBlock::new(4096).unwrap();
-        let other = ZBlock::new(4096).unwrap();
-        let h = pool.malloc(100).unwrap();
-        let keep = pool.malloc(100).unwrap();
-        assert_eq!(other.free(h).unwrap_err(), FOREIGN);
-        pool.free(h).unwrap();
-        assert_eq!(pool.free(h).unwrap_err(), FREED);
-        let h2 = pool.malloc(100).unwrap();
-        assert_eq!(pool.write(h, b"x").unwrap_err(), STALE);
-        // A slot index past the type's slot count.
-        let forged = ZHandle::from_raw(keep.to_raw() | 0xff).unwrap();
-        assert_eq!(pool.free(forged).unwrap_err(), FOREIGN);
-        pool.free(h2).unwrap();
-        pool.free(keep).unwrap();
-        pool.check_invariants().unwrap();
-    }
-}
+mod tests;

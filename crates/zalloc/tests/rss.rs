@@ -3,9 +3,11 @@
 //!
 //! One test in its own binary, so nothing else allocates while RSS is read.
 
+mod common;
+
+use common::{Rng, SUBJECTS};
 use testkit::rss::{free_every_other, rss_kib};
 use zpool::ZHandle;
-use zpool_tests::{Rng, SUBJECTS};
 
 #[test]
 fn rss_follows_every_allocator() {

@@ -28,8 +28,8 @@
 //! bounded scan of 62 list heads, free is O(1). That is zbud's case for
 //! determinism (seed 004), and its density is capped at two objects a page.
 //! The lists themselves (linking, the scan, their check) are
-//! [`zpool::lists`], which z3fold uses too; this crate says which list a
-//! page belongs on.
+//! `lists::ChunkLists` (private to this crate), which z3fold uses too; this
+//! module says which list a page belongs on.
 //!
 //! # Differences from the kernel
 //!
@@ -49,24 +49,25 @@
 //!     -> page source mutex (leaf, inside `PageSource`)
 //! ```
 //!
-//! One mutex guards the whole pool, like the kernel's single spinlock. A
-//! read takes it twice, briefly: `read_begin` counts a *read hold* on the
-//! buddy and `read_end` drops it. The bytes are read with the mutex
-//! released. `write` and `free` wait (on the condition variable of
-//! `ZBud::inner`, a [`zpool::holds::HoldLock`]) until an object has no read
+//! One mutex guards the whole pool, like the kernel's single spinlock. A read
+//! takes it twice, briefly: `read_begin` counts a *read hold* on the buddy and
+//! `read_end` drops it. The bytes are read with the mutex released. `write`
+//! and `free` wait (on the condition variable of `ZBud::inner`, a
+//! `holds::HoldLock`, private to this crate) until an object has no read
 //! holds, so the bytes a reader sees never change and its page is never freed
 //! under it. `write` copies under the mutex. Every update under the mutex is
 //! finished before anything that can panic, so a poisoned mutex still guards
 //! consistent state.
-
-#![warn(missing_docs)]
+//!
+//! This module owns zbud's pages, handles and list placement; it may not map
+//! memory (pages come from its `PageSource`) or know about other allocators.
 
 use std::fmt;
 use std::ptr::NonNull;
 
+use crate::holds::HoldLock;
+use crate::lists::ChunkLists;
 use pages::{PageSource, Run};
-use zpool::holds::HoldLock;
-use zpool::lists::ChunkLists;
 use zpool::{ZHandle, ZPool, ZPoolError, ZPoolStats};
 
 /// Chunks per page (`1 << NCHUNKS_ORDER` in the kernel).
@@ -177,16 +178,13 @@ impl ZBud {
     }
 
     fn build(page_size: usize, limit: Option<usize>) -> Result<ZBud, ZPoolError> {
-        let source = match limit {
-            Some(l) => PageSource::with_limit(page_size, l),
-            None => PageSource::new(page_size),
-        }
-        .map_err(|e| ZPoolError::Config(e.to_string()))?;
+        let source =
+            PageSource::new(page_size, limit).map_err(|e| ZPoolError::Config(e.to_string()))?;
         Ok(ZBud {
             source,
             page_size,
             chunk_shift: page_size.trailing_zeros() - TOTAL_CHUNKS.trailing_zeros(),
-            tag: zpool::next_pool_tag(),
+            tag: crate::bookkeeping::next_pool_tag(),
             inner: HoldLock::new(Inner {
                 pages: Vec::new(),
                 free_ids: Vec::new(),
@@ -309,7 +307,7 @@ impl ZBud {
         {
             return Err("the free page-record list is not the unused records".into());
         }
-        zpool::check_totals(
+        crate::bookkeeping::check_totals(
             (live, objects),
             (inner.live_pages, inner.objects),
             self.source.pages_out(),
@@ -488,98 +486,5 @@ impl ZPool for ZBud {
 
     fn check_invariants(&self) -> Result<(), String> {
         ZBud::check_invariants(self)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use zpool::read_into;
-
-    #[test]
-    fn geometry_is_the_kernels() {
-        let pool = ZBud::new(4096).unwrap();
-        assert_eq!(pool.chunk_size(), 64);
-        assert_eq!(pool.max_object_size(), 3968);
-        assert_eq!(
-            pool.malloc(3969).unwrap_err(),
-            ZPoolError::TooLarge {
-                len: 3969,
-                max: 3968
-            }
-        );
-        let big = ZBud::new(65536).unwrap();
-        assert_eq!(big.chunk_size(), 1024);
-        assert_eq!(big.max_object_size(), 65536 - 2048);
-    }
-
-    #[test]
-    fn buddies_pair_up_first_then_last() {
-        let pool = ZBud::new(4096).unwrap();
-        // 62 chunks + 1 chunk fill a page; the next object needs a new one.
-        let a = pool.malloc(3968).unwrap();
-        let b = pool.malloc(64).unwrap();
-        assert_eq!(pool.total_pages(), 1);
-        let c = pool.malloc(1).unwrap();
-        assert_eq!(pool.total_pages(), 2);
-        // FIRST at offset 64, LAST right-justified.
-        let pa = pool.read_begin(a, 1).unwrap().cast::<u8>().as_ptr() as usize;
-        let pb = pool.read_begin(b, 1).unwrap().cast::<u8>().as_ptr() as usize;
-        // SAFETY: both reads are outstanding and ended once here.
-        unsafe {
-            pool.read_end(a);
-            pool.read_end(b);
-        }
-        assert_eq!(pa % 4096, 64);
-        assert_eq!(pb % 4096, 4096 - 64);
-        assert_eq!(pa / 4096, pb / 4096);
-        pool.write(a, &[7; 3968]).unwrap();
-        pool.write(b, &[9; 64]).unwrap();
-        pool.free(a).unwrap();
-        // The first buddy's space (62 chunks free) takes a 3000-byte object.
-        let d = pool.malloc(3000).unwrap();
-        assert_eq!(pool.total_pages(), 2);
-        let mut buf = [0; 64];
-        read_into(&pool, b, &mut buf).unwrap();
-        assert_eq!(buf, [9; 64]);
-        for h in [b, c, d] {
-            pool.free(h).unwrap();
-        }
-        assert_eq!(pool.total_pages(), 0);
-        pool.check_invariants().unwrap();
-    }
-
-    #[test]
-    fn lists_are_scanned_from_the_needed_size_up() {
-        let pool = ZBud::new(4096).unwrap();
-        // Two pages with one buddy each: 10 and 40 chunks free.
-        let a = pool.malloc(53 * 64).unwrap(); // page 1: 10 free
-        let b = pool.malloc(23 * 64).unwrap(); // page 2: 40 free
-        assert_eq!(pool.total_pages(), 2);
-        let c = pool.malloc(20 * 64).unwrap(); // only page 2 fits
-        assert_eq!(pool.total_pages(), 2);
-        let d = pool.malloc(11 * 64).unwrap(); // page 1 has 10: new page
-        assert_eq!(pool.total_pages(), 3);
-        pool.check_invariants().unwrap();
-        for h in [a, b, c, d] {
-            pool.free(h).unwrap();
-        }
-        pool.check_invariants().unwrap();
-    }
-
-    #[test]
-    fn stale_and_foreign_handles_are_refused() {
-        let pool = ZBud::new(4096).unwrap();
-        let other = ZBud::new(4096).unwrap();
-        let h = pool.malloc(100).unwrap();
-        assert_eq!(other.free(h).unwrap_err(), FOREIGN);
-        pool.free(h).unwrap();
-        assert_eq!(pool.free(h).unwrap_err(), FREED);
-        let h2 = pool.malloc(100).unwrap();
-        assert_ne!(h, h2, "the generation changed");
-        assert_eq!(pool.write(h, b"x").unwrap_err(), STALE);
-        assert!(pool.read_begin(h, 1).is_err());
-        pool.free(h2).unwrap();
-        pool.check_invariants().unwrap();
     }
 }

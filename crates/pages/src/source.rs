@@ -1,0 +1,456 @@
+//! The [`PageSource`] facade: one mutex over the free runs, the resident
+//! cache with the pending discards and the two frontiers; the page limit and
+//! the bound on cached plus pending pages; [`Hold`]; the counters.
+//!
+//! This module decides which mechanism serves an allocation and when a batch
+//! is released. It may not keep runs itself (`free_runs.rs` and `cache.rs`
+//! do), map memory (`frontier.rs` does) or advise it (`release.rs` does, and
+//! [`PageSource::discard`] here through it); it never reads or writes the
+//! memory it hands out.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::cache::ResidentCache;
+use crate::free_runs::FreeRuns;
+use crate::frontier::{Chunk, Frontier, Use};
+use crate::release::{self, Counters, Range};
+use crate::{
+    os_page_size, PagesError, Run, DEFAULT_CACHE_BYTES, DEFAULT_HOLD_BYTES, MAX_RUN_PAGES,
+};
+
+/// How an allocation may be served (see [`PageSource::alloc`],
+/// [`PageSource::alloc_clean`], [`PageSource::alloc_pending`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fresh {
+    /// A cached run, else the dense frontier.
+    Dense,
+    /// A free run or the sparse frontier, never the cache.
+    Clean,
+    /// A cached run with its pages pending, else as `Clean`.
+    Pending,
+}
+
+struct Inner {
+    /// Every mapping made; unmapped when the source drops.
+    chunks: Vec<Chunk>,
+    /// Free runs by length. Their pages are not resident.
+    free: FreeRuns,
+    /// Cached freed runs and pending tails of runs that are out. Their pages
+    /// may be resident.
+    cache: ResidentCache,
+    /// Fresh runs for holders that touch pages one by one ([`PageSource::alloc_clean`]).
+    sparse: Frontier,
+    /// Fresh runs for holders that write every page at once ([`PageSource::alloc`]).
+    dense: Frontier,
+    /// Pages in runs currently handed out.
+    pages_out: usize,
+    /// Allocations served from the cache.
+    cache_hits: u64,
+    /// Runs given back to the kernel from the cache.
+    runs_released: u64,
+    /// Batches released (cache and pending pages together).
+    batches: u64,
+    /// [`Hold`]s taken and not dropped.
+    holds: usize,
+}
+
+/// Counters of a [`PageSource`], for tests and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SourceStats {
+    /// Pages in runs handed out.
+    pub pages_out: usize,
+    /// Pages of cached freed runs that may still be resident.
+    pub cached_pages: usize,
+    /// Pages given up by [`PageSource::discard_later`] and not yet released.
+    pub pending_pages: usize,
+    /// The bound on cached plus pending pages.
+    pub cache_limit_pages: usize,
+    /// Allocations served from the cache (no system call, no page fault).
+    pub cache_hits: u64,
+    /// Freed runs given back to the kernel (in batches).
+    pub runs_released: u64,
+    /// Batches released.
+    pub batches: u64,
+    /// System calls that gave pages back (`madvise`, `process_madvise`),
+    /// immediate discards included.
+    pub advise_calls: u64,
+    /// Address ranges given back, after coalescing, immediate discards
+    /// included.
+    pub ranges_advised: u64,
+}
+
+/// A source of page runs of one page size.
+pub struct PageSource {
+    page_size: usize,
+    limit_pages: Option<usize>,
+    /// The bound on cached plus pending pages (0: every free and
+    /// `discard_later` is released at once).
+    cache_limit: AtomicUsize,
+    /// The bound while a [`Hold`] is taken.
+    hold_limit: AtomicUsize,
+    counters: Counters,
+    inner: Mutex<Inner>,
+}
+
+// SAFETY: the raw pointers in `Inner` are only touched under the mutex, and
+// the memory they point to is handed out as `Run` tokens whose use is the
+// holder's responsibility.
+unsafe impl Send for PageSource {}
+// SAFETY: every method takes the mutex before touching `Inner`; the other
+// fields are atomics or immutable.
+unsafe impl Sync for PageSource {}
+
+impl fmt::Debug for PageSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PageSource")
+            .field("page_size", &self.page_size)
+            .field("limit_pages", &self.limit_pages)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl PageSource {
+    /// A source of pages of `page_size` bytes that refuses to have more
+    /// than `limit_pages` pages out at once (`None`: no limit).
+    pub fn new(page_size: usize, limit_pages: Option<usize>) -> Result<Self, PagesError> {
+        let os = os_page_size();
+        if !page_size.is_power_of_two() || page_size < os || page_size > 65536 {
+            return Err(PagesError::PageSize(page_size));
+        }
+        Ok(PageSource {
+            page_size,
+            limit_pages,
+            cache_limit: AtomicUsize::new(
+                (DEFAULT_CACHE_BYTES / page_size).max(MAX_RUN_PAGES as usize),
+            ),
+            hold_limit: AtomicUsize::new(DEFAULT_HOLD_BYTES / page_size),
+            counters: Counters::default(),
+            inner: Mutex::new(Inner {
+                chunks: Vec::new(),
+                free: FreeRuns::new(),
+                cache: ResidentCache::new(),
+                sparse: Frontier::new(Use::Sparse),
+                dense: Frontier::new(Use::Dense),
+                pages_out: 0,
+                cache_hits: 0,
+                runs_released: 0,
+                batches: 0,
+                holds: 0,
+            }),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic under this lock leaves `Inner` consistent (every update is a
+        // single push, pop or add), so a poisoned lock is still usable.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Bytes per page.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// Pages in runs currently handed out.
+    pub fn pages_out(&self) -> usize {
+        self.lock().pages_out
+    }
+
+    /// The page limit, if any.
+    pub fn limit_pages(&self) -> Option<usize> {
+        self.limit_pages
+    }
+
+    /// Pages of freed runs kept in the cache that may still be resident.
+    pub fn cached_pages(&self) -> usize {
+        self.lock().cache.cached_pages()
+    }
+
+    /// The bound on cached plus pending pages.
+    pub fn cache_limit(&self) -> usize {
+        self.cache_limit.load(Ordering::Relaxed)
+    }
+
+    /// Sets the bound on cached plus pending pages (0: every freed run and
+    /// every [`PageSource::discard_later`] is released at once, with one
+    /// system call each, as a source without a cache). What is over the new
+    /// bound is released now.
+    pub fn set_cache_limit(&self, pages: usize) {
+        self.cache_limit.store(pages, Ordering::Relaxed);
+        let mut inner = self.lock();
+        self.release_if_over(&mut inner);
+    }
+
+    /// The source's counters.
+    pub fn stats(&self) -> SourceStats {
+        let inner = self.lock();
+        SourceStats {
+            pages_out: inner.pages_out,
+            cached_pages: inner.cache.cached_pages(),
+            pending_pages: inner.cache.pending_pages(),
+            cache_limit_pages: self.cache_limit(),
+            cache_hits: inner.cache_hits,
+            runs_released: inner.runs_released,
+            batches: inner.batches,
+            advise_calls: self.counters.calls.load(Ordering::Relaxed),
+            ranges_advised: self.counters.ranges.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Hands out `pages` contiguous pages for a holder that writes all of
+    /// them at once: a cached run of that length if there is one (its bytes
+    /// are stale and its pages may all be resident), otherwise a fresh
+    /// zero-filled run, whose pages may be resident already (populated ahead
+    /// with transparent huge pages where the system offers them; see
+    /// `frontier.rs`).
+    pub fn alloc(&self, pages: u32) -> Result<Run, PagesError> {
+        self.alloc_from(pages, Fresh::Dense)
+    }
+
+    /// Hands out `pages` contiguous zero-filled pages, none of them resident
+    /// until touched. Never takes a cached run.
+    pub fn alloc_clean(&self, pages: u32) -> Result<Run, PagesError> {
+        self.alloc_from(pages, Fresh::Clean)
+    }
+
+    /// Hands out `pages` contiguous pages for a holder that touches them one
+    /// by one, counting only those: a cached run of that length if there is
+    /// one, with every page that may be resident *pending* (as if given up
+    /// with [`PageSource::discard_later`]), otherwise as
+    /// [`PageSource::alloc_clean`].
+    ///
+    /// The holder must call [`PageSource::reclaim`] before it touches a page
+    /// (pages taken back keep stale bytes; pages released meanwhile read as
+    /// zero). Pages it never takes back are released with the next batch, so
+    /// the resident set stays within the cache bound of what it counts, while
+    /// the pages it does fill were faulted in already: no page fault, no
+    /// zeroing, no system call.
+    pub fn alloc_pending(&self, pages: u32) -> Result<Run, PagesError> {
+        self.alloc_from(pages, Fresh::Pending)
+    }
+
+    fn alloc_from(&self, pages: u32, how: Fresh) -> Result<Run, PagesError> {
+        if pages == 0 || pages > MAX_RUN_PAGES {
+            return Err(PagesError::RunLength(pages));
+        }
+        let want = pages as usize;
+        let mut inner = self.lock();
+        if let Some(limit) = self.limit_pages {
+            if inner.pages_out + want > limit {
+                return Err(PagesError::LimitReached { limit });
+            }
+        }
+        if how != Fresh::Clean {
+            // From cached to pending for `Fresh::Pending`: the bound counts
+            // both alike.
+            if let Some(ptr) = inner.cache.take(pages, how == Fresh::Pending) {
+                inner.cache_hits += 1;
+                inner.pages_out += want;
+                return Ok(Run { ptr, pages });
+            }
+        }
+        if let Some(limit) = self.limit_pages {
+            // Fresh pages would take pages out plus cached pages over the
+            // limit: give the cache back first.
+            let cached = inner.cache.cached_pages();
+            if cached > 0 && inner.pages_out + cached + want > limit {
+                self.release_all(&mut inner);
+            }
+        }
+        let ptr = match inner.free.take(pages, self.page_size) {
+            Some(ptr) => ptr,
+            None => {
+                let bytes = pages as usize * self.page_size;
+                let inner = &mut *inner;
+                let frontier = match how {
+                    Fresh::Dense => &mut inner.dense,
+                    Fresh::Clean | Fresh::Pending => &mut inner.sparse,
+                };
+                frontier.carve(bytes, &mut inner.chunks)?
+            }
+        };
+        inner.pages_out += want;
+        Ok(Run { ptr, pages })
+    }
+
+    /// Takes a run back into the cache (all its pages may be resident); the
+    /// cache and pending pages are released in one batch if this takes them
+    /// over their bound.
+    ///
+    /// The caller must hold no reference into the run's memory: the run may
+    /// be handed to another caller, or its pages dropped, at any time. The
+    /// type system cannot check this for raw pointers, which is why
+    /// dereferencing them was `unsafe` in the first place.
+    pub fn free(&self, run: Run) {
+        let pages = run.pages;
+        self.free_resident(run, pages);
+    }
+
+    /// As [`PageSource::free`], for a run of which only the first `resident`
+    /// pages may be resident: the caller discarded the others (immediately or
+    /// with [`PageSource::discard_later`]) and has not touched them since.
+    /// The bound counts the pages that may be resident.
+    pub fn free_resident(&self, run: Run, resident: u32) {
+        let mut resident = resident.min(run.pages);
+        let mut inner = self.lock();
+        inner.pages_out -= run.pages as usize;
+        if let Some(end) = inner.cache.forget_pending(run.ptr.as_ptr() as usize) {
+            // Its pending tail is still resident: it goes with the run.
+            resident = resident.max(end);
+        }
+        if resident == 0 {
+            inner.free.push(run.pages, run.ptr);
+            return;
+        }
+        inner.cache.put(run.ptr, run.pages, resident);
+        self.release_if_over(&mut inner);
+    }
+
+    /// Gives up pages `first..first + count` of `run`, which stays out,
+    /// without a system call: they are released with the next batch (see the
+    /// module documentation). Until then their bytes stay as they were; after,
+    /// they read as zero. Out-of-range pages are clamped to the run.
+    ///
+    /// The holder must not touch these pages again before calling
+    /// [`PageSource::reclaim`] for them: a batch may drop them at any time.
+    /// A range that neither touches nor overlaps the run's pending pages is
+    /// released at once (a run has one pending range, its tail).
+    pub fn discard_later(&self, run: &Run, first: u32, count: u32) {
+        let end = first.saturating_add(count).min(run.pages);
+        if first >= end {
+            return;
+        }
+        let key = run.ptr.as_ptr() as usize;
+        let mut inner = self.lock();
+        if !inner.cache.add_pending(key, first, end) {
+            drop(inner);
+            self.discard(run, first, count);
+            return;
+        }
+        self.release_if_over(&mut inner);
+    }
+
+    /// Takes back pages below `upto` of `run` that were given up with
+    /// [`PageSource::discard_later`] and not yet released; the holder calls
+    /// it before touching them again. Pages already released read as zero,
+    /// the others keep their bytes. Returns true if pages of the run from
+    /// `upto` on are still pending.
+    pub fn reclaim(&self, run: &Run, upto: u32) -> bool {
+        let key = run.ptr.as_ptr() as usize;
+        self.lock().cache.reclaim(key, upto)
+    }
+
+    /// Gives every cached run and every pending page back to the kernel now
+    /// (one batch). Returns the pages released (those that may have been
+    /// resident).
+    pub fn flush(&self) -> usize {
+        let mut inner = self.lock();
+        let pages = inner.cache.cached_pages() + inner.cache.pending_pages();
+        self.release_all(&mut inner);
+        pages
+    }
+
+    /// Sets the bound on cached plus pending pages while a [`Hold`] is
+    /// taken (default [`DEFAULT_HOLD_BYTES`]; never below the cache's bound).
+    pub fn set_hold_limit(&self, pages: usize) {
+        self.hold_limit.store(pages, Ordering::Relaxed);
+    }
+
+    /// Raises the bound on cached plus pending pages to the hold limit until
+    /// the returned guard drops; then the usual bound applies again (what is
+    /// over it is released in one batch).
+    ///
+    /// For work that frees many runs in a burst, such as compaction: the runs
+    /// it frees were resident when it started, so keeping them until it ends
+    /// does not raise the resident set above where it was, and the burst
+    /// costs one batch (one TLB shootdown) instead of one per bound's worth.
+    pub fn hold(&self) -> Hold<'_> {
+        self.lock().holds += 1;
+        Hold(self)
+    }
+
+    fn release_if_over(&self, inner: &mut Inner) {
+        let mut limit = self.cache_limit();
+        if inner.holds > 0 {
+            limit = limit.max(self.hold_limit.load(Ordering::Relaxed));
+        }
+        if inner.cache.cached_pages() + inner.cache.pending_pages() > limit {
+            self.release_all(inner);
+        }
+    }
+
+    /// Releases the cache and the pending pages as one batch, with the lock
+    /// held (see the lock order in the module documentation), and puts the
+    /// cached runs in the free lists.
+    fn release_all(&self, inner: &mut Inner) {
+        let mut ranges = inner.cache.ranges(self.page_size);
+        if ranges.is_empty() {
+            return;
+        }
+        release::coalesce(&mut ranges);
+        // SAFETY: every range lies in runs this source carved from its own
+        // private anonymous mappings, which it holds until it drops. Cached
+        // runs were freed by their holders, who keep no reference into them
+        // (`free`'s contract). Pending pages were given up by the holders of
+        // their runs, who touch them again only after `reclaim`, which waits
+        // for this lock, held until the pages are dropped and the pending
+        // entries cleared.
+        unsafe { release::advise_dontneed(&ranges, &self.counters) };
+        inner.batches += 1;
+        inner.runs_released += inner.cache.released(&mut inner.free);
+    }
+
+    /// Returns pages `first..first + count` of `run` to the kernel at once
+    /// (one system call) while the run stays out. They read as zero when
+    /// touched again. Out-of-range pages are clamped to the run.
+    pub fn discard(&self, run: &Run, first: u32, count: u32) {
+        let end = first.saturating_add(count).min(run.pages);
+        if first >= end {
+            return;
+        }
+        let range = Range {
+            addr: run.ptr.as_ptr() as usize + first as usize * self.page_size,
+            len: (end - first) as usize * self.page_size,
+        };
+        // SAFETY: `first < end <= run.pages`, so the range lies in the run,
+        // inside a mapping this source holds; the holder gives these pages up
+        // by calling `discard` (they read as zero afterwards, as documented).
+        unsafe { release::advise_dontneed(&[range], &self.counters) };
+    }
+}
+
+/// A raised bound on a source's cached and pending pages (see
+/// [`PageSource::hold`]).
+#[must_use = "the bound is raised only while the hold is kept"]
+pub struct Hold<'a>(&'a PageSource);
+
+impl fmt::Debug for Hold<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Hold")
+    }
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        let mut inner = self.0.lock();
+        inner.holds -= 1;
+        self.0.release_if_over(&mut inner);
+    }
+}
+
+impl Drop for PageSource {
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut().unwrap_or_else(|e| e.into_inner());
+        for chunk in inner.chunks.drain(..) {
+            // SAFETY: each chunk is a mapping made by a frontier and unmapped
+            // only here; `&mut self` means no run of this source is in use
+            // through it (runs outliving the source are documented as unmapped).
+            unsafe {
+                libc::munmap(chunk.base.as_ptr().cast(), chunk.len);
+            }
+        }
+    }
+}

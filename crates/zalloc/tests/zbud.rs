@@ -1,0 +1,98 @@
+//! zbud through its own API: the kernel's geometry, where buddies go, the
+//! list scan and refused handles (`zalloc::zbud`; the shared suite is
+//! `suite.rs`).
+
+use zalloc::zbud::*;
+use zpool::{read_into, ZPool, ZPoolError};
+
+// The refusals of a handle, as every allocator here words them.
+const FOREIGN: ZPoolError = ZPoolError::InvalidHandle("not a handle of this pool");
+const FREED: ZPoolError = ZPoolError::InvalidHandle("the object was freed");
+const STALE: ZPoolError = ZPoolError::InvalidHandle("stale: its slot holds another object");
+
+#[test]
+fn geometry_is_the_kernels() {
+    let pool = ZBud::new(4096).unwrap();
+    assert_eq!(pool.chunk_size(), 64);
+    assert_eq!(pool.max_object_size(), 3968);
+    assert_eq!(
+        pool.malloc(3969).unwrap_err(),
+        ZPoolError::TooLarge {
+            len: 3969,
+            max: 3968
+        }
+    );
+    let big = ZBud::new(65536).unwrap();
+    assert_eq!(big.chunk_size(), 1024);
+    assert_eq!(big.max_object_size(), 65536 - 2048);
+}
+
+#[test]
+fn buddies_pair_up_first_then_last() {
+    let pool = ZBud::new(4096).unwrap();
+    // 62 chunks + 1 chunk fill a page; the next object needs a new one.
+    let a = pool.malloc(3968).unwrap();
+    let b = pool.malloc(64).unwrap();
+    assert_eq!(pool.total_pages(), 1);
+    let c = pool.malloc(1).unwrap();
+    assert_eq!(pool.total_pages(), 2);
+    // FIRST at offset 64, LAST right-justified.
+    let pa = pool.read_begin(a, 1).unwrap().cast::<u8>().as_ptr() as usize;
+    let pb = pool.read_begin(b, 1).unwrap().cast::<u8>().as_ptr() as usize;
+    // SAFETY: both reads are outstanding and ended once here.
+    unsafe {
+        pool.read_end(a);
+        pool.read_end(b);
+    }
+    assert_eq!(pa % 4096, 64);
+    assert_eq!(pb % 4096, 4096 - 64);
+    assert_eq!(pa / 4096, pb / 4096);
+    pool.write(a, &[7; 3968]).unwrap();
+    pool.write(b, &[9; 64]).unwrap();
+    pool.free(a).unwrap();
+    // The first buddy's space (62 chunks free) takes a 3000-byte object.
+    let d = pool.malloc(3000).unwrap();
+    assert_eq!(pool.total_pages(), 2);
+    let mut buf = [0; 64];
+    read_into(&pool, b, &mut buf).unwrap();
+    assert_eq!(buf, [9; 64]);
+    for h in [b, c, d] {
+        pool.free(h).unwrap();
+    }
+    assert_eq!(pool.total_pages(), 0);
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn lists_are_scanned_from_the_needed_size_up() {
+    let pool = ZBud::new(4096).unwrap();
+    // Two pages with one buddy each: 10 and 40 chunks free.
+    let a = pool.malloc(53 * 64).unwrap(); // page 1: 10 free
+    let b = pool.malloc(23 * 64).unwrap(); // page 2: 40 free
+    assert_eq!(pool.total_pages(), 2);
+    let c = pool.malloc(20 * 64).unwrap(); // only page 2 fits
+    assert_eq!(pool.total_pages(), 2);
+    let d = pool.malloc(11 * 64).unwrap(); // page 1 has 10: new page
+    assert_eq!(pool.total_pages(), 3);
+    pool.check_invariants().unwrap();
+    for h in [a, b, c, d] {
+        pool.free(h).unwrap();
+    }
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn stale_and_foreign_handles_are_refused() {
+    let pool = ZBud::new(4096).unwrap();
+    let other = ZBud::new(4096).unwrap();
+    let h = pool.malloc(100).unwrap();
+    assert_eq!(other.free(h).unwrap_err(), FOREIGN);
+    pool.free(h).unwrap();
+    assert_eq!(pool.free(h).unwrap_err(), FREED);
+    let h2 = pool.malloc(100).unwrap();
+    assert_ne!(h, h2, "the generation changed");
+    assert_eq!(pool.write(h, b"x").unwrap_err(), STALE);
+    assert!(pool.read_begin(h, 1).is_err());
+    pool.free(h2).unwrap();
+    pool.check_invariants().unwrap();
+}
