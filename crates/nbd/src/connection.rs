@@ -20,31 +20,47 @@ use crate::transmission;
 /// headers costs one system call.
 const READ_BUFFER: usize = 128 * 1024;
 
-/// Serves one connection until it ends. `on_dead` must make further reads
-/// of `reader` fail or end (the server shuts the socket down); `id` labels
-/// log lines.
+/// The hooks a connection calls into its server.
+pub(crate) struct Hooks<'a> {
+    /// Called once the handshake has chosen an export, before the reply that
+    /// starts transmission: whether the server admits one more connection.
+    /// If not, the client is refused and the connection ends.
+    pub admit: &'a dyn Fn() -> bool,
+    /// Must make further reads of the reader fail or end (the server shuts
+    /// the socket down); called when a reply cannot be written.
+    pub on_dead: &'a (dyn Fn() + Sync),
+}
+
+/// Serves one connection until it ends; `id` labels log lines.
 pub(crate) fn run<R: Read, W: Write + Send>(
     reader: R,
     mut writer: W,
     exports: &Exports,
     config: &Config,
     stopping: &AtomicBool,
-    on_dead: &(dyn Fn() + Sync),
+    hooks: &Hooks<'_>,
     id: u64,
 ) {
     let mut reader = BufReader::with_capacity(READ_BUFFER, reader);
-    let session =
-        match handshake::negotiate(&mut reader, &mut writer, exports, config, stopping, id) {
-            Ok(Outcome::Transmission(s)) => s,
-            Ok(Outcome::Aborted) => {
-                debug!("conn {id}: client aborted the handshake");
-                return;
-            }
-            Err(e) => {
-                handshake::log_failure(id, &e);
-                return;
-            }
-        };
+    let session = match handshake::negotiate(
+        &mut reader,
+        &mut writer,
+        exports,
+        config,
+        stopping,
+        hooks.admit,
+        id,
+    ) {
+        Ok(Outcome::Transmission(s)) => s,
+        Ok(Outcome::Aborted) => {
+            debug!("conn {id}: client aborted the handshake");
+            return;
+        }
+        Err(e) => {
+            handshake::log_failure(id, &e);
+            return;
+        }
+    };
     info!(
         "conn {id}: export {:?}, {} bytes, flags {:#x}, structured replies {}, block status {}",
         session.export.name(),
@@ -53,7 +69,7 @@ pub(crate) fn run<R: Read, W: Write + Send>(
         session.structured,
         session.meta_context.is_some()
     );
-    match transmission::serve(&mut reader, writer, &session, config, on_dead, id) {
+    match transmission::serve(&mut reader, writer, &session, config, hooks.on_dead, id) {
         Ok(end) => info!("conn {id}: {end}"),
         Err(e) if e.is_disconnect() => info!("conn {id}: client went away mid-request"),
         Err(e) => warn!("conn {id}: closed: {e}"),

@@ -183,6 +183,8 @@ pub(crate) enum ConnError {
     Wire(crate::wire::WireError),
     /// The client broke a rule of the protocol.
     Protocol(String),
+    /// The server had no place for the client (a limit, named in the text).
+    Refused(String),
 }
 
 impl ConnError {
@@ -216,6 +218,7 @@ impl fmt::Display for ConnError {
             ConnError::Io(e) => write!(f, "I/O error: {e}"),
             ConnError::Wire(e) => write!(f, "malformed message: {e}"),
             ConnError::Protocol(m) => write!(f, "protocol violation: {m}"),
+            ConnError::Refused(m) => write!(f, "refused: {m}"),
         }
     }
 }

@@ -176,8 +176,19 @@ pub struct Config {
     /// once; the connection stops reading requests while it is used up.
     /// Never less than `max_request`.
     pub inflight_bytes: u64,
-    /// Connections served at once; further ones are closed on accept.
+    /// Connections past the handshake served at once. A client that arrives
+    /// (or finishes its handshake) while this many are served is closed, and
+    /// the server logs why.
     pub max_connections: usize,
+    /// Connections in the handshake at once, counted apart from
+    /// `max_connections` so that clients stalled in the handshake never lock
+    /// out clients that finished it. When a new client arrives and this many
+    /// are negotiating, the one that has negotiated longest is closed first.
+    pub max_handshakes: usize,
+    /// How long a client may take from its arrival to the end of the
+    /// handshake; it is closed after that (qemu-nbd's `--handshake-limit`
+    /// does the same, with the same default).
+    pub handshake_timeout: Duration,
     /// How long a shutdown lets in-flight requests finish before it closes
     /// the sockets under them.
     pub shutdown_grace: Duration,
@@ -189,6 +200,10 @@ pub struct Config {
 impl Config {
     /// 32 MiB: the request limit of qemu and nbdkit.
     pub const DEFAULT_MAX_REQUEST: u32 = 32 * 1024 * 1024;
+
+    /// 10 seconds, qemu-nbd's default handshake limit: a real client
+    /// negotiates in milliseconds, and a loaded machine has room to spare.
+    pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
     /// Workers per connection by default: one per CPU this process may run
     /// on, at most 4. More workers than CPUs cannot compress any faster;
@@ -211,6 +226,8 @@ impl Default for Config {
             max_request: Config::DEFAULT_MAX_REQUEST,
             inflight_bytes: 64 * 1024 * 1024,
             max_connections: 64,
+            max_handshakes: 64,
+            handshake_timeout: Config::DEFAULT_HANDSHAKE_TIMEOUT,
             shutdown_grace: Duration::from_secs(5),
             allow_remote: false,
         }

@@ -47,7 +47,10 @@ pub fn connection(data: &[u8]) -> Vec<u8> {
         &exports,
         &config,
         &AtomicBool::new(false),
-        &|| {},
+        &connection::Hooks {
+            admit: &|| true,
+            on_dead: &|| {},
+        },
         0,
     );
     out

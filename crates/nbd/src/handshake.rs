@@ -100,6 +100,10 @@ struct Negotiation<'a, W> {
     w: &'a mut W,
     exports: &'a Exports,
     config: &'a Config,
+    /// Whether the server takes one more connection into transmission.
+    admit: &'a dyn Fn() -> bool,
+    /// Set when a `GO` was refused for want of a place: the end of it.
+    refused: Option<ConnError>,
     conn: u64,
     no_zeroes: bool,
     structured: bool,
@@ -110,13 +114,18 @@ struct Negotiation<'a, W> {
 /// Runs the handshake on a fresh connection.
 ///
 /// `stopping` makes every later option (except `ABORT`) fail with
-/// `NBD_REP_ERR_SHUTDOWN`. `conn` only labels log lines.
+/// `NBD_REP_ERR_SHUTDOWN`. `admit` is asked once an export is chosen,
+/// before the reply that starts transmission: if the server has no place
+/// for one more connection, `GO` is answered `NBD_REP_ERR_POLICY` and the
+/// connection ends (`EXPORT_NAME` has no error reply, so it just ends).
+/// `conn` only labels log lines.
 pub(crate) fn negotiate<R: Read, W: Write>(
     r: &mut R,
     w: &mut W,
     exports: &Exports,
     config: &Config,
     stopping: &AtomicBool,
+    admit: &dyn Fn() -> bool,
     conn: u64,
 ) -> Result<Outcome, ConnError> {
     w.write_all(&wire::encode_greeting(hs::FIXED_NEWSTYLE | hs::NO_ZEROES))?;
@@ -133,6 +142,8 @@ pub(crate) fn negotiate<R: Read, W: Write>(
         w,
         exports,
         config,
+        admit,
+        refused: None,
         conn,
         no_zeroes: client_flags & hs::C_NO_ZEROES != 0,
         structured: false,
@@ -175,7 +186,11 @@ pub(crate) fn negotiate<R: Read, W: Write>(
             }
             opt::LIST => n.list(&data)?,
             opt::INFO | opt::GO => {
-                if let Some(s) = n.info(h.option, &data)? {
+                let chosen = n.info(h.option, &data)?;
+                if let Some(refusal) = n.refused.take() {
+                    return Err(refusal);
+                }
+                if let Some(s) = chosen {
                     return Ok(Outcome::Transmission(s));
                 }
             }
@@ -237,12 +252,23 @@ impl<W: Write> Negotiation<'_, W> {
         }
     }
 
+    /// Why a chosen export was not served: the server is full.
+    fn refusal(&self) -> ConnError {
+        ConnError::Refused(format!(
+            "{} connections are served already (the limit)",
+            self.config.max_connections
+        ))
+    }
+
     /// `NBD_OPT_EXPORT_NAME`: no error reply exists, so failure closes.
     fn export_name(&mut self, data: &[u8]) -> Result<Session, ConnError> {
         let name = wire::parse_string(data)?;
         let Some(export) = self.exports.get(&name).cloned() else {
             return Err(ConnError::Protocol(format!("no export named {name:?}")));
         };
+        if !(self.admit)() {
+            return Err(self.refusal());
+        }
         let s = self.session(&export);
         let size = export.device().size();
         self.w.write_all(&wire::encode_export_name_reply(
@@ -281,6 +307,12 @@ impl<W: Write> Negotiation<'_, W> {
             self.error(option, rep::ERR_UNKNOWN, &msg)?;
             return Ok(None);
         };
+        if option == opt::GO && !(self.admit)() {
+            let refusal = self.refusal();
+            self.error(option, rep::ERR_POLICY, &refusal.to_string())?;
+            self.refused = Some(refusal);
+            return Ok(None);
+        }
         let s = self.session(&export);
         let size = export.device().size();
         self.reply(option, rep::INFO, &wire::encode_info_export(size, s.flags))?;
@@ -405,6 +437,7 @@ mod tests {
             &exports(),
             &Config::default(),
             &AtomicBool::new(false),
+            &|| true,
             0,
         );
         assert_eq!(&out[..8], b"NBDMAGIC");

@@ -11,9 +11,18 @@
 //! thread. It knows nothing of the protocol beyond handing each stream to
 //! `connection::run`.
 //!
-//! Locks: `Shared::conns` (the registry of open streams, used only to shut
-//! them down) is the only lock here; it is never held while doing I/O or
-//! while taking another lock.
+//! Admission: connections in the handshake and connections past it are
+//! counted apart (`Config::max_handshakes`, `Config::max_connections`), so
+//! clients that stall in the handshake cannot lock out clients that finished
+//! it. A new client that finds the handshake slots full closes the client
+//! that has negotiated longest; a *reaper* thread closes every client still
+//! negotiating `Config::handshake_timeout` after it arrived. Each refusal is
+//! logged with its reason.
+//!
+//! Locks: `Shared::conns` (the registry of open streams and their phase,
+//! used to count, shed and shut them down) is the only lock here; it is never
+//! held while taking another lock. Shutting a socket down under it does not
+//! block.
 
 use std::collections::HashMap;
 use std::io;
@@ -30,21 +39,104 @@ use crate::connection;
 use crate::export::{Config, Exports};
 use crate::socket::{self, ListenAddr, Listener, Stream};
 
+/// Where an open connection is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// In the handshake since this instant.
+    Negotiating(Instant),
+    /// In the transmission phase.
+    Served,
+    /// Closed by the server (shed, timed out or refused); its thread is
+    /// ending.
+    Closing,
+}
+
+/// One open connection.
+struct Conn {
+    stream: Arc<Stream>,
+    phase: Phase,
+}
+
 /// State shared by the acceptor, the connections and shutdown handles.
 struct Shared {
     exports: Exports,
     config: Config,
     addr: ListenAddr,
     stopping: AtomicBool,
-    /// Open connections by id; protects only the map (streams are
-    /// thread-safe themselves).
-    conns: Mutex<HashMap<u64, Arc<Stream>>>,
+    /// Open connections by id and their phase (streams are thread-safe
+    /// themselves).
+    conns: Mutex<HashMap<u64, Conn>>,
     accepted: AtomicU64,
 }
 
 impl Shared {
-    fn conns(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Stream>>> {
+    fn conns(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Conn>> {
         self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Connections in the transmission phase and connections negotiating.
+    fn counts(conns: &HashMap<u64, Conn>) -> (usize, usize) {
+        conns
+            .values()
+            .fold((0, 0), |(served, neg), c| match c.phase {
+                Phase::Served => (served + 1, neg),
+                Phase::Negotiating(_) => (served, neg + 1),
+                Phase::Closing => (served, neg),
+            })
+    }
+
+    /// Moves connection `id` from the handshake to the transmission phase if
+    /// fewer than `max_connections` are served and nothing closed it.
+    fn admit(&self, id: u64) -> bool {
+        let mut conns = self.conns();
+        let (served, _) = Shared::counts(&conns);
+        let Some(c) = conns.get_mut(&id) else {
+            return false;
+        };
+        if !matches!(c.phase, Phase::Negotiating(_)) || served >= self.config.max_connections {
+            c.phase = Phase::Closing;
+            return false;
+        }
+        c.phase = Phase::Served;
+        true
+    }
+
+    /// Closes every connection that has negotiated for longer than the
+    /// handshake timeout.
+    fn reap(&self, now: Instant) {
+        let limit = self.config.handshake_timeout;
+        for (id, c) in self.conns().iter_mut() {
+            if let Phase::Negotiating(since) = c.phase {
+                if now.duration_since(since) >= limit {
+                    warn!("conn {id}: handshake not finished in {limit:?}: closed");
+                    c.phase = Phase::Closing;
+                    c.stream.shutdown(Shutdown::Both);
+                }
+            }
+        }
+    }
+
+    /// Closes the connection that has negotiated longest, to make room for a
+    /// new one.
+    fn shed_oldest_negotiating(&self, newcomer: &str) {
+        let mut conns = self.conns();
+        let oldest = conns
+            .iter_mut()
+            .filter_map(|(id, c)| match c.phase {
+                Phase::Negotiating(since) => Some((since, *id, c)),
+                _ => None,
+            })
+            .min_by_key(|(since, id, _)| (*since, *id));
+        if let Some((since, id, c)) = oldest {
+            warn!(
+                "conn {id}: closed after {:?} in the handshake to admit a client from {newcomer} \
+                 ({} connections negotiating)",
+                since.elapsed(),
+                self.config.max_handshakes
+            );
+            c.phase = Phase::Closing;
+            c.stream.shutdown(Shutdown::Both);
+        }
     }
 }
 
@@ -132,9 +224,14 @@ impl Server {
         &self.shared.addr
     }
 
-    /// Connections open right now.
+    /// Connections open right now (in any phase).
     pub fn connections(&self) -> usize {
         self.shared.conns().len()
+    }
+
+    /// Connections in the handshake right now.
+    pub fn negotiating(&self) -> usize {
+        Shared::counts(&self.shared.conns()).1
     }
 
     /// Connections accepted since the start.
@@ -181,6 +278,19 @@ impl Drop for Server {
 }
 
 fn accept_loop(listener: Listener, shared: Arc<Shared>) {
+    let reaper = {
+        let s = shared.clone();
+        thread::Builder::new()
+            .name("nbd-reaper".into())
+            .spawn(move || reap_loop(&s))
+    };
+    let reaper = match reaper {
+        Ok(h) => Some(h),
+        Err(e) => {
+            error!("nbd: cannot start the handshake reaper: {e}; handshakes have no time limit");
+            None
+        }
+    };
     let mut handles: Vec<JoinHandle<()>> = Vec::new();
     let mut next_id = 1u64;
     loop {
@@ -199,18 +309,25 @@ fn accept_loop(listener: Listener, shared: Arc<Shared>) {
             }
         };
         handles.retain(|h| !h.is_finished());
-        if handles.len() >= shared.config.max_connections {
-            warn!(
-                "nbd: refusing a client from {peer}: {} connections open",
-                handles.len()
-            );
+        let (served, negotiating) = Shared::counts(&shared.conns());
+        if served >= shared.config.max_connections {
+            warn!("nbd: refusing a client from {peer}: {served} connections served (the limit)");
             continue;
+        }
+        if negotiating >= shared.config.max_handshakes {
+            shared.shed_oldest_negotiating(&peer);
         }
         let id = next_id;
         next_id += 1;
         shared.accepted.fetch_add(1, Ordering::Relaxed);
         let stream = Arc::new(stream);
-        shared.conns().insert(id, stream.clone());
+        shared.conns().insert(
+            id,
+            Conn {
+                stream: stream.clone(),
+                phase: Phase::Negotiating(Instant::now()),
+            },
+        );
         let s = shared.clone();
         let spawned = thread::Builder::new()
             .name(format!("nbd-conn-{id}"))
@@ -226,20 +343,42 @@ fn accept_loop(listener: Listener, shared: Arc<Shared>) {
     // New clients are refused from here on (and the socket file goes away).
     drop(listener);
     drain(&shared, handles);
+    if let Some(h) = reaper {
+        if h.join().is_err() {
+            error!("nbd: the handshake reaper panicked");
+        }
+    }
     info!("nbd: server on {} stopped", shared.addr);
+}
+
+/// Closes clients that overstay the handshake, until the server stops.
+fn reap_loop(shared: &Shared) {
+    // Check a few times per timeout, at least every 250 ms, so a stalled
+    // client is closed within a quarter of the limit past it and a shutdown
+    // never waits long for this thread.
+    let tick = (shared.config.handshake_timeout / 4)
+        .clamp(Duration::from_millis(5), Duration::from_millis(250));
+    while !shared.stopping.load(Ordering::SeqCst) {
+        thread::sleep(tick);
+        shared.reap(Instant::now());
+    }
 }
 
 fn connection_main(shared: Arc<Shared>, id: u64, stream: Arc<Stream>, peer: String) {
     info!("conn {id}: accepted from {peer}");
     let s: &Stream = &stream;
     let on_dead = || s.shutdown(Shutdown::Both);
+    let admit = || shared.admit(id);
     connection::run(
         s,
         s,
         &shared.exports,
         &shared.config,
         &shared.stopping,
-        &on_dead,
+        &connection::Hooks {
+            admit: &admit,
+            on_dead: &on_dead,
+        },
         id,
     );
     s.shutdown(Shutdown::Both);
@@ -249,7 +388,7 @@ fn connection_main(shared: Arc<Shared>, id: u64, stream: Arc<Stream>, peer: Stri
 /// Ends every connection: no more requests are read, in-flight ones get
 /// `shutdown_grace` to finish, then the sockets are closed.
 fn drain(shared: &Shared, handles: Vec<JoinHandle<()>>) {
-    let open: Vec<Arc<Stream>> = shared.conns().values().cloned().collect();
+    let open: Vec<Arc<Stream>> = shared.conns().values().map(|c| c.stream.clone()).collect();
     for s in &open {
         s.shutdown(Shutdown::Read);
     }
@@ -258,7 +397,7 @@ fn drain(shared: &Shared, handles: Vec<JoinHandle<()>>) {
     while handles.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(5));
     }
-    let left: Vec<Arc<Stream>> = shared.conns().values().cloned().collect();
+    let left: Vec<Arc<Stream>> = shared.conns().values().map(|c| c.stream.clone()).collect();
     if !left.is_empty() {
         warn!(
             "nbd: closing {} connections whose requests did not finish in time",

@@ -442,6 +442,103 @@ fn connection_limit() {
     assert_eq!(RawClient::go(&ts.path, "", false, false).size, MIB);
 }
 
+/// Waits (up to a generous deadline) until the server closes `s`.
+fn closed_within(s: &mut std::os::unix::net::UnixStream, limit: Duration) -> bool {
+    s.set_read_timeout(Some(limit)).unwrap();
+    let mut buf = [0u8; 256];
+    let deadline = Instant::now() + limit;
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+    }
+}
+
+#[test]
+fn stalled_handshakes_neither_lock_out_clients_nor_outlive_the_deadline() {
+    let config = Config {
+        max_connections: 4,
+        max_handshakes: 8,
+        handshake_timeout: Duration::from_millis(300),
+        ..Config::default()
+    };
+    let ts = TestServer::start(vec![("", Arc::new(MemDevice::new(MIB)))], config);
+    // Twice as many stalled clients as there are handshake slots: some
+    // connect and send nothing, some send their flags and half an option.
+    let mut stalled: Vec<std::os::unix::net::UnixStream> = (0..16)
+        .map(|i| {
+            let mut s = std::os::unix::net::UnixStream::connect(&ts.path).unwrap();
+            if i % 2 == 1 {
+                let mut g = [0u8; wire::GREETING_LEN];
+                s.read_exact(&mut g).unwrap();
+                s.write_all(&hs::C_FIXED_NEWSTYLE.to_be_bytes()).unwrap();
+                s.write_all(&wire::IHAVEOPT.to_be_bytes()).unwrap();
+            }
+            s
+        })
+        .collect();
+    // A correct client still gets in and is served.
+    let mut c = RawClient::go(&ts.path, "", false, false);
+    c.request(cmd::WRITE, 0, 1, 4096, 4, b"live");
+    assert_eq!(c.reply().error, 0);
+    c.request(cmd::READ, 0, 2, 4096, 4, &[]);
+    assert_eq!(c.reply().data, b"live");
+    // Every stalled client is closed: shed to admit others, or by the
+    // deadline. The limit here is generous; the deadline is 300 ms.
+    for (i, s) in stalled.iter_mut().enumerate() {
+        assert!(
+            closed_within(s, Duration::from_secs(20)),
+            "stalled client {i} still open"
+        );
+    }
+    // Only the correct client is left, and it still works.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ts.server().connections() > 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(ts.server().connections(), 1);
+    assert_eq!(ts.server().negotiating(), 0);
+    c.request(cmd::READ, 0, 3, 4096, 4, &[]);
+    assert_eq!(c.reply().data, b"live");
+}
+
+#[test]
+fn a_client_finishing_its_handshake_beyond_the_limit_is_refused() {
+    let config = Config {
+        max_connections: 1,
+        ..Config::default()
+    };
+    let ts = TestServer::start(vec![("", Arc::new(MemDevice::new(MIB)))], config);
+    // `late` starts negotiating while nobody is served; `first` finishes
+    // first and takes the only place.
+    let mut late = RawClient::connect(&ts.path, hs::C_FIXED_NEWSTYLE | hs::C_NO_ZEROES);
+    let mut first = RawClient::go(&ts.path, "", false, false);
+    assert_eq!(first.size, MIB);
+    let r = InfoRequest {
+        name: String::new(),
+        requests: vec![],
+    };
+    late.send_option(opt::GO, &r.encode());
+    // The server finds no place: GO is refused by policy, with the reason,
+    // and the connection closed.
+    let (h, why) = late.option_reply();
+    assert_eq!(h.reply, rep::ERR_POLICY);
+    assert!(String::from_utf8_lossy(&why).contains("connections are served already"));
+    assert!(
+        closed_within(&mut late.s, Duration::from_secs(20)),
+        "a client beyond the limit was served"
+    );
+    // The admitted client is untouched.
+    first.request(cmd::READ, 0, 1, 0, 512, &[]);
+    assert_eq!(first.reply().error, 0);
+}
+
 #[test]
 fn many_connections_at_once() {
     let (ts, dev) = TestServer::mem(16 * MIB);

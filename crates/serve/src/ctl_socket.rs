@@ -18,8 +18,12 @@
 //! error and the connection is closed.
 //!
 //! [`CtlServer`] accepts on one thread and serves each client on its own
-//! thread (at most [`MAX_CLIENTS`] at once); shutting it down closes every
-//! client, joins every thread and removes the socket file. [`request`] is
+//! thread (at most [`MAX_CLIENTS`] at once). When all are taken, a new
+//! client closes the one that has waited longest for its next line, so idle
+//! connections never lock an operator out; only when every client is in the
+//! middle of a command is the newcomer refused with `EBUSY`. Shutting the
+//! server down closes every client, joins every thread and removes the socket
+//! file. [`request`] is
 //! the client `zmem ctl` uses.
 
 use std::collections::HashMap;
@@ -31,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
+use std::time::Instant;
 
 use log::{debug, info, warn};
 
@@ -39,7 +44,8 @@ use crate::registry::Registry;
 
 /// Longest request line, in bytes.
 pub const MAX_LINE: usize = 4096;
-/// Clients served at once; more are answered `EBUSY` and closed.
+/// Clients served at once; past it the longest-idle client is closed to make
+/// room (or, if none is idle, the newcomer is answered `EBUSY`).
 pub const MAX_CLIENTS: usize = 16;
 
 /// Makes `path` free for a new listening socket: a stale socket file (no
@@ -67,16 +73,66 @@ pub fn claim_socket_path(path: &Path) -> io::Result<()> {
     std::fs::remove_file(path)
 }
 
+/// One connected control client.
+struct Client {
+    stream: UnixStream,
+    /// Since when it has been waiting for its next line; `None` while a
+    /// command of its runs.
+    idle_since: Option<Instant>,
+    /// Closed by the server to make room; its thread is ending.
+    shed: bool,
+}
+
 struct Shared {
     registry: Arc<Registry>,
     path: PathBuf,
     stopping: AtomicBool,
-    clients: Mutex<HashMap<u64, UnixStream>>,
+    clients: Mutex<HashMap<u64, Client>>,
 }
 
 impl Shared {
-    fn clients(&self) -> std::sync::MutexGuard<'_, HashMap<u64, UnixStream>> {
+    fn clients(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Client>> {
         self.clients.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records whether client `id` waits for a line (`true`) or runs one. A
+    /// client already waiting keeps the instant it started to.
+    fn set_idle(&self, id: u64, idle: bool) {
+        if let Some(c) = self.clients().get_mut(&id) {
+            if !idle {
+                c.idle_since = None;
+            } else if c.idle_since.is_none() {
+                c.idle_since = Some(Instant::now());
+            }
+        }
+    }
+
+    /// Clients that count against [`MAX_CLIENTS`] (those not being closed).
+    fn live(&self) -> usize {
+        self.clients().values().filter(|c| !c.shed).count()
+    }
+
+    /// Closes the client idle longest; false if every client is busy.
+    fn shed_longest_idle(&self) -> bool {
+        let mut clients = self.clients();
+        let oldest = clients
+            .iter_mut()
+            .filter(|(_, c)| !c.shed)
+            .filter_map(|(id, c)| c.idle_since.map(|t| (t, *id, c)))
+            .min_by_key(|(t, id, _)| (*t, *id));
+        match oldest {
+            Some((since, id, c)) => {
+                warn!(
+                    "ctl client {id}: idle for {:?} with {MAX_CLIENTS} clients connected: \
+                     closed to admit a new one",
+                    since.elapsed()
+                );
+                c.shed = true;
+                let _ = c.stream.shutdown(Shutdown::Both);
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -156,7 +212,8 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
             }
         };
         handles.retain(|h| !h.is_finished());
-        if handles.len() >= MAX_CLIENTS {
+        if shared.live() >= MAX_CLIENTS && !shared.shed_longest_idle() {
+            warn!("ctl: refusing a client: {MAX_CLIENTS} clients are all running commands");
             let _ = stream.write_all(b"err EBUSY too many control clients\n");
             continue;
         }
@@ -164,7 +221,14 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
         let id = next_id;
         match stream.try_clone() {
             Ok(c) => {
-                shared.clients().insert(id, c);
+                shared.clients().insert(
+                    id,
+                    Client {
+                        stream: c,
+                        idle_since: Some(Instant::now()),
+                        shed: false,
+                    },
+                );
             }
             Err(e) => {
                 warn!("ctl: cannot register a client: {e}");
@@ -175,7 +239,7 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
         let spawned = thread::Builder::new()
             .name(format!("ctl-{id}"))
             .spawn(move || {
-                if let Err(e) = serve_client(&stream, &s.registry) {
+                if let Err(e) = serve_client(&stream, &s.registry, &|idle| s.set_idle(id, idle)) {
                     debug!("ctl client {id}: {e}");
                 }
                 s.clients().remove(&id);
@@ -190,8 +254,8 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
     }
     drop(listener);
     let _ = std::fs::remove_file(&shared.path);
-    for s in shared.clients().values() {
-        let _ = s.shutdown(Shutdown::Both);
+    for c in shared.clients().values() {
+        let _ = c.stream.shutdown(Shutdown::Both);
     }
     for h in handles {
         let _ = h.join();
@@ -239,12 +303,23 @@ fn write_reply(w: &mut impl Write, reply: &Result<String, CtlError>) -> io::Resu
     }
 }
 
-fn serve_client(stream: &UnixStream, registry: &Registry) -> io::Result<()> {
+/// Serves one client's lines; `set_idle(true)` before waiting for a line,
+/// `set_idle(false)` once one has arrived.
+fn serve_client(
+    stream: &UnixStream,
+    registry: &Registry,
+    set_idle: &dyn Fn(bool),
+) -> io::Result<()> {
     let mut reader = BufReader::new(stream);
     let mut writer = stream;
     let mut export: Option<String> = None;
     loop {
-        let line = match read_line(&mut reader) {
+        if reader.buffer().is_empty() {
+            set_idle(true);
+        }
+        let line = read_line(&mut reader);
+        set_idle(false);
+        let line = match line {
             Ok(Some(l)) => l,
             Ok(None) => return Ok(()),
             Err(e) => {
@@ -393,5 +468,39 @@ mod tests {
         assert!(request(&path, None, "io_stat").unwrap().is_ok());
         drop(again);
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn idle_clients_never_lock_out_an_operator() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl");
+        let server = CtlServer::bind(&path, registry()).unwrap();
+        // Four times as many idle connections as there are places.
+        let idle: Vec<UnixStream> = (0..4 * MAX_CLIENTS)
+            .map(|_| UnixStream::connect(&path).unwrap())
+            .collect();
+        let mm = request(&path, None, "mm_stat").unwrap().unwrap();
+        assert_eq!(mm.split_whitespace().count(), 9);
+        // The acceptor handled every earlier connection before the request's:
+        // all but the newest MAX_CLIENTS - 1 idle ones were closed to make
+        // room, the oldest first.
+        let closed: Vec<bool> = idle
+            .iter()
+            .map(|s| {
+                s.set_nonblocking(true).unwrap();
+                let mut b = [0u8; 1];
+                matches!((&*s).read(&mut b), Ok(0))
+            })
+            .collect();
+        let keep = MAX_CLIENTS - 1;
+        assert!(
+            closed[..closed.len() - keep].iter().all(|&c| c),
+            "{closed:?}"
+        );
+        assert!(
+            closed[closed.len() - keep..].iter().all(|&c| !c),
+            "{closed:?}"
+        );
+        server.shutdown();
     }
 }

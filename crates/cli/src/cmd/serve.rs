@@ -92,6 +92,19 @@ pub struct ServeArgs {
     /// most 4).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
     workers: Option<u16>,
+    /// Seconds a client may take to finish the NBD handshake before it is
+    /// closed (as qemu-nbd's --handshake-limit; default 10).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..=3600))]
+    handshake_limit: Option<u32>,
+    /// Clients past the handshake served at once (default 64); a client
+    /// beyond it is closed with a log line saying why.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    max_connections: Option<u32>,
+    /// Clients in the handshake at once (default 64), counted apart so that
+    /// stalled handshakes never lock out clients that finished theirs; when
+    /// full, the client that has negotiated longest is closed.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    max_handshakes: Option<u32>,
     /// Log level: off, error, warn, info, debug, trace (default: $ZMEM_LOG
     /// or info).
     #[arg(long, value_name = "LEVEL", value_parser = parse_level)]
@@ -385,6 +398,18 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             .map_or_else(Config::default_workers, usize::from),
         allow_remote: args.allow_remote,
         ..Config::default()
+    };
+    let config = Config {
+        handshake_timeout: args.handshake_limit.map_or(config.handshake_timeout, |s| {
+            std::time::Duration::from_secs(u64::from(s))
+        }),
+        max_connections: args
+            .max_connections
+            .map_or(config.max_connections, |n| n as usize),
+        max_handshakes: args
+            .max_handshakes
+            .map_or(config.max_handshakes, |n| n as usize),
+        ..config
     };
     let server = Server::bind(addr.clone(), exports, config)
         .map_err(|e| CliError::Failed(format!("cannot listen on {addr}: {e}")))?;
