@@ -42,44 +42,10 @@ use std::sync::atomic::Ordering;
 use serde::Serialize;
 
 use crate::class::{Class, ClassInner};
+use crate::config::CompactionAlgo;
 use crate::handle::Entry;
 use crate::pool::Pool;
 use crate::zspage::NO_LINK;
-
-/// Which compaction algorithm a pool runs. `Legacy` also brings the list
-/// insertion of its kernels (a zspage with fewer objects in use than a
-/// list's head goes second), which seed 001 removed with it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CompactionAlgo {
-    /// The kernel's algorithm before seed 001.
-    Legacy,
-    /// Seed 001's algorithm (the kernel's since 6.4).
-    Seed001,
-    /// zmem's: the fewest moves that free every freeable zspage.
-    Optimal,
-}
-
-impl CompactionAlgo {
-    /// The name used on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            CompactionAlgo::Legacy => "legacy",
-            CompactionAlgo::Seed001 => "seed001",
-            CompactionAlgo::Optimal => "optimal",
-        }
-    }
-}
-
-/// Automatic compaction: after a free, compact the class once its freeable
-/// pages reach `threshold_pages`. Compaction brings the class back to 0
-/// freeable pages, so another run needs `threshold_pages` more to be freed
-/// first: each run frees at least that much, and the policy cannot thrash.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct AutoCompact {
-    /// Freeable pages in one class that trigger its compaction (at least 1).
-    pub threshold_pages: u64,
-}
 
 /// What one compaction did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
