@@ -58,3 +58,4 @@ pub use handle::Handle;
 pub use pages::{PagesError, SourceStats};
 pub use pool::{ObjectRef, Pool, PoolError};
 pub use stats::{ClassStats, PoolStats};
+pub use zpool::ErrorKind;

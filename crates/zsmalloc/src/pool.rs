@@ -47,6 +47,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use pages::{PageSource, PagesError};
+use zpool::ErrorKind;
 
 use crate::class::{Class, ClassFull};
 use crate::config::{CompactionAlgo, Mode, PoolConfig};
@@ -90,27 +91,26 @@ pub enum PoolError {
 }
 
 impl PoolError {
-    /// The kernel's errno for this failure (positive).
-    pub fn errno(&self) -> i32 {
+    /// The kind of this failure (the C API and the block device decide on
+    /// it).
+    pub fn kind(&self) -> ErrorKind {
         match self {
             PoolError::ZeroSize
             | PoolError::Geometry(_)
             | PoolError::Pages(_)
-            | PoolError::InvalidHandle
-            | PoolError::FreedHandle
-            | PoolError::StaleHandle
-            | PoolError::TooLong { .. } => libc_errno::EINVAL,
-            PoolError::TooLarge { .. } => libc_errno::ENOSPC,
-            PoolError::OutOfMemory(_) | PoolError::TableFull => libc_errno::ENOMEM,
+            | PoolError::TooLong { .. } => ErrorKind::InvalidArgument,
+            PoolError::InvalidHandle | PoolError::FreedHandle | PoolError::StaleHandle => {
+                ErrorKind::InvalidHandle
+            }
+            PoolError::TooLarge { .. } => ErrorKind::TooLarge,
+            PoolError::OutOfMemory(_) | PoolError::TableFull => ErrorKind::NoMemory,
         }
     }
-}
 
-/// The errno values the pool reports (Linux numbering).
-mod libc_errno {
-    pub(super) const ENOMEM: i32 = 12;
-    pub(super) const EINVAL: i32 = 22;
-    pub(super) const ENOSPC: i32 = 28;
+    /// The kernel's errno for this failure (positive): its kind's.
+    pub fn errno(&self) -> i32 {
+        self.kind().errno()
+    }
 }
 
 impl fmt::Display for PoolError {
