@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use pages::{PageSource, PagesError};
 use zpool::ErrorKind;
 
-use crate::class::{Class, ClassFull};
+use crate::class::{Class, ClassFull, ListInsertion};
 use crate::config::{CompactionAlgo, Mode, PoolConfig};
 use crate::geometry::{Geometry, GeometryError, ZS_HANDLE_SIZE};
 use crate::handle::{EntryCell, Handle, Refusal, MAX_CLASSES};
@@ -209,20 +209,28 @@ impl Pool {
             None => PageSource::new(page_size as usize),
         }
         .map_err(PoolError::Pages)?;
-        let compat = config.mode == Mode::KernelCompat;
+        // The legacy algorithm runs with the kernel of its time, whose list
+        // insertion kept fuller zspages first.
+        let insertion = match config.compaction {
+            CompactionAlgo::Legacy => ListInsertion::FullerFirst,
+            CompactionAlgo::KeepDestination | CompactionAlgo::Optimal => ListInsertion::Head,
+        };
         let classes = geometry
             .classes()
             .iter()
             .map(|info| {
-                let header = if compat && !info.huge {
-                    ZS_HANDLE_SIZE
-                } else {
-                    0
+                let header = match config.mode {
+                    Mode::KernelCompat if !info.huge => ZS_HANDLE_SIZE,
+                    Mode::KernelCompat | Mode::Default => 0,
                 };
-                // The legacy algorithm runs with the kernel of its time, whose
-                // list insertion kept fuller zspages first.
-                let legacy = config.compaction == CompactionAlgo::Legacy;
-                Class::new(*info, page_size, header, compat, config.fullness, legacy)
+                Class::new(
+                    *info,
+                    page_size,
+                    header,
+                    config.mode,
+                    config.fullness,
+                    insertion,
+                )
             })
             .collect();
         let logical = geometry.logical().iter().map(|l| l.class as u16).collect();
