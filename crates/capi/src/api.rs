@@ -77,7 +77,7 @@ fn create(name: CString, config: PoolConfig) -> *mut ZsPool {
 }
 
 /// `zs_create_pool`: a kernel-compatible pool (4 KiB pages, chain 8, the
-/// kernel's layout, seed 001 compaction). Returns NULL if no pool can be made.
+/// kernel's layout, keep-destination compaction). Returns NULL if no pool can be made.
 ///
 /// # Safety
 ///

@@ -78,7 +78,7 @@ impl PoolConfig {
             mode: Mode::KernelCompat,
             fullness: FullnessScheme::InuseRatio,
             page_limit: None,
-            compaction: CompactionAlgo::Seed001,
+            compaction: CompactionAlgo::KeepDestination,
             auto_compact: None,
         }
     }
@@ -102,16 +102,20 @@ impl PoolConfig {
     }
 }
 
-/// Which compaction algorithm a pool runs. `Legacy` also brings the list
-/// insertion of its kernels (a zspage with fewer objects in use than a
-/// list's head goes second), which seed 001 removed with it.
+/// Which compaction algorithm a pool runs (see `compact.rs` for each one's
+/// steps). `Legacy` also brings the list insertion of its kernels (a zspage
+/// with fewer objects in use than a list's head goes second), which the
+/// kernel dropped in 6.4 together with the algorithm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CompactionAlgo {
-    /// The kernel's algorithm before seed 001.
+    /// The kernel's before 6.4: each source zspage is emptied into one
+    /// destination after another; stops when no destination is left.
     Legacy,
-    /// Seed 001's algorithm (the kernel's since 6.4).
-    Seed001,
+    /// The kernel's since 6.4 (from the fine-grained fullness series, seed
+    /// 001): one destination zspage is kept across sources until it is full;
+    /// stops as soon as no zspage can be freed.
+    KeepDestination,
     /// zmem's: the fewest moves that free every freeable zspage.
     Optimal,
 }
@@ -121,7 +125,7 @@ impl CompactionAlgo {
     pub fn name(self) -> &'static str {
         match self {
             CompactionAlgo::Legacy => "legacy",
-            CompactionAlgo::Seed001 => "seed001",
+            CompactionAlgo::KeepDestination => "keep-destination",
             CompactionAlgo::Optimal => "optimal",
         }
     }
