@@ -60,7 +60,7 @@ enum zs_mode {
 enum zs_chain_rule {
 	ZS_CHAIN_MIN_WASTE = 0,    /* the kernel's since 6.3 */
 	ZS_CHAIN_USED_PERCENT = 1, /* the kernel's before 6.3 */
-	ZS_CHAIN_BALANCED = 2      /* the rule proposed with seed 002 */
+	ZS_CHAIN_BALANCED = 2      /* fewer pages once waste is small */
 };
 
 /* Fullness groups (struct zs_pool_config.fullness). */
@@ -72,9 +72,11 @@ enum zs_fullness {
 /* Compaction algorithms (struct zs_pool_config.compaction). */
 enum zs_compaction {
 	ZS_COMPACT_LEGACY = 0,  /* the kernel's before 6.4 */
-	ZS_COMPACT_SEED001 = 1, /* the kernel's since 6.4 */
+	ZS_COMPACT_KEEP_DESTINATION = 1, /* the kernel's since 6.4 */
 	ZS_COMPACT_OPTIMAL = 2  /* zmem's: fewest object moves */
 };
+/* The former name of ZS_COMPACT_KEEP_DESTINATION, kept for source compatibility. */
+#define ZS_COMPACT_SEED001 ZS_COMPACT_KEEP_DESTINATION
 
 /*
  * Everything zs_create_pool_ex builds a pool from. Fill it with
@@ -106,7 +108,7 @@ struct zs_pool_stats {
 
 /*
  * A kernel-compatible pool: 4 KiB pages, chain 8, the kernel's classes and
- * layout, seed 001 compaction. name may be NULL. Returns NULL on failure.
+ * layout, keep-destination compaction. name may be NULL. Returns NULL on failure.
  */
 struct zs_pool *zs_create_pool(const char *name);
 

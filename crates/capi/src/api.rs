@@ -22,7 +22,7 @@ use std::ptr;
 use zs::{Handle, Pool, PoolConfig};
 
 use crate::config::{ZsPoolConfig, ZsPoolStats, ZS_MODE_DEFAULT, ZS_MODE_KERNEL_COMPAT};
-use crate::errno::{err_value, is_err_value, EBUSY, EINVAL, EUCLEAN};
+use crate::errno::{err_value, errno_of, is_err_value, EBUSY, EINVAL, EUCLEAN};
 use crate::pool::ZsPool;
 
 /// Runs `body`, turning a panic into `on_panic` so it never unwinds into C.
@@ -77,7 +77,7 @@ fn create(name: CString, config: PoolConfig) -> *mut ZsPool {
 }
 
 /// `zs_create_pool`: a kernel-compatible pool (4 KiB pages, chain 8, the
-/// kernel's layout, seed 001 compaction). Returns NULL if no pool can be made.
+/// kernel's layout, keep-destination compaction). Returns NULL if no pool can be made.
 ///
 /// # Safety
 ///
@@ -193,7 +193,7 @@ pub unsafe extern "C" fn zs_malloc(pool: *mut ZsPool, size: usize) -> c_ulong {
         };
         match p.pool.malloc(size) {
             Ok(h) => h.to_raw(),
-            Err(e) => err_value(e.errno()),
+            Err(e) => err_value(errno_of(e.kind())),
         }
     })
 }
@@ -220,7 +220,7 @@ pub unsafe extern "C" fn zs_free_checked(pool: *mut ZsPool, handle: c_ulong) -> 
         }
         match p.pool.free(h) {
             Ok(()) => 0,
-            Err(e) => -e.errno(),
+            Err(e) => -errno_of(e.kind()),
         }
     })
 }
@@ -275,7 +275,7 @@ pub unsafe extern "C" fn zs_obj_write_checked(
         }
         match p.pool.write(h, data) {
             Ok(()) => 0,
-            Err(e) => -e.errno(),
+            Err(e) => -errno_of(e.kind()),
         }
     })
 }

@@ -20,16 +20,19 @@ pub const ZS_MODE_DEFAULT: u32 = 1;
 pub const ZS_CHAIN_MIN_WASTE: u32 = 0;
 /// `ZS_CHAIN_USED_PERCENT`: the kernel's chain rule before 6.3.
 pub const ZS_CHAIN_USED_PERCENT: u32 = 1;
-/// `ZS_CHAIN_BALANCED`: the rule proposed with seed 002.
+/// `ZS_CHAIN_BALANCED`: the rule proposed with the patch that drops the
+/// limit of 256 classes (seed 002).
 pub const ZS_CHAIN_BALANCED: u32 = 2;
 /// `ZS_FULLNESS_INUSE_RATIO`: 12 in-use-ratio groups (kernel 6.4+).
 pub const ZS_FULLNESS_INUSE_RATIO: u32 = 0;
 /// `ZS_FULLNESS_LEGACY`: the 4 groups of kernels before 6.4.
 pub const ZS_FULLNESS_LEGACY: u32 = 1;
-/// `ZS_COMPACT_LEGACY`: compaction as before seed 001.
+/// `ZS_COMPACT_LEGACY`: the kernel's compaction before 6.4.
 pub const ZS_COMPACT_LEGACY: u32 = 0;
-/// `ZS_COMPACT_SEED001`: the kernel's compaction since 6.4.
-pub const ZS_COMPACT_SEED001: u32 = 1;
+/// `ZS_COMPACT_KEEP_DESTINATION`: the kernel's compaction since 6.4 (one
+/// destination kept across sources; `ZS_COMPACT_SEED001` in the header is
+/// its former name).
+pub const ZS_COMPACT_KEEP_DESTINATION: u32 = 1;
 /// `ZS_COMPACT_OPTIMAL`: zmem's fewest-moves compaction.
 pub const ZS_COMPACT_OPTIMAL: u32 = 2;
 
@@ -87,7 +90,7 @@ impl ZsPoolConfig {
             },
             compaction: match c.compaction {
                 CompactionAlgo::Legacy => ZS_COMPACT_LEGACY,
-                CompactionAlgo::Seed001 => ZS_COMPACT_SEED001,
+                CompactionAlgo::KeepDestination => ZS_COMPACT_KEEP_DESTINATION,
                 CompactionAlgo::Optimal => ZS_COMPACT_OPTIMAL,
             },
             page_limit: c.page_limit.map_or(0, |l| l as u64),
@@ -117,7 +120,7 @@ impl ZsPoolConfig {
         };
         let compaction = match self.compaction {
             ZS_COMPACT_LEGACY => CompactionAlgo::Legacy,
-            ZS_COMPACT_SEED001 => CompactionAlgo::Seed001,
+            ZS_COMPACT_KEEP_DESTINATION => CompactionAlgo::KeepDestination,
             ZS_COMPACT_OPTIMAL => CompactionAlgo::Optimal,
             _ => return None,
         };

@@ -6,22 +6,34 @@
 //! raw handle below [`zs::Handle::RAW_LIMIT`], and a compile-time assertion
 //! below ties the two together.
 //!
-//! This module owns only the numbers; it calls nothing.
+//! This module owns the errno values the C API returns and the one mapping
+//! of a pool failure to its errno ([`errno_of`]); it calls nothing. The
+//! numbers are the `libc` crate's, the C library's own, so they equal the
+//! `ENOMEM`, `EINVAL`, ... a C caller compares with (Linux numbering).
 
 use std::ffi::{c_int, c_ulong};
 
-use zs::Handle;
+use zs::{ErrorKind, Handle};
 
-/// Out of memory (Linux numbering, as all below).
-pub const ENOMEM: c_int = 12;
+/// Out of memory.
+pub const ENOMEM: c_int = libc::ENOMEM;
 /// The object is held by a read that has not ended.
-pub const EBUSY: c_int = 16;
+pub const EBUSY: c_int = libc::EBUSY;
 /// Invalid argument: no pool, a bad handle, a bad length.
-pub const EINVAL: c_int = 22;
+pub const EINVAL: c_int = libc::EINVAL;
 /// The requested size is larger than a page.
-pub const ENOSPC: c_int = 28;
+pub const ENOSPC: c_int = libc::ENOSPC;
 /// The pool's bookkeeping is inconsistent (`zs_check_invariants`).
-pub const EUCLEAN: c_int = 117;
+pub const EUCLEAN: c_int = libc::EUCLEAN;
+
+/// The errno (positive) the C API returns for a pool failure of `kind`:
+/// `EINVAL` for a bad argument or handle, `ENOSPC` for more than the largest
+/// object, `ENOMEM` when out of memory or over the page limit. The one place
+/// the C API turns a pool error into a number: it takes the allocator's
+/// own mapping, [`ErrorKind::errno`].
+pub fn errno_of(kind: ErrorKind) -> c_int {
+    kind.errno()
+}
 
 /// Errno values an error handle can carry: `1..=MAX_ERRNO` (the kernel's).
 pub const MAX_ERRNO: c_ulong = 4095;
@@ -48,6 +60,19 @@ pub fn is_err_value(value: c_ulong) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pool_failures_keep_the_documented_numbers() {
+        // zsmalloc.h documents -EINVAL, -ENOSPC and -ENOMEM (Linux numbers).
+        assert_eq!(errno_of(ErrorKind::InvalidArgument), 22);
+        assert_eq!(errno_of(ErrorKind::InvalidHandle), 22);
+        assert_eq!(errno_of(ErrorKind::TooLarge), 28);
+        assert_eq!(errno_of(ErrorKind::NoMemory), 12);
+        assert_eq!(
+            (ENOMEM, EBUSY, EINVAL, ENOSPC, EUCLEAN),
+            (12, 16, 22, 28, 117)
+        );
+    }
 
     #[test]
     fn encoding_matches_the_kernel() {

@@ -31,7 +31,7 @@ enum Command {
     Replay(cmd::replay::ReplayArgs),
     /// Print the zsmalloc size-class table of a configuration.
     Classes(cmd::classes::ClassesArgs),
-    /// The seeds' experiments, reproduced.
+    /// The experiments of the kernel patches zmem grew from, reproduced.
     #[command(subcommand)]
     Exp(cmd::exp::ExpCommand),
     /// Benchmarks run side by side with their peers.

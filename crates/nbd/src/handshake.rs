@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use log::{debug, warn};
 
+use crate::conn_error::ConnError;
 use crate::device::{BlockDevice, BlockSize};
-use crate::error::ConnError;
 use crate::export::{Config, Export, Exports};
 use crate::wire::{self, hs, info, opt, rep, tf, InfoRequest, MetaContextRequest, OptionHeader};
 

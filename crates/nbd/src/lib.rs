@@ -30,6 +30,7 @@
 //! - `handshake`: option haggling (fixed newstyle).
 //! - `transmission`: the request loop, workers and replies.
 //! - `buffers`: payload buffers a connection reuses while it is busy.
+//! - `conn_error`: why a connection ended abnormally (logged, never sent).
 //! - `connection`: one connection from greeting to close.
 //! - `socket`, `server`: listeners, threads, shutdown.
 //!
@@ -41,6 +42,7 @@
 
 pub mod aligned;
 mod buffers;
+mod conn_error;
 mod connection;
 pub mod device;
 pub mod error;

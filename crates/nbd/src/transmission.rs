@@ -27,8 +27,9 @@ use std::thread;
 use log::{debug, error, trace, warn};
 
 use crate::buffers::{Buffers, Lease};
+use crate::conn_error::ConnError;
 use crate::device::{BlockDevice, Extent};
-use crate::error::{ConnError, DeviceError, DeviceResult};
+use crate::error::{DeviceError, DeviceResult};
 use crate::export::Config;
 use crate::handshake::Session;
 use crate::wire::{self, cf, chunk, cmd, tf, ChunkHeader, RequestHeader, SimpleReply};

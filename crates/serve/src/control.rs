@@ -11,7 +11,7 @@
 //! | `mm_stat`, `io_stat`, `debug_stat` | same | the statistics line(s) |
 //! | `classes` | debugfs `zsmalloc/<pool>/classes` | the allocator's class table |
 //! | `disksize`, `comp_algorithm`, `initstate` | same (read) | size in bytes, `[algo]`, `1` |
-//! | `objs_moved` | (seed 001's counter) | objects moved by compaction |
+//! | `objs_moved` | (zmem's; from the fine-grained fullness series) | objects moved by compaction |
 //! | `compact` | `compact` | compacts the allocator |
 //! | `idle all`, `idle N` | `idle` | marks slots idle (all, or unused for N s) |
 //! | `reset [1]` | `reset` | frees every page, zeroes stats and limit; `EBUSY` while a client is connected |

@@ -45,6 +45,7 @@
 use std::sync::Arc;
 
 use nbd::{BlockAligned, BlockDevice, BlockSize, DeviceError, DeviceResult, Errno, Extent};
+use zpool::ErrorKind;
 use zram::{SlotState, Store, StoreError};
 
 /// Largest READ or WRITE payload advertised (the server may cap it lower).
@@ -59,8 +60,11 @@ pub fn nbd_error(e: &StoreError) -> DeviceError {
     let errno = match e {
         StoreError::OutOfRange { .. } | StoreError::MemLimit { .. } => Errno::NoSpc,
         StoreError::BadLength { .. } | StoreError::Config(_) => Errno::Inval,
-        StoreError::Alloc(a) if a.errno() == 12 || a.errno() == 28 => Errno::NoSpc,
-        StoreError::Alloc(_) | StoreError::Compress(_) | StoreError::Corrupt { .. } => Errno::Io,
+        StoreError::Alloc(a) => match a.kind() {
+            ErrorKind::NoMemory | ErrorKind::TooLarge => Errno::NoSpc,
+            ErrorKind::InvalidArgument | ErrorKind::InvalidHandle => Errno::Io,
+        },
+        StoreError::Compress(_) | StoreError::Corrupt { .. } => Errno::Io,
     };
     DeviceError::new(errno, e.to_string())
 }

@@ -66,7 +66,7 @@ pub struct AllocOptions {
     /// default 16).
     pub delta: Option<u32>,
     /// zsmalloc: merge classes with the same pages and objects per zspage
-    /// (seed 003); both modes merge by default.
+    /// (the class-merging patch, seed 003); both modes merge by default.
     pub merge: bool,
 }
 

@@ -6,13 +6,13 @@
 //! The defaults are zram's (`level` unset): lz4 acceleration 1, lz4hc 9, zstd
 //! zstd's default 3, deflate zlib's default 6, deflate window 2^11. It does
 //! not validate parameter strings (see [`crate::params`]) and holds no backend
-//! state (see the private `backend` module).
+//! state (see the private `backend` module). Its one error,
+//! [`UnknownAlgorithm`], is its own: the crate's [`crate::Error`] is built
+//! on top of this module, never the other way round.
 
 use std::fmt;
 use std::ops::RangeInclusive;
 use std::str::FromStr;
-
-use crate::error::Error;
 
 /// A compression algorithm, named as zram names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -64,12 +64,12 @@ impl Algorithm {
 
     /// Looks an algorithm up by name (exact, as zram's `sysfs_streq`,
     /// ignoring one trailing newline as sysfs writes have).
-    pub fn from_name(name: &str) -> Result<Algorithm, Error> {
+    pub fn from_name(name: &str) -> Result<Algorithm, UnknownAlgorithm> {
         let trimmed = name.strip_suffix('\n').unwrap_or(name);
         Algorithm::ALL
             .into_iter()
             .find(|a| a.name() == trimmed)
-            .ok_or_else(|| Error::UnknownAlgorithm(trimmed.to_string()))
+            .ok_or_else(|| UnknownAlgorithm(trimmed.to_string()))
     }
 
     /// The `level` values accepted.
@@ -116,8 +116,28 @@ impl fmt::Display for Algorithm {
     }
 }
 
+/// A name that is no algorithm of this crate (the name as given, without a
+/// trailing newline). Its message lists every known name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownAlgorithm(pub String);
+
+impl fmt::Display for UnknownAlgorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown compression algorithm '{}': use one of ", self.0)?;
+        for (i, a) in Algorithm::ALL.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(a.name())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for UnknownAlgorithm {}
+
 impl FromStr for Algorithm {
-    type Err = Error;
+    type Err = UnknownAlgorithm;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Algorithm::from_name(s)
@@ -141,7 +161,7 @@ mod tests {
     fn unknown_names_are_errors() {
         for name in ["", "LZ4", "lzo-rle", "lz4 ", "zstd\n\n", "842"] {
             let err = Algorithm::from_name(name).unwrap_err();
-            assert!(matches!(err, Error::UnknownAlgorithm(_)), "{name:?}");
+            assert_eq!(err.0, name.strip_suffix('\n').unwrap_or(name), "{name:?}");
             assert!(err
                 .to_string()
                 .contains("lz4, lz4hc, zstd, deflate, lz4-flex"));

@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, UnknownAlgorithm};
 
 /// A result with the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -92,16 +92,7 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::UnknownAlgorithm(name) => {
-                write!(f, "unknown compression algorithm '{name}': use one of ")?;
-                for (i, a) in Algorithm::ALL.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(", ")?;
-                    }
-                    f.write_str(a.name())?;
-                }
-                Ok(())
-            }
+            Error::UnknownAlgorithm(name) => UnknownAlgorithm(name.clone()).fmt(f),
             Error::ParamSyntax(token) => {
                 write!(f, "parameter '{token}' is not of the form key=value")
             }
@@ -146,6 +137,12 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl From<UnknownAlgorithm> for Error {
+    fn from(e: UnknownAlgorithm) -> Self {
+        Error::UnknownAlgorithm(e.0)
+    }
+}
 
 #[cfg(test)]
 mod tests {

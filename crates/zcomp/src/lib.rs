@@ -38,7 +38,7 @@ pub mod compressor;
 pub mod error;
 pub mod params;
 
-pub use algorithm::Algorithm;
+pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use compressor::{Compressor, Context};
 pub use error::{Error, Result};
 pub use params::{AlgorithmParams, Dictionary, Params};

@@ -76,20 +76,52 @@ pub enum ZPoolError {
     Config(String),
 }
 
-impl ZPoolError {
-    /// The kernel's errno for this failure (positive, Linux numbering).
-    pub fn errno(&self) -> i32 {
-        const ENOMEM: i32 = 12;
-        const EINVAL: i32 = 22;
-        const ENOSPC: i32 = 28;
+/// The kind of an allocator failure: what callers decide on (the block
+/// device's answer to a client, the C API's errno), whatever the allocator.
+/// zsmalloc's own error and the zram store's error expose it too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// A bad argument: a size of 0, a read or write longer than the object,
+    /// settings the allocator cannot be made with.
+    InvalidArgument,
+    /// A handle the allocator never issued, or one of a freed object.
+    InvalidHandle,
+    /// More bytes than the largest object.
+    TooLarge,
+    /// No memory: the OS refused, a page limit was reached, or a table is
+    /// full.
+    NoMemory,
+}
+
+impl ErrorKind {
+    /// The kernel's errno for this kind (positive): `EINVAL`, `ENOSPC` or
+    /// `ENOMEM`. The numbers are the `libc` crate's, the C library's own, so
+    /// they are what a C caller compares with (Linux numbering on Linux).
+    pub fn errno(self) -> i32 {
         match self {
-            ZPoolError::TooLarge { .. } => ENOSPC,
-            ZPoolError::OutOfMemory(_) => ENOMEM,
-            ZPoolError::ZeroSize
-            | ZPoolError::InvalidHandle(_)
-            | ZPoolError::TooLong { .. }
-            | ZPoolError::Config(_) => EINVAL,
+            ErrorKind::InvalidArgument | ErrorKind::InvalidHandle => libc::EINVAL,
+            ErrorKind::TooLarge => libc::ENOSPC,
+            ErrorKind::NoMemory => libc::ENOMEM,
         }
+    }
+}
+
+impl ZPoolError {
+    /// The kind of this failure.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ZPoolError::ZeroSize | ZPoolError::TooLong { .. } | ZPoolError::Config(_) => {
+                ErrorKind::InvalidArgument
+            }
+            ZPoolError::InvalidHandle(_) => ErrorKind::InvalidHandle,
+            ZPoolError::TooLarge { .. } => ErrorKind::TooLarge,
+            ZPoolError::OutOfMemory(_) => ErrorKind::NoMemory,
+        }
+    }
+
+    /// The kernel's errno for this failure (positive): its kind's.
+    pub fn errno(&self) -> i32 {
+        self.kind().errno()
     }
 }
 

@@ -45,18 +45,16 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// The errno a block device would report (positive, Linux numbering).
+    /// The errno a block device would report (positive; the `libc`
+    /// crate's numbers, as [`zpool::ErrorKind::errno`]'s; an allocator's refusal
+    /// keeps its kind's: [`ZPoolError::kind`]).
     pub fn errno(&self) -> i32 {
-        const EIO: i32 = 5;
-        const ENOMEM: i32 = 12;
-        const EINVAL: i32 = 22;
-        const ENOSPC: i32 = 28;
         match self {
-            StoreError::OutOfRange { .. } => ENOSPC,
-            StoreError::BadLength { .. } | StoreError::Config(_) => EINVAL,
-            StoreError::MemLimit { .. } => ENOMEM,
+            StoreError::OutOfRange { .. } => libc::ENOSPC,
+            StoreError::BadLength { .. } | StoreError::Config(_) => libc::EINVAL,
+            StoreError::MemLimit { .. } => libc::ENOMEM,
             StoreError::Alloc(e) => e.errno(),
-            StoreError::Compress(_) | StoreError::Corrupt { .. } => EIO,
+            StoreError::Compress(_) | StoreError::Corrupt { .. } => libc::EIO,
         }
     }
 }

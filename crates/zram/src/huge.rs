@@ -6,18 +6,45 @@
 //! one page-sized object. When the allocator cannot hold one, the store keeps
 //! such pages here instead: one OS page each, from a [`PageSource`] (so it
 //! goes back to the OS when freed) and counted in `mem_used_total` with the
-//! allocator's pages. A slot's HUGE flag says where its handle points.
+//! allocator's pages. A slot's HUGE flag says its page is raw; the store's
+//! `slot::HugeHome` says whether its handle word is a [`HugePageId`].
 //!
 //! Owns its page table; callers serialise access to one page (the store holds
 //! the slot lock while it reads, writes or frees a slot's page).
 
+use std::num::NonZeroU64;
 use std::sync::Mutex;
 
 use pages::{PageSource, Run};
 
 use crate::error::StoreError;
 
-/// Pages by index; handles are index + 1.
+/// A page kept beside the allocator: its index in the table + 1, so that it
+/// is never 0 (an empty slot's handle word).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HugePageId(NonZeroU64);
+
+impl HugePageId {
+    /// The id in a slot's handle word, or `None` for 0.
+    pub fn from_raw(raw: u64) -> Option<HugePageId> {
+        NonZeroU64::new(raw).map(HugePageId)
+    }
+
+    /// The word kept in a slot (never 0).
+    pub fn to_raw(self) -> u64 {
+        self.0.get()
+    }
+
+    fn index(self) -> usize {
+        usize::try_from(self.0.get() - 1).unwrap_or(usize::MAX)
+    }
+
+    fn of_index(index: usize) -> HugePageId {
+        HugePageId(NonZeroU64::MIN.saturating_add(index as u64))
+    }
+}
+
+/// Pages by index, named by [`HugePageId`].
 pub struct HugePages {
     source: PageSource,
     table: Mutex<Table>,
@@ -44,8 +71,8 @@ impl HugePages {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Stores a copy of `page` (exactly one page) and returns its handle.
-    pub fn store(&self, page: &[u8]) -> Result<u64, StoreError> {
+    /// Stores a copy of `page` (exactly one page) and returns its id.
+    pub fn store(&self, page: &[u8]) -> Result<HugePageId, StoreError> {
         debug_assert_eq!(page.len(), self.source.page_size());
         let run = self
             .source
@@ -65,16 +92,16 @@ impl HugePages {
                 t.runs.len() - 1
             }
         };
-        Ok(index as u64 + 1)
+        Ok(HugePageId::of_index(index))
     }
 
-    /// Copies the page of `handle` into `buf` (one page).
-    pub fn load(&self, handle: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+    /// Copies the page `id` into `buf` (one page).
+    pub fn load(&self, id: HugePageId, buf: &mut [u8]) -> Result<(), StoreError> {
         let ptr = {
             let t = self.table();
-            let run = usize::try_from(handle)
-                .ok()
-                .and_then(|h| t.runs.get(h.wrapping_sub(1)))
+            let run = t
+                .runs
+                .get(id.index())
                 .and_then(Option::as_ref)
                 .ok_or(StoreError::Alloc(zpool::ZPoolError::InvalidHandle(
                     "not a huge page of this store",
@@ -83,18 +110,18 @@ impl HugePages {
         };
         let n = buf.len().min(self.source.page_size());
         // SAFETY: the page (`page_size` bytes, at least `n`) stays allocated
-        // until `free(handle)`, which the store only calls for a slot's old
+        // until `free(id)`, which the store only calls for a slot's old
         // contents after swapping them out under the slot lock that the
         // caller holds, and no one writes a stored page.
         unsafe { std::ptr::copy_nonoverlapping(ptr, buf.as_mut_ptr(), n) };
         Ok(())
     }
 
-    /// Frees the page of `handle`.
-    pub fn free(&self, handle: u64) {
+    /// Frees the page `id`.
+    pub fn free(&self, id: HugePageId) {
         let run = {
             let mut t = self.table();
-            let i = handle.wrapping_sub(1) as usize;
+            let i = id.index();
             let run = t.runs.get_mut(i).and_then(Option::take);
             if run.is_some() {
                 t.free.push(i);

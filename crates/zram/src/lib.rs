@@ -22,7 +22,8 @@
 //! ```
 //!
 //! Modules:
-//! - `slot`: the 16-byte slot, its bit layout and lock;
+//! - `slot`: the 16-byte slot, its bit layout and lock, and what it holds,
+//!   decoded once (`SlotContent`);
 //! - `shard`: per-thread indexes and cache-line padding;
 //! - `streams`: per-thread compression contexts;
 //! - `huge`: raw pages kept beside allocators that cannot hold a page;

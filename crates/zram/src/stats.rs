@@ -145,14 +145,15 @@ pub struct MmStat {
     pub huge_pages: u64,
     /// Pages ever stored uncompressed.
     pub huge_pages_since: u64,
-    /// Objects moved by compaction (seed 001's counter; not a kernel
-    /// `mm_stat` column, printed apart).
+    /// Objects moved by compaction (added with the fine-grained fullness
+    /// series, seed 001; not a kernel `mm_stat` column, printed apart).
     pub objs_moved: u64,
 }
 
 impl MmStat {
-    /// Seed 003's overhead ratio, `(mem_used_total - compr_data_size) /
-    /// compr_data_size`, as a fraction (0 when nothing is stored).
+    /// The class-merging patch's (seed 003) overhead ratio,
+    /// `(mem_used_total - compr_data_size) / compr_data_size`, as a fraction
+    /// (0 when nothing is stored).
     pub fn overhead_ratio(&self) -> f64 {
         if self.compr_data_size == 0 {
             return 0.0;
@@ -252,7 +253,7 @@ mod tests {
     }
 
     #[test]
-    fn overhead_ratio_is_seed_003s() {
+    fn overhead_ratio_is_the_class_merging_patchs() {
         let mm = MmStat {
             compr_data_size: 1000,
             mem_used_total: 1033,

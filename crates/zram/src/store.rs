@@ -43,7 +43,7 @@ use zpool::{ObjectRead, ZCompacted, ZPool};
 
 use crate::error::StoreError;
 use crate::huge::HugePages;
-use crate::slot::{self, Contents, Layout, Slot};
+use crate::slot::{self, HugeHome, Layout, Slot, SlotContent};
 use crate::stats::{Counter, Counters, DebugStat, IoStat, MmStat, CUMULATIVE};
 use crate::streams::Streams;
 
@@ -170,10 +170,10 @@ impl Store {
         }
         // zram keeps incompressible pages raw, as page-sized objects; for an
         // allocator that cannot hold one, they are kept beside it.
-        let huge = if pool.max_object_size() < page_size {
-            Some(HugePages::new(page_size)?)
+        let (huge, huge_home) = if pool.max_object_size() < page_size {
+            (Some(HugePages::new(page_size)?), HugeHome::BesideAllocator)
         } else {
-            None
+            (None, HugeHome::Allocator)
         };
         let huge_class_size = pool
             .huge_class_size()
@@ -186,7 +186,7 @@ impl Store {
             huge,
             streams: Streams::new(compressor),
             slots: zeroed_slots(n)?,
-            layout: Layout::new(page_size),
+            layout: Layout::new(page_size, huge_home),
             page_size,
             limit_pages: AtomicU64::new(0),
             counters: Counters::default(),
@@ -267,41 +267,33 @@ impl Store {
         if let Some(word) = same_filled(page) {
             self.counters.add(Counter::SamePages, 1);
             self.counters.add(Counter::PagesStored, 1);
-            self.replace(
-                index,
-                Contents {
-                    handle: word,
-                    size: 0,
-                    flags: slot::SAME,
-                },
-            );
+            self.replace(index, SlotContent::SameFilled(word));
             return Ok(());
         }
         let mut stream = self.streams.get()?;
         let compressed = stream.context().compress_buffered(page)?;
-        let (bytes, flags) = if compressed.len() >= self.huge_class_size {
-            (page, slot::HUGE)
+        let (content, bytes) = if compressed.len() < self.huge_class_size {
+            let handle = self.pool.malloc(compressed.len())?;
+            let size = compressed.len();
+            (SlotContent::Compressed { handle, size }, compressed)
+        } else if let Some(huge) = &self.huge {
+            (SlotContent::RawPage(huge.store(page)?), page)
         } else {
-            (compressed, 0)
-        };
-        let handle = match (&self.huge, flags) {
-            (Some(huge), slot::HUGE) => huge.store(page)?,
-            _ => self.pool.malloc(bytes.len())?.to_raw(),
+            (SlotContent::RawObject(self.pool.malloc(page.len())?), page)
         };
         let total = self.used_pages();
         let limit = self.limit_pages.load(Ordering::Relaxed);
         if limit != 0 && total > limit {
-            self.free_object(handle, flags);
+            self.free_content(content);
             return Err(StoreError::MemLimit {
                 used_pages: total,
                 limit_pages: limit,
             });
         }
         self.counters.update_max(total);
-        if self.huge.is_none() || flags != slot::HUGE {
-            let h = zpool::ZHandle::from_raw(handle).expect("allocator handles are nonzero");
-            if let Err(e) = self.pool.write(h, bytes) {
-                self.free_object(handle, flags);
+        if let SlotContent::Compressed { handle, .. } | SlotContent::RawObject(handle) = content {
+            if let Err(e) = self.pool.write(handle, bytes) {
+                self.free_content(content);
                 return Err(e.into());
             }
         }
@@ -309,26 +301,19 @@ impl Store {
         drop(stream);
         self.counters.add(Counter::ComprDataSize, size as u64);
         self.counters.add(Counter::PagesStored, 1);
-        if flags & slot::HUGE != 0 {
+        if content.is_raw() {
             self.counters.add(Counter::HugePages, 1);
             self.counters.add(Counter::HugePagesSince, 1);
         }
-        self.replace(
-            index,
-            Contents {
-                handle,
-                size,
-                flags,
-            },
-        );
+        self.replace(index, content);
         Ok(())
     }
 
     /// Puts `new` in the slot and frees what it held.
-    fn replace(&self, index: u64, new: Contents) {
+    fn replace(&self, index: u64, new: SlotContent) {
         let old = {
             let mut guard = self.slots[index as usize].lock(self.layout);
-            let old = guard.contents();
+            let old = guard.content();
             guard.set(new);
             guard.touch(self.now());
             old
@@ -337,33 +322,44 @@ impl Store {
     }
 
     /// Frees a slot's former contents and takes them out of the counters.
-    fn release(&self, old: Contents) {
-        if old.flags & slot::SAME != 0 {
-            self.counters.sub(Counter::SamePages, 1);
-            self.counters.sub(Counter::PagesStored, 1);
-        } else if old.handle != 0 {
-            self.free_object(old.handle, old.flags);
-            self.counters.sub(Counter::ComprDataSize, old.size as u64);
-            self.counters.sub(Counter::PagesStored, 1);
-            if old.flags & slot::HUGE != 0 {
-                self.counters.sub(Counter::HugePages, 1);
+    fn release(&self, old: SlotContent) {
+        match old {
+            SlotContent::Empty => {}
+            SlotContent::SameFilled(_) => {
+                self.counters.sub(Counter::SamePages, 1);
+                self.counters.sub(Counter::PagesStored, 1);
+            }
+            SlotContent::Compressed { .. }
+            | SlotContent::RawObject(_)
+            | SlotContent::RawPage(_) => {
+                self.free_content(old);
+                let size = old.stored_bytes(self.page_size);
+                self.counters.sub(Counter::ComprDataSize, size as u64);
+                self.counters.sub(Counter::PagesStored, 1);
+                if old.is_raw() {
+                    self.counters.sub(Counter::HugePages, 1);
+                }
             }
         }
     }
 
-    /// Frees an object of the allocator, or a page kept beside it.
-    fn free_object(&self, handle: u64, flags: u32) {
-        match (&self.huge, flags & slot::HUGE) {
-            (Some(huge), slot::HUGE) => huge.free(handle),
-            _ => {
+    /// Frees the allocator object, or the page kept beside it, that holds a
+    /// slot's page (nothing for an empty or same-filled slot).
+    fn free_content(&self, content: SlotContent) {
+        match content {
+            SlotContent::Compressed { handle, .. } | SlotContent::RawObject(handle) => {
                 // The handle came from this allocator and was in one slot
                 // only, so the free cannot fail; if it ever did, the object
                 // would only leak.
-                if let Some(h) = zpool::ZHandle::from_raw(handle) {
-                    let freed = self.pool.free(h);
-                    debug_assert!(freed.is_ok(), "freeing a stored object: {freed:?}");
+                let freed = self.pool.free(handle);
+                debug_assert!(freed.is_ok(), "freeing a stored object: {freed:?}");
+            }
+            SlotContent::RawPage(id) => {
+                if let Some(huge) = &self.huge {
+                    huge.free(id);
                 }
             }
+            SlotContent::Empty | SlotContent::SameFilled(_) => {}
         }
     }
 
@@ -385,16 +381,23 @@ impl Store {
 
     fn load(&self, index: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         let mut guard = self.slots[index as usize].lock(self.layout);
-        let c = guard.contents();
-        if c.flags & slot::SAME != 0 {
-            fill_word(buf, c.handle);
-        } else if let (Some(huge), slot::HUGE) = (&self.huge, c.flags & slot::HUGE) {
-            huge.load(c.handle, buf)?;
-        } else if let Some(handle) = zpool::ZHandle::from_raw(c.handle) {
-            let obj = ObjectRead::begin(&*self.pool, handle, c.size)?;
-            if c.flags & slot::HUGE != 0 {
+        match guard.content() {
+            SlotContent::Empty => buf.fill(0),
+            SlotContent::SameFilled(word) => fill_word(buf, word),
+            SlotContent::RawPage(id) => {
+                // Slots decode to pages beside the allocator only in a store
+                // that keeps them.
+                let huge = self.huge.as_ref().ok_or(StoreError::Alloc(
+                    zpool::ZPoolError::InvalidHandle("this store keeps no huge pages"),
+                ))?;
+                huge.load(id, buf)?;
+            }
+            SlotContent::RawObject(handle) => {
+                let obj = ObjectRead::begin(&*self.pool, handle, self.page_size)?;
                 buf.copy_from_slice(&obj);
-            } else {
+            }
+            SlotContent::Compressed { handle, size } => {
+                let obj = ObjectRead::begin(&*self.pool, handle, size)?;
                 let mut stream = self.streams.get()?;
                 stream
                     .context()
@@ -404,8 +407,6 @@ impl Store {
                         reason: e.to_string(),
                     })?;
             }
-        } else {
-            buf.fill(0);
         }
         guard.touch(self.now());
         Ok(())
@@ -416,7 +417,7 @@ impl Store {
     pub fn discard(&self, first: u64, count: u64) -> Result<(), StoreError> {
         self.check_range(first, count)?;
         for index in first..first + count {
-            self.replace(index, Contents::EMPTY);
+            self.replace(index, SlotContent::Empty);
             self.counters.add(Counter::NotifyFree, 1);
         }
         Ok(())
@@ -437,8 +438,8 @@ impl Store {
         for slot in self.slots.iter() {
             let old = {
                 let mut guard = slot.lock(self.layout);
-                let old = guard.contents();
-                guard.set(Contents::EMPTY);
+                let old = guard.content();
+                guard.set(SlotContent::Empty);
                 old
             };
             self.release(old);
@@ -485,8 +486,7 @@ impl Store {
         let mut marked = 0;
         for slot in self.slots.iter() {
             let mut guard = slot.lock(self.layout);
-            let c = guard.contents();
-            if !c.has_object() {
+            if !guard.content().holds_memory() {
                 continue;
             }
             let idle = match cutoff {
@@ -511,19 +511,15 @@ impl Store {
         self.check_range(index, 1)?;
         let slot = &self.slots[index as usize];
         let guard = slot.lock(self.layout);
-        let c = guard.contents();
-        let state = if c.flags & slot::SAME != 0 {
-            SlotState::Same(c.handle)
-        } else if c.handle == 0 {
-            SlotState::Empty
-        } else if c.flags & slot::HUGE != 0 {
-            SlotState::Huge
-        } else {
-            SlotState::Compressed(c.size)
+        let state = match guard.content() {
+            SlotContent::Empty => SlotState::Empty,
+            SlotContent::SameFilled(word) => SlotState::Same(word),
+            SlotContent::Compressed { size, .. } => SlotState::Compressed(size),
+            SlotContent::RawObject(_) | SlotContent::RawPage(_) => SlotState::Huge,
         };
         Ok(SlotInfo {
             state,
-            idle: c.flags & slot::IDLE != 0,
+            idle: guard.is_idle(),
             ac_time: slot.ac_time(),
         })
     }

@@ -145,12 +145,12 @@ fn check_class(class: &Class, inner: &ClassInner) -> Result<(), String> {
 
         // The owner array (and bitmap): whole in kernel-compat, grown up to
         // at most the object count in default mode.
-        let slots_ok = if class.in_object_list {
+        let slots_ok = if class.in_object_list() {
             m.slots() == if class.header == 0 { objs } else { 0 }
         } else {
             m.slots() <= objs
         };
-        if !slots_ok || !m.table_is_consistent(!class.in_object_list) {
+        if !slots_ok || !m.table_is_consistent(class.mode) {
             return Err(format!(
                 "zspage {zid}: owner table covers {} slots of {objs} and is malformed",
                 m.slots()
@@ -159,7 +159,7 @@ fn check_class(class: &Class, inner: &ClassInner) -> Result<(), String> {
 
         // Free slots.
         let mut free = vec![false; objs as usize];
-        if class.in_object_list {
+        if class.in_object_list() {
             let mem = class.memory(inner, zid);
             let mut idx = m.free_head;
             let mut n = 0;

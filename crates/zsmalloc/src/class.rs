@@ -16,11 +16,23 @@ use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use pages::{PageSource, PagesError};
 
+use crate::config::Mode;
 use crate::fullness::{FullnessScheme, NR_GROUPS};
 use crate::geometry::SizeClass;
 use crate::handle::{next_generation, Entry, EntryCell, MAX_SLOTS, MAX_ZSPAGES, NO_SLOT};
 use crate::segvec::SegVec;
 use crate::zspage::{ObjectMemory, ZsPageBase, ZsPageMeta, END_OF_LIST, NO_LINK, NO_OWNER};
+
+/// Where [`Class::list_push`] puts a zspage in its fullness list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ListInsertion {
+    /// At the head (the kernel since 6.4).
+    Head,
+    /// At the head, or second when it has fewer objects in use than the
+    /// head, to keep the fuller one first (the kernel before 6.4, which ran
+    /// the legacy compaction).
+    FullerFirst,
+}
 
 /// A class cannot take another object.
 #[derive(Debug)]
@@ -61,11 +73,12 @@ pub(crate) struct Class {
     /// Bytes before the caller's data in each object (8 for the kernel's
     /// handle header, 0 for huge classes and default mode).
     pub(crate) header: u32,
-    /// kernel-compat: the kernel's in-object free list; otherwise a bitmap.
-    pub(crate) in_object_list: bool,
+    /// The pool's mode: kernel-compat keeps free slots in the kernel's
+    /// in-object free list, default mode in a bitmap.
+    pub(crate) mode: Mode,
     pub(crate) scheme: FullnessScheme,
-    /// The kernel's list insertion before 6.4 (see [`Self::list_push`]).
-    pub(crate) inuse_ordered_insert: bool,
+    /// Where a zspage goes in its list (see [`Self::list_push`]).
+    pub(crate) insertion: ListInsertion,
     pub(crate) handles: SegVec<EntryCell>,
     pub(crate) bases: SegVec<ZsPageBase>,
     inner: Mutex<ClassInner>,
@@ -79,17 +92,17 @@ impl Class {
         info: SizeClass,
         page_size: u32,
         header: u32,
-        in_object_list: bool,
+        mode: Mode,
         scheme: FullnessScheme,
-        inuse_ordered_insert: bool,
+        insertion: ListInsertion,
     ) -> Class {
         Class {
             info,
             page_size,
             header,
-            in_object_list,
+            mode,
             scheme,
-            inuse_ordered_insert,
+            insertion,
             handles: SegVec::new(),
             bases: SegVec::new(),
             waiters: AtomicU32::new(0),
@@ -106,6 +119,12 @@ impl Class {
                 objs_moved: 0,
             }),
         }
+    }
+
+    /// True if free slots are kept in the kernel's in-object free list
+    /// (kernel-compat mode), false if in a bitmap (default mode).
+    pub(crate) fn in_object_list(&self) -> bool {
+        self.mode == Mode::KernelCompat
     }
 
     /// Takes the class lock. No class-locked update can panic half-way
@@ -199,10 +218,11 @@ impl Class {
     /// Inserts at the head of `group`'s list, as the kernel's `insert_zspage`.
     /// Before 6.4 the kernel put a zspage with fewer objects in use than the
     /// head second instead, to keep the fuller one first
-    /// (`inuse_ordered_insert`; seed 001 removed it).
+    /// ([`ListInsertion::FullerFirst`]; 6.4's fine-grained fullness series,
+    /// seed 001, removed it).
     fn list_push(&self, inner: &mut ClassInner, zid: u32, group: u8) {
         let head = inner.heads[group as usize];
-        let after_head = self.inuse_ordered_insert
+        let after_head = self.insertion == ListInsertion::FullerFirst
             && head != NO_LINK
             && inner.metas[zid as usize].inuse < inner.metas[head as usize].inuse;
         let (prev, next) = if after_head {
@@ -291,7 +311,7 @@ impl Class {
         // objects reach them (no fault for those), the rest going back with
         // the source's next batch; or a fresh run none of whose pages is
         // resident yet.
-        let run = if self.in_object_list {
+        let run = if self.in_object_list() {
             pages.alloc(self.info.pages_per_zspage)
         } else {
             pages.alloc_pending(self.info.pages_per_zspage)
@@ -322,7 +342,7 @@ impl Class {
             base,
             size: self.info.size,
         };
-        let counted = if self.in_object_list {
+        let counted = if self.in_object_list() {
             // The kernel links every slot at creation, touching every page.
             for i in 0..objs {
                 let next = if i + 1 < objs { i + 1 } else { END_OF_LIST };
@@ -340,10 +360,10 @@ impl Class {
         m.free_head = 0;
         m.set_populated(counted);
         // Default mode: a reused run's pages are pending until reclaimed.
-        m.tail_pending = !self.in_object_list;
+        m.tail_pending = !self.in_object_list();
         // Default mode's owner array and bitmap grow as objects are placed;
         // kernel-compat's huge classes get their owner array whole.
-        if self.in_object_list && self.header == 0 {
+        if self.in_object_list() && self.header == 0 {
             m.give_all_owners(objs);
         }
         self.bases
@@ -410,7 +430,7 @@ impl Class {
         let m = &mut inner.metas[zid as usize];
         debug_assert!(m.inuse < objs);
         let mut delta = 0i64;
-        let idx = if self.in_object_list {
+        let idx = if self.in_object_list() {
             let idx = m.free_head;
             // SAFETY: `idx` heads the free list of a live zspage, so it is a
             // free slot below `objs`; its link word is read under the class
@@ -470,7 +490,7 @@ impl Class {
         let size = u64::from(self.info.size);
         let m = &mut inner.metas[zid as usize];
         let mut delta = 0i64;
-        if self.in_object_list {
+        if self.in_object_list() {
             // SAFETY: slot `idx` is live and held exclusive by the caller (or
             // its object has been copied away), so no one reads it; writing
             // its first word makes it the head of the free list.
@@ -487,7 +507,7 @@ impl Class {
         if m.inuse == 0 {
             return -i64::from(self.release_zspage(inner, zid, pages));
         }
-        if !self.in_object_list {
+        if !self.in_object_list() {
             // Give back the pages above the highest live object, with the
             // page source's next batch (one TLB shootdown for many).
             let need = (u64::from(m.live_end()) * size).div_ceil(page_size) as u32;
@@ -521,7 +541,7 @@ impl Class {
     /// in kernel-compat mode, the slots its owner array covers in default
     /// mode. Loops over a zspage's slots stop there.
     pub(crate) fn slot_end(&self, inner: &ClassInner, zid: u32) -> u32 {
-        if self.in_object_list {
+        if self.in_object_list() {
             self.objs()
         } else {
             inner.metas[zid as usize].slots()

@@ -5,9 +5,10 @@
 //! - [`CompactionAlgo::Legacy`] (kernel before 6.4): take a source from the
 //!   emptiest group, then destinations from the fullest, one after another,
 //!   until the source is empty; stop when no destination is left.
-//! - [`CompactionAlgo::Seed001`] (seed 001, kernel 6.4 and later): keep one
-//!   destination (fullest non-full group) across sources (emptiest group);
-//!   move until the destination is full or the source empty; stop when
+//! - [`CompactionAlgo::KeepDestination`] (kernel 6.4 and later, from the
+//!   fine-grained fullness series, seed 001): keep one destination
+//!   (fullest non-full group) across sources (emptiest group); move until
+//!   the destination is full or the source empty; stop when
 //!   `zs_can_compact` says no zspage can be freed.
 //! - [`CompactionAlgo::Optimal`] (zmem's default mode): empty exactly the
 //!   `floor(free slots / objs)` zspages with the fewest live objects into the
@@ -30,7 +31,7 @@
 //! in `__zs_compact`), it checks after each source zspage whether a thread
 //! found the lock taken; if so it puts every zspage it holds back in the
 //! lists, unlocks, yields, locks again and carries on from where it was
-//! (seed 001 and legacy pick their next zspages afresh; the optimal plan is
+//! (keep-destination and legacy pick their next zspages afresh; the optimal plan is
 //! kept and each zspage re-checked). A waiter thus waits for at most one
 //! source zspage's moves, not a whole class's compaction.
 //!
@@ -42,44 +43,10 @@ use std::sync::atomic::Ordering;
 use serde::Serialize;
 
 use crate::class::{Class, ClassInner};
+use crate::config::CompactionAlgo;
 use crate::handle::Entry;
 use crate::pool::Pool;
 use crate::zspage::NO_LINK;
-
-/// Which compaction algorithm a pool runs. `Legacy` also brings the list
-/// insertion of its kernels (a zspage with fewer objects in use than a
-/// list's head goes second), which seed 001 removed with it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CompactionAlgo {
-    /// The kernel's algorithm before seed 001.
-    Legacy,
-    /// Seed 001's algorithm (the kernel's since 6.4).
-    Seed001,
-    /// zmem's: the fewest moves that free every freeable zspage.
-    Optimal,
-}
-
-impl CompactionAlgo {
-    /// The name used on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            CompactionAlgo::Legacy => "legacy",
-            CompactionAlgo::Seed001 => "seed001",
-            CompactionAlgo::Optimal => "optimal",
-        }
-    }
-}
-
-/// Automatic compaction: after a free, compact the class once its freeable
-/// pages reach `threshold_pages`. Compaction brings the class back to 0
-/// freeable pages, so another run needs `threshold_pages` more to be freed
-/// first: each run frees at least that much, and the policy cannot thrash.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct AutoCompact {
-    /// Freeable pages in one class that trigger its compaction (at least 1).
-    pub threshold_pages: u64,
-}
 
 /// What one compaction did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -379,7 +346,9 @@ impl Pool {
         loop {
             let step = match algo {
                 CompactionAlgo::Legacy => self.compact_legacy(class, &mut inner, &mut tally),
-                CompactionAlgo::Seed001 => self.compact_seed001(class, &mut inner, &mut tally),
+                CompactionAlgo::KeepDestination => {
+                    self.compact_keep_destination(class, &mut inner, &mut tally)
+                }
                 CompactionAlgo::Optimal => {
                     let plan = plan.get_or_insert_with(|| OptimalPlan::new(class, &inner));
                     self.compact_optimal(class, &mut inner, plan, &mut tally)
@@ -395,7 +364,7 @@ impl Pool {
             inner = class.lock();
         }
         let mut trimmed = 0;
-        if algo == CompactionAlgo::Optimal && !class.in_object_list {
+        if algo == CompactionAlgo::Optimal && !class.in_object_list() {
             let before = tally.moved;
             trim(self, class, &mut inner, &mut tally);
             trimmed = tally.moved - before;
@@ -411,7 +380,12 @@ impl Pool {
         }
     }
 
-    fn compact_seed001(&self, class: &Class, inner: &mut ClassInner, tally: &mut Tally) -> Step {
+    fn compact_keep_destination(
+        &self,
+        class: &Class,
+        inner: &mut ClassInner,
+        tally: &mut Tally,
+    ) -> Step {
         let partial = self.partial_groups();
         let mut dst = None;
         while can_compact(class, inner) > 0 {
@@ -640,7 +614,7 @@ mod tests {
             (
                 Mode::KernelCompat,
                 FullnessScheme::InuseRatio,
-                CompactionAlgo::Seed001,
+                CompactionAlgo::KeepDestination,
             ),
             (
                 Mode::KernelCompat,
@@ -650,7 +624,7 @@ mod tests {
             (
                 Mode::Default,
                 FullnessScheme::InuseRatio,
-                CompactionAlgo::Seed001,
+                CompactionAlgo::KeepDestination,
             ),
             (
                 Mode::Default,

@@ -2,7 +2,8 @@
 //!
 //! Allocation takes the first zspage of the fullest non-full group, and
 //! compaction (later) moves objects from the emptiest groups into the fullest.
-//! Two schemes are kept so seed 001's comparison can be re-run:
+//! Two schemes are kept so the comparison that brought the kernel's 6.4
+//! grouping (the fine-grained fullness series, seed 001) can be re-run:
 //! - [`FullnessScheme::InuseRatio`] (kernel 6.4 and later): 12 groups. Group 0
 //!   is empty, 11 is full, and group `k` in 1..=10 holds zspages whose
 //!   rounded-down use is `10(k-1)%..10k-1%` (exactly 10% is group 2).

@@ -1,12 +1,14 @@
 //! Size-class geometry: which slot size, zspage length and object count serve a
-//! request, for every configuration the seeds discuss.
+//! request, for every configuration the kernel patches zmem grew from
+//! discuss.
 //!
 //! This module is pure arithmetic. It owns the rules that turn a
 //! [`GeometryConfig`] (page size, chain size, class delta, chain rule, merging)
 //! into a [`Geometry`]: the *logical* classes (one per delta step, as the
 //! kernel's `size_class[]` indices), the *physical* classes they alias after
-//! merging (seed 003), pages and objects per zspage, the huge classes and
-//! `huge_class_size`, and the waste figures the simulator prints (tail waste,
+//! merging (classes of equal pages and objects per zspage share one, as the
+//! class-merging patch, seed 003, does), pages and objects per zspage, the
+//! huge classes and `huge_class_size`, and the waste figures the simulator prints (tail waste,
 //! merge waste, span). It allocates no pages and knows nothing of handles,
 //! headers or locks; the pool adds the 8-byte header before it asks for a class.
 //!
@@ -41,7 +43,8 @@ pub const PAGE_SIZES: [u32; 5] = [4096, 8192, 16384, 32768, 65536];
 pub enum ClassDelta {
     /// The kernel's `max(PAGE_SIZE >> 8, 16)`: 16 bytes on 4 KiB pages, 64 on 16 KiB.
     Legacy,
-    /// A fixed step in bytes, a positive multiple of [`ZS_ALIGN`] (seed 002 proposes 16).
+    /// A fixed step in bytes, a positive multiple of [`ZS_ALIGN`] (the patch that drops the
+    /// limit of 256 classes, seed 002, proposes 16).
     Fixed(u32),
 }
 
@@ -91,7 +94,8 @@ pub enum ChainRule {
     /// The kernel before 6.3: the length with the highest integer percentage
     /// of used bytes, the shorter one on a tie.
     UsedPercent,
-    /// The rule proposed with seed 002: stop early once the tail is small and
+    /// The rule proposed with the patch that drops the limit of 256 classes
+    /// (seed 002): stop early once the tail is small and
     /// only lengthen the chain for a large cut in waste.
     Balanced,
 }
@@ -623,7 +627,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_003_used_percent_example() {
+    fn merging_example_with_used_percent_rule() {
         let g = geometry(4096, 4, ClassDelta::Fixed(16), ChainRule::UsedPercent);
         let ids: Vec<u32> = (1376..=1488)
             .step_by(16)
@@ -641,7 +645,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_002_delta_example() {
+    fn fixed_16_byte_delta_example() {
         let rows = |delta| {
             geometry(16384, 8, delta, ChainRule::MinWaste)
                 .request_rows()
@@ -683,14 +687,16 @@ mod tests {
         ] {
             assert_eq!(rule.pages_per_zspage(2048, 4096, 16), 1);
         }
-        // 3328 with chain 5 (seed 000): 5 pages, 6 objects; with chain 1: 1 page.
+        // 3328 with chain 5 (the longer-chain patch, seed 000): 5 pages, 6
+        // objects; with chain 1: 1 page.
         assert_eq!(ChainRule::MinWaste.pages_per_zspage(3328, 4096, 5), 5);
         assert_eq!(ChainRule::MinWaste.pages_per_zspage(3328, 4096, 1), 1);
     }
 
     #[test]
-    fn seed_000_huge_ranges_for_short_chains() {
-        // Seed 000's table of huge class ranges on 4 KiB pages (used-percent era):
+    fn huge_ranges_for_short_chains() {
+        // The longer-chain patch's (seed 000) table of huge class ranges on
+        // 4 KiB pages (used-percent era):
         // chain 4 -> 3280..4096, 5 -> 3424..4096, 6 -> 3520..4096.
         for (chain, first_huge) in [(4, 3280), (5, 3424), (6, 3520)] {
             let g = geometry(4096, chain, ClassDelta::Fixed(16), ChainRule::UsedPercent);

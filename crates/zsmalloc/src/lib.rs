@@ -24,7 +24,8 @@
 //! - `zspage`: zspage bookkeeping and raw object memory;
 //! - [`fullness`]: fullness groups and allocation order;
 //! - `class`: one size class, its zspages and lists (under the class lock);
-//! - `pool`: configuration, modes, the object API and the lock order;
+//! - `config`: what a pool is made from: mode, compaction algorithm, policy;
+//! - `pool`: the object API, the modes' behaviour and the lock order;
 //! - `compact`: the three compaction algorithms and the automatic policy;
 //! - `stats`, `check`: counters, the debugfs-style table, the invariant walk;
 //! - `zpool_impl`: the pool behind the shared [`zpool::ZPool`] trait.
@@ -36,6 +37,7 @@
 mod check;
 mod class;
 mod compact;
+mod config;
 pub mod fullness;
 pub mod geometry;
 mod handle;
@@ -45,7 +47,8 @@ mod stats;
 mod zpool_impl;
 mod zspage;
 
-pub use compact::{AutoCompact, CompactResult, CompactionAlgo};
+pub use compact::CompactResult;
+pub use config::{AutoCompact, CompactionAlgo, Mode, PoolConfig};
 pub use fullness::FullnessScheme;
 pub use geometry::{
     ChainRule, ClassDelta, Geometry, GeometryConfig, GeometryError, LogicalClass, RequestRow,
@@ -53,5 +56,6 @@ pub use geometry::{
 };
 pub use handle::Handle;
 pub use pages::{PagesError, SourceStats};
-pub use pool::{Mode, ObjectRef, Pool, PoolConfig, PoolError};
+pub use pool::{ObjectRef, Pool, PoolError};
 pub use stats::{ClassStats, PoolStats};
+pub use zpool::ErrorKind;

@@ -1,4 +1,4 @@
-//! The pool: configuration, modes, and the object API.
+//! The pool: the object API, what each mode does, and the lock order.
 //!
 //! # Lock order
 //!
@@ -47,105 +47,12 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use pages::{PageSource, PagesError};
-use serde::Serialize;
+use zpool::ErrorKind;
 
-use crate::class::{Class, ClassFull};
-use crate::compact::{AutoCompact, CompactionAlgo};
-use crate::fullness::FullnessScheme;
-use crate::geometry::{
-    ChainRule, ClassDelta, Geometry, GeometryConfig, GeometryError, ZS_HANDLE_SIZE,
-};
+use crate::class::{Class, ClassFull, ListInsertion};
+use crate::config::{CompactionAlgo, Mode, PoolConfig};
+use crate::geometry::{Geometry, GeometryError, ZS_HANDLE_SIZE};
 use crate::handle::{EntryCell, Handle, Refusal, MAX_CLASSES};
-
-/// Which of the two behaviours a pool has.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    /// Exactly the kernel's layout and policy.
-    KernelCompat,
-    /// zmem's denser layout.
-    Default,
-}
-
-impl Mode {
-    /// The name used on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::KernelCompat => "kernel-compat",
-            Mode::Default => "default",
-        }
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Mode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "kernel-compat" => Ok(Mode::KernelCompat),
-            "default" => Ok(Mode::Default),
-            other => Err(format!(
-                "unknown mode '{other}': use kernel-compat or default"
-            )),
-        }
-    }
-}
-
-/// Everything a pool is created from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct PoolConfig {
-    /// The size-class geometry.
-    pub geometry: GeometryConfig,
-    /// Kernel-compatible or zmem's default behaviour.
-    pub mode: Mode,
-    /// How zspages are grouped by fullness.
-    pub fullness: FullnessScheme,
-    /// Most pages the pool may hold at once (`None`: as many as the OS gives).
-    pub page_limit: Option<usize>,
-    /// The compaction algorithm.
-    pub compaction: CompactionAlgo,
-    /// Compact a class automatically when enough of it is freeable.
-    pub auto_compact: Option<AutoCompact>,
-}
-
-impl PoolConfig {
-    /// The kernel's pool: 4 KiB pages, chain 8, 16-byte classes, min-waste,
-    /// merged, in-use-ratio groups, kernel-compat mode.
-    pub fn kernel_compat() -> PoolConfig {
-        PoolConfig {
-            geometry: GeometryConfig::default(),
-            mode: Mode::KernelCompat,
-            fullness: FullnessScheme::InuseRatio,
-            page_limit: None,
-            compaction: CompactionAlgo::Seed001,
-            auto_compact: None,
-        }
-    }
-
-    /// zmem's default pool on pages of `page_size` bytes.
-    pub fn default_mode(page_size: u32) -> PoolConfig {
-        PoolConfig {
-            geometry: GeometryConfig {
-                page_size,
-                chain: 16,
-                delta: ClassDelta::Fixed(16),
-                chain_rule: ChainRule::MinWaste,
-                merge: true,
-            },
-            mode: Mode::Default,
-            fullness: FullnessScheme::InuseRatio,
-            page_limit: None,
-            compaction: CompactionAlgo::Optimal,
-            auto_compact: None,
-        }
-    }
-}
 
 /// Why a pool call failed. Every failure leaves the pool and every other
 /// object as they were.
@@ -184,27 +91,26 @@ pub enum PoolError {
 }
 
 impl PoolError {
-    /// The kernel's errno for this failure (positive).
-    pub fn errno(&self) -> i32 {
+    /// The kind of this failure (the C API and the block device decide on
+    /// it).
+    pub fn kind(&self) -> ErrorKind {
         match self {
             PoolError::ZeroSize
             | PoolError::Geometry(_)
             | PoolError::Pages(_)
-            | PoolError::InvalidHandle
-            | PoolError::FreedHandle
-            | PoolError::StaleHandle
-            | PoolError::TooLong { .. } => libc_errno::EINVAL,
-            PoolError::TooLarge { .. } => libc_errno::ENOSPC,
-            PoolError::OutOfMemory(_) | PoolError::TableFull => libc_errno::ENOMEM,
+            | PoolError::TooLong { .. } => ErrorKind::InvalidArgument,
+            PoolError::InvalidHandle | PoolError::FreedHandle | PoolError::StaleHandle => {
+                ErrorKind::InvalidHandle
+            }
+            PoolError::TooLarge { .. } => ErrorKind::TooLarge,
+            PoolError::OutOfMemory(_) | PoolError::TableFull => ErrorKind::NoMemory,
         }
     }
-}
 
-/// The errno values the pool reports (Linux numbering).
-mod libc_errno {
-    pub(super) const ENOMEM: i32 = 12;
-    pub(super) const EINVAL: i32 = 22;
-    pub(super) const ENOSPC: i32 = 28;
+    /// The kernel's errno for this failure (positive): its kind's.
+    pub fn errno(&self) -> i32 {
+        self.kind().errno()
+    }
 }
 
 impl fmt::Display for PoolError {
@@ -300,20 +206,28 @@ impl Pool {
         let page_size = config.geometry.page_size;
         let pages =
             PageSource::new(page_size as usize, config.page_limit).map_err(PoolError::Pages)?;
-        let compat = config.mode == Mode::KernelCompat;
+        // The legacy algorithm runs with the kernel of its time, whose list
+        // insertion kept fuller zspages first.
+        let insertion = match config.compaction {
+            CompactionAlgo::Legacy => ListInsertion::FullerFirst,
+            CompactionAlgo::KeepDestination | CompactionAlgo::Optimal => ListInsertion::Head,
+        };
         let classes = geometry
             .classes()
             .iter()
             .map(|info| {
-                let header = if compat && !info.huge {
-                    ZS_HANDLE_SIZE
-                } else {
-                    0
+                let header = match config.mode {
+                    Mode::KernelCompat if !info.huge => ZS_HANDLE_SIZE,
+                    Mode::KernelCompat | Mode::Default => 0,
                 };
-                // The legacy algorithm runs with the kernel of its time, whose
-                // list insertion kept fuller zspages first.
-                let legacy = config.compaction == CompactionAlgo::Legacy;
-                Class::new(*info, page_size, header, compat, config.fullness, legacy)
+                Class::new(
+                    *info,
+                    page_size,
+                    header,
+                    config.mode,
+                    config.fullness,
+                    insertion,
+                )
             })
             .collect();
         let logical = geometry.logical().iter().map(|l| l.class as u16).collect();

@@ -22,7 +22,8 @@ pub struct PoolStats {
     pub zspages: u64,
     /// Pages freed by compaction since the pool was made.
     pub pages_compacted: u64,
-    /// Objects moved by compaction since the pool was made (seed 001).
+    /// Objects moved by compaction since the pool was made (a counter
+    /// the fine-grained fullness series, seed 001, added).
     pub objs_moved: u64,
 }
 

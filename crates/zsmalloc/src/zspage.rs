@@ -37,6 +37,7 @@ use std::sync::atomic::AtomicPtr;
 
 use pages::Run;
 
+use crate::config::Mode;
 use crate::geometry::MAX_CHAIN;
 
 /// The kernel's end-of-free-list index.
@@ -148,13 +149,13 @@ impl ZsPageMeta {
         self.table.len()
     }
 
-    /// True if the table's length is right for its slots: owners only, or
-    /// owners and bitmap words (`with_bitmap`).
-    pub(crate) fn table_is_consistent(&self, with_bitmap: bool) -> bool {
-        let words = if with_bitmap {
-            self.slots.div_ceil(32)
-        } else {
-            0
+    /// True if the table's length is right for its slots in `mode`: owners
+    /// only (kernel-compat, whose free slots are an in-object list), or
+    /// owners and bitmap words (default).
+    pub(crate) fn table_is_consistent(&self, mode: Mode) -> bool {
+        let words = match mode {
+            Mode::Default => self.slots.div_ceil(32),
+            Mode::KernelCompat => 0,
         };
         self.table.len() == (self.slots + words) as usize
     }
@@ -169,7 +170,7 @@ impl ZsPageMeta {
     /// the new slots are free.
     pub(crate) fn grow(&mut self, idx: u32, objs: u32) {
         debug_assert!(idx >= self.slots && idx < objs);
-        debug_assert!(self.table_is_consistent(true));
+        debug_assert!(self.table_is_consistent(Mode::Default));
         let slots = (idx + 1).next_power_of_two().max(MIN_TABLE_SLOTS).min(objs);
         let words = slots.div_ceil(32);
         let mut table = Vec::with_capacity((slots + words) as usize);
@@ -346,7 +347,7 @@ mod tests {
             }
             m.set_live(i, true);
             m.set_owner(i, 1000 + i);
-            assert!(m.table_is_consistent(true));
+            assert!(m.table_is_consistent(Mode::Default));
         }
         assert_eq!(m.slots(), 100, "128 capped at the object count");
         assert_eq!(m.lowest_free(100), Some(70));

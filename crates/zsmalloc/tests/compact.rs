@@ -13,8 +13,16 @@ fn variants() -> Vec<(Mode, FullnessScheme, CompactionAlgo)> {
     let mut v = Vec::new();
     for mode in [Mode::KernelCompat, Mode::Default] {
         v.push((mode, FullnessScheme::Legacy, CompactionAlgo::Legacy));
-        v.push((mode, FullnessScheme::Legacy, CompactionAlgo::Seed001));
-        v.push((mode, FullnessScheme::InuseRatio, CompactionAlgo::Seed001));
+        v.push((
+            mode,
+            FullnessScheme::Legacy,
+            CompactionAlgo::KeepDestination,
+        ));
+        v.push((
+            mode,
+            FullnessScheme::InuseRatio,
+            CompactionAlgo::KeepDestination,
+        ));
         v.push((mode, FullnessScheme::InuseRatio, CompactionAlgo::Optimal));
     }
     v
@@ -113,7 +121,7 @@ fn per_class_compaction_touches_one_class() {
     let pool = pool_for(
         Mode::KernelCompat,
         FullnessScheme::InuseRatio,
-        CompactionAlgo::Seed001,
+        CompactionAlgo::KeepDestination,
     );
     let live = fragment(&pool, 7, 10_000, 70);
     let rows = pool.class_stats();
@@ -149,7 +157,7 @@ fn a_held_object_keeps_its_zspage_and_compaction_does_not_wait() {
     let pool = pool_for(
         Mode::KernelCompat,
         FullnessScheme::InuseRatio,
-        CompactionAlgo::Seed001,
+        CompactionAlgo::KeepDestination,
     );
     // Two half-empty zspages of class 112 (256 objects each).
     let a: Vec<Handle> = (0..256).map(|_| pool.malloc(100).unwrap()).collect();

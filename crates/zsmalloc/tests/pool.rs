@@ -26,7 +26,7 @@ fn config(page_size: u32, chain: u32, mode: Mode) -> PoolConfig {
         fullness: FullnessScheme::InuseRatio,
         page_limit: None,
         compaction: if mode == Mode::KernelCompat {
-            CompactionAlgo::Seed001
+            CompactionAlgo::KeepDestination
         } else {
             CompactionAlgo::Optimal
         },
@@ -441,7 +441,7 @@ fn any_pool_config() -> impl Strategy<Value = PoolConfig> {
         prop::sample::select(vec![FullnessScheme::InuseRatio, FullnessScheme::Legacy]),
         prop::sample::select(vec![
             CompactionAlgo::Legacy,
-            CompactionAlgo::Seed001,
+            CompactionAlgo::KeepDestination,
             CompactionAlgo::Optimal,
         ]),
     )

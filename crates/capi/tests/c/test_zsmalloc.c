@@ -129,7 +129,7 @@ static void test_errors_and_null(void)
 		CHECK(zs_pool_config_init(&cfg, ZS_MODE_KERNEL_COMPAT) == 0);
 		CHECK(cfg.page_size == PAGE && cfg.chain == 8 && cfg.delta == 0);
 		CHECK(cfg.mode == ZS_MODE_KERNEL_COMPAT &&
-		      cfg.compaction == ZS_COMPACT_SEED001 && cfg.merge == 1);
+		      cfg.compaction == ZS_COMPACT_KEEP_DESTINATION && cfg.merge == 1);
 		CHECK(zs_create_pool_ex("x", NULL) == NULL);
 		bad = cfg;
 		bad.page_size = 5000;

@@ -89,7 +89,8 @@ pub struct StageResult {
     pub mm_stat: MmStat,
     /// `io_stat`.
     pub io_stat: IoStat,
-    /// Seed 003's overhead ratio, (mem_used_total - compr) / compr.
+    /// The class-merging patch's (seed 003) overhead ratio,
+    /// (mem_used_total - compr) / compr.
     pub overhead_ratio: f64,
     /// Live allocator objects per allocator page.
     pub objs_per_page: f64,

@@ -41,7 +41,8 @@ pub struct StoreArgs {
     /// zsmalloc class step in bytes; default: the mode's.
     #[arg(long, value_delimiter = ',')]
     pub delta: Vec<u32>,
-    /// zsmalloc: do not merge size classes (seed 003 compares both).
+    /// zsmalloc: do not merge size classes (the class-merging experiment,
+    /// seed 003, compares both).
     #[arg(long)]
     pub no_merge: bool,
     /// Memory limit (mem_limit) per store, e.g. 64M; 0 for none.

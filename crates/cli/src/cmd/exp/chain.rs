@@ -1,12 +1,12 @@
-//! `zmem exp chain`: seed 000's experiment.
+//! `zmem exp chain`: the longer-zspage-chain patch's experiment (seed 000).
 //!
-//! The seed made a test file of one source file repeated 200 times, then in
+//! The patch's author made a test file of one source file repeated 200 times, then in
 //! three rounds wrote files of its first j bytes for j = 1, 513, 1025, ...
 //! below 1 MiB onto ext4 on zram, and compared mem_used_total for at most
 //! 4, 5 and 6 pages per zspage. Here the files are laid out page-aligned as a
 //! filesystem places them, and every chain size is a kernel-compat store fed
 //! the same pages. The source file is mm/zsmalloc.c from the Linux source tar
-//! when it is there (the seed's own choice), else `--source`, else a zmem
+//! when it is there (the patch's own choice), else `--source`, else a zmem
 //! source file built into the binary.
 //!
 //! Owns the experiment and its report; the stages are `replay`'s.

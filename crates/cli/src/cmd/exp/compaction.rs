@@ -1,4 +1,5 @@
-//! `zmem exp compaction`: seed 001's experiment.
+//! `zmem exp compaction`: the experiment of the fine-grained fullness and
+//! compaction series (seed 001).
 //!
 //! A fragmentation generator with a fixed seed fills every class of a pool
 //! with `--zspages` zspages' worth of objects, then frees a pattern that
@@ -7,7 +8,7 @@
 //! compacted on its own and the objects moved are counted, under:
 //! 1. old fullness grouping, old compaction algorithm (the kernel before 6.4);
 //! 2. old grouping, new algorithm;
-//! 3. new grouping, new algorithm (seed 001, the kernel since 6.4);
+//! 3. new grouping, new algorithm (the kernel since 6.4);
 //! 4. zmem's optimal algorithm on the same pool;
 //! 5. zmem's default mode (its own geometry and layout).
 //!
@@ -108,13 +109,13 @@ const VARIANTS: [(&str, Mode, FullnessScheme, CompactionAlgo); 5] = [
         "Old fullness grouping, new compaction algorithm",
         Mode::KernelCompat,
         FullnessScheme::Legacy,
-        CompactionAlgo::Seed001,
+        CompactionAlgo::KeepDestination,
     ),
     (
         "New fullness grouping, new compaction algorithm",
         Mode::KernelCompat,
         FullnessScheme::InuseRatio,
-        CompactionAlgo::Seed001,
+        CompactionAlgo::KeepDestination,
     ),
     (
         "zmem optimal algorithm, same pool",

@@ -1,12 +1,12 @@
-//! `zmem exp merge`: seed 003's experiment.
+//! `zmem exp merge`: the class-merging patch's experiment (seed 003).
 //!
-//! The seed untarred the kernel source onto ext4 on zram (mounted with
+//! The patch's author untarred the kernel source onto ext4 on zram (mounted with
 //! discard), then removed the top-level directories in descending order of
 //! size, printing orig, compr, used, overhead and overhead ratio after each
 //! step, with and without size-class merging. Here the tar's files are laid
 //! out page-aligned as a filesystem places them (metadata aside), each
 //! removal discards its directory's pages, and the same steps run on a
-//! kernel-compat store without merging, one with merging (the seed's
+//! kernel-compat store without merging, one with merging (the patch's
 //! geometry: chain 4 unless `--chain` says otherwise) and zmem's default mode.
 //!
 //! Owns the experiment and its report; the stages are `replay`'s.
@@ -32,7 +32,7 @@ pub struct MergeArgs {
     /// missing).
     #[arg(long, default_value = corpus::LINUX_TAR)]
     tar: PathBuf,
-    /// zsmalloc chain of the kernel-compat stores (the seed's kernel had 4).
+    /// zsmalloc chain of the kernel-compat stores (the patch's kernel had 4).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=16))]
     chain: u32,
     /// Directories to remove, largest first.

@@ -1,4 +1,5 @@
-//! `zmem exp ...`: the seeds' experiments, reproduced, each with a table, JSON
+//! `zmem exp ...`: the experiments of the kernel patches zmem grew from
+//! (seeds 000..004), reproduced, each with a table, JSON
 //! and a plot.
 
 pub mod chain;
@@ -13,17 +14,19 @@ use crate::CliError;
 /// The experiments.
 #[derive(Subcommand, Debug)]
 pub enum ExpCommand {
-    /// Seed 001: objects moved by compaction under each fullness grouping and
+    /// Fine-grained fullness and the new compaction algorithm (seed 001):
+    /// objects moved by compaction under each fullness grouping and
     /// algorithm, per class, with Student's t.
     Compaction(compaction::CompactionArgs),
-    /// Seed 000: mem_used_total for several most-pages-per-zspage limits on
-    /// files of growing size.
+    /// Longer zspage chains (seed 000): mem_used_total for several
+    /// most-pages-per-zspage limits on files of growing size.
     Chain(chain::ChainArgs),
-    /// Seed 003: overhead ratio with and without class merging as the Linux
-    /// source's directories are removed.
+    /// Class merging (seed 003): overhead ratio with and without class
+    /// merging as the Linux source's directories are removed.
     Merge(merge::MergeArgs),
-    /// Seed 004: per-operation latency (p50..max) and memory of zsmalloc,
-    /// zbud, z3fold and zblock under one fixed-seed zram-like workload.
+    /// zbud for zram, latency against density (seed 004): per-operation
+    /// latency (p50..max) and memory of zsmalloc, zbud, z3fold and zblock
+    /// under one fixed-seed zram-like workload.
     Latency(latency::LatencyArgs),
 }
 

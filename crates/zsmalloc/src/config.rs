@@ -1,0 +1,142 @@
+//! What a pool is made from: its mode, compaction algorithm, automatic
+//! compaction policy and the whole [`PoolConfig`].
+//!
+//! This module owns the configuration types and their names on the command
+//! line. It holds no pool state and calls nothing in the pool: `pool.rs`
+//! and `compact.rs` both read these types, so they live here, below both.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::fullness::FullnessScheme;
+use crate::geometry::{ChainRule, ClassDelta, GeometryConfig};
+
+/// Which of the two behaviours a pool has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Exactly the kernel's layout and policy.
+    KernelCompat,
+    /// zmem's denser layout.
+    Default,
+}
+
+impl Mode {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::KernelCompat => "kernel-compat",
+            Mode::Default => "default",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "kernel-compat" => Ok(Mode::KernelCompat),
+            "default" => Ok(Mode::Default),
+            other => Err(format!(
+                "unknown mode '{other}': use kernel-compat or default"
+            )),
+        }
+    }
+}
+
+/// Everything a pool is created from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PoolConfig {
+    /// The size-class geometry.
+    pub geometry: GeometryConfig,
+    /// Kernel-compatible or zmem's default behaviour.
+    pub mode: Mode,
+    /// How zspages are grouped by fullness.
+    pub fullness: FullnessScheme,
+    /// Most pages the pool may hold at once (`None`: as many as the OS gives).
+    pub page_limit: Option<usize>,
+    /// The compaction algorithm.
+    pub compaction: CompactionAlgo,
+    /// Compact a class automatically when enough of it is freeable.
+    pub auto_compact: Option<AutoCompact>,
+}
+
+impl PoolConfig {
+    /// The kernel's pool: 4 KiB pages, chain 8, 16-byte classes, min-waste,
+    /// merged, in-use-ratio groups, kernel-compat mode.
+    pub fn kernel_compat() -> PoolConfig {
+        PoolConfig {
+            geometry: GeometryConfig::default(),
+            mode: Mode::KernelCompat,
+            fullness: FullnessScheme::InuseRatio,
+            page_limit: None,
+            compaction: CompactionAlgo::KeepDestination,
+            auto_compact: None,
+        }
+    }
+
+    /// zmem's default pool on pages of `page_size` bytes.
+    pub fn default_mode(page_size: u32) -> PoolConfig {
+        PoolConfig {
+            geometry: GeometryConfig {
+                page_size,
+                chain: 16,
+                delta: ClassDelta::Fixed(16),
+                chain_rule: ChainRule::MinWaste,
+                merge: true,
+            },
+            mode: Mode::Default,
+            fullness: FullnessScheme::InuseRatio,
+            page_limit: None,
+            compaction: CompactionAlgo::Optimal,
+            auto_compact: None,
+        }
+    }
+}
+
+/// Which compaction algorithm a pool runs (see `compact.rs` for each one's
+/// steps). `Legacy` also brings the list insertion of its kernels (a zspage
+/// with fewer objects in use than a list's head goes second), which the
+/// kernel dropped in 6.4 together with the algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CompactionAlgo {
+    /// The kernel's before 6.4: each source zspage is emptied into one
+    /// destination after another; stops when no destination is left.
+    Legacy,
+    /// The kernel's since 6.4 (from the fine-grained fullness series, seed
+    /// 001): one destination zspage is kept across sources until it is full;
+    /// stops as soon as no zspage can be freed.
+    KeepDestination,
+    /// zmem's: the fewest moves that free every freeable zspage.
+    Optimal,
+}
+
+impl CompactionAlgo {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            CompactionAlgo::Legacy => "legacy",
+            CompactionAlgo::KeepDestination => "keep-destination",
+            CompactionAlgo::Optimal => "optimal",
+        }
+    }
+}
+
+/// Automatic compaction: after a free, compact the class once its freeable
+/// pages reach `threshold_pages`. Compaction brings the class back to 0
+/// freeable pages, so another run needs `threshold_pages` more to be freed
+/// first: each run frees at least that much, and the policy cannot thrash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct AutoCompact {
+    /// Freeable pages in one class that trigger its compaction (at least 1).
+    pub threshold_pages: u64,
+}
