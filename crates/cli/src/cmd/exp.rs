@@ -1,14 +1,11 @@
-//! `zmem exp ...`: the seeds' experiments, reproduced, each with a table, JSON
-//! and a plot.
-
-pub mod chain;
-pub mod compaction;
-pub mod latency;
-pub mod merge;
+//! `zmem exp ...`: the command tree of the mailing-list experiments. Each
+//! experiment, its flags and its report are in `lab::exp`; this module only
+//! names them and dispatches.
 
 use clap::Subcommand;
+use lab::exp::{chain, compaction, latency, merge};
 
-use crate::CliError;
+use crate::error::CliError;
 
 /// The experiments.
 #[derive(Subcommand, Debug)]
@@ -29,10 +26,10 @@ pub enum ExpCommand {
 
 /// Runs `zmem exp`.
 pub fn run(cmd: &ExpCommand) -> Result<(), CliError> {
-    match cmd {
+    Ok(match cmd {
         ExpCommand::Compaction(args) => compaction::run(args),
         ExpCommand::Chain(args) => chain::run(args),
         ExpCommand::Merge(args) => merge::run(args),
         ExpCommand::Latency(args) => latency::run(args),
-    }
+    }?)
 }
