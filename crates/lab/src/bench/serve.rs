@@ -452,7 +452,7 @@ struct Ceiling {
     compress_cpu_s: f64,
 }
 
-/// What `--json` prints.
+/// What `--format json` prints.
 #[derive(Serialize)]
 struct Report<'a> {
     samples: &'a [Sample],
