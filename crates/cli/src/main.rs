@@ -1,14 +1,15 @@
 //! `zmem`: the command-line front end of zmem.
 //!
-//! One module per subcommand under `cmd/`; this file only parses arguments
-//! and maps errors to exit codes (2 for bad usage, 1 for a failed run).
+//! One module per subcommand under `cmd/`; this file only holds the command
+//! tree and parses arguments; `error` maps errors to exit codes (2 for bad
+//! usage, 1 for a failed run). The corpus, the replay engine, the
+//! experiments and the benchmarks are the lab crate's (`lab`); `exp` and
+//! `bench` are built with the `lab` feature (on by default), which also
+//! brings the figures' plotting library.
 
 mod cmd;
-mod corpus;
+mod error;
 mod logger;
-mod ministat;
-mod plot;
-mod rng;
 mod signals;
 
 use std::process::ExitCode;
@@ -28,28 +29,21 @@ enum Command {
     /// Store real data page by page in one or more zram-style stores and
     /// print the kernel's statistics after each stage (the default job: with
     /// no PATH it replays a built-in corpus of real files).
-    Replay(cmd::replay::ReplayArgs),
+    Replay(Box<cmd::replay::ReplayArgs>),
     /// Print the zsmalloc size-class table of a configuration.
     Classes(cmd::classes::ClassesArgs),
     /// The experiments of the kernel patches zmem grew from, reproduced.
+    #[cfg(feature = "lab")]
     #[command(subcommand)]
     Exp(cmd::exp::ExpCommand),
     /// Benchmarks run side by side with their peers.
+    #[cfg(feature = "lab")]
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
     /// Serve compressed RAM disks (zram stores) over NBD.
     Serve(Box<cmd::serve::ServeArgs>),
     /// Read or change a running server's zram attributes (mm_stat, compact, ...).
     Ctl(cmd::ctl::CtlArgs),
-}
-
-/// An error that ends the run: usage errors exit with 2, others with 1.
-#[derive(Debug)]
-pub enum CliError {
-    /// The arguments are wrong.
-    Usage(String),
-    /// The run failed.
-    Failed(String),
 }
 
 fn main() -> ExitCode {
@@ -80,20 +74,15 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Replay(args) => cmd::replay::run(&args),
         Command::Classes(args) => cmd::classes::run(&args),
+        #[cfg(feature = "lab")]
         Command::Bench(cmd) => cmd::bench::run(&cmd),
+        #[cfg(feature = "lab")]
         Command::Exp(cmd) => cmd::exp::run(&cmd),
         Command::Serve(args) => cmd::serve::run(&args),
         Command::Ctl(args) => cmd::ctl::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(CliError::Usage(msg)) => {
-            eprintln!("error: {msg}");
-            ExitCode::from(2)
-        }
-        Err(CliError::Failed(msg)) => {
-            eprintln!("error: {msg}");
-            ExitCode::from(1)
-        }
+        Err(e) => e.report(),
     }
 }

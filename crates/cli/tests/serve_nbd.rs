@@ -492,7 +492,7 @@ fn bench_serve_runs_on_a_small_file() {
     std::fs::write(&data, real_data(4 * MIB)).unwrap();
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_zmem"))
         .args([
-            "bench", "serve", "--runs", "1", "--settle", "0", "--json", "--data",
+            "bench", "serve", "--runs", "1", "--settle", "0", "--format", "json", "--data",
         ])
         .arg(&data)
         .output()

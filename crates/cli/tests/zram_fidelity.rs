@@ -13,7 +13,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use common::{json, zmem};
-use zram::kernel::{KernelZram, PageBuffer};
+use lab::kernel_zram::{KernelZram, PageBuffer};
 
 const PAGE: usize = 4096;
 

@@ -11,7 +11,8 @@
 //! - [`control`]: what each control command does (`mm_stat`, `compact`,
 //!   `reset`, `mem_limit`, ...), answering exactly what sysfs would;
 //! - [`ctl_socket`]: the control socket's line protocol, server and client;
-//! - [`metrics`]: the Prometheus text format and its tiny HTTP server.
+//! - [`metrics`]: the Prometheus text format and its tiny HTTP server;
+//! - [`paths`]: the default socket paths `zmem serve` and `zmem ctl` share.
 //!
 //! The command line, logging and signal handling live in the `zmem` binary.
 //! This crate has no `unsafe` code.
@@ -23,6 +24,7 @@ pub mod control;
 pub mod ctl_socket;
 pub mod device;
 pub mod metrics;
+pub mod paths;
 pub mod registry;
 
 pub use control::CtlError;

@@ -30,15 +30,15 @@
 //! - [`stats`]: counters and the `mm_stat` / `io_stat` / `debug_stat` files;
 //! - [`store`]: the write, read, discard and control paths, and the lock
 //!   order;
-//! - [`mod@error`]: the [`StoreError`] type;
-//! - [`kernel`]: a device of the kernel's own zram, the peer measured
-//!   against.
+//! - [`mod@error`]: the [`StoreError`] type.
+//!
+//! The kernel's own zram, the peer the store is measured against, is the
+//! lab's (`lab::kernel_zram`).
 
 #![warn(missing_docs)]
 
 pub mod error;
 mod huge;
-pub mod kernel;
 mod shard;
 mod slot;
 pub mod stats;

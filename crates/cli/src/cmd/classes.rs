@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 use zsmalloc::{ChainRule, ClassDelta, Geometry, GeometryConfig};
 
-use crate::CliError;
+use crate::error::CliError;
 
 /// Output formats of `zmem classes`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -44,6 +44,10 @@ pub struct ClassesArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = ClassesFormat::Table)]
     format: ClassesFormat,
+    /// The same as `--format json` (older spelling, kept for scripts; as
+    /// `lab::output::FormatArg` has it for the other subcommands).
+    #[arg(long, hide = true, conflicts_with = "format")]
+    json: bool,
 }
 
 fn parse_delta(s: &str) -> Result<ClassDelta, String> {
@@ -71,12 +75,17 @@ impl ClassesArgs {
 /// Runs `zmem classes`.
 pub fn run(args: &ClassesArgs) -> Result<(), CliError> {
     let geometry = Geometry::new(args.config()).map_err(|e| CliError::Usage(e.to_string()))?;
-    let text = match args.format {
+    let format = if args.json {
+        ClassesFormat::Json
+    } else {
+        args.format
+    };
+    let text = match format {
         ClassesFormat::Table => table(&geometry),
         ClassesFormat::Json => json(&geometry)?,
         ClassesFormat::Simzs => simzs(&geometry),
     };
-    crate::cmd::write_stdout(&text)
+    Ok(lab::output::write_stdout(&text)?)
 }
 
 fn describe(config: &GeometryConfig, delta: u32) -> String {

@@ -11,8 +11,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::cmd::serve::{ctl_path_for, default_socket};
-use crate::CliError;
+use serve::paths::{ctl_path_for, default_socket};
+
+use crate::error::CliError;
 
 /// Arguments of `zmem ctl`.
 #[derive(Args, Debug)]
@@ -55,7 +56,7 @@ pub fn run(args: &CtlArgs) -> Result<(), CliError> {
         ))
     })?;
     match reply {
-        Ok(body) => crate::cmd::write_stdout(&body),
+        Ok(body) => Ok(lab::output::write_stdout(&body)?),
         Err(e) => Err(CliError::Failed(format!("{line}: {e}"))),
     }
 }

@@ -16,17 +16,18 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
+use lab::store_spec::{parse_size, StoreArgs, StoreSpec};
 use log::{error, info, LevelFilter};
 use nbd::{Config, ListenAddr, Server};
+use serve::paths::{ctl_path_for, default_dir, default_socket, ensure_private_dir, tcp_ctl_path};
 use serve::{CtlServer, MetricsServer, Registry, Served};
 
-use crate::cmd::store_opts::{parse_size, StoreArgs, StoreSpec};
-use crate::{logger, signals, CliError};
+use crate::error::CliError;
+use crate::{logger, signals};
 
 /// Arguments of `zmem serve`.
 #[derive(Args, Debug)]
@@ -114,51 +115,6 @@ pub struct ServeArgs {
 fn parse_level(s: &str) -> Result<LevelFilter, String> {
     s.parse()
         .map_err(|_| format!("'{s}' is not a log level (off, error, warn, info, debug, trace)"))
-}
-
-/// The directory for default sockets: `$XDG_RUNTIME_DIR/zmem`, or
-/// `/tmp/zmem-UID`.
-pub fn default_dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d).join("zmem"),
-        _ => PathBuf::from(format!("/tmp/zmem-{}", uid())),
-    }
-}
-
-/// The default NBD socket.
-pub fn default_socket() -> PathBuf {
-    default_dir().join("nbd.sock")
-}
-
-/// The control socket that goes with the NBD socket `nbd`.
-pub fn ctl_path_for(nbd: &Path) -> PathBuf {
-    let mut s = nbd.as_os_str().to_owned();
-    s.push(".ctl");
-    PathBuf::from(s)
-}
-
-fn uid() -> u32 {
-    // SAFETY: getuid has no preconditions and cannot fail.
-    unsafe { libc::getuid() }
-}
-
-/// Creates the default directory (mode 0700) if needed, and refuses one
-/// that belongs to another user (someone could have put sockets there).
-fn make_private_dir(dir: &Path) -> Result<(), CliError> {
-    let fail = |e: io::Error| CliError::Failed(format!("{}: {e}", dir.display()));
-    if !dir.exists() {
-        std::fs::create_dir_all(dir).map_err(fail)?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(fail)?;
-    }
-    let meta = std::fs::metadata(dir).map_err(fail)?;
-    if meta.uid() != uid() {
-        return Err(CliError::Failed(format!(
-            "{} belongs to uid {}, not to us; give --socket explicitly",
-            dir.display(),
-            meta.uid()
-        )));
-    }
-    Ok(())
 }
 
 /// Splits `NAME[:SIZE]`: the part after the last colon is a size if it
@@ -369,8 +325,8 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             let ctl = match &args.ctl_socket {
                 Some(p) => p.clone(),
                 None => {
-                    make_private_dir(&default_dir())?;
-                    default_dir().join(format!("tcp-{}.ctl", tcp.port()))
+                    ensure_private_dir(&default_dir()).map_err(CliError::Failed)?;
+                    tcp_ctl_path(tcp.port())
                 }
             };
             (ListenAddr::Tcp(*tcp), ctl)
@@ -379,7 +335,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             let path = match socket {
                 Some(p) => p.clone(),
                 None => {
-                    make_private_dir(&default_dir())?;
+                    ensure_private_dir(&default_dir()).map_err(CliError::Failed)?;
                     default_socket()
                 }
             };
@@ -481,9 +437,5 @@ mod tests {
         assert_eq!(parse_export("a:b", 7).unwrap(), ("a:b".into(), 7));
         assert_eq!(parse_export(":4K", 7).unwrap(), ("".into(), 4096));
         assert!(parse_export("a:0", 7).is_err());
-        assert_eq!(
-            ctl_path_for(Path::new("/run/x/nbd.sock")),
-            PathBuf::from("/run/x/nbd.sock.ctl")
-        );
     }
 }

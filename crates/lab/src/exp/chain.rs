@@ -19,15 +19,15 @@ use serde::Serialize;
 use zram::MmStat;
 use zsmalloc::Mode;
 
-use crate::cmd::replay::Replay;
-use crate::cmd::store_opts::{parse_size, StoreSpec};
-use crate::cmd::{write_json, write_stdout, Format};
 use crate::corpus::{self, Corpus};
+use crate::output::{write_json, write_stdout, Format, FormatArg};
 use crate::plot::{self, Chart, Series};
-use crate::CliError;
+use crate::replay::Replay;
+use crate::store_spec::{parse_size, StoreSpec};
+use crate::Error;
 
 /// A zmem source file, the fallback test text.
-const BUILT_IN: &str = include_str!("../../../../zsmalloc/src/pool.rs");
+const BUILT_IN: &str = include_str!("../../../zsmalloc/src/pool.rs");
 
 /// Arguments of `zmem exp chain`.
 #[derive(Args, Debug)]
@@ -54,9 +54,8 @@ pub struct ChainArgs {
     /// Compressor.
     #[arg(long, default_value = "lz4")]
     comp: String,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    format: Format,
+    #[command(flatten)]
+    format: FormatArg,
     /// Path stem of the plot (`.svg` and `.png` are added).
     #[arg(long, default_value = "out/exp-chain")]
     plot: PathBuf,
@@ -74,15 +73,12 @@ struct ChainRow {
     saving_percent: f64,
 }
 
-fn source_text(args: &ChainArgs) -> Result<(Vec<u8>, String), CliError> {
+fn source_text(args: &ChainArgs) -> Result<(Vec<u8>, String), Error> {
     if let Some(p) = &args.source {
-        let data = std::fs::read(p)
-            .map_err(|e| CliError::Usage(format!("--source {}: {e}", p.display())))?;
+        let data =
+            std::fs::read(p).map_err(|e| Error::Usage(format!("--source {}: {e}", p.display())))?;
         if data.is_empty() {
-            return Err(CliError::Usage(format!(
-                "--source {} is empty",
-                p.display()
-            )));
+            return Err(Error::Usage(format!("--source {} is empty", p.display())));
         }
         return Ok((data, p.display().to_string()));
     }
@@ -102,16 +98,16 @@ fn source_text(args: &ChainArgs) -> Result<(Vec<u8>, String), CliError> {
 }
 
 /// Runs `zmem exp chain`.
-pub fn run(args: &ChainArgs) -> Result<(), CliError> {
+pub fn run(args: &ChainArgs) -> Result<(), Error> {
     if args.chains.is_empty() || args.step == 0 || args.repeat == 0 {
-        return Err(CliError::Usage(
+        return Err(Error::Usage(
             "--chains, --step and --repeat must be nonzero".into(),
         ));
     }
     let (source, source_name) = source_text(args)?;
     let test: Arc<[u8]> = source.repeat(args.repeat).into();
     if (test.len() as u64) < args.max_size {
-        return Err(CliError::Usage(format!(
+        return Err(Error::Usage(format!(
             "the test file ({} bytes) is shorter than --max-size; raise --repeat",
             test.len()
         )));
@@ -194,7 +190,7 @@ pub fn run(args: &ChainArgs) -> Result<(), CliError> {
             },
         )?)
     };
-    match args.format {
+    match args.format.get() {
         Format::Json => {
             #[derive(Serialize)]
             struct Report<'a> {

@@ -22,9 +22,10 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use zsmalloc::{Handle, Mode, Pool, PoolConfig};
 
-use super::{compressed_pages, default_data};
+use super::data::{compressed_pages, default_data};
+use crate::output::{Format, FormatArg};
 use crate::rng::Rng;
-use crate::CliError;
+use crate::Error;
 
 /// Arguments of `zmem bench read-latency`.
 #[derive(Args, Debug)]
@@ -46,9 +47,8 @@ pub struct ReadLatencyArgs {
     /// pages crate's).
     #[arg(long)]
     page_hold_kib: Option<usize>,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    format: FormatArg,
 }
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
@@ -82,12 +82,12 @@ struct Report {
     p999_ratio: f64,
 }
 
-fn store(pool: &Pool, data: &[u8]) -> Result<Handle, CliError> {
+fn store(pool: &Pool, data: &[u8]) -> Result<Handle, Error> {
     let h = pool
         .malloc(data.len())
-        .map_err(|e| CliError::Failed(e.to_string()))?;
+        .map_err(|e| Error::Failed(e.to_string()))?;
     pool.write(h, data)
-        .map_err(|e| CliError::Failed(e.to_string()))?;
+        .map_err(|e| Error::Failed(e.to_string()))?;
     Ok(h)
 }
 
@@ -97,9 +97,9 @@ fn read_phase(
     objects: &[(Handle, usize)],
     seconds: f64,
     stop: &AtomicBool,
-) -> Result<Histogram<u64>, CliError> {
+) -> Result<Histogram<u64>, Error> {
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
-        .map_err(|e| CliError::Failed(e.to_string()))?;
+        .map_err(|e| Error::Failed(e.to_string()))?;
     let mut buf = [0u8; 4096];
     let mut rng = Rng::new(0x2545_f491_4f6c_dd1d, 0);
     let end = Instant::now() + Duration::from_secs_f64(seconds);
@@ -110,7 +110,7 @@ fn read_phase(
             {
                 let obj = pool
                     .read(h, len)
-                    .map_err(|e| CliError::Failed(e.to_string()))?;
+                    .map_err(|e| Error::Failed(e.to_string()))?;
                 buf[..len].copy_from_slice(&obj);
             }
             let ns = t.elapsed().as_nanos() as u64;
@@ -144,19 +144,19 @@ fn phase(
 }
 
 /// Runs `zmem bench read-latency`.
-pub fn run(args: &ReadLatencyArgs) -> Result<(), CliError> {
+pub fn run(args: &ReadLatencyArgs) -> Result<(), Error> {
     let path = args
         .data
         .clone()
         .unwrap_or_else(|| default_data().remove(0));
     if !path.is_file() {
-        return Err(CliError::Failed(format!(
+        return Err(Error::Failed(format!(
             "{} is missing: make the data sets with scripts/make-corpus",
             path.display()
         )));
     }
     if !(args.seconds > 0.0 && args.seconds.is_finite()) {
-        return Err(CliError::Usage("--seconds must be positive".into()));
+        return Err(Error::Usage("--seconds must be positive".into()));
     }
     let (bytes, spans) = compressed_pages(&path)?;
     let bytes = Arc::new(bytes);
@@ -164,7 +164,7 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), CliError> {
         Mode::KernelCompat => PoolConfig::kernel_compat(),
         Mode::Default => PoolConfig::default_mode(4096),
     };
-    let pool = Arc::new(Pool::new(config).map_err(|e| CliError::Failed(e.to_string()))?);
+    let pool = Arc::new(Pool::new(config).map_err(|e| Error::Failed(e.to_string()))?);
     if let Some(kib) = args.page_cache_kib {
         pool.set_page_cache_limit((kib << 10) / pool.page_size());
     }
@@ -199,14 +199,14 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), CliError> {
             compactions.clone(),
             bytes.clone(),
         );
-        std::thread::spawn(move || -> Result<Vec<(Handle, usize, usize)>, CliError> {
+        std::thread::spawn(move || -> Result<Vec<(Handle, usize, usize)>, Error> {
             let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15, 1);
             while !stop.load(Ordering::Relaxed) {
                 let mut freed = Vec::new();
                 for item in churn.iter_mut() {
                     if rng.next_u64() % 2 == 0 {
                         pool.free(item.0)
-                            .map_err(|e| CliError::Failed(e.to_string()))?;
+                            .map_err(|e| Error::Failed(e.to_string()))?;
                         freed.push(item);
                     }
                 }
@@ -222,26 +222,24 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), CliError> {
     let busy = read_phase(&pool, &reader, args.seconds, &stop)?;
     let churn = compactor
         .join()
-        .map_err(|_| CliError::Failed("the compactor thread panicked".into()))??;
+        .map_err(|_| Error::Failed("the compactor thread panicked".into()))??;
     let moved = pool.stats().objs_moved - moved_before;
     let busy_calls = pool.page_stats().advise_calls - calls_before;
 
     // Every object is still intact.
     for &(h, len) in &reader {
         pool.read(h, len)
-            .map_err(|e| CliError::Failed(e.to_string()))?;
+            .map_err(|e| Error::Failed(e.to_string()))?;
     }
     for (h, off, len) in churn {
         let obj = pool
             .read(h, len)
-            .map_err(|e| CliError::Failed(e.to_string()))?;
+            .map_err(|e| Error::Failed(e.to_string()))?;
         if *obj != bytes[off..off + len] {
-            return Err(CliError::Failed(
-                "an object changed under compaction".into(),
-            ));
+            return Err(Error::Failed("an object changed under compaction".into()));
         }
     }
-    pool.check_invariants().map_err(CliError::Failed)?;
+    pool.check_invariants().map_err(Error::Failed)?;
 
     let phases = vec![
         phase("reads alone", &quiet, 0, 0, quiet_calls),
@@ -261,8 +259,8 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), CliError> {
         p999_ratio: phases[1].p999_ns as f64 / phases[0].p999_ns as f64,
         phases,
     };
-    let text = if args.json {
-        serde_json::to_string_pretty(&report).map_err(|e| CliError::Failed(e.to_string()))? + "\n"
+    let text = if args.format.get() == Format::Json {
+        serde_json::to_string_pretty(&report).map_err(|e| Error::Failed(e.to_string()))? + "\n"
     } else {
         use std::fmt::Write as _;
         let mut out = String::new();
@@ -312,5 +310,5 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), CliError> {
         );
         out
     };
-    crate::cmd::write_stdout(&text)
+    crate::output::write_stdout(&text)
 }

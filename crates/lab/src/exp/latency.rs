@@ -50,10 +50,10 @@ use zalloc::AllocOptions;
 use zpool::{ObjectRead, ZHandle, ZPool};
 use zsmalloc::Mode;
 
-use super::compaction::Format;
+use crate::output::{Format, FormatArg};
 use crate::plot::{self, Chart, Series};
 use crate::rng::Rng;
-use crate::CliError;
+use crate::Error;
 
 /// Arguments of `zmem exp latency`.
 #[derive(Args, Debug)]
@@ -95,9 +95,8 @@ pub struct LatencyArgs {
     /// Seed of the workload.
     #[arg(long, default_value_t = 4)]
     seed: u64,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    format: Format,
+    #[command(flatten)]
+    format: FormatArg,
     /// Path stem of the plot (`.svg` and `.png` are added).
     #[arg(long, default_value = "out/exp-latency")]
     plot: PathBuf,
@@ -234,8 +233,8 @@ impl Objects {
     }
 }
 
-fn failed(e: impl std::fmt::Display) -> CliError {
-    CliError::Failed(e.to_string())
+fn failed(e: impl std::fmt::Display) -> Error {
+    Error::Failed(e.to_string())
 }
 
 fn default_data() -> PathBuf {
@@ -315,7 +314,7 @@ fn synthetic_page(rng: &mut Rng, page_size: usize) -> Vec<u8> {
 }
 
 /// Loads and compresses the pages; objects above `limit` bytes are left out.
-fn load_objects(args: &LatencyArgs, limit: usize) -> Result<(String, Objects, u64, u64), CliError> {
+fn load_objects(args: &LatencyArgs, limit: usize) -> Result<(String, Objects, u64, u64), Error> {
     let ps = args.page_size;
     let path = match (&args.data, args.synthetic) {
         (Some(p), _) => Some(p.clone()),
@@ -343,8 +342,7 @@ fn load_objects(args: &LatencyArgs, limit: usize) -> Result<(String, Objects, u6
         || "built-in generator (no data file; make one with scripts/make-corpus)".to_string(),
         |p| p.display().to_string(),
     );
-    let comp =
-        zcomp::Compressor::parse(&args.comp, "").map_err(|e| CliError::Usage(e.to_string()))?;
+    let comp = zcomp::Compressor::parse(&args.comp, "").map_err(|e| Error::Usage(e.to_string()))?;
     let mut ctx = comp.context().map_err(failed)?;
     let mut objects = Objects {
         bytes: Vec::new(),
@@ -366,14 +364,14 @@ fn load_objects(args: &LatencyArgs, limit: usize) -> Result<(String, Objects, u6
         objects.bytes.extend_from_slice(c);
     }
     if objects.spans.is_empty() {
-        return Err(CliError::Failed(format!(
+        return Err(Error::Failed(format!(
             "{name} has no page the allocators can store"
         )));
     }
     Ok((name, objects, same, left_out))
 }
 
-fn histogram() -> Result<Histogram<u64>, CliError> {
+fn histogram() -> Result<Histogram<u64>, Error> {
     Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(failed)
 }
 
@@ -405,7 +403,7 @@ fn record(hist: &mut [Histogram<u64>; 4], op: usize, t: Instant) {
     hist[ALL].saturating_record(ns);
 }
 
-fn store(pool: &dyn ZPool, data: &[u8]) -> Result<ZHandle, CliError> {
+fn store(pool: &dyn ZPool, data: &[u8]) -> Result<ZHandle, Error> {
     let h = pool.malloc(data.len()).map_err(failed)?;
     pool.write(h, data).map_err(failed)?;
     Ok(h)
@@ -418,7 +416,7 @@ fn run_one(
     objects: &Objects,
     args: &LatencyArgs,
     round: u32,
-) -> Result<Run, CliError> {
+) -> Result<Run, Error> {
     let pool: Arc<dyn ZPool> = zalloc::open(name, opts).map_err(failed)?;
     let n = objects.spans.len();
     // Slot -> (handle, object index).
@@ -579,7 +577,7 @@ fn run_one(
 }
 
 /// Runs `zmem exp latency`.
-pub fn run(args: &LatencyArgs) -> Result<(), CliError> {
+pub fn run(args: &LatencyArgs) -> Result<(), Error> {
     let names: Vec<String> = if args.alloc.is_empty() {
         zalloc::NAMES.iter().map(|s| s.to_string()).collect()
     } else {
@@ -592,7 +590,7 @@ pub fn run(args: &LatencyArgs) -> Result<(), CliError> {
     };
     let mut limit = usize::MAX;
     for name in &names {
-        let pool = zalloc::open(name, &opts).map_err(|e| CliError::Usage(e.to_string()))?;
+        let pool = zalloc::open(name, &opts).map_err(|e| Error::Usage(e.to_string()))?;
         limit = limit.min(pool.max_object_size());
     }
     let (data, objects, same_filled, left_out) = load_objects(args, limit)?;
@@ -710,11 +708,11 @@ pub fn run(args: &LatencyArgs) -> Result<(), CliError> {
         goal,
         plot,
     };
-    let text = match args.format {
+    let text = match args.format.get() {
         Format::Json => serde_json::to_string_pretty(&report).map_err(failed)? + "\n",
         Format::Table => table(&report),
     };
-    crate::cmd::write_stdout(&text)
+    crate::output::write_stdout(&text)
 }
 
 /// Latency against percentile (in nines) for every allocator, all operations.
@@ -722,7 +720,7 @@ fn draw(
     args: &LatencyArgs,
     names: &[String],
     runs: &[Option<Run>],
-) -> Result<(PathBuf, PathBuf), CliError> {
+) -> Result<(PathBuf, PathBuf), Error> {
     let series: Vec<Series> = names
         .iter()
         .zip(runs)

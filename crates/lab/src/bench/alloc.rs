@@ -1,8 +1,9 @@
 //! `zmem bench alloc`: zsmalloc (both modes) against general-purpose
 //! allocators on the object sizes real data compresses to.
 //!
-//! Each allocator runs in its own child process (this binary again, with
-//! `--worker`), one after the other in one run, so every process's resident
+//! Each allocator runs in its own child process (the running `zmem` binary
+//! again, as `zmem bench alloc --worker NAME`, so the command tree must keep
+//! that spelling), one after the other in one run, so every process's resident
 //! set belongs to one allocator and the figures compare side by side. The
 //! parent prints absolute figures and ratios to glibc.
 //!
@@ -24,32 +25,14 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
-use clap::{Args, Subcommand};
+use clap::Args;
 use serde::{Deserialize, Serialize};
 use zsmalloc::{Handle, Pool, PoolConfig};
 
-use crate::CliError;
+use crate::output::{Format, FormatArg};
+use crate::Error;
 
-mod read_latency;
-mod serve;
-mod store;
-pub use read_latency::ReadLatencyArgs;
-pub use serve::ServeBenchArgs;
-pub use store::StoreBenchArgs;
-
-/// `zmem bench ...`
-#[derive(Subcommand, Debug)]
-pub enum BenchCommand {
-    /// zsmalloc against glibc, jemalloc and mimalloc on real object sizes.
-    Alloc(AllocArgs),
-    /// Object read latency with and without compaction on another thread.
-    ReadLatency(ReadLatencyArgs),
-    /// The store's write and read speed against raw compression, on one and
-    /// two threads.
-    Store(StoreBenchArgs),
-    /// `zmem serve` beside nbdkit's memory plugin: throughput and RSS.
-    Serve(ServeBenchArgs),
-}
+use super::data::{compressed_pages, default_data};
 
 /// Arguments of `zmem bench alloc`.
 #[derive(Args, Debug)]
@@ -64,24 +47,19 @@ pub struct AllocArgs {
     /// Allocators to compare (default: all built in).
     #[arg(long, value_delimiter = ',')]
     alloc: Vec<String>,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    format: FormatArg,
     /// Internal: run one allocator and print its figures as JSON.
     #[arg(long, hide = true)]
     worker: Option<String>,
 }
 
-/// Runs `zmem bench`.
-pub fn run(cmd: &BenchCommand) -> Result<(), CliError> {
-    match cmd {
-        BenchCommand::Alloc(args) => match &args.worker {
-            Some(name) => worker(args, name),
-            None => parent(args),
-        },
-        BenchCommand::ReadLatency(args) => read_latency::run(args),
-        BenchCommand::Store(args) => store::run(args),
-        BenchCommand::Serve(args) => serve::run(args),
+/// Runs `zmem bench alloc`: the parent, or (with the hidden `--worker`)
+/// one allocator's worker.
+pub fn run(args: &AllocArgs) -> Result<(), Error> {
+    match &args.worker {
+        Some(name) => worker(args, name),
+        None => parent(args),
     }
 }
 
@@ -92,12 +70,6 @@ fn built_in() -> Vec<&'static str> {
         v.extend(["jemalloc", "mimalloc"]);
     }
     v
-}
-
-pub(crate) fn default_data() -> Vec<PathBuf> {
-    let dir = std::env::var_os("ZMEM_DATA")
-        .map_or_else(|| PathBuf::from("/var/tmp/zmem-data"), PathBuf::from);
-    vec![dir.join("linux256.bin"), dir.join("usr256.bin")]
 }
 
 /// What one worker measured.
@@ -118,7 +90,7 @@ struct WorkerReport {
     churn_ops_per_s: f64,
 }
 
-fn parent(args: &AllocArgs) -> Result<(), CliError> {
+fn parent(args: &AllocArgs) -> Result<(), Error> {
     let data = if args.data.is_empty() {
         default_data()
     } else {
@@ -126,7 +98,7 @@ fn parent(args: &AllocArgs) -> Result<(), CliError> {
     };
     for d in &data {
         if !d.is_file() {
-            return Err(CliError::Failed(format!(
+            return Err(Error::Failed(format!(
                 "{} is missing: make the data sets with scripts/make-corpus (Debian's linux-source-6.1 and /usr)",
                 d.display()
             )));
@@ -139,14 +111,14 @@ fn parent(args: &AllocArgs) -> Result<(), CliError> {
     };
     for a in &allocs {
         if !built_in().contains(&a.as_str()) {
-            return Err(CliError::Usage(format!(
+            return Err(Error::Usage(format!(
                 "allocator '{a}' is not built in (have: {}; jemalloc and mimalloc need --features bench-peers)",
                 built_in().join(", ")
             )));
         }
     }
     let exe = std::env::current_exe()
-        .map_err(|e| CliError::Failed(format!("cannot find zmem itself: {e}")))?;
+        .map_err(|e| Error::Failed(format!("cannot find zmem itself: {e}")))?;
     let mut reports = Vec::new();
     for d in &data {
         for &threads in &args.threads {
@@ -163,15 +135,15 @@ fn parent(args: &AllocArgs) -> Result<(), CliError> {
                     ])
                     .arg(d)
                     .output()
-                    .map_err(|e| CliError::Failed(format!("cannot run the {a} worker: {e}")))?;
+                    .map_err(|e| Error::Failed(format!("cannot run the {a} worker: {e}")))?;
                 if !out.status.success() {
-                    return Err(CliError::Failed(format!(
+                    return Err(Error::Failed(format!(
                         "the {a} worker failed: {}",
                         String::from_utf8_lossy(&out.stderr).trim()
                     )));
                 }
                 let r: WorkerReport = serde_json::from_slice(&out.stdout)
-                    .map_err(|e| CliError::Failed(format!("bad worker output: {e}")))?;
+                    .map_err(|e| Error::Failed(format!("bad worker output: {e}")))?;
                 eprintln!(
                     "{:>16} {:>14} {}T: churn {:>10.0} ops/s, fill overhead {:>6.2}%",
                     r.alloc, r.data, r.threads, r.churn_ops_per_s, r.fill_overhead_pct
@@ -180,12 +152,12 @@ fn parent(args: &AllocArgs) -> Result<(), CliError> {
             }
         }
     }
-    let text = if args.json {
-        serde_json::to_string_pretty(&reports).map_err(|e| CliError::Failed(e.to_string()))? + "\n"
+    let text = if args.format.get() == Format::Json {
+        serde_json::to_string_pretty(&reports).map_err(|e| Error::Failed(e.to_string()))? + "\n"
     } else {
         table(&reports)
     };
-    crate::cmd::write_stdout(&text)
+    crate::output::write_stdout(&text)
 }
 
 fn table(reports: &[WorkerReport]) -> String {
@@ -332,14 +304,13 @@ mod peers {
     }
 }
 
-fn make_store(name: &str) -> Result<Arc<dyn Store>, CliError> {
+fn make_store(name: &str) -> Result<Arc<dyn Store>, Error> {
     Ok(match name {
         "zsmalloc-compat" => Arc::new(ZsStore(
-            Pool::new(PoolConfig::kernel_compat()).map_err(|e| CliError::Failed(e.to_string()))?,
+            Pool::new(PoolConfig::kernel_compat()).map_err(|e| Error::Failed(e.to_string()))?,
         )),
         "zsmalloc-default" => Arc::new(ZsStore(
-            Pool::new(PoolConfig::default_mode(4096))
-                .map_err(|e| CliError::Failed(e.to_string()))?,
+            Pool::new(PoolConfig::default_mode(4096)).map_err(|e| Error::Failed(e.to_string()))?,
         )),
         "glibc" => Arc::new(RawStore {
             alloc: glibc_alloc,
@@ -355,7 +326,7 @@ fn make_store(name: &str) -> Result<Arc<dyn Store>, CliError> {
             alloc: peers::mi_alloc,
             free: peers::mi_free,
         }),
-        other => return Err(CliError::Usage(format!("unknown allocator '{other}'"))),
+        other => return Err(Error::Usage(format!("unknown allocator '{other}'"))),
     })
 }
 
@@ -370,47 +341,11 @@ fn rss_bytes() -> u64 {
         .map_or(0, |kib| kib * 1024)
 }
 
-/// (offset, length) of one object's bytes in the buffer of compressed pages.
-pub(crate) type Span = (usize, usize);
-
-/// zs_huge_class_size of the kernel's default pool (4 KiB pages, chain 8).
-const KERNEL_HUGE_CLASS_SIZE: usize = 3625;
-
-/// The lz4-compressed pages of a file, same-filled pages skipped, as one
-/// buffer with offsets (so the worker's own memory is made before measuring).
-pub(crate) fn compressed_pages(path: &PathBuf) -> Result<(Vec<u8>, Vec<Span>), CliError> {
-    let data = std::fs::read(path)
-        .map_err(|e| CliError::Failed(format!("cannot read {}: {e}", path.display())))?;
-    let lz4 = zcomp::Compressor::with_defaults(zcomp::Algorithm::Lz4);
-    let mut ctx = lz4.context().map_err(|e| CliError::Failed(e.to_string()))?;
-    let mut buf = Vec::with_capacity(data.len() / 2);
-    let mut spans = Vec::with_capacity(data.len() / 4096);
-    for page in data.chunks_exact(4096) {
-        let word = &page[..8];
-        if page.chunks_exact(8).all(|w| w == word) {
-            continue;
-        }
-        let c = ctx
-            .compress_buffered(page)
-            .map_err(|e| CliError::Failed(e.to_string()))?;
-        // As zram: a page that does not compress below the kernel's
-        // huge_class_size is stored raw, a page-sized object.
-        let obj = if c.len() >= KERNEL_HUGE_CLASS_SIZE {
-            page
-        } else {
-            c
-        };
-        spans.push((buf.len(), obj.len()));
-        buf.extend_from_slice(obj);
-    }
-    Ok((buf, spans))
-}
-
-fn worker(args: &AllocArgs, name: &str) -> Result<(), CliError> {
+fn worker(args: &AllocArgs, name: &str) -> Result<(), Error> {
     let path = args
         .data
         .first()
-        .ok_or_else(|| CliError::Usage("--data is required".into()))?;
+        .ok_or_else(|| Error::Usage("--data is required".into()))?;
     let threads = *args.threads.first().unwrap_or(&1);
     let (bytes, spans) = compressed_pages(path)?;
     let store = make_store(name)?;
@@ -487,7 +422,7 @@ fn worker(args: &AllocArgs, name: &str) -> Result<(), CliError> {
     for h in handles {
         left.push(
             h.join()
-                .map_err(|_| CliError::Failed("a churn thread panicked".into()))?,
+                .map_err(|_| Error::Failed("a churn thread panicked".into()))?,
         );
     }
     let churn_s = t.elapsed().as_secs_f64();
@@ -512,7 +447,7 @@ fn worker(args: &AllocArgs, name: &str) -> Result<(), CliError> {
         half_overhead_pct,
         churn_ops_per_s: done_ops as f64 / churn_s,
     };
-    crate::cmd::write_stdout(
-        &(serde_json::to_string(&report).map_err(|e| CliError::Failed(e.to_string()))? + "\n"),
+    crate::output::write_stdout(
+        &(serde_json::to_string(&report).map_err(|e| Error::Failed(e.to_string()))? + "\n"),
     )
 }

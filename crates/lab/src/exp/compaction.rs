@@ -18,23 +18,15 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use serde::Serialize;
 use zsmalloc::{CompactionAlgo, FullnessScheme, Mode, Pool, PoolConfig};
 
 use crate::ministat;
+use crate::output::{Format, FormatArg};
 use crate::plot::{self, Chart, Series};
 use crate::rng::Rng;
-use crate::CliError;
-
-/// Output formats.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// Totals, ministat blocks and the plot's paths.
-    Table,
-    /// Everything, machine-readable.
-    Json,
-}
+use crate::Error;
 
 /// Arguments of `zmem exp compaction`.
 #[derive(Args, Debug)]
@@ -45,9 +37,8 @@ pub struct CompactionArgs {
     /// Zspages' worth of objects allocated per class before the frees.
     #[arg(long = "zspages", default_value_t = 128, value_parser = clap::value_parser!(u32).range(2..=4096))]
     zspages: u32,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    format: Format,
+    #[command(flatten)]
+    format: FormatArg,
     /// Path stem of the plot (`.svg` and `.png` are added).
     #[arg(long, default_value = "out/exp-compaction")]
     plot: PathBuf,
@@ -135,14 +126,14 @@ fn run_variant(
     seed: u64,
     zspages: u32,
     (name, mode, fullness, compaction): (&'static str, Mode, FullnessScheme, CompactionAlgo),
-) -> Result<VariantResult, CliError> {
+) -> Result<VariantResult, Error> {
     let mut config = match mode {
         Mode::KernelCompat => PoolConfig::kernel_compat(),
         Mode::Default => PoolConfig::default_mode(4096),
     };
     config.fullness = fullness;
     config.compaction = compaction;
-    let pool = Pool::new(config).map_err(|e| CliError::Failed(e.to_string()))?;
+    let pool = Pool::new(config).map_err(|e| Error::Failed(e.to_string()))?;
     let header = if mode == Mode::KernelCompat { 8 } else { 0 };
     let classes: Vec<_> = pool
         .geometry()
@@ -170,7 +161,7 @@ fn run_variant(
                 let len = lo + (rng.next_u64() % u64::from(hi - lo + 1)) as u32;
                 let h = pool
                     .malloc(len as usize)
-                    .map_err(|e| CliError::Failed(e.to_string()))?;
+                    .map_err(|e| Error::Failed(e.to_string()))?;
                 if rng.unit() < keep {
                     live.push(h);
                 } else {
@@ -188,7 +179,7 @@ fn run_variant(
     while i < live.len() {
         if i + 1 < live.len() && live[i] == live[i + 1] {
             pool.free(live[i])
-                .map_err(|e| CliError::Failed(e.to_string()))?;
+                .map_err(|e| Error::Failed(e.to_string()))?;
             i += 2;
         } else {
             keep.push(live[i]);
@@ -216,12 +207,12 @@ fn run_variant(
         });
     }
     pool.check_invariants()
-        .map_err(|e| CliError::Failed(format!("{name}: {e}")))?;
+        .map_err(|e| Error::Failed(format!("{name}: {e}")))?;
     if pool.can_compact() != 0 {
-        return Err(CliError::Failed(format!("{name}: pages left to compact")));
+        return Err(Error::Failed(format!("{name}: pages left to compact")));
     }
     for h in keep {
-        pool.free(h).map_err(|e| CliError::Failed(e.to_string()))?;
+        pool.free(h).map_err(|e| Error::Failed(e.to_string()))?;
     }
     Ok(VariantResult {
         name,
@@ -257,7 +248,7 @@ fn compare(variants: &[VariantResult], x: usize, y: usize) -> Comparison {
 }
 
 /// Runs `zmem exp compaction`.
-pub fn run(args: &CompactionArgs) -> Result<(), CliError> {
+pub fn run(args: &CompactionArgs) -> Result<(), Error> {
     let variants = VARIANTS
         .iter()
         .map(|&v| run_variant(args.seed, args.zspages, v))
@@ -302,14 +293,13 @@ pub fn run(args: &CompactionArgs) -> Result<(), CliError> {
         comparisons,
         plot,
     };
-    let text = match args.format {
+    let text = match args.format.get() {
         Format::Json => {
-            serde_json::to_string_pretty(&report).map_err(|e| CliError::Failed(e.to_string()))?
-                + "\n"
+            serde_json::to_string_pretty(&report).map_err(|e| Error::Failed(e.to_string()))? + "\n"
         }
         Format::Table => table(&report),
     };
-    crate::cmd::write_stdout(&text)
+    crate::output::write_stdout(&text)
 }
 
 fn table(r: &Report) -> String {

@@ -23,12 +23,12 @@ use clap::Args;
 use serde::Serialize;
 use zram::Store;
 
-use zram::kernel::{KernelZram, PageBuffer};
+use crate::kernel_zram::{KernelZram, PageBuffer};
 
-use crate::cmd::store_opts::{parse_size, StoreArgs, StoreSpec};
-use crate::cmd::{write_stdout, Format};
 use crate::corpus::Corpus;
-use crate::CliError;
+use crate::output::{write_stdout, Format, FormatArg};
+use crate::store_spec::{parse_size, StoreArgs, StoreSpec};
+use crate::Error;
 
 /// Arguments of `zmem bench store`.
 #[derive(Args, Debug)]
@@ -43,9 +43,8 @@ pub struct StoreBenchArgs {
     /// Rounds; each figure is the median.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    format: Format,
+    #[command(flatten)]
+    format: FormatArg,
     /// Do not run the kernel's zram beside the store.
     #[arg(long)]
     no_kernel: bool,
@@ -125,7 +124,7 @@ fn parallel(threads: usize, pages: usize, f: impl Fn(std::ops::Range<usize>) + S
 }
 
 /// Runs `zmem bench store`.
-pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
+pub fn run(args: &StoreBenchArgs) -> Result<(), Error> {
     let corpus = if args.paths.is_empty() {
         Corpus::default_corpus(args.size)?
     } else {
@@ -143,20 +142,18 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
         })?;
         let pages = data.len() / ps;
         if pages == 0 {
-            return Err(CliError::Usage("no input pages".into()));
+            return Err(Error::Usage("no input pages".into()));
         }
         let mib = data.len() as f64 / 1048576.0;
         let comp = zcomp::Compressor::parse(&spec.comp, &spec.comp_params)
-            .map_err(|e| CliError::Usage(e.to_string()))?;
-        let mut ctx = comp
-            .context()
-            .map_err(|e| CliError::Failed(e.to_string()))?;
+            .map_err(|e| Error::Usage(e.to_string()))?;
+        let mut ctx = comp.context().map_err(|e| Error::Failed(e.to_string()))?;
         let compressed: Vec<Vec<u8>> = data
             .chunks_exact(ps)
             .map(|p| ctx.compress_buffered(p).map(<[u8]>::to_vec))
             .collect::<Result<_, _>>()
-            .map_err(|e| CliError::Failed(e.to_string()))?;
-        let store_for = || -> Result<Store, CliError> { spec.open(data.len() as u64) };
+            .map_err(|e| Error::Failed(e.to_string()))?;
+        let store_for = || -> Result<Store, Error> { spec.open(data.len() as u64) };
         let (mut rc, mut rd, mut w1, mut w2, mut r1, mut r2, mut o1) =
             (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
         let (mut kw, mut kr, mut kw2, mut kr2) = (vec![], vec![], vec![], vec![]);
@@ -165,7 +162,7 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
         let aligned = kernel.is_ok().then(|| PageBuffer::copy_of(&data));
         for _ in 0..args.rounds.max(1) {
             if let (Ok((dev, comp)), Some(input)) = (&kernel, &aligned) {
-                let failed = |e: String| CliError::Failed(format!("kernel zram{}: {e}", dev.id()));
+                let failed = |e: String| Error::Failed(format!("kernel zram{}: {e}", dev.id()));
                 dev.reinit(comp, data.len() as u64).map_err(failed)?;
                 let t = Instant::now();
                 dev.write_all(input).map_err(|e| failed(e.to_string()))?;
@@ -221,7 +218,7 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
             for p in data.chunks_exact(ps) {
                 std::hint::black_box(
                     ctx.compress_buffered(p)
-                        .map_err(|e| CliError::Failed(e.to_string()))?,
+                        .map_err(|e| Error::Failed(e.to_string()))?,
                 );
             }
             rc.push(mib / t.elapsed().as_secs_f64());
@@ -229,7 +226,7 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
             let t = Instant::now();
             for c in &compressed {
                 ctx.decompress(c, &mut buf)
-                    .map_err(|e| CliError::Failed(e.to_string()))?;
+                    .map_err(|e| Error::Failed(e.to_string()))?;
                 std::hint::black_box(&buf);
             }
             rd.push(mib / t.elapsed().as_secs_f64());
@@ -293,7 +290,7 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
                     o1.push(mib / t.elapsed().as_secs_f64());
                 }
                 if failed.into_inner() {
-                    return Err(CliError::Failed(format!(
+                    return Err(Error::Failed(format!(
                         "{}: a page did not store or read back",
                         spec.label()
                     )));
@@ -331,10 +328,9 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), CliError> {
             kernel_skipped: kernel.err(),
         });
     }
-    match args.format {
+    match args.format.get() {
         Format::Json => write_stdout(
-            &(serde_json::to_string_pretty(&out).map_err(|e| CliError::Failed(e.to_string()))?
-                + "\n"),
+            &(serde_json::to_string_pretty(&out).map_err(|e| Error::Failed(e.to_string()))? + "\n"),
         ),
         Format::Table => {
             let mut s = format!(

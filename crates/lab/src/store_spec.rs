@@ -6,6 +6,9 @@
 //! combination, so one `zmem replay` can compare configurations side by side.
 //! A [`StoreSpec`] is one configuration; [`StoreSpec::open`] makes its store.
 //! Sizes take the kernel's `memparse` suffixes (K, M, G, T).
+//!
+//! It lives in the lab because the replay engine's configurations are
+//! [`StoreSpec`]s; `zmem serve` takes the same flags from here.
 
 use std::sync::Arc;
 
@@ -15,7 +18,7 @@ use zalloc::AllocOptions;
 use zram::Store;
 use zsmalloc::Mode;
 
-use crate::CliError;
+use crate::Error;
 
 /// Store flags.
 #[derive(Args, Debug, Clone)]
@@ -102,7 +105,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 impl StoreArgs {
     /// Every combination of the listed values, in flag order.
-    pub fn specs(&self) -> Result<Vec<StoreSpec>, CliError> {
+    pub fn specs(&self) -> Result<Vec<StoreSpec>, Error> {
         let opt = |v: &[u32]| -> Vec<Option<u32>> {
             if v.is_empty() {
                 vec![None]
@@ -118,7 +121,7 @@ impl StoreArgs {
                         for chain in opt(&self.chain) {
                             for delta in opt(&self.delta) {
                                 let page_size = usize::try_from(page_size).map_err(|_| {
-                                    CliError::Usage(format!("page size {page_size} is too large"))
+                                    Error::Usage(format!("page size {page_size} is too large"))
                                 })?;
                                 specs.push(StoreSpec {
                                     alloc: alloc.clone(),
@@ -182,14 +185,14 @@ impl StoreSpec {
 
     /// A store of `disk_bytes` (rounded up to whole pages) with this
     /// configuration. Bad settings are usage errors.
-    pub fn open(&self, disk_bytes: u64) -> Result<Store, CliError> {
+    pub fn open(&self, disk_bytes: u64) -> Result<Store, Error> {
         let pool = zalloc::open(&self.alloc, &self.alloc_options())
-            .map_err(|e| CliError::Usage(format!("{}: {e}", self.label())))?;
+            .map_err(|e| Error::Usage(format!("{}: {e}", self.label())))?;
         let comp = zcomp::Compressor::parse(&self.comp, &self.comp_params)
-            .map_err(|e| CliError::Usage(format!("--comp {}: {e}", self.comp)))?;
+            .map_err(|e| Error::Usage(format!("--comp {}: {e}", self.comp)))?;
         let pages = disk_bytes.div_ceil(self.page_size as u64);
         let store = Store::new(Arc::clone(&pool), comp, pages)
-            .map_err(|e| CliError::Usage(format!("{}: {e}", self.label())))?;
+            .map_err(|e| Error::Usage(format!("{}: {e}", self.label())))?;
         store.set_mem_limit(self.mem_limit);
         Ok(store)
     }

@@ -18,12 +18,12 @@ use clap::Args;
 use serde::Serialize;
 use zsmalloc::Mode;
 
-use crate::cmd::replay::Replay;
-use crate::cmd::store_opts::StoreSpec;
-use crate::cmd::{write_json, write_stdout, Format};
 use crate::corpus::{self, Corpus};
+use crate::output::{write_json, write_stdout, Format, FormatArg};
 use crate::plot::{self, Chart, Series};
-use crate::CliError;
+use crate::replay::Replay;
+use crate::store_spec::StoreSpec;
+use crate::Error;
 
 /// Arguments of `zmem exp merge`.
 #[derive(Args, Debug)]
@@ -41,9 +41,8 @@ pub struct MergeArgs {
     /// Compressor.
     #[arg(long, default_value = "lz4")]
     comp: String,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    format: Format,
+    #[command(flatten)]
+    format: FormatArg,
     /// Path stem of the plot (`.svg` and `.png` are added).
     #[arg(long, default_value = "out/exp-merge")]
     plot: PathBuf,
@@ -105,7 +104,7 @@ fn mb(b: u64) -> String {
 }
 
 /// Runs `zmem exp merge`.
-pub fn run(args: &MergeArgs) -> Result<(), CliError> {
+pub fn run(args: &MergeArgs) -> Result<(), Error> {
     let tar = corpus::linux_tar(&args.tar)?;
     let corpus = Corpus::from_paths(&[tar], false)?;
     let spec = |mode: Mode, chain: Option<u32>, merge: bool| StoreSpec {
@@ -200,7 +199,7 @@ pub fn run(args: &MergeArgs) -> Result<(), CliError> {
         )?)
     };
 
-    match args.format {
+    match args.format.get() {
         Format::Json => {
             #[derive(Serialize)]
             struct Report<'a> {

@@ -18,7 +18,7 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::CliError;
+use crate::Error;
 
 /// Where an item's bytes come from.
 #[derive(Clone, Debug)]
@@ -50,12 +50,12 @@ pub struct Corpus {
     pub description: String,
 }
 
-fn io_err(path: &Path, e: std::io::Error) -> CliError {
-    CliError::Failed(format!("{}: {e}", path.display()))
+fn io_err(path: &Path, e: std::io::Error) -> Error {
+    Error::Failed(format!("{}: {e}", path.display()))
 }
 
 /// Regular files under `dir`, sorted by path, not following links.
-fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> Result<(), CliError> {
+fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> Result<(), Error> {
     walk_while(dir, &mut |path, len| {
         out.push((path, len));
         true
@@ -65,7 +65,7 @@ fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> Result<(), CliError> {
 
 /// Calls `f(path, len)` for the regular files under `dir` in sorted path
 /// order until it returns false; returns whether the walk went to the end.
-fn walk_while(dir: &Path, f: &mut dyn FnMut(PathBuf, u64) -> bool) -> Result<bool, CliError> {
+fn walk_while(dir: &Path, f: &mut dyn FnMut(PathBuf, u64) -> bool) -> Result<bool, Error> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| io_err(dir, e))?
         .filter_map(Result::ok)
@@ -123,8 +123,8 @@ pub fn is_tar(path: &Path) -> bool {
 
 /// The regular members of a tar archive: (name, offset of data, length).
 /// Handles ustar prefixes, GNU long names and pax `path` records.
-fn tar_members(path: &Path) -> Result<Vec<(String, u64, u64)>, CliError> {
-    let bad = |what: &str| CliError::Failed(format!("{}: not a valid tar: {what}", path.display()));
+fn tar_members(path: &Path) -> Result<Vec<(String, u64, u64)>, Error> {
+    let bad = |what: &str| Error::Failed(format!("{}: not a valid tar: {what}", path.display()));
     let file = File::open(path).map_err(|e| io_err(path, e))?;
     let total = file.metadata().map_err(|e| io_err(path, e))?.len();
     let mut r = BufReader::new(file);
@@ -189,7 +189,7 @@ fn tar_members(path: &Path) -> Result<Vec<(String, u64, u64)>, CliError> {
 
 /// The bytes of the first regular member of a tar archive whose name ends
 /// with `suffix`.
-pub fn tar_member(path: &Path, suffix: &str) -> Result<Option<Vec<u8>>, CliError> {
+pub fn tar_member(path: &Path, suffix: &str) -> Result<Option<Vec<u8>>, Error> {
     let Some((_, offset, len)) = tar_members(path)?
         .into_iter()
         .find(|(name, _, _)| name.ends_with(suffix))
@@ -212,7 +212,7 @@ pub const LINUX_TAR_XZ: &str = "/usr/src/linux-source-6.1.tar.xz";
 /// The Linux source tar at `path`, made from Debian's `.tar.xz` (with `xz
 /// -dc`) when it is missing and the package is installed. The error says how
 /// to get it.
-pub fn linux_tar(path: &Path) -> Result<PathBuf, CliError> {
+pub fn linux_tar(path: &Path) -> Result<PathBuf, Error> {
     if path.exists() {
         return Ok(path.to_path_buf());
     }
@@ -222,7 +222,7 @@ pub fn linux_tar(path: &Path) -> Result<PathBuf, CliError> {
         path.display()
     );
     if path != Path::new(LINUX_TAR) || !Path::new(LINUX_TAR_XZ).exists() {
-        return Err(CliError::Failed(how));
+        return Err(Error::Failed(how));
     }
     eprintln!("decompressing {LINUX_TAR_XZ} to {LINUX_TAR} (once)...");
     if let Some(dir) = path.parent() {
@@ -234,10 +234,10 @@ pub fn linux_tar(path: &Path) -> Result<PathBuf, CliError> {
         .args(["-dc", LINUX_TAR_XZ])
         .stdout(out)
         .status()
-        .map_err(|e| CliError::Failed(format!("running xz: {e}; {how}")))?;
+        .map_err(|e| Error::Failed(format!("running xz: {e}; {how}")))?;
     if !status.success() {
         let _ = std::fs::remove_file(&tmp);
-        return Err(CliError::Failed(format!("xz failed ({status}); {how}")));
+        return Err(Error::Failed(format!("xz failed ({status}); {how}")));
     }
     std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))?;
     Ok(path.to_path_buf())
@@ -250,7 +250,7 @@ fn human(bytes: u64) -> String {
 impl Corpus {
     /// The inputs at `paths`: files, directories, and (unless `raw`) tar
     /// archives expanded into their members.
-    pub fn from_paths(paths: &[PathBuf], raw: bool) -> Result<Corpus, CliError> {
+    pub fn from_paths(paths: &[PathBuf], raw: bool) -> Result<Corpus, Error> {
         let mut items = Vec::new();
         let mut parts = Vec::new();
         for path in paths {
@@ -315,7 +315,7 @@ impl Corpus {
     /// each from /usr/bin, /usr/lib and /usr/share (sorted, whole files, a
     /// root's unused share passed on to the next): real binaries, libraries
     /// and text present on any Linux machine.
-    pub fn default_corpus(limit: u64) -> Result<Corpus, CliError> {
+    pub fn default_corpus(limit: u64) -> Result<Corpus, Error> {
         const ROOTS: [&str; 3] = ["/usr/bin", "/usr/lib", "/usr/share"];
         let mut items = Vec::new();
         let mut total = 0u64;
@@ -349,7 +349,7 @@ impl Corpus {
             }
         }
         if items.is_empty() {
-            return Err(CliError::Failed(
+            return Err(Error::Failed(
                 "no readable files under /usr/bin, /usr/lib or /usr/share for the default corpus; give PATHs"
                     .into(),
             ));
@@ -412,8 +412,8 @@ impl Corpus {
     pub fn for_each_page(
         &self,
         page_size: usize,
-        mut f: impl FnMut(u64, &[u8]) -> Result<(), CliError>,
-    ) -> Result<(), CliError> {
+        mut f: impl FnMut(u64, &[u8]) -> Result<(), Error>,
+    ) -> Result<(), Error> {
         let mut page = vec![0u8; page_size];
         let mut index = 0u64;
         for item in &self.items {
@@ -439,7 +439,7 @@ impl Corpus {
                         Ok(0) => break,
                         Ok(n) => got += n,
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(CliError::Failed(format!("{}: {e}", item.name))),
+                        Err(e) => return Err(Error::Failed(format!("{}: {e}", item.name))),
                     }
                 }
                 page[got..].fill(0);

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 
-use crate::CliError;
+use crate::Error;
 
 /// One named line.
 pub struct Series {
@@ -145,26 +145,26 @@ where
 }
 
 /// Draws `chart` to `<stem>.svg` and `<stem>.png` and returns both paths.
-pub fn line_chart(stem: &Path, chart: &Chart<'_>) -> Result<(PathBuf, PathBuf), CliError> {
+pub fn line_chart(stem: &Path, chart: &Chart<'_>) -> Result<(PathBuf, PathBuf), Error> {
     render(stem, chart, false)
 }
 
 /// Like [`line_chart`], with a logarithmic y axis (points with `y <= 0` are
 /// left out): for latencies, whose tails span orders of magnitude.
-pub fn line_chart_log_y(stem: &Path, chart: &Chart<'_>) -> Result<(PathBuf, PathBuf), CliError> {
+pub fn line_chart_log_y(stem: &Path, chart: &Chart<'_>) -> Result<(PathBuf, PathBuf), Error> {
     render(stem, chart, true)
 }
 
 /// Writes both files, with a linear or logarithmic y axis.
-fn render(stem: &Path, chart: &Chart<'_>, log_y: bool) -> Result<(PathBuf, PathBuf), CliError> {
+fn render(stem: &Path, chart: &Chart<'_>, log_y: bool) -> Result<(PathBuf, PathBuf), Error> {
     if let Some(dir) = stem.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
-            .map_err(|e| CliError::Failed(format!("cannot create {}: {e}", dir.display())))?;
+            .map_err(|e| Error::Failed(format!("cannot create {}: {e}", dir.display())))?;
     }
     let svg = stem.with_extension("svg");
     let png = stem.with_extension("png");
     let fail =
-        |what: &Path, e: String| CliError::Failed(format!("cannot draw {}: {e}", what.display()));
+        |what: &Path, e: String| Error::Failed(format!("cannot draw {}: {e}", what.display()));
     draw(
         SVGBackend::new(&svg, (1000, 600)).into_drawing_area(),
         chart,

@@ -37,7 +37,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde::Serialize;
 
-use crate::CliError;
+use crate::output::{Format, FormatArg};
+use crate::Error;
 
 /// Arguments of `zmem bench serve`.
 #[derive(Args, Debug)]
@@ -60,9 +61,8 @@ pub struct ServeBenchArgs {
     /// servers; zmem gives idle request buffers back after 0.25-0.5 s).
     #[arg(long, default_value_t = 1.0)]
     settle: f64,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    format: FormatArg,
 }
 
 /// One side-by-side configuration.
@@ -125,11 +125,11 @@ struct Sample {
     hwm_kib: u64,
 }
 
-fn failed(msg: impl Into<String>) -> CliError {
-    CliError::Failed(msg.into())
+fn failed(msg: impl Into<String>) -> Error {
+    Error::Failed(msg.into())
 }
 
-fn tool(name: &str) -> Result<PathBuf, CliError> {
+fn tool(name: &str) -> Result<PathBuf, Error> {
     ["/usr/bin", "/usr/sbin", "/bin", "/usr/local/bin"]
         .iter()
         .map(|d| Path::new(d).join(name))
@@ -142,7 +142,7 @@ fn tool(name: &str) -> Result<PathBuf, CliError> {
 }
 
 /// A `/proc/PID/status` field in KiB.
-fn status_kib(pid: u32, field: &str) -> Result<u64, CliError> {
+fn status_kib(pid: u32, field: &str) -> Result<u64, Error> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .map_err(|e| failed(format!("/proc/{pid}/status: {e}")))?;
     text.lines()
@@ -152,7 +152,7 @@ fn status_kib(pid: u32, field: &str) -> Result<u64, CliError> {
 }
 
 /// CPU seconds a process has used (user + system, all threads).
-fn cpu_s(pid: u32) -> Result<f64, CliError> {
+fn cpu_s(pid: u32) -> Result<f64, Error> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map_err(|e| failed(format!("/proc/{pid}/stat: {e}")))?;
     // Fields after the ")" that ends the command name; utime and stime are
@@ -199,11 +199,11 @@ fn thread_cpu_s() -> f64 {
 
 /// CPU seconds one context of `comp` takes to compress every `page`-byte
 /// page of `data` (the best of three passes after a warm-up pass).
-fn compress_cpu_s(comp: &str, data: &[u8], page: usize) -> Result<f64, CliError> {
+fn compress_cpu_s(comp: &str, data: &[u8], page: usize) -> Result<f64, Error> {
     let c = zcomp::Compressor::parse(comp, "").map_err(|e| failed(e.to_string()))?;
     let mut ctx = c.context().map_err(|e| failed(e.to_string()))?;
     let mut dst = vec![0u8; c.compress_bound(page)];
-    let mut pass = || -> Result<f64, CliError> {
+    let mut pass = || -> Result<f64, Error> {
         let t = thread_cpu_s();
         for p in data.chunks(page) {
             ctx.compress(p, &mut dst)
@@ -233,7 +233,7 @@ impl Running {
         dir: &Path,
         sock: &Path,
         pid_file: &Path,
-    ) -> Result<Running, CliError> {
+    ) -> Result<Running, Error> {
         let log = std::fs::File::create(dir.join(format!("{name}.log")))
             .map_err(|e| failed(e.to_string()))?;
         let child = cmd
@@ -292,7 +292,7 @@ impl Drop for Running {
 }
 
 /// Runs a client to completion; returns its wall time.
-fn timed(prog: &Path, args: &[&str]) -> Result<f64, CliError> {
+fn timed(prog: &Path, args: &[&str]) -> Result<f64, Error> {
     let start = Instant::now();
     let out = Command::new(prog)
         .args(args)
@@ -312,7 +312,7 @@ fn timed(prog: &Path, args: &[&str]) -> Result<f64, CliError> {
 
 /// Reads the export back through `nbdcopy URI -` and compares it with
 /// `data`.
-fn verify(nbdcopy: &Path, uri: &str, data: &[u8]) -> Result<(), CliError> {
+fn verify(nbdcopy: &Path, uri: &str, data: &[u8]) -> Result<(), Error> {
     let mut child = Command::new(nbdcopy)
         .args([uri, "-"])
         .stdin(Stdio::null())
@@ -371,7 +371,7 @@ fn one(
     data: &[u8],
     extra: &[String],
     settle: Duration,
-) -> Result<Sample, CliError> {
+) -> Result<Sample, Error> {
     let nbdcopy = tool("nbdcopy")?;
     let dir = tempfile::tempdir().map_err(|e| failed(e.to_string()))?;
     let sock = dir.path().join("nbd.sock");
@@ -452,7 +452,7 @@ struct Ceiling {
     compress_cpu_s: f64,
 }
 
-/// What `--json` prints.
+/// What `--format json` prints.
 #[derive(Serialize)]
 struct Report<'a> {
     samples: &'a [Sample],
@@ -469,9 +469,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Runs `zmem bench serve`.
-pub fn run(args: &ServeBenchArgs) -> Result<(), CliError> {
+pub fn run(args: &ServeBenchArgs) -> Result<(), Error> {
     let files = if args.data.is_empty() {
-        super::default_data()
+        super::data::default_data()
     } else {
         args.data.clone()
     };
@@ -482,13 +482,13 @@ pub fn run(args: &ServeBenchArgs) -> Result<(), CliError> {
             .iter()
             .map(|c| {
                 SETUPS.iter().find(|s| s.name == c).ok_or_else(|| {
-                    CliError::Usage(format!("unknown --config {c}: use zstd32k or lz4-4k"))
+                    Error::Usage(format!("unknown --config {c}: use zstd32k or lz4-4k"))
                 })
             })
             .collect::<Result<_, _>>()?
     };
     if args.runs == 0 {
-        return Err(CliError::Usage("--runs must be at least 1".into()));
+        return Err(Error::Usage("--runs must be at least 1".into()));
     }
     let extra: Vec<String> = args
         .zmem_flags
@@ -496,7 +496,7 @@ pub fn run(args: &ServeBenchArgs) -> Result<(), CliError> {
         .map(String::from)
         .collect();
     if !(0.0..=60.0).contains(&args.settle) {
-        return Err(CliError::Usage("--settle must be 0 to 60 seconds".into()));
+        return Err(Error::Usage("--settle must be 0 to 60 seconds".into()));
     }
     let settle = Duration::from_secs_f64(args.settle);
     tool("nbdkit")?;
@@ -536,7 +536,7 @@ pub fn run(args: &ServeBenchArgs) -> Result<(), CliError> {
             }
         }
     }
-    let text = if args.json {
+    let text = if args.format.get() == Format::Json {
         let report = Report {
             samples: &samples,
             ceilings: &ceilings,
@@ -545,7 +545,7 @@ pub fn run(args: &ServeBenchArgs) -> Result<(), CliError> {
     } else {
         table(&samples, &setups, &ceilings)
     };
-    crate::cmd::write_stdout(&text)
+    crate::output::write_stdout(&text)
 }
 
 fn table(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> String {

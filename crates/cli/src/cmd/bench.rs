@@ -1,0 +1,32 @@
+//! `zmem bench ...`: the command tree of the benchmarks. Each benchmark, its
+//! flags and its report are in `lab::bench`; this module only names them and
+//! dispatches.
+
+use clap::Subcommand;
+use lab::bench::{alloc, read_latency, serve, store};
+
+use crate::error::CliError;
+
+/// `zmem bench ...`
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// zsmalloc against glibc, jemalloc and mimalloc on real object sizes.
+    Alloc(alloc::AllocArgs),
+    /// Object read latency with and without compaction on another thread.
+    ReadLatency(read_latency::ReadLatencyArgs),
+    /// The store's write and read speed against raw compression, on one and
+    /// two threads.
+    Store(store::StoreBenchArgs),
+    /// `zmem serve` beside nbdkit's memory plugin: throughput and RSS.
+    Serve(serve::ServeBenchArgs),
+}
+
+/// Runs `zmem bench`.
+pub fn run(cmd: &BenchCommand) -> Result<(), CliError> {
+    Ok(match cmd {
+        BenchCommand::Alloc(args) => alloc::run(args),
+        BenchCommand::ReadLatency(args) => read_latency::run(args),
+        BenchCommand::Store(args) => store::run(args),
+        BenchCommand::Serve(args) => serve::run(args),
+    }?)
+}

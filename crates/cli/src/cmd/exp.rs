@@ -1,0 +1,35 @@
+//! `zmem exp ...`: the command tree of the experiments of the kernel patches
+//! zmem grew from (docs/design.md lists them). Each experiment, its flags and
+//! its report are in `lab::exp`; this module only names them and dispatches.
+
+use clap::Subcommand;
+use lab::exp::{chain, compaction, latency, merge};
+
+use crate::error::CliError;
+
+/// The experiments.
+#[derive(Subcommand, Debug)]
+pub enum ExpCommand {
+    /// Seed 001: objects moved by compaction under each fullness grouping and
+    /// algorithm, per class, with Student's t.
+    Compaction(compaction::CompactionArgs),
+    /// Seed 000: mem_used_total for several most-pages-per-zspage limits on
+    /// files of growing size.
+    Chain(chain::ChainArgs),
+    /// Seed 003: overhead ratio with and without class merging as the Linux
+    /// source's directories are removed.
+    Merge(merge::MergeArgs),
+    /// Seed 004: per-operation latency (p50..max) and memory of zsmalloc,
+    /// zbud, z3fold and zblock under one fixed-seed zram-like workload.
+    Latency(latency::LatencyArgs),
+}
+
+/// Runs `zmem exp`.
+pub fn run(cmd: &ExpCommand) -> Result<(), CliError> {
+    Ok(match cmd {
+        ExpCommand::Compaction(args) => compaction::run(args),
+        ExpCommand::Chain(args) => chain::run(args),
+        ExpCommand::Merge(args) => merge::run(args),
+        ExpCommand::Latency(args) => latency::run(args),
+    }?)
+}

@@ -1,0 +1,52 @@
+//! The benchmarks' data sets: where `scripts/make-corpus` puts them, and a
+//! file's pages compressed as zram would store them.
+//!
+//! This module owns reading and compressing the inputs; it measures nothing.
+
+use std::path::PathBuf;
+
+use crate::Error;
+
+/// The data sets `scripts/make-corpus` makes: the Linux source tar and system
+/// binaries, under `$ZMEM_DATA` (default `/var/tmp/zmem-data`).
+pub fn default_data() -> Vec<PathBuf> {
+    let dir = std::env::var_os("ZMEM_DATA")
+        .map_or_else(|| PathBuf::from("/var/tmp/zmem-data"), PathBuf::from);
+    vec![dir.join("linux256.bin"), dir.join("usr256.bin")]
+}
+
+/// (offset, length) of one object's bytes in the buffer of compressed pages.
+pub type Span = (usize, usize);
+
+/// zs_huge_class_size of the kernel's default pool (4 KiB pages, chain 8).
+const KERNEL_HUGE_CLASS_SIZE: usize = 3625;
+
+/// The lz4-compressed pages of a file, same-filled pages skipped, as one
+/// buffer with offsets (so the worker's own memory is made before measuring).
+pub fn compressed_pages(path: &PathBuf) -> Result<(Vec<u8>, Vec<Span>), Error> {
+    let data = std::fs::read(path)
+        .map_err(|e| Error::Failed(format!("cannot read {}: {e}", path.display())))?;
+    let lz4 = zcomp::Compressor::with_defaults(zcomp::Algorithm::Lz4);
+    let mut ctx = lz4.context().map_err(|e| Error::Failed(e.to_string()))?;
+    let mut buf = Vec::with_capacity(data.len() / 2);
+    let mut spans = Vec::with_capacity(data.len() / 4096);
+    for page in data.chunks_exact(4096) {
+        let word = &page[..8];
+        if page.chunks_exact(8).all(|w| w == word) {
+            continue;
+        }
+        let c = ctx
+            .compress_buffered(page)
+            .map_err(|e| Error::Failed(e.to_string()))?;
+        // As zram: a page that does not compress below the kernel's
+        // huge_class_size is stored raw, a page-sized object.
+        let obj = if c.len() >= KERNEL_HUGE_CLASS_SIZE {
+            page
+        } else {
+            c
+        };
+        spans.push((buf.len(), obj.len()));
+        buf.extend_from_slice(obj);
+    }
+    Ok((buf, spans))
+}

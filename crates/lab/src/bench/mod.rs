@@ -1,0 +1,17 @@
+//! The benchmarks, one file each, run side by side with their peers:
+//! - [`alloc`]: zsmalloc against glibc, jemalloc and mimalloc on the object
+//!   sizes real data compresses to;
+//! - [`read_latency`]: object read latency with and without compaction on
+//!   another thread;
+//! - [`store`]: the store's write and read speed against raw compression
+//!   and the kernel's zram;
+//! - [`serve`]: `zmem serve` beside nbdkit's memory plugin;
+//! - [`data`]: the data sets they share.
+//!
+//! The `zmem bench` command tree and its dispatch are the `zmem` binary's.
+
+pub mod alloc;
+pub mod data;
+pub mod read_latency;
+pub mod serve;
+pub mod store;

@@ -1,0 +1,41 @@
+//! zmem's lab: what measures the product rather than being it.
+//!
+//! This crate owns the data the measurements run on, the engines that run
+//! them and the reports they print:
+//! - [`corpus`]: input data laid out page by page (files, trees, tar members);
+//! - [`store_spec`]: the store flags (`--alloc`, `--comp`, `--page-size`, ...)
+//!   and the configurations they expand to;
+//! - [`replay`]: the stage engine (fill, discard, compact, verify) that
+//!   `zmem replay` and the experiments run;
+//! - `exp` (feature `plot`): the mailing-list experiments, each with a table,
+//!   JSON and a figure;
+//! - [`mod@bench`]: the benchmarks (`zmem bench alloc|read-latency|store|serve`);
+//! - [`kernel_zram`]: a hot-added device of the kernel's own zram, the peer
+//!   the store is measured against;
+//! - `plot` (feature `plot`), [`ministat`], [`rng`]: figures, Student's t, the
+//!   seeded generator;
+//! - [`output`] and [`mod@error`]: the `--format table|json` option, report
+//!   writing, and the error a run ends with.
+//!
+//! The layer rule: product crates (pages, zpool, zsmalloc, the allocators,
+//! zcomp, zram, nbd, serve, capi) never depend on this crate; it may depend
+//! on them. The `zmem` command (crates/cli) holds the command tree and
+//! dispatches here. Where a subcommand's `clap::Args` struct lives in this
+//! crate, it sits beside the code that reads it: one place per option set,
+//! no field-by-field copy in the command tree.
+
+pub mod bench;
+pub mod corpus;
+pub mod error;
+#[cfg(feature = "plot")]
+pub mod exp;
+pub mod kernel_zram;
+pub mod ministat;
+pub mod output;
+#[cfg(feature = "plot")]
+pub mod plot;
+pub mod replay;
+pub mod rng;
+pub mod store_spec;
+
+pub use error::Error;

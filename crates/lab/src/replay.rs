@@ -1,0 +1,403 @@
+//! The replay engine: real data through one or more stores, stage by
+//! stage, with the kernel's statistics after each.
+//!
+//! Stages: **fill** (every page of the corpus written in disk order), then
+//! optionally **discard** (pages picked with a seeded generator, or listed),
+//! then optionally **compact**, then a **verify** pass that reads every page
+//! back and checks it against the hash taken when it was written (discarded
+//! pages must read as zeros). Each configuration gets its own store;
+//! configurations that share a page size are fed from one read of the
+//! corpus, each on its own thread. [`Replay`] is the engine `zmem replay`,
+//! `zmem exp chain` and `zmem exp merge` run; [`stage_table`] prints a stage.
+//!
+//! Owns the stage sequence and its figures; the store is `zram`'s, the
+//! command line is the `zmem` binary's.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use zram::{IoStat, MmStat, Store};
+
+use crate::corpus::Corpus;
+use crate::rng::Rng;
+use crate::store_spec::StoreSpec;
+use crate::Error;
+
+/// One configuration's figures after one stage.
+#[derive(Clone, Debug, Serialize)]
+pub struct StageResult {
+    /// The configuration's label.
+    pub config: String,
+    /// `mm_stat`.
+    pub mm_stat: MmStat,
+    /// `io_stat`.
+    pub io_stat: IoStat,
+    /// The class-merging patch's (seed 003) overhead ratio,
+    /// (mem_used_total - compr) / compr.
+    pub overhead_ratio: f64,
+    /// Live allocator objects per allocator page.
+    pub objs_per_page: f64,
+    /// Seconds the stage's store calls took on this configuration's thread.
+    pub seconds: f64,
+}
+
+/// All configurations after one stage.
+#[derive(Clone, Debug, Serialize)]
+pub struct Stage {
+    /// `fill`, `discard`, `compact`, ...
+    pub name: String,
+    /// One per configuration, in order.
+    pub results: Vec<StageResult>,
+}
+
+/// A 64-bit page fingerprint for verification (not cryptographic; it only
+/// has to catch a wrong or corrupted page).
+pub fn page_hash(page: &[u8]) -> u64 {
+    let mut h = 0x243f_6a88_85a3_08d3u64 ^ page.len() as u64;
+    for w in page.chunks(8) {
+        let mut b = [0u8; 8];
+        b[..w.len()].copy_from_slice(w);
+        h = (h ^ u64::from_le_bytes(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^= h >> 29;
+    }
+    h
+}
+
+/// Stores of one page size, fed from one read of the corpus.
+struct Group {
+    page_size: usize,
+    /// Indexes into `Replay::specs`.
+    members: Vec<usize>,
+    /// Expected hash of every page (None: discarded).
+    hashes: Vec<Option<u64>>,
+}
+
+/// The engine: stores for a list of configurations over one corpus.
+pub struct Replay {
+    specs: Vec<StoreSpec>,
+    stores: Vec<Store>,
+    groups: Vec<Group>,
+    corpus: Corpus,
+    progress: bool,
+    /// Store time of the current stage, per configuration.
+    seconds: Vec<f64>,
+}
+
+impl Replay {
+    /// Stores for `specs`, each sized for `corpus`.
+    pub fn new(specs: Vec<StoreSpec>, corpus: Corpus, progress: bool) -> Result<Replay, Error> {
+        let mut groups: Vec<Group> = Vec::new();
+        let mut stores = Vec::new();
+        for (i, spec) in specs.iter().enumerate() {
+            let pages = corpus.pages(spec.page_size);
+            stores.push(spec.open(pages.max(1) * spec.page_size as u64)?);
+            match groups.iter_mut().find(|g| g.page_size == spec.page_size) {
+                Some(g) => g.members.push(i),
+                None => groups.push(Group {
+                    page_size: spec.page_size,
+                    members: vec![i],
+                    hashes: vec![None; pages as usize],
+                }),
+            }
+        }
+        let seconds = vec![0.0; specs.len()];
+        Ok(Replay {
+            specs,
+            stores,
+            groups,
+            corpus,
+            progress,
+            seconds,
+        })
+    }
+
+    /// The corpus.
+    pub fn corpus(&self) -> &Corpus {
+        &self.corpus
+    }
+
+    /// Writes every page of the corpus into every store.
+    pub fn fill(&mut self) -> Result<(), Error> {
+        const BATCH: usize = 256;
+        let total = self.corpus.bytes();
+        let mut done_bytes = 0u64;
+        let mut last_draw = Instant::now();
+        for g in 0..self.groups.len() {
+            let ps = self.groups[g].page_size;
+            let members = self.groups[g].members.clone();
+            let mut batch: Vec<u8> = Vec::with_capacity(BATCH * ps);
+            let mut first = 0u64;
+            let stores = &self.stores;
+            let seconds = &mut self.seconds;
+            let hashes = &mut self.groups[g].hashes;
+            let mut flush = |batch: &mut Vec<u8>, first: u64| -> Result<(), Error> {
+                let times = write_batch(stores, &members, batch, first, ps)?;
+                for (m, t) in members.iter().zip(times) {
+                    seconds[*m] += t.as_secs_f64();
+                }
+                batch.clear();
+                Ok(())
+            };
+            self.corpus.for_each_page(ps, |index, page| {
+                if batch.is_empty() {
+                    first = index;
+                }
+                hashes[index as usize] = Some(page_hash(page));
+                batch.extend_from_slice(page);
+                if batch.len() == BATCH * ps {
+                    flush(&mut batch, first)?;
+                    done_bytes += (BATCH * ps) as u64;
+                    if self.progress && last_draw.elapsed() > Duration::from_millis(200) {
+                        last_draw = Instant::now();
+                        eprint!(
+                            "\rfill {ps}-byte pages: {:.1}/{:.1} MiB ",
+                            done_bytes.min(total) as f64 / 1048576.0,
+                            total as f64 / 1048576.0
+                        );
+                    }
+                }
+                Ok(())
+            })?;
+            if !batch.is_empty() {
+                flush(&mut batch, first)?;
+            }
+            done_bytes = 0;
+        }
+        if self.progress {
+            eprint!("\r{:60}\r", "");
+        }
+        Ok(())
+    }
+
+    /// Pages chosen with probability `fraction` by a generator seeded with
+    /// `seed`, for a disk of `page_size` pages, in ascending order.
+    pub fn pick(&self, page_size: usize, fraction: f64, seed: u64) -> Vec<u64> {
+        let mut rng = Rng::new(seed, page_size as u64);
+        (0..self.corpus.pages(page_size))
+            .filter(|_| rng.unit() < fraction)
+            .collect()
+    }
+
+    /// Discards `pages` (indexes for `page_size` stores) in every store of
+    /// that page size, in the order given.
+    pub fn discard(&mut self, page_size: usize, pages: &[u64]) -> Result<(), Error> {
+        let Some(g) = self.groups.iter_mut().find(|g| g.page_size == page_size) else {
+            return Ok(());
+        };
+        for &p in pages {
+            if p >= g.hashes.len() as u64 {
+                return Err(Error::Usage(format!(
+                    "discard of page {p}: the corpus has {} pages of {page_size} bytes",
+                    g.hashes.len()
+                )));
+            }
+        }
+        for &m in &g.members {
+            let t = Instant::now();
+            for &p in pages {
+                self.stores[m]
+                    .discard(p, 1)
+                    .map_err(|e| Error::Failed(format!("{}: {e}", self.specs[m].label())))?;
+            }
+            self.seconds[m] += t.elapsed().as_secs_f64();
+        }
+        for &p in pages {
+            g.hashes[p as usize] = None;
+        }
+        Ok(())
+    }
+
+    /// Page sizes in use.
+    pub fn page_sizes(&self) -> Vec<usize> {
+        self.groups.iter().map(|g| g.page_size).collect()
+    }
+
+    /// Compacts every store.
+    pub fn compact(&mut self) {
+        for (i, s) in self.stores.iter().enumerate() {
+            let t = Instant::now();
+            s.compact();
+            self.seconds[i] += t.elapsed().as_secs_f64();
+        }
+    }
+
+    /// Figures of every configuration now, under `name`; starts the next
+    /// stage's timers.
+    pub fn snapshot(&mut self, name: &str) -> Stage {
+        let results = self
+            .specs
+            .iter()
+            .zip(&self.stores)
+            .zip(&mut self.seconds)
+            .map(|((spec, store), secs)| {
+                let mm = store.mm_stat();
+                let pool = store.allocator().stats();
+                let r = StageResult {
+                    config: spec.label(),
+                    mm_stat: mm,
+                    io_stat: store.io_stat(),
+                    overhead_ratio: mm.overhead_ratio(),
+                    objs_per_page: if pool.total_pages == 0 {
+                        0.0
+                    } else {
+                        pool.objects as f64 / pool.total_pages as f64
+                    },
+                    seconds: *secs,
+                };
+                *secs = 0.0;
+                r
+            })
+            .collect();
+        Stage {
+            name: name.to_string(),
+            results,
+        }
+    }
+
+    /// Reads every page of every store back and checks it. Returns the pages
+    /// checked per store.
+    pub fn verify(&self) -> Result<u64, Error> {
+        let mut checked = 0;
+        for g in &self.groups {
+            let zero = page_hash(&vec![0u8; g.page_size]);
+            std::thread::scope(|s| {
+                let handles: Vec<_> = g
+                    .members
+                    .iter()
+                    .map(|&m| {
+                        let store = &self.stores[m];
+                        let label = self.specs[m].label();
+                        let hashes = &g.hashes;
+                        s.spawn(move || -> Result<(), Error> {
+                            let mut buf = vec![0u8; g.page_size];
+                            let mut bad = Vec::new();
+                            for (i, want) in hashes.iter().enumerate() {
+                                store.read_page(i as u64, &mut buf).map_err(|e| {
+                                    Error::Failed(format!("{label}: read of page {i}: {e}"))
+                                })?;
+                                if page_hash(&buf) != want.unwrap_or(zero) {
+                                    bad.push(i);
+                                }
+                            }
+                            if bad.is_empty() {
+                                Ok(())
+                            } else {
+                                Err(Error::Failed(format!(
+                                    "{label}: {} pages read back wrong (first: {:?})",
+                                    bad.len(),
+                                    &bad[..bad.len().min(5)]
+                                )))
+                            }
+                        })
+                    })
+                    .collect();
+                handles.into_iter().try_for_each(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::Failed("verify thread panicked".into())))
+                })
+            })?;
+            checked += g.hashes.len() as u64;
+        }
+        Ok(checked)
+    }
+}
+
+/// Writes a batch of consecutive pages into each member store, one thread per
+/// store when there are several; returns each store's time.
+fn write_batch(
+    stores: &[Store],
+    members: &[usize],
+    batch: &[u8],
+    first: u64,
+    ps: usize,
+) -> Result<Vec<Duration>, Error> {
+    let one = |m: usize| -> Result<Duration, Error> {
+        let t = Instant::now();
+        for (k, page) in batch.chunks_exact(ps).enumerate() {
+            stores[m]
+                .write_page(first + k as u64, page)
+                .map_err(|e| Error::Failed(format!("write of page {}: {e}", first + k as u64)))?;
+        }
+        Ok(t.elapsed())
+    };
+    if members.len() == 1 {
+        return Ok(vec![one(members[0])?]);
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = members.iter().map(|&m| s.spawn(move || one(m))).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Failed("writer thread panicked".into())))
+            })
+            .collect()
+    })
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.2}%", x * 100.0)
+}
+
+/// The table of one stage: one column per configuration.
+pub fn stage_table(stage: &Stage) -> String {
+    let mut rows: Vec<(&str, Vec<String>)> = vec![
+        ("orig_data_size", vec![]),
+        ("compr_data_size", vec![]),
+        ("mem_used_total", vec![]),
+        ("mem_limit", vec![]),
+        ("mem_used_max", vec![]),
+        ("same_pages", vec![]),
+        ("pages_compacted", vec![]),
+        ("huge_pages", vec![]),
+        ("huge_pages_since", vec![]),
+        ("objs_moved", vec![]),
+        ("overhead", vec![]),
+        ("objs/page", vec![]),
+        ("store time", vec![]),
+    ];
+    for r in &stage.results {
+        let m = r.mm_stat;
+        let vals = [
+            m.orig_data_size.to_string(),
+            m.compr_data_size.to_string(),
+            m.mem_used_total.to_string(),
+            m.mem_limit.to_string(),
+            m.mem_used_max.to_string(),
+            m.same_pages.to_string(),
+            m.pages_compacted.to_string(),
+            m.huge_pages.to_string(),
+            m.huge_pages_since.to_string(),
+            m.objs_moved.to_string(),
+            pct(r.overhead_ratio),
+            format!("{:.2}", r.objs_per_page),
+            format!("{:.2}s", r.seconds),
+        ];
+        for (row, v) in rows.iter_mut().zip(vals) {
+            row.1.push(v);
+        }
+    }
+    let width = stage
+        .results
+        .iter()
+        .map(|r| r.config.len())
+        .max()
+        .unwrap_or(0)
+        .max(12);
+    let mut out = format!("== {} ==\n{:18}", stage.name, "");
+    for r in &stage.results {
+        out.push_str(&format!(" {:>width$}", r.config));
+    }
+    out.push('\n');
+    for (name, vals) in rows {
+        out.push_str(&format!("{name:18}"));
+        for v in vals {
+            out.push_str(&format!(" {v:>width$}"));
+        }
+        out.push('\n');
+    }
+    for r in &stage.results {
+        out.push_str(&format!("mm_stat {}: {}\n", r.config, r.mm_stat));
+    }
+    out
+}
