@@ -7,8 +7,8 @@ use common::{json, zmem};
 
 #[test]
 fn reproduces_seed_001_direction() {
-    let dir = std::env::temp_dir().join(format!("zmem-exp-compaction-{}", std::process::id()));
-    let stem = dir.join("plot");
+    let dir = tempfile::tempdir().unwrap();
+    let stem = dir.path().join("plot");
     let r = json(&zmem(&[
         "exp",
         "compaction",
@@ -63,5 +63,4 @@ fn reproduces_seed_001_direction() {
             f.display()
         );
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
