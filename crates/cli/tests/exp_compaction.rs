@@ -8,8 +8,8 @@ use common::{json, zmem};
 
 #[test]
 fn reproduces_the_fullness_series_direction() {
-    let dir = std::env::temp_dir().join(format!("zmem-exp-compaction-{}", std::process::id()));
-    let stem = dir.join("plot");
+    let dir = tempfile::tempdir().unwrap();
+    let stem = dir.path().join("plot");
     let r = json(&zmem(&[
         "exp",
         "compaction",
@@ -64,5 +64,4 @@ fn reproduces_the_fullness_series_direction() {
             f.display()
         );
     }
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -8,11 +8,13 @@ use std::process::Command;
 
 use common::{json, zmem};
 
-fn tmp(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("zmem-replay-{tag}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory of its own for one test, removed when dropped (also
+/// when the test fails).
+fn tmp(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("zmem-replay-{tag}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// A tree of text and binary-like files under two top-level directories.
@@ -67,7 +69,8 @@ fn default_corpus_runs_and_says_what_it_used() {
 
 #[test]
 fn side_by_side_stages_add_up() {
-    let d = tmp("sbs");
+    let dir = tmp("sbs");
+    let d = dir.path();
     tree(&d.join("t"));
     let discards = d.join("discards.txt");
     let out = zmem(&[
@@ -141,14 +144,14 @@ fn side_by_side_stages_add_up() {
             r["stages"][2]["results"][i]["mm_stat"]
         );
     }
-    let _ = fs::remove_dir_all(&d);
 }
 
 #[test]
 fn tar_members_are_laid_out_like_files_and_raw_is_not() {
-    let d = tmp("tar");
+    let dir = tmp("tar");
+    let d = dir.path();
     tree(&d.join("t"));
-    let tar = tar_of(&d, "t");
+    let tar = tar_of(d, "t");
     let tree_run = json(&zmem(&[
         "replay",
         d.join("t").to_str().unwrap(),
@@ -176,12 +179,12 @@ fn tar_members_are_laid_out_like_files_and_raw_is_not() {
     assert_eq!(orig(&tree_run), orig(&tar_run), "same files, same pages");
     let tar_len = fs::metadata(&tar).unwrap().len();
     assert_eq!(orig(&raw_run), tar_len.div_ceil(4096) * 4096);
-    let _ = fs::remove_dir_all(&d);
 }
 
 #[test]
 fn bad_input_gets_one_clear_error() {
-    let d = tmp("bad");
+    let dir = tmp("bad");
+    let d = dir.path();
     fs::write(d.join("f"), vec![1u8; 10000]).unwrap();
     let f = d.join("f");
     let f = f.to_str().unwrap();
@@ -213,12 +216,12 @@ fn bad_input_gets_one_clear_error() {
     let out = zmem(&["replay", f, "--discard-pages", list.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("line 2"));
-    let _ = fs::remove_dir_all(&d);
 }
 
 #[test]
 fn exp_chain_runs_small_and_draws() {
-    let d = tmp("chain");
+    let dir = tmp("chain");
+    let d = dir.path();
     let r = json(&zmem(&[
         "exp",
         "chain",
@@ -250,14 +253,14 @@ fn exp_chain_runs_small_and_draws() {
         .iter()
         .all(|r| r["mm_stat"]["compr_data_size"] == rows[0]["mm_stat"]["compr_data_size"]));
     assert!(d.join("c.svg").exists() && d.join("c.png").exists());
-    let _ = fs::remove_dir_all(&d);
 }
 
 #[test]
 fn exp_merge_removes_directories_largest_first() {
-    let d = tmp("merge");
+    let dir = tmp("merge");
+    let d = dir.path();
     tree(&d.join("src"));
-    let tar = tar_of(&d, "src");
+    let tar = tar_of(d, "src");
     let r = json(&zmem(&[
         "exp",
         "merge",
@@ -277,5 +280,4 @@ fn exp_merge_removes_directories_largest_first() {
     let missing = zmem(&["exp", "merge", "--tar", "/nonexistent.tar"]);
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("linux-source-6.1"));
-    let _ = fs::remove_dir_all(&d);
 }

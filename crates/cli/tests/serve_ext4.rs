@@ -81,7 +81,7 @@ impl Stack {
                     return Err(format!("nbdfuse exited: {st}"));
                 }
             }
-            if start.elapsed() > Duration::from_secs(20) {
+            if start.elapsed() > Duration::from_secs(60) {
                 return Err("nbdfuse did not come up".into());
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -117,7 +117,7 @@ impl Stack {
                 let _ = sh("fusermount3", &["-u", &dir]);
             }
             let start = Instant::now();
-            while start.elapsed() < Duration::from_secs(10) {
+            while start.elapsed() < Duration::from_secs(60) {
                 if let Ok(Some(_)) = c.try_wait() {
                     return;
                 }

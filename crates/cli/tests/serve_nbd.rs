@@ -7,7 +7,8 @@ mod serve_common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use serve_common::{read_export, Zmem, MIB};
 use testkit::clients::{
@@ -20,6 +21,19 @@ fn write_file(z: &Zmem, name: &str, data: &[u8]) -> String {
     let p = z.file(name);
     std::fs::write(&p, data).unwrap();
     p.to_string_lossy().into_owned()
+}
+
+/// A raw connection to the NBD socket, once the server has greeted it. The
+/// server counts a connection from its accept, before it sends the
+/// greeting, so a client that has read the greeting is counted: no sleep
+/// and hope.
+fn greeted_client(sock: &Path) -> UnixStream {
+    let mut c = UnixStream::connect(sock).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut magic = [0u8; 8];
+    c.read_exact(&mut magic).expect("the server's greeting");
+    assert_eq!(&magic, b"NBDMAGIC");
+    c
 }
 
 /// Makes every page of `data` (4 KiB pages) differ from a same-filled one,
@@ -256,21 +270,27 @@ fn ctl_reads_and_writes_the_attributes() {
     }
 
     // reset is refused while a client is connected, as zram's is while open.
-    let client = UnixStream::connect(&z.sock).unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    let client = greeted_client(&z.sock);
     let o = z.ctl(&["--export", "x", "reset"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("EBUSY"));
     drop(client);
-    let mut ok = false;
-    for _ in 0..100 {
-        if z.ctl(&["--export", "x", "reset"]).status.success() {
-            ok = true;
+    // The server notices the client left in its own time: poll, with a
+    // deadline no loaded machine comes near.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let o = z.ctl(&["--export", "x", "reset"]);
+        if o.status.success() {
             break;
         }
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("EBUSY"), "reset failed otherwise: {err}");
+        assert!(
+            Instant::now() < deadline,
+            "reset still refused 60 s after the client left: {err}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(ok, "reset after the client left");
     assert_eq!(z.mm_stat("x"), vec![0; 9]);
     assert!(read_export(&z, &z.uri("x")).iter().all(|&b| b == 0));
 
@@ -349,9 +369,9 @@ fn sigterm_and_sigint_shut_down_cleanly() {
             .unwrap();
         assert_eq!(pid, z.pid());
         // A connected client does not hold the shutdown up.
-        let _client = UnixStream::connect(&z.sock).unwrap();
+        let _client = greeted_client(&z.sock);
         z.signal(sig);
-        let st = z.wait_exit(Duration::from_secs(20));
+        let st = z.wait_exit(Duration::from_secs(60));
         assert!(st.success(), "exit status {st}: {}", z.log());
         assert!(!z.sock.exists(), "NBD socket left behind");
         assert!(!z.ctl.exists(), "control socket left behind");
@@ -462,7 +482,7 @@ fn a_second_server_on_a_live_socket_is_refused_and_a_stale_one_replaced() {
     // Kill it hard: its sockets stay behind, and the next server replaces
     // them.
     z.signal(libc::SIGKILL);
-    let _ = z.wait_exit(Duration::from_secs(10));
+    let _ = z.wait_exit(Duration::from_secs(60));
     assert!(z.sock.exists());
     let dir = z.dir.path().to_path_buf();
     let pid_file = dir.join("again.pid");
@@ -472,9 +492,9 @@ fn a_second_server_on_a_live_socket_is_refused_and_a_stale_one_replaced() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let start = std::time::Instant::now();
+    let start = Instant::now();
     while !pid_file.exists() {
-        assert!(start.elapsed() < Duration::from_secs(20), "not ready");
+        assert!(start.elapsed() < Duration::from_secs(60), "not ready");
         assert!(child.try_wait().unwrap().is_none(), "exited");
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -43,7 +43,7 @@ struct Stages {
 }
 
 /// Runs the same fill, seeded half discard and compact on both sides.
-fn run_both(file: &Path, tag: &str) -> Option<Stages> {
+fn run_both(file: &Path) -> Option<Stages> {
     let len = fs::metadata(file).unwrap().len();
     let bytes = len.div_ceil(PAGE as u64) * PAGE as u64;
     let dev = match KernelZram::create("lz4", bytes) {
@@ -53,8 +53,8 @@ fn run_both(file: &Path, tag: &str) -> Option<Stages> {
             return None;
         }
     };
-    let discards =
-        std::env::temp_dir().join(format!("zmem-fidelity-{tag}-{}.txt", std::process::id()));
+    let tmp = tempfile::tempdir().unwrap();
+    let discards = tmp.path().join("discards.txt");
     let report = json(&zmem(&[
         "replay",
         file.to_str().unwrap(),
@@ -84,7 +84,6 @@ fn run_both(file: &Path, tag: &str) -> Option<Stages> {
         .lines()
         .map(|l| l.parse().unwrap())
         .collect();
-    let _ = fs::remove_file(&discards);
     let mut kernel = Vec::new();
     // The last page padded with zeros, as replay pads it.
     let mut input = PageBuffer::zeroed(bytes as usize);
@@ -132,10 +131,10 @@ fn synthetic(path: &Path, pages: usize) {
 
 #[test]
 fn synthetic_pages_match_the_kernel_to_the_byte() {
-    let file = std::env::temp_dir().join(format!("zmem-fidelity-syn-{}.bin", std::process::id()));
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("synthetic.bin");
     synthetic(&file, 8192);
-    let stages = run_both(&file, "syn");
-    let _ = fs::remove_file(&file);
+    let stages = run_both(&file);
     let Some(Stages { ours, kernel }) = stages else {
         return;
     };
@@ -162,7 +161,8 @@ fn real_data_is_within_the_lz4_version_tolerance() {
     if linux.exists() {
         inputs.push((linux.to_path_buf(), false));
     }
-    let bins = std::env::temp_dir().join(format!("zmem-fidelity-bin-{}.bin", std::process::id()));
+    let tmp = tempfile::tempdir().unwrap();
+    let bins = tmp.path().join("usr-bin.bin");
     let mut data = Vec::new();
     let mut entries: Vec<_> = fs::read_dir("/usr/bin")
         .unwrap()
@@ -182,7 +182,7 @@ fn real_data_is_within_the_lz4_version_tolerance() {
     fs::write(&bins, &data).unwrap();
     inputs.push((bins.clone(), true));
     for (file, _) in &inputs {
-        let Some(Stages { ours, kernel }) = run_both(file, "real") else {
+        let Some(Stages { ours, kernel }) = run_both(file) else {
             break;
         };
         let rel = |a: u64, b: u64| (a as f64 - b as f64).abs() / (b.max(1) as f64);
@@ -216,5 +216,4 @@ fn real_data_is_within_the_lz4_version_tolerance() {
             assert_eq!(col(o, SAME), k[SAME], "{s}: same_pages");
         }
     }
-    let _ = fs::remove_file(&bins);
 }

@@ -22,6 +22,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
+use std::time::{Duration, Instant};
 
 const CONTROL: &str = "/sys/class/zram-control";
 
@@ -187,8 +188,20 @@ impl KernelZram {
 
 impl Drop for KernelZram {
     fn drop(&mut self) {
-        let _ = self.set("reset", "1");
-        let _ = fs::write(Path::new(CONTROL).join("hot_remove"), self.id.to_string());
+        // The kernel refuses `reset` and `hot_remove` (EBUSY) while anyone
+        // has the device open, and udev's blkid opens a block device for a
+        // moment after it was written to: retry for a while rather than
+        // leave the device behind.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let _ = self.set("reset", "1");
+            match fs::write(Path::new(CONTROL).join("hot_remove"), self.id.to_string()) {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                _ => return,
+            }
+        }
     }
 }
 

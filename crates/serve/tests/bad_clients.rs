@@ -115,9 +115,17 @@ impl Raw {
         (h.error, data)
     }
 
+    /// Whether the server has closed the connection: a read sees EOF or a
+    /// reset. A read that times out (30 s) found it still open.
     fn closed(&mut self) -> bool {
         let mut b = [0u8; 1];
-        matches!(self.s.read(&mut b), Ok(0) | Err(_))
+        match self.s.read(&mut b) {
+            Ok(n) => n == 0,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        }
     }
 }
 

@@ -155,15 +155,23 @@ fn a_read_pins_its_object_until_it_ends() {
         let seen = unsafe { bytes.as_ref() };
         assert_eq!(seen, &pattern(1, 300)[..], "{}", s.label);
 
-        // A free waits for the read to end.
+        // A free waits for the read to end. The check below cannot fail
+        // by chance (a free that waits never sets `freed`); it only means
+        // something once the thread has reached the free, so wait for that
+        // first, then give the free time to (wrongly) get through.
         let freed = Arc::new(AtomicBool::new(false));
+        let freeing = Arc::new(AtomicBool::new(false));
         let t = {
-            let (pool, freed) = (pool.clone(), freed.clone());
+            let (pool, freed, freeing) = (pool.clone(), freed.clone(), freeing.clone());
             std::thread::spawn(move || {
+                freeing.store(true, Ordering::SeqCst);
                 pool.free(kept).unwrap();
                 freed.store(true, Ordering::SeqCst);
             })
         };
+        while !freeing.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
         std::thread::sleep(Duration::from_millis(50));
         assert!(
             !freed.load(Ordering::SeqCst),

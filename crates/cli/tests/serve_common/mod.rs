@@ -79,8 +79,8 @@ impl Zmem {
                 z.child = None;
                 return Err(format!("exited with {st}: {}", z.log()));
             }
-            if start.elapsed() > Duration::from_secs(30) {
-                return Err(format!("not ready after 30 s: {}", z.log()));
+            if start.elapsed() > Duration::from_secs(60) {
+                return Err(format!("not ready after 60 s: {}", z.log()));
             }
             std::thread::sleep(Duration::from_millis(10));
         }

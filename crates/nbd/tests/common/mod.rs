@@ -134,20 +134,27 @@ pub struct RawClient {
 impl RawClient {
     /// Connects and reads the greeting; sends client flags.
     pub fn connect(path: &Path, client_flags: u32) -> RawClient {
+        RawClient::try_connect(path, client_flags).expect("greeting")
+    }
+
+    /// As [`RawClient::connect`], but `None` if the server closes the
+    /// connection instead of greeting it (as it does over its connection
+    /// limit).
+    pub fn try_connect(path: &Path, client_flags: u32) -> Option<RawClient> {
         let mut s = UnixStream::connect(path).expect("connect");
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let mut g = [0u8; wire::GREETING_LEN];
-        s.read_exact(&mut g).expect("greeting");
+        s.read_exact(&mut g).ok()?;
         let f = wire::parse_greeting(&g).expect("greeting");
         assert_eq!(f, hs::FIXED_NEWSTYLE | hs::NO_ZEROES);
         s.write_all(&client_flags.to_be_bytes()).unwrap();
-        RawClient {
+        Some(RawClient {
             s,
             structured: false,
             size: 0,
             flags: 0,
             reads: HashMap::new(),
-        }
+        })
     }
 
     pub fn send_option(&mut self, code: u32, data: &[u8]) {
@@ -168,9 +175,16 @@ impl RawClient {
         (h, d)
     }
 
-    /// Negotiates and enters transmission on `export` with GO.
+    /// Connects, negotiates and enters transmission on `export` with GO.
     pub fn go(path: &Path, export: &str, structured: bool, meta: bool) -> RawClient {
-        let mut c = RawClient::connect(path, hs::C_FIXED_NEWSTYLE | hs::C_NO_ZEROES);
+        let c = RawClient::connect(path, hs::C_FIXED_NEWSTYLE | hs::C_NO_ZEROES);
+        c.go_on(export, structured, meta)
+    }
+
+    /// Negotiates and enters transmission on `export` with GO, on a client
+    /// connected with `C_FIXED_NEWSTYLE | C_NO_ZEROES`.
+    pub fn go_on(self, export: &str, structured: bool, meta: bool) -> RawClient {
+        let mut c = self;
         if structured {
             c.send_option(opt::STRUCTURED_REPLY, &[]);
             assert_eq!(c.option_reply().0.reply, rep::ACK);
@@ -291,10 +305,18 @@ impl RawClient {
         }
     }
 
-    /// Whether the server has closed the connection (reads EOF or an error).
+    /// Whether the server has closed the connection: a read sees EOF or a
+    /// reset. A read that times out (see [`RawClient::try_connect`]) found
+    /// the connection still open, and so did one that got a byte.
     pub fn is_closed(&mut self) -> bool {
         let mut b = [0u8; 1];
-        matches!(self.s.read(&mut b), Ok(0) | Err(_))
+        match self.s.read(&mut b) {
+            Ok(n) => n == 0,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        }
     }
 }
 
