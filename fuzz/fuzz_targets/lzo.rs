@@ -12,7 +12,9 @@ fuzz_target!(|data: &[u8]| {
     let mut z = vec![0u8; compress_bound(data.len())];
     let mut back = vec![0u8; data.len()];
     for variant in [Variant::Lzo, Variant::LzoRle] {
-        let n = c.compress(variant, data, &mut z).expect("bound-sized output");
+        let n = c
+            .compress(variant, data, &mut z)
+            .expect("bound-sized output");
         assert_eq!(decompress(&z[..n], &mut back), Ok(data.len()));
         assert!(back == data);
     }
