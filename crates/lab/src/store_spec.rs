@@ -26,7 +26,7 @@ pub struct StoreArgs {
     /// Allocator(s): zsmalloc, zbud, z3fold, zblock.
     #[arg(long, value_delimiter = ',', default_values_t = [String::from("zsmalloc")])]
     pub alloc: Vec<String>,
-    /// Compressor(s), by zram's names: lz4, lz4hc, zstd, deflate, lz4-flex.
+    /// Compressor(s), by zram's names: lzo-rle, lzo, lz4, lz4hc, zstd, deflate, lz4-flex.
     #[arg(long, value_delimiter = ',', default_values_t = [String::from("lz4")])]
     pub comp: Vec<String>,
     /// Compressor settings in zram's algorithm_params syntax ("level=3 dict=FILE").

@@ -80,7 +80,13 @@ fn workspace_edges() -> BTreeMap<String, Vec<(String, String)>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
         .current_dir(&root)
         .output()
         .expect("run cargo metadata");
@@ -139,7 +145,9 @@ fn violations(edges: &BTreeMap<String, Vec<(String, String)>>) -> Vec<String> {
                 _ => dep != "zmem-testkit" && allowed.contains(&dep.as_str()),
             };
             if !ok {
-                bad.push(format!("{package} -> {dep} ({kind}): forbidden by the layers"));
+                bad.push(format!(
+                    "{package} -> {dep} ({kind}): forbidden by the layers"
+                ));
             }
         }
     }
@@ -180,7 +188,16 @@ fn the_rule_rejects_an_upward_edge_and_testkit_as_a_normal_dependency() {
     edges.insert("zmem-unknown".to_string(), vec![]);
     let bad = violations(&edges);
     assert_eq!(bad.len(), 3, "{bad:?}");
-    assert!(bad[0].contains("zmem-nbd -> zmem-testkit (normal)"), "{bad:?}");
-    assert!(bad[1].contains("zmem-unknown: not in the layer table"), "{bad:?}");
-    assert!(bad[2].contains("zmem-zsmalloc -> zmem-lab (normal)"), "{bad:?}");
+    assert!(
+        bad[0].contains("zmem-nbd -> zmem-testkit (normal)"),
+        "{bad:?}"
+    );
+    assert!(
+        bad[1].contains("zmem-unknown: not in the layer table"),
+        "{bad:?}"
+    );
+    assert!(
+        bad[2].contains("zmem-zsmalloc -> zmem-lab (normal)"),
+        "{bad:?}"
+    );
 }

@@ -4,7 +4,8 @@
 //! `comp_algorithm` spells them, and each one's capabilities: the range and
 //! default of `level`, whether it takes a dictionary and a deflate window.
 //! The defaults are zram's (`level` unset): lz4 acceleration 1, lz4hc 9, zstd
-//! zstd's default 3, deflate zlib's default 6, deflate window 2^11. It does
+//! zstd's default 3, deflate zlib's default 6, deflate window 2^11; lzo and
+//! lzo-rle have no level (only 1 is accepted). It does
 //! not validate parameter strings (see [`crate::params`]) and holds no backend
 //! state (see the private `backend` module). Its one error,
 //! [`UnknownAlgorithm`], is its own: the crate's [`crate::Error`] is built
@@ -17,6 +18,12 @@ use std::str::FromStr;
 /// A compression algorithm, named as zram names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
+    /// `lzo-rle`: LZO1X-1 with zero runs, zram's default, through the
+    /// `zmem-lzo` crate (the kernel's output, byte for byte).
+    LzoRle,
+    /// `lzo`: plain LZO1X-1 through the `zmem-lzo` crate. Its data and
+    /// lzo-rle's are read by either.
+    Lzo,
     /// `lz4`: liblz4 1.10 through the `lz4` crate's block API; `level` is the
     /// acceleration factor, as in zram.
     Lz4,
@@ -41,9 +48,11 @@ pub const DEFLATE_MIN_WINBITS: u8 = 9;
 pub const DEFLATE_MAX_WINBITS: u8 = 15;
 
 impl Algorithm {
-    /// Every algorithm, in zram's listing order (lz4, lz4hc, zstd, deflate),
-    /// then ours.
-    pub const ALL: [Algorithm; 5] = [
+    /// Every algorithm, in zram's listing order (lzo-rle, lzo, lz4, lz4hc,
+    /// zstd, deflate), then ours.
+    pub const ALL: [Algorithm; 7] = [
+        Algorithm::LzoRle,
+        Algorithm::Lzo,
         Algorithm::Lz4,
         Algorithm::Lz4Hc,
         Algorithm::Zstd,
@@ -59,6 +68,8 @@ impl Algorithm {
             Algorithm::Zstd => "zstd",
             Algorithm::Deflate => "deflate",
             Algorithm::Lz4Flex => "lz4-flex",
+            Algorithm::LzoRle => "lzo-rle",
+            Algorithm::Lzo => "lzo",
         }
     }
 
@@ -77,8 +88,8 @@ impl Algorithm {
         match self {
             // LZ4_ACCELERATION_MAX: liblz4 clamps anything above.
             Algorithm::Lz4 => 1..=65537,
-            // lz4_flex has no acceleration setting.
-            Algorithm::Lz4Flex => 1..=1,
+            // lz4_flex has no acceleration setting, LZO1X-1 no level.
+            Algorithm::Lz4Flex | Algorithm::LzoRle | Algorithm::Lzo => 1..=1,
             Algorithm::Lz4Hc => 1..=12,
             // ZSTD_minCLevel()..=ZSTD_maxCLevel(); 0 means zstd's default.
             Algorithm::Zstd => -(1 << 17)..=22,
@@ -90,7 +101,7 @@ impl Algorithm {
     /// The `level` used when none is given (zram's defaults).
     pub fn default_level(self) -> i32 {
         match self {
-            Algorithm::Lz4 | Algorithm::Lz4Flex => 1,
+            Algorithm::Lz4 | Algorithm::Lz4Flex | Algorithm::LzoRle | Algorithm::Lzo => 1,
             Algorithm::Lz4Hc => 9,
             Algorithm::Zstd => 3,
             Algorithm::Deflate => 6,
@@ -159,12 +170,12 @@ mod tests {
 
     #[test]
     fn unknown_names_are_errors() {
-        for name in ["", "LZ4", "lzo-rle", "lz4 ", "zstd\n\n", "842"] {
+        for name in ["", "LZ4", "lzo_rle", "lz4 ", "zstd\n\n", "842"] {
             let err = Algorithm::from_name(name).unwrap_err();
             assert_eq!(err.0, name.strip_suffix('\n').unwrap_or(name), "{name:?}");
             assert!(err
                 .to_string()
-                .contains("lz4, lz4hc, zstd, deflate, lz4-flex"));
+                .contains("lzo-rle, lzo, lz4, lz4hc, zstd, deflate, lz4-flex"));
         }
     }
 

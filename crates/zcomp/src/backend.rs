@@ -1,9 +1,9 @@
-//! The five backends: their shared prepared state and their per-thread state.
+//! The six backends: their shared prepared state and their per-thread state.
 //!
 //! This module owns everything that touches a compression library: the
 //! prepared zstd dictionaries shared by all contexts ([`Prepared`]), each
 //! context's library state ([`State`]: zstd's CCtx/DCtx, zlib-rs's deflate
-//! and inflate streams, lz4_flex's hash table), the worst-case output size
+//! and inflate streams, lz4_flex's and LZO1X-1's hash tables), the worst-case output size
 //! of each algorithm, and the translation of library failures into
 //! [`Error`]s. It assumes its callers (the [`crate::Context`] methods) have
 //! validated the parameters and pass an output buffer of at least
@@ -29,6 +29,8 @@ const LZ4_MAX_INPUT_SIZE: usize = 0x7E00_0000;
 /// The largest output `algorithm` can produce from `len` input bytes.
 pub(crate) fn compress_bound(algorithm: Algorithm, len: usize) -> usize {
     match algorithm {
+        // The kernel's lzo1x_worst_compress, plus lzo-rle's 2-byte marker.
+        Algorithm::LzoRle | Algorithm::Lzo => lzo::compress_bound(len),
         // LZ4_COMPRESSBOUND.
         Algorithm::Lz4 | Algorithm::Lz4Hc => len + len / 255 + 16,
         // lz4_flex asks for this much room before it starts.
@@ -93,6 +95,8 @@ impl Prepared {
 
 /// One context's library state.
 pub(crate) enum State {
+    /// LZO1X-1's hash table (lzo and lzo-rle).
+    Lzo(Box<lzo::Compressor>),
     /// liblz4 keeps its 16 KiB state on the stack of each call.
     Lz4,
     /// liblz4's HC state is allocated by each call (LZ4HC_HEAPMODE).
@@ -142,6 +146,7 @@ impl State {
     /// A fresh state for the compressor `p`.
     pub(crate) fn new(p: &Prepared) -> Result<State> {
         Ok(match p.algorithm {
+            Algorithm::LzoRle | Algorithm::Lzo => State::Lzo(Box::default()),
             Algorithm::Lz4 => State::Lz4,
             Algorithm::Lz4Hc => State::Lz4Hc,
             Algorithm::Lz4Flex => State::Lz4Flex(Box::default()),
@@ -173,6 +178,18 @@ impl State {
         let algorithm = p.algorithm;
         let failed = |detail: String| Error::Backend { algorithm, detail };
         match self {
+            State::Lzo(lzo) => {
+                let variant = if algorithm == Algorithm::LzoRle {
+                    lzo::Variant::LzoRle
+                } else {
+                    lzo::Variant::Lzo
+                };
+                lzo.compress(variant, src, dst)
+                    .map_err(|e| Error::OutputTooSmall {
+                        algorithm,
+                        capacity: e.capacity,
+                    })
+            }
             State::Lz4 | State::Lz4Hc => {
                 if src.len() > LZ4_MAX_INPUT_SIZE {
                     return Err(Error::InputTooLarge {
@@ -222,6 +239,10 @@ impl State {
         let algorithm = p.algorithm;
         let expected = dst.len();
         match self {
+            State::Lzo(_) => {
+                let n = lzo::decompress(src, dst).map_err(|e| corrupt(algorithm, e))?;
+                exact(algorithm, expected, n)
+            }
             State::Lz4 | State::Lz4Hc => {
                 let Some(size) = i32::try_from(expected)
                     .ok()

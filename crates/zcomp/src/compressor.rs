@@ -263,6 +263,8 @@ mod tests {
     #[test]
     fn defaults_are_zrams() {
         let expect = [
+            (Algorithm::LzoRle, 1, None),
+            (Algorithm::Lzo, 1, None),
             (Algorithm::Lz4, 1, None),
             (Algorithm::Lz4Hc, 9, None),
             (Algorithm::Zstd, 3, None),
@@ -287,7 +289,7 @@ mod tests {
 
     #[test]
     fn settings_an_algorithm_lacks_are_refused() {
-        let cases: [(&str, &str, &str); 9] = [
+        let cases: [(&str, &str, &str); 10] = [
             ("lz4", "level=0", "bad value '0' for level: expected 1 to 65537 for lz4"),
             ("lz4hc", "level=13", "bad value '13' for level: expected 1 to 12 for lz4hc"),
             ("lz4-flex", "level=2", "bad value '2' for level: expected 1 to 1 for lz4-flex"),
@@ -296,14 +298,21 @@ mod tests {
             ("zstd", "deflate.winbits=12", "zstd does not take the parameter deflate.winbits"),
             ("lz4", "algo=zstd", "bad value 'zstd' for algo: expected lz4 (the algorithm being configured)"),
             ("lz4", "priority=1", "bad value '1' for priority: expected no priority: it selects a zram compressor slot"),
-            ("lzo-rle", "", "unknown compression algorithm 'lzo-rle': use one of lz4, lz4hc, zstd, deflate, lz4-flex"),
+            ("lzo-rle", "level=2", "bad value '2' for level: expected 1 to 1 for lzo-rle"),
+            ("842", "", "unknown compression algorithm '842': use one of lzo-rle, lzo, lz4, lz4hc, zstd, deflate, lz4-flex"),
         ];
         for (name, params, message) in cases {
             let err = Compressor::parse(name, params).unwrap_err();
             assert_eq!(err.to_string(), message, "{name} {params}");
         }
         let dict = Dictionary::from_bytes(&b"some dictionary"[..]).unwrap();
-        for algorithm in [Algorithm::Lz4, Algorithm::Lz4Hc, Algorithm::Deflate] {
+        for algorithm in [
+            Algorithm::LzoRle,
+            Algorithm::Lzo,
+            Algorithm::Lz4,
+            Algorithm::Lz4Hc,
+            Algorithm::Deflate,
+        ] {
             let params = Params {
                 dict: Some(dict.clone()),
                 ..Params::default()

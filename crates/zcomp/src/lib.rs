@@ -6,8 +6,8 @@
 //! per-thread mutable part (the library state and scratch buffers), one per
 //! thread as zram keeps one stream per CPU.
 //!
-//! Algorithms are chosen by zram's names (`lz4`, `lz4hc`, `zstd`, `deflate`,
-//! plus `lz4-flex`, a pure-Rust lz4), and settings by zram's
+//! Algorithms are chosen by zram's names (`lzo-rle`, `lzo`, `lz4`, `lz4hc`,
+//! `zstd`, `deflate`, plus `lz4-flex`, a pure-Rust lz4), and settings by zram's
 //! `algorithm_params` syntax (`"level=3 dict=/path"`).
 //!
 //! ```

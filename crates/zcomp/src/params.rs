@@ -283,7 +283,7 @@ mod tests {
             ("priority=-1", "bad value '-1' for priority: expected an integer 0 or more"),
             ("speed=3", "unknown parameter 'speed': use algo, priority, level, dict or deflate.winbits"),
             ("level=1 level=2", "parameter 'level' is given twice"),
-            ("algo=lzo", "unknown compression algorithm 'lzo': use one of lz4, lz4hc, zstd, deflate, lz4-flex"),
+            ("algo=842", "unknown compression algorithm '842': use one of lzo-rle, lzo, lz4, lz4hc, zstd, deflate, lz4-flex"),
             ("dict=", "bad value '' for dict: expected the path of a dictionary file"),
             ("deflate.winbits=8", "bad value '8' for deflate.winbits: expected 9 to 15 (or -15 to -9): log2 of the raw deflate window"),
             ("dict=\"/tmp/x", "parameter 'dict=/tmp/x (unbalanced quote)' is not of the form key=value"),

@@ -134,9 +134,11 @@ fn wrong_output_sizes_are_errors() {
     }
 }
 
-/// The three formats: lz4 blocks, zstd frames, raw deflate.
+/// The four formats: LZO1X streams (either variant), lz4 blocks, zstd
+/// frames, raw deflate.
 fn family(a: Algorithm) -> &'static str {
     match a {
+        Algorithm::LzoRle | Algorithm::Lzo => "lzo",
         Algorithm::Lz4 | Algorithm::Lz4Hc | Algorithm::Lz4Flex => "lz4",
         Algorithm::Zstd => "zstd",
         Algorithm::Deflate => "deflate",

@@ -90,7 +90,7 @@ pub struct LatencyArgs {
     /// Bytes per page.
     #[arg(long, default_value_t = 4096)]
     page_size: usize,
-    /// Compressor (as zram's comp_algorithm: lz4, lz4hc, zstd, deflate).
+    /// Compressor (as zram's comp_algorithm: lzo-rle, lzo, lz4, lz4hc, zstd, deflate).
     #[arg(long, default_value = "lz4")]
     comp: String,
     /// Milliseconds between the background thread's compactions (0: no

@@ -141,6 +141,8 @@ pub fn configurations() -> Vec<Compressor> {
         add(Algorithm::Lz4, level, None);
     }
     add(Algorithm::Lz4Flex, 1, None);
+    add(Algorithm::LzoRle, 1, None);
+    add(Algorithm::Lzo, 1, None);
     for level in [1, 4, 9, 12] {
         add(Algorithm::Lz4Hc, level, None);
     }

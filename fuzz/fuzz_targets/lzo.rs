@@ -1,0 +1,29 @@
+//! Fuzzes the LZO crate: every input is compressed in both variants and
+//! must decode to itself, and is decoded as a stream (into an output of a
+//! size taken from its first two bytes), which may fail but never panic,
+//! never claim more output than the buffer holds.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use lzo::{compress_bound, decompress, Compressor, Variant};
+
+fuzz_target!(|data: &[u8]| {
+    let mut c = Compressor::new();
+    let mut z = vec![0u8; compress_bound(data.len())];
+    let mut back = vec![0u8; data.len()];
+    for variant in [Variant::Lzo, Variant::LzoRle] {
+        let n = c
+            .compress(variant, data, &mut z)
+            .expect("bound-sized output");
+        assert_eq!(decompress(&z[..n], &mut back), Ok(data.len()));
+        assert!(back == data);
+    }
+
+    if data.len() >= 2 {
+        let cap = usize::from(u16::from_le_bytes([data[0], data[1]])) % (64 * 1024 + 1);
+        let mut out = vec![0u8; cap];
+        if let Ok(n) = decompress(&data[2..], &mut out) {
+            assert!(n <= cap);
+        }
+    }
+});
