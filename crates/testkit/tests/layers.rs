@@ -167,6 +167,45 @@ fn workspace_follows_the_layer_rule() {
 }
 
 #[test]
+fn the_product_build_has_no_plotting_or_font_crates() {
+    // `zmem` without the lab's default feature: replay, classes, serve, ctl.
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let tree = |features: &[&str]| {
+        let out = Command::new(&cargo)
+            .args([
+                "tree",
+                "-p",
+                "zmem-cli",
+                "-e",
+                "normal",
+                "--prefix",
+                "none",
+                "--offline",
+            ])
+            .args(features)
+            .current_dir(&root)
+            .output()
+            .expect("run cargo tree");
+        assert!(
+            out.status.success(),
+            "cargo tree failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let product = tree(&["--no-default-features"]);
+    assert!(product.contains("zmem-serve"), "{product}");
+    let heavy: Vec<&str> = product
+        .lines()
+        .filter(|l| l.starts_with("plotters") || l.contains("font"))
+        .collect();
+    assert!(heavy.is_empty(), "the product build links {heavy:?}");
+    // The check can fail: the default build does have them.
+    assert!(tree(&[]).lines().any(|l| l.starts_with("plotters")));
+}
+
+#[test]
 fn the_rule_rejects_an_upward_edge_and_testkit_as_a_normal_dependency() {
     // The checker itself, on made-up edges: an allocator reaching up to the
     // lab, and testkit linked into a product crate.
