@@ -10,7 +10,7 @@
 //! plain LZO1X-1 in three ways: the stream starts with the version marker
 //! `17, 1`, runs of four or more zero bytes are coded as one zero-run
 //! instruction (up to 2051 bytes), and the largest M4 distance is one less.
-//! [`decompress`] reads both variants into a caller's buffer of known size
+//! [`decompress()`] reads both variants into a caller's buffer of known size
 //! and rejects malformed, truncated or overlong input with a [`DecodeError`];
 //! it never allocates and never reads or writes outside its two slices.
 //!

@@ -38,8 +38,9 @@
 //!   owner array do its work), slots filled lowest first, and a zspage counts
 //!   only the pages up to its highest live object; pages above it go back to
 //!   the OS as objects are freed (with the page source's next batch). See
-//!   `DESIGN.md` in the repository for the measurements behind the default
-//!   geometry.
+//!   "Default-mode geometry: measured before chosen" in BENCHMARKS.md for the
+//!   measurements behind the default geometry, and docs/design.md for the
+//!   lock order of the whole stack.
 
 use std::fmt;
 use std::ops::Deref;
