@@ -1,9 +1,33 @@
 //! Bookkeeping zbud, z3fold and zblock do the same way, besides read holds
-//! and the unbuddied lists: the tag in every handle and the last step of an
-//! invariant check.
+//! and the unbuddied lists: the page source and tag a new pool starts with,
+//! the refusals of a bad handle and the last step of an invariant check.
 //!
 //! This module owns the process-wide tag sequence. It may not look at any
 //! allocator's records: callers pass in what they counted.
+
+use pages::PageSource;
+use zpool::ZPoolError;
+
+/// Refusal of a handle whose tag or bits name no object of this pool.
+pub(crate) const FOREIGN: ZPoolError = ZPoolError::InvalidHandle("not a handle of this pool");
+/// Refusal of a handle whose object was freed and whose slot is empty.
+pub(crate) const FREED: ZPoolError = ZPoolError::InvalidHandle("the object was freed");
+/// Refusal of a handle whose slot was freed and taken by another object.
+pub(crate) const STALE: ZPoolError =
+    ZPoolError::InvalidHandle("stale: its slot holds another object");
+
+/// What a new pool starts with: a page source of `page_size`-byte pages,
+/// holding at most `limit` at once if given, and a fresh tag
+/// ([`next_pool_tag`]). A page size the source refuses is a
+/// [`ZPoolError::Config`].
+pub(crate) fn source_and_tag(
+    page_size: usize,
+    limit: Option<usize>,
+) -> Result<(PageSource, u8), ZPoolError> {
+    let source =
+        PageSource::new(page_size, limit).map_err(|e| ZPoolError::Config(e.to_string()))?;
+    Ok((source, next_pool_tag()))
+}
 
 /// A fresh tag for a new allocator instance, in `1..=126`.
 ///

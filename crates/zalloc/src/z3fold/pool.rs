@@ -13,6 +13,7 @@ use pages::PageSource;
 use zpool::{ZCompacted, ZHandle, ZPool, ZPoolError, ZPoolStats};
 
 use super::page::{Page, FIRST, HEADER_CHUNKS, HEADLESS, MIDDLE, NCHUNKS, NIL, TOTAL_CHUNKS};
+use crate::bookkeeping::{FOREIGN, FREED, STALE};
 use crate::holds::HoldLock;
 use crate::lists::ChunkLists;
 
@@ -20,10 +21,6 @@ const TAG_SHIFT: u32 = 57;
 const GEN_SHIFT: u32 = 32;
 const GEN_MASK: u32 = (1 << 25) - 1;
 const MAX_RECORDS: usize = (u32::MAX - 1) as usize;
-
-const FOREIGN: ZPoolError = ZPoolError::InvalidHandle("not a handle of this pool");
-const FREED: ZPoolError = ZPoolError::InvalidHandle("the object was freed");
-const STALE: ZPoolError = ZPoolError::InvalidHandle("stale: its slot holds another object");
 
 /// One handle-table entry.
 #[derive(Clone, Copy, Debug)]
@@ -89,13 +86,12 @@ impl Z3Fold {
     }
 
     fn build(page_size: usize, limit: Option<usize>) -> Result<Z3Fold, ZPoolError> {
-        let source =
-            PageSource::new(page_size, limit).map_err(|e| ZPoolError::Config(e.to_string()))?;
+        let (source, tag) = crate::bookkeeping::source_and_tag(page_size, limit)?;
         Ok(Z3Fold {
             source,
             page_size,
             chunk_shift: page_size.trailing_zeros() - TOTAL_CHUNKS.trailing_zeros(),
-            tag: crate::bookkeeping::next_pool_tag(),
+            tag,
             inner: HoldLock::new(Inner {
                 pages: Vec::new(),
                 free_pages: Vec::new(),

@@ -66,6 +66,7 @@
 use std::fmt;
 use std::ptr::NonNull;
 
+use crate::bookkeeping::{FOREIGN, FREED, STALE};
 use crate::holds::HoldLock;
 use crate::lists::ChunkLists;
 use pages::{PageSource, Run};
@@ -84,10 +85,6 @@ const GEN_MASK: u32 = (1 << 24) - 1;
 const PAGE_SHIFT: u32 = 2;
 const PAGE_MASK: u64 = (1 << 31) - 1;
 const MAX_PAGES: usize = PAGE_MASK as usize;
-
-const FOREIGN: ZPoolError = ZPoolError::InvalidHandle("not a handle of this pool");
-const FREED: ZPoolError = ZPoolError::InvalidHandle("the object was freed");
-const STALE: ZPoolError = ZPoolError::InvalidHandle("stale: its slot holds another object");
 
 /// Which buddy of a page an object is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,13 +176,12 @@ impl ZBud {
     }
 
     fn build(page_size: usize, limit: Option<usize>) -> Result<ZBud, ZPoolError> {
-        let source =
-            PageSource::new(page_size, limit).map_err(|e| ZPoolError::Config(e.to_string()))?;
+        let (source, tag) = crate::bookkeeping::source_and_tag(page_size, limit)?;
         Ok(ZBud {
             source,
             page_size,
             chunk_shift: page_size.trailing_zeros() - TOTAL_CHUNKS.trailing_zeros(),
-            tag: crate::bookkeeping::next_pool_tag(),
+            tag,
             inner: HoldLock::new(Inner {
                 pages: Vec::new(),
                 free_ids: Vec::new(),
