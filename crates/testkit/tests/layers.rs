@@ -74,28 +74,35 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
     ("zmem-testkit", &[], &[]),
 ];
 
-/// The workspace's packages and, for each, its dependencies on other
-/// workspace packages by kind ("normal", "dev", "build").
-fn workspace_edges() -> BTreeMap<String, Vec<(String, String)>> {
+/// The stdout of `cargo ARGS` run at the workspace root, which must succeed
+/// (the test fails with its stderr otherwise).
+fn cargo(args: &[&str]) -> String {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = Command::new(cargo)
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
+        .args(args)
         .current_dir(&root)
         .output()
-        .expect("run cargo metadata");
+        .unwrap_or_else(|e| panic!("run cargo {args:?}: {e}"));
     assert!(
         out.status.success(),
-        "cargo metadata failed: {}",
+        "cargo {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata is JSON");
+    String::from_utf8(out.stdout).expect("cargo's stdout is UTF-8")
+}
+
+/// The workspace's packages and, for each, its dependencies on other
+/// workspace packages by kind ("normal", "dev", "build").
+fn workspace_edges() -> BTreeMap<String, Vec<(String, String)>> {
+    let out = cargo(&[
+        "metadata",
+        "--format-version",
+        "1",
+        "--no-deps",
+        "--offline",
+    ]);
+    let meta: Value = serde_json::from_str(&out).expect("cargo metadata is JSON");
     let packages = meta["packages"].as_array().expect("packages");
     let names: BTreeSet<String> = packages
         .iter()
@@ -169,30 +176,19 @@ fn workspace_follows_the_layer_rule() {
 #[test]
 fn the_product_build_has_no_plotting_or_font_crates() {
     // `zmem` without the lab's default feature: replay, classes, serve, ctl.
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let tree = |features: &[&str]| {
-        let out = Command::new(&cargo)
-            .args([
-                "tree",
-                "-p",
-                "zmem-cli",
-                "-e",
-                "normal",
-                "--prefix",
-                "none",
-                "--offline",
-            ])
-            .args(features)
-            .current_dir(&root)
-            .output()
-            .expect("run cargo tree");
-        assert!(
-            out.status.success(),
-            "cargo tree failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        let mut args = vec![
+            "tree",
+            "-p",
+            "zmem-cli",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--offline",
+        ];
+        args.extend(features);
+        cargo(&args)
     };
     let product = tree(&["--no-default-features"]);
     assert!(product.contains("zmem-serve"), "{product}");
