@@ -21,7 +21,7 @@ use zsmalloc::Mode;
 
 use crate::corpus::{self, Corpus};
 use crate::output::{write_json, write_stdout, Format, FormatArg};
-use crate::plot::{self, Chart, Series};
+use crate::plot::Series;
 use crate::replay::Replay;
 use crate::store_spec::{parse_size, StoreSpec};
 use crate::Error;
@@ -165,31 +165,29 @@ pub fn run(args: &ChainArgs) -> Result<(), Error> {
             }
         })
         .collect();
-    let plot_paths = if args.no_plot {
-        None
-    } else {
-        let series = [Series {
-            name: "mem_used_total".into(),
-            points: rows
-                .iter()
-                .map(|r| {
-                    (
-                        f64::from(r.chain),
-                        r.mm_stat.mem_used_total as f64 / 1048576.0,
-                    )
-                })
-                .collect(),
-        }];
-        Some(plot::line_chart(
-            &args.plot,
-            &Chart {
-                title: "Seed 000: mem_used_total by most pages per zspage",
-                x_label: "chain size (pages per zspage, at most)",
-                y_label: "mem_used_total, MiB",
-                series: &series,
-            },
-        )?)
-    };
+    let plot_paths = super::line_chart_unless(
+        args.no_plot,
+        &args.plot,
+        [
+            "Seed 000: mem_used_total by most pages per zspage",
+            "chain size (pages per zspage, at most)",
+            "mem_used_total, MiB",
+        ],
+        || {
+            vec![Series {
+                name: "mem_used_total".into(),
+                points: rows
+                    .iter()
+                    .map(|r| {
+                        (
+                            f64::from(r.chain),
+                            r.mm_stat.mem_used_total as f64 / 1048576.0,
+                        )
+                    })
+                    .collect(),
+            }]
+        },
+    )?;
     match args.format.get() {
         Format::Json => {
             #[derive(Serialize)]
@@ -220,12 +218,7 @@ pub fn run(args: &ChainArgs) -> Result<(), Error> {
                     r.saving_percent
                 ));
             }
-            out.push_str(&format!(
-                "verify: every page read back identical ({verified} pages per store)\n"
-            ));
-            if let Some((svg, png)) = plot_paths {
-                out.push_str(&format!("plot: {} {}\n", svg.display(), png.display()));
-            }
+            super::table_footer(&mut out, verified, &plot_paths);
             write_stdout(&out)
         }
     }

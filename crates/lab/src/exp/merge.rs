@@ -20,7 +20,7 @@ use zsmalloc::Mode;
 
 use crate::corpus::{self, Corpus};
 use crate::output::{write_json, write_stdout, Format, FormatArg};
-use crate::plot::{self, Chart, Series};
+use crate::plot::Series;
 use crate::replay::Replay;
 use crate::store_spec::StoreSpec;
 use crate::Error;
@@ -173,31 +173,29 @@ pub fn run(args: &MergeArgs) -> Result<(), Error> {
         })
         .collect();
 
-    let plot_paths = if args.no_plot {
-        None
-    } else {
-        let series: Vec<Series> = configs
-            .iter()
-            .map(|c| Series {
-                name: c.config.clone(),
-                points: c
-                    .rows
-                    .iter()
-                    .enumerate()
-                    .map(|(k, r)| (k as f64, r.overhead_ratio * 100.0))
-                    .collect(),
-            })
-            .collect();
-        Some(plot::line_chart(
-            &args.plot,
-            &Chart {
-                title: "Seed 003: overhead ratio after each directory removal",
-                x_label: "directories removed (largest first)",
-                y_label: "(used - compr) / compr, %",
-                series: &series,
-            },
-        )?)
-    };
+    let plot_paths = super::line_chart_unless(
+        args.no_plot,
+        &args.plot,
+        [
+            "Seed 003: overhead ratio after each directory removal",
+            "directories removed (largest first)",
+            "(used - compr) / compr, %",
+        ],
+        || {
+            configs
+                .iter()
+                .map(|c| Series {
+                    name: c.config.clone(),
+                    points: c
+                        .rows
+                        .iter()
+                        .enumerate()
+                        .map(|(k, r)| (k as f64, r.overhead_ratio * 100.0))
+                        .collect(),
+                })
+                .collect()
+        },
+    )?;
 
     match args.format.get() {
         Format::Json => {
@@ -260,12 +258,7 @@ pub fn run(args: &MergeArgs) -> Result<(), Error> {
                 merge[merge.len() - 1].overhead_ratio * 100.0,
                 nomerge[nomerge.len() - 1].overhead_ratio * 100.0,
             ));
-            out.push_str(&format!(
-                "verify: every page read back identical ({verified} pages per store)\n"
-            ));
-            if let Some((svg, png)) = plot_paths {
-                out.push_str(&format!("plot: {} {}\n", svg.display(), png.display()));
-            }
+            super::table_footer(&mut out, verified, &plot_paths);
             write_stdout(&out)
         }
     }
