@@ -6,7 +6,6 @@
 //! layout and leaves moving them to `compact.rs`; it reads and writes page
 //! memory only for an object's own bytes, under the pool mutex.
 
-use std::fmt;
 use std::ptr::NonNull;
 
 use pages::PageSource;
@@ -64,27 +63,9 @@ pub struct Z3Fold {
     pub(super) inner: HoldLock<Inner>,
 }
 
-impl fmt::Debug for Z3Fold {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Z3Fold")
-            .field("page_size", &self.page_size)
-            .field("total_pages", &self.total_pages())
-            .finish_non_exhaustive()
-    }
-}
+crate::bookkeeping::page_pool!(Z3Fold);
 
 impl Z3Fold {
-    /// An empty pool on pages of `page_size` bytes (a power of two from the
-    /// OS page size up to 64 KiB).
-    pub fn new(page_size: usize) -> Result<Z3Fold, ZPoolError> {
-        Self::build(page_size, None)
-    }
-
-    /// An empty pool that holds at most `limit` pages at once.
-    pub fn with_page_limit(page_size: usize, limit: usize) -> Result<Z3Fold, ZPoolError> {
-        Self::build(page_size, Some(limit))
-    }
-
     fn build(page_size: usize, limit: Option<usize>) -> Result<Z3Fold, ZPoolError> {
         let (source, tag) = crate::bookkeeping::source_and_tag(page_size, limit)?;
         Ok(Z3Fold {

@@ -154,18 +154,9 @@ impl fmt::Debug for ZBlock {
 /// A parsed handle: (type, block, slot, generation).
 type Parts = (usize, usize, usize, u16);
 
+crate::bookkeeping::page_pool!(ZBlock, no Debug);
+
 impl ZBlock {
-    /// An empty pool on pages of `page_size` bytes (a power of two from the
-    /// OS page size up to 64 KiB).
-    pub fn new(page_size: usize) -> Result<ZBlock, ZPoolError> {
-        Self::build(page_size, None)
-    }
-
-    /// An empty pool that holds at most `limit` pages at once.
-    pub fn with_page_limit(page_size: usize, limit: usize) -> Result<ZBlock, ZPoolError> {
-        Self::build(page_size, Some(limit))
-    }
-
     fn build(page_size: usize, limit: Option<usize>) -> Result<ZBlock, ZPoolError> {
         let (source, tag) = crate::bookkeeping::source_and_tag(page_size, limit)?;
         let table = table::block_types(page_size);

@@ -63,7 +63,6 @@
 //! This module owns zbud's pages, handles and list placement; it may not map
 //! memory (pages come from its `PageSource`) or know about other allocators.
 
-use std::fmt;
 use std::ptr::NonNull;
 
 use crate::bookkeeping::{FOREIGN, FREED, STALE};
@@ -153,28 +152,9 @@ pub struct ZBud {
     inner: HoldLock<Inner>,
 }
 
-impl fmt::Debug for ZBud {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ZBud")
-            .field("page_size", &self.page_size)
-            .field("total_pages", &self.total_pages())
-            .finish_non_exhaustive()
-    }
-}
+crate::bookkeeping::page_pool!(ZBud);
 
 impl ZBud {
-    /// An empty pool on pages of `page_size` bytes (a power of two from the
-    /// OS page size up to 64 KiB).
-    pub fn new(page_size: usize) -> Result<ZBud, ZPoolError> {
-        Self::build(page_size, None)
-    }
-
-    /// An empty pool that holds at most `limit` pages at once; `malloc`
-    /// fails with [`ZPoolError::OutOfMemory`] beyond it.
-    pub fn with_page_limit(page_size: usize, limit: usize) -> Result<ZBud, ZPoolError> {
-        Self::build(page_size, Some(limit))
-    }
-
     fn build(page_size: usize, limit: Option<usize>) -> Result<ZBud, ZPoolError> {
         let (source, tag) = crate::bookkeeping::source_and_tag(page_size, limit)?;
         Ok(ZBud {
