@@ -4,8 +4,9 @@
 //! It owns what more than one crate's tests need and no crate's own test
 //! module should keep a copy of: running the Debian NBD clients with a
 //! timeout and the qemu-io scenario both NBD servers are put through
-//! ([`clients`]), real data ([`real_data`]), and reading the process's
-//! resident set ([`rss`]). What is about one crate (a test server, the
+//! ([`clients`]), whether a server closed a raw connection
+//! ([`peer_closed`]), real data ([`real_data`]), incompressible bytes
+//! ([`noise`]), and reading the process's resident set ([`rss`]). What is about one crate (a test server, the
 //! `zmem` binary) stays in that crate's tests.
 
 pub mod clients;
@@ -37,13 +38,36 @@ pub fn real_data(len: usize) -> Vec<u8> {
             }
         }
     }
-    let mut x = 0x9e37_79b9u32;
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        out.push(x as u8);
-    }
+    let pad = len.saturating_sub(out.len());
+    out.extend(noise(pad, 0x9e37_79b9));
     out.truncate(len);
     out
+}
+
+/// `len` incompressible bytes, the same for the same `seed` (not 0): the low
+/// byte of each step of xorshift32 from `seed`.
+pub fn noise(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+/// Whether the peer has closed the connection `s`: a read sees EOF or a
+/// reset. A read that times out (the stream's read timeout) found the
+/// connection still open, and so did one that got a byte.
+pub fn peer_closed(s: &mut impl Read) -> bool {
+    let mut b = [0u8; 1];
+    match s.read(&mut b) {
+        Ok(n) => n == 0,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    }
 }
