@@ -6,7 +6,8 @@
 //! timeout and the qemu-io scenario both NBD servers are put through
 //! ([`clients`]), whether a server closed a raw connection
 //! ([`peer_closed`]), real data ([`real_data`]), incompressible bytes
-//! ([`noise`]), and reading the process's resident set ([`rss`]). What is about one crate (a test server, the
+//! ([`noise`]), a seeded generator and object contents from it ([`Rng`],
+//! [`pattern`]), and reading the process's resident set ([`rss`]). What is about one crate (a test server, the
 //! `zmem` binary) stays in that crate's tests.
 
 pub mod clients;
@@ -70,4 +71,30 @@ pub fn peer_closed(s: &mut impl Read) -> bool {
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
         ),
     }
+}
+
+/// xorshift64, the generator tests draw sizes, positions and choices from;
+/// the seed must not be zero.
+#[derive(Clone, Debug)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number in `lo..=hi`.
+    pub fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + (self.next_u64() % (hi - lo + 1) as u64) as usize
+    }
+}
+
+/// Deterministic bytes for object `id` of `len` bytes.
+pub fn pattern(id: u64, len: usize) -> Vec<u8> {
+    let mut rng = Rng(id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    (0..len).map(|_| rng.next_u64() as u8).collect()
 }
