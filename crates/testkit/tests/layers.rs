@@ -13,6 +13,25 @@ use std::process::Command;
 
 use serde_json::Value;
 
+/// Every product crate (layers 0-4) and, last, the lab: what the CLI may
+/// depend on.
+const PRODUCT_AND_LAB: &[&str] = &[
+    "zmem-pages",
+    "zmem-lzo",
+    "zmem-nbd",
+    "zmem-zpool",
+    "zmem-zcomp",
+    "zmem-zsmalloc",
+    "zmem-zalloc",
+    "zmem-zram",
+    "zmem-capi",
+    "zmem-serve",
+    "zmem-lab",
+];
+
+/// Every product crate: what the lab may depend on.
+const PRODUCT: &[&str] = PRODUCT_AND_LAB.split_at(PRODUCT_AND_LAB.len() - 1).0;
+
 /// Package, the workspace packages it may depend on, and the ones its tests
 /// may use beyond those.
 const RULES: &[(&str, &[&str], &[&str])] = &[
@@ -38,39 +57,8 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
         &["zmem-nbd", "zmem-zpool", "zmem-zcomp", "zmem-zram"],
         &["zmem-zsmalloc", "zmem-zalloc", "zmem-pages"],
     ),
-    (
-        "zmem-lab",
-        &[
-            "zmem-pages",
-            "zmem-lzo",
-            "zmem-nbd",
-            "zmem-zpool",
-            "zmem-zcomp",
-            "zmem-zsmalloc",
-            "zmem-zalloc",
-            "zmem-zram",
-            "zmem-capi",
-            "zmem-serve",
-        ],
-        &[],
-    ),
-    (
-        "zmem-cli",
-        &[
-            "zmem-pages",
-            "zmem-lzo",
-            "zmem-nbd",
-            "zmem-zpool",
-            "zmem-zcomp",
-            "zmem-zsmalloc",
-            "zmem-zalloc",
-            "zmem-zram",
-            "zmem-capi",
-            "zmem-serve",
-            "zmem-lab",
-        ],
-        &[],
-    ),
+    ("zmem-lab", PRODUCT, &[]),
+    ("zmem-cli", PRODUCT_AND_LAB, &[]),
     ("zmem-testkit", &[], &[]),
 ];
 
