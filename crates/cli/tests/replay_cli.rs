@@ -71,23 +71,34 @@ fn default_corpus_runs_and_says_what_it_used() {
 fn side_by_side_stages_add_up() {
     let dir = tmp("sbs");
     let d = dir.path();
-    tree(&d.join("t"));
+    let t = d.join("t");
+    tree(&t);
     let discards = d.join("discards.txt");
-    let r = report(&[
+    // Two modes by two compressors, compacted: four stores side by side.
+    let four = [
         "replay",
-        d.join("t").to_str().unwrap(),
+        t.to_str().unwrap(),
         "--mode",
         "default,kernel-compat",
         "--comp",
         "lz4,zstd",
-        "--free-fraction",
-        "0.5",
-        "--seed",
-        "3",
         "--compact",
-        "--write-discards",
-        discards.to_str().unwrap(),
-    ]);
+    ];
+    let discards = discards.to_str().unwrap();
+    let r = report(
+        &[
+            &four[..],
+            &[
+                "--free-fraction",
+                "0.5",
+                "--seed",
+                "3",
+                "--write-discards",
+                discards,
+            ],
+        ]
+        .concat(),
+    );
     let stages = r["stages"].as_array().unwrap();
     assert_eq!(
         stages
@@ -98,7 +109,7 @@ fn side_by_side_stages_add_up() {
     );
     let pages = r["verified_pages"].as_u64().unwrap();
     assert!(pages > 100);
-    let discarded = fs::read_to_string(&discards).unwrap().lines().count() as u64;
+    let discarded = fs::read_to_string(discards).unwrap().lines().count() as u64;
     assert!(
         discarded > pages / 4 && discarded < pages * 3 / 4,
         "{discarded} of {pages}"
@@ -122,17 +133,7 @@ fn side_by_side_stages_add_up() {
         );
     }
     // The same discards from the file give the same figures.
-    let again = report(&[
-        "replay",
-        d.join("t").to_str().unwrap(),
-        "--mode",
-        "default,kernel-compat",
-        "--comp",
-        "lz4,zstd",
-        "--discard-pages",
-        discards.to_str().unwrap(),
-        "--compact",
-    ]);
+    let again = report(&[&four[..], &["--discard-pages", discards]].concat());
     for i in 0..4 {
         assert_eq!(
             again["stages"][2]["results"][i]["mm_stat"],
