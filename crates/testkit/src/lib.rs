@@ -6,8 +6,8 @@
 //! timeout and the qemu-io scenario both NBD servers are put through
 //! ([`clients`]), whether a server closed a raw connection
 //! ([`peer_closed`]), real data ([`real_data`]), incompressible bytes
-//! ([`noise`]), a seeded generator and object contents from it ([`Rng`],
-//! [`pattern`]), and reading the process's resident set ([`rss`]). What is about one crate (a test server, the
+//! ([`noise`]), seeded generators and object contents ([`Rng`],
+//! [`SplitMix64`], [`pattern`]), and reading the process's resident set ([`rss`]). What is about one crate (a test server, the
 //! `zmem` binary) stays in that crate's tests.
 
 pub mod clients;
@@ -97,4 +97,37 @@ impl Rng {
 pub fn pattern(id: u64, len: usize) -> Vec<u8> {
     let mut rng = Rng(id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     (0..len).map(|_| rng.next_u64() as u8).collect()
+}
+
+/// splitmix64, a seeded source of bytes and positions for tests whose data
+/// must not depend on the seed's bit pattern (any seed, 0 included).
+#[derive(Clone, Debug)]
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number below `n` (`n` > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// Fills `buf`, one draw a byte (its low byte).
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for b in buf {
+            *b = self.next_u64() as u8;
+        }
+    }
+
+    /// `n` bytes, one draw a byte (its low byte).
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
+    }
 }
