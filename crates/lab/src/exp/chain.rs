@@ -20,7 +20,7 @@ use zram::MmStat;
 use zsmalloc::Mode;
 
 use crate::corpus::{self, Corpus};
-use crate::output::{write_json, write_stdout, Format, FormatArg};
+use crate::output::FormatArg;
 use crate::plot::Series;
 use crate::replay::Replay;
 use crate::store_spec::{parse_size, StoreSpec};
@@ -188,38 +188,30 @@ pub fn run(args: &ChainArgs) -> Result<(), Error> {
             }]
         },
     )?;
-    match args.format.get() {
-        Format::Json => {
-            #[derive(Serialize)]
-            struct Report<'a> {
-                corpus: &'a str,
-                rows: &'a [ChainRow],
-                verified_pages: u64,
-                plot: Option<(PathBuf, PathBuf)>,
-            }
-            write_json(&Report {
-                corpus: &description,
-                rows: &rows,
-                verified_pages: verified,
-                plot: plot_paths,
-            })
-        }
-        Format::Table => {
-            let mut out = format!(
-                "corpus: {description}\n\n{:>5}  {:<92} {:>14} {:>8}\n",
-                "chain", "mm_stat", "saved vs first", ""
-            );
-            for r in &rows {
-                out.push_str(&format!(
-                    "{:>5}  {:<92} {:>12.2}MB {:>7.2}%\n",
-                    r.chain,
-                    r.mm_stat_line,
-                    r.saving_bytes as f64 / 1048576.0,
-                    r.saving_percent
-                ));
-            }
-            super::table_footer(&mut out, verified, &plot_paths);
-            write_stdout(&out)
-        }
+    #[derive(Serialize)]
+    struct Found<'a> {
+        rows: &'a [ChainRow],
     }
+    let report = super::Replayed {
+        corpus: &description,
+        found: Found { rows: &rows },
+        verified_pages: verified,
+        plot: plot_paths,
+    };
+    report.write(args.format.get(), |found| {
+        let mut out = format!(
+            "corpus: {description}\n\n{:>5}  {:<92} {:>14} {:>8}\n",
+            "chain", "mm_stat", "saved vs first", ""
+        );
+        for r in found.rows {
+            out.push_str(&format!(
+                "{:>5}  {:<92} {:>12.2}MB {:>7.2}%\n",
+                r.chain,
+                r.mm_stat_line,
+                r.saving_bytes as f64 / 1048576.0,
+                r.saving_percent
+            ));
+        }
+        out
+    })
 }
