@@ -8,6 +8,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
+use testkit::{pattern, Rng};
 use zsmalloc_capi::errno::{err_value, is_err_value, EBUSY, EINVAL, ENOSPC, FIRST_ERR_VALUE};
 use zsmalloc_capi::*;
 
@@ -19,28 +20,6 @@ struct Shared(*mut ZsPool);
 unsafe impl Send for Shared {}
 // SAFETY: as above; sharing the pointer only copies it.
 unsafe impl Sync for Shared {}
-
-fn pattern(id: u64, len: usize) -> Vec<u8> {
-    let mut x = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 #[test]
 fn garbage_handles_are_refused_everywhere() {
@@ -54,7 +33,7 @@ fn garbage_handles_are_refused_everywhere() {
         let mut rng = Rng(0x5eed);
         let mut buf = [0u8; 64];
         let mut garbage = vec![0, 1, c_ulong::MAX, FIRST_ERR_VALUE, FIRST_ERR_VALUE - 1];
-        garbage.extend((0..2000).map(|_| rng.next()));
+        garbage.extend((0..2000).map(|_| rng.next_u64()));
         // Near misses of live handles: one bit flipped anywhere.
         for &h in &live[..5] {
             garbage.extend((0..64).map(|b| h ^ (1 << b)));
@@ -145,15 +124,15 @@ fn reads_end_on_other_threads_while_the_pool_churns() {
                         let mut live: Vec<(c_ulong, u64, usize)> = Vec::new();
                         for i in 0..3000u64 {
                             let id = t << 32 | i;
-                            let len = (rng.next() % 4096 + 1) as usize;
+                            let len = (rng.next_u64() % 4096 + 1) as usize;
                             let h = zs_malloc(p.0, len);
                             assert!(!is_err_value(h));
                             let data = pattern(id, len);
                             assert_eq!(zs_obj_write_checked(p.0, h, data.as_ptr().cast(), len), 0);
                             live.push((h, id, len));
-                            if rng.next() % 3 == 0 {
+                            if rng.next_u64() % 3 == 0 {
                                 let (h, id, len) =
-                                    live.swap_remove(rng.next() as usize % live.len());
+                                    live.swap_remove(rng.next_u64() as usize % live.len());
                                 let addr = zs_obj_read_begin(p.0, h, len, ptr::null_mut());
                                 assert!(!addr.is_null());
                                 // Held: neither writes nor frees get through.
@@ -162,9 +141,9 @@ fn reads_end_on_other_threads_while_the_pool_churns() {
                                 // Freed once the ender is done: keep it aside.
                                 live.push((h, id, len));
                             }
-                            if rng.next() % 2 == 0 && !live.is_empty() {
+                            if rng.next_u64() % 2 == 0 && !live.is_empty() {
                                 let (h, id, len) =
-                                    live.swap_remove(rng.next() as usize % live.len());
+                                    live.swap_remove(rng.next_u64() as usize % live.len());
                                 let mut back = vec![0u8; len];
                                 let addr = zs_obj_read_begin(p.0, h, len, ptr::null_mut());
                                 assert!(!addr.is_null());

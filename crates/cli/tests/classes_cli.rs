@@ -6,7 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{stdout_of, zmem};
+use common::{report, stdout_of, zmem};
 
 /// `zmem classes` for one geometry, in simulate-zsmalloc's format.
 fn simzs(page_size: &str, chain: &str, delta: &str, rule: &str) -> String {
@@ -252,10 +252,7 @@ fn kernel_default_counts_in_table_and_json() {
         let line = format!("physical classes: {classes} ");
         assert!(table.contains(&line), "chain {chain}: {table}");
         assert!(table.contains(&format!("huge_class_size: {huge}")));
-        let json: serde_json::Value = serde_json::from_str(&stdout_of(&[
-            "classes", "--chain", chain, "--format", "json",
-        ]))
-        .unwrap();
+        let json = report(&["classes", "--chain", chain]);
         assert_eq!(json["physical_classes"], classes);
         assert_eq!(json["huge_class_size"], huge);
         assert_eq!(json["classes"].as_array().unwrap().len(), classes);
@@ -267,8 +264,7 @@ fn kernel_default_counts_in_table_and_json() {
 
 #[test]
 fn no_merge_keeps_every_logical_class() {
-    let json: serde_json::Value =
-        serde_json::from_str(&stdout_of(&["classes", "--no-merge", "--format", "json"])).unwrap();
+    let json = report(&["classes", "--no-merge"]);
     assert_eq!(json["physical_classes"], 255);
 }
 

@@ -4,24 +4,22 @@
 
 mod common;
 
-use common::{json, zmem};
+use common::report;
 
 #[test]
 fn reproduces_the_fullness_series_direction() {
     let dir = tempfile::tempdir().unwrap();
     let stem = dir.path().join("plot");
-    let r = json(&zmem(&[
+    let r = report(&[
         "exp",
         "compaction",
         "--zspages",
         "24",
         "--seed",
         "7",
-        "--format",
-        "json",
         "--plot",
         stem.to_str().unwrap(),
-    ]));
+    ]);
     let v = r["variants"].as_array().unwrap();
     let moved = |i: usize| v[i]["objs_moved"].as_u64().unwrap();
     let freed = |i: usize| v[i]["pages_freed"].as_u64().unwrap();

@@ -8,13 +8,13 @@
 
 mod common;
 
-use common::{json, zmem};
+use common::{report, zmem};
 
 #[test]
 fn measures_every_allocator() {
     let dir = tempfile::tempdir().unwrap();
     let stem = dir.path().join("plot");
-    let r = json(&zmem(&[
+    let r = report(&[
         "exp",
         "latency",
         "--synthetic",
@@ -26,11 +26,9 @@ fn measures_every_allocator() {
         "2",
         "--compact-ms",
         "2",
-        "--format",
-        "json",
         "--plot",
         stem.to_str().unwrap(),
-    ]));
+    ]);
     let allocs = r["allocators"].as_array().unwrap();
     let names: Vec<&str> = allocs.iter().map(|a| a["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["zsmalloc", "zbud", "z3fold", "zblock"]);
@@ -87,7 +85,7 @@ fn measures_every_allocator() {
 
 #[test]
 fn no_compaction_when_it_is_turned_off() {
-    let r = json(&zmem(&[
+    let r = report(&[
         "exp",
         "latency",
         "--synthetic",
@@ -99,10 +97,8 @@ fn no_compaction_when_it_is_turned_off() {
         "2000",
         "--compact-ms",
         "0",
-        "--format",
-        "json",
         "--no-plot",
-    ]));
+    ]);
     let c = &r["allocators"][0]["compaction"];
     for k in ["runs", "background_runs", "driven_runs", "objs_moved"] {
         assert_eq!(c[k].as_u64(), Some(0), "{k}: {c}");

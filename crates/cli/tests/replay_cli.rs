@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{json, zmem};
+use common::{report, zmem};
 
 /// A fresh directory of its own for one test, removed when dropped (also
 /// when the test fails).
@@ -71,26 +71,34 @@ fn default_corpus_runs_and_says_what_it_used() {
 fn side_by_side_stages_add_up() {
     let dir = tmp("sbs");
     let d = dir.path();
-    tree(&d.join("t"));
+    let t = d.join("t");
+    tree(&t);
     let discards = d.join("discards.txt");
-    let out = zmem(&[
+    // Two modes by two compressors, compacted: four stores side by side.
+    let four = [
         "replay",
-        d.join("t").to_str().unwrap(),
+        t.to_str().unwrap(),
         "--mode",
         "default,kernel-compat",
         "--comp",
         "lz4,zstd",
-        "--free-fraction",
-        "0.5",
-        "--seed",
-        "3",
         "--compact",
-        "--format",
-        "json",
-        "--write-discards",
-        discards.to_str().unwrap(),
-    ]);
-    let r = json(&out);
+    ];
+    let discards = discards.to_str().unwrap();
+    let r = report(
+        &[
+            &four[..],
+            &[
+                "--free-fraction",
+                "0.5",
+                "--seed",
+                "3",
+                "--write-discards",
+                discards,
+            ],
+        ]
+        .concat(),
+    );
     let stages = r["stages"].as_array().unwrap();
     assert_eq!(
         stages
@@ -101,7 +109,7 @@ fn side_by_side_stages_add_up() {
     );
     let pages = r["verified_pages"].as_u64().unwrap();
     assert!(pages > 100);
-    let discarded = fs::read_to_string(&discards).unwrap().lines().count() as u64;
+    let discarded = fs::read_to_string(discards).unwrap().lines().count() as u64;
     assert!(
         discarded > pages / 4 && discarded < pages * 3 / 4,
         "{discarded} of {pages}"
@@ -125,19 +133,7 @@ fn side_by_side_stages_add_up() {
         );
     }
     // The same discards from the file give the same figures.
-    let again = json(&zmem(&[
-        "replay",
-        d.join("t").to_str().unwrap(),
-        "--mode",
-        "default,kernel-compat",
-        "--comp",
-        "lz4,zstd",
-        "--discard-pages",
-        discards.to_str().unwrap(),
-        "--compact",
-        "--format",
-        "json",
-    ]));
+    let again = report(&[&four[..], &["--discard-pages", discards]].concat());
     for i in 0..4 {
         assert_eq!(
             again["stages"][2]["results"][i]["mm_stat"],
@@ -152,25 +148,9 @@ fn tar_members_are_laid_out_like_files_and_raw_is_not() {
     let d = dir.path();
     tree(&d.join("t"));
     let tar = tar_of(d, "t");
-    let tree_run = json(&zmem(&[
-        "replay",
-        d.join("t").to_str().unwrap(),
-        "--format",
-        "json",
-    ]));
-    let tar_run = json(&zmem(&[
-        "replay",
-        tar.to_str().unwrap(),
-        "--format",
-        "json",
-    ]));
-    let raw_run = json(&zmem(&[
-        "replay",
-        tar.to_str().unwrap(),
-        "--raw",
-        "--format",
-        "json",
-    ]));
+    let tree_run = report(&["replay", d.join("t").to_str().unwrap()]);
+    let tar_run = report(&["replay", tar.to_str().unwrap()]);
+    let raw_run = report(&["replay", tar.to_str().unwrap(), "--raw"]);
     let orig = |r: &serde_json::Value| {
         r["stages"][0]["results"][0]["mm_stat"]["orig_data_size"]
             .as_u64()
@@ -222,7 +202,7 @@ fn bad_input_gets_one_clear_error() {
 fn exp_chain_runs_small_and_draws() {
     let dir = tmp("chain");
     let d = dir.path();
-    let r = json(&zmem(&[
+    let r = report(&[
         "exp",
         "chain",
         "--rounds",
@@ -233,11 +213,9 @@ fn exp_chain_runs_small_and_draws() {
         "4K",
         "--repeat",
         "20",
-        "--format",
-        "json",
         "--plot",
         d.join("c").to_str().unwrap(),
-    ]));
+    ]);
     let rows = r["rows"].as_array().unwrap();
     assert_eq!(
         rows.iter()
@@ -261,15 +239,7 @@ fn exp_merge_removes_directories_largest_first() {
     let d = dir.path();
     tree(&d.join("src"));
     let tar = tar_of(d, "src");
-    let r = json(&zmem(&[
-        "exp",
-        "merge",
-        "--tar",
-        tar.to_str().unwrap(),
-        "--format",
-        "json",
-        "--no-plot",
-    ]));
+    let r = report(&["exp", "merge", "--tar", tar.to_str().unwrap(), "--no-plot"]);
     assert_eq!(r["removed"], serde_json::json!(["big", "small"]));
     for c in r["configs"].as_array().unwrap() {
         let rows = c["rows"].as_array().unwrap();

@@ -320,15 +320,7 @@ fn mem_limit_fails_writes_and_keeps_other_data() {
     z.ctl_ok(&["mem_limit", &(used + 256 * 1024).to_string()]);
     assert_eq!(z.mm_stat("zram0")[3], used + 256 * 1024);
     // Incompressible data past the first 2 MiB soon passes the limit.
-    let mut x = 12345u32;
-    let noise: Vec<u8> = (0..8 * MIB)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect();
+    let noise = testkit::noise(8 * MIB, 12345);
     let mut padded = data.clone();
     padded.extend_from_slice(&noise);
     let big = write_file(&z, "big.raw", &padded);

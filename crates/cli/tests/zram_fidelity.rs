@@ -12,7 +12,7 @@ mod common;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use common::{json, zmem};
+use common::report;
 use lab::kernel_zram::{KernelZram, PageBuffer};
 
 const PAGE: usize = 4096;
@@ -55,7 +55,7 @@ fn run_both(file: &Path) -> Option<Stages> {
     };
     let tmp = tempfile::tempdir().unwrap();
     let discards = tmp.path().join("discards.txt");
-    let report = json(&zmem(&[
+    let report = report(&[
         "replay",
         file.to_str().unwrap(),
         "--raw",
@@ -68,11 +68,9 @@ fn run_both(file: &Path) -> Option<Stages> {
         "--seed",
         "7",
         "--compact",
-        "--format",
-        "json",
         "--write-discards",
         discards.to_str().unwrap(),
-    ]));
+    ]);
     let ours: Vec<serde_json::Value> = report["stages"]
         .as_array()
         .unwrap()

@@ -17,6 +17,7 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
 use lab::kernel_zram::{KernelZram, PageBuffer};
+use testkit::SplitMix64 as Rng;
 use zcomp::Compressor;
 
 const PAGE: usize = 4096;
@@ -24,29 +25,6 @@ const PAGE: usize = 4096;
 const COMPR_DATA_SIZE: usize = 1;
 const SAME_PAGES: usize = 5;
 const HUGE_PAGES: usize = 7;
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn fill(&mut self, buf: &mut [u8]) {
-        for b in buf {
-            *b = self.next() as u8;
-        }
-    }
-}
 
 /// Pages that exercise every instruction and every threshold of the format.
 fn synthetic_pages() -> Vec<Vec<u8>> {

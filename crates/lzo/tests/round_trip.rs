@@ -3,29 +3,9 @@
 //! are cut, padded, corrupted or aimed outside the output.
 
 use lzo::{compress, compress_bound, decompress, Compressor, DecodeError, Variant};
+use testkit::SplitMix64 as Rng;
 
 const VARIANTS: [Variant; 2] = [Variant::Lzo, Variant::LzoRle];
-
-/// splitmix64: a seeded byte source.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 fn round_trip(c: &mut Compressor, variant: Variant, input: &[u8]) -> Vec<u8> {
     let mut z = vec![0u8; compress_bound(input.len())];
@@ -156,7 +136,7 @@ fn cut_and_padded_streams_are_errors() {
                 );
             }
             let mut longer = z.clone();
-            longer.push(rng.next() as u8);
+            longer.push(rng.next_u64() as u8);
             assert_eq!(
                 decompress(&longer, &mut out),
                 Err(DecodeError::TrailingBytes)

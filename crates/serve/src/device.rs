@@ -325,15 +325,7 @@ mod tests {
         dev.write_at(0, &first, false).unwrap();
         s.set_mem_limit(s.mm_stat().mem_used_total.max(4096));
         // Incompressible pages soon pass the limit.
-        let mut x = 1u32;
-        let noise: Vec<u8> = (0..1 << 20)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                x as u8
-            })
-            .collect();
+        let noise = testkit::noise(1 << 20, 1);
         let e = dev.write_at(4096, &noise, false).unwrap_err();
         assert_eq!(e.errno(), Errno::NoSpc);
         assert!(s.io_stat().failed_writes >= 1);

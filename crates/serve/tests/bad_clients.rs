@@ -118,14 +118,7 @@ impl Raw {
     /// Whether the server has closed the connection: a read sees EOF or a
     /// reset. A read that times out (30 s) found it still open.
     fn closed(&mut self) -> bool {
-        let mut b = [0u8; 1];
-        match self.s.read(&mut b) {
-            Ok(n) => n == 0,
-            Err(e) => !matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ),
-        }
+        testkit::peer_closed(&mut self.s)
     }
 }
 
@@ -137,15 +130,7 @@ fn text(len: usize) -> Vec<u8> {
 }
 
 fn noise(len: usize) -> Vec<u8> {
-    let mut x = 0x1234_5678u32;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
+    testkit::noise(len, 0x1234_5678)
 }
 
 #[test]

@@ -4,8 +4,10 @@
 //! It owns what more than one crate's tests need and no crate's own test
 //! module should keep a copy of: running the Debian NBD clients with a
 //! timeout and the qemu-io scenario both NBD servers are put through
-//! ([`clients`]), real data ([`real_data`]), and reading the process's
-//! resident set ([`rss`]). What is about one crate (a test server, the
+//! ([`clients`]), whether a server closed a raw connection
+//! ([`peer_closed`]), real data ([`real_data`]), incompressible bytes
+//! ([`noise`]), seeded generators and object contents ([`Rng`],
+//! [`SplitMix64`], [`pattern`]), and reading the process's resident set ([`rss`]). What is about one crate (a test server, the
 //! `zmem` binary) stays in that crate's tests.
 
 pub mod clients;
@@ -37,13 +39,95 @@ pub fn real_data(len: usize) -> Vec<u8> {
             }
         }
     }
-    let mut x = 0x9e37_79b9u32;
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        out.push(x as u8);
-    }
+    let pad = len.saturating_sub(out.len());
+    out.extend(noise(pad, 0x9e37_79b9));
     out.truncate(len);
     out
+}
+
+/// `len` incompressible bytes, the same for the same `seed` (not 0): the low
+/// byte of each step of xorshift32 from `seed`.
+pub fn noise(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+/// Whether the peer has closed the connection `s`: a read sees EOF or a
+/// reset. A read that times out (the stream's read timeout) found the
+/// connection still open, and so did one that got a byte.
+pub fn peer_closed(s: &mut impl Read) -> bool {
+    let mut b = [0u8; 1];
+    match s.read(&mut b) {
+        Ok(n) => n == 0,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    }
+}
+
+/// xorshift64, the generator tests draw sizes, positions and choices from;
+/// the seed must not be zero.
+#[derive(Clone, Debug)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number in `lo..=hi`.
+    pub fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + (self.next_u64() % (hi - lo + 1) as u64) as usize
+    }
+}
+
+/// Deterministic bytes for object `id` of `len` bytes.
+pub fn pattern(id: u64, len: usize) -> Vec<u8> {
+    let mut rng = Rng(id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    (0..len).map(|_| rng.next_u64() as u8).collect()
+}
+
+/// splitmix64, a seeded source of bytes and positions for tests whose data
+/// must not depend on the seed's bit pattern (any seed, 0 included).
+#[derive(Clone, Debug)]
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number below `n` (`n` > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// Fills `buf`, one draw a byte (its low byte).
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for b in buf {
+            *b = self.next_u64() as u8;
+        }
+    }
+
+    /// `n` bytes, one draw a byte (its low byte).
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
+    }
 }

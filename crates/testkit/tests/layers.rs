@@ -13,6 +13,25 @@ use std::process::Command;
 
 use serde_json::Value;
 
+/// Every product crate (layers 0-4) and, last, the lab: what the CLI may
+/// depend on.
+const PRODUCT_AND_LAB: &[&str] = &[
+    "zmem-pages",
+    "zmem-lzo",
+    "zmem-nbd",
+    "zmem-zpool",
+    "zmem-zcomp",
+    "zmem-zsmalloc",
+    "zmem-zalloc",
+    "zmem-zram",
+    "zmem-capi",
+    "zmem-serve",
+    "zmem-lab",
+];
+
+/// Every product crate: what the lab may depend on.
+const PRODUCT: &[&str] = PRODUCT_AND_LAB.split_at(PRODUCT_AND_LAB.len() - 1).0;
+
 /// Package, the workspace packages it may depend on, and the ones its tests
 /// may use beyond those.
 const RULES: &[(&str, &[&str], &[&str])] = &[
@@ -38,64 +57,40 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
         &["zmem-nbd", "zmem-zpool", "zmem-zcomp", "zmem-zram"],
         &["zmem-zsmalloc", "zmem-zalloc", "zmem-pages"],
     ),
-    (
-        "zmem-lab",
-        &[
-            "zmem-pages",
-            "zmem-lzo",
-            "zmem-nbd",
-            "zmem-zpool",
-            "zmem-zcomp",
-            "zmem-zsmalloc",
-            "zmem-zalloc",
-            "zmem-zram",
-            "zmem-capi",
-            "zmem-serve",
-        ],
-        &[],
-    ),
-    (
-        "zmem-cli",
-        &[
-            "zmem-pages",
-            "zmem-lzo",
-            "zmem-nbd",
-            "zmem-zpool",
-            "zmem-zcomp",
-            "zmem-zsmalloc",
-            "zmem-zalloc",
-            "zmem-zram",
-            "zmem-capi",
-            "zmem-serve",
-            "zmem-lab",
-        ],
-        &[],
-    ),
+    ("zmem-lab", PRODUCT, &[]),
+    ("zmem-cli", PRODUCT_AND_LAB, &[]),
     ("zmem-testkit", &[], &[]),
 ];
+
+/// The stdout of `cargo ARGS` run at the workspace root, which must succeed
+/// (the test fails with its stderr otherwise).
+fn cargo(args: &[&str]) -> String {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new(cargo)
+        .args(args)
+        .current_dir(&root)
+        .output()
+        .unwrap_or_else(|e| panic!("run cargo {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "cargo {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("cargo's stdout is UTF-8")
+}
 
 /// The workspace's packages and, for each, its dependencies on other
 /// workspace packages by kind ("normal", "dev", "build").
 fn workspace_edges() -> BTreeMap<String, Vec<(String, String)>> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = Command::new(cargo)
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .current_dir(&root)
-        .output()
-        .expect("run cargo metadata");
-    assert!(
-        out.status.success(),
-        "cargo metadata failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata is JSON");
+    let out = cargo(&[
+        "metadata",
+        "--format-version",
+        "1",
+        "--no-deps",
+        "--offline",
+    ]);
+    let meta: Value = serde_json::from_str(&out).expect("cargo metadata is JSON");
     let packages = meta["packages"].as_array().expect("packages");
     let names: BTreeSet<String> = packages
         .iter()
@@ -169,30 +164,19 @@ fn workspace_follows_the_layer_rule() {
 #[test]
 fn the_product_build_has_no_plotting_or_font_crates() {
     // `zmem` without the lab's default feature: replay, classes, serve, ctl.
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let tree = |features: &[&str]| {
-        let out = Command::new(&cargo)
-            .args([
-                "tree",
-                "-p",
-                "zmem-cli",
-                "-e",
-                "normal",
-                "--prefix",
-                "none",
-                "--offline",
-            ])
-            .args(features)
-            .current_dir(&root)
-            .output()
-            .expect("run cargo tree");
-        assert!(
-            out.status.success(),
-            "cargo tree failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        let mut args = vec![
+            "tree",
+            "-p",
+            "zmem-cli",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--offline",
+        ];
+        args.extend(features);
+        cargo(&args)
     };
     let product = tree(&["--no-default-features"]);
     assert!(product.contains("zmem-serve"), "{product}");

@@ -1,9 +1,34 @@
 //! Bookkeeping zbud, z3fold and zblock do the same way, besides read holds
-//! and the unbuddied lists: the tag in every handle and the last step of an
-//! invariant check.
+//! and the unbuddied lists: their constructors ([`page_pool`]), the page
+//! source and tag a new pool starts with, the refusals of a bad handle and
+//! the last step of an invariant check.
 //!
 //! This module owns the process-wide tag sequence. It may not look at any
 //! allocator's records: callers pass in what they counted.
+
+use pages::PageSource;
+use zpool::ZPoolError;
+
+/// Refusal of a handle whose tag or bits name no object of this pool.
+pub(crate) const FOREIGN: ZPoolError = ZPoolError::InvalidHandle("not a handle of this pool");
+/// Refusal of a handle whose object was freed and whose slot is empty.
+pub(crate) const FREED: ZPoolError = ZPoolError::InvalidHandle("the object was freed");
+/// Refusal of a handle whose slot was freed and taken by another object.
+pub(crate) const STALE: ZPoolError =
+    ZPoolError::InvalidHandle("stale: its slot holds another object");
+
+/// What a new pool starts with: a page source of `page_size`-byte pages,
+/// holding at most `limit` at once if given, and a fresh tag
+/// ([`next_pool_tag`]). A page size the source refuses is a
+/// [`ZPoolError::Config`].
+pub(crate) fn source_and_tag(
+    page_size: usize,
+    limit: Option<usize>,
+) -> Result<(PageSource, u8), ZPoolError> {
+    let source =
+        PageSource::new(page_size, limit).map_err(|e| ZPoolError::Config(e.to_string()))?;
+    Ok((source, next_pool_tag()))
+}
 
 /// A fresh tag for a new allocator instance, in `1..=126`.
 ///
@@ -46,3 +71,43 @@ pub(crate) fn check_totals(
     }
     Ok(())
 }
+
+/// The public constructors of a pool type `$pool` that has a private
+/// `build(page_size, limit: Option<usize>)`: `new` and `with_page_limit`,
+/// with their documentation. Unless called as `page_pool!($pool, no Debug)`,
+/// also its `Debug`: the page size and the pages it holds.
+macro_rules! page_pool {
+    ($pool:ident) => {
+        impl std::fmt::Debug for $pool {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($pool))
+                    .field("page_size", &self.page_size)
+                    .field("total_pages", &self.total_pages())
+                    .finish_non_exhaustive()
+            }
+        }
+
+        $crate::bookkeeping::page_pool!($pool, no Debug);
+    };
+    ($pool:ident, no Debug) => {
+        impl $pool {
+            /// An empty pool on pages of `page_size` bytes (a power of two
+            /// from the OS page size up to 64 KiB).
+            pub fn new(page_size: usize) -> Result<$pool, zpool::ZPoolError> {
+                Self::build(page_size, None)
+            }
+
+            /// An empty pool that holds at most `limit` pages at once;
+            /// `malloc` fails with
+            /// [`ZPoolError::OutOfMemory`](zpool::ZPoolError::OutOfMemory)
+            /// beyond it.
+            pub fn with_page_limit(
+                page_size: usize,
+                limit: usize,
+            ) -> Result<$pool, zpool::ZPoolError> {
+                Self::build(page_size, Some(limit))
+            }
+        }
+    };
+}
+pub(crate) use page_pool;

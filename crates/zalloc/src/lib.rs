@@ -202,29 +202,18 @@ mod tests {
     fn bad_names_and_settings_are_config_errors() {
         let d = AllocOptions::default();
         assert!(matches!(open("slab", &d), Err(ZPoolError::Config(_))));
-        let bad_chain = AllocOptions {
-            chain: Some(0),
-            ..d
-        };
-        assert!(matches!(
-            open("zsmalloc", &bad_chain),
-            Err(ZPoolError::Config(_))
-        ));
-        let bad_delta = AllocOptions {
-            delta: Some(12),
-            ..d
-        };
-        assert!(matches!(
-            open("zsmalloc", &bad_delta),
-            Err(ZPoolError::Config(_))
-        ));
-        let bad_page = AllocOptions {
-            page_size: 1000,
-            ..d
-        };
-        assert!(matches!(
-            open("zsmalloc", &bad_page),
-            Err(ZPoolError::Config(_))
-        ));
+        let spoilers: [fn(&mut AllocOptions); 3] = [
+            |o| o.chain = Some(0),
+            |o| o.delta = Some(12),
+            |o| o.page_size = 1000,
+        ];
+        for spoil in spoilers {
+            let mut bad = d;
+            spoil(&mut bad);
+            assert!(
+                matches!(open("zsmalloc", &bad), Err(ZPoolError::Config(_))),
+                "{bad:?}"
+            );
+        }
     }
 }

@@ -5,8 +5,9 @@
 
 mod common;
 
-use common::{Rng, SUBJECTS};
+use common::SUBJECTS;
 use testkit::rss::{free_every_other, rss_kib};
+use testkit::Rng;
 use zpool::ZHandle;
 
 #[test]

@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{pattern, read_vec, Rng, Subject, SUBJECTS};
+use common::{read_vec, Subject, SUBJECTS};
 use proptest::prelude::*;
+use testkit::{pattern, Rng};
 use zpool::{ObjectRead, ZHandle, ZPoolError};
 
 const PAGE_SIZES: [usize; 3] = [4096, 16384, 65536];

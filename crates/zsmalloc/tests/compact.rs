@@ -4,9 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-mod common;
-
-use common::{pattern, Rng};
+use testkit::{pattern, Rng};
 use zsmalloc::{AutoCompact, CompactionAlgo, FullnessScheme, Handle, Mode, Pool, PoolConfig};
 
 fn variants() -> Vec<(Mode, FullnessScheme, CompactionAlgo)> {
@@ -43,13 +41,13 @@ fn fragment(pool: &Pool, seed: u64, n: usize, free_pct: u64) -> Vec<(Handle, u64
     let mut rng = Rng(seed);
     let mut live = Vec::new();
     for id in 0..n as u64 {
-        let len = (rng.next() % 3000 + 20) as usize;
+        let len = (rng.next_u64() % 3000 + 20) as usize;
         let h = pool.malloc(len).unwrap();
         pool.write(h, &pattern(id, len)).unwrap();
         live.push((h, id, len));
     }
     live.retain(|&(h, _, _)| {
-        if rng.next() % 100 < free_pct {
+        if rng.next_u64() % 100 < free_pct {
             pool.free(h).unwrap();
             false
         } else {
@@ -199,15 +197,15 @@ fn compaction_under_load_from_four_threads() {
                     let mut step = 0u64;
                     while !stop.load(Ordering::Relaxed) || step < 2_000 {
                         step += 1;
-                        let r = rng.next();
+                        let r = rng.next_u64();
                         if mine.len() < 50 || r % 2 == 0 {
-                            let len = (rng.next() % 3000 + 1) as usize;
+                            let len = (rng.next_u64() % 3000 + 1) as usize;
                             let id = 1 << 40 | t << 32 | step;
                             let h = pool.malloc(len).unwrap();
                             pool.write(h, &pattern(id, len)).unwrap();
                             mine.push((h, id, len));
                         } else {
-                            let i = rng.next() as usize % mine.len();
+                            let i = rng.next_u64() as usize % mine.len();
                             let (h, id, len) = mine[i];
                             assert_eq!(&*pool.read(h, len).unwrap(), &pattern(id, len)[..]);
                             if r % 3 == 0 {
@@ -268,7 +266,7 @@ fn automatic_compaction_keeps_freeable_pages_below_its_threshold() {
     let mut runs = 0;
     let mut compacted = 0;
     while live.len() > 5_000 {
-        let i = rng.next() as usize % live.len();
+        let i = rng.next_u64() as usize % live.len();
         let (h, _, _) = live.swap_remove(i);
         pool.free(h).unwrap();
         for row in pool.class_stats() {
@@ -308,7 +306,7 @@ fn compaction_with_a_thread_working_in_the_same_class() {
             live.push((h, id, 200));
         }
         let mut rng = Rng(11);
-        live.retain(|&(h, _, _)| rng.next() % 100 >= 70 || pool.free(h).is_err());
+        live.retain(|&(h, _, _)| rng.next_u64() % 100 >= 70 || pool.free(h).is_err());
         let done = AtomicBool::new(false);
         let started = AtomicBool::new(false);
         let r = std::thread::scope(|s| {

@@ -1,13 +1,11 @@
 //! The pool against a plain model, object sizes at every boundary, threads, and
 //! bad input.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use common::{pattern, Rng};
 use proptest::prelude::*;
+use testkit::{pattern, Rng};
 use zsmalloc::{
     ChainRule, ClassDelta, CompactionAlgo, FullnessScheme, GeometryConfig, Handle, Mode, Pool,
     PoolConfig, PoolError,
@@ -299,7 +297,7 @@ fn threads_share_a_pool() {
                 let pool = pool.clone();
                 std::thread::spawn(move || {
                     let mut rng = Rng(t * 7919 + 1);
-                    let mut next = move || rng.next();
+                    let mut next = move || rng.next_u64();
                     let mut live: Vec<(Handle, u64, usize)> = Vec::new();
                     for step in 0..20_000u64 {
                         let r = next();

@@ -1,5 +1,6 @@
 //! Test support for running the `zmem` binary: its output, the stdout of a
-//! run that must succeed and the JSON report of one. (`zmem serve`, a
+//! run that must succeed and the JSON report of one (or of a run asked for
+//! `--format json`). (`zmem serve`, a
 //! server rather than a run, has its own: `serve_common`.)
 
 #![allow(dead_code)]
@@ -35,4 +36,12 @@ pub fn json(out: &Output) -> serde_json::Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The JSON report of `zmem ARGS --format json`, which must succeed (the
+/// test fails with its stderr otherwise).
+pub fn report(args: &[&str]) -> serde_json::Value {
+    let mut args = args.to_vec();
+    args.extend(["--format", "json"]);
+    json(&zmem(&args))
 }

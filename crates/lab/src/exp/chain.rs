@@ -20,8 +20,8 @@ use zram::MmStat;
 use zsmalloc::Mode;
 
 use crate::corpus::{self, Corpus};
-use crate::output::{write_json, write_stdout, Format, FormatArg};
-use crate::plot::{self, Chart, Series};
+use crate::output::FormatArg;
+use crate::plot::Series;
 use crate::replay::Replay;
 use crate::store_spec::{parse_size, StoreSpec};
 use crate::Error;
@@ -165,68 +165,53 @@ pub fn run(args: &ChainArgs) -> Result<(), Error> {
             }
         })
         .collect();
-    let plot_paths = if args.no_plot {
-        None
-    } else {
-        let series = [Series {
-            name: "mem_used_total".into(),
-            points: rows
-                .iter()
-                .map(|r| {
-                    (
-                        f64::from(r.chain),
-                        r.mm_stat.mem_used_total as f64 / 1048576.0,
-                    )
-                })
-                .collect(),
-        }];
-        Some(plot::line_chart(
-            &args.plot,
-            &Chart {
-                title: "Seed 000: mem_used_total by most pages per zspage",
-                x_label: "chain size (pages per zspage, at most)",
-                y_label: "mem_used_total, MiB",
-                series: &series,
-            },
-        )?)
-    };
-    match args.format.get() {
-        Format::Json => {
-            #[derive(Serialize)]
-            struct Report<'a> {
-                corpus: &'a str,
-                rows: &'a [ChainRow],
-                verified_pages: u64,
-                plot: Option<(PathBuf, PathBuf)>,
-            }
-            write_json(&Report {
-                corpus: &description,
-                rows: &rows,
-                verified_pages: verified,
-                plot: plot_paths,
-            })
-        }
-        Format::Table => {
-            let mut out = format!(
-                "corpus: {description}\n\n{:>5}  {:<92} {:>14} {:>8}\n",
-                "chain", "mm_stat", "saved vs first", ""
-            );
-            for r in &rows {
-                out.push_str(&format!(
-                    "{:>5}  {:<92} {:>12.2}MB {:>7.2}%\n",
-                    r.chain,
-                    r.mm_stat_line,
-                    r.saving_bytes as f64 / 1048576.0,
-                    r.saving_percent
-                ));
-            }
-            out.push_str(&format!(
-                "verify: every page read back identical ({verified} pages per store)\n"
-            ));
-            if let Some((svg, png)) = plot_paths {
-                out.push_str(&format!("plot: {} {}\n", svg.display(), png.display()));
-            }
-            write_stdout(&out)
-        }
+    let plot_paths = super::line_chart_unless(
+        args.no_plot,
+        &args.plot,
+        [
+            "Seed 000: mem_used_total by most pages per zspage",
+            "chain size (pages per zspage, at most)",
+            "mem_used_total, MiB",
+        ],
+        || {
+            vec![Series {
+                name: "mem_used_total".into(),
+                points: rows
+                    .iter()
+                    .map(|r| {
+                        (
+                            f64::from(r.chain),
+                            r.mm_stat.mem_used_total as f64 / 1048576.0,
+                        )
+                    })
+                    .collect(),
+            }]
+        },
+    )?;
+    #[derive(Serialize)]
+    struct Found<'a> {
+        rows: &'a [ChainRow],
     }
+    let report = super::Replayed {
+        corpus: &description,
+        found: Found { rows: &rows },
+        verified_pages: verified,
+        plot: plot_paths,
+    };
+    report.write(args.format.get(), |found| {
+        let mut out = format!(
+            "corpus: {description}\n\n{:>5}  {:<92} {:>14} {:>8}\n",
+            "chain", "mm_stat", "saved vs first", ""
+        );
+        for r in found.rows {
+            out.push_str(&format!(
+                "{:>5}  {:<92} {:>12.2}MB {:>7.2}%\n",
+                r.chain,
+                r.mm_stat_line,
+                r.saving_bytes as f64 / 1048576.0,
+                r.saving_percent
+            ));
+        }
+        out
+    })
 }

@@ -24,7 +24,7 @@ use zsmalloc::{CompactionAlgo, FullnessScheme, Mode, Pool, PoolConfig};
 
 use crate::ministat;
 use crate::output::{Format, FormatArg};
-use crate::plot::{self, Chart, Series};
+use crate::plot::Series;
 use crate::rng::Rng;
 use crate::Error;
 
@@ -258,34 +258,28 @@ pub fn run(args: &CompactionArgs) -> Result<(), Error> {
         compare(&variants, 0, 2),
         compare(&variants, 2, 3),
     ];
-    let plot = if args.no_plot {
-        None
-    } else {
-        let series: Vec<Series> = variants[..4]
-            .iter()
-            .map(|v| Series {
-                name: v.name.to_string(),
-                points: v
-                    .classes
-                    .iter()
-                    .map(|c| (f64::from(c.size), c.objs_moved as f64))
-                    .collect(),
-            })
-            .collect();
-        let title = format!(
-            "Objects moved by compaction per class (seed 001's experiment; seed {}, {} zspages per class)",
-            args.seed, args.zspages
-        );
-        Some(plot::line_chart(
-            &args.plot,
-            &Chart {
-                title: &title,
-                x_label: "class size (bytes)",
-                y_label: "objects moved",
-                series: &series,
-            },
-        )?)
-    };
+    let title = format!(
+        "Objects moved by compaction per class (seed 001's experiment; seed {}, {} zspages per class)",
+        args.seed, args.zspages
+    );
+    let plot = super::line_chart_unless(
+        args.no_plot,
+        &args.plot,
+        [&title, "class size (bytes)", "objects moved"],
+        || {
+            variants[..4]
+                .iter()
+                .map(|v| Series {
+                    name: v.name.to_string(),
+                    points: v
+                        .classes
+                        .iter()
+                        .map(|c| (f64::from(c.size), c.objs_moved as f64))
+                        .collect(),
+                })
+                .collect()
+        },
+    )?;
     let report = Report {
         seed: args.seed,
         zspages_per_class: args.zspages,

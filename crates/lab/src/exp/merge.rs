@@ -19,8 +19,8 @@ use serde::Serialize;
 use zsmalloc::Mode;
 
 use crate::corpus::{self, Corpus};
-use crate::output::{write_json, write_stdout, Format, FormatArg};
-use crate::plot::{self, Chart, Series};
+use crate::output::FormatArg;
+use crate::plot::Series;
 use crate::replay::Replay;
 use crate::store_spec::StoreSpec;
 use crate::Error;
@@ -173,100 +173,87 @@ pub fn run(args: &MergeArgs) -> Result<(), Error> {
         })
         .collect();
 
-    let plot_paths = if args.no_plot {
-        None
-    } else {
-        let series: Vec<Series> = configs
-            .iter()
-            .map(|c| Series {
-                name: c.config.clone(),
-                points: c
-                    .rows
-                    .iter()
-                    .enumerate()
-                    .map(|(k, r)| (k as f64, r.overhead_ratio * 100.0))
-                    .collect(),
-            })
-            .collect();
-        Some(plot::line_chart(
-            &args.plot,
-            &Chart {
-                title: "Seed 003: overhead ratio after each directory removal",
-                x_label: "directories removed (largest first)",
-                y_label: "(used - compr) / compr, %",
-                series: &series,
-            },
-        )?)
-    };
-
-    match args.format.get() {
-        Format::Json => {
-            #[derive(Serialize)]
-            struct Report<'a> {
-                corpus: &'a str,
-                removed: Vec<&'a str>,
-                configs: &'a [ConfigRows],
-                verified_pages: u64,
-                plot: Option<(PathBuf, PathBuf)>,
-            }
-            write_json(&Report {
-                corpus: &description,
-                removed: order.iter().map(|(d, _)| *d).collect(),
-                configs: &configs,
-                verified_pages: verified,
-                plot: plot_paths,
-            })
-        }
-        Format::Table => {
-            let mut out = format!(
-                "corpus: {description}\nremoved in order: {}\n",
-                order.iter().map(|(d, _)| *d).collect::<Vec<_>>().join(" ")
-            );
-            for c in &configs {
-                out.push_str(&format!(
-                    "\n* {}\n{:>22} {:>10} {:>10} {:>10} {:>9} {:>14}\n",
-                    c.config,
-                    "step",
-                    "orig_size",
-                    "compr_size",
-                    "used_size",
-                    "overhead",
-                    "overhead_ratio"
-                ));
-                for r in &c.rows {
-                    out.push_str(&format!(
-                        "{:>22} {:>10} {:>10} {:>10} {:>9} {:>13.2}%\n",
-                        r.step,
-                        mb(r.orig),
-                        mb(r.compr),
-                        mb(r.used),
-                        format!("{:.2}MB", r.overhead as f64 / 1048576.0),
-                        r.overhead_ratio * 100.0
-                    ));
-                }
-            }
-            let (nomerge, merge) = (&configs[0].rows, &configs[1].rows);
-            let better = nomerge
+    let plot_paths = super::line_chart_unless(
+        args.no_plot,
+        &args.plot,
+        [
+            "Seed 003: overhead ratio after each directory removal",
+            "directories removed (largest first)",
+            "(used - compr) / compr, %",
+        ],
+        || {
+            configs
                 .iter()
-                .zip(merge)
-                .filter(|(a, b)| b.used <= a.used)
-                .count();
-            out.push_str(&format!(
-                "\nmerge uses no more memory than no-merge at {better} of {} steps; \
-                 last step: {} vs {} used, overhead ratio {:.2}% vs {:.2}%\n",
-                merge.len(),
-                mb(merge[merge.len() - 1].used),
-                mb(nomerge[nomerge.len() - 1].used),
-                merge[merge.len() - 1].overhead_ratio * 100.0,
-                nomerge[nomerge.len() - 1].overhead_ratio * 100.0,
-            ));
-            out.push_str(&format!(
-                "verify: every page read back identical ({verified} pages per store)\n"
-            ));
-            if let Some((svg, png)) = plot_paths {
-                out.push_str(&format!("plot: {} {}\n", svg.display(), png.display()));
-            }
-            write_stdout(&out)
-        }
+                .map(|c| Series {
+                    name: c.config.clone(),
+                    points: c
+                        .rows
+                        .iter()
+                        .enumerate()
+                        .map(|(k, r)| (k as f64, r.overhead_ratio * 100.0))
+                        .collect(),
+                })
+                .collect()
+        },
+    )?;
+
+    #[derive(Serialize)]
+    struct Found<'a> {
+        removed: Vec<&'a str>,
+        configs: &'a [ConfigRows],
     }
+    let report = super::Replayed {
+        corpus: &description,
+        found: Found {
+            removed: order.iter().map(|(d, _)| *d).collect(),
+            configs: &configs,
+        },
+        verified_pages: verified,
+        plot: plot_paths,
+    };
+    report.write(args.format.get(), |found| {
+        let mut out = format!(
+            "corpus: {description}\nremoved in order: {}\n",
+            found.removed.join(" ")
+        );
+        for c in found.configs {
+            out.push_str(&format!(
+                "\n* {}\n{:>22} {:>10} {:>10} {:>10} {:>9} {:>14}\n",
+                c.config,
+                "step",
+                "orig_size",
+                "compr_size",
+                "used_size",
+                "overhead",
+                "overhead_ratio"
+            ));
+            for r in &c.rows {
+                out.push_str(&format!(
+                    "{:>22} {:>10} {:>10} {:>10} {:>9} {:>13.2}%\n",
+                    r.step,
+                    mb(r.orig),
+                    mb(r.compr),
+                    mb(r.used),
+                    format!("{:.2}MB", r.overhead as f64 / 1048576.0),
+                    r.overhead_ratio * 100.0
+                ));
+            }
+        }
+        let (nomerge, merge) = (&found.configs[0].rows, &found.configs[1].rows);
+        let better = nomerge
+            .iter()
+            .zip(merge)
+            .filter(|(a, b)| b.used <= a.used)
+            .count();
+        out.push_str(&format!(
+            "\nmerge uses no more memory than no-merge at {better} of {} steps; \
+                 last step: {} vs {} used, overhead ratio {:.2}% vs {:.2}%\n",
+            merge.len(),
+            mb(merge[merge.len() - 1].used),
+            mb(nomerge[nomerge.len() - 1].used),
+            merge[merge.len() - 1].overhead_ratio * 100.0,
+            nomerge[nomerge.len() - 1].overhead_ratio * 100.0,
+        ));
+        out
+    })
 }

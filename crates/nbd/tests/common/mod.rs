@@ -309,14 +309,7 @@ impl RawClient {
     /// reset. A read that times out (see [`RawClient::try_connect`]) found
     /// the connection still open, and so did one that got a byte.
     pub fn is_closed(&mut self) -> bool {
-        let mut b = [0u8; 1];
-        match self.s.read(&mut b) {
-            Ok(n) => n == 0,
-            Err(e) => !matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ),
-        }
+        testkit::peer_closed(&mut self.s)
     }
 }
 

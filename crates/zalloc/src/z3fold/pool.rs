@@ -6,13 +6,13 @@
 //! layout and leaves moving them to `compact.rs`; it reads and writes page
 //! memory only for an object's own bytes, under the pool mutex.
 
-use std::fmt;
 use std::ptr::NonNull;
 
 use pages::PageSource;
 use zpool::{ZCompacted, ZHandle, ZPool, ZPoolError, ZPoolStats};
 
 use super::page::{Page, FIRST, HEADER_CHUNKS, HEADLESS, MIDDLE, NCHUNKS, NIL, TOTAL_CHUNKS};
+use crate::bookkeeping::{FOREIGN, FREED, STALE};
 use crate::holds::HoldLock;
 use crate::lists::ChunkLists;
 
@@ -20,10 +20,6 @@ const TAG_SHIFT: u32 = 57;
 const GEN_SHIFT: u32 = 32;
 const GEN_MASK: u32 = (1 << 25) - 1;
 const MAX_RECORDS: usize = (u32::MAX - 1) as usize;
-
-const FOREIGN: ZPoolError = ZPoolError::InvalidHandle("not a handle of this pool");
-const FREED: ZPoolError = ZPoolError::InvalidHandle("the object was freed");
-const STALE: ZPoolError = ZPoolError::InvalidHandle("stale: its slot holds another object");
 
 /// One handle-table entry.
 #[derive(Clone, Copy, Debug)]
@@ -67,35 +63,16 @@ pub struct Z3Fold {
     pub(super) inner: HoldLock<Inner>,
 }
 
-impl fmt::Debug for Z3Fold {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Z3Fold")
-            .field("page_size", &self.page_size)
-            .field("total_pages", &self.total_pages())
-            .finish_non_exhaustive()
-    }
-}
+crate::bookkeeping::page_pool!(Z3Fold);
 
 impl Z3Fold {
-    /// An empty pool on pages of `page_size` bytes (a power of two from the
-    /// OS page size up to 64 KiB).
-    pub fn new(page_size: usize) -> Result<Z3Fold, ZPoolError> {
-        Self::build(page_size, None)
-    }
-
-    /// An empty pool that holds at most `limit` pages at once.
-    pub fn with_page_limit(page_size: usize, limit: usize) -> Result<Z3Fold, ZPoolError> {
-        Self::build(page_size, Some(limit))
-    }
-
     fn build(page_size: usize, limit: Option<usize>) -> Result<Z3Fold, ZPoolError> {
-        let source =
-            PageSource::new(page_size, limit).map_err(|e| ZPoolError::Config(e.to_string()))?;
+        let (source, tag) = crate::bookkeeping::source_and_tag(page_size, limit)?;
         Ok(Z3Fold {
             source,
             page_size,
             chunk_shift: page_size.trailing_zeros() - TOTAL_CHUNKS.trailing_zeros(),
-            tag: crate::bookkeeping::next_pool_tag(),
+            tag,
             inner: HoldLock::new(Inner {
                 pages: Vec::new(),
                 free_pages: Vec::new(),

@@ -62,6 +62,7 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use crate::bookkeeping::{FOREIGN, FREED, STALE};
 use crate::holds::HoldLock;
 use pages::{PageSource, Run};
 use zpool::{ZHandle, ZPool, ZPoolError, ZPoolStats};
@@ -78,10 +79,6 @@ const BLOCK_SHIFT: u32 = 8;
 const BLOCK_MASK: u64 = (1 << 27) - 1;
 const SLOT_MASK: u64 = (1 << 8) - 1;
 const MAX_BLOCKS: usize = BLOCK_MASK as usize;
-
-const FOREIGN: ZPoolError = ZPoolError::InvalidHandle("not a handle of this pool");
-const FREED: ZPoolError = ZPoolError::InvalidHandle("the object was freed");
-const STALE: ZPoolError = ZPoolError::InvalidHandle("stale: its slot holds another object");
 
 /// One slot's bookkeeping.
 #[derive(Clone, Copy, Debug, Default)]
@@ -157,21 +154,11 @@ impl fmt::Debug for ZBlock {
 /// A parsed handle: (type, block, slot, generation).
 type Parts = (usize, usize, usize, u16);
 
+crate::bookkeeping::page_pool!(ZBlock, no Debug);
+
 impl ZBlock {
-    /// An empty pool on pages of `page_size` bytes (a power of two from the
-    /// OS page size up to 64 KiB).
-    pub fn new(page_size: usize) -> Result<ZBlock, ZPoolError> {
-        Self::build(page_size, None)
-    }
-
-    /// An empty pool that holds at most `limit` pages at once.
-    pub fn with_page_limit(page_size: usize, limit: usize) -> Result<ZBlock, ZPoolError> {
-        Self::build(page_size, Some(limit))
-    }
-
     fn build(page_size: usize, limit: Option<usize>) -> Result<ZBlock, ZPoolError> {
-        let source =
-            PageSource::new(page_size, limit).map_err(|e| ZPoolError::Config(e.to_string()))?;
+        let (source, tag) = crate::bookkeeping::source_and_tag(page_size, limit)?;
         let table = table::block_types(page_size);
         if table.is_empty()
             || table.len() > TYPE_MASK as usize + 1
@@ -197,7 +184,7 @@ impl ZBlock {
         Ok(ZBlock {
             source,
             page_size,
-            tag: crate::bookkeeping::next_pool_tag(),
+            tag,
             types,
             total_pages: AtomicUsize::new(0),
             objects: AtomicU64::new(0),

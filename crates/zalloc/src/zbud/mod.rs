@@ -63,9 +63,9 @@
 //! This module owns zbud's pages, handles and list placement; it may not map
 //! memory (pages come from its `PageSource`) or know about other allocators.
 
-use std::fmt;
 use std::ptr::NonNull;
 
+use crate::bookkeeping::{FOREIGN, FREED, STALE};
 use crate::holds::HoldLock;
 use crate::lists::ChunkLists;
 use pages::{PageSource, Run};
@@ -84,10 +84,6 @@ const GEN_MASK: u32 = (1 << 24) - 1;
 const PAGE_SHIFT: u32 = 2;
 const PAGE_MASK: u64 = (1 << 31) - 1;
 const MAX_PAGES: usize = PAGE_MASK as usize;
-
-const FOREIGN: ZPoolError = ZPoolError::InvalidHandle("not a handle of this pool");
-const FREED: ZPoolError = ZPoolError::InvalidHandle("the object was freed");
-const STALE: ZPoolError = ZPoolError::InvalidHandle("stale: its slot holds another object");
 
 /// Which buddy of a page an object is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,36 +152,16 @@ pub struct ZBud {
     inner: HoldLock<Inner>,
 }
 
-impl fmt::Debug for ZBud {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ZBud")
-            .field("page_size", &self.page_size)
-            .field("total_pages", &self.total_pages())
-            .finish_non_exhaustive()
-    }
-}
+crate::bookkeeping::page_pool!(ZBud);
 
 impl ZBud {
-    /// An empty pool on pages of `page_size` bytes (a power of two from the
-    /// OS page size up to 64 KiB).
-    pub fn new(page_size: usize) -> Result<ZBud, ZPoolError> {
-        Self::build(page_size, None)
-    }
-
-    /// An empty pool that holds at most `limit` pages at once; `malloc`
-    /// fails with [`ZPoolError::OutOfMemory`] beyond it.
-    pub fn with_page_limit(page_size: usize, limit: usize) -> Result<ZBud, ZPoolError> {
-        Self::build(page_size, Some(limit))
-    }
-
     fn build(page_size: usize, limit: Option<usize>) -> Result<ZBud, ZPoolError> {
-        let source =
-            PageSource::new(page_size, limit).map_err(|e| ZPoolError::Config(e.to_string()))?;
+        let (source, tag) = crate::bookkeeping::source_and_tag(page_size, limit)?;
         Ok(ZBud {
             source,
             page_size,
             chunk_shift: page_size.trailing_zeros() - TOTAL_CHUNKS.trailing_zeros(),
-            tag: crate::bookkeeping::next_pool_tag(),
+            tag,
             inner: HoldLock::new(Inner {
                 pages: Vec::new(),
                 free_ids: Vec::new(),

@@ -96,31 +96,6 @@ impl Subject {
     }
 }
 
-/// xorshift64; the seed must not be zero.
-#[derive(Clone, Debug)]
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// A number in `lo..=hi`.
-    pub fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + (self.next_u64() % (hi - lo + 1) as u64) as usize
-    }
-}
-
-/// Deterministic bytes for object `id` of `len` bytes.
-pub fn pattern(id: u64, len: usize) -> Vec<u8> {
-    let mut rng = Rng(id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    (0..len).map(|_| rng.next_u64() as u8).collect()
-}
-
 /// Reads an object's first `len` bytes into a vector.
 pub fn read_vec(pool: &dyn ZPool, h: zpool::ZHandle, len: usize) -> Vec<u8> {
     let mut buf = vec![0; len];
