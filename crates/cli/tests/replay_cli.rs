@@ -251,3 +251,19 @@ fn exp_merge_removes_directories_largest_first() {
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("linux-source-6.1"));
 }
+
+#[test]
+fn bad_page_sizes_and_export_sizes_are_one_line_usage_errors() {
+    for (args, flag) in [
+        (&["replay", "--page-size", "0"][..], "--page-size"),
+        (&["replay", "--page-size", "12K"][..], "--page-size"),
+        (&["serve", "--export", "a:xx"][..], "--export"),
+        (&["serve", "--export", "a:0"][..], "--export"),
+    ] {
+        let out = zmem(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+    }
+}

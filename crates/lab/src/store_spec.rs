@@ -35,7 +35,7 @@ pub struct StoreArgs {
     #[arg(long, default_value = "")]
     pub comp_params: String,
     /// Page size(s): 4K, 16K, 64K.
-    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_values_t = [4096u64])]
+    #[arg(long, value_delimiter = ',', value_parser = parse_page_size, default_values_t = [4096u64])]
     pub page_size: Vec<u64>,
     /// zsmalloc mode(s): default or kernel-compat.
     #[arg(long, value_delimiter = ',', default_values_t = [Mode::Default])]
@@ -113,6 +113,19 @@ pub fn default_comp(mode: Mode) -> &'static str {
     match mode {
         Mode::KernelCompat => "lzo-rle",
         Mode::Default => "lz4",
+    }
+}
+
+/// Parses a page size: one of the sizes zsmalloc's geometry accepts (4K, 8K,
+/// 16K, 32K, 64K).
+pub fn parse_page_size(s: &str) -> Result<u64, String> {
+    let n = parse_size(s)?;
+    if zsmalloc::geometry::PAGE_SIZES.contains(&u32::try_from(n).unwrap_or(0)) {
+        Ok(n)
+    } else {
+        Err(format!(
+            "'{s}' is not a page size (4K, 8K, 16K, 32K or 64K)"
+        ))
     }
 }
 
@@ -220,6 +233,14 @@ impl StoreSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn page_sizes_are_the_geometrys() {
+        assert_eq!(parse_page_size("16K"), Ok(16384));
+        for bad in ["0", "1", "4095", "12K", "128K", "-4K", "x", "99999999999T"] {
+            assert!(parse_page_size(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn sizes_take_kernel_suffixes() {

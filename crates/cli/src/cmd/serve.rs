@@ -117,18 +117,19 @@ fn parse_level(s: &str) -> Result<LevelFilter, String> {
         .map_err(|_| format!("'{s}' is not a log level (off, error, warn, info, debug, trace)"))
 }
 
-/// Splits `NAME[:SIZE]`: the part after the last colon is a size if it
-/// parses as one.
+/// Splits `NAME[:SIZE]`: a colon starts the size, so a name has none, and
+/// what follows it must be a size above zero.
 fn parse_export(s: &str, default_size: u64) -> Result<(String, u64), CliError> {
-    if let Some((name, size)) = s.rsplit_once(':') {
-        if let Ok(bytes) = parse_size(size) {
-            if bytes == 0 {
-                return Err(CliError::Usage(format!("--export {s}: size 0")));
-            }
-            return Ok((name.to_string(), bytes));
-        }
+    let Some((name, size)) = s.split_once(':') else {
+        return Ok((s.to_string(), default_size));
+    };
+    match parse_size(size) {
+        Ok(0) => Err(CliError::Usage(format!("--export {s}: size 0"))),
+        Ok(bytes) => Ok((name.to_string(), bytes)),
+        Err(e) => Err(CliError::Usage(format!(
+            "--export {s}: {e} (NAME[:SIZE]; a name has no colon)"
+        ))),
     }
-    Ok((s.to_string(), default_size))
 }
 
 /// The exports to make: (name, size, configuration).
@@ -434,7 +435,9 @@ mod tests {
     fn export_flags() {
         assert_eq!(parse_export("a", 7).unwrap(), ("a".into(), 7));
         assert_eq!(parse_export("a:1M", 7).unwrap(), ("a".into(), 1 << 20));
-        assert_eq!(parse_export("a:b", 7).unwrap(), ("a:b".into(), 7));
+        assert!(parse_export("a:b", 7).is_err());
+        assert!(parse_export("a:xx", 7).is_err());
+        assert!(parse_export("a:1:2", 7).is_err());
         assert_eq!(parse_export(":4K", 7).unwrap(), ("".into(), 4096));
         assert!(parse_export("a:0", 7).is_err());
     }
