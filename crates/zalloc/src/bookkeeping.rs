@@ -1,7 +1,6 @@
 //! Bookkeeping zbud, z3fold and zblock do the same way, besides read holds
-//! and the unbuddied lists: their constructors ([`page_pool`]), the page
-//! source and tag a new pool starts with, the refusals of a bad handle and
-//! the last step of an invariant check.
+//! and the unbuddied lists: the page source and tag a new pool starts with,
+//! the refusals of a bad handle and the last step of an invariant check.
 //!
 //! This module owns the process-wide tag sequence. It may not look at any
 //! allocator's records: callers pass in what they counted.
@@ -71,43 +70,3 @@ pub(crate) fn check_totals(
     }
     Ok(())
 }
-
-/// The public constructors of a pool type `$pool` that has a private
-/// `build(page_size, limit: Option<usize>)`: `new` and `with_page_limit`,
-/// with their documentation. Unless called as `page_pool!($pool, no Debug)`,
-/// also its `Debug`: the page size and the pages it holds.
-macro_rules! page_pool {
-    ($pool:ident) => {
-        impl std::fmt::Debug for $pool {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(stringify!($pool))
-                    .field("page_size", &self.page_size)
-                    .field("total_pages", &self.total_pages())
-                    .finish_non_exhaustive()
-            }
-        }
-
-        $crate::bookkeeping::page_pool!($pool, no Debug);
-    };
-    ($pool:ident, no Debug) => {
-        impl $pool {
-            /// An empty pool on pages of `page_size` bytes (a power of two
-            /// from the OS page size up to 64 KiB).
-            pub fn new(page_size: usize) -> Result<$pool, zpool::ZPoolError> {
-                Self::build(page_size, None)
-            }
-
-            /// An empty pool that holds at most `limit` pages at once;
-            /// `malloc` fails with
-            /// [`ZPoolError::OutOfMemory`](zpool::ZPoolError::OutOfMemory)
-            /// beyond it.
-            pub fn with_page_limit(
-                page_size: usize,
-                limit: usize,
-            ) -> Result<$pool, zpool::ZPoolError> {
-                Self::build(page_size, Some(limit))
-            }
-        }
-    };
-}
-pub(crate) use page_pool;

@@ -136,9 +136,9 @@ pub fn open(name: &str, opts: &AllocOptions) -> Result<Arc<dyn ZPool>, ZPoolErro
             let pool = Pool::new(opts.zsmalloc_config()?).map_err(ZPoolError::from)?;
             Ok(Arc::new(pool))
         }
-        "zbud" => Ok(Arc::new(zbud::ZBud::new(opts.page_size)?)),
-        "z3fold" => Ok(Arc::new(z3fold::Z3Fold::new(opts.page_size)?)),
-        "zblock" => Ok(Arc::new(zblock::ZBlock::new(opts.page_size)?)),
+        "zbud" => Ok(Arc::new(zbud::ZBud::new(opts.page_size, None)?)),
+        "z3fold" => Ok(Arc::new(z3fold::Z3Fold::new(opts.page_size, None)?)),
+        "zblock" => Ok(Arc::new(zblock::ZBlock::new(opts.page_size, None)?)),
         other => Err(ZPoolError::Config(format!(
             "unknown allocator '{other}': use one of {}",
             NAMES.join(", ")

@@ -19,7 +19,7 @@ fn offset_of(pool: &Z3Fold, h: ZHandle) -> usize {
 
 #[test]
 fn three_buddies_share_a_page() {
-    let pool = Z3Fold::new(4096).unwrap();
+    let pool = Z3Fold::new(4096, None).unwrap();
     let a = pool.malloc(640).unwrap(); // FIRST, 10 chunks
     let b = pool.malloc(640).unwrap(); // LAST
     let c = pool.malloc(640).unwrap(); // MIDDLE, after FIRST
@@ -39,7 +39,7 @@ fn three_buddies_share_a_page() {
 
 #[test]
 fn big_objects_go_headless() {
-    let pool = Z3Fold::new(4096).unwrap();
+    let pool = Z3Fold::new(4096, None).unwrap();
     assert_eq!(pool.headless_threshold(), 3968);
     let a = pool.malloc(3968).unwrap();
     let b = pool.malloc(3969).unwrap();
@@ -62,7 +62,7 @@ fn big_objects_go_headless() {
 
 #[test]
 fn a_lone_middle_moves_to_first_and_keeps_its_bytes() {
-    let pool = Z3Fold::new(4096).unwrap();
+    let pool = Z3Fold::new(4096, None).unwrap();
     let a = pool.malloc(640).unwrap();
     let b = pool.malloc(640).unwrap();
     let c = pool.malloc(1000).unwrap();
@@ -84,7 +84,7 @@ fn a_lone_middle_moves_to_first_and_keeps_its_bytes() {
 
 #[test]
 fn a_single_object_moves_to_another_page() {
-    let pool = Z3Fold::new(4096).unwrap();
+    let pool = Z3Fold::new(4096, None).unwrap();
     let a = pool.malloc(2000).unwrap(); // page 1 FIRST
     let b = pool.malloc(1900).unwrap(); // page 1 LAST
     let c = pool.malloc(2000).unwrap(); // page 2 FIRST
@@ -108,7 +108,7 @@ fn a_single_object_moves_to_another_page() {
 
 #[test]
 fn a_read_object_is_not_moved() {
-    let pool = Z3Fold::new(4096).unwrap();
+    let pool = Z3Fold::new(4096, None).unwrap();
     let a = pool.malloc(640).unwrap();
     let b = pool.malloc(640).unwrap();
     let c = pool.malloc(640).unwrap();
@@ -126,8 +126,8 @@ fn a_read_object_is_not_moved() {
 
 #[test]
 fn stale_and_foreign_handles_are_refused() {
-    let pool = Z3Fold::new(4096).unwrap();
-    let other = Z3Fold::new(4096).unwrap();
+    let pool = Z3Fold::new(4096, None).unwrap();
+    let other = Z3Fold::new(4096, None).unwrap();
     let h = pool.malloc(100).unwrap();
     assert_eq!(other.free(h).unwrap_err(), FOREIGN);
     pool.free(h).unwrap();

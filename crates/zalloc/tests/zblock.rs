@@ -11,7 +11,7 @@ const STALE: ZPoolError = ZPoolError::InvalidHandle("stale: its slot holds anoth
 
 #[test]
 fn sizes_go_to_the_smallest_slot_that_holds_them() {
-    let pool = ZBlock::new(4096).unwrap();
+    let pool = ZBlock::new(4096, None).unwrap();
     let types = pool.block_types();
     assert_eq!(types.len(), 37);
     assert_eq!(pool.type_for(1).unwrap(), 0);
@@ -43,7 +43,7 @@ fn sizes_go_to_the_smallest_slot_that_holds_them() {
 #[test]
 fn larger_pages_have_computed_tables() {
     for ps in [8192, 16384, 65536] {
-        let pool = ZBlock::new(ps).unwrap();
+        let pool = ZBlock::new(ps, None).unwrap();
         assert!(pool.max_object_size() >= ps - 16);
         let h = pool.malloc(pool.max_object_size()).unwrap();
         let small = pool.malloc(1).unwrap();
@@ -56,8 +56,8 @@ fn larger_pages_have_computed_tables() {
 
 #[test]
 fn stale_and_foreign_handles_are_refused() {
-    let pool = ZBlock::new(4096).unwrap();
-    let other = ZBlock::new(4096).unwrap();
+    let pool = ZBlock::new(4096, None).unwrap();
+    let other = ZBlock::new(4096, None).unwrap();
     let h = pool.malloc(100).unwrap();
     let keep = pool.malloc(100).unwrap();
     assert_eq!(other.free(h).unwrap_err(), FOREIGN);

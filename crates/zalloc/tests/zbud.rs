@@ -12,7 +12,7 @@ const STALE: ZPoolError = ZPoolError::InvalidHandle("stale: its slot holds anoth
 
 #[test]
 fn geometry_is_the_kernels() {
-    let pool = ZBud::new(4096).unwrap();
+    let pool = ZBud::new(4096, None).unwrap();
     assert_eq!(pool.chunk_size(), 64);
     assert_eq!(pool.max_object_size(), 3968);
     assert_eq!(
@@ -22,14 +22,14 @@ fn geometry_is_the_kernels() {
             max: 3968
         }
     );
-    let big = ZBud::new(65536).unwrap();
+    let big = ZBud::new(65536, None).unwrap();
     assert_eq!(big.chunk_size(), 1024);
     assert_eq!(big.max_object_size(), 65536 - 2048);
 }
 
 #[test]
 fn buddies_pair_up_first_then_last() {
-    let pool = ZBud::new(4096).unwrap();
+    let pool = ZBud::new(4096, None).unwrap();
     // 62 chunks + 1 chunk fill a page; the next object needs a new one.
     let a = pool.malloc(3968).unwrap();
     let b = pool.malloc(64).unwrap();
@@ -65,7 +65,7 @@ fn buddies_pair_up_first_then_last() {
 
 #[test]
 fn lists_are_scanned_from_the_needed_size_up() {
-    let pool = ZBud::new(4096).unwrap();
+    let pool = ZBud::new(4096, None).unwrap();
     // Two pages with one buddy each: 10 and 40 chunks free.
     let a = pool.malloc(53 * 64).unwrap(); // page 1: 10 free
     let b = pool.malloc(23 * 64).unwrap(); // page 2: 40 free
@@ -83,8 +83,8 @@ fn lists_are_scanned_from_the_needed_size_up() {
 
 #[test]
 fn stale_and_foreign_handles_are_refused() {
-    let pool = ZBud::new(4096).unwrap();
-    let other = ZBud::new(4096).unwrap();
+    let pool = ZBud::new(4096, None).unwrap();
+    let other = ZBud::new(4096, None).unwrap();
     let h = pool.malloc(100).unwrap();
     assert_eq!(other.free(h).unwrap_err(), FOREIGN);
     pool.free(h).unwrap();

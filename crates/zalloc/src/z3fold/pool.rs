@@ -63,10 +63,21 @@ pub struct Z3Fold {
     pub(super) inner: HoldLock<Inner>,
 }
 
-crate::bookkeeping::page_pool!(Z3Fold);
+impl std::fmt::Debug for Z3Fold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Z3Fold")
+            .field("page_size", &self.page_size)
+            .field("total_pages", &self.total_pages())
+            .finish_non_exhaustive()
+    }
+}
 
 impl Z3Fold {
-    fn build(page_size: usize, limit: Option<usize>) -> Result<Z3Fold, ZPoolError> {
+    /// An empty pool on pages of `page_size` bytes (a power of two from the
+    /// OS page size up to 64 KiB), holding at most `limit` pages at once if
+    /// given: `malloc` fails with
+    /// [`ZPoolError::OutOfMemory`](zpool::ZPoolError::OutOfMemory) beyond it.
+    pub fn new(page_size: usize, limit: Option<usize>) -> Result<Z3Fold, ZPoolError> {
         let (source, tag) = crate::bookkeeping::source_and_tag(page_size, limit)?;
         Ok(Z3Fold {
             source,

@@ -154,10 +154,12 @@ impl fmt::Debug for ZBlock {
 /// A parsed handle: (type, block, slot, generation).
 type Parts = (usize, usize, usize, u16);
 
-crate::bookkeeping::page_pool!(ZBlock, no Debug);
-
 impl ZBlock {
-    fn build(page_size: usize, limit: Option<usize>) -> Result<ZBlock, ZPoolError> {
+    /// An empty pool on pages of `page_size` bytes (a power of two from the
+    /// OS page size up to 64 KiB), holding at most `limit` pages at once if
+    /// given: `malloc` fails with
+    /// [`ZPoolError::OutOfMemory`](zpool::ZPoolError::OutOfMemory) beyond it.
+    pub fn new(page_size: usize, limit: Option<usize>) -> Result<ZBlock, ZPoolError> {
         let (source, tag) = crate::bookkeeping::source_and_tag(page_size, limit)?;
         let table = table::block_types(page_size);
         if table.is_empty()

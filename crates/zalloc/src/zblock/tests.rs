@@ -5,7 +5,7 @@ use super::*;
 
 #[test]
 fn a_block_fills_then_a_new_one_starts() {
-    let pool = ZBlock::new(4096).unwrap();
+    let pool = ZBlock::new(4096, None).unwrap();
     // Type 0: 28 slots of 144 bytes in one page.
     let hs: Vec<ZHandle> = (0..29).map(|_| pool.malloc(100).unwrap()).collect();
     assert_eq!(pool.total_pages(), 2);

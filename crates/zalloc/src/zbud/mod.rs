@@ -152,10 +152,21 @@ pub struct ZBud {
     inner: HoldLock<Inner>,
 }
 
-crate::bookkeeping::page_pool!(ZBud);
+impl std::fmt::Debug for ZBud {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZBud")
+            .field("page_size", &self.page_size)
+            .field("total_pages", &self.total_pages())
+            .finish_non_exhaustive()
+    }
+}
 
 impl ZBud {
-    fn build(page_size: usize, limit: Option<usize>) -> Result<ZBud, ZPoolError> {
+    /// An empty pool on pages of `page_size` bytes (a power of two from the
+    /// OS page size up to 64 KiB), holding at most `limit` pages at once if
+    /// given: `malloc` fails with
+    /// [`ZPoolError::OutOfMemory`](zpool::ZPoolError::OutOfMemory) beyond it.
+    pub fn new(page_size: usize, limit: Option<usize>) -> Result<ZBud, ZPoolError> {
         let (source, tag) = crate::bookkeeping::source_and_tag(page_size, limit)?;
         Ok(ZBud {
             source,
