@@ -107,14 +107,14 @@ impl Shared {
         }
     }
 
-    /// Clients that count against [`MAX_CLIENTS`] (those not being closed).
-    fn live(&self) -> usize {
-        self.clients().values().filter(|c| !c.shed).count()
-    }
-
-    /// Closes the client idle longest; false if every client is busy.
-    fn shed_longest_idle(&self) -> bool {
+    /// Makes room for one more client: with [`MAX_CLIENTS`] connected (not
+    /// counting those being closed), closes the one idle longest. False if
+    /// there is no room and every client is running a command.
+    fn make_room(&self) -> bool {
         let mut clients = self.clients();
+        if clients.values().filter(|c| !c.shed).count() < MAX_CLIENTS {
+            return true;
+        }
         let oldest = clients
             .iter_mut()
             .filter(|(_, c)| !c.shed)
@@ -212,7 +212,7 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
             }
         };
         handles.retain(|h| !h.is_finished());
-        if shared.live() >= MAX_CLIENTS && !shared.shed_longest_idle() {
+        if !shared.make_room() {
             warn!("ctl: refusing a client: {MAX_CLIENTS} clients are all running commands");
             let _ = stream.write_all(b"err EBUSY too many control clients\n");
             continue;
