@@ -76,7 +76,7 @@ impl Z3Fold {
     /// An empty pool on pages of `page_size` bytes (a power of two from the
     /// OS page size up to 64 KiB), holding at most `limit` pages at once if
     /// given: `malloc` fails with
-    /// [`ZPoolError::OutOfMemory`](zpool::ZPoolError::OutOfMemory) beyond it.
+    /// [`ZPoolError::OutOfMemory`] beyond it.
     pub fn new(page_size: usize, limit: Option<usize>) -> Result<Z3Fold, ZPoolError> {
         let (source, tag) = crate::bookkeeping::source_and_tag(page_size, limit)?;
         Ok(Z3Fold {

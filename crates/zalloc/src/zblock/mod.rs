@@ -158,7 +158,7 @@ impl ZBlock {
     /// An empty pool on pages of `page_size` bytes (a power of two from the
     /// OS page size up to 64 KiB), holding at most `limit` pages at once if
     /// given: `malloc` fails with
-    /// [`ZPoolError::OutOfMemory`](zpool::ZPoolError::OutOfMemory) beyond it.
+    /// [`ZPoolError::OutOfMemory`] beyond it.
     pub fn new(page_size: usize, limit: Option<usize>) -> Result<ZBlock, ZPoolError> {
         let (source, tag) = crate::bookkeeping::source_and_tag(page_size, limit)?;
         let table = table::block_types(page_size);
