@@ -98,6 +98,40 @@ impl Counters {
         sum.max(0) as u64
     }
 
+    /// Every counter at once, as a snapshot consistent with itself.
+    ///
+    /// A gauge raised in one shard and lowered in another (a page stored by
+    /// one thread and freed by another) can be summed half-way: the sum
+    /// over shards read one by one is not a value the store ever had. So
+    /// this collects every counter of every shard, collects again, and
+    /// returns once two collects agree: no update landed in between, so the
+    /// values are the store's at one instant. Under a storm of updates it
+    /// gives up after a few tries and returns the last collect with the
+    /// gauges clamped to what every instant satisfies (same-filled and huge
+    /// pages never more than the pages stored).
+    pub fn snapshot(&self) -> CounterSnapshot {
+        const TRIES: usize = 8;
+        let mut last = self.collect();
+        for _ in 1..TRIES {
+            let next = self.collect();
+            if next == last {
+                return CounterSnapshot::from_sums(last);
+            }
+            last = next;
+        }
+        CounterSnapshot::from_sums(last)
+    }
+
+    fn collect(&self) -> [i64; NR_COUNTERS] {
+        let mut sums = [0i64; NR_COUNTERS];
+        for shard in self.shards.iter() {
+            for (sum, v) in sums.iter_mut().zip(shard.iter()) {
+                *sum = sum.wrapping_add(v.load(Ordering::Acquire));
+            }
+        }
+        sums
+    }
+
     /// Zeroes a counter.
     pub fn zero(&self, c: Counter) {
         for s in self.shards.iter() {
@@ -121,6 +155,26 @@ impl Counters {
     /// `max_used_pages`.
     pub fn max_used_pages(&self) -> u64 {
         self.max_used_pages.load(Ordering::Relaxed)
+    }
+}
+
+/// Every [`Counter`] read at once by [`Counters::snapshot`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CounterSnapshot([u64; NR_COUNTERS]);
+
+impl CounterSnapshot {
+    fn from_sums(sums: [i64; NR_COUNTERS]) -> Self {
+        let mut v = sums.map(|x| x.max(0) as u64);
+        let stored = v[Counter::PagesStored as usize];
+        for part in [Counter::SamePages, Counter::HugePages] {
+            v[part as usize] = v[part as usize].min(stored);
+        }
+        CounterSnapshot(v)
+    }
+
+    /// One counter's value in this snapshot.
+    pub fn get(&self, c: Counter) -> u64 {
+        self.0[c as usize]
     }
 }
 

@@ -528,18 +528,22 @@ impl Store {
     pub fn mm_stat(&self) -> MmStat {
         let page = self.page_size as u64;
         let pool = self.pool.stats();
+        let c = self.counters.snapshot();
+        let used = self.used_pages();
         MmStat {
-            orig_data_size: self.counters.get(Counter::PagesStored) * page,
-            compr_data_size: self.counters.get(Counter::ComprDataSize),
-            mem_used_total: self.used_pages() * page,
+            orig_data_size: c.get(Counter::PagesStored) * page,
+            compr_data_size: c.get(Counter::ComprDataSize),
+            mem_used_total: used * page,
             mem_limit: self.mem_limit(),
-            mem_used_max: self.counters.max_used_pages() * page,
-            same_pages: self.counters.get(Counter::SamePages),
+            // The maximum is raised just after the pages are taken: never
+            // show it below the total read after it.
+            mem_used_max: self.counters.max_used_pages().max(used) * page,
+            same_pages: c.get(Counter::SamePages),
             pages_compacted: pool
                 .pages_compacted
                 .saturating_sub(self.pool_base[0].load(Ordering::Relaxed)),
-            huge_pages: self.counters.get(Counter::HugePages),
-            huge_pages_since: self.counters.get(Counter::HugePagesSince),
+            huge_pages: c.get(Counter::HugePages),
+            huge_pages_since: c.get(Counter::HugePagesSince),
             objs_moved: pool
                 .objs_moved
                 .saturating_sub(self.pool_base[1].load(Ordering::Relaxed)),

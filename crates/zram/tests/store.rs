@@ -561,3 +561,45 @@ fn idle_streams_are_released_and_made_again_by_threads() {
     store.read_page(0, &mut back).unwrap();
     assert!(back == pages[1]);
 }
+
+#[test]
+fn mm_stat_is_consistent_while_threads_write_discard_and_compact() {
+    for mode in [Mode::KernelCompat, Mode::Default] {
+        let s = store(mode, 4096, 1024, "lz4");
+        let writers_done = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for t in 0..2u64 {
+                let (s, writers_done) = (&s, &writers_done);
+                scope.spawn(move || {
+                    // Each writer stores every kind of page on pages the
+                    // other writer frees, so gauges go up in one thread's
+                    // shard and down in another's.
+                    for round in 0..20u64 {
+                        for i in 0..1024u64 {
+                            if (i + t) % 2 == 0 {
+                                let p = page(4096, (i + round) as u8, i * 3 + round);
+                                s.write_page(i, &p).unwrap();
+                            } else {
+                                s.discard(i, 1).unwrap();
+                            }
+                        }
+                        if t == 0 {
+                            s.compact();
+                        }
+                    }
+                    writers_done.fetch_add(1, std::sync::atomic::Ordering::Release);
+                });
+            }
+            let mut reads = 0u64;
+            while writers_done.load(std::sync::atomic::Ordering::Acquire) < 2 || reads < 100 {
+                let m = s.mm_stat();
+                let stored = m.orig_data_size / 4096;
+                assert!(m.same_pages <= stored, "{m:?}");
+                assert!(m.huge_pages <= stored, "{m:?}");
+                assert!(m.mem_used_max >= m.mem_used_total, "{m:?}");
+                assert!(stored <= 1024, "{m:?}");
+                reads += 1;
+            }
+        });
+    }
+}

@@ -1,6 +1,18 @@
 //! Pool and per-class statistics, and the kernel's debugfs `classes` table.
 //!
 //! Reads counters under each class lock in turn; changes nothing.
+//!
+//! # Consistency
+//!
+//! Each class's row is read whole under that class's lock, so it is a
+//! snapshot of the class at one instant, also while compaction runs (a
+//! zspage compaction has isolated is counted in `zspages` though it is on
+//! no fullness list). Objects never move between classes, so the pool's
+//! totals, summed from those rows, keep every per-class invariant
+//! (`objs_used <= objs_allocated`; in kernel-compat mode
+//! `total_pages == zspages * pages_per_zspage` summed). That is why
+//! [`PoolStats::total_pages`] is the sum of the rows and not the pool's
+//! running page counter, which is updated after the class lock is dropped.
 
 use std::fmt::Write as _;
 
@@ -34,8 +46,11 @@ pub struct ClassStats {
     pub index: u32,
     /// Slot size.
     pub size: u32,
-    /// Zspages per fullness group (index 0 is the empty group).
+    /// Zspages per fullness group (index 0 is the empty group). Zspages
+    /// compaction has taken off the lists are in no group.
     pub groups: [u64; NR_GROUPS],
+    /// Live zspages, listed or isolated by compaction.
+    pub zspages: u64,
     /// Object slots in live zspages.
     pub obj_allocated: u64,
     /// Live objects.
@@ -69,6 +84,7 @@ impl Pool {
                     index: class.info.index,
                     size: class.info.size,
                     groups,
+                    zspages: u64::from(inner.zspages),
                     obj_allocated: allocated,
                     obj_used: inner.objs_used,
                     pages_used: inner.pages,
@@ -82,16 +98,16 @@ impl Pool {
             .collect()
     }
 
-    /// Pool-wide counters.
+    /// Pool-wide counters, summed from [`Self::class_stats`]: consistent
+    /// with themselves under concurrent writes, frees and compaction (see
+    /// the module's comment).
     pub fn stats(&self) -> PoolStats {
-        let mut s = PoolStats {
-            total_pages: self.total_pages() as u64,
-            ..PoolStats::default()
-        };
+        let mut s = PoolStats::default();
         for row in self.class_stats() {
+            s.total_pages += row.pages_used;
             s.objs_used += row.obj_used;
             s.objs_allocated += row.obj_allocated;
-            s.zspages += row.groups.iter().sum::<u64>();
+            s.zspages += row.zspages;
             s.pages_compacted += row.pages_compacted;
             s.objs_moved += row.objs_moved;
         }

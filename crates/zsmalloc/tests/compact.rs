@@ -349,3 +349,92 @@ fn compaction_with_a_thread_working_in_the_same_class() {
         verify(&pool, &live);
     }
 }
+
+/// Checks one statistics snapshot against itself.
+fn assert_consistent(pool: &Pool, mode: Mode) {
+    let rows = pool.class_stats();
+    for r in &rows {
+        assert!(r.obj_used <= r.obj_allocated, "class {}: {r:?}", r.size);
+        assert!(r.groups.iter().sum::<u64>() <= r.zspages, "{r:?}");
+        assert_eq!(r.obj_allocated % r.zspages.max(1), 0, "{r:?}");
+        if mode == Mode::KernelCompat {
+            assert_eq!(
+                r.pages_used,
+                r.zspages * u64::from(r.pages_per_zspage),
+                "{r:?}"
+            );
+        }
+    }
+    let s = pool.stats();
+    assert!(s.objs_used <= s.objs_allocated, "{s:?}");
+    if mode == Mode::KernelCompat {
+        // Every zspage of a kernel-compat class holds all its pages.
+        assert!(s.total_pages >= s.zspages, "{s:?}");
+    }
+}
+
+#[test]
+fn statistics_stay_consistent_while_other_threads_write_free_and_compact() {
+    for mode in [Mode::KernelCompat, Mode::Default] {
+        let pool = Arc::new(pool_for(
+            mode,
+            FullnessScheme::InuseRatio,
+            CompactionAlgo::KeepDestination,
+        ));
+        let stable = fragment(&pool, 7, 6_000, 60);
+        let done = Arc::new(AtomicBool::new(false));
+        let churn = {
+            let (pool, done) = (pool.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut rng = Rng(11);
+                let mut mine: Vec<Handle> = Vec::new();
+                for step in 0..200_000u64 {
+                    if rng.next_u64() % 3 != 0 || mine.is_empty() {
+                        let len = (rng.next_u64() % 3000 + 20) as usize;
+                        mine.push(pool.malloc(len).unwrap());
+                    } else {
+                        let i = (rng.next_u64() as usize) % mine.len();
+                        pool.free(mine.swap_remove(i)).unwrap();
+                    }
+                    if step % 2_000 == 0 {
+                        // Free most of what this thread holds so that
+                        // compaction finds sparse zspages.
+                        for h in mine.drain(..mine.len() * 3 / 4) {
+                            pool.free(h).unwrap();
+                        }
+                    }
+                }
+                for h in mine {
+                    pool.free(h).unwrap();
+                }
+                done.store(true, Ordering::Release);
+            })
+        };
+        let compactor = {
+            let (pool, done) = (pool.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut runs = 0u64;
+                while !done.load(Ordering::Acquire) || runs < 20 {
+                    pool.compact();
+                    runs += 1;
+                }
+            })
+        };
+        let mut reads = 0u64;
+        while !done.load(Ordering::Acquire) || reads < 2_000 {
+            assert_consistent(&pool, mode);
+            reads += 1;
+        }
+        churn.join().unwrap();
+        compactor.join().unwrap();
+        pool.check_invariants().unwrap();
+        let end = pool.stats();
+        assert_eq!(end.total_pages, pool.total_pages() as u64);
+        assert!(
+            end.objs_moved > 0,
+            "compaction ran beside the reads: {end:?}"
+        );
+        eprintln!("{mode:?}: {reads} snapshots, {end:?}");
+        verify(&pool, &stable);
+    }
+}

@@ -418,6 +418,79 @@ static void test_compaction(struct zs_pool *pool, const char *what)
 	CHECK(zs_check_invariants(pool) == 0);
 }
 
+struct churn {
+	struct zs_pool *pool;
+	volatile int done;
+};
+
+/* Allocates and frees objects of mixed sizes, freeing most now and then. */
+static void *churn_objects(void *arg)
+{
+	enum { LIVE = 2000, STEPS = 20000 };
+	static unsigned long live[LIVE];
+	struct churn *c = arg;
+	unsigned long x = 12345;
+	int n = 0, step, i;
+
+	for (step = 0; step < STEPS; step++) {
+		x = x * 6364136223846793005UL + 1442695040888963407UL;
+		if (n < LIVE && (x >> 33) % 3 != 0) {
+			live[n++] = zs_malloc(c->pool, 20 + (x >> 40) % 3000);
+		} else if (n > 0) {
+			i = (int)((x >> 20) % (unsigned long)n);
+			zs_free(c->pool, live[i]);
+			live[i] = live[--n];
+		}
+		if (step % 1000 == 999)
+			while (n > LIVE / 8)
+				zs_free(c->pool, live[--n]);
+	}
+	while (n > 0)
+		zs_free(c->pool, live[--n]);
+	__atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static void *compact_until_done(void *arg)
+{
+	struct churn *c = arg;
+
+	while (!__atomic_load_n(&c->done, __ATOMIC_ACQUIRE))
+		zs_compact(c->pool);
+	return NULL;
+}
+
+/*
+ * zs_pool_stats read while one thread allocates and frees and another
+ * compacts: every snapshot must agree with itself.
+ */
+static void test_stats_while_compacting(struct zs_pool *pool, int compat)
+{
+	struct churn c = { pool, 0 };
+	struct zs_pool_stats st;
+	pthread_t writer, compactor;
+	unsigned long reads = 0, bad = 0;
+
+	CHECK(pthread_create(&writer, NULL, churn_objects, &c) == 0);
+	CHECK(pthread_create(&compactor, NULL, compact_until_done, &c) == 0);
+	while (!__atomic_load_n(&c.done, __ATOMIC_ACQUIRE) || reads < 100) {
+		zs_pool_stats(pool, &st);
+		if (st.objs_used > st.objs_allocated)
+			bad++;
+		if (compat && st.total_pages < st.zspages)
+			bad++;
+		reads++;
+	}
+	CHECK(pthread_join(writer, NULL) == 0);
+	CHECK(pthread_join(compactor, NULL) == 0);
+	printf("stats while compacting: %lu snapshots, %lu inconsistent\n",
+	       reads, bad);
+	CHECK(bad == 0);
+	zs_pool_stats(pool, &st);
+	CHECK(st.objs_used == 0 && st.total_pages == zs_get_total_pages(pool));
+	CHECK(zs_check_invariants(pool) == 0);
+}
+
 static void test_format_classes(struct zs_pool *pool)
 {
 	char small[16], *big;
@@ -458,6 +531,7 @@ int main(void)
 	test_holds(compat);
 	test_cross_thread(compat);
 	test_compaction(compat, "kernel-compat");
+	test_stats_while_compacting(compat, 1);
 	test_format_classes(compat);
 
 	CHECK(zs_pool_config_init(&cfg, ZS_MODE_DEFAULT) == 0);
@@ -471,6 +545,7 @@ int main(void)
 	test_stale_handles(dflt);
 	test_holds(dflt);
 	test_compaction(dflt, "default");
+	test_stats_while_compacting(dflt, 0);
 	/* A handle of one pool is refused by the other. */
 	{
 		unsigned long h = zs_malloc(compat, 10);
