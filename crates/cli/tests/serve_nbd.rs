@@ -526,3 +526,93 @@ fn bench_serve_runs_on_a_small_file() {
     assert_eq!(ceilings[0]["setup"], "lz4-4k");
     assert!(ceilings[0]["compress_cpu_s"].as_f64().unwrap() > 0.0);
 }
+
+#[test]
+fn ctl_status_prints_zramctls_table_and_json() {
+    require_tools!("nbdcopy");
+    let z = Zmem::start(&["--size", "16M", "--export", "x", "--export", "y:1G"]);
+    let data = no_same_pages(real_data(4 * MIB));
+    let src = write_file(&z, "src.raw", &data);
+    run_ok("nbdcopy", &[&src, &z.uri("x")]);
+    let mm = z.mm_stat("x");
+
+    // The default columns, zramctl's order and alignment.
+    let table = z.ctl_ok(&["status"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        [
+            "NAME",
+            "ALGORITHM",
+            "DISKSIZE",
+            "DATA",
+            "COMPR",
+            "TOTAL",
+            "STREAMS",
+            "MOUNTPOINT"
+        ],
+        "{table}"
+    );
+    assert_eq!(lines.len(), 3, "{table}");
+    let x: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(&x[..4], ["x", "lz4", "16M", "4M"], "{table}");
+    let y: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(&y[..5], ["y", "lz4", "1G", "0B", "0B"], "{table}");
+    // Right-aligned numbers end where their heading ends.
+    let end = lines[0].find("DISKSIZE").unwrap() + "DISKSIZE".len();
+    assert_eq!(&lines[1][end - 3..end], "16M", "{table}");
+
+    // Bytes, raw, no headings, chosen columns: the figures of mm_stat.
+    let raw = z.ctl_ok(&[
+        "status",
+        "--bytes",
+        "--raw",
+        "-n",
+        "-o",
+        "name,data,compr,total,mem-used,zero-pages",
+    ]);
+    let first: Vec<&str> = raw.lines().next().unwrap().split(' ').collect();
+    assert_eq!(
+        first,
+        [
+            "x".to_string(),
+            mm[0].to_string(),
+            mm[1].to_string(),
+            mm[2].to_string(),
+            mm[4].to_string(),
+            mm[5].to_string()
+        ],
+        "{raw}"
+    );
+
+    // JSON: every column, in bytes, for every export.
+    let json: serde_json::Value =
+        serde_json::from_str(&z.ctl_ok(&["status", "--format", "json"])).unwrap();
+    let rows = json.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["name"], "x");
+    assert_eq!(rows[0]["data"], mm[0]);
+    assert_eq!(rows[0]["compr"], mm[1]);
+    assert_eq!(rows[1]["disksize"], 1u64 << 30);
+    assert!(rows[1]["comp_ratio"].is_null());
+    let ratio = rows[0]["comp_ratio"].as_f64().unwrap();
+    assert!((ratio - mm[0] as f64 / mm[1] as f64).abs() < 1e-9);
+
+    // Every read in JSON too.
+    let mm_json: serde_json::Value =
+        serde_json::from_str(&z.ctl_ok(&["--export", "x", "--format", "json", "mm_stat"])).unwrap();
+    assert_eq!(mm_json["orig_data_size"], mm[0]);
+    assert_eq!(mm_json["huge_pages_since"], mm[8]);
+
+    // Bad column lists and status flags on other commands: usage errors.
+    for bad in [
+        vec!["status", "-o", "NAME,BOGUS"],
+        vec!["mm_stat", "--bytes"],
+        vec!["status", "--output-all", "-o", "NAME"],
+    ] {
+        let o = z.ctl(&bad);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked"), "{bad:?}: {err}");
+    }
+}

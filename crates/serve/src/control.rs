@@ -59,13 +59,14 @@ impl fmt::Display for CtlError {
 impl std::error::Error for CtlError {}
 
 /// Every command name, for `help` and error messages.
-pub const COMMANDS: [&str; 14] = [
+pub const COMMANDS: [&str; 15] = [
     "mm_stat",
     "io_stat",
     "debug_stat",
     "classes",
     "disksize",
     "comp_algorithm",
+    "max_comp_streams",
     "initstate",
     "objs_moved",
     "compact",
@@ -153,6 +154,7 @@ fn run(reg: &Registry, s: &Served, cmd: &str, arg: Option<&str>) -> Result<Strin
         "disksize" => read(store.disk_size().to_string()),
         "initstate" => read("1".to_string()),
         "objs_moved" => read(store.mm_stat().objs_moved.to_string()),
+        "max_comp_streams" => read(store.max_comp_streams().to_string()),
         "comp_algorithm" => read(format!("[{}]", store.compressor().algorithm().name())),
         "classes" => {
             no_value(cmd, arg)?;

@@ -583,6 +583,12 @@ impl Store {
         self.streams.release_idle()
     }
 
+    /// How many pages the store compresses at once (`max_comp_streams`:
+    /// the kernel's per-CPU streams; here the stripes, twice the CPUs).
+    pub fn max_comp_streams(&self) -> usize {
+        self.streams.max()
+    }
+
     /// Compression contexts the store holds now (at most twice the CPUs).
     pub fn live_streams(&self) -> usize {
         self.streams.live()

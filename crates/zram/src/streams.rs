@@ -103,6 +103,12 @@ impl Streams {
         released
     }
 
+    /// How many pages can be compressed at once: the stripes (the kernel's
+    /// per-CPU streams, read as `max_comp_streams`).
+    pub fn max(&self) -> usize {
+        self.stripes.len()
+    }
+
     /// Stripes that hold a context now.
     pub fn live(&self) -> usize {
         self.stripes

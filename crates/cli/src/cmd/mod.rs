@@ -1,4 +1,5 @@
-//! The subcommands of `zmem`, one module each: the product commands
+//! The subcommands of `zmem`, one module each (and `status`, the zramctl
+//! view `ctl status` prints): the product commands
 //! (`replay`, `classes`, `serve`, `ctl`) and, with the `lab` feature, the
 //! command trees of `exp` and `bench`, which dispatch to the lab crate.
 
@@ -10,3 +11,4 @@ pub mod ctl;
 pub mod exp;
 pub mod replay;
 pub mod serve;
+pub mod status;
