@@ -14,7 +14,7 @@ mod signals;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// zmem: the Linux compressed-memory stack (zsmalloc, zram) in user space.
 #[derive(Parser, Debug)]
@@ -44,6 +44,10 @@ enum Command {
     Serve(Box<cmd::serve::ServeArgs>),
     /// Read or change a running server's zram attributes (mm_stat, compact, ...).
     Ctl(cmd::ctl::CtlArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cmd::docs::CompletionsArgs),
+    /// Write man pages for zmem and every subcommand into a directory.
+    Man(cmd::docs::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -80,6 +84,8 @@ fn main() -> ExitCode {
         Command::Exp(cmd) => cmd::exp::run(&cmd),
         Command::Serve(args) => cmd::serve::run(&args),
         Command::Ctl(args) => cmd::ctl::run(&args),
+        Command::Completions(args) => cmd::docs::completions(&args, Cli::command()),
+        Command::Man(args) => cmd::docs::man(&args, Cli::command()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,6 @@
 //! The subcommands of `zmem`, one module each (and `status`, the zramctl
-//! view `ctl status` prints): the product commands
+//! view `ctl status` prints, and `docs`, which writes completions and man
+//! pages): the product commands
 //! (`replay`, `classes`, `serve`, `ctl`) and, with the `lab` feature, the
 //! command trees of `exp` and `bench`, which dispatch to the lab crate.
 
@@ -7,6 +8,7 @@
 pub mod bench;
 pub mod classes;
 pub mod ctl;
+pub mod docs;
 #[cfg(feature = "lab")]
 pub mod exp;
 pub mod replay;
