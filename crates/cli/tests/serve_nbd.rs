@@ -616,3 +616,35 @@ fn ctl_status_prints_zramctls_table_and_json() {
         assert!(!err.contains("panicked"), "{bad:?}: {err}");
     }
 }
+
+#[test]
+fn a_config_file_sets_the_flags_and_the_command_line_overrides_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("zmem.toml");
+    std::fs::write(
+        &cfg,
+        "# every key is a `zmem serve` flag\n\
+         comp = \"zstd\"\nsize = \"64M\"\nexport = [\"a:32M\", \"b\"]\nmax_connections = 8\n",
+    )
+    .unwrap();
+    let z = Zmem::start(&["--config", cfg.to_str().unwrap(), "--size", "128M"]);
+    let rows: serde_json::Value =
+        serde_json::from_str(&z.ctl_ok(&["status", "--format", "json"])).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["name"], "a");
+    assert_eq!(rows[0]["disksize"], 32u64 << 20);
+    assert_eq!(rows[1]["disksize"], 128u64 << 20, "the command line wins");
+    assert!(rows.iter().all(|r| r["algorithm"] == "zstd"));
+
+    // A bad key or value is a one-line usage error naming it.
+    std::fs::write(&cfg, "max_connections = 0\n").unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .args(["serve", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--max-connections"), "{err}");
+}

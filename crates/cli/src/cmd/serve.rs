@@ -31,7 +31,9 @@ use crate::{logger, signals};
 
 /// Arguments of `zmem serve`.
 #[derive(Args, Debug)]
-#[command(after_long_help = "\
+#[command(
+    args_override_self = true,
+    after_long_help = "\
 EXPORTS
   The store flags take comma lists and expand to N configurations (as in
   `zmem replay`). Without --export, each configuration is served as its own
@@ -58,8 +60,14 @@ SOCKETS
   --tcp, DIR/tcp-PORT.ctl in the default directory). `zmem ctl` reads and
   writes the zram attributes through it.
 
-The server runs in the foreground and stops cleanly on SIGINT or SIGTERM.")]
+The server runs in the foreground and stops cleanly on SIGINT or SIGTERM."
+)]
 pub struct ServeArgs {
+    /// A TOML file of these flags (`comp = "zstd"`, `export = ["a:4G"]`,
+    /// `allow-remote = true`); flags given here override it, repeatable
+    /// ones add to it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// An export NAME, or NAME:SIZE (repeatable; default one per store
     /// configuration, zram0, zram1, ...).
     #[arg(long = "export", value_name = "NAME[:SIZE]")]
