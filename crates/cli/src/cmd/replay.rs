@@ -22,12 +22,19 @@ use crate::error::CliError;
 /// Arguments of `zmem replay`.
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
-    /// Files, directories or tar archives. None: a built-in default corpus
-    /// of real files from /usr (see --default-size).
+    /// Files, directories, tar archives, ELF core files, block devices,
+    /// pipes, FIFOs, or - for standard input. None (and no --pid): a
+    /// built-in default corpus of real files from /usr (see --default-size).
     paths: Vec<PathBuf>,
+    /// Also replay the private anonymous memory (heap, stacks, anonymous
+    /// mappings) of process PID: its touched pages, read through
+    /// /proc/PID/mem (needs ptrace access to it, or CAP_SYS_PTRACE).
+    #[arg(long, value_name = "PID", value_parser = parse_pid)]
+    pid: Vec<u32>,
     #[command(flatten)]
     store: StoreArgs,
-    /// Store tar archives as raw bytes instead of their members' files.
+    /// Store tar archives and ELF core files as raw bytes instead of their
+    /// members' files and their memory segments.
     #[arg(long)]
     raw: bool,
     /// After the fill, discard this fraction of the pages (0..=1), chosen
@@ -71,6 +78,16 @@ fn parse_fraction(s: &str) -> Result<f64, String> {
     }
 }
 
+/// The largest process ID Linux allows (PID_MAX_LIMIT, 2^22).
+const PID_MAX: u32 = 1 << 22;
+
+fn parse_pid(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if (1..=u64::from(PID_MAX)).contains(&n) => Ok(n as u32),
+        _ => Err(format!("'{s}' is not a process ID (1..={PID_MAX})")),
+    }
+}
+
 fn read_page_list(path: &PathBuf) -> Result<Vec<u64>, CliError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| CliError::Usage(format!("--discard-pages {}: {e}", path.display())))?;
@@ -93,6 +110,7 @@ fn read_page_list(path: &PathBuf) -> Result<Vec<u64>, CliError> {
 #[derive(Serialize)]
 struct Report<'a> {
     corpus: &'a str,
+    read: String,
     corpus_bytes: u64,
     configs: &'a [StoreSpec],
     stages: &'a [Stage],
@@ -102,11 +120,12 @@ struct Report<'a> {
 /// Runs `zmem replay`.
 pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
     let specs = args.store.specs()?;
-    let corpus = if args.paths.is_empty() {
+    let corpus = if args.paths.is_empty() && args.pid.is_empty() {
         Corpus::default_corpus(args.default_size)?
     } else {
-        Corpus::from_paths(&args.paths, args.raw)?
+        Corpus::from_inputs(&args.paths, &args.pid, args.raw)?
     };
+    let read = corpus.read_line(specs[0].page_size);
     let listed = match &args.discard_pages {
         Some(p) => Some(read_page_list(p)?),
         None => None,
@@ -114,7 +133,10 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
     let progress = !args.quiet && std::io::stderr().is_terminal();
     let mut replay = Replay::new(specs.clone(), corpus, progress)?;
     if args.format.get() == Format::Table {
-        write_stdout(&format!("corpus: {}\n", replay.corpus().description))?;
+        write_stdout(&format!(
+            "{read}\ncorpus: {}\n",
+            replay.corpus().description
+        ))?;
     }
     let mut stages = Vec::new();
     let emit = |stage: &Stage| -> Result<(), CliError> {
@@ -168,6 +190,7 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
         Format::Json => {
             let report = Report {
                 corpus: &replay.corpus().description,
+                read,
                 corpus_bytes: replay.corpus().bytes(),
                 configs: &specs,
                 stages: &stages,
