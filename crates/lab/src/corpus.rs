@@ -440,11 +440,10 @@ impl Builder {
         }
         if ft.is_fifo() {
             // A pipe given as /dev/fd/N (`<(cmd)`) or a named FIFO.
-            let kind = if label.starts_with("/dev/fd/") || label.starts_with("/proc/") {
-                "pipe"
-            } else {
-                "FIFO"
-            };
+            // A named FIFO is one in the filesystem; a pipe is reached through
+            // a link such as /dev/fd/63 or /dev/stdin.
+            let named = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_fifo());
+            let kind = if named { "FIFO" } else { "pipe" };
             let file = open_fifo(path)?;
             return self.stream(file, label, kind);
         }
