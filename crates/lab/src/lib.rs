@@ -17,6 +17,7 @@
 //!   the store is measured against;
 //! - `plot` (feature `plot`), [`ministat`], [`rng`]: figures, Student's t, the
 //!   seeded generator;
+//! - [`flags`]: the value parsers of numeric flags, each with its range;
 //! - [`output`] and [`mod@error`]: the `--format table|json` option, report
 //!   writing, and the error a run ends with.
 //!
@@ -33,6 +34,7 @@ pub mod elf_core;
 pub mod error;
 #[cfg(feature = "plot")]
 pub mod exp;
+pub mod flags;
 pub mod kernel_zram;
 pub mod ministat;
 pub mod output;

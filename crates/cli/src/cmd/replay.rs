@@ -14,7 +14,7 @@ use clap::Args;
 use lab::corpus::Corpus;
 use lab::output::{write_json, write_stdout, Format, FormatArg};
 use lab::replay::{stage_table, Replay, Stage};
-use lab::store_spec::{parse_size, StoreArgs, StoreSpec};
+use lab::store_spec::{StoreArgs, StoreSpec};
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -29,7 +29,7 @@ pub struct ReplayArgs {
     /// Also replay the private anonymous memory (heap, stacks, anonymous
     /// mappings) of process PID: its touched pages, read through
     /// /proc/PID/mem (needs ptrace access to it, or CAP_SYS_PTRACE).
-    #[arg(long, value_name = "PID", value_parser = parse_pid)]
+    #[arg(long, value_name = "PID", value_parser = lab::flags::whole::<u32>(1, PID_MAX))]
     pid: Vec<u32>,
     #[command(flatten)]
     store: StoreArgs,
@@ -39,10 +39,10 @@ pub struct ReplayArgs {
     raw: bool,
     /// After the fill, discard this fraction of the pages (0..=1), chosen
     /// with --seed.
-    #[arg(long, value_parser = parse_fraction)]
+    #[arg(long, value_parser = lab::flags::real(0.0, 1.0, false))]
     free_fraction: Option<f64>,
-    /// Seed of the --free-fraction choice.
-    #[arg(long, default_value_t = 1)]
+    /// Seed of the --free-fraction choice (any whole number, 0 too).
+    #[arg(long, default_value_t = 1, value_parser = lab::flags::whole::<u64>(0, u64::MAX))]
     seed: u64,
     /// After the fill, discard the page indexes in FILE (one per line, in
     /// units of each store's page size, applied in file order).
@@ -58,8 +58,8 @@ pub struct ReplayArgs {
     /// Do not read back and verify every page at the end.
     #[arg(long)]
     no_verify: bool,
-    /// Size of the built-in default corpus.
-    #[arg(long, value_parser = parse_size, default_value = "64M")]
+    /// Size of the built-in default corpus (4K to 1T).
+    #[arg(long, value_parser = lab::flags::size(4096, 1 << 40), default_value = "64M")]
     default_size: u64,
     #[command(flatten)]
     format: FormatArg,
@@ -69,24 +69,8 @@ pub struct ReplayArgs {
     quiet: bool,
 }
 
-fn parse_fraction(s: &str) -> Result<f64, String> {
-    let f: f64 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
-    if (0.0..=1.0).contains(&f) {
-        Ok(f)
-    } else {
-        Err(format!("{f} is not a fraction from 0 to 1"))
-    }
-}
-
 /// The largest process ID Linux allows (PID_MAX_LIMIT, 2^22).
 const PID_MAX: u32 = 1 << 22;
-
-fn parse_pid(s: &str) -> Result<u32, String> {
-    match s.trim().parse::<u64>() {
-        Ok(n) if (1..=u64::from(PID_MAX)).contains(&n) => Ok(n as u32),
-        _ => Err(format!("'{s}' is not a process ID (1..={PID_MAX})")),
-    }
-}
 
 fn read_page_list(path: &PathBuf) -> Result<Vec<u64>, CliError> {
     let text = std::fs::read_to_string(path)

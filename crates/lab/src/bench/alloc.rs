@@ -41,8 +41,9 @@ pub struct AllocArgs {
     /// Linux source tar and system binaries made by scripts/make-corpus.
     #[arg(long = "data")]
     data: Vec<PathBuf>,
-    /// Thread counts to run the churn with.
-    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2])]
+    /// Thread counts to run the churn with (1 to 1024 each).
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2],
+          value_parser = crate::flags::whole_usize(1, 1024))]
     threads: Vec<usize>,
     /// Allocators to compare (default: all built in).
     #[arg(long, value_delimiter = ',')]
