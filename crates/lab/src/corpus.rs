@@ -85,6 +85,58 @@ pub struct Item {
     source: Source,
 }
 
+impl Item {
+    /// A reader of the item's bytes from its start (it may give more than
+    /// `len` bytes: the caller stops at `len`).
+    fn reader(&self) -> Result<Box<dyn Read + '_>, Error> {
+        Ok(match &self.source {
+            Source::File(p) => Box::new(BufReader::with_capacity(
+                1 << 20,
+                File::open(p).map_err(|e| io_err(p, e))?,
+            )),
+            Source::Range { path, offset } => {
+                let mut file = File::open(path).map_err(|e| io_err(path, e))?;
+                file.seek(SeekFrom::Start(*offset))
+                    .map_err(|e| io_err(path, e))?;
+                Box::new(BufReader::with_capacity(1 << 20, file))
+            }
+            Source::Bytes(b) => Box::new(&b[..]),
+            Source::Spooled { file, offset } => Box::new(BufReader::with_capacity(
+                1 << 20,
+                SpoolReader {
+                    file: Arc::clone(file),
+                    pos: *offset,
+                },
+            )),
+        })
+    }
+}
+
+/// The bytes of one input read raw, opened by kind as a corpus input is (a
+/// file, block device, pipe, FIFO, `-` for standard input; a directory's
+/// files one after another): for the commands that take a data set as
+/// bytes. An input without data is an error.
+pub fn read_input(path: &Path) -> Result<Vec<u8>, Error> {
+    let corpus = Corpus::from_paths(&[path.to_path_buf()], true)?;
+    let mut out = Vec::with_capacity(usize::try_from(corpus.bytes()).unwrap_or(0));
+    for item in &corpus.items {
+        let start = out.len();
+        item.reader()?
+            .take(item.len)
+            .read_to_end(&mut out)
+            .map_err(|e| Error::Failed(format!("{}: {e}", item.name)))?;
+        // A file that shrank since it was listed reads as zeros to its length.
+        out.resize(start + item.len as usize, 0);
+    }
+    Ok(out)
+}
+
+/// Whether `path` can be given to a command that reads it more than once
+/// (a regular file or a block device, not a stream).
+pub fn is_rereadable(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() || m.file_type().is_block_device())
+}
+
 /// Items in disk order, and what they came from.
 #[derive(Clone, Debug, Default)]
 pub struct Corpus {
@@ -739,26 +791,7 @@ impl Corpus {
         let mut page = vec![0u8; page_size];
         let mut index = 0u64;
         for item in &self.items {
-            let mut reader: Box<dyn Read> = match &item.source {
-                Source::File(p) => Box::new(BufReader::with_capacity(
-                    1 << 20,
-                    File::open(p).map_err(|e| io_err(p, e))?,
-                )),
-                Source::Range { path, offset } => {
-                    let mut file = File::open(path).map_err(|e| io_err(path, e))?;
-                    file.seek(SeekFrom::Start(*offset))
-                        .map_err(|e| io_err(path, e))?;
-                    Box::new(BufReader::with_capacity(1 << 20, file))
-                }
-                Source::Bytes(b) => Box::new(&b[..]),
-                Source::Spooled { file, offset } => Box::new(BufReader::with_capacity(
-                    1 << 20,
-                    SpoolReader {
-                        file: Arc::clone(file),
-                        pos: *offset,
-                    },
-                )),
-            };
+            let mut reader = item.reader()?;
             let mut left = item.len;
             while left > 0 {
                 let want = left.min(page_size as u64) as usize;
@@ -794,6 +827,21 @@ mod tests {
         b256[11] = 5;
         assert_eq!(octal(&b256), Some(5));
         assert_eq!(octal(b"zz"), None);
+    }
+
+    #[test]
+    fn inputs_read_raw_are_their_exact_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        let bytes: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
+        std::fs::write(&a, &bytes).unwrap();
+        std::fs::write(&b, b"").unwrap();
+        assert_eq!(read_input(&a).unwrap(), bytes);
+        assert!(read_input(&b)
+            .unwrap_err()
+            .to_string()
+            .contains("yields no pages"));
+        assert!(is_rereadable(&a) && !is_rereadable(dir.path()));
     }
 
     #[test]

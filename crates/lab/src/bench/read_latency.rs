@@ -150,7 +150,7 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), Error> {
         .data
         .clone()
         .unwrap_or_else(|| default_data().remove(0));
-    if !path.is_file() {
+    if !path.exists() {
         return Err(Error::Failed(format!(
             "{} is missing: make the data sets with scripts/make-corpus",
             path.display()

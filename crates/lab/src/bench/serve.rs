@@ -505,12 +505,8 @@ pub fn run(args: &ServeBenchArgs) -> Result<(), Error> {
     let mut samples = Vec::new();
     let mut ceilings = Vec::new();
     for file in &files {
-        let data = std::fs::read(file).map_err(|e| {
-            failed(format!(
-                "{}: {e} (make the data sets with scripts/make-corpus)",
-                file.display()
-            ))
-        })?;
+        let data = crate::corpus::read_input(file)
+            .map_err(|e| failed(format!("{e} (make the data sets with scripts/make-corpus)")))?;
         for setup in &setups {
             if let Some(comp) = setup.ceiling {
                 let cpu = compress_cpu_s(comp, &data, setup.page as usize)?;

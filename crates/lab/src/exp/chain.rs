@@ -77,10 +77,7 @@ struct ChainRow {
 fn source_text(args: &ChainArgs) -> Result<(Vec<u8>, String), Error> {
     if let Some(p) = &args.source {
         let data =
-            std::fs::read(p).map_err(|e| Error::Usage(format!("--source {}: {e}", p.display())))?;
-        if data.is_empty() {
-            return Err(Error::Usage(format!("--source {} is empty", p.display())));
-        }
+            crate::corpus::read_input(p).map_err(|e| Error::Usage(format!("--source {e}")))?;
         return Ok((data, p.display().to_string()));
     }
     let tar = std::path::Path::new(corpus::LINUX_TAR);

@@ -343,8 +343,7 @@ fn load_objects(args: &LatencyArgs, limit: usize) -> Result<(String, Objects, u6
     };
     let mut raw_pages: Box<dyn Iterator<Item = Vec<u8>>> = match &path {
         Some(p) => {
-            let data = std::fs::read(p)
-                .map_err(|e| failed(format!("cannot read {}: {e}", p.display())))?;
+            let data = crate::corpus::read_input(p)?;
             let pages: Vec<Vec<u8>> = data
                 .chunks_exact(ps)
                 .take(args.pages as usize)
