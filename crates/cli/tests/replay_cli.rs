@@ -56,8 +56,18 @@ fn default_corpus_runs_and_says_what_it_used() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8_lossy(&out.stdout);
+    // The first line says what was read, by input; the second the corpus.
+    let mut lines = text.lines();
+    let read = lines.next().unwrap_or("");
     assert!(
-        text.starts_with("corpus: built-in default corpus"),
+        read.starts_with("read ") && read.contains(" from /usr/"),
+        "{text}"
+    );
+    assert!(
+        lines
+            .next()
+            .unwrap_or("")
+            .starts_with("corpus: built-in default corpus"),
         "{text}"
     );
     assert!(text.contains("mm_stat zsmalloc/default/lz4/4K:"), "{text}");

@@ -1,24 +1,38 @@
-//! Input data for the store: files, directory trees and tar archives laid out
-//! page by page, as a filesystem would place them on a disk.
+//! Input data for the store, laid out page by page as a filesystem would
+//! place it on a disk, and opened by kind.
 //!
-//! A [`Corpus`] is a list of [`Item`]s (one per regular file or tar member),
-//! each starting on a page boundary, its last page padded with zeros. A plain
-//! file is one item; a directory contributes its regular files in sorted
-//! path order (symbolic links are not followed); a `.tar` archive contributes
-//! its regular members in archive order (so `zmem exp merge` can delete a
-//! top-level directory's pages as `rm -rf` on a filesystem would), unless
-//! it is read raw or is not a complete archive (a truncated tar is stored as
-//! plain bytes). [`Corpus::for_each_page`] streams the pages in disk order,
-//! reading each input once.
+//! A [`Corpus`] is a list of [`Item`]s (one per regular file, tar member,
+//! core segment, stream or process mapping), each starting on a page
+//! boundary, its last page padded with zeros. Each input is opened by what
+//! it is:
+//! - a regular file is one item; an ELF core file (`ET_CORE`, as `gcore`
+//!   writes it) contributes its `PT_LOAD` segments with data, and a `.tar`
+//!   archive its regular members in archive order (so `zmem exp merge` can
+//!   delete a top-level directory's pages as `rm -rf` on a filesystem
+//!   would), unless read raw; a truncated tar is stored as plain bytes;
+//! - a directory contributes its regular files in sorted path order
+//!   (symbolic links are not followed);
+//! - a block device is read to its size;
+//! - a pipe, a FIFO or `-` (standard input) is read to its end once, into an
+//!   unnamed spool file; a FIFO with no writer yet says so on stderr while
+//!   it waits;
+//! - a process (`--pid`) contributes its private anonymous memory
+//!   ([`crate::process_memory`]).
 //!
-//! This module only reads files; it knows nothing of stores.
+//! An input that yields no pages is an error. [`Corpus::read_line`] says
+//! what was read, page counts by input; [`Corpus::for_each_page`] streams
+//! the pages in disk order, reading each input once.
+//!
+//! This module only reads inputs; it knows nothing of stores.
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::Error;
+use crate::{elf_core, process_memory, Error};
 
 /// Where an item's bytes come from.
 #[derive(Clone, Debug)]
@@ -29,6 +43,36 @@ enum Source {
     Range { path: PathBuf, offset: u64 },
     /// The first `len` bytes of a buffer.
     Bytes(Arc<[u8]>),
+    /// `len` bytes at `offset` in the corpus's spool file (a stream read to
+    /// its end, or a process's memory).
+    Spooled { file: Arc<File>, offset: u64 },
+}
+
+/// Reads a spool file from a position on, with positional reads (so items
+/// sharing the file never disturb each other).
+struct SpoolReader {
+    file: Arc<File>,
+    pos: u64,
+}
+
+impl Read for SpoolReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+/// One input of a corpus: which items it gave, and how to name it.
+#[derive(Clone, Debug)]
+struct Part {
+    /// The path, `standard input` or `pid N`.
+    label: String,
+    /// What it was: `file`, `directory, 12 files`, `tar, 3 files`, ...
+    kind: String,
+    /// Its items: `items[first..first + count]`.
+    first: usize,
+    count: usize,
 }
 
 /// One file's data on the disk.
@@ -41,6 +85,58 @@ pub struct Item {
     source: Source,
 }
 
+impl Item {
+    /// A reader of the item's bytes from its start (it may give more than
+    /// `len` bytes: the caller stops at `len`).
+    fn reader(&self) -> Result<Box<dyn Read + '_>, Error> {
+        Ok(match &self.source {
+            Source::File(p) => Box::new(BufReader::with_capacity(
+                1 << 20,
+                File::open(p).map_err(|e| io_err(p, e))?,
+            )),
+            Source::Range { path, offset } => {
+                let mut file = File::open(path).map_err(|e| io_err(path, e))?;
+                file.seek(SeekFrom::Start(*offset))
+                    .map_err(|e| io_err(path, e))?;
+                Box::new(BufReader::with_capacity(1 << 20, file))
+            }
+            Source::Bytes(b) => Box::new(&b[..]),
+            Source::Spooled { file, offset } => Box::new(BufReader::with_capacity(
+                1 << 20,
+                SpoolReader {
+                    file: Arc::clone(file),
+                    pos: *offset,
+                },
+            )),
+        })
+    }
+}
+
+/// The bytes of one input read raw, opened by kind as a corpus input is (a
+/// file, block device, pipe, FIFO, `-` for standard input; a directory's
+/// files one after another): for the commands that take a data set as
+/// bytes. An input without data is an error.
+pub fn read_input(path: &Path) -> Result<Vec<u8>, Error> {
+    let corpus = Corpus::from_paths(&[path.to_path_buf()], true)?;
+    let mut out = Vec::with_capacity(usize::try_from(corpus.bytes()).unwrap_or(0));
+    for item in &corpus.items {
+        let start = out.len();
+        item.reader()?
+            .take(item.len)
+            .read_to_end(&mut out)
+            .map_err(|e| Error::Failed(format!("{}: {e}", item.name)))?;
+        // A file that shrank since it was listed reads as zeros to its length.
+        out.resize(start + item.len as usize, 0);
+    }
+    Ok(out)
+}
+
+/// Whether `path` can be given to a command that reads it more than once
+/// (a regular file or a block device, not a stream).
+pub fn is_rereadable(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() || m.file_type().is_block_device())
+}
+
 /// Items in disk order, and what they came from.
 #[derive(Clone, Debug, Default)]
 pub struct Corpus {
@@ -48,6 +144,8 @@ pub struct Corpus {
     pub items: Vec<Item>,
     /// A one-line account of the inputs, for reports.
     pub description: String,
+    /// The inputs, in order, for [`Corpus::read_line`].
+    parts: Vec<Part>,
 }
 
 fn io_err(path: &Path, e: std::io::Error) -> Error {
@@ -125,8 +223,9 @@ pub fn is_tar(path: &Path) -> bool {
 /// Handles ustar prefixes, GNU long names and pax `path` records.
 fn tar_members(path: &Path) -> Result<Vec<(String, u64, u64)>, Error> {
     let bad = |what: &str| Error::Failed(format!("{}: not a valid tar: {what}", path.display()));
-    let file = File::open(path).map_err(|e| io_err(path, e))?;
-    let total = file.metadata().map_err(|e| io_err(path, e))?.len();
+    let mut file = File::open(path).map_err(|e| io_err(path, e))?;
+    let total = file.seek(SeekFrom::End(0)).map_err(|e| io_err(path, e))?;
+    file.rewind().map_err(|e| io_err(path, e))?;
     let mut r = BufReader::new(file);
     let mut pos = 0u64;
     let mut members = Vec::new();
@@ -247,68 +346,327 @@ fn human(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
-impl Corpus {
-    /// The inputs at `paths`: files, directories, and (unless `raw`) tar
-    /// archives expanded into their members.
-    pub fn from_paths(paths: &[PathBuf], raw: bool) -> Result<Corpus, Error> {
-        let mut items = Vec::new();
-        let mut parts = Vec::new();
-        for path in paths {
-            let meta = std::fs::metadata(path).map_err(|e| io_err(path, e))?;
-            if meta.is_dir() {
-                let mut files = Vec::new();
-                walk(path, &mut files)?;
-                let n = files.len();
-                for (file, len) in files {
-                    let name = file
+/// What zmem can read, for the error on anything else.
+const READABLE: &str = "files, directories, tar archives, ELF core files, block devices, pipes, \
+                        FIFOs and - (standard input)";
+
+/// The first bytes of the file at `path` (fewer if it is shorter).
+fn head(path: &Path) -> Result<Vec<u8>, Error> {
+    let mut head = Vec::with_capacity(512);
+    File::open(path)
+        .and_then(|f| f.take(512).read_to_end(&mut head))
+        .map_err(|e| io_err(path, e))?;
+    Ok(head)
+}
+
+/// Opens a FIFO for reading; if no writer has opened it within a moment,
+/// says on stderr that it waits for one (the open blocks until then).
+fn open_fifo(path: &Path) -> Result<File, Error> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let owned = path.to_path_buf();
+    let opener = std::thread::spawn(move || {
+        let file = File::open(&owned);
+        let _ = tx.send(());
+        file
+    });
+    if rx.recv_timeout(Duration::from_millis(300)).is_err() {
+        eprintln!(
+            "zmem: waiting for a writer on the FIFO {} (nothing has opened it for writing yet)",
+            path.display()
+        );
+    }
+    opener
+        .join()
+        .map_err(|_| Error::Failed(format!("{}: opening the FIFO failed", path.display())))?
+        .map_err(|e| io_err(path, e))
+}
+
+/// Builds a corpus input by input.
+struct Builder {
+    items: Vec<Item>,
+    parts: Vec<Part>,
+    /// The description's pieces, one per input.
+    described: Vec<String>,
+    /// The spool file of streams and process memory, made on first use.
+    spool: Option<Arc<File>>,
+}
+
+impl Builder {
+    fn spool(&mut self) -> Result<Arc<File>, Error> {
+        if self.spool.is_none() {
+            let file = tempfile::tempfile().map_err(|e| {
+                Error::Failed(format!(
+                    "making a spool file in the temporary directory: {e}"
+                ))
+            })?;
+            self.spool = Some(Arc::new(file));
+        }
+        Ok(Arc::clone(self.spool.as_ref().expect("made above")))
+    }
+
+    /// Adds one input's items; an input without data is an error.
+    fn part(
+        &mut self,
+        label: String,
+        kind: String,
+        described: String,
+        items: Vec<Item>,
+    ) -> Result<(), Error> {
+        if items.iter().all(|i| i.len == 0) {
+            return Err(Error::Failed(format!(
+                "{label} ({kind}): it yields no pages (empty), nothing to store"
+            )));
+        }
+        self.parts.push(Part {
+            label,
+            kind,
+            first: self.items.len(),
+            count: items.len(),
+        });
+        self.items.extend(items);
+        self.described.push(described);
+        Ok(())
+    }
+
+    /// Reads a stream to its end into the spool file: one item.
+    fn stream(&mut self, mut reader: impl Read, label: String, kind: &str) -> Result<(), Error> {
+        let spool = self.spool()?;
+        let mut end = (&*spool)
+            .seek(SeekFrom::End(0))
+            .map_err(|e| Error::Failed(format!("spool file: {e}")))?;
+        let offset = end;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::Failed(format!("{label}: {e}"))),
+            };
+            spool
+                .write_all_at(&buf[..n], end)
+                .map_err(|e| Error::Failed(format!("spool file: {e}")))?;
+            end += n as u64;
+        }
+        let item = Item {
+            name: label.clone(),
+            len: end - offset,
+            source: Source::Spooled {
+                file: spool,
+                offset,
+            },
+        };
+        let described = format!("{label} ({kind})");
+        self.part(label, kind.to_string(), described, vec![item])
+    }
+
+    fn path(&mut self, path: &Path, raw: bool) -> Result<(), Error> {
+        let label = path.display().to_string();
+        if path == Path::new("-") {
+            return self.stream(std::io::stdin().lock(), "-".into(), "standard input");
+        }
+        let meta = std::fs::metadata(path).map_err(|e| io_err(path, e))?;
+        let ft = meta.file_type();
+        if meta.is_dir() {
+            let mut files = Vec::new();
+            walk(path, &mut files)?;
+            let n = files.len();
+            let items = files
+                .into_iter()
+                .map(|(file, len)| Item {
+                    name: file
                         .strip_prefix(path)
                         .unwrap_or(&file)
                         .to_string_lossy()
-                        .into_owned();
-                    items.push(Item {
-                        name,
-                        len,
-                        source: Source::File(file),
-                    });
-                }
-                parts.push(format!("{} ({n} files)", path.display()));
-            } else if let Some(members) = (!raw && is_tar(path))
-                .then(|| tar_members(path).ok())
-                .flatten()
-            {
+                        .into_owned(),
+                    len,
+                    source: Source::File(file),
+                })
+                .collect();
+            return self.part(
+                label.clone(),
+                format!("directory, {n} files"),
+                format!("{label} ({n} files)"),
+                items,
+            );
+        }
+        if ft.is_fifo() {
+            // A pipe given as /dev/fd/N (`<(cmd)`) or a named FIFO.
+            // A named FIFO is one in the filesystem; a pipe is reached through
+            // a link such as /dev/fd/63 or /dev/stdin.
+            let named = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_fifo());
+            let kind = if named { "FIFO" } else { "pipe" };
+            let file = open_fifo(path)?;
+            return self.stream(file, label, kind);
+        }
+        if ft.is_char_device() || ft.is_socket() {
+            let what = if ft.is_socket() {
+                "a socket"
+            } else {
+                "a character device"
+            };
+            return Err(Error::Failed(format!(
+                "{label}: {what}; zmem reads {READABLE}"
+            )));
+        }
+        let block = ft.is_block_device();
+        let head = head(path)?;
+        if !raw && head.len() >= 262 && &head[257..262] == b"ustar" {
+            if let Ok(members) = tar_members(path) {
                 let n = members.len();
-                for (name, offset, len) in members {
-                    items.push(Item {
+                let items = members
+                    .into_iter()
+                    .map(|(name, offset, len)| Item {
                         name,
                         len,
                         source: Source::Range {
-                            path: path.clone(),
+                            path: path.to_path_buf(),
                             offset,
                         },
-                    });
-                }
-                parts.push(format!("{} (tar, {n} files)", path.display()));
-            } else {
-                let name = path.to_string_lossy().into_owned();
-                items.push(Item {
-                    name,
-                    len: meta.len(),
-                    source: Source::File(path.clone()),
-                });
-                // A truncated or damaged tar is stored as plain bytes.
-                parts.push(if !raw && is_tar(path) {
-                    format!("{} (an incomplete tar, stored raw)", path.display())
-                } else {
-                    path.display().to_string()
-                });
+                    })
+                    .collect();
+                return self.part(
+                    label.clone(),
+                    format!("tar, {n} files"),
+                    format!("{label} (tar, {n} files)"),
+                    items,
+                );
             }
         }
-        let mut c = Corpus {
-            items,
-            description: String::new(),
+        if !raw && !block && elf_core::is_core(&head) {
+            let segments = elf_core::segments(path)?;
+            let n = segments.len();
+            let items = segments
+                .into_iter()
+                .map(|s| Item {
+                    name: format!("{label}@{:#x}", s.vaddr),
+                    len: s.len,
+                    source: Source::Range {
+                        path: path.to_path_buf(),
+                        offset: s.offset,
+                    },
+                })
+                .collect();
+            return self.part(
+                label.clone(),
+                format!("ELF core, {n} segments"),
+                format!("{label} (ELF core, {n} segments)"),
+                items,
+            );
+        }
+        let len = if block {
+            let mut f = File::open(path).map_err(|e| io_err(path, e))?;
+            f.seek(SeekFrom::End(0)).map_err(|e| io_err(path, e))?
+        } else {
+            meta.len()
         };
-        c.description = format!("{}: {}", human(c.bytes()), parts.join(", "));
+        let item = Item {
+            name: label.clone(),
+            len,
+            source: Source::File(path.to_path_buf()),
+        };
+        let incomplete_tar = !raw && head.len() >= 262 && &head[257..262] == b"ustar";
+        let (kind, described) = if block {
+            ("block device", format!("{label} (block device)"))
+        } else if incomplete_tar {
+            // A truncated or damaged tar is stored as plain bytes.
+            (
+                "an incomplete tar, stored raw",
+                format!("{label} (an incomplete tar, stored raw)"),
+            )
+        } else {
+            ("file", label.clone())
+        };
+        self.part(label, kind.to_string(), described, vec![item])
+    }
+
+    fn pid(&mut self, pid: u32) -> Result<(), Error> {
+        let spool = self.spool()?;
+        let mut handle = spool
+            .try_clone()
+            .map_err(|e| Error::Failed(format!("spool file: {e}")))?;
+        handle
+            .seek(SeekFrom::End(0))
+            .map_err(|e| Error::Failed(format!("spool file: {e}")))?;
+        let got = process_memory::read(pid, &mut handle)?;
+        let items = got
+            .regions
+            .iter()
+            .map(|r| Item {
+                name: format!("pid {pid} {}", r.name),
+                len: r.len,
+                source: Source::Spooled {
+                    file: Arc::clone(&spool),
+                    offset: r.offset,
+                },
+            })
+            .collect();
+        let mut kind = format!(
+            "process memory: {} present, {} untouched skipped, {} swapped out and read back in",
+            got.present, got.untouched, got.swapped
+        );
+        if got.unreadable > 0 {
+            kind.push_str(&format!(", {} unreadable skipped", got.unreadable));
+        }
+        let label = format!("pid {pid}");
+        let described = format!("{label} ({} anonymous mappings)", got.regions.len());
+        self.part(label, kind, described, items)
+    }
+}
+
+impl Corpus {
+    /// The inputs at `paths`: files, directories, block devices, pipes,
+    /// FIFOs, `-` (standard input), and (unless `raw`) tar archives and ELF
+    /// core files expanded into their members and segments.
+    pub fn from_paths(paths: &[PathBuf], raw: bool) -> Result<Corpus, Error> {
+        Corpus::from_inputs(paths, &[], raw)
+    }
+
+    /// The inputs at `paths` (as [`Corpus::from_paths`]), then the private
+    /// anonymous memory of each process in `pids`.
+    pub fn from_inputs(paths: &[PathBuf], pids: &[u32], raw: bool) -> Result<Corpus, Error> {
+        let mut b = Builder {
+            items: Vec::new(),
+            parts: Vec::new(),
+            described: Vec::new(),
+            spool: None,
+        };
+        for path in paths {
+            b.path(path, raw)?;
+        }
+        for &pid in pids {
+            b.pid(pid)?;
+        }
+        let mut c = Corpus {
+            items: b.items,
+            description: String::new(),
+            parts: b.parts,
+        };
+        c.description = format!("{}: {}", human(c.bytes()), b.described.join(", "));
         Ok(c)
+    }
+
+    /// One line saying what was read, in pages of `page_size` bytes, by
+    /// input: `read 65536 pages of 4 KiB: 65536 from linux.bin (file)`.
+    pub fn read_line(&self, page_size: usize) -> String {
+        let ps = page_size as u64;
+        let parts: Vec<String> = self
+            .parts
+            .iter()
+            .map(|p| {
+                let pages: u64 = self.items[p.first..p.first + p.count]
+                    .iter()
+                    .map(|i| i.len.div_ceil(ps))
+                    .sum();
+                format!("{pages} from {} ({})", p.label, p.kind)
+            })
+            .collect();
+        format!(
+            "read {} pages of {} KiB: {}",
+            self.pages(page_size),
+            page_size / 1024,
+            parts.join(", ")
+        )
     }
 
     /// The built-in default: about `limit` bytes of regular files, a third
@@ -320,7 +678,9 @@ impl Corpus {
         let mut items = Vec::new();
         let mut total = 0u64;
         let mut used = Vec::new();
+        let mut parts = Vec::new();
         for (k, root) in ROOTS.iter().enumerate() {
+            let first = items.len();
             let budget = (limit - total) / (ROOTS.len() - k) as u64;
             let root = Path::new(root);
             let (mut n, mut taken) = (0, 0u64);
@@ -346,6 +706,12 @@ impl Corpus {
             total += taken;
             if n > 0 {
                 used.push(format!("{} ({n} files)", root.display()));
+                parts.push(Part {
+                    label: root.display().to_string(),
+                    kind: format!("built-in default corpus, {n} files"),
+                    first,
+                    count: n,
+                });
             }
         }
         if items.is_empty() {
@@ -361,13 +727,21 @@ impl Corpus {
                 human(total),
                 used.join(", ")
             ),
+            parts,
         })
     }
 
     /// A corpus of in-memory items (`(name, buffer, len)`: the first `len`
     /// bytes of the buffer), for experiments.
     pub fn from_buffers(items: Vec<(String, Arc<[u8]>, u64)>, description: String) -> Corpus {
+        let parts = vec![Part {
+            label: description.clone(),
+            kind: format!("in memory, {} items", items.len()),
+            first: 0,
+            count: items.len(),
+        }];
         Corpus {
+            parts,
             items: items
                 .into_iter()
                 .map(|(name, bytes, len)| Item {
@@ -417,19 +791,7 @@ impl Corpus {
         let mut page = vec![0u8; page_size];
         let mut index = 0u64;
         for item in &self.items {
-            let mut reader: Box<dyn Read> = match &item.source {
-                Source::File(p) => Box::new(BufReader::with_capacity(
-                    1 << 20,
-                    File::open(p).map_err(|e| io_err(p, e))?,
-                )),
-                Source::Range { path, offset } => {
-                    let mut file = File::open(path).map_err(|e| io_err(path, e))?;
-                    file.seek(SeekFrom::Start(*offset))
-                        .map_err(|e| io_err(path, e))?;
-                    Box::new(BufReader::with_capacity(1 << 20, file))
-                }
-                Source::Bytes(b) => Box::new(&b[..]),
-            };
+            let mut reader = item.reader()?;
             let mut left = item.len;
             while left > 0 {
                 let want = left.min(page_size as u64) as usize;
@@ -465,6 +827,21 @@ mod tests {
         b256[11] = 5;
         assert_eq!(octal(&b256), Some(5));
         assert_eq!(octal(b"zz"), None);
+    }
+
+    #[test]
+    fn inputs_read_raw_are_their_exact_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        let bytes: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
+        std::fs::write(&a, &bytes).unwrap();
+        std::fs::write(&b, b"").unwrap();
+        assert_eq!(read_input(&a).unwrap(), bytes);
+        assert!(read_input(&b)
+            .unwrap_err()
+            .to_string()
+            .contains("yields no pages"));
+        assert!(is_rereadable(&a) && !is_rereadable(dir.path()));
     }
 
     #[test]

@@ -2,7 +2,10 @@
 //!
 //! This crate owns the data the measurements run on, the engines that run
 //! them and the reports they print:
-//! - [`corpus`]: input data laid out page by page (files, trees, tar members);
+//! - [`corpus`]: input data laid out page by page, opened by kind (files,
+//!   trees, tar members, block devices, pipes, FIFOs, standard input, ELF
+//!   core segments via [`elf_core`], a process's memory via
+//!   [`process_memory`]);
 //! - [`store_spec`]: the store flags (`--alloc`, `--comp`, `--page-size`, ...)
 //!   and the configurations they expand to;
 //! - [`replay`]: the stage engine (fill, discard, compact, verify) that
@@ -14,6 +17,7 @@
 //!   the store is measured against;
 //! - `plot` (feature `plot`), [`ministat`], [`rng`]: figures, Student's t, the
 //!   seeded generator;
+//! - [`flags`]: the value parsers of numeric flags, each with its range;
 //! - [`output`] and [`mod@error`]: the `--format table|json` option, report
 //!   writing, and the error a run ends with.
 //!
@@ -26,14 +30,17 @@
 
 pub mod bench;
 pub mod corpus;
+pub mod elf_core;
 pub mod error;
 #[cfg(feature = "plot")]
 pub mod exp;
+pub mod flags;
 pub mod kernel_zram;
 pub mod ministat;
 pub mod output;
 #[cfg(feature = "plot")]
 pub mod plot;
+pub mod process_memory;
 pub mod replay;
 pub mod rng;
 pub mod store_spec;

@@ -40,18 +40,20 @@ pub struct StoreArgs {
     /// zsmalloc mode(s): default or kernel-compat.
     #[arg(long, value_delimiter = ',', default_values_t = [Mode::Default])]
     pub mode: Vec<Mode>,
-    /// zsmalloc pages per zspage (1..16); default: the mode's.
-    #[arg(long, value_delimiter = ',')]
+    /// zsmalloc pages per zspage (1 to 16); default: the mode's.
+    #[arg(long, value_delimiter = ',', value_parser = crate::flags::whole::<u32>(1, MAX_CHAIN))]
     pub chain: Vec<u32>,
-    /// zsmalloc class step in bytes; default: the mode's.
-    #[arg(long, value_delimiter = ',')]
+    /// zsmalloc class step in bytes (a multiple of 8 from 8 to the page
+    /// size); default: the mode's.
+    #[arg(long, value_delimiter = ',', value_parser = parse_delta)]
     pub delta: Vec<u32>,
     /// zsmalloc: do not merge size classes (the class-merging experiment,
     /// seed 003, compares both).
     #[arg(long)]
     pub no_merge: bool,
-    /// Memory limit (mem_limit) per store, e.g. 64M; 0 for none.
-    #[arg(long, value_parser = parse_size, default_value = "0")]
+    /// Memory limit (mem_limit) per store, e.g. 64M; 0 for none (the only
+    /// flag here where 0 is valid), at most 1T.
+    #[arg(long, value_parser = crate::flags::size(0, 1 << 40), default_value = "0")]
     pub mem_limit: u64,
 }
 
@@ -76,6 +78,23 @@ pub struct StoreSpec {
     pub merge: bool,
     /// Memory limit in bytes (0: none).
     pub mem_limit: u64,
+}
+
+/// The longest zspage chain zsmalloc takes (pages per zspage).
+pub const MAX_CHAIN: u32 = 16;
+
+/// The largest page size, and so the largest class step.
+const MAX_PAGE_SIZE: u32 = 65536;
+
+/// Parses a class step: a multiple of 8 bytes from 8 to 65536 (at most the
+/// page size, which the store checks with the page size it is paired with).
+pub fn parse_delta(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(d) if d > 0 && d % 8 == 0 && d <= MAX_PAGE_SIZE && !s.trim().starts_with('+') => Ok(d),
+        _ => Err(format!(
+            "'{s}' is not a class step: a multiple of 8 from 8 to {MAX_PAGE_SIZE} bytes"
+        )),
+    }
 }
 
 /// Parses a size with an optional K/M/G/T suffix (powers of 1024).

@@ -25,14 +25,14 @@ pub enum ClassesFormat {
 /// Arguments of `zmem classes`.
 #[derive(Args, Debug)]
 pub struct ClassesArgs {
-    /// Page size in bytes: 4096, 8192, 16384, 32768 or 65536.
-    #[arg(long, default_value_t = 4096)]
+    /// Page size in bytes: 4096, 8192, 16384, 32768 or 65536 (or 4K ... 64K).
+    #[arg(long, default_value_t = 4096, value_parser = parse_page_size)]
     page_size: u32,
     /// Most pages per zspage (CONFIG_ZSMALLOC_CHAIN_SIZE), 1 to 16.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = lab::flags::whole::<u32>(1, 16))]
     chain: u32,
     /// Class step: `legacy` (max(PAGE_SIZE>>8, 16)) or a multiple of 8 in bytes.
-    #[arg(long, default_value = "legacy", value_parser = parse_delta)]
+    #[arg(long, value_name = "BYTES|legacy", default_value = "legacy", value_parser = parse_delta)]
     delta: ClassDelta,
     /// Pages-per-zspage rule: min-waste (kernel >= 6.3), used-percent (< 6.3), balanced (a longer
     /// chain only for a large cut in waste; proposed with seed 002).
@@ -50,9 +50,22 @@ pub struct ClassesArgs {
     json: bool,
 }
 
+fn parse_page_size(s: &str) -> Result<u32, String> {
+    lab::store_spec::parse_page_size(s).map(|n| n as u32)
+}
+
+/// `legacy` or a multiple of 8 bytes from 8 to the largest page size (a
+/// step larger than `--page-size` itself is refused with the geometry).
 fn parse_delta(s: &str) -> Result<ClassDelta, String> {
-    s.parse()
-        .map_err(|e: zsmalloc::GeometryError| e.to_string())
+    let delta: ClassDelta = s
+        .parse()
+        .map_err(|e: zsmalloc::GeometryError| e.to_string())?;
+    match delta {
+        ClassDelta::Fixed(d) if d > 65536 => Err(format!(
+            "class delta {d} is not a multiple of 8 from 8 to 65536 (the largest page size)"
+        )),
+        _ => Ok(delta),
+    }
 }
 
 fn parse_rule(s: &str) -> Result<ChainRule, String> {

@@ -14,7 +14,7 @@ use clap::Args;
 use lab::corpus::Corpus;
 use lab::output::{write_json, write_stdout, Format, FormatArg};
 use lab::replay::{stage_table, Replay, Stage};
-use lab::store_spec::{parse_size, StoreArgs, StoreSpec};
+use lab::store_spec::{StoreArgs, StoreSpec};
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -22,20 +22,27 @@ use crate::error::CliError;
 /// Arguments of `zmem replay`.
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
-    /// Files, directories or tar archives. None: a built-in default corpus
-    /// of real files from /usr (see --default-size).
+    /// Files, directories, tar archives, ELF core files, block devices,
+    /// pipes, FIFOs, or - for standard input. None (and no --pid): a
+    /// built-in default corpus of real files from /usr (see --default-size).
     paths: Vec<PathBuf>,
+    /// Also replay the private anonymous memory (heap, stacks, anonymous
+    /// mappings) of process PID: its touched pages, read through
+    /// /proc/PID/mem (needs ptrace access to it, or CAP_SYS_PTRACE).
+    #[arg(long, value_name = "PID", value_parser = lab::flags::whole::<u32>(1, PID_MAX))]
+    pid: Vec<u32>,
     #[command(flatten)]
     store: StoreArgs,
-    /// Store tar archives as raw bytes instead of their members' files.
+    /// Store tar archives and ELF core files as raw bytes instead of their
+    /// members' files and their memory segments.
     #[arg(long)]
     raw: bool,
     /// After the fill, discard this fraction of the pages (0..=1), chosen
     /// with --seed.
-    #[arg(long, value_parser = parse_fraction)]
+    #[arg(long, value_parser = lab::flags::real(0.0, 1.0, false))]
     free_fraction: Option<f64>,
-    /// Seed of the --free-fraction choice.
-    #[arg(long, default_value_t = 1)]
+    /// Seed of the --free-fraction choice (any whole number, 0 too).
+    #[arg(long, default_value_t = 1, value_parser = lab::flags::whole::<u64>(0, u64::MAX))]
     seed: u64,
     /// After the fill, discard the page indexes in FILE (one per line, in
     /// units of each store's page size, applied in file order).
@@ -51,8 +58,8 @@ pub struct ReplayArgs {
     /// Do not read back and verify every page at the end.
     #[arg(long)]
     no_verify: bool,
-    /// Size of the built-in default corpus.
-    #[arg(long, value_parser = parse_size, default_value = "64M")]
+    /// Size of the built-in default corpus (4K to 1T).
+    #[arg(long, value_parser = lab::flags::size(4096, 1 << 40), default_value = "64M")]
     default_size: u64,
     #[command(flatten)]
     format: FormatArg,
@@ -62,14 +69,8 @@ pub struct ReplayArgs {
     quiet: bool,
 }
 
-fn parse_fraction(s: &str) -> Result<f64, String> {
-    let f: f64 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
-    if (0.0..=1.0).contains(&f) {
-        Ok(f)
-    } else {
-        Err(format!("{f} is not a fraction from 0 to 1"))
-    }
-}
+/// The largest process ID Linux allows (PID_MAX_LIMIT, 2^22).
+const PID_MAX: u32 = 1 << 22;
 
 fn read_page_list(path: &PathBuf) -> Result<Vec<u64>, CliError> {
     let text = std::fs::read_to_string(path)
@@ -93,6 +94,7 @@ fn read_page_list(path: &PathBuf) -> Result<Vec<u64>, CliError> {
 #[derive(Serialize)]
 struct Report<'a> {
     corpus: &'a str,
+    read: String,
     corpus_bytes: u64,
     configs: &'a [StoreSpec],
     stages: &'a [Stage],
@@ -102,11 +104,12 @@ struct Report<'a> {
 /// Runs `zmem replay`.
 pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
     let specs = args.store.specs()?;
-    let corpus = if args.paths.is_empty() {
+    let corpus = if args.paths.is_empty() && args.pid.is_empty() {
         Corpus::default_corpus(args.default_size)?
     } else {
-        Corpus::from_paths(&args.paths, args.raw)?
+        Corpus::from_inputs(&args.paths, &args.pid, args.raw)?
     };
+    let read = corpus.read_line(specs[0].page_size);
     let listed = match &args.discard_pages {
         Some(p) => Some(read_page_list(p)?),
         None => None,
@@ -114,7 +117,10 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
     let progress = !args.quiet && std::io::stderr().is_terminal();
     let mut replay = Replay::new(specs.clone(), corpus, progress)?;
     if args.format.get() == Format::Table {
-        write_stdout(&format!("corpus: {}\n", replay.corpus().description))?;
+        write_stdout(&format!(
+            "{read}\ncorpus: {}\n",
+            replay.corpus().description
+        ))?;
     }
     let mut stages = Vec::new();
     let emit = |stage: &Stage| -> Result<(), CliError> {
@@ -168,6 +174,7 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
         Format::Json => {
             let report = Report {
                 corpus: &replay.corpus().description,
+                read,
                 corpus_bytes: replay.corpus().bytes(),
                 configs: &specs,
                 stages: &stages,

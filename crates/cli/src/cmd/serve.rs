@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use lab::store_spec::{parse_size, StoreArgs, StoreSpec};
+use lab::store_spec::{StoreArgs, StoreSpec};
 use log::{error, info, LevelFilter};
 use nbd::{Config, ListenAddr, Server};
 use serve::paths::{ctl_path_for, default_dir, default_socket, ensure_private_dir, tcp_ctl_path};
@@ -70,10 +70,11 @@ pub struct ServeArgs {
     config: Option<PathBuf>,
     /// An export NAME, or NAME:SIZE (repeatable; default one per store
     /// configuration, zram0, zram1, ...).
-    #[arg(long = "export", value_name = "NAME[:SIZE]")]
+    #[arg(long = "export", value_name = "NAME[:SIZE]", value_parser = check_export)]
     exports: Vec<String>,
-    /// Size of each export that does not give its own (K, M, G, T suffixes).
-    #[arg(long, value_parser = parse_size, default_value = "1G")]
+    /// Size of each export that does not give its own (K, M, G, T suffixes;
+    /// 4K to 1T).
+    #[arg(long, value_parser = lab::flags::size(EXPORT_MIN, EXPORT_MAX), default_value = "1G")]
     size: u64,
     #[command(flatten)]
     store: StoreArgs,
@@ -99,20 +100,20 @@ pub struct ServeArgs {
     metrics: Option<SocketAddr>,
     /// Request worker threads per connection (default: one per CPU, at
     /// most 4).
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+    #[arg(long, value_parser = lab::flags::whole::<u16>(1, 64))]
     workers: Option<u16>,
     /// Seconds a client may take to finish the NBD handshake before it is
     /// closed (as qemu-nbd's --handshake-limit; default 10).
-    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..=3600))]
+    #[arg(long, value_name = "SECONDS", value_parser = lab::flags::whole::<u32>(1, 3600))]
     handshake_limit: Option<u32>,
     /// Clients past the handshake served at once (default 64); a client
     /// beyond it is closed with a log line saying why.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    #[arg(long, value_name = "N", value_parser = lab::flags::whole::<u32>(1, 4096))]
     max_connections: Option<u32>,
     /// Clients in the handshake at once (default 64), counted apart so that
     /// stalled handshakes never lock out clients that finished theirs; when
     /// full, the client that has negotiated longest is closed.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    #[arg(long, value_name = "N", value_parser = lab::flags::whole::<u32>(1, 4096))]
     max_handshakes: Option<u32>,
     /// Log level: off, error, warn, info, debug, trace (default: $ZMEM_LOG
     /// or info).
@@ -125,18 +126,34 @@ fn parse_level(s: &str) -> Result<LevelFilter, String> {
         .map_err(|_| format!("'{s}' is not a log level (off, error, warn, info, debug, trace)"))
 }
 
+/// The smallest export: one page of the smallest page size.
+const EXPORT_MIN: u64 = 4096;
+/// The largest export (its slot table alone takes 4 GiB at 4 KiB pages).
+const EXPORT_MAX: u64 = 1 << 40;
+
 /// Splits `NAME[:SIZE]`: a colon starts the size, so a name has none, and
-/// what follows it must be a size above zero.
+/// what follows it must be a size from 4K to 1T.
 fn parse_export(s: &str, default_size: u64) -> Result<(String, u64), CliError> {
     let Some((name, size)) = s.split_once(':') else {
         return Ok((s.to_string(), default_size));
     };
-    match parse_size(size) {
-        Ok(0) => Err(CliError::Usage(format!("--export {s}: size 0"))),
+    match lab::flags::size(EXPORT_MIN, EXPORT_MAX)(size) {
         Ok(bytes) => Ok((name.to_string(), bytes)),
         Err(e) => Err(CliError::Usage(format!(
             "--export {s}: {e} (NAME[:SIZE]; a name has no colon)"
         ))),
+    }
+}
+
+/// The `--export` value parser: checks `NAME[:SIZE]` when the arguments
+/// are parsed, keeping the text for [`parse_export`].
+fn check_export(s: &str) -> Result<String, String> {
+    match parse_export(s, EXPORT_MIN) {
+        Ok(_) => Ok(s.to_string()),
+        Err(CliError::Usage(e) | CliError::Failed(e)) => Err(e
+            .strip_prefix(&format!("--export {s}: "))
+            .unwrap_or(&e)
+            .to_string()),
     }
 }
 

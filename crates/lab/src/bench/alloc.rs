@@ -41,8 +41,9 @@ pub struct AllocArgs {
     /// Linux source tar and system binaries made by scripts/make-corpus.
     #[arg(long = "data")]
     data: Vec<PathBuf>,
-    /// Thread counts to run the churn with.
-    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2])]
+    /// Thread counts to run the churn with (1 to 1024 each).
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2],
+          value_parser = crate::flags::whole_usize(1, 1024))]
     threads: Vec<usize>,
     /// Allocators to compare (default: all built in).
     #[arg(long, value_delimiter = ',')]
@@ -97,7 +98,14 @@ fn parent(args: &AllocArgs) -> Result<(), Error> {
         args.data.clone()
     };
     for d in &data {
-        if !d.is_file() {
+        if d.as_os_str() == "-" || (d.exists() && !crate::corpus::is_rereadable(d)) {
+            return Err(Error::Usage(format!(
+                "--data {}: not a file or block device; each worker reads the data set again, \
+                 so save a stream to a file first",
+                d.display()
+            )));
+        }
+        if !crate::corpus::is_rereadable(d) {
             return Err(Error::Failed(format!(
                 "{} is missing: make the data sets with scripts/make-corpus (Debian's linux-source-6.1 and /usr)",
                 d.display()

@@ -33,19 +33,20 @@ pub struct ReadLatencyArgs {
     /// Data file whose lz4-compressed 4 KiB pages are the objects.
     #[arg(long)]
     data: Option<PathBuf>,
-    /// Seconds per phase.
-    #[arg(long, default_value_t = 3.0)]
+    /// Seconds per phase (above 0, at most 3600).
+    #[arg(long, default_value_t = 3.0, value_parser = crate::flags::real(0.0, 3600.0, true))]
     seconds: f64,
     /// Pool mode.
     #[arg(long, default_value = "kernel-compat", value_parser = parse_mode)]
     mode: Mode,
     /// Bound of the page source's cache of freed zspages, in KiB (0: every
-    /// freed zspage goes back to the OS at once; default: the pages crate's).
-    #[arg(long)]
-    page_cache_kib: Option<usize>,
-    /// Bound of that cache while compaction runs, in KiB (default: the
+    /// freed zspage goes back to the OS at once; at most 64 GiB; default: the
     /// pages crate's).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::flags::whole_usize(0, 1 << 26))]
+    page_cache_kib: Option<usize>,
+    /// Bound of that cache while compaction runs, in KiB (0: none held; at
+    /// most 64 GiB; default: the pages crate's).
+    #[arg(long, value_parser = crate::flags::whole_usize(0, 1 << 26))]
     page_hold_kib: Option<usize>,
     #[command(flatten)]
     format: FormatArg,
@@ -149,7 +150,7 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), Error> {
         .data
         .clone()
         .unwrap_or_else(|| default_data().remove(0));
-    if !path.is_file() {
+    if !path.exists() {
         return Err(Error::Failed(format!(
             "{} is missing: make the data sets with scripts/make-corpus",
             path.display()

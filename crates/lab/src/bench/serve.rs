@@ -47,8 +47,8 @@ pub struct ServeBenchArgs {
     /// scripts/make-corpus).
     #[arg(long = "data")]
     data: Vec<PathBuf>,
-    /// Repetitions per server (medians are shown).
-    #[arg(long, default_value_t = 3)]
+    /// Repetitions per server (medians are shown; 1 to 100).
+    #[arg(long, default_value_t = 3, value_parser = crate::flags::whole_usize(1, 100))]
     runs: usize,
     /// Configurations to run: zstd32k, lz4-4k (default both).
     #[arg(long, value_delimiter = ',')]
@@ -58,8 +58,9 @@ pub struct ServeBenchArgs {
     #[arg(long, default_value = "", allow_hyphen_values = true)]
     zmem_flags: String,
     /// Seconds to wait after a client ends before reading VmRSS (both
-    /// servers; zmem gives idle request buffers back after 0.25-0.5 s).
-    #[arg(long, default_value_t = 1.0)]
+    /// servers; zmem gives idle request buffers back after 0.25-0.5 s; 0 to
+    /// 60, 0 reads at once).
+    #[arg(long, default_value_t = 1.0, value_parser = crate::flags::real(0.0, 60.0, false))]
     settle: f64,
     #[command(flatten)]
     format: FormatArg,
@@ -504,12 +505,8 @@ pub fn run(args: &ServeBenchArgs) -> Result<(), Error> {
     let mut samples = Vec::new();
     let mut ceilings = Vec::new();
     for file in &files {
-        let data = std::fs::read(file).map_err(|e| {
-            failed(format!(
-                "{}: {e} (make the data sets with scripts/make-corpus)",
-                file.display()
-            ))
-        })?;
+        let data = crate::corpus::read_input(file)
+            .map_err(|e| failed(format!("{e} (make the data sets with scripts/make-corpus)")))?;
         for setup in &setups {
             if let Some(comp) = setup.ceiling {
                 let cpu = compress_cpu_s(comp, &data, setup.page as usize)?;

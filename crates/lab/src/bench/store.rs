@@ -27,7 +27,7 @@ use crate::kernel_zram::{KernelZram, PageBuffer};
 
 use crate::corpus::Corpus;
 use crate::output::{write_stdout, Format, FormatArg};
-use crate::store_spec::{parse_size, StoreArgs, StoreSpec};
+use crate::store_spec::{StoreArgs, StoreSpec};
 use crate::Error;
 
 /// Arguments of `zmem bench store`.
@@ -37,11 +37,11 @@ pub struct StoreBenchArgs {
     paths: Vec<PathBuf>,
     #[command(flatten)]
     store: StoreArgs,
-    /// Bytes of input used.
-    #[arg(long, value_parser = parse_size, default_value = "64M")]
+    /// Bytes of input used (4K to 1T).
+    #[arg(long, value_parser = crate::flags::size(4096, 1 << 40), default_value = "64M")]
     size: u64,
-    /// Rounds; each figure is the median.
-    #[arg(long, default_value_t = 5)]
+    /// Rounds; each figure is the median (1 to 1000).
+    #[arg(long, default_value_t = 5, value_parser = crate::flags::whole_usize(1, 1000))]
     rounds: usize,
     #[command(flatten)]
     format: FormatArg,

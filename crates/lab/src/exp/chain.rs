@@ -23,7 +23,7 @@ use crate::corpus::{self, Corpus};
 use crate::output::FormatArg;
 use crate::plot::Series;
 use crate::replay::Replay;
-use crate::store_spec::{parse_size, StoreSpec};
+use crate::store_spec::StoreSpec;
 use crate::Error;
 
 /// A zmem source file, the fallback test text.
@@ -36,20 +36,21 @@ pub struct ChainArgs {
     /// the Linux source tar, else a built-in source file).
     #[arg(long)]
     source: Option<PathBuf>,
-    /// Times the source is repeated.
-    #[arg(long, default_value_t = 200)]
+    /// Times the source is repeated (1 to 100000).
+    #[arg(long, default_value_t = 200, value_parser = crate::flags::whole_usize(1, 100_000))]
     repeat: usize,
-    /// Rounds of files.
-    #[arg(long, default_value_t = 3)]
+    /// Rounds of files (1 to 1000).
+    #[arg(long, default_value_t = 3, value_parser = crate::flags::whole::<u32>(1, 1000))]
     rounds: u32,
-    /// Files are shorter than this.
-    #[arg(long, value_parser = parse_size, default_value = "1M")]
+    /// Files are shorter than this (1 to 1G).
+    #[arg(long, value_parser = crate::flags::size(1, 1 << 30), default_value = "1M")]
     max_size: u64,
-    /// Step between file sizes.
-    #[arg(long, value_parser = parse_size, default_value = "512")]
+    /// Step between file sizes (1 to 1G).
+    #[arg(long, value_parser = crate::flags::size(1, 1 << 30), default_value = "512")]
     step: u64,
-    /// Chain sizes (most pages per zspage) compared.
-    #[arg(long, value_delimiter = ',', default_values_t = [4u32, 5, 6, 8])]
+    /// Chain sizes (most pages per zspage, 1 to 16) compared.
+    #[arg(long, value_delimiter = ',', default_values_t = [4u32, 5, 6, 8],
+          value_parser = crate::flags::whole::<u32>(1, crate::store_spec::MAX_CHAIN))]
     chains: Vec<u32>,
     /// Compressor.
     #[arg(long, default_value = "lz4")]
@@ -76,10 +77,7 @@ struct ChainRow {
 fn source_text(args: &ChainArgs) -> Result<(Vec<u8>, String), Error> {
     if let Some(p) = &args.source {
         let data =
-            std::fs::read(p).map_err(|e| Error::Usage(format!("--source {}: {e}", p.display())))?;
-        if data.is_empty() {
-            return Err(Error::Usage(format!("--source {} is empty", p.display())));
-        }
+            crate::corpus::read_input(p).map_err(|e| Error::Usage(format!("--source {e}")))?;
         return Ok((data, p.display().to_string()));
     }
     let tar = std::path::Path::new(corpus::LINUX_TAR);

@@ -31,11 +31,11 @@ use crate::Error;
 /// Arguments of `zmem exp compaction`.
 #[derive(Args, Debug)]
 pub struct CompactionArgs {
-    /// Seed of the fragmentation generator.
-    #[arg(long, default_value_t = 1)]
+    /// Seed of the fragmentation generator (any whole number, 0 too).
+    #[arg(long, default_value_t = 1, value_parser = crate::flags::whole::<u64>(0, u64::MAX))]
     seed: u64,
     /// Zspages' worth of objects allocated per class before the frees.
-    #[arg(long = "zspages", default_value_t = 128, value_parser = clap::value_parser!(u32).range(2..=4096))]
+    #[arg(long = "zspages", default_value_t = 128, value_parser = crate::flags::whole::<u32>(2, 4096))]
     zspages: u32,
     #[command(flatten)]
     format: FormatArg,

@@ -79,26 +79,26 @@ pub struct LatencyArgs {
     #[arg(long, conflicts_with = "data")]
     synthetic: bool,
     /// Pages (and zram slots) in the workload.
-    #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u64).range(64..=16_777_216))]
+    #[arg(long, default_value_t = 65536, value_parser = crate::flags::whole::<u64>(64, 16_777_216))]
     pages: u64,
     /// Operations in the timed phase, per allocator and round.
-    #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u64).range(1000..))]
+    #[arg(long, default_value_t = 2_000_000, value_parser = crate::flags::whole::<u64>(1000, u64::MAX))]
     ops: u64,
     /// Rounds (allocators take turns; histograms merge).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    #[arg(long, default_value_t = 1, value_parser = crate::flags::whole::<u32>(1, 100))]
     rounds: u32,
-    /// Bytes per page.
-    #[arg(long, default_value_t = 4096)]
+    /// Bytes per page: 4096, 8192, 16384, 32768 or 65536 (or 4K ... 64K).
+    #[arg(long, default_value_t = 4096, value_parser = parse_page_size)]
     page_size: usize,
     /// Compressor (as zram's comp_algorithm: lzo-rle, lzo, lz4, lz4hc, zstd, deflate).
     #[arg(long, default_value = "lz4")]
     comp: String,
     /// Milliseconds between the background thread's compactions (0: no
-    /// compaction).
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    /// compaction; the only flag here where 0 is valid, with --seed).
+    #[arg(long, default_value_t = 20, value_parser = crate::flags::whole::<u64>(0, 60_000))]
     compact_ms: u64,
-    /// Seed of the workload.
-    #[arg(long, default_value_t = 4)]
+    /// Seed of the workload (any whole number, 0 too).
+    #[arg(long, default_value_t = 4, value_parser = crate::flags::whole::<u64>(0, u64::MAX))]
     seed: u64,
     #[command(flatten)]
     format: FormatArg,
@@ -252,6 +252,11 @@ fn failed(e: impl std::fmt::Display) -> Error {
     Error::Failed(e.to_string())
 }
 
+/// `--page-size`: one of the sizes zsmalloc's geometry takes.
+fn parse_page_size(s: &str) -> Result<usize, String> {
+    crate::store_spec::parse_page_size(s).map(|n| n as usize)
+}
+
 fn default_data() -> PathBuf {
     std::env::var_os("ZMEM_DATA")
         .map_or_else(|| PathBuf::from("/var/tmp/zmem-data"), PathBuf::from)
@@ -338,8 +343,7 @@ fn load_objects(args: &LatencyArgs, limit: usize) -> Result<(String, Objects, u6
     };
     let mut raw_pages: Box<dyn Iterator<Item = Vec<u8>>> = match &path {
         Some(p) => {
-            let data = std::fs::read(p)
-                .map_err(|e| failed(format!("cannot read {}: {e}", p.display())))?;
+            let data = crate::corpus::read_input(p)?;
             let pages: Vec<Vec<u8>> = data
                 .chunks_exact(ps)
                 .take(args.pages as usize)

@@ -33,10 +33,10 @@ pub struct MergeArgs {
     #[arg(long, default_value = corpus::LINUX_TAR)]
     tar: PathBuf,
     /// zsmalloc chain of the kernel-compat stores (the patch's kernel had 4).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=16))]
+    #[arg(long, default_value_t = 4, value_parser = crate::flags::whole::<u32>(1, crate::store_spec::MAX_CHAIN))]
     chain: u32,
-    /// Directories to remove, largest first.
-    #[arg(long, default_value_t = 10)]
+    /// Directories to remove, largest first (1 to 1000).
+    #[arg(long, default_value_t = 10, value_parser = crate::flags::whole_usize(1, 1000))]
     dirs: usize,
     /// Compressor.
     #[arg(long, default_value = "lz4")]

@@ -1,0 +1,167 @@
+//! Value parsers for numeric flags: whole numbers, sizes and real numbers,
+//! each within a range, whose error names the range.
+//!
+//! Every numeric flag of every subcommand takes one of these (or
+//! [`crate::store_spec::parse_page_size`]), so zero, negative, overflowing,
+//! non-numeric and out-of-range values are refused while the arguments are
+//! parsed, with one line that clap prefixes with the flag's name, e.g.
+//! `error: invalid value '17' for '--chain <CHAIN>': 17 is not a whole
+//! number from 1 to 16`. This module only parses text; it knows nothing of
+//! what the numbers mean.
+
+use std::fmt::Display;
+
+use crate::store_spec::parse_size;
+
+/// The accepted range of a whole number, in words.
+fn range_words(lo: u64, hi: u64) -> String {
+    if hi == u64::MAX {
+        format!("a whole number of at least {lo}")
+    } else {
+        format!("a whole number from {lo} to {hi}")
+    }
+}
+
+/// A parser of whole numbers in `lo..=hi` (decimal digits only: no sign,
+/// no suffix), of any unsigned type `lo` and `hi` convert from.
+pub fn whole<T>(lo: T, hi: T) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
+where
+    T: Into<u64> + TryFrom<u64> + Copy + Send + Sync + 'static,
+{
+    let (lo64, hi64) = (lo.into(), hi.into());
+    move |s: &str| {
+        let t = s.trim();
+        let n = if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+            t.parse::<u64>().ok()
+        } else {
+            None
+        };
+        match n {
+            Some(n) if (lo64..=hi64).contains(&n) => {
+                T::try_from(n).map_err(|_| format!("'{s}' is not {}", range_words(lo64, hi64)))
+            }
+            _ => Err(format!("'{s}' is not {}", range_words(lo64, hi64))),
+        }
+    }
+}
+
+/// A parser of whole `usize` numbers in `lo..=hi`.
+pub fn whole_usize(
+    lo: usize,
+    hi: usize,
+) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync + 'static {
+    let inner = whole::<u64>(lo as u64, hi as u64);
+    move |s: &str| inner(s).map(|n| n as usize)
+}
+
+/// Bytes in words: `4096`, `4K`, `1G`.
+fn size_words(n: u64) -> String {
+    for (shift, suffix) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
+        if n >= 1 << shift && n % (1 << shift) == 0 {
+            return format!("{}{suffix}", n >> shift);
+        }
+    }
+    n.to_string()
+}
+
+/// A parser of sizes in bytes (digits with an optional K, M, G or T
+/// suffix, powers of 1024) in `lo..=hi`.
+pub fn size(
+    lo: u64,
+    hi: u64,
+) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    move |s: &str| {
+        let accepted = format!(
+            "a size from {} to {} (bytes, or with a K, M, G or T suffix)",
+            size_words(lo),
+            size_words(hi)
+        );
+        match parse_size(s) {
+            Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+            _ => Err(format!("'{s}' is not {accepted}")),
+        }
+    }
+}
+
+/// A parser of real numbers in `lo..=hi` (finite; `lo` itself excluded
+/// when `open_low`).
+pub fn real(
+    lo: f64,
+    hi: f64,
+    open_low: bool,
+) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync + 'static {
+    move |s: &str| {
+        let accepted = if open_low {
+            format!("a number above {} and at most {}", Num(lo), Num(hi))
+        } else {
+            format!("a number from {} to {}", Num(lo), Num(hi))
+        };
+        match s.trim().parse::<f64>() {
+            Ok(x) if x.is_finite() && x <= hi && (x > lo || (!open_low && x == lo)) => Ok(x),
+            _ => Err(format!("'{s}' is not {accepted}")),
+        }
+    }
+}
+
+/// A number printed without a trailing `.0`.
+struct Num(f64);
+
+impl Display for Num {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.fract() == 0.0 && self.0.abs() < 1e15 {
+            write!(f, "{}", self.0 as i64)
+        } else {
+            write!(f, "{}", self.0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_numbers_keep_to_their_range() {
+        let chain = whole::<u32>(1, 16);
+        assert_eq!(chain("16"), Ok(16));
+        for bad in [
+            "0",
+            "17",
+            "-1",
+            "+3",
+            "",
+            "abc",
+            "18446744073709551616",
+            "1.5",
+            "4K",
+        ] {
+            let e = chain(bad).unwrap_err();
+            assert!(e.contains("from 1 to 16"), "{bad}: {e}");
+        }
+        let seed = whole::<u64>(0, u64::MAX);
+        assert_eq!(seed("0"), Ok(0));
+        assert!(seed("18446744073709551616")
+            .unwrap_err()
+            .contains("at least 0"));
+        assert_eq!(whole_usize(1, 8)("8"), Ok(8));
+    }
+
+    #[test]
+    fn sizes_and_reals_keep_to_their_range() {
+        let s = size(4096, 1 << 40);
+        assert_eq!(s("4K"), Ok(4096));
+        assert_eq!(s("1T"), Ok(1 << 40));
+        for bad in ["0", "4095", "2T", "-1", "", "x", "99999999999T"] {
+            let e = s(bad).unwrap_err();
+            assert!(e.contains("from 4K to 1T"), "{bad}: {e}");
+        }
+        let fraction = real(0.0, 1.0, false);
+        assert_eq!(fraction("0"), Ok(0.0));
+        for bad in ["-0.1", "1.5", "nan", "inf", "", "x"] {
+            assert!(fraction(bad).unwrap_err().contains("from 0 to 1"), "{bad}");
+        }
+        let seconds = real(0.0, 3600.0, true);
+        assert!(seconds("0").is_err());
+        assert_eq!(seconds("0.5"), Ok(0.5));
+    }
+}
