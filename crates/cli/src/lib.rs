@@ -34,6 +34,10 @@ enum Command {
     /// print the kernel's statistics after each stage (the default job: with
     /// no PATH it replays a built-in corpus of real files).
     Replay(Box<cmd::replay::ReplayArgs>),
+    /// Measure every compressor, level and allocator on your own data (a
+    /// file, a block device, a core file, a live process) and say which to
+    /// give zram.
+    Advise(Box<cmd::advise::AdviseArgs>),
     /// Print the zsmalloc size-class table of a configuration.
     Classes(cmd::classes::ClassesArgs),
     /// The experiments of the kernel patches zmem grew from, reproduced.
@@ -115,6 +119,7 @@ pub fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Replay(args) => cmd::replay::run(&args),
+        Command::Advise(args) => cmd::advise::run(&args),
         Command::Classes(args) => cmd::classes::run(&args),
         #[cfg(feature = "lab")]
         Command::Bench(cmd) => cmd::bench::run(&cmd),

@@ -534,8 +534,16 @@ impl Builder {
             }
         }
         if !raw && !block && elf_core::is_core(&head) {
-            let segments = elf_core::segments(path)?;
+            let (segments, missing) = elf_core::segments(path)?;
             let n = segments.len();
+            let kind = if missing == 0 {
+                format!("ELF core, {n} segments")
+            } else {
+                format!(
+                    "ELF core, {n} segments, truncated: {} of its data missing",
+                    human(missing)
+                )
+            };
             let items = segments
                 .into_iter()
                 .map(|s| Item {
@@ -549,8 +557,8 @@ impl Builder {
                 .collect();
             return self.part(
                 label.clone(),
-                format!("ELF core, {n} segments"),
-                format!("{label} (ELF core, {n} segments)"),
+                kind.clone(),
+                format!("{label} ({kind})"),
                 items,
             );
         }

@@ -87,9 +87,12 @@ impl Fields {
 }
 
 /// The `PT_LOAD` segments with file data of the core file at `path`, in
-/// program-header order. A segment that runs past the end of the file (a
-/// truncated core) or a malformed header is an error naming the file.
-pub fn segments(path: &Path) -> Result<Vec<Segment>, Error> {
+/// program-header order, and the bytes of them the file lacks. A truncated
+/// core (a dump cut short, or its first part copied) gives what it holds:
+/// a segment that runs past the end is cut there, one that starts past it
+/// is left out, and the missing bytes are counted. A malformed header is an
+/// error naming the file.
+pub fn segments(path: &Path) -> Result<(Vec<Segment>, u64), Error> {
     let bad = |what: String| {
         Error::Failed(format!(
             "{}: not a usable ELF core file: {what}",
@@ -149,6 +152,7 @@ pub fn segments(path: &Path) -> Result<Vec<Segment>, Error> {
         .ok_or_else(|| bad("program header table too large".into()))?;
     let table = read_at(phoff, table_len)?;
     let mut out = Vec::new();
+    let mut missing = 0u64;
     for entry in table.chunks_exact(usize::from(phentsize)) {
         if f.u32(entry, 0) != PT_LOAD {
             continue;
@@ -165,19 +169,18 @@ pub fn segments(path: &Path) -> Result<Vec<Segment>, Error> {
         if filesz == 0 {
             continue;
         }
-        if offset.checked_add(filesz).is_none_or(|end| end > total) {
-            return Err(bad(format!(
-                "the segment of address {vaddr:#x} ({filesz} bytes at offset {offset}) runs past \
-                 its end ({total} bytes): truncated"
-            )));
+        let present = total.saturating_sub(offset).min(filesz);
+        missing += filesz - present;
+        if present == 0 {
+            continue;
         }
         out.push(Segment {
             vaddr,
             offset,
-            len: filesz,
+            len: present,
         });
     }
-    Ok(out)
+    Ok((out, missing))
 }
 
 #[cfg(test)]
@@ -226,7 +229,8 @@ mod tests {
         let path = dir.path().join("core");
         std::fs::write(&path, &bytes).unwrap();
         assert!(is_core(&bytes));
-        let segs = segments(&path).unwrap();
+        let (segs, missing) = segments(&path).unwrap();
+        assert_eq!(missing, 0);
         let base = 64 + 56 * 4;
         assert_eq!(
             segs,
@@ -243,9 +247,15 @@ mod tests {
                 },
             ]
         );
+        // Cut short: the last segment is cut, a byte is missing.
         std::fs::write(&path, &bytes[..bytes.len() - 1]).unwrap();
-        let e = segments(&path).unwrap_err().to_string();
-        assert!(e.contains("truncated"), "{e}");
+        let (cut, missing) = segments(&path).unwrap();
+        assert_eq!(missing, 1);
+        assert_eq!(cut[1].len, 4095);
+        // Cut before the second segment: it is left out.
+        std::fs::write(&path, &bytes[..(base + 8192) as usize]).unwrap();
+        let (cut, missing) = segments(&path).unwrap();
+        assert_eq!((cut.len(), missing), (1, 4096));
         let mut exec = bytes.clone();
         exec[16] = 2;
         assert!(!is_core(&exec));

@@ -12,6 +12,8 @@
 //!   `zmem replay` and the experiments run;
 //! - `exp` (feature `plot`): the mailing-list experiments, each with a table,
 //!   JSON and a figure;
+//! - [`advise`]: `zmem advise`, every compressor and allocator measured on
+//!   a sample of the user's data, and the advice;
 //! - [`mod@bench`]: the benchmarks (`zmem bench alloc|read-latency|store|serve`);
 //! - [`kernel_zram`]: a hot-added device of the kernel's own zram, the peer
 //!   the store is measured against;
@@ -28,6 +30,7 @@
 //! crate, it sits beside the code that reads it: one place per option set,
 //! no field-by-field copy in the command tree.
 
+pub mod advise;
 pub mod bench;
 pub mod corpus;
 pub mod elf_core;

@@ -4,6 +4,7 @@
 //! (`replay`, `classes`, `serve`, `ctl`) and, with the `lab` feature, the
 //! command trees of `exp` and `bench`, which dispatch to the lab crate.
 
+pub mod advise;
 #[cfg(feature = "lab")]
 pub mod bench;
 pub mod classes;

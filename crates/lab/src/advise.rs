@@ -1,0 +1,836 @@
+//! `zmem advise`: which compressor, level and allocator suit this data, at
+//! what speed and for how much memory, measured on this machine.
+//!
+//! This module owns the measurement and the advice: a seeded sample of the
+//! input's pages ([`Sample`]), every candidate compressor run over it on one
+//! core each (compress and decompress throughput, the compressed bytes),
+//! each candidate's memory in a real store (`mem_used_total` after the
+//! sample is written to a default-mode zsmalloc store, and the 4 KiB random
+//! read latency there), the allocators compared with the two leading
+//! compressors, and primary-plus-recompression pairs for idle pages
+//! estimated from the per-page sizes. It reads pages from a [`Corpus`] and
+//! never writes anywhere but its own stores.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use zcomp::{Algorithm, Compressor, Dictionary, Params};
+use zsmalloc::Mode;
+
+use crate::corpus::Corpus;
+use crate::rng::Rng;
+use crate::store_spec::StoreSpec;
+use crate::Error;
+
+/// Pages a sample takes from one place: runs keep the neighbourhood that
+/// real workloads (and compression units, later) see.
+pub const RUN_PAGES: u64 = 16;
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct AdviseOptions {
+    /// At most this many pages are measured (a whole number of runs).
+    pub sample_pages: u64,
+    /// Seed of the sample's choice of runs.
+    pub seed: u64,
+    /// Worker threads that measure candidates side by side (each candidate
+    /// on one of them, so throughput is one core's).
+    pub threads: usize,
+    /// Random 4 KiB reads timed per candidate.
+    pub latency_reads: usize,
+    /// The page (and compression unit) size.
+    pub page_size: usize,
+}
+
+impl Default for AdviseOptions {
+    fn default() -> Self {
+        AdviseOptions {
+            sample_pages: 16384,
+            seed: 1,
+            threads: 2,
+            latency_reads: 20_000,
+            page_size: 4096,
+        }
+    }
+}
+
+/// The pages measured, contiguous.
+pub struct Sample {
+    /// The pages, `page_size` bytes each.
+    pub bytes: Vec<u8>,
+    /// Page size.
+    pub page_size: usize,
+    /// Pages the input has.
+    pub input_pages: u64,
+    /// How the pages were chosen, in words.
+    pub how: String,
+    /// Pages for training a zstd dictionary: runs the sample did not take
+    /// (about an eighth as many), or, when the sample is the whole input,
+    /// every eighth run of it.
+    pub training: Vec<u8>,
+}
+
+impl Sample {
+    /// Pages in the sample.
+    pub fn pages(&self) -> usize {
+        self.bytes.len() / self.page_size
+    }
+
+    fn page(&self, i: usize) -> &[u8] {
+        &self.bytes[i * self.page_size..(i + 1) * self.page_size]
+    }
+}
+
+/// Takes every page of `corpus` if it has at most `opts.sample_pages`, else
+/// that many in runs of [`RUN_PAGES`] consecutive pages, the runs chosen
+/// uniformly with `opts.seed` in one pass over the input (selection
+/// sampling: each run is kept with the probability still needed).
+pub fn sample(corpus: &Corpus, opts: &AdviseOptions) -> Result<Sample, Error> {
+    let ps = opts.page_size;
+    let total = corpus.pages(ps);
+    if total == 0 {
+        return Err(Error::Failed("the input yields no pages".into()));
+    }
+    let mut bytes = Vec::new();
+    if total <= opts.sample_pages {
+        corpus.for_each_page(ps, |_, p| {
+            bytes.extend_from_slice(p);
+            Ok(())
+        })?;
+        let run = RUN_PAGES as usize * ps;
+        let training = bytes.chunks(run).step_by(8).flatten().copied().collect();
+        return Ok(Sample {
+            bytes,
+            page_size: ps,
+            input_pages: total,
+            how: format!(
+                "all {total} pages of the input (the zstd dictionary is trained on every 8th run \
+                 of them, so its figures are optimistic)"
+            ),
+            training,
+        });
+    }
+    let runs = total.div_ceil(RUN_PAGES);
+    let want = (opts.sample_pages / RUN_PAGES).max(1);
+    // Training runs come from the runs the sample leaves, an eighth as many
+    // (at least four: zstd trains poorly on fewer pages).
+    let want_train = (want / 8).max(4).clamp(1, runs - want);
+    let mut rng = Rng::new(opts.seed, 0x00ad_f15e);
+    let mut training = Vec::new();
+    let (mut seen, mut kept, mut seen_left, mut trained) = (0u64, 0u64, 0u64, 0u64);
+    let (mut keep_run, mut train_run) = (false, false);
+    corpus.for_each_page(ps, |i, p| {
+        if i % RUN_PAGES == 0 {
+            // Knuth's algorithm S: keep this run with probability
+            // (runs still wanted) / (runs not yet seen); a run left out is
+            // offered to the training set the same way.
+            keep_run = kept < want && rng.unit() * ((runs - seen) as f64) < (want - kept) as f64;
+            let left = runs - want;
+            train_run = !keep_run
+                && trained < want_train
+                && rng.unit() * ((left - seen_left) as f64) < (want_train - trained) as f64;
+            seen += 1;
+            if keep_run {
+                kept += 1;
+            } else {
+                seen_left += 1;
+            }
+            if train_run {
+                trained += 1;
+            }
+        }
+        if keep_run {
+            bytes.extend_from_slice(p);
+        } else if train_run {
+            training.extend_from_slice(p);
+        }
+        Ok(())
+    })?;
+    let got = bytes.len() / ps;
+    Ok(Sample {
+        bytes,
+        page_size: ps,
+        input_pages: total,
+        how: format!(
+            "{got} of {total} pages: {kept} runs of {RUN_PAGES} consecutive pages out of {runs}, \
+             chosen uniformly with seed {}; the zstd dictionary is trained on {trained} other runs",
+            opts.seed
+        ),
+        training,
+    })
+}
+
+/// One compressor setting to try.
+#[derive(Clone, Debug, Serialize)]
+pub struct Candidate {
+    /// Algorithm name, as `--comp` takes it.
+    pub comp: String,
+    /// Level (`level=` of `--comp-params`).
+    pub level: i32,
+    /// Whether a zstd dictionary trained on the sample is used.
+    pub dictionary: bool,
+}
+
+impl Candidate {
+    fn new(comp: &str, level: i32) -> Candidate {
+        Candidate {
+            comp: comp.into(),
+            level,
+            dictionary: false,
+        }
+    }
+
+    /// `zstd -3`, `lz4hc 9`, `zstd 3 +dict`, `lz4`.
+    pub fn label(&self) -> String {
+        let algo = Algorithm::from_name(&self.comp).ok();
+        let mut s = self.comp.clone();
+        if algo.is_some_and(|a| a.level_range().start() != a.level_range().end()) {
+            s.push_str(&format!(" {}", self.level));
+        }
+        if self.dictionary {
+            s.push_str(" +dict");
+        }
+        s
+    }
+
+    fn compressor(&self, dict: Option<&Dictionary>) -> Result<Compressor, Error> {
+        let algo = Algorithm::from_name(&self.comp)
+            .map_err(|e| Error::Usage(format!("--comp {}: {e}", self.comp)))?;
+        let params = Params {
+            level: Some(self.level),
+            dict: if self.dictionary { dict.cloned() } else { None },
+            window_bits: None,
+        };
+        Compressor::new(algo, &params).map_err(|e| Error::Usage(format!("{}: {e}", self.label())))
+    }
+
+    /// `--comp-params` for a store with this setting (the dictionary is
+    /// not expressible there; the store gets it directly).
+    fn store_params(&self) -> String {
+        format!("level={}", self.level)
+    }
+}
+
+/// The candidates `zmem advise` tries by default: zram's algorithms at the
+/// levels people use, negative zstd levels, and zstd with a dictionary.
+pub fn default_candidates() -> Vec<Candidate> {
+    let mut v = vec![
+        Candidate::new("lzo-rle", 1),
+        Candidate::new("lzo", 1),
+        Candidate::new("lz4", 1),
+        Candidate::new("lz4hc", 3),
+        Candidate::new("lz4hc", 9),
+        Candidate::new("lz4hc", 12),
+        Candidate::new("zstd", -5),
+        Candidate::new("zstd", -1),
+        Candidate::new("zstd", 1),
+        Candidate::new("zstd", 3),
+        Candidate::new("zstd", 7),
+        Candidate::new("deflate", 1),
+        Candidate::new("deflate", 6),
+    ];
+    for level in [1, 3] {
+        v.push(Candidate {
+            dictionary: true,
+            ..Candidate::new("zstd", level)
+        });
+    }
+    v
+}
+
+/// What one candidate did on the sample.
+#[derive(Clone, Debug, Serialize)]
+pub struct CandidateResult {
+    /// The setting.
+    pub candidate: Candidate,
+    /// Its label.
+    pub label: String,
+    /// Sample bytes over compressed bytes (pages stored raw count whole;
+    /// same-filled pages are left out, as zram stores none of their bytes).
+    pub ratio: f64,
+    /// Compression on one core, MB/s of pages in.
+    pub compress_mbps: f64,
+    /// Decompression on one core, MB/s of pages out.
+    pub decompress_mbps: f64,
+    /// `mem_used_total` after the sample is written to a default-mode
+    /// zsmalloc store.
+    pub mem_used_total: u64,
+    /// `compr_data_size` there.
+    pub compr_data_size: u64,
+    /// Median of random 4 KiB reads from that store, microseconds.
+    pub read_p50_us: f64,
+    /// 99th percentile of those reads, microseconds.
+    pub read_p99_us: f64,
+    /// Compressed length of each page (0 for same-filled pages, the page
+    /// size for pages the store keeps raw).
+    #[serde(skip)]
+    pub sizes: Vec<u32>,
+}
+
+/// One allocator's memory for one compressor.
+#[derive(Clone, Debug, Serialize)]
+pub struct AllocatorResult {
+    /// The store configuration (`zsmalloc/default/lz4/4K`).
+    pub store: String,
+    /// The compressor's label.
+    pub compressor: String,
+    /// `mem_used_total` after the sample is written.
+    pub mem_used_total: u64,
+    /// `compr_data_size` there.
+    pub compr_data_size: u64,
+}
+
+/// A primary compressor with a stronger one for idle pages.
+#[derive(Clone, Debug, Serialize)]
+pub struct RecompressionPair {
+    /// The primary's label.
+    pub primary: String,
+    /// The secondary's label.
+    pub secondary: String,
+    /// Compressed bytes with the primary alone.
+    pub primary_bytes: u64,
+    /// Compressed bytes once every page is recompressed where the
+    /// secondary makes it smaller (every sampled page taken as idle).
+    pub recompressed_bytes: u64,
+    /// Pages the secondary made smaller.
+    pub pages_recompressed: u64,
+    /// The secondary's decompression speed, MB/s (what reads of those
+    /// pages then cost).
+    pub secondary_decompress_mbps: f64,
+}
+
+/// Everything `zmem advise` measured, and its advice.
+#[derive(Clone, Debug, Serialize)]
+pub struct Advice {
+    /// What was read.
+    pub input: String,
+    /// How the sample was taken.
+    pub sample: String,
+    /// Pages measured.
+    pub sample_pages: usize,
+    /// Same-filled pages in the sample (stored without memory by zram).
+    pub same_filled_pages: usize,
+    /// Every candidate, least memory first.
+    pub candidates: Vec<CandidateResult>,
+    /// Allocators with the leading compressors.
+    pub allocators: Vec<AllocatorResult>,
+    /// Recompression pairs for idle pages.
+    pub recompression: Vec<RecompressionPair>,
+    /// The advice, one sentence each.
+    pub advice: Vec<String>,
+    /// Seconds the measurement took.
+    pub seconds: f64,
+    /// Candidates measured at once.
+    pub threads: usize,
+}
+
+/// Measures every candidate on `sample` and writes the advice.
+pub fn advise(
+    input: String,
+    sample: &Sample,
+    candidates: &[Candidate],
+    opts: &AdviseOptions,
+) -> Result<Advice, Error> {
+    let start = Instant::now();
+    if sample.pages() == 0 {
+        return Err(Error::Failed("the sample holds no pages".into()));
+    }
+    let same_filled_pages = (0..sample.pages())
+        .filter(|&i| zram::same_filled(sample.page(i)).is_some())
+        .count();
+    let dict = if candidates.iter().any(|c| c.dictionary) {
+        Some(train_dictionary(sample)?)
+    } else {
+        None
+    };
+    // Candidates run side by side, one per worker at a time.
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<CandidateResult, Error>>>> =
+        Mutex::new((0..candidates.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..opts.threads.max(1) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(c) = candidates.get(i) else { break };
+                let r = measure(c, dict.as_ref(), sample, opts);
+                results.lock().expect("results")[i] = Some(r);
+            });
+        }
+    });
+    let mut measured: Vec<CandidateResult> = results
+        .into_inner()
+        .expect("results")
+        .into_iter()
+        .map(|r| r.expect("every candidate measured"))
+        .collect::<Result<_, _>>()?;
+    measured.sort_by_key(|r| r.mem_used_total);
+
+    // Allocators: with the least-memory candidate and with zram's default.
+    let mut leaders: Vec<&CandidateResult> = vec![&measured[0]];
+    if let Some(def) = measured.iter().find(|r| r.candidate.comp == "lzo-rle") {
+        if def.label != measured[0].label {
+            leaders.push(def);
+        }
+    }
+    let mut allocators = Vec::new();
+    for lead in &leaders {
+        for (alloc, mode) in [
+            ("zsmalloc", Mode::Default),
+            ("zsmalloc", Mode::KernelCompat),
+            ("zblock", Mode::Default),
+            ("z3fold", Mode::Default),
+            ("zbud", Mode::Default),
+        ] {
+            let spec = spec_for(&lead.candidate, alloc, mode, opts.page_size);
+            let store = open_store(&spec, &lead.candidate, dict.as_ref(), sample)?;
+            fill(&store, sample)?;
+            let mm = store.mm_stat();
+            allocators.push(AllocatorResult {
+                store: spec.label(),
+                compressor: lead.label.clone(),
+                mem_used_total: mm.mem_used_total,
+                compr_data_size: mm.compr_data_size,
+            });
+        }
+    }
+
+    // Recompression of idle pages: fast primaries, strong secondaries.
+    let mut recompression = Vec::new();
+    for primary in measured
+        .iter()
+        .filter(|r| ["lzo-rle", "lz4"].contains(&r.candidate.comp.as_str()))
+    {
+        for secondary in measured.iter().filter(|r| {
+            (r.candidate.comp == "zstd" && r.candidate.level >= 3 && !r.candidate.dictionary)
+                || (r.candidate.comp == "deflate" && r.candidate.level == 6)
+                || (r.candidate.comp == "lz4hc" && r.candidate.level == 12)
+        }) {
+            let (mut recompressed, mut moved) = (0u64, 0u64);
+            for (&p, &s) in primary.sizes.iter().zip(&secondary.sizes) {
+                if s < p {
+                    recompressed += u64::from(s);
+                    moved += 1;
+                } else {
+                    recompressed += u64::from(p);
+                }
+            }
+            recompression.push(RecompressionPair {
+                primary: primary.label.clone(),
+                secondary: secondary.label.clone(),
+                primary_bytes: primary.sizes.iter().map(|&v| u64::from(v)).sum(),
+                recompressed_bytes: recompressed,
+                pages_recompressed: moved,
+                secondary_decompress_mbps: secondary.decompress_mbps,
+            });
+        }
+    }
+    recompression.sort_by_key(|p| p.recompressed_bytes);
+
+    let advice = write_advice(&measured, &allocators, &recompression);
+    Ok(Advice {
+        input,
+        sample: sample.how.clone(),
+        sample_pages: sample.pages(),
+        same_filled_pages,
+        candidates: measured,
+        allocators,
+        recompression,
+        advice,
+        seconds: start.elapsed().as_secs_f64(),
+        threads: opts.threads.max(1),
+    })
+}
+
+/// A zstd dictionary trained on the sample's training pages (about 110
+/// KiB, zstd's usual size; capped at a tenth of the sample).
+fn train_dictionary(sample: &Sample) -> Result<Dictionary, Error> {
+    let pages: Vec<&[u8]> = sample
+        .training
+        .chunks_exact(sample.page_size)
+        .filter(|p| zram::same_filled(p).is_none())
+        .collect();
+    if pages.len() < 8 {
+        return Err(Error::Failed(
+            "too few distinct pages to train a zstd dictionary; leave out the +dict candidates"
+                .into(),
+        ));
+    }
+    let size = (112 * 1024).min(sample.bytes.len() / 10).max(1024);
+    let bytes = zstd::dict::from_samples(&pages, size)
+        .map_err(|e| Error::Failed(format!("training a zstd dictionary: {e}")))?;
+    Dictionary::from_bytes(bytes).map_err(|e| Error::Failed(format!("zstd dictionary: {e}")))
+}
+
+fn spec_for(c: &Candidate, alloc: &str, mode: Mode, page_size: usize) -> StoreSpec {
+    StoreSpec {
+        alloc: alloc.into(),
+        comp: c.comp.clone(),
+        comp_params: c.store_params(),
+        page_size,
+        mode,
+        chain: None,
+        delta: None,
+        merge: true,
+        mem_limit: 0,
+    }
+}
+
+fn open_store(
+    spec: &StoreSpec,
+    c: &Candidate,
+    dict: Option<&Dictionary>,
+    sample: &Sample,
+) -> Result<zram::Store, Error> {
+    let disk = sample.bytes.len() as u64;
+    if !c.dictionary {
+        return spec.open(disk);
+    }
+    // A dictionary cannot be named in --comp-params without a file, so the
+    // store gets the compressor directly.
+    let pool = zalloc::open(&spec.alloc, &spec.alloc_options())
+        .map_err(|e| Error::Usage(format!("{}: {e}", spec.label())))?;
+    zram::Store::new(pool, c.compressor(dict)?, sample.pages() as u64)
+        .map_err(|e| Error::Usage(format!("{}: {e}", spec.label())))
+}
+
+fn fill(store: &zram::Store, sample: &Sample) -> Result<(), Error> {
+    for i in 0..sample.pages() {
+        store
+            .write_page(i as u64, sample.page(i))
+            .map_err(|e| Error::Failed(format!("write page {i}: {e}")))?;
+    }
+    Ok(())
+}
+
+fn mbps(bytes: usize, seconds: f64) -> f64 {
+    bytes as f64 / 1e6 / seconds.max(1e-9)
+}
+
+/// One candidate: raw compression and decompression of every page, then a
+/// default-mode store's memory and random-read latency.
+fn measure(
+    c: &Candidate,
+    dict: Option<&Dictionary>,
+    sample: &Sample,
+    opts: &AdviseOptions,
+) -> Result<CandidateResult, Error> {
+    let comp = c.compressor(dict)?;
+    let mut ctx = comp
+        .context()
+        .map_err(|e| Error::Failed(format!("{}: {e}", c.label())))?;
+    let ps = sample.page_size;
+    let n = sample.pages();
+    let mut out = vec![0u8; comp.compress_bound(ps)];
+    let mut compressed: Vec<Vec<u8>> = Vec::with_capacity(n);
+    let mut sizes = Vec::with_capacity(n);
+    let mut bytes_in = 0usize;
+    let t = Instant::now();
+    for i in 0..n {
+        let page = sample.page(i);
+        if zram::same_filled(page).is_some() {
+            compressed.push(Vec::new());
+            continue;
+        }
+        let len = ctx
+            .compress(page, &mut out)
+            .map_err(|e| Error::Failed(format!("{}: page {i}: {e}", c.label())))?;
+        bytes_in += ps;
+        compressed.push(out[..len].to_vec());
+    }
+    let compress_s = t.elapsed().as_secs_f64();
+    let mut back = vec![0u8; ps];
+    let t = Instant::now();
+    for (i, z) in compressed.iter().enumerate() {
+        if z.is_empty() {
+            continue;
+        }
+        ctx.decompress(z, &mut back)
+            .map_err(|e| Error::Failed(format!("{}: page {i}: {e}", c.label())))?;
+    }
+    let decompress_s = t.elapsed().as_secs_f64();
+    let spec = spec_for(c, "zsmalloc", Mode::Default, ps);
+    let store = open_store(&spec, c, dict, sample)?;
+    let huge = store.huge_class_size();
+    for z in &compressed {
+        sizes.push(match z.len() {
+            0 => 0,
+            l if l >= huge => ps as u32,
+            l => l as u32,
+        });
+    }
+    let stored: u64 = sizes.iter().map(|&v| u64::from(v)).sum();
+    fill(&store, sample)?;
+    let mm = store.mm_stat();
+    // Random 4 KiB reads, each timed.
+    let mut hist = Histogram::<u64>::new(3).expect("histogram");
+    let mut rng = Rng::new(opts.seed, 0x0e4d);
+    for _ in 0..opts.latency_reads {
+        let i = rng.next_u64() % n as u64;
+        let t = Instant::now();
+        store
+            .read_page(i, &mut back)
+            .map_err(|e| Error::Failed(format!("read page {i}: {e}")))?;
+        hist.record(t.elapsed().as_nanos() as u64)
+            .expect("in range");
+    }
+    Ok(CandidateResult {
+        label: c.label(),
+        candidate: c.clone(),
+        ratio: bytes_in as f64 / stored.max(1) as f64,
+        compress_mbps: mbps(bytes_in, compress_s),
+        decompress_mbps: mbps(bytes_in, decompress_s),
+        mem_used_total: mm.mem_used_total,
+        compr_data_size: mm.compr_data_size,
+        read_p50_us: hist.value_at_quantile(0.5) as f64 / 1000.0,
+        read_p99_us: hist.value_at_quantile(0.99) as f64 / 1000.0,
+        sizes,
+    })
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// The advice: least memory; the fastest reads within 5% of it; zram's
+/// default for comparison; the best allocator; the best idle pair.
+fn write_advice(
+    measured: &[CandidateResult],
+    allocators: &[AllocatorResult],
+    pairs: &[RecompressionPair],
+) -> Vec<String> {
+    let mut advice = Vec::new();
+    let best = &measured[0];
+    advice.push(format!(
+        "least memory: {} ({:.1} MiB, ratio {:.2}, reads p50 {:.1} us)",
+        best.label,
+        mib(best.mem_used_total),
+        best.ratio,
+        best.read_p50_us
+    ));
+    let close = measured
+        .iter()
+        .filter(|r| r.mem_used_total as f64 <= best.mem_used_total as f64 * 1.05)
+        .min_by(|a, b| a.read_p50_us.total_cmp(&b.read_p50_us));
+    if let Some(fast) = close {
+        if fast.label != best.label {
+            advice.push(format!(
+                "fastest reads within 5% of that memory: {} ({:.1} MiB, reads p50 {:.1} us, \
+                 compresses at {:.0} MB/s)",
+                fast.label,
+                mib(fast.mem_used_total),
+                fast.read_p50_us,
+                fast.compress_mbps
+            ));
+        }
+    }
+    if let Some(def) = measured.iter().find(|r| r.candidate.comp == "lzo-rle") {
+        advice.push(format!(
+            "zram's default lzo-rle uses {:.1} MiB, {:+.1}% against the least",
+            mib(def.mem_used_total),
+            (def.mem_used_total as f64 / best.mem_used_total as f64 - 1.0) * 100.0
+        ));
+    }
+    if let Some(a) = allocators.iter().min_by_key(|a| a.mem_used_total) {
+        advice.push(format!(
+            "least memory among allocators: {} ({:.1} MiB)",
+            a.store,
+            mib(a.mem_used_total)
+        ));
+    }
+    if let Some(p) = pairs.first() {
+        advice.push(format!(
+            "for idle pages: {} recompressed with {} stores {:.1}% fewer compressed bytes than {} \
+             alone ({} pages recompressed)",
+            p.primary,
+            p.secondary,
+            (1.0 - p.recompressed_bytes as f64 / p.primary_bytes.max(1) as f64) * 100.0,
+            p.primary,
+            p.pages_recompressed
+        ));
+    }
+    advice
+}
+
+/// The report as tables.
+pub fn format_advice(a: &Advice) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "input: {}\nsample: {} ({} same-filled)\n\n",
+        a.input, a.sample, a.same_filled_pages
+    ));
+    s.push_str(&format!(
+        "{:<14} {:>6} {:>10} {:>9} {:>10} {:>10} {:>9} {:>9}\n",
+        "compressor",
+        "ratio",
+        "mem MiB",
+        "vs best",
+        "comp MB/s",
+        "dec MB/s",
+        "read p50",
+        "read p99"
+    ));
+    let best = a.candidates[0].mem_used_total as f64;
+    for r in &a.candidates {
+        s.push_str(&format!(
+            "{:<14} {:>6.2} {:>10.2} {:>8.1}% {:>10.0} {:>10.0} {:>7.1}us {:>7.1}us\n",
+            r.label,
+            r.ratio,
+            mib(r.mem_used_total),
+            (r.mem_used_total as f64 / best - 1.0) * 100.0,
+            r.compress_mbps,
+            r.decompress_mbps,
+            r.read_p50_us,
+            r.read_p99_us
+        ));
+    }
+    s.push_str(&format!(
+        "\n{:<36} {:>10} {:>10}\n",
+        "allocator", "mem MiB", "compr MiB"
+    ));
+    for r in &a.allocators {
+        s.push_str(&format!(
+            "{:<36} {:>10.2} {:>10.2}\n",
+            r.store,
+            mib(r.mem_used_total),
+            mib(r.compr_data_size)
+        ));
+    }
+    s.push_str(&format!(
+        "\n{:<24} {:>12} {:>12} {:>8} {:>10}\n",
+        "idle pages: primary+secondary", "bytes MiB", "after MiB", "saved", "dec MB/s"
+    ));
+    for p in &a.recompression {
+        s.push_str(&format!(
+            "{:<24} {:>12.2} {:>12.2} {:>7.1}% {:>10.0}\n",
+            format!("{} + {}", p.primary, p.secondary),
+            mib(p.primary_bytes),
+            mib(p.recompressed_bytes),
+            (1.0 - p.recompressed_bytes as f64 / p.primary_bytes.max(1) as f64) * 100.0,
+            p.secondary_decompress_mbps
+        ));
+    }
+    s.push_str("\nadvice:\n");
+    for line in &a.advice {
+        s.push_str(&format!("  {line}\n"));
+    }
+    s.push_str(&format!(
+        "(measured in {:.1} s on this machine; throughput is one core's, with {} candidates at a time)\n",
+        a.seconds, a.threads
+    ));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn corpus(pages: usize) -> Corpus {
+        let mut bytes = Vec::with_capacity(pages * 4096);
+        let mut x = 7u64;
+        for i in 0..pages {
+            for j in 0..4096 {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                // Text-like: few distinct bytes, some structure per page.
+                bytes.push(b"zram page text "[((x >> 60) as usize + i + j / 64) % 15]);
+            }
+        }
+        let len = bytes.len() as u64;
+        let bytes: Arc<[u8]> = bytes.into();
+        Corpus::from_buffers(vec![("t".into(), bytes, len)], "test".into())
+    }
+
+    #[test]
+    fn the_sample_takes_whole_runs_and_as_many_as_asked() {
+        let c = corpus(1000);
+        let opts = AdviseOptions {
+            sample_pages: 160,
+            ..AdviseOptions::default()
+        };
+        let s = sample(&c, &opts).unwrap();
+        assert_eq!(s.pages(), 160);
+        assert!(s.how.contains("10 runs of 16"), "{}", s.how);
+        // The dictionary's training runs are other runs than the measured.
+        let run = 16 * 4096;
+        assert_eq!(s.training.len(), 4 * run, "at least four training runs");
+        for t in s.training.chunks(run) {
+            assert!(s.bytes.chunks(run).all(|r| r != t));
+        }
+        // Another seed picks other runs; the same seed the same ones.
+        let again = sample(&c, &opts).unwrap();
+        assert_eq!(again.bytes, s.bytes);
+        let other = sample(
+            &c,
+            &AdviseOptions {
+                seed: 2,
+                ..opts.clone()
+            },
+        )
+        .unwrap();
+        assert_ne!(other.bytes, s.bytes);
+        // A small input is taken whole.
+        let all = sample(&corpus(20), &opts).unwrap();
+        assert_eq!(all.pages(), 20);
+    }
+
+    #[test]
+    fn advice_ranks_by_memory_and_every_figure_is_measured() {
+        let c = corpus(256);
+        let opts = AdviseOptions {
+            latency_reads: 200,
+            ..AdviseOptions::default()
+        };
+        let s = sample(&c, &opts).unwrap();
+        let cands = vec![
+            Candidate::new("lz4", 1),
+            Candidate::new("lzo-rle", 1),
+            Candidate::new("zstd", 3),
+        ];
+        let a = advise("test".into(), &s, &cands, &opts).unwrap();
+        assert_eq!(a.candidates.len(), 3);
+        for w in a.candidates.windows(2) {
+            assert!(w[0].mem_used_total <= w[1].mem_used_total);
+        }
+        for r in &a.candidates {
+            assert!(
+                r.ratio > 1.0 && r.compress_mbps > 0.0 && r.decompress_mbps > 0.0,
+                "{r:?}"
+            );
+            assert!(
+                r.read_p50_us > 0.0 && r.read_p99_us >= r.read_p50_us,
+                "{r:?}"
+            );
+            // The store's compressed bytes are the per-page sizes' sum.
+            let sum: u64 = r.sizes.iter().map(|&v| u64::from(v)).sum();
+            assert_eq!(r.compr_data_size, sum, "{}", r.label);
+        }
+        // zstd compresses this text best.
+        assert_eq!(a.candidates[0].candidate.comp, "zstd");
+        // Five allocators for the leader and five for lzo-rle.
+        assert_eq!(a.allocators.len(), 10);
+        // lz4 and lzo-rle, each paired with zstd 3.
+        assert_eq!(a.recompression.len(), 2);
+        assert!(
+            a.advice[0].starts_with("least memory: zstd 3"),
+            "{:?}",
+            a.advice
+        );
+        let text = format_advice(&a);
+        assert!(text.contains("advice:"), "{text}");
+    }
+
+    #[test]
+    fn an_unknown_compressor_is_a_usage_error() {
+        let c = corpus(32);
+        let opts = AdviseOptions::default();
+        let s = sample(&c, &opts).unwrap();
+        let e = advise("t".into(), &s, &[Candidate::new("lzma", 1)], &opts).unwrap_err();
+        assert!(e.to_string().contains("lzma"), "{e}");
+    }
+}
