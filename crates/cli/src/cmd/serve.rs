@@ -106,15 +106,70 @@ pub struct ServeArgs {
     /// full, the client that has negotiated longest is closed.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
     max_handshakes: Option<u32>,
+    /// Bytes of request and reply data one connection may have in flight
+    /// (default 32M, range 1M..1G); a client that does not read its replies
+    /// stops being read at this bound. Below 32M it also lowers the largest
+    /// request advertised.
+    #[arg(long, value_name = "SIZE", value_parser = parse_inflight_per_conn)]
+    inflight_per_conn: Option<u64>,
+    /// Bytes of request and reply data all connections together may have in
+    /// flight (default 256M, range 2M..64G, at least --inflight-per-conn
+    /// plus 1M); requests beyond it wait their turn, first come first
+    /// served.
+    #[arg(long, value_name = "SIZE", value_parser = parse_inflight_total)]
+    inflight_total: Option<u64>,
+    /// Seconds a client may read none of its replies while other clients
+    /// wait for --inflight-total before it is closed (default 10, range
+    /// 1..3600).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..=3600))]
+    stall_limit: Option<u32>,
     /// Log level: off, error, warn, info, debug, trace (default: $ZMEM_LOG
     /// or info).
     #[arg(long, value_name = "LEVEL", value_parser = parse_level)]
     log_level: Option<LevelFilter>,
 }
 
+/// A size flag's value within `lo..=hi` bytes (`range` names them).
+fn size_in(s: &str, lo: u64, hi: u64, range: &str) -> Result<u64, String> {
+    let n = parse_size(s)?;
+    if n < lo || n > hi {
+        return Err(format!("'{s}' is out of range ({range})"));
+    }
+    Ok(n)
+}
+
+fn parse_inflight_per_conn(s: &str) -> Result<u64, String> {
+    size_in(s, 1 << 20, 1 << 30, "1M..1G")
+}
+
+fn parse_inflight_total(s: &str) -> Result<u64, String> {
+    size_in(s, 2 << 20, 64 << 30, "2M..64G")
+}
+
 fn parse_level(s: &str) -> Result<LevelFilter, String> {
     s.parse()
         .map_err(|_| format!("'{s}' is not a log level (off, error, warn, info, debug, trace)"))
+}
+
+/// Applies the in-flight memory flags: the largest request never exceeds a
+/// connection's bound, and the server's total must hold one connection.
+fn inflight_config(args: &ServeArgs, config: Config) -> Result<Config, CliError> {
+    let per_conn = args.inflight_per_conn.unwrap_or(config.inflight_bytes);
+    let total = args.inflight_total.unwrap_or(config.inflight_total);
+    if total < per_conn + (1 << 20) {
+        return Err(CliError::Usage(format!(
+            "--inflight-total {total} must be at least --inflight-per-conn ({per_conn}) plus 1M"
+        )));
+    }
+    Ok(Config {
+        max_request: config.max_request.min(per_conn as u32),
+        inflight_bytes: per_conn,
+        inflight_total: total,
+        stall_timeout: args.stall_limit.map_or(config.stall_timeout, |s| {
+            std::time::Duration::from_secs(u64::from(s))
+        }),
+        ..config
+    })
 }
 
 /// Splits `NAME[:SIZE]`: a colon starts the size, so a name has none, and
@@ -290,6 +345,8 @@ fn release_free_heap() {}
 
 /// Runs `zmem serve` until SIGINT or SIGTERM.
 pub fn run(args: &ServeArgs) -> Result<(), CliError> {
+    // The flags that depend on each other are checked before anything starts.
+    inflight_config(args, Config::default())?;
     logger::init(logger::level(args.log_level));
     // Before any thread exists: every thread inherits the blocked mask.
     let signals = signals::block_termination()
@@ -368,6 +425,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             .map_or(config.max_handshakes, |n| n as usize),
         ..config
     };
+    let config = inflight_config(args, config)?;
     let server = Server::bind(addr.clone(), exports, config)
         .map_err(|e| CliError::Failed(format!("cannot listen on {addr}: {e}")))?;
     let bound = server.local_addr().clone();
@@ -440,5 +498,20 @@ mod tests {
         assert!(parse_export("a:1:2", 7).is_err());
         assert_eq!(parse_export(":4K", 7).unwrap(), ("".into(), 4096));
         assert!(parse_export("a:0", 7).is_err());
+    }
+
+    #[test]
+    fn inflight_flags_are_checked_against_their_ranges() {
+        assert_eq!(parse_inflight_per_conn("4M").unwrap(), 4 << 20);
+        for bad in ["0", "512K", "2G", "x", "-1", "99999999999T"] {
+            let e = parse_inflight_per_conn(bad).unwrap_err();
+            assert!(!e.contains('\n'), "{e}");
+        }
+        assert!(parse_inflight_per_conn("2G")
+            .unwrap_err()
+            .contains("1M..1G"));
+        assert_eq!(parse_inflight_total("1G").unwrap(), 1 << 30);
+        assert!(parse_inflight_total("1M").unwrap_err().contains("2M..64G"));
+        assert!(parse_inflight_total("65G").is_err());
     }
 }
