@@ -68,6 +68,9 @@ const RANGES: &[(&str, bool, &[&str])] = &[
     ("serve --handshake-limit", false, &["3601"]),
     ("serve --max-connections", false, &["4097"]),
     ("serve --max-handshakes", false, &["4097"]),
+    ("serve --inflight-per-conn", false, &["512K", "2G"]),
+    ("serve --inflight-total", false, &["1M", "65G"]),
+    ("serve --stall-limit", false, &["3601"]),
 ];
 
 /// Bad for every numeric flag (0 only where 0 is not valid).

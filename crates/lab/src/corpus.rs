@@ -539,10 +539,7 @@ impl Builder {
             let kind = if missing == 0 {
                 format!("ELF core, {n} segments")
             } else {
-                format!(
-                    "ELF core, {n} segments, truncated: {} of its data missing",
-                    human(missing)
-                )
+                format!("ELF core, {n} segments, truncated: {missing} bytes of its data missing")
             };
             let items = segments
                 .into_iter()

@@ -12,6 +12,7 @@ use std::sync::atomic::AtomicBool;
 
 use log::{debug, info, warn};
 
+use crate::budget::ServerBudget;
 use crate::export::{Config, Exports};
 use crate::handshake::{self, Outcome};
 use crate::transmission;
@@ -29,6 +30,8 @@ pub(crate) struct Hooks<'a> {
     /// Must make further reads of the reader fail or end (the server shuts
     /// the socket down); called when a reply cannot be written.
     pub on_dead: &'a (dyn Fn() + Sync),
+    /// The server-wide budget of payload memory.
+    pub budget: &'a ServerBudget,
 }
 
 /// Serves one connection until it ends; `id` labels log lines.
@@ -69,7 +72,15 @@ pub(crate) fn run<R: Read, W: Write + Send>(
         session.structured,
         session.meta_context.is_some()
     );
-    match transmission::serve(&mut reader, writer, &session, config, hooks.on_dead, id) {
+    match transmission::serve(
+        &mut reader,
+        writer,
+        &session,
+        config,
+        hooks.budget,
+        hooks.on_dead,
+        id,
+    ) {
         Ok(end) => info!("conn {id}: {end}"),
         Err(e) if e.is_disconnect() => info!("conn {id}: client went away mid-request"),
         Err(e) => warn!("conn {id}: closed: {e}"),

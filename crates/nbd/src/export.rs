@@ -172,10 +172,24 @@ pub struct Config {
     /// block size, unless the device's is smaller). Larger requests get
     /// `EINVAL`; a larger WRITE payload is read and discarded first.
     pub max_request: u32,
-    /// Bytes of read buffers and write payloads one connection may hold at
-    /// once; the connection stops reading requests while it is used up.
-    /// Never less than `max_request`.
+    /// Bytes of read data and write payloads one connection may have in
+    /// flight (read from the client and not yet answered, or being read
+    /// from the device and not yet sent); the connection stops reading
+    /// requests while it is used up, so a client that does not read its
+    /// replies holds no more. Never less than `max_request`. Its buffers,
+    /// kept ones included, stay within this plus 1 MiB.
     pub inflight_bytes: u64,
+    /// Bytes of payload buffers all connections together may hold. A
+    /// buffer is allocated only once this budget grants its bytes; requests
+    /// that find it used up wait in arrival order. Never less than one
+    /// connection's bound plus 1 MiB.
+    pub inflight_total: u64,
+    /// How long a reply may make no progress at all (the client reads
+    /// nothing) while other requests wait for `inflight_total`; its
+    /// connection is then closed, with a log line, and its memory returns.
+    /// A slow client that still reads, or a stalled one nobody needs the
+    /// memory of, is never closed for this.
+    pub stall_timeout: Duration,
     /// Connections past the handshake served at once. A client that arrives
     /// (or finishes its handshake) while this many are served is closed, and
     /// the server logs why.
@@ -213,9 +227,26 @@ impl Config {
         std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
     }
 
+    /// 32 MiB per connection: twice what nbdcopy (64 requests of 256 KiB)
+    /// or the kernel's nbd client (128 of 128 KiB) keep in flight, and one
+    /// request of the largest size.
+    pub const DEFAULT_INFLIGHT_BYTES: u64 = 32 * 1024 * 1024;
+
+    /// 256 MiB for the whole server: eight connections at their bound.
+    pub const DEFAULT_INFLIGHT_TOTAL: u64 = 256 * 1024 * 1024;
+
+    /// 10 seconds, as the handshake limit.
+    pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(10);
+
     /// `inflight_bytes`, raised to at least `max_request`.
     pub(crate) fn budget(&self) -> u64 {
         self.inflight_bytes.max(self.max_request as u64)
+    }
+
+    /// `inflight_total`, raised to at least one connection's buffers.
+    pub(crate) fn total_budget(&self) -> u64 {
+        self.inflight_total
+            .max(self.budget() + crate::buffers::SLACK_BYTES as u64)
     }
 }
 
@@ -224,7 +255,9 @@ impl Default for Config {
         Config {
             workers: Config::default_workers(),
             max_request: Config::DEFAULT_MAX_REQUEST,
-            inflight_bytes: 64 * 1024 * 1024,
+            inflight_bytes: Config::DEFAULT_INFLIGHT_BYTES,
+            inflight_total: Config::DEFAULT_INFLIGHT_TOTAL,
+            stall_timeout: Config::DEFAULT_STALL_TIMEOUT,
             max_connections: 64,
             max_handshakes: 64,
             handshake_timeout: Config::DEFAULT_HANDSHAKE_TIMEOUT,

@@ -11,6 +11,7 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use crate::budget::ServerBudget;
 use crate::connection;
 use crate::export::{Config, Export, Exports};
 use crate::wire::{
@@ -50,6 +51,7 @@ pub fn connection(data: &[u8]) -> Vec<u8> {
         &connection::Hooks {
             admit: &|| true,
             on_dead: &|| {},
+            budget: &ServerBudget::unlimited(),
         },
         0,
     );

@@ -29,6 +29,8 @@
 //! - `export`: [`Export`], [`Exports`], [`Config`].
 //! - `handshake`: option haggling (fixed newstyle).
 //! - `transmission`: the request loop, workers and replies.
+//! - `budget`: payload memory per connection and server-wide
+//!   ([`BudgetStats`]).
 //! - `buffers`: payload buffers a connection reuses while it is busy.
 //! - `conn_error`: why a connection ended abnormally (logged, never sent).
 //! - `connection`: one connection from greeting to close.
@@ -41,6 +43,7 @@
 #![warn(missing_docs)]
 
 pub mod aligned;
+mod budget;
 mod buffers;
 mod conn_error;
 mod connection;
@@ -57,6 +60,7 @@ mod transmission;
 pub mod wire;
 
 pub use aligned::BlockAligned;
+pub use budget::BudgetStats;
 pub use device::{check_range, BlockDevice, BlockSize, Extent};
 pub use error::{DeviceError, DeviceResult, Errno};
 pub use export::{Config, Export, ExportError, Exports};

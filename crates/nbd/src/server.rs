@@ -19,6 +19,9 @@
 //! negotiating `Config::handshake_timeout` after it arrived. Each refusal is
 //! logged with its reason.
 //!
+//! Memory: one `ServerBudget` (`Config::inflight_total`) is shared by every
+//! connection for its payload buffers; [`Server::budget_stats`] reads it.
+//!
 //! Locks: `Shared::conns` (the registry of open streams and their phase,
 //! used to count, shed and shut them down) is the only lock here; it is never
 //! held while taking another lock. Shutting a socket down under it does not
@@ -35,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use log::{error, info, warn};
 
+use crate::budget::{BudgetStats, ServerBudget};
 use crate::connection;
 use crate::export::{Config, Exports};
 use crate::socket::{self, ListenAddr, Listener, Stream};
@@ -61,6 +65,8 @@ struct Conn {
 struct Shared {
     exports: Exports,
     config: Config,
+    /// Payload memory over all connections.
+    budget: ServerBudget,
     addr: ListenAddr,
     stopping: AtomicBool,
     /// Open connections by id and their phase (streams are thread-safe
@@ -187,6 +193,7 @@ impl Server {
         let (listener, bound) = Listener::bind(&addr, config.allow_remote)?;
         let shared = Arc::new(Shared {
             exports,
+            budget: ServerBudget::new(config.total_budget()),
             config,
             addr: bound,
             stopping: AtomicBool::new(false),
@@ -232,6 +239,11 @@ impl Server {
     /// Connections in the handshake right now.
     pub fn negotiating(&self) -> usize {
         Shared::counts(&self.shared.conns()).1
+    }
+
+    /// The payload memory budget: bound, bytes in use, waits.
+    pub fn budget_stats(&self) -> BudgetStats {
+        self.shared.budget.stats()
     }
 
     /// Connections accepted since the start.
@@ -368,7 +380,17 @@ fn connection_main(shared: Arc<Shared>, id: u64, stream: Arc<Stream>, peer: Stri
     info!("conn {id}: accepted from {peer}");
     let s: &Stream = &stream;
     let on_dead = || s.shutdown(Shutdown::Both);
-    let admit = || shared.admit(id);
+    let admit = || {
+        let admitted = shared.admit(id);
+        if admitted {
+            // Replies are written with a short send timeout so that one a
+            // client does not read can be given up (`Config::stall_timeout`).
+            let tick = (shared.config.stall_timeout / 4)
+                .clamp(Duration::from_millis(5), Duration::from_millis(250));
+            s.set_write_timeout(tick);
+        }
+        admitted
+    };
     connection::run(
         s,
         s,
@@ -378,6 +400,7 @@ fn connection_main(shared: Arc<Shared>, id: u64, stream: Arc<Stream>, peer: Stri
         &connection::Hooks {
             admit: &admit,
             on_dead: &on_dead,
+            budget: &shared.budget,
         },
         id,
     );

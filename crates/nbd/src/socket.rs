@@ -3,7 +3,7 @@
 //! This module owns the operating-system side of the server: binding (TCP on
 //! loopback only unless the configuration allows more), accepting, shutting a
 //! stream down so a thread blocked reading it wakes up, waking a blocked
-//! `accept`, and removing a Unix socket file when its listener goes away. It
+//! `accept`, giving a stream a send timeout, and removing a Unix socket file when its listener goes away. It
 //! knows nothing of the protocol.
 
 use std::fmt;
@@ -11,6 +11,7 @@ use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// The IANA port of NBD, on loopback: where a TCP server listens by default.
 pub const DEFAULT_TCP_ADDR: SocketAddr =
@@ -42,6 +43,15 @@ pub(crate) enum Stream {
 }
 
 impl Stream {
+    /// Makes a blocking write give up with `WouldBlock` after `limit`
+    /// without progress (`SO_SNDTIMEO`); errors are ignored.
+    pub(crate) fn set_write_timeout(&self, limit: Duration) {
+        let _ = match self {
+            Stream::Unix(s) => s.set_write_timeout(Some(limit)),
+            Stream::Tcp(s) => s.set_write_timeout(Some(limit)),
+        };
+    }
+
     /// Shuts down one or both directions; errors (already closed) are
     /// ignored.
     pub(crate) fn shutdown(&self, how: Shutdown) {

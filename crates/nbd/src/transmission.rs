@@ -6,11 +6,19 @@
 //! capabilities, bounds, alignment, size cap) and hands it to a small pool of
 //! scoped worker threads; each worker calls the device and writes the whole
 //! reply under the connection's writer lock, so replies go out in completion
-//! order, never interleaved. A per-connection byte budget bounds the memory
-//! held by read buffers and write payloads in flight; when it is used up the
-//! reader waits. It knows nothing of sockets or listeners: it reads a generic
-//! `Read`, writes a generic `Write`, and calls `on_dead` when a reply cannot
-//! be written (the caller then closes the stream so the reader wakes up).
+//! order, never interleaved.
+//!
+//! Memory: a per-connection byte budget bounds the read data and write
+//! payloads in flight; the reader takes a request's bytes from it *before*
+//! reading the payload or queueing the READ, and waits while it is used up,
+//! so a client that does not read its replies stops being read. The buffers
+//! themselves are allocated only once the server-wide budget grants their
+//! bytes (see `budget`). A reply that makes no progress for
+//! `Config::stall_timeout` while others wait for that budget ends its
+//! connection. It knows nothing of sockets or listeners: it reads a generic
+//! `Read`, writes a generic `Write` (a `WouldBlock` from a write is a send
+//! timeout and is retried), and calls `on_dead` when a reply cannot be
+//! written (the caller then closes the stream so the reader wakes up).
 //!
 //! Errors in a request (bad flags, out of range, device failure) get an error
 //! reply and the connection goes on. Bytes that are not a request (bad magic,
@@ -21,12 +29,14 @@ use std::fmt;
 use std::io::{self, Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Condvar, Mutex};
+use std::sync::{mpsc, Mutex};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use log::{debug, error, trace, warn};
 
-use crate::buffers::{Buffers, Lease};
+use crate::budget::{ConnBudget, ServerBudget};
+use crate::buffers::{Buffers, Lease, SLACK_BYTES};
 use crate::conn_error::ConnError;
 use crate::device::{BlockDevice, Extent};
 use crate::error::{DeviceError, DeviceResult};
@@ -60,39 +70,6 @@ impl fmt::Display for End {
             End::Eof => "connection closed between requests",
             End::WriteFailed => "reply could not be sent",
         })
-    }
-}
-
-/// Counts bytes of request data in flight.
-struct Budget {
-    avail: Mutex<u64>,
-    freed: Condvar,
-}
-
-impl Budget {
-    fn new(total: u64) -> Budget {
-        Budget {
-            avail: Mutex::new(total),
-            freed: Condvar::new(),
-        }
-    }
-
-    /// Waits until `n` bytes are free and takes them. `n` never exceeds the
-    /// total (requests are capped at `max_request <= budget`).
-    fn acquire(&self, n: u64) {
-        let mut a = self.avail.lock().unwrap_or_else(|e| e.into_inner());
-        while *a < n {
-            a = self.freed.wait(a).unwrap_or_else(|e| e.into_inner());
-        }
-        *a -= n;
-    }
-
-    fn release(&self, n: u64) {
-        if n == 0 {
-            return;
-        }
-        *self.avail.lock().unwrap_or_else(|e| e.into_inner()) += n;
-        self.freed.notify_all();
     }
 }
 
@@ -169,18 +146,23 @@ struct Conn<'a, W> {
     session: &'a Session,
     writer: Mutex<W>,
     dead: AtomicBool,
-    budget: Budget,
-    buffers: Buffers,
+    budget: ConnBudget<'a>,
+    buffers: Buffers<'a>,
+    server: &'a ServerBudget,
+    stall_timeout: Duration,
     on_dead: &'a (dyn Fn() + Sync),
     id: u64,
 }
 
 /// Serves requests until the client disconnects or the stream fails.
+/// Payload memory is counted in the connection's own budget (from
+/// `config`) and in `server`'s.
 pub(crate) fn serve<R: Read, W: Write + Send>(
     reader: &mut R,
     writer: W,
     session: &Session,
     config: &Config,
+    server: &ServerBudget,
     on_dead: &(dyn Fn() + Sync),
     id: u64,
 ) -> Result<End, ConnError> {
@@ -188,8 +170,10 @@ pub(crate) fn serve<R: Read, W: Write + Send>(
         session,
         writer: Mutex::new(writer),
         dead: AtomicBool::new(false),
-        budget: Budget::new(config.budget()),
-        buffers: Buffers::default(),
+        budget: ConnBudget::new(config.budget(), server),
+        buffers: Buffers::new(config.budget() as usize + SLACK_BYTES, server),
+        server,
+        stall_timeout: config.stall_timeout,
         on_dead,
         id,
     };
@@ -428,6 +412,12 @@ impl<W: Write> Conn<'_, W> {
 
     fn execute(&self, job: Job<'_>) {
         let charge = job.charge;
+        if self.dead.load(Ordering::Relaxed) && matches!(job.op, Op::Read { .. }) {
+            // Nobody will read the data: do not allocate it.
+            drop(job);
+            self.budget.release(charge);
+            return;
+        }
         let reply = self.perform(job);
         self.send(&reply);
         // The payload buffer goes back before the budget, so a reader that
@@ -596,15 +586,59 @@ impl<W: Write> Conn<'_, W> {
         }
         let res = {
             let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-            w.write_all(&reply.buf[reply.start..])
+            self.write_reply(&mut *w, &reply.buf[reply.start..])
                 .and_then(|()| w.flush())
         };
         if let Err(e) = res {
             if !self.dead.swap(true, Ordering::Relaxed) {
-                debug!("conn {}: cannot send a reply: {e}", self.id);
+                if e.kind() == io::ErrorKind::TimedOut {
+                    self.server.count_stalled_close();
+                    warn!("conn {}: closed: {e}", self.id);
+                } else {
+                    debug!("conn {}: cannot send a reply: {e}", self.id);
+                }
                 (self.on_dead)();
             }
         }
+    }
+
+    /// Writes all of `buf`. The server gives the socket a short send
+    /// timeout, so a write to a client that reads nothing returns
+    /// `WouldBlock` now and then; it is retried, unless nothing at all was
+    /// sent for `stall_timeout` while other requests wait for the
+    /// server-wide budget: then the connection ends (`TimedOut`) and gives
+    /// its memory back.
+    fn write_reply(&self, w: &mut W, mut buf: &[u8]) -> io::Result<()> {
+        let mut progress = Instant::now();
+        while !buf.is_empty() {
+            match w.write(buf) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    buf = &buf[n..];
+                    progress = Instant::now();
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    let stalled = progress.elapsed();
+                    if stalled >= self.stall_timeout && self.server.has_waiters() {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!(
+                                "the client read none of its replies for {stalled:?} while \
+                                 other requests waited for memory"
+                            ),
+                        ));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{read_all, PlainDevice, RawClient, StrictDevice, TestServer};
+use common::{closed_within, read_all, wait_for, PlainDevice, RawClient, StrictDevice, TestServer};
 use nbd::wire::{self, cf, cmd, hs, info, opt, rep, Info, InfoRequest, OptionHeader};
 use nbd::{
     BlockAligned, BlockDevice, Config, DeviceResult, Export, Exports, ListenAddr, MemDevice, Server,
@@ -23,16 +23,6 @@ const EPERM: u32 = 1;
 const EIO: u32 = 5;
 const EINVAL: u32 = 22;
 const ENOSPC: u32 = 28;
-
-/// Polls `done` until it holds; fails the test after a minute, a deadline
-/// that only a hang reaches, however loaded the machine.
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done() {
-        assert!(Instant::now() < deadline, "waited 60 s for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 fn three_exports() -> TestServer {
     TestServer::start(
@@ -473,24 +463,6 @@ fn connection_limit() {
     });
     let c = c.unwrap().go_on("", false, false);
     assert_eq!(c.size, MIB);
-}
-
-/// Waits (up to a generous deadline) until the server closes `s`.
-fn closed_within(s: &mut std::os::unix::net::UnixStream, limit: Duration) -> bool {
-    s.set_read_timeout(Some(limit)).unwrap();
-    let mut buf = [0u8; 256];
-    let deadline = Instant::now() + limit;
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => return false,
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-    }
 }
 
 #[test]

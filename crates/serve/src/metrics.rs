@@ -162,6 +162,51 @@ pub fn render(reg: &Registry) -> String {
     let _ = writeln!(out, "# HELP zmem_nbd_connections NBD connections open.");
     let _ = writeln!(out, "# TYPE zmem_nbd_connections gauge");
     let _ = writeln!(out, "zmem_nbd_connections {}", reg.connections());
+    if let Some(b) = reg.nbd_budget() {
+        let rows: [(&str, &str, &str, u64); 6] = [
+            (
+                "zmem_nbd_inflight_limit_bytes",
+                "gauge",
+                "Bytes of request and reply data all connections may hold (--inflight-total).",
+                b.limit,
+            ),
+            (
+                "zmem_nbd_inflight_bytes",
+                "gauge",
+                "Bytes of request and reply buffers held now, over all connections.",
+                b.in_use,
+            ),
+            (
+                "zmem_nbd_inflight_peak_bytes",
+                "gauge",
+                "The most zmem_nbd_inflight_bytes has been.",
+                b.peak,
+            ),
+            (
+                "zmem_nbd_inflight_server_waits_total",
+                "counter",
+                "Times a request waited for the server-wide budget.",
+                b.server_waits,
+            ),
+            (
+                "zmem_nbd_inflight_connection_waits_total",
+                "counter",
+                "Times a connection stopped reading requests at its own bound (--inflight-per-conn).",
+                b.connection_waits,
+            ),
+            (
+                "zmem_nbd_stalled_closed_total",
+                "counter",
+                "Connections closed for reading no reply while others waited for memory.",
+                b.stalled_closed,
+            ),
+        ];
+        for (name, kind, help, v) in rows {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            let _ = writeln!(out, "{name} {v}");
+        }
+    }
     out
 }
 

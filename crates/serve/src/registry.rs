@@ -9,7 +9,7 @@
 
 use std::sync::{Arc, OnceLock, Weak};
 
-use nbd::{Export, ExportError, Exports, Server};
+use nbd::{BudgetStats, Export, ExportError, Exports, Server};
 use zram::Store;
 
 use crate::device::export_device;
@@ -87,6 +87,15 @@ impl Registry {
     /// alive.
     pub fn attach(&self, server: &Arc<Server>) {
         let _ = self.server.set(Arc::downgrade(server));
+    }
+
+    /// The NBD server's in-flight memory budget (`None` before
+    /// [`Registry::attach`] and after the server is gone).
+    pub fn nbd_budget(&self) -> Option<BudgetStats> {
+        self.server
+            .get()
+            .and_then(Weak::upgrade)
+            .map(|s| s.budget_stats())
     }
 
     /// NBD connections open now (0 before [`Registry::attach`] and after the

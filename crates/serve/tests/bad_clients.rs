@@ -227,6 +227,14 @@ fn misbehaving_clients_touch_nothing_else() {
     assert_eq!(e, 0);
     assert!(back == junk);
 
+    // /metrics shows the in-flight budget: its bound, and nothing held
+    // between requests.
+    let text = serve::metrics::render(&reg);
+    let limit = Config::default().inflight_total;
+    assert!(text.contains(&format!("zmem_nbd_inflight_limit_bytes {limit}\n")));
+    assert!(text.contains("zmem_nbd_inflight_bytes 0\n"), "{text}");
+    assert!(text.contains("zmem_nbd_inflight_connection_waits_total "));
+
     good.send(cmd::DISC, 0, 0, 0, &[]);
     assert!(good.closed());
     // Still serving.

@@ -115,12 +115,30 @@ pub struct ServeArgs {
     /// full, the client that has negotiated longest is closed.
     #[arg(long, value_name = "N", value_parser = lab::flags::whole::<u32>(1, 4096))]
     max_handshakes: Option<u32>,
+    /// Bytes of request and reply data one connection may have in flight
+    /// (default 32M, range 1M..1G); a client that does not read its replies
+    /// stops being read at this bound. Below 32M it also lowers the largest
+    /// request advertised.
+    #[arg(long, value_name = "SIZE", value_parser = lab::flags::size(1 << 20, 1 << 30))]
+    inflight_per_conn: Option<u64>,
+    /// Bytes of request and reply data all connections together may have in
+    /// flight (default 256M, range 2M..64G, at least --inflight-per-conn
+    /// plus 1M); requests beyond it wait their turn, first come first
+    /// served.
+    #[arg(long, value_name = "SIZE", value_parser = lab::flags::size(2 << 20, 64 << 30))]
+    inflight_total: Option<u64>,
+    /// Seconds a client may read none of its replies while other clients
+    /// wait for --inflight-total before it is closed (default 10, range
+    /// 1..3600).
+    #[arg(long, value_name = "SECONDS", value_parser = lab::flags::whole::<u32>(1, 3600))]
+    stall_limit: Option<u32>,
     /// Log level: off, error, warn, info, debug, trace (default: $ZMEM_LOG
     /// or info).
     #[arg(long, value_name = "LEVEL", value_parser = parse_level)]
     log_level: Option<LevelFilter>,
 }
 
+/// A size flag's value within `lo..=hi` bytes (`range` names them).
 fn parse_level(s: &str) -> Result<LevelFilter, String> {
     s.parse()
         .map_err(|_| format!("'{s}' is not a log level (off, error, warn, info, debug, trace)"))
@@ -130,6 +148,27 @@ fn parse_level(s: &str) -> Result<LevelFilter, String> {
 const EXPORT_MIN: u64 = 4096;
 /// The largest export (its slot table alone takes 4 GiB at 4 KiB pages).
 const EXPORT_MAX: u64 = 1 << 40;
+
+/// Applies the in-flight memory flags: the largest request never exceeds a
+/// connection's bound, and the server's total must hold one connection.
+fn inflight_config(args: &ServeArgs, config: Config) -> Result<Config, CliError> {
+    let per_conn = args.inflight_per_conn.unwrap_or(config.inflight_bytes);
+    let total = args.inflight_total.unwrap_or(config.inflight_total);
+    if total < per_conn + (1 << 20) {
+        return Err(CliError::Usage(format!(
+            "--inflight-total {total} must be at least --inflight-per-conn ({per_conn}) plus 1M"
+        )));
+    }
+    Ok(Config {
+        max_request: config.max_request.min(per_conn as u32),
+        inflight_bytes: per_conn,
+        inflight_total: total,
+        stall_timeout: args.stall_limit.map_or(config.stall_timeout, |s| {
+            std::time::Duration::from_secs(u64::from(s))
+        }),
+        ..config
+    })
+}
 
 /// Splits `NAME[:SIZE]`: a colon starts the size, so a name has none, and
 /// what follows it must be a size from 4K to 1T.
@@ -315,6 +354,8 @@ fn release_free_heap() {}
 
 /// Runs `zmem serve` until SIGINT or SIGTERM.
 pub fn run(args: &ServeArgs) -> Result<(), CliError> {
+    // The flags that depend on each other are checked before anything starts.
+    inflight_config(args, Config::default())?;
     logger::init(logger::level(args.log_level));
     // Before any thread exists: every thread inherits the blocked mask.
     let signals = signals::block_termination()
@@ -393,6 +434,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             .map_or(config.max_handshakes, |n| n as usize),
         ..config
     };
+    let config = inflight_config(args, config)?;
     let server = Server::bind(addr.clone(), exports, config)
         .map_err(|e| CliError::Failed(format!("cannot listen on {addr}: {e}")))?;
     let bound = server.local_addr().clone();

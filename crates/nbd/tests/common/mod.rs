@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Once};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nbd::wire::{
     self, chunk, hs, info, opt, rep, ChunkHeader, Info, InfoRequest, MetaContextRequest,
@@ -405,3 +405,33 @@ impl BlockDevice for PlainDevice {
         self.0.write_at(off, data, fua)
     }
 }
+
+/// Polls `done` until it holds; fails the test after a minute, a deadline
+/// that only a hang reaches, however loaded the machine.
+pub fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "waited 60 s for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits (up to a generous deadline) until the server closes `s`.
+pub fn closed_within(s: &mut UnixStream, limit: Duration) -> bool {
+    s.set_read_timeout(Some(limit)).unwrap();
+    let mut buf = [0u8; 256];
+    let deadline = Instant::now() + limit;
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+    }
+}
+
+pub mod adversary;
