@@ -18,6 +18,13 @@
 //! | `mem_limit SIZE` | `mem_limit` | K/M/G/T suffixes (memparse); 0 removes it |
 //! | `mem_used_max 0` | `mem_used_max` | resets the maximum to the current use |
 //! | `exports` | (none) | one line per export: name, label, disksize |
+//! | `backing_dev [PATH]` | `backing_dev` | the backing file or block device (`none`); set only before the store holds data (`EBUSY`) |
+//! | `writeback MODE` | `writeback` | `idle`, `huge`, `huge_idle`, `incompressible`, `type=...`, `page_index=N`, `page_indexes=N-M`; `ENODEV` without a backing_dev |
+//! | `writeback_limit [N]`, `writeback_limit_enable [0/1]` | same | the writeback budget in 4 KiB units |
+//! | `bd_stat` | `bd_stat` | `bd_count bd_reads bd_writes` in 4 KiB units |
+//! | `recomp_algorithm ["algo=NAME priority=N"]` | `recomp_algorithm` | secondary compressors, `#N: [name]` lines |
+//! | `recompress PARAMS` | `recompress` | `type=idle\|huge\|huge_idle threshold=N max_pages=N algo=NAME priority=N` |
+//! | `block_state` | debugfs `zram/zramN/block_state` | one line per allocated slot: index, access time, flags `swhirn` |
 //!
 //! It does no I/O; the socket is in [`crate::ctl_socket`].
 
@@ -31,7 +38,7 @@ use crate::registry::{Registry, Served};
 /// Why a control command failed: a Linux errno name and a message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CtlError {
-    /// `EINVAL`, `ENOENT`, `EBUSY` or `EOPNOTSUPP`.
+    /// One of [`ERRNO_NAMES`].
     pub errno: &'static str,
     /// For a human.
     pub message: String,
@@ -59,7 +66,7 @@ impl fmt::Display for CtlError {
 impl std::error::Error for CtlError {}
 
 /// Every command name, for `help` and error messages.
-pub const COMMANDS: [&str; 15] = [
+pub const COMMANDS: [&str; 23] = [
     "mm_stat",
     "io_stat",
     "debug_stat",
@@ -75,7 +82,83 @@ pub const COMMANDS: [&str; 15] = [
     "mem_limit",
     "mem_used_max",
     "exports",
+    "backing_dev",
+    "writeback",
+    "writeback_limit",
+    "writeback_limit_enable",
+    "bd_stat",
+    "recomp_algorithm",
+    "recompress",
+    "block_state",
 ];
+
+/// Every errno name a command answers with (anything else is `EIO`).
+pub const ERRNO_NAMES: [&str; 14] = [
+    "EINVAL",
+    "ENOENT",
+    "EBUSY",
+    "EOPNOTSUPP",
+    "EIO",
+    "ENODEV",
+    "ERANGE",
+    "ENOSPC",
+    "ENOTBLK",
+    "EISDIR",
+    "EACCES",
+    "EPERM",
+    "E2BIG",
+    "ENOMEM",
+];
+
+/// The name of an errno the store answers with.
+fn errno_name(errno: i32) -> &'static str {
+    match errno {
+        libc::EINVAL => "EINVAL",
+        libc::EBUSY => "EBUSY",
+        libc::ENODEV => "ENODEV",
+        libc::ENOENT => "ENOENT",
+        libc::ERANGE => "ERANGE",
+        libc::ENOSPC => "ENOSPC",
+        libc::ENOTBLK => "ENOTBLK",
+        libc::EISDIR => "EISDIR",
+        libc::EACCES => "EACCES",
+        libc::EPERM => "EPERM",
+        libc::E2BIG => "E2BIG",
+        libc::ENOMEM => "ENOMEM",
+        _ => "EIO",
+    }
+}
+
+fn store_error(e: &zram::StoreError) -> CtlError {
+    CtlError::new(errno_name(e.errno()), e.to_string())
+}
+
+/// The debugfs `block_state` text: one line per allocated slot.
+fn block_state(store: &zram::Store) -> String {
+    use zram::SlotState;
+    let mut out = String::new();
+    for index in 0..store.disk_pages() {
+        let Ok(info) = store.slot_info(index) else {
+            break;
+        };
+        if info.state == SlotState::Empty {
+            continue;
+        }
+        let flag = |on: bool, c: char| if on { c } else { '.' };
+        out.push_str(&format!(
+            "{index:12} {:12}.{:06} {}{}{}{}{}{}\n",
+            info.ac_time,
+            0,
+            flag(matches!(info.state, SlotState::Same(_)), 's'),
+            flag(matches!(info.state, SlotState::WrittenBack(_)), 'w'),
+            flag(info.huge, 'h'),
+            flag(info.idle, 'i'),
+            flag(info.priority > 0, 'r'),
+            flag(info.incompressible, 'n'),
+        ));
+    }
+    out
+}
 
 /// Parses a size the way the kernel's `memparse` does: a number with an
 /// optional K, M, G, T, P or E suffix (powers of 1024, either case).
@@ -232,6 +315,83 @@ fn run(reg: &Registry, s: &Served, cmd: &str, arg: Option<&str>) -> Result<Strin
             }
             _ => Err(CtlError::inval("mem_used_max only takes 0")),
         },
+        "bd_stat" => read(store.bd_stat().to_string()),
+        "block_state" => {
+            no_value(cmd, arg)?;
+            Ok(block_state(store))
+        }
+        "backing_dev" => match arg {
+            None => Ok(store.backing_dev() + "\n"),
+            Some(path) => {
+                store
+                    .set_backing_dev(std::path::Path::new(path))
+                    .map_err(|e| store_error(&e))?;
+                log::info!("ctl: {}: backing_dev {path}", s.name);
+                Ok(String::new())
+            }
+        },
+        "writeback" => {
+            let text = arg.ok_or_else(|| {
+                CtlError::inval("writeback takes idle, huge, huge_idle, incompressible, type=, page_index= or page_indexes=")
+            })?;
+            let req = zram::WritebackRequest::parse(text, store.disk_pages())
+                .map_err(|e| store_error(&e))?;
+            let r = store.writeback(&req).map_err(|e| store_error(&e))?;
+            log::info!(
+                "ctl: {}: writeback {text}: {} of {} pages written",
+                s.name,
+                r.written,
+                r.chosen
+            );
+            Ok(String::new())
+        }
+        "writeback_limit" => match arg {
+            None => Ok(format!("{}\n", store.writeback_limit().limit)),
+            Some(v) => {
+                let n = v.parse::<u64>().map_err(|_| {
+                    CtlError::inval(format!(
+                        "writeback_limit takes a number of 4 KiB units, not {v:?}"
+                    ))
+                })?;
+                store.set_writeback_limit(n);
+                Ok(String::new())
+            }
+        },
+        "writeback_limit_enable" => match arg {
+            None => Ok(format!("{}\n", u8::from(store.writeback_limit().enabled))),
+            Some(v) => {
+                let n = v.parse::<u64>().map_err(|_| {
+                    CtlError::inval(format!("writeback_limit_enable takes a number, not {v:?}"))
+                })?;
+                store.set_writeback_limit_enable(n != 0);
+                Ok(String::new())
+            }
+        },
+        "recomp_algorithm" => match arg {
+            None => Ok(store
+                .recomp_algorithms()
+                .iter()
+                .map(|(p, name)| format!("#{p}: [{name}]\n"))
+                .collect()),
+            Some(v) => {
+                store.set_recomp_algorithm(v).map_err(|e| store_error(&e))?;
+                log::info!("ctl: {}: recomp_algorithm {v}", s.name);
+                Ok(String::new())
+            }
+        },
+        "recompress" => {
+            let req =
+                zram::RecompressRequest::parse(arg.unwrap_or("")).map_err(|e| store_error(&e))?;
+            let r = store.recompress(&req).map_err(|e| store_error(&e))?;
+            log::info!(
+                "ctl: {}: recompress: {} of {} pages smaller, {} incompressible",
+                s.name,
+                r.recompressed,
+                r.chosen,
+                r.incompressible
+            );
+            Ok(String::new())
+        }
         other => Err(CtlError::inval(format!(
             "unknown command {other:?}; commands: {}",
             COMMANDS.join(" ")
@@ -327,6 +487,79 @@ mod tests {
             execute(&reg, Some("zz"), "mm_stat").unwrap_err().errno,
             "ENOENT"
         );
+    }
+
+    #[test]
+    fn writeback_and_recompression_commands_use_the_sysfs_names() {
+        let reg = registry();
+        let dir = std::env::temp_dir().join(format!("zmem-ctl-wb-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("backing");
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(64 * 4096)
+            .unwrap();
+        let run = |line: &str| execute(&reg, None, line);
+        assert_eq!(run("backing_dev").unwrap(), "none\n");
+        assert_eq!(run("writeback idle").unwrap_err().errno, "ENODEV");
+        assert_eq!(
+            run("backing_dev /nonexistent/zmem").unwrap_err().errno,
+            "ENOENT"
+        );
+        run(&format!("backing_dev {}", path.display())).unwrap();
+        assert_eq!(run("backing_dev").unwrap(), format!("{}\n", path.display()));
+        run("recomp_algorithm algo=zstd priority=1").unwrap();
+        assert_eq!(run("recomp_algorithm").unwrap(), "#1: [zstd]\n");
+        let store = &reg.get(None).unwrap().store;
+        let page: Vec<u8> = (0..4096).map(|i| (i % 13) as u8 ^ (i / 97) as u8).collect();
+        for i in 0..4 {
+            store.write_page(i, &page).unwrap();
+        }
+        assert_eq!(
+            run(&format!("backing_dev {}", path.display()))
+                .unwrap_err()
+                .errno,
+            "EBUSY"
+        );
+        assert_eq!(
+            run("recomp_algorithm algo=deflate priority=2")
+                .unwrap_err()
+                .errno,
+            "EBUSY"
+        );
+        run("idle all").unwrap();
+        assert!(run("block_state")
+            .unwrap()
+            .lines()
+            .all(|l| l.ends_with(" ...i..")));
+        run("recompress type=idle").unwrap();
+        run("writeback_limit_enable 1").unwrap();
+        run("writeback_limit 2").unwrap();
+        run("idle all").unwrap();
+        assert_eq!(run("writeback idle").unwrap_err().errno, "EIO");
+        assert_eq!(run("writeback_limit").unwrap(), "0\n");
+        assert_eq!(run("writeback_limit_enable").unwrap(), "1\n");
+        assert_eq!(run("bd_stat").unwrap(), "       2        0        2\n");
+        assert_eq!(
+            run("block_state")
+                .unwrap()
+                .lines()
+                .filter(|l| l.contains(".w"))
+                .count(),
+            2
+        );
+        for (bad, errno) in [
+            ("writeback sleepy", "EINVAL"),
+            ("writeback page_index=256", "ERANGE"),
+            ("recompress priority=5", "EINVAL"),
+            ("recompress type=cold", "EINVAL"),
+            ("recompress idle", "EINVAL"),
+            ("writeback_limit x", "EINVAL"),
+            ("bd_stat 1", "EINVAL"),
+        ] {
+            assert_eq!(run(bad).unwrap_err().errno, errno, "{bad}");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

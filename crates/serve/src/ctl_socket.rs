@@ -396,13 +396,11 @@ fn read_reply<R: BufRead>(r: &mut R) -> io::Result<Result<String, CtlError>> {
     }
     if let Some(rest) = head.strip_prefix("err ") {
         let (errno, message) = rest.split_once(' ').unwrap_or((rest, ""));
-        let errno = match errno {
-            "EINVAL" => "EINVAL",
-            "ENOENT" => "ENOENT",
-            "EBUSY" => "EBUSY",
-            "EOPNOTSUPP" => "EOPNOTSUPP",
-            _ => "EIO",
-        };
+        let errno = crate::control::ERRNO_NAMES
+            .iter()
+            .find(|n| **n == errno)
+            .copied()
+            .unwrap_or("EIO");
         return Ok(Err(CtlError {
             errno,
             message: message.to_string(),

@@ -65,6 +65,11 @@ pub fn nbd_error(e: &StoreError) -> DeviceError {
             ErrorKind::InvalidArgument | ErrorKind::InvalidHandle => Errno::Io,
         },
         StoreError::Compress(_) | StoreError::Corrupt { .. } => Errno::Io,
+        StoreError::Os { errno, .. } => match *errno {
+            libc::ENOSPC => Errno::NoSpc,
+            libc::EINVAL => Errno::Inval,
+            _ => Errno::Io,
+        },
     };
     DeviceError::new(errno, e.to_string())
 }

@@ -190,6 +190,15 @@ pub trait ZPool: Send + Sync {
         self.page_size()
     }
 
+    /// The bytes the allocator sets aside for an object of `len` bytes: its
+    /// size class's slot, for allocators with size classes; `len` itself
+    /// otherwise. zram's recompression keeps a new object only if this is
+    /// smaller than the old one's (the kernel compares zsmalloc class
+    /// indexes).
+    fn class_size(&self, len: usize) -> usize {
+        len
+    }
+
     /// Allocates an object of `len` bytes (contents unspecified).
     fn malloc(&self, len: usize) -> Result<ZHandle, ZPoolError>;
 

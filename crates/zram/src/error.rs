@@ -42,6 +42,16 @@ pub enum StoreError {
     },
     /// The store cannot be made with these settings.
     Config(String),
+    /// The operating system, the backing store or the kernel's rules for an
+    /// attribute refused, with the errno the kernel gives (`EBUSY` for a
+    /// backing device set once the store holds data, `ENODEV` for
+    /// writeback without one, `EIO` or `ENOSPC` from the backing store, ...).
+    Os {
+        /// The errno (positive).
+        errno: i32,
+        /// One line for a human.
+        reason: String,
+    },
 }
 
 impl StoreError {
@@ -55,6 +65,7 @@ impl StoreError {
             StoreError::MemLimit { .. } => libc::ENOMEM,
             StoreError::Alloc(e) => e.errno(),
             StoreError::Compress(_) | StoreError::Corrupt { .. } => libc::EIO,
+            StoreError::Os { errno, .. } => *errno,
         }
     }
 }
@@ -81,11 +92,22 @@ impl fmt::Display for StoreError {
                 write!(f, "page {index} does not decompress: {reason}")
             }
             StoreError::Config(why) => write!(f, "invalid store settings: {why}"),
+            StoreError::Os { reason, .. } => f.write_str(reason),
         }
     }
 }
 
 impl std::error::Error for StoreError {}
+
+impl StoreError {
+    /// An [`StoreError::Os`] error.
+    pub(crate) fn os(errno: i32, reason: impl Into<String>) -> StoreError {
+        StoreError::Os {
+            errno,
+            reason: reason.into(),
+        }
+    }
+}
 
 impl From<ZPoolError> for StoreError {
     fn from(e: ZPoolError) -> Self {

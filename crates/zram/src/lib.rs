@@ -30,21 +30,35 @@
 //! - [`stats`]: counters and the `mm_stat` / `io_stat` / `debug_stat` files;
 //! - [`store`]: the write, read, discard and control paths, and the lock
 //!   order;
-//! - [`mod@error`]: the [`StoreError`] type.
+//! - [`mod@error`]: the [`StoreError`] type;
+//! - [`backing`]: the backing store (a file or block device) and its block
+//!   bitmap;
+//! - `postprocess`: the state writeback and recompression share (backing
+//!   store, budget, secondary compressors, "initialised") and their order;
+//! - [`writeback`]: writing pages to the backing store and reading them back;
+//! - [`recompress`]: recompressing pages with secondary compressors.
 //!
 //! The kernel's own zram, the peer the store is measured against, is the
 //! lab's (`lab::kernel_zram`).
 
 #![warn(missing_docs)]
 
+pub mod backing;
 pub mod error;
 mod huge;
+mod postprocess;
+pub mod recompress;
 mod shard;
 mod slot;
 pub mod stats;
 pub mod store;
 mod streams;
+pub mod writeback;
 
+pub use backing::{BackingFile, BackingStore};
 pub use error::StoreError;
-pub use stats::{DebugStat, IoStat, MmStat};
+pub use postprocess::WritebackLimit;
+pub use recompress::RecompressRequest;
+pub use stats::{BdStat, DebugStat, IoStat, MmStat};
 pub use store::{same_filled, IdleCutoff, SlotInfo, SlotState, Store};
+pub use writeback::{WritebackMode, WritebackReport, WritebackRequest};

@@ -26,6 +26,18 @@ pub const LOCK: u32 = 1 << 1;
 pub const HUGE: u32 = 1 << 2;
 /// Not accessed since the last idle marking.
 pub const IDLE: u32 = 1 << 3;
+/// The page lives on the backing store; the handle word is its block.
+pub const WB: u32 = 1 << 4;
+/// Chosen by a running writeback or recompression (the kernel's
+/// `ZRAM_PP_SLOT`); any access or replacement clears it, and the
+/// post-processing then leaves the slot alone.
+pub const PP_SLOT: u32 = 1 << 5;
+/// Even the highest-priority recompression did not make the page smaller.
+pub const INCOMPRESSIBLE: u32 = 1 << 6;
+/// The two bits of the compressor priority (0: the primary) that compressed
+/// the page (the kernel's `ZRAM_COMP_PRIORITY_BIT1/BIT2`).
+const PRIORITY_SHIFT: u32 = 7;
+const PRIORITY_MASK: u32 = 0b11;
 
 /// Where a store keeps pages that do not compress (what the handle word of
 /// a [`HUGE`] slot names).
@@ -58,6 +70,17 @@ pub enum SlotContent {
     /// A page that did not compress, stored raw in a page beside the
     /// allocator ([`HUGE`], [`HugeHome::BesideAllocator`]).
     RawPage(HugePageId),
+    /// A page written to the backing store ([`WB`]): the handle word is its
+    /// block. As in the kernel the slot keeps the stored length and the
+    /// [`HUGE`] flag of the page it was (neither counts in the statistics).
+    WrittenBack {
+        /// Block of the backing store.
+        block: u64,
+        /// The length the page had in memory.
+        size: usize,
+        /// Whether it was stored raw.
+        huge: bool,
+    },
 }
 
 impl SlotContent {
@@ -69,7 +92,10 @@ impl SlotContent {
     /// Whether the slot holds memory: an object or a page kept beside the
     /// allocator (not an empty or same-filled slot).
     pub fn holds_memory(self) -> bool {
-        !matches!(self, SlotContent::Empty | SlotContent::SameFilled(_))
+        !matches!(
+            self,
+            SlotContent::Empty | SlotContent::SameFilled(_) | SlotContent::WrittenBack { .. }
+        )
     }
 
     /// Bytes stored for the page (`compr_data_size`'s share): the compressed
@@ -78,7 +104,7 @@ impl SlotContent {
         match self {
             SlotContent::Compressed { size, .. } => size,
             SlotContent::RawObject(_) | SlotContent::RawPage(_) => page_size,
-            SlotContent::Empty | SlotContent::SameFilled(_) => 0,
+            SlotContent::Empty | SlotContent::SameFilled(_) | SlotContent::WrittenBack { .. } => 0,
         }
     }
 }
@@ -138,6 +164,13 @@ impl Layout {
         if flags & SAME != 0 {
             return SlotContent::SameFilled(handle);
         }
+        if flags & WB != 0 {
+            return SlotContent::WrittenBack {
+                block: handle,
+                size,
+                huge: flags & HUGE != 0,
+            };
+        }
         let raw = flags & HUGE != 0;
         match (raw, self.huge) {
             (true, HugeHome::BesideAllocator) => {
@@ -166,6 +199,9 @@ impl Layout {
             SlotContent::RawPage(id) => {
                 debug_assert_eq!(self.huge, HugeHome::BesideAllocator);
                 (id.to_raw(), self.page_size(), HUGE)
+            }
+            SlotContent::WrittenBack { block, size, huge } => {
+                (block, size, WB | if huge { HUGE } else { 0 })
             }
         }
     }
@@ -233,7 +269,26 @@ impl SlotGuard<'_> {
         self.layout.flags(self.slot.flags.load(Ordering::Relaxed)) & !LOCK
     }
 
-    /// Replaces the contents (clearing [`IDLE`]), keeping the lock held.
+    /// Whether `flag` is set.
+    pub fn has(&self, flag: u32) -> bool {
+        self.flags() & flag != 0
+    }
+
+    /// The priority of the compressor that compressed the page (0: the
+    /// primary).
+    pub fn priority(&self) -> usize {
+        ((self.flags() >> PRIORITY_SHIFT) & PRIORITY_MASK) as usize
+    }
+
+    /// Records the compressor priority (0 to 3) of the page.
+    pub fn set_priority(&mut self, priority: usize) {
+        let bits = (priority as u32 & PRIORITY_MASK) << PRIORITY_SHIFT;
+        self.update_flags(bits, (PRIORITY_MASK << PRIORITY_SHIFT) & !bits);
+    }
+
+    /// Replaces the contents, keeping the lock held. Every other flag goes
+    /// ([`IDLE`], [`PP_SLOT`], [`INCOMPRESSIBLE`], the priority), as the
+    /// kernel's `slot_free` clears them.
     pub fn set(&mut self, content: SlotContent) {
         let (handle, size, flags) = self.layout.encode(content);
         self.slot.handle.store(handle, Ordering::Relaxed);
@@ -252,10 +307,10 @@ impl SlotGuard<'_> {
         self.store_word(self.layout.size(word), flags);
     }
 
-    /// Records an access at `now` (clears [`IDLE`]).
+    /// Records an access at `now` (clears [`IDLE`] and [`PP_SLOT`]).
     pub fn touch(&mut self, now: u32) {
         self.slot.ac_time.store(now, Ordering::Relaxed);
-        self.update_flags(0, IDLE);
+        self.update_flags(0, IDLE | PP_SLOT);
     }
 }
 

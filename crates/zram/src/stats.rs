@@ -38,13 +38,20 @@ pub enum Counter {
     NumReads,
     /// Page writes served.
     NumWrites,
+    /// Pages read from the backing store.
+    BdReads,
+    /// Pages written to the backing store.
+    BdWrites,
+    /// Pages the backing store failed to take during writeback (zmem's;
+    /// each stayed in memory).
+    FailedWritebacks,
 }
 
-const NR_COUNTERS: usize = 11;
+const NR_COUNTERS: usize = 14;
 
 /// Counters that only grow (zeroed by `reset`); the others are gauges that
 /// follow the slots and return to 0 when every slot is freed.
-pub const CUMULATIVE: [Counter; 7] = [
+pub const CUMULATIVE: [Counter; 10] = [
     Counter::HugePagesSince,
     Counter::FailedReads,
     Counter::FailedWrites,
@@ -52,6 +59,9 @@ pub const CUMULATIVE: [Counter; 7] = [
     Counter::MissFree,
     Counter::NumReads,
     Counter::NumWrites,
+    Counter::BdReads,
+    Counter::BdWrites,
+    Counter::FailedWritebacks,
 ];
 
 /// The counters the I/O paths update (the kernel's `zram_stats`), sharded
@@ -272,6 +282,31 @@ impl fmt::Display for DebugStat {
     }
 }
 
+/// `bd_stat`: the backing store's use, in 4 KiB units whatever the page
+/// size (the kernel's `FOUR_K`): `bd_count bd_reads bd_writes`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct BdStat {
+    /// 4 KiB units of the backing store holding pages now.
+    pub bd_count: u64,
+    /// 4 KiB units read from the backing store.
+    pub bd_reads: u64,
+    /// 4 KiB units written to the backing store.
+    pub bd_writes: u64,
+    /// Pages whose writeback the backing store failed (an I/O error); each
+    /// stayed in memory (zmem's; not a kernel column, printed apart).
+    pub failed_writebacks: u64,
+}
+
+impl fmt::Display for BdStat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:8} {:8} {:8}",
+            self.bd_count, self.bd_reads, self.bd_writes
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,6 +339,13 @@ mod tests {
             DebugStat { miss_free: 4 }.to_string(),
             "version: 1\n0        4"
         );
+        let bd = BdStat {
+            bd_count: 8,
+            bd_reads: 4,
+            bd_writes: 12,
+            failed_writebacks: 1,
+        };
+        assert_eq!(bd.to_string(), "       8        4       12");
     }
 
     #[test]

@@ -16,6 +16,9 @@
 //!   to whole pages kept beside it (`huge`), counted in `mem_used_total`.
 //! - **discard / write-zeroes**: each page's slot is emptied and
 //!   `notify_free` counted.
+//! - **written-back pages** (`writeback`, in the `writeback` module) are
+//!   read from the backing store under the slot lock; replacing or
+//!   discarding one frees its block.
 //!
 //! # Locks, in the order they are taken
 //! 1. one slot lock (never two at once);
@@ -31,7 +34,9 @@
 //! a stream while waiting for a slot, so the order has no cycle.
 //!
 //! This module owns the slot table and the counters; it reaches memory only
-//! through the [`ZPool`] it was given.
+//! through the [`ZPool`] it was given. Writeback and recompression (the
+//! `writeback` and `recompress` modules) use its slots and counters through
+//! the crate-visible fields and helpers below.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -43,7 +48,8 @@ use zpool::{ObjectRead, ZCompacted, ZPool};
 
 use crate::error::StoreError;
 use crate::huge::HugePages;
-use crate::slot::{self, HugeHome, Layout, Slot, SlotContent};
+use crate::postprocess::PostProcess;
+use crate::slot::{self, HugeHome, Layout, Slot, SlotContent, SlotGuard};
 use crate::stats::{Counter, Counters, DebugStat, IoStat, MmStat, CUMULATIVE};
 use crate::streams::Streams;
 
@@ -58,6 +64,8 @@ pub enum SlotState {
     Compressed(usize),
     /// The page stored uncompressed.
     Huge,
+    /// The page is on the backing store, in this block.
+    WrittenBack(u64),
 }
 
 /// A slot's state and flags.
@@ -69,6 +77,13 @@ pub struct SlotInfo {
     pub idle: bool,
     /// Seconds since the store was made, at the last access.
     pub ac_time: u32,
+    /// Stored uncompressed (kept on a written-back page, as the kernel's
+    /// `ZRAM_HUGE`).
+    pub huge: bool,
+    /// Recompression could not make it smaller with the highest priority.
+    pub incompressible: bool,
+    /// The priority of the compressor that compressed it (0: the primary).
+    pub priority: usize,
 }
 
 /// Which slots [`Store::mark_idle`] marks.
@@ -83,16 +98,18 @@ pub enum IdleCutoff {
 
 /// A zram-style compressed block store.
 pub struct Store {
-    pool: Arc<dyn ZPool>,
-    streams: Streams,
-    slots: Box<[Slot]>,
-    layout: Layout,
-    page_size: usize,
-    huge_class_size: usize,
+    pub(crate) pool: Arc<dyn ZPool>,
+    pub(crate) streams: Streams,
+    pub(crate) slots: Box<[Slot]>,
+    pub(crate) layout: Layout,
+    pub(crate) page_size: usize,
+    pub(crate) huge_class_size: usize,
     /// Raw pages kept beside an allocator that cannot hold a whole page.
     huge: Option<HugePages>,
     limit_pages: AtomicU64,
-    counters: Counters,
+    pub(crate) counters: Counters,
+    /// Backing store, writeback budget and secondary compressors.
+    pub(crate) post: PostProcess,
     born: Instant,
     /// The allocator's (pages_compacted, objs_moved) at the last reset: the
     /// kernel makes a new pool on reset, so its counters start again at 0.
@@ -192,6 +209,7 @@ impl Store {
             counters: Counters::default(),
             born: Instant::now(),
             pool_base: [AtomicU64::new(0), AtomicU64::new(0)],
+            post: PostProcess::default(),
             pool,
         })
     }
@@ -226,11 +244,11 @@ impl Store {
         self.huge_class_size
     }
 
-    fn now(&self) -> u32 {
+    pub(crate) fn now(&self) -> u32 {
         u32::try_from(self.born.elapsed().as_secs()).unwrap_or(u32::MAX)
     }
 
-    fn check_range(&self, first: u64, count: u64) -> Result<(), StoreError> {
+    pub(crate) fn check_range(&self, first: u64, count: u64) -> Result<(), StoreError> {
         let pages = self.disk_pages();
         match first.checked_add(count) {
             Some(end) if end <= pages => Ok(()),
@@ -255,6 +273,7 @@ impl Store {
     /// Stores one page at `index`.
     pub fn write_page(&self, index: u64, page: &[u8]) -> Result<(), StoreError> {
         self.check_page(index, page.len())?;
+        self.post.mark_initialised();
         self.counters.add(Counter::NumWrites, 1);
         let result = self.store(index, page);
         if result.is_err() {
@@ -322,9 +341,17 @@ impl Store {
     }
 
     /// Frees a slot's former contents and takes them out of the counters.
-    fn release(&self, old: SlotContent) {
+    pub(crate) fn release(&self, old: SlotContent) {
         match old {
             SlotContent::Empty => {}
+            SlotContent::WrittenBack { block, .. } => {
+                // Its length and huge_pages share left the counters when
+                // it was written back.
+                if let Some(backing) = self.post.backing() {
+                    backing.release(block);
+                }
+                self.counters.sub(Counter::PagesStored, 1);
+            }
             SlotContent::SameFilled(_) => {
                 self.counters.sub(Counter::SamePages, 1);
                 self.counters.sub(Counter::PagesStored, 1);
@@ -345,7 +372,7 @@ impl Store {
 
     /// Frees the allocator object, or the page kept beside it, that holds a
     /// slot's page (nothing for an empty or same-filled slot).
-    fn free_content(&self, content: SlotContent) {
+    pub(crate) fn free_content(&self, content: SlotContent) {
         match content {
             SlotContent::Compressed { handle, .. } | SlotContent::RawObject(handle) => {
                 // The handle came from this allocator and was in one slot
@@ -359,12 +386,12 @@ impl Store {
                     huge.free(id);
                 }
             }
-            SlotContent::Empty | SlotContent::SameFilled(_) => {}
+            SlotContent::Empty | SlotContent::SameFilled(_) | SlotContent::WrittenBack { .. } => {}
         }
     }
 
     /// Pages held: the allocator's, plus pages kept beside it.
-    fn used_pages(&self) -> u64 {
+    pub(crate) fn used_pages(&self) -> u64 {
         (self.pool.total_pages() + self.huge.as_ref().map_or(0, HugePages::pages)) as u64
     }
 
@@ -381,6 +408,20 @@ impl Store {
 
     fn load(&self, index: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         let mut guard = self.slots[index as usize].lock(self.layout);
+        self.read_locked(index, &guard, buf)?;
+        guard.touch(self.now());
+        Ok(())
+    }
+
+    /// Reads the page of the locked slot `index` into `buf`: from memory,
+    /// decompressed with the compressor that compressed it, or from the
+    /// backing store.
+    pub(crate) fn read_locked(
+        &self,
+        index: u64,
+        guard: &SlotGuard<'_>,
+        buf: &mut [u8],
+    ) -> Result<(), StoreError> {
         match guard.content() {
             SlotContent::Empty => buf.fill(0),
             SlotContent::SameFilled(word) => fill_word(buf, word),
@@ -397,8 +438,19 @@ impl Store {
                 buf.copy_from_slice(&obj);
             }
             SlotContent::Compressed { handle, size } => {
+                let secondary;
+                let streams = match guard.priority() {
+                    0 => &self.streams,
+                    p => {
+                        secondary = self.post.secondary(p).ok_or(StoreError::Corrupt {
+                            index,
+                            reason: format!("no compressor of priority {p}"),
+                        })?;
+                        &*secondary
+                    }
+                };
                 let obj = ObjectRead::begin(&*self.pool, handle, size)?;
-                let mut stream = self.streams.get()?;
+                let mut stream = streams.get()?;
                 stream
                     .context()
                     .decompress(&obj, buf)
@@ -407,8 +459,8 @@ impl Store {
                         reason: e.to_string(),
                     })?;
             }
+            SlotContent::WrittenBack { block, .. } => self.read_back(index, block, buf)?,
         }
-        guard.touch(self.now());
         Ok(())
     }
 
@@ -444,7 +496,10 @@ impl Store {
             };
             self.release(old);
         }
-        // The gauges went to 0 as the slots were freed.
+        // The gauges went to 0 as the slots were freed (and with them the
+        // backing store's blocks; the backing store itself stays, as the
+        // compressor does).
+        self.post.clear_initialised();
         for c in CUMULATIVE {
             self.counters.zero(c);
         }
@@ -516,11 +571,15 @@ impl Store {
             SlotContent::SameFilled(word) => SlotState::Same(word),
             SlotContent::Compressed { size, .. } => SlotState::Compressed(size),
             SlotContent::RawObject(_) | SlotContent::RawPage(_) => SlotState::Huge,
+            SlotContent::WrittenBack { block, .. } => SlotState::WrittenBack(block),
         };
         Ok(SlotInfo {
             state,
             idle: guard.is_idle(),
             ac_time: slot.ac_time(),
+            huge: guard.has(slot::HUGE),
+            incompressible: guard.has(slot::INCOMPRESSIBLE),
+            priority: guard.priority(),
         })
     }
 

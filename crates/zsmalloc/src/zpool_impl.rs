@@ -55,6 +55,13 @@ impl ZPool for Pool {
         Pool::huge_class_size(self)
     }
 
+    fn class_size(&self, len: usize) -> usize {
+        u32::try_from(len)
+            .ok()
+            .and_then(|l| self.geometry().class_for(l))
+            .map_or(len, |class| class.size as usize)
+    }
+
     fn malloc(&self, len: usize) -> Result<ZHandle, ZPoolError> {
         Ok(zhandle(Pool::malloc(self, len)?))
     }

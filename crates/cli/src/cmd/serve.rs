@@ -78,6 +78,16 @@ pub struct ServeArgs {
     size: u64,
     #[command(flatten)]
     store: StoreArgs,
+    /// A file or block device pages are written back to (zram's
+    /// `backing_dev`; then `zmem ctl writeback idle`): one per export, in
+    /// export order (repeatable).
+    #[arg(long = "backing-dev", value_name = "PATH")]
+    backing_devs: Vec<PathBuf>,
+    /// A secondary compressor for `zmem ctl recompress` (zram's
+    /// `recomp_algorithm`), `"algo=NAME priority=N"` with N from 1 to 3, for
+    /// every export (repeatable, up to three).
+    #[arg(long = "recomp-algorithm", value_name = "\"algo=NAME priority=N\"")]
+    recomp_algorithms: Vec<String>,
     /// Unix socket for NBD clients.
     #[arg(long, value_name = "PATH", conflicts_with = "tcp")]
     socket: Option<PathBuf>,
@@ -363,9 +373,27 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     one_heap_arena();
 
     let plan = plan(args)?;
+    if args.backing_devs.len() > plan.len() {
+        return Err(CliError::Usage(format!(
+            "{} --backing-dev paths for {} exports (one per export, in order)",
+            args.backing_devs.len(),
+            plan.len()
+        )));
+    }
     let mut served = Vec::new();
-    for (name, size, spec) in &plan {
+    for (i, (name, size, spec)) in plan.iter().enumerate() {
         let store = spec.open(*size)?;
+        if let Some(path) = args.backing_devs.get(i) {
+            store
+                .set_backing_dev(path)
+                .map_err(|e| CliError::Usage(format!("--backing-dev: {e}")))?;
+            info!("export {name:?}: backing_dev {}", path.display());
+        }
+        for algo in &args.recomp_algorithms {
+            store
+                .set_recomp_algorithm(algo)
+                .map_err(|e| CliError::Usage(format!("--recomp-algorithm {algo:?}: {e}")))?;
+        }
         info!(
             "export {name:?}: {} bytes, {}{}",
             store.disk_size(),

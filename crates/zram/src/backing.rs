@@ -1,0 +1,353 @@
+//! The backing store a store writes pages back to (the kernel's
+//! `backing_dev`), and the bitmap of its blocks.
+//!
+//! A backing store is a run of page-sized blocks numbered from 0: a regular
+//! file (zmem's addition; the kernel takes only block devices) or a block
+//! device, opened read-write (block devices exclusively, as the kernel opens
+//! them) and with `O_DIRECT` where the file system allows it, so that pages
+//! written back do not come back into memory as page cache. [`Blocks`] keeps
+//! which blocks hold a page: one bit per block, the lowest free block taken
+//! first, as the kernel's bitmap. A freed block of a file is given back to
+//! the file system by punching a hole (`FALLOC_FL_PUNCH_HOLE |
+//! FALLOC_FL_KEEP_SIZE`; on a block device the same call discards it).
+//!
+//! [`BackingStore`] is the block I/O a store needs; [`BackingFile`] is the
+//! real one, and tests may give a store another (one that fails, say).
+//!
+//! This module owns the file and the bitmap. It never looks at a slot: the
+//! store decides which page goes to which block and records it in the slot.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::error::StoreError;
+
+/// Page-sized block I/O on a backing store.
+pub trait BackingStore: Send + Sync + fmt::Debug {
+    /// What `backing_dev` shows: the path.
+    fn describe(&self) -> String;
+
+    /// Blocks of one page the store holds.
+    fn blocks(&self) -> u64;
+
+    /// Writes one page at `block`.
+    fn write_block(&self, block: u64, page: &[u8]) -> io::Result<()>;
+
+    /// Reads one page from `block` into `buf`.
+    fn read_block(&self, block: u64, buf: &mut [u8]) -> io::Result<()>;
+
+    /// `block` holds nothing any more: give its space back if the store can
+    /// (a hint; failures are ignored).
+    fn discard_block(&self, block: u64);
+}
+
+/// A regular file or block device as a backing store.
+#[derive(Debug)]
+pub struct BackingFile {
+    file: File,
+    path: PathBuf,
+    blocks: u64,
+    page_size: usize,
+    /// Opened with `O_DIRECT`: buffers and offsets must be page-aligned.
+    direct: bool,
+}
+
+fn refused(errno: i32, reason: String) -> StoreError {
+    StoreError::Os { errno, reason }
+}
+
+impl BackingFile {
+    /// Opens `path` as a backing store of `page_size`-byte blocks. Fails
+    /// with the kernel's errnos: `ENOENT` (and any other open error) as the
+    /// open gives it, `EISDIR` for a directory, `ENOTBLK` for anything but a
+    /// regular file or block device, `EBUSY` for a block device someone else
+    /// holds, `EINVAL` for one smaller than a block.
+    pub fn open(path: &Path, page_size: usize) -> Result<BackingFile, StoreError> {
+        let shown = path.display();
+        let os = |e: io::Error| {
+            let errno = e.raw_os_error().unwrap_or(libc::EIO);
+            refused(errno, format!("backing_dev {shown}: {e}"))
+        };
+        let meta = std::fs::metadata(path).map_err(os)?;
+        let kind = meta.file_type();
+        if kind.is_dir() {
+            return Err(refused(
+                libc::EISDIR,
+                format!("backing_dev {shown}: is a directory, not a file or block device"),
+            ));
+        }
+        let block_dev = kind.is_block_device();
+        if !block_dev && !kind.is_file() {
+            return Err(refused(
+                libc::ENOTBLK,
+                format!("backing_dev {shown}: not a regular file or block device"),
+            ));
+        }
+        let open = |direct: bool| {
+            let mut flags = if block_dev { libc::O_EXCL } else { 0 };
+            if direct {
+                flags |= libc::O_DIRECT;
+            }
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(flags)
+                .open(path)
+        };
+        // Some file systems (tmpfs) refuse O_DIRECT: fall back to buffered.
+        let (file, direct) = match open(true) {
+            Ok(f) => (f, true),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (open(false).map_err(os)?, false),
+            Err(e) => return Err(os(e)),
+        };
+        let bytes = if block_dev {
+            use std::io::Seek;
+            (&file).seek(io::SeekFrom::End(0)).map_err(os)?
+        } else {
+            meta.len()
+        };
+        let blocks = bytes / page_size as u64;
+        if blocks == 0 {
+            return Err(refused(
+                libc::EINVAL,
+                format!(
+                    "backing_dev {shown}: {bytes} bytes is smaller than one {page_size}-byte block"
+                ),
+            ));
+        }
+        Ok(BackingFile {
+            file,
+            path: path.to_path_buf(),
+            blocks,
+            page_size,
+            direct,
+        })
+    }
+
+    fn offset(&self, block: u64) -> u64 {
+        block * self.page_size as u64
+    }
+}
+
+/// A page-aligned buffer of one page, for `O_DIRECT` I/O.
+fn aligned(storage: &mut Vec<u8>, page_size: usize) -> &mut [u8] {
+    storage.resize(page_size * 2, 0);
+    let skip = storage.as_ptr().align_offset(page_size).min(page_size);
+    &mut storage[skip..skip + page_size]
+}
+
+impl BackingStore for BackingFile {
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn blocks(&self) -> u64 {
+        self.blocks
+    }
+
+    fn write_block(&self, block: u64, page: &[u8]) -> io::Result<()> {
+        if self.direct {
+            let mut storage = Vec::new();
+            let buf = aligned(&mut storage, self.page_size);
+            buf.copy_from_slice(page);
+            self.file.write_all_at(buf, self.offset(block))
+        } else {
+            self.file.write_all_at(page, self.offset(block))
+        }
+    }
+
+    fn read_block(&self, block: u64, buf: &mut [u8]) -> io::Result<()> {
+        if self.direct {
+            let mut storage = Vec::new();
+            let bounce = aligned(&mut storage, self.page_size);
+            self.file.read_exact_at(bounce, self.offset(block))?;
+            buf.copy_from_slice(bounce);
+            Ok(())
+        } else {
+            self.file.read_exact_at(buf, self.offset(block))
+        }
+    }
+
+    fn discard_block(&self, block: u64) {
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: fallocate only reads its integer arguments; the descriptor
+        // belongs to `self.file`, open for writing for as long as `self`.
+        let rc = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                mode,
+                self.offset(block) as libc::off_t,
+                self.page_size as libc::off_t,
+            )
+        };
+        // A hole is a hint: a file system without holes keeps the bytes.
+        let _ = rc;
+    }
+}
+
+/// The blocks of a backing store and which of them hold a page.
+#[derive(Debug)]
+pub struct Blocks {
+    dev: Arc<dyn BackingStore>,
+    bitmap: Mutex<Bitmap>,
+    /// Blocks in use (`bd_stat`'s `bd_count`).
+    used: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Bitmap {
+    words: Vec<u64>,
+    blocks: u64,
+    /// No word below this one has a free bit.
+    first_free_word: usize,
+}
+
+impl Blocks {
+    /// The bitmap for `dev`, every block free.
+    pub fn new(dev: Arc<dyn BackingStore>) -> Blocks {
+        let blocks = dev.blocks();
+        Blocks {
+            bitmap: Mutex::new(Bitmap {
+                words: vec![0; blocks.div_ceil(64) as usize],
+                blocks,
+                first_free_word: 0,
+            }),
+            dev,
+            used: AtomicU64::new(0),
+        }
+    }
+
+    /// The backing store.
+    pub fn dev(&self) -> &dyn BackingStore {
+        &*self.dev
+    }
+
+    fn bitmap(&self) -> std::sync::MutexGuard<'_, Bitmap> {
+        // Bit updates cannot panic halfway.
+        self.bitmap.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the lowest free block, or `None` if every block holds a page.
+    pub fn reserve(&self) -> Option<u64> {
+        let mut map = self.bitmap();
+        let start = map.first_free_word;
+        let found = map.words[start..]
+            .iter()
+            .position(|w| *w != u64::MAX)
+            .map(|i| i + start);
+        let Some(w) = found else {
+            map.first_free_word = map.words.len();
+            return None;
+        };
+        map.first_free_word = w;
+        let bit = (!map.words[w]).trailing_zeros() as u64;
+        let block = w as u64 * 64 + bit;
+        if block >= map.blocks {
+            map.first_free_word = map.words.len();
+            return None;
+        }
+        map.words[w] |= 1 << bit;
+        self.used.fetch_add(1, Ordering::Relaxed);
+        Some(block)
+    }
+
+    /// Frees `block` and gives its space back (see
+    /// [`BackingStore::discard_block`]).
+    pub fn release(&self, block: u64) {
+        {
+            let mut map = self.bitmap();
+            let w = (block / 64) as usize;
+            let bit = 1u64 << (block % 64);
+            let Some(word) = map.words.get_mut(w) else {
+                debug_assert!(false, "block {block} is past the backing store");
+                return;
+            };
+            if *word & bit == 0 {
+                debug_assert!(false, "block {block} was free");
+                return;
+            }
+            *word &= !bit;
+            map.first_free_word = map.first_free_word.min(w);
+        }
+        self.used.fetch_sub(1, Ordering::Relaxed);
+        self.dev.discard_block(block);
+    }
+
+    /// Blocks holding a page.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_file(name: &str, len: u64) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("zram-backing-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        let f = File::create(&path).unwrap();
+        f.set_len(len).unwrap();
+        path
+    }
+
+    #[test]
+    fn bitmap_takes_the_lowest_free_block_and_stops_when_full() {
+        let path = temp_file("bitmap", 70 * 4096 + 100);
+        let dev = Arc::new(BackingFile::open(&path, 4096).unwrap());
+        assert_eq!(dev.blocks(), 70, "a partial block at the end is not used");
+        let blocks = Blocks::new(dev);
+        let got: Vec<u64> = (0..70).map(|_| blocks.reserve().unwrap()).collect();
+        assert_eq!(got, (0..70).collect::<Vec<_>>());
+        assert_eq!(blocks.reserve(), None);
+        assert_eq!(blocks.used(), 70);
+        blocks.release(65);
+        blocks.release(3);
+        assert_eq!(blocks.reserve(), Some(3));
+        assert_eq!(blocks.reserve(), Some(65));
+        assert_eq!(blocks.reserve(), None);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn blocks_round_trip_and_holes_are_punched() {
+        let path = temp_file("io", 16 * 4096);
+        let dev = BackingFile::open(&path, 4096).unwrap();
+        let page: Vec<u8> = (0..4096).map(|i| (i * 7 % 256) as u8).collect();
+        dev.write_block(5, &page).unwrap();
+        let mut back = vec![0; 4096];
+        dev.read_block(5, &mut back).unwrap();
+        assert_eq!(back, page);
+        dev.discard_block(5);
+        dev.read_block(5, &mut back).unwrap();
+        // A punched hole reads as zeros (every Linux file system that
+        // supports holes; the temp dir's does).
+        assert!(back.iter().all(|b| *b == 0));
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 16 * 4096);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn bad_paths_get_the_kernels_errnos() {
+        let errno = |p: &Path| match BackingFile::open(p, 4096) {
+            Err(StoreError::Os { errno, reason }) => {
+                assert!(!reason.contains('\n'), "{reason}");
+                errno
+            }
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(errno(Path::new("/nonexistent/zmem-backing")), libc::ENOENT);
+        assert_eq!(errno(&std::env::temp_dir()), libc::EISDIR);
+        assert_eq!(errno(Path::new("/dev/null")), libc::ENOTBLK);
+        let small = temp_file("small", 100);
+        assert_eq!(errno(&small), libc::EINVAL);
+        std::fs::remove_file(small).unwrap();
+    }
+}

@@ -1,0 +1,152 @@
+//! What a store keeps for work done on pages after they are stored
+//! (writeback and recompression, the kernel's "post-processing"): the
+//! backing store, the writeback budget, the secondary compressors, whether
+//! the store is initialised, and the order candidates are taken in.
+//!
+//! "Initialised" is the kernel's `init_done` (disksize set). A zmem store
+//! always has its size, so here a store is initialised from its first page
+//! write until `reset`: before that, `backing_dev` and `recomp_algorithm`
+//! may be set (afterwards they fail with `EBUSY`, as the kernel's do once
+//! disksize is set).
+//!
+//! This module owns that state and its locks: `running` (one writeback or
+//! recompression at a time, taken before any slot lock), and the `RwLock`s
+//! of the backing store and the secondaries, which are leaves (held only to
+//! clone an `Arc`). The paths themselves are in `writeback` and `recompress`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use crate::backing::Blocks;
+use crate::streams::Streams;
+
+/// Secondary compressors: priorities 1 to 3 (the kernel's `ZRAM_MAX_COMPS`
+/// is 4 with the primary).
+pub const MAX_SECONDARIES: usize = 3;
+
+/// The writeback budget (`writeback_limit_enable`, `writeback_limit`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WritebackLimit {
+    /// Whether the budget applies.
+    pub enabled: bool,
+    /// 4 KiB units writeback may still write.
+    pub limit: u64,
+}
+
+/// The post-processing state of one store.
+#[derive(Default)]
+pub struct PostProcess {
+    /// The backing store and its block bitmap.
+    backing: RwLock<Option<Arc<Blocks>>>,
+    limit: Mutex<WritebackLimit>,
+    /// Streams of priorities 1..=3 (index 0 is priority 1).
+    secondaries: RwLock<[Option<Arc<Streams>>; MAX_SECONDARIES]>,
+    initialised: AtomicBool,
+    running: Mutex<()>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The values under these mutexes are plain words: a panic cannot leave
+    // them half-updated.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl PostProcess {
+    /// Marks the store initialised (a load first: the write path calls this
+    /// for every page, and must not write a shared line each time).
+    pub fn mark_initialised(&self) {
+        if !self.initialised.load(Ordering::Relaxed) {
+            self.initialised.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a page has been written since the store was made or reset.
+    pub fn initialised(&self) -> bool {
+        self.initialised.load(Ordering::Relaxed)
+    }
+
+    /// After `reset`: not initialised any more.
+    pub fn clear_initialised(&self) {
+        self.initialised.store(false, Ordering::Relaxed);
+    }
+
+    /// The backing store, if one is set.
+    pub fn backing(&self) -> Option<Arc<Blocks>> {
+        self.backing
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Sets (or replaces) the backing store.
+    pub fn set_backing(&self, blocks: Option<Arc<Blocks>>) {
+        *self.backing.write().unwrap_or_else(|p| p.into_inner()) = blocks;
+    }
+
+    /// The writeback budget, to read or change.
+    pub fn limit(&self) -> MutexGuard<'_, WritebackLimit> {
+        lock(&self.limit)
+    }
+
+    /// The streams of `priority` (0 is the caller's primary: `None`).
+    pub fn secondary(&self, priority: usize) -> Option<Arc<Streams>> {
+        let table = self.secondaries.read().unwrap_or_else(|p| p.into_inner());
+        table.get(priority.checked_sub(1)?)?.clone()
+    }
+
+    /// Sets the compressor of `priority` (1..=3).
+    pub fn set_secondary(&self, priority: usize, streams: Streams) {
+        let mut table = self.secondaries.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = table.get_mut(priority.wrapping_sub(1)) {
+            *entry = Some(Arc::new(streams));
+        }
+    }
+
+    /// The highest priority with a compressor (0: only the primary).
+    pub fn highest_priority(&self) -> usize {
+        let table = self.secondaries.read().unwrap_or_else(|p| p.into_inner());
+        table.iter().rposition(Option::is_some).map_or(0, |i| i + 1)
+    }
+
+    /// Held while one writeback or recompression runs (no two at once, as
+    /// the kernel's writers of `writeback` and `recompress` hold its device
+    /// lock).
+    pub fn run(&self) -> MutexGuard<'_, ()> {
+        lock(&self.running)
+    }
+}
+
+/// The kernel's post-processing buckets: 64-byte size ranges.
+const BUCKET_BYTES: usize = 64;
+
+/// Orders candidates `(index, stored length)` as the kernel takes them: by
+/// bucket of 64 bytes of stored length, the largest first (the most memory
+/// back per page), in index order within a bucket.
+pub fn by_bucket(candidates: &mut [(u64, usize)]) {
+    candidates.sort_by_key(|&(index, size)| (std::cmp::Reverse(size / BUCKET_BYTES), index));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_take_the_largest_first() {
+        let mut c = vec![(0, 100), (1, 4096), (2, 70), (3, 127), (4, 200)];
+        by_bucket(&mut c);
+        let order: Vec<u64> = c.iter().map(|x| x.0).collect();
+        // 70, 100 and 127 bytes share the 64..127 bucket: index order there.
+        assert_eq!(order, vec![1, 4, 0, 2, 3]);
+    }
+
+    #[test]
+    fn highest_priority_follows_the_table() {
+        let pp = PostProcess::default();
+        assert_eq!(pp.highest_priority(), 0);
+        let zstd = zcomp::Compressor::parse("zstd", "").unwrap();
+        pp.set_secondary(2, Streams::new(zstd));
+        assert_eq!(pp.highest_priority(), 2);
+        assert!(pp.secondary(1).is_none() && pp.secondary(2).is_some());
+        assert!(pp.secondary(0).is_none() && pp.secondary(4).is_none());
+    }
+}

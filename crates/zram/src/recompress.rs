@@ -1,0 +1,393 @@
+//! Recompression: compressing stored pages again with a stronger, slower
+//! secondary compressor, as the kernel's `recomp_algorithm` and
+//! `recompress` attributes do (the newest kernel's rules: one target
+//! priority per run).
+//!
+//! - **Secondaries** ([`Store::set_recomp_algorithm`]): up to three, at
+//!   priorities 1 to 3, set before the store is initialised (`EBUSY`
+//!   after).
+//! - **Choosing pages** ([`RecompressRequest`]): slots holding memory
+//!   (not empty, same-filled or written back), matching `type=idle`,
+//!   `huge` or `huge_idle` (none: every such slot), not marked
+//!   INCOMPRESSIBLE, and compressed with a priority below the target; taken
+//!   largest first.
+//! - **One page**, under its slot lock: a page smaller than `threshold` is
+//!   left alone; otherwise it is read (decompressed), loses IDLE, and is
+//!   compressed with the target (`max_pages` counts it whatever happens).
+//!   The new object is kept only if its size class is strictly smaller
+//!   (and, with a threshold, it is below it): the old object is freed
+//!   (a raw page stops being huge), and the slot records the new length and
+//!   the target's priority. If not, and the target is the highest
+//!   configured priority, the slot is marked INCOMPRESSIBLE; it keeps its
+//!   old object.
+//!
+//! Statistics move as the kernel's: `compr_data_size` by the difference,
+//! `huge_pages` down for a raw page that compressed, `pages_stored` never.
+//!
+//! This module owns the recompression path and its request format.
+
+use crate::error::StoreError;
+use crate::postprocess::{by_bucket, MAX_SECONDARIES};
+use crate::slot::{self, SlotContent, SlotGuard};
+use crate::stats::Counter;
+use crate::store::Store;
+use crate::streams::Streams;
+
+/// Longest algorithm name the kernel takes (`ZRAM_MAX_ALGO_NAME_SZ` - 1).
+const MAX_ALGO_NAME: usize = 127;
+
+fn inval(why: String) -> StoreError {
+    StoreError::os(libc::EINVAL, why)
+}
+
+/// Splits `key=value` words; a word without a value is `EINVAL`, as the
+/// kernel's attributes that take only key=value pairs answer.
+fn pairs<'a>(what: &str, text: &'a str) -> Result<Vec<(&'a str, &'a str)>, StoreError> {
+    text.split_whitespace()
+        .map(|w| match w.split_once('=') {
+            Some((k, v)) if !v.is_empty() => Ok((k, v)),
+            _ => Err(inval(format!("{what}: {w:?} is not key=value"))),
+        })
+        .collect()
+}
+
+fn parse_num<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, StoreError> {
+    v.parse()
+        .map_err(|_| inval(format!("{key}={v}: not a number in range")))
+}
+
+/// A parsed `recompress` command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecompressRequest {
+    /// Only pages marked idle.
+    pub idle: bool,
+    /// Only pages stored uncompressed.
+    pub huge: bool,
+    /// Only pages of at least this many bytes, and keep a result only if
+    /// below it (0: no threshold).
+    pub threshold: usize,
+    /// Most pages to try.
+    pub max_pages: u64,
+    /// The target compressor by name.
+    pub algo: Option<String>,
+    /// The target compressor by priority.
+    pub priority: Option<i64>,
+}
+
+impl Default for RecompressRequest {
+    fn default() -> Self {
+        RecompressRequest {
+            idle: false,
+            huge: false,
+            threshold: 0,
+            max_pages: u64::MAX,
+            algo: None,
+            priority: None,
+        }
+    }
+}
+
+impl RecompressRequest {
+    /// Parses what is written to `recompress`: `type=idle|huge|huge_idle`,
+    /// `threshold=N`, `max_pages=N`, `algo=NAME`, `priority=N`. `EINVAL`
+    /// for a word without a value, an unknown type or a malformed number;
+    /// other keys are ignored, as the kernel ignores them.
+    pub fn parse(text: &str) -> Result<RecompressRequest, StoreError> {
+        let mut req = RecompressRequest::default();
+        for (k, v) in pairs("recompress", text)? {
+            match k {
+                "type" => {
+                    (req.idle, req.huge) = match v {
+                        "idle" => (true, false),
+                        "huge" => (false, true),
+                        "huge_idle" => (true, true),
+                        _ => {
+                            return Err(inval(format!(
+                                "recompress: unknown type {v:?} (idle, huge, huge_idle)"
+                            )))
+                        }
+                    }
+                }
+                "max_pages" => req.max_pages = parse_num(k, v)?,
+                "threshold" => req.threshold = parse_num::<u32>(k, v)? as usize,
+                "algo" => req.algo = Some(v.to_string()),
+                "priority" => req.priority = Some(parse_num::<i32>(k, v)?.into()),
+                _ => {}
+            }
+        }
+        Ok(req)
+    }
+}
+
+/// What one recompression did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecompressReport {
+    /// Pages chosen.
+    pub chosen: u64,
+    /// Pages now kept compressed by the target.
+    pub recompressed: u64,
+    /// Pages newly marked INCOMPRESSIBLE.
+    pub incompressible: u64,
+}
+
+impl Store {
+    /// Sets a secondary compressor (`echo "algo=NAME priority=N" >
+    /// recomp_algorithm`; priority 1 when not given). `EINVAL` for a
+    /// missing or unknown algorithm, a word without a value or a priority
+    /// outside 1..=3; `E2BIG` for a name of 128 bytes or more; `EBUSY` once
+    /// the store is initialised.
+    pub fn set_recomp_algorithm(&self, text: &str) -> Result<(), StoreError> {
+        let mut algo = None;
+        let mut priority: i64 = 1;
+        for (k, v) in pairs("recomp_algorithm", text)? {
+            match k {
+                "algo" => algo = Some(v),
+                "priority" => priority = parse_num::<i32>(k, v)?.into(),
+                _ => {}
+            }
+        }
+        let algo = algo.ok_or_else(|| inval("recomp_algorithm: algo=NAME is required".into()))?;
+        if !(1..=MAX_SECONDARIES as i64).contains(&priority) {
+            return Err(inval(format!(
+                "recomp_algorithm: priority {priority} is not 1 to 3"
+            )));
+        }
+        if algo.len() > MAX_ALGO_NAME {
+            return Err(StoreError::os(
+                libc::E2BIG,
+                "recomp_algorithm: name too long",
+            ));
+        }
+        let compressor = zcomp::Compressor::parse(algo, "")
+            .map_err(|e| inval(format!("recomp_algorithm: {e}")))?;
+        self.refuse_if_initialised("recomp_algorithm")?;
+        self.post
+            .set_secondary(priority as usize, Streams::new(compressor));
+        Ok(())
+    }
+
+    /// The secondary compressors: `(priority, algorithm name)`.
+    pub fn recomp_algorithms(&self) -> Vec<(usize, &'static str)> {
+        (1..=MAX_SECONDARIES)
+            .filter_map(|p| Some((p, self.post.secondary(p)?.compressor().algorithm().name())))
+            .collect()
+    }
+
+    /// The target priority of `req`, by the kernel's rules.
+    fn target_priority(&self, req: &RecompressRequest) -> Result<usize, StoreError> {
+        let lookup = |name: &str| {
+            self.recomp_algorithms()
+                .into_iter()
+                .find(|(_, n)| *n == name)
+                .map(|(p, _)| p)
+        };
+        let prio = match (req.priority, &req.algo) {
+            (Some(p), algo) => {
+                if !(1..=MAX_SECONDARIES as i64).contains(&p) {
+                    return Err(inval(format!("recompress: priority {p} is not 1 to 3")));
+                }
+                let p = p as usize;
+                if let Some(name) = algo {
+                    if lookup(name) != Some(p) {
+                        return Err(inval(format!(
+                            "recompress: {name} is not the priority {p} algorithm"
+                        )));
+                    }
+                }
+                p
+            }
+            (None, Some(name)) => lookup(name)
+                .ok_or_else(|| inval(format!("recompress: no secondary algorithm {name}")))?,
+            (None, None) => 1,
+        };
+        if self.post.secondary(prio).is_none() {
+            return Err(inval(format!(
+                "recompress: no algorithm at priority {prio} (set one with recomp_algorithm)"
+            )));
+        }
+        Ok(prio)
+    }
+
+    /// Recompresses the pages `req` chooses (`echo ... > recompress`).
+    pub fn recompress(&self, req: &RecompressRequest) -> Result<RecompressReport, StoreError> {
+        if req.threshold >= self.huge_class_size {
+            return Err(inval(format!(
+                "recompress: threshold {} is not below huge_class_size {}",
+                req.threshold, self.huge_class_size
+            )));
+        }
+        let prio = self.target_priority(req)?;
+        let target = self
+            .post
+            .secondary(prio)
+            .ok_or_else(|| inval(format!("recompress: no algorithm at priority {prio}")))?;
+        let last = prio == self.post.highest_priority();
+        let _running = self.post.run();
+        let mut chosen = Vec::new();
+        for index in 0..self.disk_pages() {
+            let mut guard = self.slots[index as usize].lock(self.layout);
+            let content = guard.content();
+            if !content.holds_memory()
+                || (req.idle && !guard.has(slot::IDLE))
+                || (req.huge && !guard.has(slot::HUGE))
+                || guard.has(slot::INCOMPRESSIBLE)
+                || guard.has(slot::PP_SLOT)
+                || guard.priority() >= prio
+            {
+                continue;
+            }
+            guard.update_flags(slot::PP_SLOT, 0);
+            chosen.push((index, content.stored_bytes(self.page_size)));
+        }
+        by_bucket(&mut chosen);
+        let mut report = RecompressReport {
+            chosen: chosen.len() as u64,
+            ..RecompressReport::default()
+        };
+        let mut budget = req.max_pages;
+        let mut page = vec![0u8; self.page_size];
+        let mut result = Ok(());
+        let mut done = 0;
+        for &(index, _) in &chosen {
+            if budget == 0 {
+                break;
+            }
+            done += 1;
+            let mut guard = self.slots[index as usize].lock(self.layout);
+            if !guard.has(slot::PP_SLOT) {
+                continue;
+            }
+            guard.update_flags(0, slot::PP_SLOT);
+            let step = Step {
+                index,
+                threshold: req.threshold,
+                prio,
+                last,
+                target: &target,
+            };
+            match self.recompress_slot(&mut guard, &step, &mut page, &mut budget) {
+                Ok(Outcome::Smaller) => report.recompressed += 1,
+                Ok(Outcome::Incompressible) => report.incompressible += 1,
+                Ok(Outcome::Kept) => {}
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        for &(index, _) in &chosen[done..] {
+            self.clear_pp(index);
+        }
+        result.map(|()| report)
+    }
+
+    fn recompress_slot(
+        &self,
+        guard: &mut SlotGuard<'_>,
+        step: &Step<'_>,
+        page: &mut [u8],
+        budget: &mut u64,
+    ) -> Result<Outcome, StoreError> {
+        let old = guard.content();
+        let old_len = old.stored_bytes(self.page_size);
+        if old_len < step.threshold {
+            return Ok(Outcome::Kept);
+        }
+        self.read_locked(step.index, guard, page)?;
+        // Touched: no longer idle, so no other post-processing takes it as
+        // such.
+        guard.update_flags(0, slot::IDLE);
+        let mut stream = step.target.get()?;
+        let compressed = stream.context().compress_buffered(page);
+        *budget = budget.saturating_sub(1);
+        let compressed = compressed?;
+        let new_len = compressed.len();
+        let smaller = new_len < self.huge_class_size
+            && self.pool.class_size(new_len) < self.pool.class_size(old_len)
+            && (step.threshold == 0 || new_len < step.threshold);
+        if !smaller {
+            if step.last {
+                guard.update_flags(slot::INCOMPRESSIBLE, 0);
+                return Ok(Outcome::Incompressible);
+            }
+            return Ok(Outcome::Kept);
+        }
+        // The old object stays if the allocator refuses the new one.
+        let handle = self.pool.malloc(new_len)?;
+        if let Err(e) = self.pool.write(handle, compressed) {
+            self.free_content(SlotContent::Compressed {
+                handle,
+                size: new_len,
+            });
+            return Err(e.into());
+        }
+        drop(stream);
+        guard.set(SlotContent::Compressed {
+            handle,
+            size: new_len,
+        });
+        guard.set_priority(step.prio);
+        self.free_content(old);
+        self.counters.sub(Counter::ComprDataSize, old_len as u64);
+        self.counters.add(Counter::ComprDataSize, new_len as u64);
+        if old.is_raw() {
+            self.counters.sub(Counter::HugePages, 1);
+        }
+        Ok(Outcome::Smaller)
+    }
+}
+
+/// One page's recompression settings.
+struct Step<'a> {
+    index: u64,
+    threshold: usize,
+    prio: usize,
+    /// The target is the highest configured priority.
+    last: bool,
+    target: &'a Streams,
+}
+
+enum Outcome {
+    Smaller,
+    Incompressible,
+    Kept,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_as_the_kernel_reads_them() {
+        let r = RecompressRequest::parse(
+            "type=huge_idle threshold=1000 max_pages=5 algo=zstd priority=2",
+        )
+        .unwrap();
+        assert!(r.idle && r.huge);
+        assert_eq!((r.threshold, r.max_pages), (1000, 5));
+        assert_eq!((r.algo.as_deref(), r.priority), (Some("zstd"), Some(2)));
+        assert_eq!(
+            RecompressRequest::parse("").unwrap(),
+            RecompressRequest::default()
+        );
+        assert_eq!(
+            RecompressRequest::parse("colour=blue").unwrap(),
+            RecompressRequest::default(),
+            "unknown keys are ignored"
+        );
+        for bad in [
+            "idle",
+            "type=",
+            "type=sleepy",
+            "max_pages=x",
+            "threshold=-1",
+            "priority=one",
+        ] {
+            assert_eq!(
+                RecompressRequest::parse(bad).unwrap_err().errno(),
+                libc::EINVAL,
+                "{bad}"
+            );
+        }
+    }
+}

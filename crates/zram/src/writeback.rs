@@ -1,0 +1,467 @@
+//! Writeback: moving stored pages out of memory to the backing store, as
+//! the kernel's `writeback` attribute does, and reading them back.
+//!
+//! - **Setting up** ([`Store::set_backing_dev`]): only before the store is
+//!   initialised (see the `postprocess` module), else `EBUSY`.
+//! - **Choosing pages** ([`WritebackRequest`]): `idle`, `huge`, `huge_idle`
+//!   or `incompressible` (a bare word, or `type=`), over the whole disk or
+//!   over `page_index=N` / `page_indexes=N-M` ranges. Empty, same-filled
+//!   and already written-back slots are never chosen. Chosen slots get
+//!   `PP_SLOT` and are taken largest first (the kernel's buckets).
+//! - **Writing one page**: a free block is reserved (none: `ENOSPC`, stop),
+//!   the page is read (decompressed) under its slot lock, the lock is
+//!   dropped and the page written to the block. Then, under the lock again,
+//!   if the slot still has `PP_SLOT` (nobody read, wrote or freed it
+//!   meanwhile) its object is freed: `compr_data_size` loses its length,
+//!   `huge_pages` loses a raw page, `pages_stored` stays, and the slot holds
+//!   the block with the `WB` flag (keeping its length and `HUGE`, losing
+//!   `IDLE`). Otherwise the block is freed and the page stays where it is.
+//! - **Failures**: a backing store that fails a write leaves the page in
+//!   memory, frees the block, gives the budget back and counts a failed
+//!   writeback; the other pages are still tried and the last error is
+//!   returned, as the kernel does.
+//! - **Budget**: with `writeback_limit_enable`, each page written takes
+//!   `PAGE_SIZE / 4096` from `writeback_limit`; at 0 writeback stops with
+//!   `EIO`.
+//! - **Reading** a written-back page reads its block under the slot lock
+//!   (`bd_reads`); the page stays on the backing store. Overwriting or
+//!   discarding it frees the block (a hole is punched).
+//!
+//! This module owns the writeback path and its request format; the block
+//! bitmap and file are the `backing` module's.
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::backing::{BackingFile, BackingStore, Blocks};
+use crate::error::StoreError;
+use crate::postprocess::{by_bucket, WritebackLimit};
+use crate::slot::{self, SlotContent};
+use crate::stats::{BdStat, Counter};
+use crate::store::Store;
+
+/// Which pages a writeback takes (the kernel's `*_WRITEBACK` modes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WritebackMode {
+    /// Only pages marked idle.
+    pub idle: bool,
+    /// Only pages stored uncompressed.
+    pub huge: bool,
+    /// Only pages recompression marked incompressible.
+    pub incompressible: bool,
+}
+
+impl WritebackMode {
+    fn parse(word: &str) -> Result<WritebackMode, StoreError> {
+        let m = |idle, huge, incompressible| WritebackMode {
+            idle,
+            huge,
+            incompressible,
+        };
+        Ok(match word {
+            "idle" => m(true, false, false),
+            "huge" => m(false, true, false),
+            "huge_idle" => m(true, true, false),
+            "incompressible" => m(false, false, true),
+            other => {
+                return Err(StoreError::os(
+                    libc::EINVAL,
+                    format!(
+                        "writeback: unknown type {other:?} (idle, huge, huge_idle, incompressible)"
+                    ),
+                ))
+            }
+        })
+    }
+}
+
+/// A parsed `writeback` command.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WritebackRequest {
+    /// Which pages.
+    pub mode: WritebackMode,
+    /// Page ranges to look at; empty: the whole disk.
+    pub ranges: Vec<Range<u64>>,
+}
+
+fn number(key: &str, v: &str) -> Result<u64, StoreError> {
+    v.parse()
+        .map_err(|_| StoreError::os(libc::EINVAL, format!("{key}: {v:?} is not a number")))
+}
+
+impl WritebackRequest {
+    /// Parses what is written to `writeback`: `idle`, `huge`, `huge_idle`,
+    /// `incompressible` (bare, or as `type=...`), `page_index=N` and
+    /// `page_indexes=N-M` (several allowed) for a disk of `pages` pages.
+    /// Errors are the kernel's: `EINVAL` for an unknown type, a valueless
+    /// word that is not a type, or a malformed number; `ERANGE` for an index
+    /// past the disk or a range whose end is before its start. Other
+    /// `key=value` words are ignored, as the kernel ignores them.
+    ///
+    /// A type and ranges combine in any order (the kernel's parser stops at
+    /// the type, so there a range must come first).
+    pub fn parse(text: &str, pages: u64) -> Result<WritebackRequest, StoreError> {
+        let mut req = WritebackRequest::default();
+        let range_err = |what: String| StoreError::os(libc::ERANGE, what);
+        for word in text.split_whitespace() {
+            match word.split_once('=') {
+                None | Some((_, "")) => {
+                    req.mode = WritebackMode::parse(word.trim_end_matches('='))?;
+                }
+                Some(("type", v)) => req.mode = WritebackMode::parse(v)?,
+                Some(("page_index", v)) => {
+                    let n = number("page_index", v)?;
+                    if n >= pages {
+                        return Err(range_err(format!(
+                            "page_index={n} is past the {pages}-page disk"
+                        )));
+                    }
+                    req.ranges.push(n..n + 1);
+                }
+                Some(("page_indexes", v)) => {
+                    let (lo, hi) = v.split_once('-').ok_or_else(|| {
+                        StoreError::os(libc::EINVAL, format!("page_indexes={v}: not N-M"))
+                    })?;
+                    let (lo, hi) = (number("page_indexes", lo)?, number("page_indexes", hi)?);
+                    if lo >= pages || hi >= pages || lo > hi {
+                        return Err(range_err(format!(
+                            "page_indexes={lo}-{hi}: not a range of the {pages}-page disk"
+                        )));
+                    }
+                    req.ranges.push(lo..hi + 1);
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(req)
+    }
+}
+
+/// What one writeback did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WritebackReport {
+    /// Pages chosen.
+    pub chosen: u64,
+    /// Pages now on the backing store.
+    pub written: u64,
+    /// Pages the backing store failed to take (they stayed in memory).
+    pub failed: u64,
+}
+
+impl Store {
+    /// Sets the backing store to the file or block device at `path`
+    /// (`echo PATH > backing_dev`). `EBUSY` once the store is initialised;
+    /// see [`BackingFile::open`] for the others.
+    pub fn set_backing_dev(&self, path: &Path) -> Result<(), StoreError> {
+        self.refuse_if_initialised("backing_dev")?;
+        let file = BackingFile::open(path, self.page_size)?;
+        self.set_backing_store(Arc::new(file))
+    }
+
+    /// Sets any [`BackingStore`] as the backing store (its blocks are
+    /// pages of this store). `EBUSY` once the store is initialised.
+    pub fn set_backing_store(&self, dev: Arc<dyn BackingStore>) -> Result<(), StoreError> {
+        self.refuse_if_initialised("backing_dev")?;
+        self.post.set_backing(Some(Arc::new(Blocks::new(dev))));
+        Ok(())
+    }
+
+    pub(crate) fn refuse_if_initialised(&self, what: &str) -> Result<(), StoreError> {
+        if self.post.initialised() {
+            return Err(StoreError::os(
+                libc::EBUSY,
+                format!("{what} can only be set before the store holds data (reset it first)"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// What `cat backing_dev` shows: the path, or `none`.
+    pub fn backing_dev(&self) -> String {
+        self.post
+            .backing()
+            .map_or_else(|| "none".to_string(), |b| b.dev().describe())
+    }
+
+    /// `bd_stat` now.
+    pub fn bd_stat(&self) -> BdStat {
+        let four_k = (self.page_size / 4096) as u64;
+        BdStat {
+            bd_count: self.post.backing().map_or(0, |b| b.used()) * four_k,
+            bd_reads: self.counters.get(Counter::BdReads) * four_k,
+            bd_writes: self.counters.get(Counter::BdWrites) * four_k,
+            failed_writebacks: self.counters.get(Counter::FailedWritebacks),
+        }
+    }
+
+    /// `writeback_limit_enable` and `writeback_limit`.
+    pub fn writeback_limit(&self) -> WritebackLimit {
+        *self.post.limit()
+    }
+
+    /// Sets `writeback_limit` (4 KiB units, rounded down to whole pages).
+    pub fn set_writeback_limit(&self, units: u64) {
+        let per_page = (self.page_size / 4096) as u64;
+        self.post.limit().limit = units - units % per_page;
+    }
+
+    /// Sets `writeback_limit_enable`.
+    pub fn set_writeback_limit_enable(&self, enabled: bool) {
+        self.post.limit().enabled = enabled;
+    }
+
+    /// Reads the written-back page at `block` into `buf` (the slot lock of
+    /// `index` held).
+    pub(crate) fn read_back(
+        &self,
+        index: u64,
+        block: u64,
+        buf: &mut [u8],
+    ) -> Result<(), StoreError> {
+        let backing = self.post.backing().ok_or_else(|| {
+            StoreError::os(
+                libc::EIO,
+                format!("page {index} is written back but no backing store is set"),
+            )
+        })?;
+        self.counters.add(Counter::BdReads, 1);
+        backing.dev().read_block(block, buf).map_err(|e| {
+            StoreError::os(
+                e.raw_os_error().unwrap_or(libc::EIO),
+                format!(
+                    "page {index}: reading block {block} of {}: {e}",
+                    backing.dev().describe()
+                ),
+            )
+        })
+    }
+
+    /// Writes the pages `req` chooses to the backing store (`echo ... >
+    /// writeback`). `ENODEV` without a backing store; `ENOSPC` when it is
+    /// full, `EIO` when the budget runs out, or the last write error: pages
+    /// written before the error stay written.
+    pub fn writeback(&self, req: &WritebackRequest) -> Result<WritebackReport, StoreError> {
+        let backing = self
+            .post
+            .backing()
+            .ok_or_else(|| StoreError::os(libc::ENODEV, "writeback: no backing_dev is set"))?;
+        let _running = self.post.run();
+        let mut chosen = self.choose_for_writeback(req);
+        by_bucket(&mut chosen);
+        let mut report = WritebackReport {
+            chosen: chosen.len() as u64,
+            ..WritebackReport::default()
+        };
+        let per_page = (self.page_size / 4096) as u64;
+        let mut page = vec![0u8; self.page_size];
+        let mut error = None;
+        let mut next = 0;
+        while next < chosen.len() {
+            let index = chosen[next].0;
+            {
+                let limit = self.post.limit();
+                if limit.enabled && limit.limit == 0 {
+                    error = Some(StoreError::os(
+                        libc::EIO,
+                        "writeback: writeback_limit reached",
+                    ));
+                    break;
+                }
+            }
+            let Some(block) = backing.reserve() else {
+                error = Some(StoreError::os(
+                    libc::ENOSPC,
+                    format!(
+                        "writeback: the backing store {} is full",
+                        backing.dev().describe()
+                    ),
+                ));
+                break;
+            };
+            next += 1;
+            let slot = &self.slots[index as usize];
+            {
+                let guard = slot.lock(self.layout);
+                if !guard.has(slot::PP_SLOT) || self.read_locked(index, &guard, &mut page).is_err()
+                {
+                    drop(guard);
+                    backing.release(block);
+                    self.clear_pp(index);
+                    continue;
+                }
+            }
+            {
+                let mut limit = self.post.limit();
+                if limit.enabled && limit.limit > 0 {
+                    limit.limit = limit.limit.saturating_sub(per_page);
+                }
+            }
+            if let Err(e) = backing.dev().write_block(block, &page) {
+                let mut limit = self.post.limit();
+                if limit.enabled {
+                    limit.limit += per_page;
+                }
+                drop(limit);
+                backing.release(block);
+                self.clear_pp(index);
+                self.counters.add(Counter::FailedWritebacks, 1);
+                report.failed += 1;
+                error = Some(StoreError::os(
+                    e.raw_os_error().unwrap_or(libc::EIO),
+                    format!(
+                        "writeback: writing block {block} of {}: {e}",
+                        backing.dev().describe()
+                    ),
+                ));
+                continue;
+            }
+            self.counters.add(Counter::BdWrites, 1);
+            if self.complete_writeback(index, block) {
+                report.written += 1;
+            } else {
+                backing.release(block);
+            }
+        }
+        // Slots not reached keep their data and lose the mark.
+        for &(index, _) in &chosen[next..] {
+            self.clear_pp(index);
+        }
+        match error {
+            Some(StoreError::Os { errno, reason }) => Err(StoreError::Os {
+                errno,
+                reason: format!(
+                    "{reason} ({} of {} pages written, {} failed)",
+                    report.written, report.chosen, report.failed
+                ),
+            }),
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+
+    /// The slots `req` chooses, marked `PP_SLOT`, with their stored length.
+    fn choose_for_writeback(&self, req: &WritebackRequest) -> Vec<(u64, usize)> {
+        let whole = 0..self.disk_pages();
+        let ranges = if req.ranges.is_empty() {
+            std::slice::from_ref(&whole)
+        } else {
+            &req.ranges[..]
+        };
+        let mut chosen = Vec::new();
+        for range in ranges {
+            for index in range.clone() {
+                let mut guard = self.slots[index as usize].lock(self.layout);
+                let content = guard.content();
+                if !content.holds_memory() || guard.has(slot::PP_SLOT) {
+                    continue;
+                }
+                let m = req.mode;
+                if (m.idle && !guard.has(slot::IDLE))
+                    || (m.huge && !guard.has(slot::HUGE))
+                    || (m.incompressible && !guard.has(slot::INCOMPRESSIBLE))
+                {
+                    continue;
+                }
+                guard.update_flags(slot::PP_SLOT, 0);
+                chosen.push((index, content.stored_bytes(self.page_size)));
+            }
+        }
+        chosen
+    }
+
+    pub(crate) fn clear_pp(&self, index: u64) {
+        self.slots[index as usize]
+            .lock(self.layout)
+            .update_flags(0, slot::PP_SLOT);
+    }
+
+    /// Puts `block` in the slot if nobody touched it since it was chosen;
+    /// returns whether it did.
+    fn complete_writeback(&self, index: u64, block: u64) -> bool {
+        let old = {
+            let mut guard = self.slots[index as usize].lock(self.layout);
+            if !guard.has(slot::PP_SLOT) {
+                return false;
+            }
+            let old = guard.content();
+            let size = old.stored_bytes(self.page_size);
+            let huge = guard.has(slot::HUGE);
+            guard.set(SlotContent::WrittenBack { block, size, huge });
+            old
+        };
+        self.free_content(old);
+        self.counters.sub(
+            Counter::ComprDataSize,
+            old.stored_bytes(self.page_size) as u64,
+        );
+        if old.is_raw() {
+            self.counters.sub(Counter::HugePages, 1);
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errno(r: Result<WritebackRequest, StoreError>) -> i32 {
+        r.unwrap_err().errno()
+    }
+
+    #[test]
+    fn requests_parse_as_the_kernel_reads_them() {
+        let p = |s: &str| WritebackRequest::parse(s, 100).unwrap();
+        assert_eq!(
+            p("idle").mode,
+            WritebackMode {
+                idle: true,
+                ..Default::default()
+            }
+        );
+        assert_eq!(
+            p("type=huge_idle").mode,
+            WritebackMode {
+                idle: true,
+                huge: true,
+                incompressible: false
+            }
+        );
+        assert!(p("incompressible").mode.incompressible);
+        let r = p("page_index=5 page_indexes=10-12 type=huge");
+        assert_eq!(r.ranges, vec![5..6, 10..13]);
+        assert!(r.mode.huge);
+        assert_eq!(p("").ranges, vec![]);
+        assert_eq!(
+            p("colour=blue idle"),
+            p("idle"),
+            "unknown key=value is ignored"
+        );
+        assert_eq!(errno(WritebackRequest::parse("sleepy", 100)), libc::EINVAL);
+        assert_eq!(
+            errno(WritebackRequest::parse("type=sleepy", 100)),
+            libc::EINVAL
+        );
+        assert_eq!(
+            errno(WritebackRequest::parse("page_index=x", 100)),
+            libc::EINVAL
+        );
+        assert_eq!(
+            errno(WritebackRequest::parse("page_index=100", 100)),
+            libc::ERANGE
+        );
+        assert_eq!(
+            errno(WritebackRequest::parse("page_indexes=5", 100)),
+            libc::EINVAL
+        );
+        assert_eq!(
+            errno(WritebackRequest::parse("page_indexes=9-3", 100)),
+            libc::ERANGE
+        );
+        assert_eq!(
+            errno(WritebackRequest::parse("page_indexes=3-100", 100)),
+            libc::ERANGE
+        );
+    }
+}

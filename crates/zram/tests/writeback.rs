@@ -1,0 +1,538 @@
+//! Writeback to a backing store and recompression, as zram.rst describes
+//! them, against a model of the disk: every page, in memory or on the
+//! backing store, reads back byte for byte, and the statistics move as the
+//! kernel's do.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use zram::{
+    BackingFile, BackingStore, IdleCutoff, RecompressRequest, SlotState, Store, StoreError,
+    WritebackRequest,
+};
+use zsmalloc::{Pool, PoolConfig};
+
+const PAGE: usize = 4096;
+
+/// A seeded xorshift generator.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Page contents by kind: 0 same-filled, 1 text (compresses well), 2 random
+/// (stored raw by every compressor), 3 random nibbles (lz4 cannot compress
+/// them below huge_class_size; zstd's entropy coder can).
+fn page(kind: u64, seed: u64) -> Vec<u8> {
+    let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    match kind % 4 {
+        0 => vec![(seed % 251) as u8; PAGE],
+        1 => (0..PAGE)
+            .map(|i| b"zram writes idle pages back "[(i + seed as usize) % 28])
+            .collect(),
+        2 => (0..PAGE).map(|_| r.next() as u8).collect(),
+        _ => (0..PAGE).map(|_| (r.next() % 16) as u8).collect(),
+    }
+}
+
+fn store(pages: u64) -> Store {
+    let pool = Arc::new(Pool::new(PoolConfig::kernel_compat()).expect("pool"));
+    Store::new(
+        pool,
+        zcomp::Compressor::parse("lz4", "").expect("lz4"),
+        pages,
+    )
+    .expect("store")
+}
+
+fn backing_file(name: &str, blocks: u64) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("zram-wb-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    let f = std::fs::File::create(&path).expect("backing file");
+    f.set_len(blocks * PAGE as u64).expect("size");
+    path
+}
+
+fn wb(s: &Store, text: &str) -> Result<zram::WritebackReport, StoreError> {
+    s.writeback(&WritebackRequest::parse(text, s.disk_pages()).expect("request"))
+}
+
+/// Every page reads back as the model says, and `compr_data_size` is the
+/// sum of what the slots hold in memory.
+fn check(s: &Store, model: &[Option<Vec<u8>>]) {
+    let mut buf = vec![0u8; PAGE];
+    let mut stored = 0u64;
+    let mut written_back = 0u64;
+    for (i, want) in model.iter().enumerate() {
+        s.read_page(i as u64, &mut buf).expect("read");
+        match want {
+            Some(p) => assert!(buf == *p, "page {i} differs"),
+            None => assert!(buf.iter().all(|b| *b == 0), "page {i} not zero"),
+        }
+        match s.slot_info(i as u64).expect("slot").state {
+            SlotState::Compressed(n) => stored += n as u64,
+            SlotState::Huge => stored += PAGE as u64,
+            SlotState::WrittenBack(_) => written_back += 1,
+            SlotState::Empty | SlotState::Same(_) => {}
+        }
+    }
+    let mm = s.mm_stat();
+    assert_eq!(mm.compr_data_size, stored);
+    let pages = model.iter().filter(|p| p.is_some()).count() as u64;
+    assert_eq!(
+        mm.orig_data_size,
+        pages * PAGE as u64,
+        "written-back pages stay stored"
+    );
+    assert_eq!(
+        s.bd_stat().bd_count,
+        written_back,
+        "one block per written-back page"
+    );
+}
+
+#[test]
+fn writeback_idle_takes_exactly_the_idle_pages_in_memory() {
+    let s = store(64);
+    s.set_backing_dev(&backing_file("idle", 64))
+        .expect("backing_dev");
+    assert_eq!(
+        s.backing_dev(),
+        backing_file("idle", 64).display().to_string()
+    );
+    let mut model = vec![None; 64];
+    for i in 0..48u64 {
+        let p = page(i, i);
+        s.write_page(i, &p).unwrap();
+        model[i as usize] = Some(p);
+    }
+    s.mark_idle(IdleCutoff::All);
+    // Pages 0..8 are read (no longer idle), 8..12 rewritten.
+    let mut buf = vec![0; PAGE];
+    for i in 0..8 {
+        s.read_page(i, &mut buf).unwrap();
+    }
+    for i in 8..12u64 {
+        let p = page(1, 100 + i);
+        s.write_page(i, &p).unwrap();
+        model[i as usize] = Some(p);
+    }
+    let before = s.mm_stat();
+    let expect: Vec<u64> = (12..48).filter(|i| i % 4 != 0).collect();
+    let huge: Vec<bool> = (0..48)
+        .map(|i| s.slot_info(i).unwrap().state == SlotState::Huge)
+        .collect();
+    let huge_idle = expect.iter().filter(|i| huge[**i as usize]).count() as u64;
+    assert!(huge_idle > 0);
+    let report = wb(&s, "idle").unwrap();
+    assert_eq!(report.written, expect.len() as u64);
+    for i in 0..48 {
+        let wb = matches!(s.slot_info(i).unwrap().state, SlotState::WrittenBack(_));
+        assert_eq!(wb, expect.contains(&i), "page {i}");
+        if wb {
+            let info = s.slot_info(i).unwrap();
+            assert!(!info.idle, "WB slots are never idle");
+            assert_eq!(
+                info.huge, huge[i as usize],
+                "the HUGE flag stays on page {i}"
+            );
+        }
+    }
+    let after = s.mm_stat();
+    assert_eq!(after.orig_data_size, before.orig_data_size);
+    assert_eq!(after.huge_pages, before.huge_pages - huge_idle);
+    assert_eq!(after.huge_pages_since, before.huge_pages_since);
+    assert!(after.mem_used_total < before.mem_used_total);
+    let bd = s.bd_stat();
+    assert_eq!(
+        (bd.bd_count, bd.bd_writes, bd.bd_reads),
+        (expect.len() as u64, expect.len() as u64, 0)
+    );
+    check(&s, &model);
+    assert_eq!(s.bd_stat().bd_reads, expect.len() as u64);
+    // A second writeback finds nothing: the pages were read, so not idle,
+    // and written-back pages are never chosen again.
+    let in_memory = (0..64)
+        .filter(|i| {
+            matches!(
+                s.slot_info(*i).unwrap().state,
+                SlotState::Compressed(_) | SlotState::Huge
+            )
+        })
+        .count() as u64;
+    assert_eq!(in_memory, 10, "pages 1-3, 5-7 and 8-11");
+    assert_eq!(
+        s.mark_idle(IdleCutoff::All),
+        in_memory,
+        "WB and same-filled slots are not marked"
+    );
+    let again = wb(&s, "idle").unwrap();
+    assert_eq!(again.written, in_memory);
+    // Overwrite and discard free blocks.
+    let used = s.bd_stat().bd_count;
+    s.write_page(13, &page(1, 7)).unwrap();
+    model[13] = Some(page(1, 7));
+    s.discard(14, 1).unwrap();
+    model[14] = None;
+    assert_eq!(s.bd_stat().bd_count, used - 2);
+    check(&s, &model);
+    s.reset();
+    assert_eq!(s.bd_stat(), zram::BdStat::default());
+    assert_eq!(s.mm_stat().orig_data_size, 0);
+}
+
+#[test]
+fn huge_page_indexes_and_incompressible_choose_their_pages() {
+    let s = store(32);
+    s.set_backing_dev(&backing_file("modes", 32)).unwrap();
+    s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
+    let mut model = vec![None; 32];
+    for i in 0..32u64 {
+        let p = page(i, i);
+        s.write_page(i, &p).unwrap();
+        model[i as usize] = Some(p);
+    }
+    let r = wb(&s, "page_indexes=0-3 page_index=9").unwrap();
+    assert_eq!(r.written, 4, "pages 1, 2, 3 and 9; page 0 is same-filled");
+    let huge = (0..32)
+        .filter(|i| s.slot_info(*i).unwrap().state == SlotState::Huge)
+        .count() as u64;
+    assert!(huge >= 7, "at least the random pages 6, 10, ..., 30");
+    let r = wb(&s, "type=huge").unwrap();
+    assert_eq!(r.written, huge);
+    assert!((0..32).all(|i| s.slot_info(i).unwrap().state != SlotState::Huge));
+    // zstd cannot shrink random pages: with zstd as the last priority they
+    // become INCOMPRESSIBLE; only those go with `incompressible`.
+    s.write_page(2, &page(2, 99)).unwrap();
+    model[2] = Some(page(2, 99));
+    let rc = s
+        .recompress(&RecompressRequest::parse("type=huge").unwrap())
+        .unwrap();
+    assert_eq!((rc.chosen, rc.incompressible), (1, 1));
+    assert!(s.slot_info(2).unwrap().incompressible);
+    let r = wb(&s, "incompressible").unwrap();
+    assert_eq!(r.written, 1);
+    check(&s, &model);
+}
+
+#[test]
+fn writeback_limit_stops_at_the_budget() {
+    let s = store(32);
+    s.set_backing_dev(&backing_file("limit", 32)).unwrap();
+    for i in 0..20u64 {
+        s.write_page(i, &page(1, i)).unwrap();
+    }
+    s.set_writeback_limit_enable(true);
+    s.set_writeback_limit(5);
+    s.mark_idle(IdleCutoff::All);
+    let e = wb(&s, "idle").unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    assert_eq!(s.bd_stat().bd_writes, 5);
+    assert_eq!(s.writeback_limit().limit, 0);
+    s.set_writeback_limit(3);
+    s.mark_idle(IdleCutoff::All);
+    assert_eq!(wb(&s, "idle").unwrap_err().errno(), libc::EIO);
+    assert_eq!(s.bd_stat().bd_writes, 8);
+    s.set_writeback_limit_enable(false);
+    assert_eq!(wb(&s, "idle").unwrap().written, 12);
+}
+
+#[test]
+fn a_full_backing_store_leaves_pages_in_memory() {
+    let s = store(32);
+    s.set_backing_dev(&backing_file("small", 4)).unwrap();
+    let mut model = vec![None; 32];
+    for i in 0..10u64 {
+        model[i as usize] = Some(page(1, i));
+        s.write_page(i, &page(1, i)).unwrap();
+    }
+    s.mark_idle(IdleCutoff::All);
+    let e = wb(&s, "idle").unwrap_err();
+    assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+    assert!(e.to_string().contains("4 of 10 pages written"), "{e}");
+    assert_eq!(s.bd_stat().bd_count, 4);
+    let idle_left = (0..10).filter(|i| s.slot_info(*i).unwrap().idle).count();
+    assert_eq!(idle_left, 6, "pages not written keep their idle mark");
+    check(&s, &model);
+}
+
+/// A backing file whose writes fail at random (EIO or ENOSPC), seeded.
+#[derive(Debug)]
+struct Flaky {
+    file: BackingFile,
+    state: AtomicU64,
+    /// Fail one write in this many.
+    one_in: u64,
+}
+
+impl BackingStore for Flaky {
+    fn describe(&self) -> String {
+        format!("flaky {}", self.file.describe())
+    }
+    fn blocks(&self) -> u64 {
+        self.file.blocks()
+    }
+    fn write_block(&self, block: u64, page: &[u8]) -> io::Result<()> {
+        let mut r = Rng(self.state.fetch_add(0x9E37_79B9, Ordering::Relaxed) | 1);
+        match r.next() % self.one_in {
+            0 => Err(io::Error::from_raw_os_error(libc::EIO)),
+            1 if self.one_in > 2 => Err(io::Error::from_raw_os_error(libc::ENOSPC)),
+            _ => self.file.write_block(block, page),
+        }
+    }
+    fn read_block(&self, block: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.file.read_block(block, buf)
+    }
+    fn discard_block(&self, block: u64) {
+        self.file.discard_block(block)
+    }
+}
+
+fn flaky(name: &str, blocks: u64, one_in: u64, seed: u64) -> Arc<Flaky> {
+    let path = backing_file(name, blocks);
+    Arc::new(Flaky {
+        file: BackingFile::open(&path, PAGE).unwrap(),
+        state: AtomicU64::new(seed),
+        one_in,
+    })
+}
+
+#[test]
+fn a_failing_backing_store_loses_nothing() {
+    let s = store(64);
+    s.set_backing_store(flaky("failing", 64, 2, 7)).unwrap();
+    let mut model = vec![None; 64];
+    for i in 0..64u64 {
+        model[i as usize] = Some(page(i, i));
+        s.write_page(i, &page(i, i)).unwrap();
+    }
+    s.mark_idle(IdleCutoff::All);
+    let e = wb(&s, "idle").unwrap_err();
+    assert_eq!(e.errno(), libc::EIO);
+    let bd = s.bd_stat();
+    assert!(bd.failed_writebacks > 0 && bd.bd_writes > 0, "{bd:?}");
+    assert_eq!(
+        bd.bd_count, bd.bd_writes,
+        "failed writes give their block back"
+    );
+    assert_eq!(
+        s.io_stat().failed_writes,
+        0,
+        "writeback failures are not failed writes"
+    );
+    check(&s, &model);
+}
+
+#[test]
+fn bad_requests_get_the_kernels_errnos() {
+    let s = store(16);
+    assert_eq!(wb(&s, "idle").unwrap_err().errno(), libc::ENODEV);
+    assert_eq!(s.backing_dev(), "none");
+    let bad = s
+        .set_backing_dev(std::path::Path::new("/nonexistent/file"))
+        .unwrap_err();
+    assert_eq!(bad.errno(), libc::ENOENT);
+    assert!(bad.to_string().contains("/nonexistent/file"), "{bad}");
+    assert_eq!(
+        s.set_recomp_algorithm("algo=zstd priority=4")
+            .unwrap_err()
+            .errno(),
+        libc::EINVAL
+    );
+    assert_eq!(
+        s.set_recomp_algorithm("algo=nosuch").unwrap_err().errno(),
+        libc::EINVAL
+    );
+    assert_eq!(
+        s.set_recomp_algorithm("priority=1").unwrap_err().errno(),
+        libc::EINVAL
+    );
+    assert_eq!(
+        s.recompress(&RecompressRequest::default())
+            .unwrap_err()
+            .errno(),
+        libc::EINVAL
+    );
+    s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
+    s.set_recomp_algorithm("algo=deflate priority=3").unwrap();
+    assert_eq!(s.recomp_algorithms(), vec![(1, "zstd"), (3, "deflate")]);
+    let rq = |t: &str| s.recompress(&RecompressRequest::parse(t).unwrap());
+    assert_eq!(
+        rq("priority=2").unwrap_err().errno(),
+        libc::EINVAL,
+        "nothing at 2"
+    );
+    assert_eq!(rq("priority=0").unwrap_err().errno(), libc::EINVAL);
+    assert_eq!(
+        rq("algo=zstd priority=3").unwrap_err().errno(),
+        libc::EINVAL
+    );
+    assert_eq!(
+        rq("algo=lz4").unwrap_err().errno(),
+        libc::EINVAL,
+        "the primary is no target"
+    );
+    assert_eq!(rq("threshold=4096").unwrap_err().errno(), libc::EINVAL);
+    assert!(rq("algo=deflate").is_ok());
+    s.write_page(0, &page(1, 0)).unwrap();
+    let path = backing_file("late", 4);
+    assert_eq!(s.set_backing_dev(&path).unwrap_err().errno(), libc::EBUSY);
+    assert_eq!(
+        s.set_recomp_algorithm("algo=lz4hc").unwrap_err().errno(),
+        libc::EBUSY
+    );
+    s.reset();
+    s.set_backing_dev(&path)
+        .expect("after reset the store is not initialised");
+}
+
+#[test]
+fn recompress_huge_idle_with_zstd_compresses_huge_pages() {
+    let s = store(32);
+    s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
+    let mut model = vec![None; 32];
+    for i in 0..32u64 {
+        // Nibble pages are huge for lz4; text pages compress.
+        let p = page(if i % 2 == 0 { 3 } else { 1 }, i);
+        s.write_page(i, &p).unwrap();
+        model[i as usize] = Some(p);
+    }
+    let before = s.mm_stat();
+    assert_eq!(before.huge_pages, 16);
+    s.mark_idle(IdleCutoff::All);
+    let mut buf = vec![0; PAGE];
+    s.read_page(0, &mut buf).unwrap(); // not idle any more
+    let r = s
+        .recompress(&RecompressRequest::parse("type=huge_idle max_pages=10").unwrap())
+        .unwrap();
+    assert_eq!((r.chosen, r.recompressed), (15, 10), "max_pages stops it");
+    let after = s.mm_stat();
+    assert_eq!(after.huge_pages, 6);
+    assert_eq!(after.huge_pages_since, before.huge_pages_since);
+    assert_eq!(after.orig_data_size, before.orig_data_size);
+    assert!(after.compr_data_size < before.compr_data_size);
+    let recompressed = (0..32)
+        .filter(|i| {
+            let info = s.slot_info(*i).unwrap();
+            info.priority == 1 && matches!(info.state, SlotState::Compressed(_)) && !info.huge
+        })
+        .count();
+    assert_eq!(recompressed, 10);
+    check(&s, &model);
+    // Recompressed pages are not chosen again at the same priority.
+    s.mark_idle(IdleCutoff::All);
+    let r = s
+        .recompress(&RecompressRequest::parse("type=huge").unwrap())
+        .unwrap();
+    assert_eq!(r.chosen, 6);
+    // A threshold keeps small objects as they are.
+    let r = s
+        .recompress(&RecompressRequest::parse("threshold=3000").unwrap())
+        .unwrap();
+    assert_eq!(r.recompressed, 0);
+    check(&s, &model);
+}
+
+/// The model-checked workload: writes, reads, discards, overwrites,
+/// idle marking, writeback over a backing store that fails at random,
+/// recompression and reset; after every step the statistics agree with the
+/// slots and, every few steps, every page reads back.
+#[test]
+fn model_workload_with_writeback_recompression_and_faults() {
+    for seed in 1..=4u64 {
+        let pages = 96u64;
+        let s = store(pages);
+        let dev = flaky(&format!("model{seed}"), 48, 5, seed);
+        s.set_backing_store(dev.clone()).unwrap();
+        s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
+        s.set_recomp_algorithm("algo=deflate priority=2").unwrap();
+        let mut model: Vec<Option<Vec<u8>>> = vec![None; pages as usize];
+        let mut rng = Rng(seed * 7919);
+        let mut buf = vec![0; PAGE];
+        for step in 0..600 {
+            let i = rng.next() % pages;
+            match rng.next() % 12 {
+                0..=3 => {
+                    let p = page(rng.next() % 4, rng.next());
+                    s.write_page(i, &p).unwrap();
+                    model[i as usize] = Some(p);
+                }
+                4 => {
+                    s.read_page(i, &mut buf).unwrap();
+                    let want = model[i as usize].clone().unwrap_or_else(|| vec![0; PAGE]);
+                    assert!(buf == want, "seed {seed} step {step}: page {i}");
+                }
+                5 => {
+                    let n = (rng.next() % 4).min(pages - i);
+                    s.discard(i, n).unwrap();
+                    for j in i..i + n {
+                        model[j as usize] = None;
+                    }
+                }
+                6 => {
+                    s.mark_idle(IdleCutoff::All);
+                }
+                7 | 8 => {
+                    let mode = [
+                        "idle",
+                        "huge",
+                        "huge_idle",
+                        "incompressible",
+                        "page_indexes=0-40",
+                    ][(rng.next() % 5) as usize];
+                    match wb(&s, mode) {
+                        Ok(_) => {}
+                        Err(e) => assert!(
+                            [libc::EIO, libc::ENOSPC].contains(&e.errno()),
+                            "seed {seed} step {step}: {e}"
+                        ),
+                    }
+                }
+                9 | 10 => {
+                    let t = [
+                        "type=idle",
+                        "type=huge",
+                        "type=huge_idle priority=2",
+                        "max_pages=5 algo=deflate",
+                        "",
+                    ][(rng.next() % 5) as usize];
+                    s.recompress(&RecompressRequest::parse(t).unwrap()).unwrap();
+                }
+                _ => {
+                    if rng.next() % 20 == 0 {
+                        s.reset();
+                        model.iter_mut().for_each(|p| *p = None);
+                    }
+                }
+            }
+            let used = s.bd_stat().bd_count;
+            let wb_slots = (0..pages)
+                .filter(|j| matches!(s.slot_info(*j).unwrap().state, SlotState::WrittenBack(_)))
+                .count() as u64;
+            assert_eq!(
+                used, wb_slots,
+                "seed {seed} step {step}: blocks and WB slots"
+            );
+            if step % 50 == 49 {
+                check(&s, &model);
+            }
+        }
+        check(&s, &model);
+        s.reset();
+        assert_eq!(s.bd_stat().bd_count, 0);
+        assert_eq!(
+            s.allocator().total_pages(),
+            0,
+            "seed {seed}: memory left after reset"
+        );
+    }
+}
