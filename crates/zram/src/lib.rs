@@ -27,6 +27,7 @@
 //! - `shard`: per-thread indexes and cache-line padding;
 //! - `streams`: per-thread compression contexts;
 //! - `huge`: raw pages kept beside allocators that cannot hold a page;
+//! - [`compactor`]: the background compactor, its policy and counters;
 //! - [`stats`]: counters and the `mm_stat` / `io_stat` / `debug_stat` files;
 //! - [`store`]: the write, read, discard and control paths, and the lock
 //!   order;
@@ -37,6 +38,7 @@
 
 #![warn(missing_docs)]
 
+pub mod compactor;
 pub mod error;
 mod huge;
 mod shard;
@@ -45,6 +47,7 @@ pub mod stats;
 pub mod store;
 mod streams;
 
+pub use compactor::{AutoCompactMode, AutoCompactPolicy, AutoCompactStats};
 pub use error::StoreError;
 pub use stats::{DebugStat, IoStat, MmStat};
 pub use store::{same_filled, IdleCutoff, SlotInfo, SlotState, Store};

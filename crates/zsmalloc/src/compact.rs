@@ -264,6 +264,14 @@ impl Pool {
         self.classes.iter().map(|c| can_compact(c, &c.lock())).sum()
     }
 
+    /// Pages compacting one physical class could free now (its
+    /// `zs_can_compact`; 0 if there is no such class).
+    pub fn class_can_compact(&self, class_id: usize) -> u64 {
+        self.classes
+            .get(class_id)
+            .map_or(0, |c| can_compact(c, &c.lock()))
+    }
+
     /// The fewest objects that must move to free every freeable zspage now:
     /// per class, the live objects of its `floor(free slots / objs)` emptiest
     /// zspages.
