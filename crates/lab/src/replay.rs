@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use zram::{IoStat, MmStat, Store};
+use zram::{AutoCompactStats, IoStat, MmStat, Store};
 
 use crate::corpus::Corpus;
 use crate::rng::Rng;
@@ -39,6 +39,9 @@ pub struct StageResult {
     pub objs_per_page: f64,
     /// Seconds the stage's store calls took on this configuration's thread.
     pub seconds: f64,
+    /// The background compactor's counters so far, when it is on (the
+    /// figures are taken once it has dealt with the stage's frees).
+    pub auto_compact: Option<AutoCompactStats>,
 }
 
 /// All configurations after one stage.
@@ -223,7 +226,17 @@ impl Replay {
 
     /// Figures of every configuration now, under `name`; starts the next
     /// stage's timers.
+    ///
+    /// A store whose background compactor is on is first given the time
+    /// to deal with the stage's frees (within its CPU budget), so the
+    /// figures are what the store settles at, the same every run.
     pub fn snapshot(&mut self, name: &str) -> Stage {
+        for s in &self.stores {
+            // Ten minutes is far more than any corpus needs at 5% of a CPU.
+            if !s.wait_auto_compact_idle(Duration::from_secs(600)) {
+                eprintln!("warning: background compaction still busy after 10 minutes");
+            }
+        }
         let results = self
             .specs
             .iter()
@@ -243,6 +256,7 @@ impl Replay {
                         pool.objects as f64 / pool.total_pages as f64
                     },
                     seconds: *secs,
+                    auto_compact: store.debug_stat().auto_compact,
                 };
                 *secs = 0.0;
                 r
@@ -376,6 +390,27 @@ pub fn stage_table(stage: &Stage) -> String {
         for (row, v) in rows.iter_mut().zip(vals) {
             row.1.push(v);
         }
+    }
+    // The background compactor's rows, when any configuration has it.
+    if stage.results.iter().any(|r| r.auto_compact.is_some()) {
+        let auto = |f: fn(&AutoCompactStats) -> String| -> Vec<String> {
+            stage
+                .results
+                .iter()
+                .map(|r| r.auto_compact.as_ref().map_or("-".to_string(), f))
+                .collect()
+        };
+        rows.push(("auto runs", auto(|a| a.runs.to_string())));
+        rows.push(("auto pages freed", auto(|a| a.pages_freed.to_string())));
+        rows.push(("auto objs moved", auto(|a| a.objs_moved.to_string())));
+        rows.push((
+            "auto cpu",
+            auto(|a| format!("{:.3}s", a.cpu_ns as f64 / 1e9)),
+        ));
+        rows.push((
+            "auto longest step",
+            auto(|a| format!("{}us", a.longest_step_ns / 1000)),
+        ));
     }
     let width = stage
         .results

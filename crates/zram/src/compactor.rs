@@ -290,6 +290,8 @@ struct Control {
     stop: bool,
     /// A write was refused by `mem_limit` since the last look.
     limit_hit: bool,
+    /// The thread is waiting for a free, with nothing left to do.
+    idle: bool,
 }
 
 struct Shared {
@@ -297,6 +299,8 @@ struct Shared {
     armed: AtomicBool,
     control: Mutex<Control>,
     wake: Condvar,
+    /// Signalled when the thread becomes idle.
+    went_idle: Condvar,
     tally: Tally,
 }
 
@@ -328,8 +332,10 @@ impl Compactor {
                     policy: AutoCompactPolicy::new(AutoCompactMode::Off),
                     stop: false,
                     limit_hit: false,
+                    idle: false,
                 }),
                 wake: Condvar::new(),
+                went_idle: Condvar::new(),
                 tally: Tally::default(),
             }),
             thread: Mutex::new(None),
@@ -410,6 +416,32 @@ impl Compactor {
             self.shared.poke();
         }
         Ok(())
+    }
+
+    /// Waits until the thread has looked at everything freed so far and
+    /// done what its policy asks (true), or `timeout` passed (false). True at
+    /// once when no thread runs.
+    pub(crate) fn wait_idle(&self, timeout: Duration) -> bool {
+        if !self.running() {
+            return true;
+        }
+        let deadline = Instant::now() + timeout;
+        let mut c = self.shared.control();
+        loop {
+            if c.stop || (c.idle && self.shared.armed.load(Ordering::Acquire)) {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            c = self
+                .shared
+                .went_idle
+                .wait_timeout(c, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
     }
 
     /// Whether a thread is running.
@@ -547,11 +579,16 @@ fn run(shared: &Shared, w: &Watched) {
             let mut c = shared.control();
             loop {
                 if c.stop {
+                    c.idle = false;
+                    shared.went_idle.notify_all();
                     return;
                 }
                 if !shared.armed.load(Ordering::Acquire) {
+                    c.idle = false;
                     break;
                 }
+                c.idle = true;
+                shared.went_idle.notify_all();
                 c = match poll {
                     Some(d) => {
                         let (c, r) = shared

@@ -490,6 +490,14 @@ impl Store {
         self.compactor.stats()
     }
 
+    /// Waits until the background compactor has dealt with every free so
+    /// far (true), or `timeout` passed (false): for a caller that wants
+    /// figures after the compactor, such as the replay engine between stages.
+    /// True at once when it is off.
+    pub fn wait_auto_compact_idle(&self, timeout: Duration) -> bool {
+        self.compactor.wait_idle(timeout)
+    }
+
     /// Whether the background compactor's thread is running.
     pub fn auto_compact_running(&self) -> bool {
         self.compactor.running()

@@ -110,7 +110,7 @@ impl ZPool for Pool {
     }
 
     fn step_can_compact(&self, step: usize) -> u64 {
-        Pool::class_can_compact(self, step)
+        Pool::class_reclaimable(self, step)
     }
 
     fn compact_step(&self, step: usize) -> ZCompacted {
