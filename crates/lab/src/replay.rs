@@ -9,6 +9,9 @@
 //! configurations that share a page size are fed from one read of the
 //! corpus, each on its own thread. [`Replay`] is the engine `zmem replay`,
 //! `zmem exp chain` and `zmem exp merge` run; [`stage_table`] prints a stage.
+//! A store's background compactor (on by default in default mode) is held
+//! while a stage runs and works between stages: each snapshot waits until it
+//! is idle, so a stage's figures include what it freed on its own.
 //!
 //! Owns the stage sequence and its figures; the store is `zram`'s, the
 //! command line is the `zmem` binary's.
@@ -122,6 +125,7 @@ impl Replay {
     /// Writes every page of the corpus into every store.
     pub fn fill(&mut self) -> Result<(), Error> {
         const BATCH: usize = 256;
+        self.hold_compactors();
         let total = self.corpus.bytes();
         let mut done_bytes = 0u64;
         let mut last_draw = Instant::now();
@@ -195,7 +199,10 @@ impl Replay {
                 )));
             }
         }
+        let off = zram::AutoCompactPolicy::new(zram::AutoCompactMode::Off);
         for &m in &g.members {
+            // Held until the snapshot (see `hold_compactors`).
+            let _ = self.stores[m].set_auto_compact(off);
             let t = Instant::now();
             for &p in pages {
                 self.stores[m]
@@ -210,6 +217,17 @@ impl Replay {
         Ok(())
     }
 
+    /// Holds every store's background compactor until the next
+    /// [`Replay::snapshot`], so that it does not run part-way through a
+    /// stage at a moment that depends on the machine's speed.
+    pub fn hold_compactors(&self) {
+        let off = zram::AutoCompactPolicy::new(zram::AutoCompactMode::Off);
+        for s in &self.stores {
+            // Turning it off cannot fail.
+            let _ = s.set_auto_compact(off);
+        }
+    }
+
     /// Page sizes in use.
     pub fn page_sizes(&self) -> Vec<usize> {
         self.groups.iter().map(|g| g.page_size).collect()
@@ -217,6 +235,7 @@ impl Replay {
 
     /// Compacts every store.
     pub fn compact(&mut self) {
+        self.hold_compactors();
         for (i, s) in self.stores.iter().enumerate() {
             let t = Instant::now();
             s.compact();
@@ -227,11 +246,17 @@ impl Replay {
     /// Figures of every configuration now, under `name`; starts the next
     /// stage's timers.
     ///
-    /// A store whose background compactor is on is first given the time
-    /// to deal with the stage's frees (within its CPU budget), so the
-    /// figures are what the store settles at, the same every run.
+    /// A store whose background compactor is on is held during each
+    /// stage's store calls ([`Replay::hold_compactors`]) and let go here,
+    /// then given the time to deal with the stage's frees (within its CPU
+    /// budget), so the figures are what the store settles at after the
+    /// stage, the same every run.
     pub fn snapshot(&mut self, name: &str) -> Stage {
-        for s in &self.stores {
+        for (spec, s) in self.specs.iter().zip(&self.stores) {
+            if s.auto_compact() != spec.auto_compact {
+                // Only turning it back on, which was done once already.
+                let _ = s.set_auto_compact(spec.auto_compact);
+            }
             // Ten minutes is far more than any corpus needs at 5% of a CPU.
             if !s.wait_auto_compact_idle(Duration::from_secs(600)) {
                 eprintln!("warning: background compaction still busy after 10 minutes");

@@ -13,7 +13,7 @@
 //! | `disksize`, `comp_algorithm`, `initstate` | same (read) | size in bytes, `[algo]`, `1` |
 //! | `objs_moved` | (zmem's; from the fine-grained fullness series) | objects moved by compaction |
 //! | `compact` | `compact` | compacts the allocator |
-//! | `auto_compact [WORDS]` | (zmem's) | reads the background compactor's policy (`on cpu=5 min_gain=32 ...`); writes `on`, `off`, `shrinker` and/or `cpu=PCT min_gain=PAGES min_gain_percent=PCT limit=PCT pressure=AVG10` |
+//! | `auto_compact [WORDS]` | (zmem's) | reads the background compactor's policy (`on cpu=5 min_gain=32 ...`); writes `on`, `off`, `shrinker` and/or `cpu=PCT min_gain=PAGES min_gain_percent=PCT limit=PCT pressure=AVG10 postpone_ms=MS` |
 //! | `idle all`, `idle N` | `idle` | marks slots idle (all, or unused for N s) |
 //! | `reset [1]` | `reset` | frees every page, zeroes stats and limit; `EBUSY` while a client is connected |
 //! | `mem_limit SIZE` | `mem_limit` | K/M/G/T suffixes (memparse); 0 removes it |
@@ -323,7 +323,7 @@ mod tests {
         assert_eq!(execute(&reg, None, "compact").unwrap(), "");
         assert_eq!(
             execute(&reg, None, "auto_compact").unwrap(),
-            "off cpu=5 min_gain=32 min_gain_percent=0.5 limit=90 pressure=10\n"
+            "off cpu=5 min_gain=32 min_gain_percent=0.5 limit=90 pressure=10 postpone_ms=2000\n"
         );
         assert_eq!(
             execute(&reg, None, "auto_compact on cpu=2 min_gain=8").unwrap(),

@@ -22,7 +22,10 @@
 //! see it cleared and do nothing more until the compactor has looked again.
 //!
 //! # Deciding
-//! A run happens only if the pages compaction could free now (the sum of
+//! It looks once the store is quiet (fewer than 16 page writes in a
+//! settling time), or `postpone_ms` (2 s by default) after the first free
+//! if writes go on: writes refill the holes frees leave, and compacting under them only
+//! gives back pages they fault in again. A run happens only if the pages compaction could free now (the sum of
 //! the allocator's per-step `zs_can_compact` estimates) reach both
 //! `min_gain_pages` and `min_gain_percent` % of `compr_data_size`: between
 //! runs the overhead ratio (mem_used over compressed bytes) grows by at most
@@ -62,6 +65,9 @@ pub const BURST: Duration = Duration::from_millis(2);
 /// How long the compactor waits after the first free before it looks, so a
 /// burst of frees is handled by one evaluation.
 pub const SETTLE: Duration = Duration::from_millis(50);
+
+/// Page writes per settling time below which the store counts as quiet.
+const LULL_WRITES: u64 = 16;
 
 /// How often the shrinker trigger re-reads memory pressure while there is
 /// enough to free but memory is not tight.
@@ -121,6 +127,11 @@ pub struct AutoCompactPolicy {
     /// Shrinker: memory is tight when `/proc/pressure/memory`'s
     /// `some avg10` reaches this (percent of time stalled).
     pub pressure_avg10: f64,
+    /// While the store is being written (16 page writes or more per
+    /// settling time), wait for a lull, up to this many milliseconds after
+    /// the first free: writes refill the holes frees leave, and compacting
+    /// under them gives back pages the writes fault in again at once.
+    pub postpone_ms: u64,
 }
 
 impl AutoCompactPolicy {
@@ -135,6 +146,7 @@ impl AutoCompactPolicy {
             min_gain_percent: 0.5,
             limit_percent: 90.0,
             pressure_avg10: 10.0,
+            postpone_ms: 2000,
         }
     }
 
@@ -188,9 +200,14 @@ impl AutoCompactPolicy {
                 "min_gain_percent" => p.min_gain_percent = num()?,
                 "limit" => p.limit_percent = num()?,
                 "pressure" => p.pressure_avg10 = num()?,
+                "postpone_ms" => {
+                    p.postpone_ms = value
+                        .parse()
+                        .map_err(|_| format!("postpone_ms={value}: not a number of milliseconds"))?
+                }
                 other => {
                     return Err(format!(
-                    "unknown setting {other:?}: use cpu=, min_gain=, min_gain_percent=, limit=, pressure="
+                    "unknown setting {other:?}: use cpu=, min_gain=, min_gain_percent=, limit=, pressure=, postpone_ms="
                 ))
                 }
             }
@@ -204,18 +221,20 @@ impl AutoCompactPolicy {
 }
 
 impl fmt::Display for AutoCompactPolicy {
-    /// `on cpu=5 min_gain=32 min_gain_percent=0.5 limit=90 pressure=10`:
-    /// what `zmem ctl auto_compact` reads and accepts back.
+    /// `on cpu=5 min_gain=32 min_gain_percent=0.5 limit=90 pressure=10
+    /// postpone_ms=2000`: what `zmem ctl auto_compact` reads and accepts
+    /// back.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} cpu={} min_gain={} min_gain_percent={} limit={} pressure={}",
+            "{} cpu={} min_gain={} min_gain_percent={} limit={} pressure={} postpone_ms={}",
             self.mode.name(),
             self.cpu_percent,
             self.min_gain_pages,
             self.min_gain_percent,
             self.limit_percent,
-            self.pressure_avg10
+            self.pressure_avg10,
+            self.postpone_ms
         )
     }
 }
@@ -228,6 +247,8 @@ pub struct AutoCompactStats {
     /// Looks that found less than the minimum gain (or, for the shrinker,
     /// memory not tight) and did nothing.
     pub skipped: u64,
+    /// Settling times added to wait for a lull in writes.
+    pub postponed: u64,
     /// Runs: looks that compacted.
     pub runs: u64,
     /// Steps (size classes) compacted.
@@ -250,9 +271,10 @@ impl fmt::Display for AutoCompactStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "auto_compact: wakeups {} skipped {} runs {} steps {} pages_freed {} objs_moved {} cpu_us {} budget_wait_us {} longest_step_us {}",
+            "auto_compact: wakeups {} skipped {} postponed {} runs {} steps {} pages_freed {} objs_moved {} cpu_us {} budget_wait_us {} longest_step_us {}",
             self.wakeups,
             self.skipped,
+            self.postponed,
             self.runs,
             self.steps,
             self.pages_freed,
@@ -269,6 +291,7 @@ impl fmt::Display for AutoCompactStats {
 struct Tally {
     wakeups: AtomicU64,
     skipped: AtomicU64,
+    postponed: AtomicU64,
     runs: AtomicU64,
     steps: AtomicU64,
     pages_freed: AtomicU64,
@@ -375,6 +398,7 @@ impl Compactor {
         AutoCompactStats {
             wakeups: g(&t.wakeups),
             skipped: g(&t.skipped),
+            postponed: g(&t.postponed),
             runs: g(&t.runs),
             steps: g(&t.steps),
             pages_freed: g(&t.pages_freed),
@@ -604,8 +628,23 @@ fn run(shared: &Shared, w: &Watched) {
                 };
             }
         }
+        let woke = Instant::now();
+        let mut writes = w.counters.get(Counter::NumWrites);
         if !sleep(shared, SETTLE) {
             return;
+        }
+        loop {
+            let now = w.counters.get(Counter::NumWrites);
+            let busy = now.wrapping_sub(writes) >= LULL_WRITES && now > writes;
+            let postpone = Duration::from_millis(shared.control().policy.postpone_ms);
+            if !busy || woke.elapsed() >= postpone {
+                break;
+            }
+            writes = now;
+            t.postponed.fetch_add(1, Ordering::Relaxed);
+            if !sleep(shared, SETTLE) {
+                return;
+            }
         }
         // From here on, a free means "look again after this".
         shared.armed.store(true, Ordering::Release);
@@ -688,7 +727,7 @@ mod tests {
         let p = AutoCompactPolicy::new(AutoCompactMode::On);
         assert_eq!(
             p.to_string(),
-            "on cpu=5 min_gain=32 min_gain_percent=0.5 limit=90 pressure=10"
+            "on cpu=5 min_gain=32 min_gain_percent=0.5 limit=90 pressure=10 postpone_ms=2000"
         );
         assert_eq!(p.with_words(&p.to_string()).unwrap(), p);
         let q = p.with_words("shrinker cpu=2.5 min_gain=8").unwrap();
@@ -703,6 +742,7 @@ mod tests {
             "cpu=x",
             "min_gain=0",
             "min_gain=-1",
+            "postpone_ms=-5",
             "min_gain_percent=-1",
             "pressure=NaN",
             "speed=3",

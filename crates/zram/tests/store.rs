@@ -122,7 +122,7 @@ proptest! {
         if auto {
             // The background compactor at full speed, for every free.
             let policy = zram::AutoCompactPolicy::new(zram::AutoCompactMode::On)
-                .with_words("cpu=100 min_gain=1 min_gain_percent=0")
+                .with_words("cpu=100 min_gain=1 min_gain_percent=0 postpone_ms=0")
                 .expect("policy");
             store.set_auto_compact(policy).expect("compactor");
         }
