@@ -71,6 +71,12 @@ const RANGES: &[(&str, bool, &[&str])] = &[
     ("serve --inflight-per-conn", false, &["512K", "2G"]),
     ("serve --inflight-total", false, &["1M", "65G"]),
     ("serve --stall-limit", false, &["3601"]),
+    ("replay --compact-cpu", false, &["101", "nan", "inf"]),
+    ("replay --compact-min-gain", false, &["1073741825"]),
+    ("bench store --compact-cpu", false, &["101", "nan", "inf"]),
+    ("bench store --compact-min-gain", false, &["1073741825"]),
+    ("serve --compact-cpu", false, &["101", "nan", "inf"]),
+    ("serve --compact-min-gain", false, &["1073741825"]),
 ];
 
 /// Bad for every numeric flag (0 only where 0 is not valid).

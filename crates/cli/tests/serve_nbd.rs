@@ -216,7 +216,17 @@ fn two_clients_at_once() {
 #[test]
 fn ctl_reads_and_writes_the_attributes() {
     require_tools!("qemu-io", "nbdcopy");
-    let z = Zmem::start(&["--size", "16M", "--export", "x", "--export", "y"]);
+    // Background compaction off, so the manual compact below has work.
+    let z = Zmem::start(&[
+        "--size",
+        "16M",
+        "--export",
+        "x",
+        "--export",
+        "y",
+        "--auto-compact",
+        "off",
+    ]);
     let empty = z.ctl_ok(&["mm_stat"]);
     assert_eq!(empty.split_whitespace().count(), 9);
     assert!(empty.ends_with('\n'));
@@ -258,6 +268,20 @@ fn ctl_reads_and_writes_the_attributes() {
     assert_eq!(z.mm_stat("x")[4], after[2]);
     assert_eq!(z.ctl_ok(&["--export", "x", "idle", "all"]), "");
     assert_eq!(z.ctl_ok(&["--export", "x", "idle", "60"]), "");
+    // The background compactor, switched on and off while serving.
+    assert!(z
+        .ctl_ok(&["--export", "x", "auto_compact"])
+        .starts_with("off cpu=5 min_gain=32 "));
+    assert_eq!(
+        z.ctl_ok(&["--export", "x", "auto_compact", "on cpu=10"]),
+        ""
+    );
+    assert!(z
+        .ctl_ok(&["--export", "x", "auto_compact"])
+        .starts_with("on cpu=10 "));
+    let debug = z.ctl_ok(&["--export", "x", "debug_stat"]);
+    assert!(debug.contains("\nauto_compact: wakeups "), "{debug}");
+    assert_eq!(z.ctl_ok(&["--export", "x", "auto_compact", "off"]), "");
     // Data survived all of it.
     let back = read_export(&z, &z.uri("x"));
     for i in 0..1024usize {

@@ -475,6 +475,8 @@ fn spec_for(c: &Candidate, alloc: &str, mode: Mode, page_size: usize) -> StoreSp
         delta: None,
         merge: true,
         mem_limit: 0,
+        // Only a fill is measured: nothing for a compactor to do.
+        auto_compact: zram::AutoCompactPolicy::new(zram::AutoCompactMode::Off),
     }
 }
 

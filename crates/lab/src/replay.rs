@@ -9,6 +9,9 @@
 //! configurations that share a page size are fed from one read of the
 //! corpus, each on its own thread. [`Replay`] is the engine `zmem replay`,
 //! `zmem exp chain` and `zmem exp merge` run; [`stage_table`] prints a stage.
+//! A store's background compactor (on by default in default mode) is held
+//! while a stage runs and works between stages: each snapshot waits until it
+//! is idle, so a stage's figures include what it freed on its own.
 //!
 //! Owns the stage sequence and its figures; the store is `zram`'s, the
 //! command line is the `zmem` binary's.
@@ -16,7 +19,7 @@
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use zram::{IoStat, MmStat, Store};
+use zram::{AutoCompactStats, IoStat, MmStat, Store};
 
 use crate::corpus::Corpus;
 use crate::rng::Rng;
@@ -39,6 +42,9 @@ pub struct StageResult {
     pub objs_per_page: f64,
     /// Seconds the stage's store calls took on this configuration's thread.
     pub seconds: f64,
+    /// The background compactor's counters so far, when it is on (the
+    /// figures are taken once it has dealt with the stage's frees).
+    pub auto_compact: Option<AutoCompactStats>,
 }
 
 /// All configurations after one stage.
@@ -119,6 +125,7 @@ impl Replay {
     /// Writes every page of the corpus into every store.
     pub fn fill(&mut self) -> Result<(), Error> {
         const BATCH: usize = 256;
+        self.hold_compactors();
         let total = self.corpus.bytes();
         let mut done_bytes = 0u64;
         let mut last_draw = Instant::now();
@@ -192,7 +199,10 @@ impl Replay {
                 )));
             }
         }
+        let off = zram::AutoCompactPolicy::new(zram::AutoCompactMode::Off);
         for &m in &g.members {
+            // Held until the snapshot (see `hold_compactors`).
+            let _ = self.stores[m].set_auto_compact(off);
             let t = Instant::now();
             for &p in pages {
                 self.stores[m]
@@ -207,6 +217,17 @@ impl Replay {
         Ok(())
     }
 
+    /// Holds every store's background compactor until the next
+    /// [`Replay::snapshot`], so that it does not run part-way through a
+    /// stage at a moment that depends on the machine's speed.
+    pub fn hold_compactors(&self) {
+        let off = zram::AutoCompactPolicy::new(zram::AutoCompactMode::Off);
+        for s in &self.stores {
+            // Turning it off cannot fail.
+            let _ = s.set_auto_compact(off);
+        }
+    }
+
     /// Page sizes in use.
     pub fn page_sizes(&self) -> Vec<usize> {
         self.groups.iter().map(|g| g.page_size).collect()
@@ -214,6 +235,7 @@ impl Replay {
 
     /// Compacts every store.
     pub fn compact(&mut self) {
+        self.hold_compactors();
         for (i, s) in self.stores.iter().enumerate() {
             let t = Instant::now();
             s.compact();
@@ -223,7 +245,23 @@ impl Replay {
 
     /// Figures of every configuration now, under `name`; starts the next
     /// stage's timers.
+    ///
+    /// A store whose background compactor is on is held during each
+    /// stage's store calls ([`Replay::hold_compactors`]) and let go here,
+    /// then given the time to deal with the stage's frees (within its CPU
+    /// budget), so the figures are what the store settles at after the
+    /// stage, the same every run.
     pub fn snapshot(&mut self, name: &str) -> Stage {
+        for (spec, s) in self.specs.iter().zip(&self.stores) {
+            if s.auto_compact() != spec.auto_compact {
+                // Only turning it back on, which was done once already.
+                let _ = s.set_auto_compact(spec.auto_compact);
+            }
+            // Ten minutes is far more than any corpus needs at 5% of a CPU.
+            if !s.wait_auto_compact_idle(Duration::from_secs(600)) {
+                eprintln!("warning: background compaction still busy after 10 minutes");
+            }
+        }
         let results = self
             .specs
             .iter()
@@ -243,6 +281,7 @@ impl Replay {
                         pool.objects as f64 / pool.total_pages as f64
                     },
                     seconds: *secs,
+                    auto_compact: store.debug_stat().auto_compact,
                 };
                 *secs = 0.0;
                 r
@@ -376,6 +415,27 @@ pub fn stage_table(stage: &Stage) -> String {
         for (row, v) in rows.iter_mut().zip(vals) {
             row.1.push(v);
         }
+    }
+    // The background compactor's rows, when any configuration has it.
+    if stage.results.iter().any(|r| r.auto_compact.is_some()) {
+        let auto = |f: fn(&AutoCompactStats) -> String| -> Vec<String> {
+            stage
+                .results
+                .iter()
+                .map(|r| r.auto_compact.as_ref().map_or("-".to_string(), f))
+                .collect()
+        };
+        rows.push(("auto runs", auto(|a| a.runs.to_string())));
+        rows.push(("auto pages freed", auto(|a| a.pages_freed.to_string())));
+        rows.push(("auto objs moved", auto(|a| a.objs_moved.to_string())));
+        rows.push((
+            "auto cpu",
+            auto(|a| format!("{:.3}s", a.cpu_ns as f64 / 1e9)),
+        ));
+        rows.push((
+            "auto longest step",
+            auto(|a| format!("{}us", a.longest_step_ns / 1000)),
+        ));
     }
     let width = stage
         .results

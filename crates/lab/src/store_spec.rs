@@ -1,7 +1,9 @@
 //! The store options shared by `zmem replay` and `zmem serve`.
 //!
 //! [`StoreArgs`] are the flags (`--alloc`, `--comp`, `--comp-params`,
-//! `--page-size`, `--mode`, `--chain`, `--delta`, `--mem-limit`); each takes a
+//! `--page-size`, `--mode`, `--chain`, `--delta`, `--mem-limit`, and the
+//! background compactor's `--auto-compact`, `--compact-cpu`,
+//! `--compact-min-gain`); each of the first seven takes a
 //! comma-separated list, and [`StoreArgs::specs`] expands them into every
 //! combination, so one `zmem replay` can compare configurations side by side.
 //! A [`StoreSpec`] is one configuration; [`StoreSpec::open`] makes its store.
@@ -15,7 +17,7 @@ use std::sync::Arc;
 use clap::Args;
 use serde::Serialize;
 use zalloc::AllocOptions;
-use zram::Store;
+use zram::{AutoCompactMode, AutoCompactPolicy, Store};
 use zsmalloc::Mode;
 
 use crate::Error;
@@ -55,10 +57,39 @@ pub struct StoreArgs {
     /// flag here where 0 is valid), at most 1T.
     #[arg(long, value_parser = crate::flags::size(0, 1 << 40), default_value = "0")]
     pub mem_limit: u64,
+    /// Background compaction: on, off or shrinker (only when memory is
+    /// tight: near --mem-limit, or under /proc/pressure/memory pressure),
+    /// comma-separated for one configuration each [default: on in default
+    /// mode, off in kernel-compat, as the kernel compacts only when asked or
+    /// from its shrinker]
+    #[arg(long, value_delimiter = ',', value_parser = parse_auto_compact)]
+    pub auto_compact: Vec<AutoCompactMode>,
+    /// Background compaction's CPU budget: percent of one CPU (0 < PCT <= 100).
+    #[arg(long, value_name = "PCT", default_value_t = 5.0, value_parser = parse_cpu_percent)]
+    pub compact_cpu: f64,
+    /// Background compaction never runs to free fewer pages than this (1 to
+    /// 2^30), nor less than 0.5% of compr_data_size.
+    #[arg(long, value_name = "PAGES", default_value_t = 32, value_parser = crate::flags::whole::<u64>(1, 1 << 30))]
+    pub compact_min_gain: u64,
+}
+
+/// Parses `--auto-compact`.
+pub fn parse_auto_compact(s: &str) -> Result<AutoCompactMode, String> {
+    s.parse()
+}
+
+/// Parses `--compact-cpu`: a percentage of one CPU, more than 0, at most 100.
+pub fn parse_cpu_percent(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 100.0 => Ok(v),
+        _ => Err(format!(
+            "'{s}' is not a CPU share (a percentage above 0, at most 100)"
+        )),
+    }
 }
 
 /// One store configuration.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StoreSpec {
     /// Allocator name.
     pub alloc: String,
@@ -78,6 +109,17 @@ pub struct StoreSpec {
     pub merge: bool,
     /// Memory limit in bytes (0: none).
     pub mem_limit: u64,
+    /// The background compactor's policy.
+    pub auto_compact: AutoCompactPolicy,
+}
+
+/// The background compaction a mode gets when `--auto-compact` is not
+/// given: on in default mode, off in kernel-compat.
+pub fn default_auto_compact(mode: Mode) -> AutoCompactMode {
+    match mode {
+        Mode::KernelCompat => AutoCompactMode::Off,
+        Mode::Default => AutoCompactMode::On,
+    }
 }
 
 /// The longest zspage chain zsmalloc takes (pages per zspage).
@@ -164,16 +206,30 @@ impl StoreArgs {
         } else {
             self.comp.iter().map(|c| Some(c.as_str())).collect()
         };
+        let autos: Vec<Option<AutoCompactMode>> = if self.auto_compact.is_empty() {
+            vec![None]
+        } else {
+            self.auto_compact.iter().copied().map(Some).collect()
+        };
         let mut specs = Vec::new();
         for alloc in &self.alloc {
             for comp in &comps {
                 for &page_size in &self.page_size {
                     for &mode in &self.mode {
                         for chain in opt(&self.chain) {
-                            for delta in opt(&self.delta) {
+                            for (delta, auto) in opt(&self.delta)
+                                .into_iter()
+                                .flat_map(|d| autos.iter().map(move |&a| (d, a)))
+                            {
                                 let page_size = usize::try_from(page_size).map_err(|_| {
                                     Error::Usage(format!("page size {page_size} is too large"))
                                 })?;
+                                let mut auto_compact = AutoCompactPolicy::new(
+                                    auto.unwrap_or(default_auto_compact(mode)),
+                                );
+                                auto_compact.cpu_percent = self.compact_cpu;
+                                auto_compact.min_gain_pages = self.compact_min_gain;
+                                auto_compact.validate().map_err(Error::Usage)?;
                                 specs.push(StoreSpec {
                                     alloc: alloc.clone(),
                                     comp: comp.unwrap_or(default_comp(mode)).to_string(),
@@ -184,6 +240,7 @@ impl StoreArgs {
                                     delta,
                                     merge: !self.no_merge,
                                     mem_limit: self.mem_limit,
+                                    auto_compact,
                                 });
                             }
                         }
@@ -195,6 +252,7 @@ impl StoreArgs {
         specs.dedup_by(|b, a| {
             a.alloc != "zsmalloc"
                 && a.alloc == b.alloc
+                && a.auto_compact == b.auto_compact
                 && a.comp == b.comp
                 && a.page_size == b.page_size
         });
@@ -217,6 +275,10 @@ impl StoreSpec {
             }
             if !self.merge {
                 s.push_str("/nomerge");
+            }
+            // The mode's own background compaction goes unnamed.
+            if self.auto_compact.mode != default_auto_compact(self.mode) {
+                s.push_str(&format!("/auto-{}", self.auto_compact.mode.name()));
             }
         }
         s.push_str(&format!("/{}/{}K", self.comp, self.page_size / 1024));
@@ -245,6 +307,9 @@ impl StoreSpec {
         let store = Store::new(Arc::clone(&pool), comp, pages)
             .map_err(|e| Error::Usage(format!("{}: {e}", self.label())))?;
         store.set_mem_limit(self.mem_limit);
+        store
+            .set_auto_compact(self.auto_compact)
+            .map_err(|e| Error::Usage(format!("{}: {e}", self.label())))?;
         Ok(store)
     }
 }
@@ -288,6 +353,79 @@ mod tests {
             .into_iter()
             .map(|s| (s.mode, s.comp))
             .collect()
+    }
+
+    fn autos(args: &[&str]) -> Vec<(Mode, AutoCompactMode, String)> {
+        use clap::Parser;
+        let flags = Flags::try_parse_from([&["zmem"], args].concat()).unwrap();
+        flags
+            .store
+            .specs()
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.mode, s.auto_compact.mode, s.label()))
+            .collect()
+    }
+
+    #[test]
+    fn background_compaction_is_on_in_default_mode_and_off_in_kernel_compat() {
+        assert_eq!(
+            autos(&["--mode", "default,kernel-compat"]),
+            [
+                (
+                    Mode::Default,
+                    AutoCompactMode::On,
+                    "zsmalloc/default/lz4/4K".to_string()
+                ),
+                (
+                    Mode::KernelCompat,
+                    AutoCompactMode::Off,
+                    "zsmalloc/kernel-compat/lzo-rle/4K".to_string()
+                )
+            ]
+        );
+        assert_eq!(
+            autos(&["--auto-compact", "off,on"]),
+            [
+                (
+                    Mode::Default,
+                    AutoCompactMode::Off,
+                    "zsmalloc/default/auto-off/lz4/4K".to_string()
+                ),
+                (
+                    Mode::Default,
+                    AutoCompactMode::On,
+                    "zsmalloc/default/lz4/4K".to_string()
+                )
+            ]
+        );
+        use clap::Parser;
+        for bad in [
+            &["--auto-compact", "sometimes"][..],
+            &["--compact-cpu", "0"],
+            &["--compact-cpu", "101"],
+            &["--compact-cpu", "x"],
+            &["--compact-min-gain", "0"],
+        ] {
+            assert!(
+                Flags::try_parse_from([&["zmem"], bad].concat()).is_err(),
+                "{bad:?}"
+            );
+        }
+        let flags = Flags::try_parse_from([
+            "zmem",
+            "--auto-compact",
+            "shrinker",
+            "--compact-cpu",
+            "2.5%",
+            "--compact-min-gain",
+            "8",
+        ])
+        .unwrap();
+        let spec = &flags.store.specs().unwrap()[0];
+        assert_eq!(spec.auto_compact.mode, AutoCompactMode::Shrinker);
+        assert_eq!(spec.auto_compact.cpu_percent, 2.5);
+        assert_eq!(spec.auto_compact.min_gain_pages, 8);
     }
 
     #[test]

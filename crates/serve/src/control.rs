@@ -8,11 +8,12 @@
 //!
 //! | command | kernel attribute | effect |
 //! |---|---|---|
-//! | `mm_stat`, `io_stat`, `debug_stat` | same | the statistics line(s) |
+//! | `mm_stat`, `io_stat`, `debug_stat` | same | the statistics line(s); `debug_stat` adds an `auto_compact:` line with the background compactor's counters when it is or was on |
 //! | `classes` | debugfs `zsmalloc/<pool>/classes` | the allocator's class table |
 //! | `disksize`, `comp_algorithm`, `initstate` | same (read) | size in bytes, `[algo]`, `1` |
 //! | `objs_moved` | (zmem's; from the fine-grained fullness series) | objects moved by compaction |
 //! | `compact` | `compact` | compacts the allocator |
+//! | `auto_compact [WORDS]` | (zmem's) | reads the background compactor's policy (`on cpu=5 min_gain=32 ...`); writes `on`, `off`, `shrinker` and/or `cpu=PCT min_gain=PAGES min_gain_percent=PCT limit=PCT pressure=AVG10 postpone_ms=MS` |
 //! | `idle all`, `idle N` | `idle` | marks slots idle (all, or unused for N s) |
 //! | `reset [1]` | `reset` | frees every page, zeroes stats and limit; `EBUSY` while a client is connected |
 //! | `mem_limit SIZE` | `mem_limit` | K/M/G/T suffixes (memparse); 0 removes it |
@@ -66,7 +67,7 @@ impl fmt::Display for CtlError {
 impl std::error::Error for CtlError {}
 
 /// Every command name, for `help` and error messages.
-pub const COMMANDS: [&str; 23] = [
+pub const COMMANDS: [&str; 24] = [
     "mm_stat",
     "io_stat",
     "debug_stat",
@@ -77,6 +78,7 @@ pub const COMMANDS: [&str; 23] = [
     "initstate",
     "objs_moved",
     "compact",
+    "auto_compact",
     "idle",
     "reset",
     "mem_limit",
@@ -262,6 +264,20 @@ fn run(reg: &Registry, s: &Served, cmd: &str, arg: Option<&str>) -> Result<Strin
             );
             Ok(String::new())
         }
+        "auto_compact" => match arg {
+            None => Ok(format!("{}\n", store.auto_compact())),
+            Some(words) => {
+                let policy = store
+                    .auto_compact()
+                    .with_words(words)
+                    .map_err(CtlError::inval)?;
+                store
+                    .set_auto_compact(policy)
+                    .map_err(|e| CtlError::inval(e.to_string()))?;
+                log::info!("ctl: {}: auto_compact {policy}", s.name);
+                Ok(String::new())
+            }
+        },
         "idle" => {
             let cutoff = match arg {
                 Some("all") => IdleCutoff::All,
@@ -467,6 +483,21 @@ mod tests {
         assert!(store.slot_info(0).unwrap().idle);
         assert_eq!(execute(&reg, None, "idle 3600").unwrap(), "");
         assert_eq!(execute(&reg, None, "compact").unwrap(), "");
+        assert_eq!(
+            execute(&reg, None, "auto_compact").unwrap(),
+            "off cpu=5 min_gain=32 min_gain_percent=0.5 limit=90 pressure=10 postpone_ms=2000\n"
+        );
+        assert_eq!(
+            execute(&reg, None, "auto_compact on cpu=2 min_gain=8").unwrap(),
+            ""
+        );
+        assert!(store.auto_compact_running());
+        assert_eq!(store.auto_compact().cpu_percent, 2.0);
+        assert!(execute(&reg, None, "debug_stat")
+            .unwrap()
+            .contains("\nauto_compact: wakeups "));
+        assert_eq!(execute(&reg, None, "auto_compact off").unwrap(), "");
+        assert!(!store.auto_compact_running());
         assert_eq!(execute(&reg, None, "mem_used_max 0").unwrap(), "");
         assert_eq!(execute(&reg, None, "reset").unwrap(), "");
         assert_eq!(store.mm_stat().orig_data_size, 0);
@@ -478,6 +509,9 @@ mod tests {
             "idle soon",
             "reset 0",
             "mm_stat 1",
+            "auto_compact sometimes",
+            "auto_compact cpu=0",
+            "auto_compact min_gain=0",
             "frobnicate",
         ] {
             let e = execute(&reg, None, bad).unwrap_err();

@@ -1,4 +1,5 @@
-//! A Prometheus `/metrics` endpoint: every export's mm_stat and io_stat.
+//! A Prometheus `/metrics` endpoint: every export's mm_stat and io_stat,
+//! and its background compactor's counters (`zmem_auto_compact_*`).
 //!
 //! This module owns the text exposition ([`render`]) and a deliberately
 //! tiny HTTP/1.0 server ([`MetricsServer`]) on one thread: it reads one
@@ -39,6 +40,8 @@ pub fn render(reg: &Registry) -> String {
         reads: u64,
         writes: u64,
         disksize: u64,
+        auto: zram::AutoCompactStats,
+        auto_on: u64,
     }
     let samples: Vec<(String, Sample)> = reg
         .iter()
@@ -52,11 +55,13 @@ pub fn render(reg: &Registry) -> String {
                     reads,
                     writes,
                     disksize: s.store.disk_size(),
+                    auto: s.store.auto_compact_stats(),
+                    auto_on: u64::from(s.store.auto_compact_running()),
                 },
             )
         })
         .collect();
-    let metrics: [(&str, &str, &str, Get); 16] = [
+    let metrics: [(&str, &str, &str, Get); 23] = [
         ("zmem_disksize_bytes", "gauge", "Size of the export.", |s| {
             s.disksize
         }),
@@ -149,6 +154,48 @@ pub fn render(reg: &Registry) -> String {
             "counter",
             "Page writes served.",
             |s| s.writes,
+        ),
+        (
+            "zmem_auto_compact_enabled",
+            "gauge",
+            "1 while the background compactor runs (auto_compact on or shrinker).",
+            |s| s.auto_on,
+        ),
+        (
+            "zmem_auto_compact_runs_total",
+            "counter",
+            "Background compaction runs.",
+            |s| s.auto.runs,
+        ),
+        (
+            "zmem_auto_compact_skipped_total",
+            "counter",
+            "Background compactor looks that found less than the minimum gain.",
+            |s| s.auto.skipped,
+        ),
+        (
+            "zmem_auto_compact_pages_freed_total",
+            "counter",
+            "Pages freed by background compaction.",
+            |s| s.auto.pages_freed,
+        ),
+        (
+            "zmem_auto_compact_objs_moved_total",
+            "counter",
+            "Objects moved by background compaction.",
+            |s| s.auto.objs_moved,
+        ),
+        (
+            "zmem_auto_compact_cpu_nanoseconds_total",
+            "counter",
+            "CPU time of the background compactor's thread.",
+            |s| s.auto.cpu_ns,
+        ),
+        (
+            "zmem_auto_compact_longest_step_nanoseconds",
+            "gauge",
+            "Longest single background compaction step (one size class), wall time.",
+            |s| s.auto.longest_step_ns,
         ),
     ];
     let mut out = String::new();
@@ -375,6 +422,8 @@ mod tests {
         );
         assert!(out.contains("# TYPE zmem_failed_writes_total counter\n"));
         assert!(out.contains("zmem_page_writes_total{export=\"d\\\"q\"} 1\n"));
+        assert!(out.contains("zmem_auto_compact_enabled{export=\"d\\\"q\"} 0\n"));
+        assert!(out.contains("# TYPE zmem_auto_compact_runs_total counter\n"));
         assert!(get("GET / HTTP/1.0\r\n\r\n").starts_with("HTTP/1.0 404"));
         assert!(get("POST /metrics HTTP/1.0\r\n\r\n").starts_with("HTTP/1.0 405"));
         assert!(MetricsServer::bind(

@@ -239,6 +239,34 @@ pub trait ZPool: Send + Sync {
         0
     }
 
+    /// How many bounded steps [`ZPool::compact`] splits into (zsmalloc: one
+    /// per size class), for a caller that compacts a little at a time, such
+    /// as the store's background compactor. Allocators without steps have
+    /// one, the whole compaction.
+    fn compaction_steps(&self) -> usize {
+        1
+    }
+
+    /// Pages step `step` of the compaction could give back now (0 for a step
+    /// past [`ZPool::compaction_steps`]).
+    fn step_can_compact(&self, step: usize) -> u64 {
+        if step == 0 {
+            self.can_compact()
+        } else {
+            0
+        }
+    }
+
+    /// Runs one step of the compaction (nothing for a step past
+    /// [`ZPool::compaction_steps`]).
+    fn compact_step(&self, step: usize) -> ZCompacted {
+        if step == 0 {
+            self.compact()
+        } else {
+            ZCompacted::default()
+        }
+    }
+
     /// A per-class table in the style of the kernel's debugfs `classes`
     /// file, for allocators that have size classes.
     fn format_classes(&self) -> Option<String> {

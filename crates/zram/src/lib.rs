@@ -27,6 +27,7 @@
 //! - `shard`: per-thread indexes and cache-line padding;
 //! - `streams`: per-thread compression contexts;
 //! - `huge`: raw pages kept beside allocators that cannot hold a page;
+//! - [`compactor`]: the background compactor, its policy and counters;
 //! - [`stats`]: counters and the `mm_stat` / `io_stat` / `debug_stat` files;
 //! - [`store`]: the write, read, discard and control paths, and the lock
 //!   order;
@@ -44,6 +45,7 @@
 #![warn(missing_docs)]
 
 pub mod backing;
+pub mod compactor;
 pub mod error;
 mod huge;
 mod postprocess;
@@ -56,6 +58,7 @@ mod streams;
 pub mod writeback;
 
 pub use backing::{BackingFile, BackingStore};
+pub use compactor::{AutoCompactMode, AutoCompactPolicy, AutoCompactStats};
 pub use error::StoreError;
 pub use postprocess::WritebackLimit;
 pub use recompress::RecompressRequest;

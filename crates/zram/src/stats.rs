@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use serde::Serialize;
 
+use crate::compactor::AutoCompactStats;
 use crate::shard::{shard_count, thread_index, Padded};
 
 /// One counter of the store.
@@ -268,17 +269,25 @@ impl fmt::Display for IoStat {
     }
 }
 
-/// `debug_stat`: `version: 1`, then `0 <miss_free>`.
+/// `debug_stat`: `version: 1`, then `0 <miss_free>`, then zmem's extra
+/// line for the background compactor when it is or was on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct DebugStat {
     /// Frees skipped because the slot was busy.
     pub miss_free: u64,
+    /// The background compactor's counters, when it is or was on (a store
+    /// with it off prints exactly the kernel's two lines).
+    pub auto_compact: Option<AutoCompactStats>,
 }
 
 impl fmt::Display for DebugStat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The retired writestall field is printed as a bare 0.
-        write!(f, "version: 1\n0 {:8}", self.miss_free)
+        write!(f, "version: 1\n0 {:8}", self.miss_free)?;
+        if let Some(a) = &self.auto_compact {
+            write!(f, "\n{a}")?;
+        }
+        Ok(())
     }
 }
 
@@ -336,7 +345,11 @@ mod tests {
         };
         assert_eq!(io.to_string(), "       1        2 0        3");
         assert_eq!(
-            DebugStat { miss_free: 4 }.to_string(),
+            DebugStat {
+                miss_free: 4,
+                auto_compact: None
+            }
+            .to_string(),
             "version: 1\n0        4"
         );
         let bd = BdStat {

@@ -46,6 +46,7 @@ use serde::Serialize;
 use zcomp::Compressor;
 use zpool::{ObjectRead, ZCompacted, ZPool};
 
+use crate::compactor::{AutoCompactPolicy, AutoCompactStats, Compactor, Watched};
 use crate::error::StoreError;
 use crate::huge::HugePages;
 use crate::postprocess::PostProcess;
@@ -106,14 +107,17 @@ pub struct Store {
     pub(crate) huge_class_size: usize,
     /// Raw pages kept beside an allocator that cannot hold a whole page.
     huge: Option<HugePages>,
-    limit_pages: AtomicU64,
-    pub(crate) counters: Counters,
+    limit_pages: Arc<AtomicU64>,
+    pub(crate) counters: Arc<Counters>,
     /// Backing store, writeback budget and secondary compressors.
     pub(crate) post: PostProcess,
     born: Instant,
     /// The allocator's (pages_compacted, objs_moved) at the last reset: the
     /// kernel makes a new pool on reset, so its counters start again at 0.
     pool_base: [AtomicU64; 2],
+    /// The background compactor (off unless [`Store::set_auto_compact`]
+    /// turned it on).
+    compactor: Compactor,
 }
 
 impl std::fmt::Debug for Store {
@@ -205,12 +209,13 @@ impl Store {
             slots: zeroed_slots(n)?,
             layout: Layout::new(page_size, huge_home),
             page_size,
-            limit_pages: AtomicU64::new(0),
-            counters: Counters::default(),
+            limit_pages: Arc::new(AtomicU64::new(0)),
+            counters: Arc::new(Counters::default()),
             born: Instant::now(),
             pool_base: [AtomicU64::new(0), AtomicU64::new(0)],
             post: PostProcess::default(),
             pool,
+            compactor: Compactor::new(),
         })
     }
 
@@ -304,6 +309,7 @@ impl Store {
         let limit = self.limit_pages.load(Ordering::Relaxed);
         if limit != 0 && total > limit {
             self.free_content(content);
+            self.compactor.note_limit_hit();
             return Err(StoreError::MemLimit {
                 used_pages: total,
                 limit_pages: limit,
@@ -380,6 +386,7 @@ impl Store {
                 // would only leak.
                 let freed = self.pool.free(handle);
                 debug_assert!(freed.is_ok(), "freeing a stored object: {freed:?}");
+                self.compactor.note_free();
             }
             SlotContent::RawPage(id) => {
                 if let Some(huge) = &self.huge {
@@ -515,6 +522,42 @@ impl Store {
         self.pool.compact()
     }
 
+    /// Sets the background compactor's policy (see the `compactor` module):
+    /// [`AutoCompactMode::On`](crate::AutoCompactMode::On) starts its
+    /// thread, `Off` stops it and waits for it. A store starts with it off.
+    pub fn set_auto_compact(&self, policy: AutoCompactPolicy) -> Result<(), StoreError> {
+        self.compactor
+            .set_policy(policy, || Watched {
+                pool: Arc::clone(&self.pool),
+                counters: Arc::clone(&self.counters),
+                limit_pages: Arc::clone(&self.limit_pages),
+            })
+            .map_err(StoreError::Config)
+    }
+
+    /// The background compactor's policy.
+    pub fn auto_compact(&self) -> AutoCompactPolicy {
+        self.compactor.policy()
+    }
+
+    /// What the background compactor has done since the store was made.
+    pub fn auto_compact_stats(&self) -> AutoCompactStats {
+        self.compactor.stats()
+    }
+
+    /// Waits until the background compactor has dealt with every free so
+    /// far (true), or `timeout` passed (false): for a caller that wants
+    /// figures after the compactor, such as the replay engine between stages.
+    /// True at once when it is off.
+    pub fn wait_auto_compact_idle(&self, timeout: Duration) -> bool {
+        self.compactor.wait_idle(timeout)
+    }
+
+    /// Whether the background compactor's thread is running.
+    pub fn auto_compact_running(&self) -> bool {
+        self.compactor.running()
+    }
+
     /// Sets the memory limit in bytes, rounded up to whole pages; 0 removes
     /// it. Pages already stored stay; later writes that would pass it fail.
     pub fn set_mem_limit(&self, bytes: u64) {
@@ -620,8 +663,11 @@ impl Store {
 
     /// `debug_stat` now.
     pub fn debug_stat(&self) -> DebugStat {
+        let stats = self.compactor.stats();
+        let shown = self.compactor.running() || stats.wakeups > 0;
         DebugStat {
             miss_free: self.counters.get(Counter::MissFree),
+            auto_compact: shown.then_some(stats),
         }
     }
 
@@ -656,6 +702,10 @@ impl Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
+        // The compactor's thread first: nothing runs on a store being taken
+        // apart. Turning it off cannot fail.
+        let off = AutoCompactPolicy::new(crate::AutoCompactMode::Off);
+        let _ = self.set_auto_compact(off);
         // Give the allocator's memory back even if it outlives the store.
         self.reset();
     }

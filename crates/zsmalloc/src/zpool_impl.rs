@@ -112,6 +112,22 @@ impl ZPool for Pool {
         Pool::can_compact(self)
     }
 
+    fn compaction_steps(&self) -> usize {
+        self.geometry().classes().len()
+    }
+
+    fn step_can_compact(&self, step: usize) -> u64 {
+        Pool::class_reclaimable(self, step)
+    }
+
+    fn compact_step(&self, step: usize) -> ZCompacted {
+        let r = Pool::compact_class(self, step);
+        ZCompacted {
+            pages_freed: r.pages_freed,
+            objs_moved: r.objs_moved,
+        }
+    }
+
     fn format_classes(&self) -> Option<String> {
         Some(Pool::format_classes(self))
     }

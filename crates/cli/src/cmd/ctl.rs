@@ -28,6 +28,10 @@ COMMANDS (as zram's sysfs attributes; reads print the file's text)
   mm_stat | io_stat | debug_stat | classes | disksize | comp_algorithm
   | max_comp_streams | initstate | objs_moved | exports
   compact | idle all | idle SECONDS | reset | mem_limit SIZE | mem_used_max 0
+  auto_compact (the background compactor's policy) | auto_compact 'on|off|shrinker
+  [cpu=PCT] [min_gain=PAGES] [min_gain_percent=PCT] [limit=PCT] [pressure=AVG10]
+  [postpone_ms=MS]'
+  (one quoted value)
   (reset is refused with EBUSY while NBD clients are connected, as zram's
   reset is while the device is open)
 
@@ -36,6 +40,7 @@ EXAMPLES
   zmem ctl status --output-all --bytes
   zmem ctl --format json mm_stat
   zmem ctl --export zram1 mem_limit 512M
+  zmem ctl auto_compact 'cpu=10 min_gain=64'
   zmem ctl --socket /tmp/s.sock.ctl idle all")]
 pub struct CtlArgs {
     /// The server's control socket (default: the default NBD socket's path

@@ -7,6 +7,11 @@
 //! - raw decompression against `Store::read_page`;
 //! - the store's writes and reads on two threads (each its own half of the
 //!   pages) against one;
+//! - churn on one thread: in a filled store, discard every other page and
+//!   write it again, twice (evens, then odds), as a filesystem that deletes
+//!   and rewrites files does; the store's background compactor (on by
+//!   default in default mode) works meanwhile, its counters are reported,
+//!   and the same churn with it off runs in the same round for the ratio;
 //! - where the kernel's zram can be used (root, `/sys/class/zram-control`,
 //!   4 KiB pages, a compressor it has), the kernel's own zram on the same
 //!   pages: a new device each round, written and read with direct I/O in
@@ -21,7 +26,7 @@ use std::time::Instant;
 
 use clap::Args;
 use serde::Serialize;
-use zram::Store;
+use zram::{AutoCompactMode, AutoCompactPolicy, Store};
 
 use crate::kernel_zram::{KernelZram, PageBuffer};
 
@@ -91,6 +96,14 @@ struct Figures {
     store_write_2t: f64,
     /// Writing every page again into the filled store (memory recycled).
     store_overwrite_1t: f64,
+    /// Churn: half the pages discarded and written again, twice; MiB/s of
+    /// pages written.
+    store_churn_1t: f64,
+    /// The same churn in the same rounds with background compaction off
+    /// (when the configuration has it on).
+    store_churn_1t_auto_off: Option<f64>,
+    /// The background compactor's counters after the last round's churn.
+    auto_compact: Option<zram::AutoCompactStats>,
     raw_decompress: f64,
     store_read_1t: f64,
     store_read_2t: f64,
@@ -156,6 +169,8 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), Error> {
         let store_for = || -> Result<Store, Error> { spec.open(data.len() as u64) };
         let (mut rc, mut rd, mut w1, mut w2, mut r1, mut r2, mut o1) =
             (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+        let (mut churn, mut churn_off) = (vec![], vec![]);
+        let mut auto = None;
         let (mut kw, mut kr, mut kw2, mut kr2) = (vec![], vec![], vec![], vec![]);
         let mut rc2 = vec![];
         let kernel = kernel_peer(args, &spec, data.len() as u64);
@@ -242,6 +257,48 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), Error> {
                 }
             });
             rc2.push(mib / t.elapsed().as_secs_f64());
+            // Churn, on a filled store with the configuration's background
+            // compaction and, in the same round, with it off.
+            let off = AutoCompactPolicy::new(AutoCompactMode::Off);
+            for (k, (policy, cv)) in [(spec.auto_compact, &mut churn), (off, &mut churn_off)]
+                .into_iter()
+                .enumerate()
+            {
+                if k == 1 && spec.auto_compact.mode == AutoCompactMode::Off {
+                    continue; // the configuration's own run was this one
+                }
+                let store = store_for()?;
+                store
+                    .set_auto_compact(policy)
+                    .map_err(|e| Error::Failed(e.to_string()))?;
+                let mut ok = true;
+                for i in 0..pages {
+                    ok &= store
+                        .write_page(i as u64, &data[i * ps..(i + 1) * ps])
+                        .is_ok();
+                }
+                let t = Instant::now();
+                for parity in 0..2 {
+                    for i in (parity..pages).step_by(2) {
+                        ok &= store.discard(i as u64, 1).is_ok();
+                    }
+                    for i in (parity..pages).step_by(2) {
+                        ok &= store
+                            .write_page(i as u64, &data[i * ps..(i + 1) * ps])
+                            .is_ok();
+                    }
+                }
+                cv.push(mib / t.elapsed().as_secs_f64());
+                if policy.mode != AutoCompactMode::Off {
+                    auto = store.debug_stat().auto_compact;
+                }
+                if !ok {
+                    return Err(Error::Failed(format!(
+                        "{}: a churn write or discard failed",
+                        spec.label()
+                    )));
+                }
+            }
             for (threads, wv, rv) in [(1usize, &mut w1, &mut r1), (2, &mut w2, &mut r2)] {
                 let store = store_for()?;
                 let failed = std::sync::atomic::AtomicBool::new(false);
@@ -313,6 +370,9 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), Error> {
             store_write_1t: w1,
             store_write_2t: w2,
             store_overwrite_1t: median(&mut o1),
+            store_churn_1t: median(&mut churn),
+            store_churn_1t_auto_off: (!churn_off.is_empty()).then(|| median(&mut churn_off)),
+            auto_compact: auto,
             raw_decompress: rd,
             store_read_1t: r1,
             store_read_2t: r2,
@@ -339,11 +399,24 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), Error> {
             );
             for f in &out {
                 s.push_str(&format!(
-                    "\n{} ({} pages)\n  write: raw compress {:8.1}  store 1 thread {:8.1}  ({:.2}x raw)  2 threads {:8.1}  ({:.2}x one; raw compression {:.2}x one)\n  overwrite of a full store, 1 thread {:8.1}  ({:.2}x raw)\n  read:  raw decompress {:6.1}  store 1 thread {:8.1}  ({:.2}x raw)  2 threads {:8.1}  ({:.2}x one)\n",
+                    "\n{} ({} pages)\n  write: raw compress {:8.1}  store 1 thread {:8.1}  ({:.2}x raw)  2 threads {:8.1}  ({:.2}x one; raw compression {:.2}x one)\n  overwrite of a full store, 1 thread {:8.1}  ({:.2}x raw)  churn (discard and rewrite half, twice) {:8.1}\n  read:  raw decompress {:6.1}  store 1 thread {:8.1}  ({:.2}x raw)  2 threads {:8.1}  ({:.2}x one)\n",
                     f.config, f.pages, f.raw_compress, f.store_write_1t, f.write_vs_raw, f.store_write_2t, f.write_2t_vs_1t, f.raw_compress_2t_vs_1t,
-                    f.store_overwrite_1t, f.overwrite_vs_raw,
+                    f.store_overwrite_1t, f.overwrite_vs_raw, f.store_churn_1t,
                     f.raw_decompress, f.store_read_1t, f.read_vs_raw, f.store_read_2t, f.read_2t_vs_1t
                 ));
+                if let Some(off) = f.store_churn_1t_auto_off {
+                    s.push_str(&format!(
+                        "  churn with background compaction off, same rounds {:8.1}  (on: {:.3}x off)\n",
+                        off,
+                        f.store_churn_1t / off
+                    ));
+                }
+                if let Some(a) = &f.auto_compact {
+                    s.push_str(&format!(
+                        "  background compaction in the last churn: {} runs, {} pages freed, {} objects moved, {:.1} ms CPU, longest step {} us\n",
+                        a.runs, a.pages_freed, a.objs_moved, a.cpu_ns as f64 / 1e6, a.longest_step_ns / 1000
+                    ));
+                }
                 match (f.kernel_write, f.kernel_read, &f.kernel_skipped) {
                     (Some(w), Some(r), _) => {
                         let (w2, r2) = (

@@ -139,6 +139,7 @@ pub fn run(args: &ChainArgs) -> Result<(), Error> {
             delta: None,
             merge: true,
             mem_limit: 0,
+            auto_compact: zram::AutoCompactPolicy::new(zram::AutoCompactMode::Off),
         })
         .collect();
     let description = corpus.description.clone();
