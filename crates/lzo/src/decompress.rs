@@ -137,8 +137,10 @@ impl Decoder<'_, '_> {
             self.ip += n;
             self.op += n;
             Ok(())
-        } else {
+        } else if n > 0 {
             self.literals(n)
+        } else {
+            Ok(())
         }
     }
 
@@ -307,10 +309,9 @@ pub fn decompress(src: &[u8], dst: &mut [u8]) -> Result<usize, DecodeError> {
                 d.copy_match(far + 1, 2)?;
             }
         }
-        // The state bits' literals.
+        // The state bits' literals (copied even when there are none: one
+        // branch less in the common case).
         state = next;
-        if next > 0 {
-            d.state_literals(next)?;
-        }
+        d.state_literals(next)?;
     }
 }

@@ -1,7 +1,8 @@
 //! Compress and decompress throughput, one thread, of zmem-lzo (lzo-rle and
 //! lzo) and of the `lzo1x` crate at level 1, page by page (4 KiB) over real
-//! data: the first MIB (default 64) MiB of the files under /usr/lib and
-//! /usr/bin in sorted order. Each figure is the best of five passes, in MB/s
+//! data: the first MIB (default 64) MiB of FILE if one is given (such as
+//! scripts/make-corpus's /var/tmp/zmem-data/linux256.bin), else of the files
+//! under /usr/lib and /usr/bin in sorted order. Each figure is the best of five passes, in MB/s
 //! of uncompressed data. It also checks that each decoder reads the other
 //! encoder's streams.
 //!
@@ -55,7 +56,18 @@ fn main() {
         .nth(1)
         .map(|a| a.parse().expect("MiB"))
         .unwrap_or(64);
-    let data = real_data(mib << 20);
+    let data = match std::env::args().nth(2) {
+        Some(file) => {
+            let mut v = Vec::new();
+            std::fs::File::open(&file)
+                .expect("FILE")
+                .take((mib as u64) << 20)
+                .read_to_end(&mut v)
+                .expect("FILE");
+            v
+        }
+        None => real_data(mib << 20),
+    };
     let data = &data[..data.len() - data.len() % PAGE];
     let pages: Vec<&[u8]> = data.chunks(PAGE).collect();
     let bytes = data.len();
