@@ -5,7 +5,10 @@
 //! against what is left of the input and of the output before it copies, so
 //! malformed, truncated or overlong input ends in an error, never in a read
 //! or write outside the two slices, and it allocates nothing whatever the
-//! input claims. It knows nothing of how streams are made.
+//! input claims. Where both slices have room past a copy it copies whole
+//! 8- or 16-byte chunks (the excess is overwritten by what follows), so
+//! the bounds are checked once per instruction, not per byte. It knows
+//! nothing of how streams are made.
 //!
 //! The stream is a sequence of instructions whose first byte says its kind;
 //! each match or zero run carries two state bits that count the literals
@@ -214,7 +217,8 @@ impl Decoder<'_, '_> {
 /// bytes (lzo-rle's marker), as the kernel's decoder tells it. Any stream
 /// that does not end with the end marker exactly at the end of `src`, or
 /// that would write past `dst`'s end, is an error; `dst` may then hold a
-/// partial result.
+/// partial result. Copies go in whole 8- or 16-byte chunks where `dst` has
+/// room, so bytes of `dst` after the decoded length may be overwritten too.
 pub fn decompress(src: &[u8], dst: &mut [u8]) -> Result<usize, DecodeError> {
     if src.len() < 3 {
         return Err(DecodeError::Truncated);
