@@ -56,6 +56,8 @@ const RANGES: &[(&str, bool, &[&str])] = &[
     ("bench store --mem-limit", true, &["2T"]),
     ("bench store --size", false, &["4095", "2T"]),
     ("bench store --rounds", false, &["1001"]),
+    ("bench compressors --size", false, &["4095", "2T"]),
+    ("bench compressors --rounds", false, &["1001"]),
     ("bench serve --runs", false, &["101"]),
     ("bench serve --settle", true, &["61", "nan"]),
     ("serve --export", false, &["4095", "2T"]),

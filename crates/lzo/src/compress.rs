@@ -114,7 +114,34 @@ impl Output<'_> {
     /// in one length byte, more in a zero byte and a long length.
     #[inline(always)]
     fn literals(&mut self, lit: &[u8]) {
-        let t = lit.len();
+        self.literal_header(lit.len());
+        self.bytes(lit);
+    }
+
+    /// The literal run `src[from..to]` inside a block, where at least 16
+    /// bytes of input follow `to`: copied in 16-byte chunks when the output
+    /// has room for the last chunk's excess, which the next instruction
+    /// overwrites.
+    #[inline(always)]
+    fn block_literals(&mut self, src: &[u8], from: usize, to: usize) {
+        let n = to - from;
+        self.literal_header(n);
+        if self.pos + n + 16 <= self.buf.len() {
+            let mut i = 0;
+            while i < n {
+                let chunk: [u8; 16] = src[from + i..from + i + 16].try_into().expect("16 bytes");
+                self.buf[self.pos + i..self.pos + i + 16].copy_from_slice(&chunk);
+                i += 16;
+            }
+            self.pos += n;
+        } else {
+            self.bytes(&src[from..to]);
+        }
+    }
+
+    /// The instruction bytes that announce a literal run of `t` bytes.
+    #[inline(always)]
+    fn literal_header(&mut self, t: usize) {
         if t <= 3 {
             let at = self.pos - self.state_back;
             self.buf[at] |= t as u8;
@@ -124,7 +151,6 @@ impl Output<'_> {
             self.byte(0);
             self.long_length(t - 18);
         }
-        self.bytes(lit);
     }
 }
 
@@ -249,7 +275,7 @@ impl Compressor {
             lit -= pending;
             pending = 0;
             if ip > lit {
-                out.literals(&src[lit..ip]);
+                out.block_literals(src, lit, ip);
             }
 
             if zero_run > 0 {

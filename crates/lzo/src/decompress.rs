@@ -5,7 +5,10 @@
 //! against what is left of the input and of the output before it copies, so
 //! malformed, truncated or overlong input ends in an error, never in a read
 //! or write outside the two slices, and it allocates nothing whatever the
-//! input claims. It knows nothing of how streams are made.
+//! input claims. Where both slices have room past a copy it copies whole
+//! 8- or 16-byte chunks (the excess is overwritten by what follows), so
+//! the bounds are checked once per instruction, not per byte. It knows
+//! nothing of how streams are made.
 //!
 //! The stream is a sequence of instructions whose first byte says its kind;
 //! each match or zero run carries two state bits that count the literals
@@ -56,40 +59,41 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-/// A cursor over the input that fails with [`DecodeError::Truncated`].
-struct Input<'a> {
-    buf: &'a [u8],
-    pos: usize,
+/// How many bytes the fast paths may copy past a run's end: a literal run
+/// or match is copied in whole 16-byte chunks when the input and the output
+/// both have at least this much room after it, so that the last chunk's
+/// excess lands inside the slices (and is overwritten by what follows).
+const SLACK: usize = 16;
+
+/// The decoder's cursors over its input and output; every method fails
+/// with the [`DecodeError`] that says which one ran out.
+struct Decoder<'s, 'd> {
+    src: &'s [u8],
+    ip: usize,
+    dst: &'d mut [u8],
+    op: usize,
 }
 
-impl Input<'_> {
+impl Decoder<'_, '_> {
     #[inline(always)]
     fn byte(&mut self) -> Result<u8, DecodeError> {
-        let b = *self.buf.get(self.pos).ok_or(DecodeError::Truncated)?;
-        self.pos += 1;
+        let b = *self.src.get(self.ip).ok_or(DecodeError::Truncated)?;
+        self.ip += 1;
         Ok(b)
     }
 
     #[inline(always)]
     fn le16(&mut self) -> Result<usize, DecodeError> {
         let b = self
-            .buf
-            .get(self.pos..self.pos + 2)
+            .src
+            .get(self.ip..self.ip + 2)
             .ok_or(DecodeError::Truncated)?;
-        self.pos += 2;
+        self.ip += 2;
         Ok(usize::from(b[0]) | usize::from(b[1]) << 8)
     }
 
-    #[inline(always)]
-    fn take(&mut self, n: usize) -> Result<&[u8], DecodeError> {
-        let end = self.pos.checked_add(n).ok_or(DecodeError::Truncated)?;
-        let b = self.buf.get(self.pos..end).ok_or(DecodeError::Truncated)?;
-        self.pos = end;
-        Ok(b)
-    }
-
     /// A long length: a zero byte for each 255, then a nonzero byte; `base`
-    /// plus all of that.
+    /// plus all of that. It cannot overflow: every 255 costs an input byte.
     #[inline(always)]
     fn long_length(&mut self, base: usize) -> Result<usize, DecodeError> {
         let mut n = base;
@@ -100,57 +104,110 @@ impl Input<'_> {
             }
         }
     }
-}
 
-/// The output written so far.
-struct Output<'a> {
-    buf: &'a mut [u8],
-    pos: usize,
-}
-
-impl Output<'_> {
+    /// Copies a literal run of `n` bytes from the input to the output.
     #[inline(always)]
-    fn literals(&mut self, lit: &[u8]) -> Result<(), DecodeError> {
-        let dst = self
-            .buf
-            .get_mut(self.pos..self.pos + lit.len())
-            .ok_or(DecodeError::OutputFull)?;
-        dst.copy_from_slice(lit);
-        self.pos += lit.len();
+    fn literals(&mut self, n: usize) -> Result<(), DecodeError> {
+        let (ip, op) = (self.ip, self.op);
+        if ip + n + SLACK <= self.src.len() && op + n + SLACK <= self.dst.len() {
+            // Whole chunks, the last one past the run's end (room checked).
+            let mut i = 0;
+            while i < n {
+                let chunk: [u8; 16] = self.src[ip + i..ip + i + 16].try_into().expect("16 bytes");
+                self.dst[op + i..op + i + 16].copy_from_slice(&chunk);
+                i += 16;
+            }
+        } else {
+            let lit = self.src.get(ip..ip + n).ok_or(DecodeError::Truncated)?;
+            self.dst
+                .get_mut(op..op + n)
+                .ok_or(DecodeError::OutputFull)?
+                .copy_from_slice(lit);
+        }
+        self.ip += n;
+        self.op += n;
         Ok(())
+    }
+
+    /// The zero to three literals an instruction's state bits announce.
+    #[inline(always)]
+    fn state_literals(&mut self, n: usize) -> Result<(), DecodeError> {
+        let (ip, op) = (self.ip, self.op);
+        if ip + 4 <= self.src.len() && op + 4 <= self.dst.len() {
+            // Four bytes whatever `n` is: the excess is overwritten next.
+            let four: [u8; 4] = self.src[ip..ip + 4].try_into().expect("4 bytes");
+            self.dst[op..op + 4].copy_from_slice(&four);
+            self.ip += n;
+            self.op += n;
+            Ok(())
+        } else if n > 0 {
+            self.literals(n)
+        } else {
+            Ok(())
+        }
     }
 
     /// Copies `len` bytes from `dist` back; the two may overlap, which
     /// repeats the last `dist` bytes.
     #[inline(always)]
     fn copy_match(&mut self, dist: usize, len: usize) -> Result<(), DecodeError> {
-        if dist > self.pos {
+        let op = self.op;
+        if dist > op {
             return Err(DecodeError::BadDistance);
         }
-        let end = self.pos + len;
-        if end > self.buf.len() {
-            return Err(DecodeError::OutputFull);
-        }
-        let from = self.pos - dist;
-        if dist >= len {
-            self.buf.copy_within(from..from + len, self.pos);
+        let from = op - dist;
+        let buf = &mut *self.dst;
+        if op + len + SLACK <= buf.len() && dist >= 8 {
+            // Forward in whole chunks, each read before it is written, the
+            // last one past the match's end (room checked). A chunk no
+            // longer than the distance reads only bytes already final.
+            let mut i = 0;
+            if dist >= 16 {
+                while i < len {
+                    let chunk: [u8; 16] =
+                        buf[from + i..from + i + 16].try_into().expect("16 bytes");
+                    buf[op + i..op + i + 16].copy_from_slice(&chunk);
+                    i += 16;
+                }
+            } else {
+                while i < len {
+                    let chunk: [u8; 8] = buf[from + i..from + i + 8].try_into().expect("8 bytes");
+                    buf[op + i..op + i + 8].copy_from_slice(&chunk);
+                    i += 8;
+                }
+            }
         } else {
-            for i in 0..len {
-                self.buf[self.pos + i] = self.buf[from + i];
+            if op + len > buf.len() {
+                return Err(DecodeError::OutputFull);
+            }
+            if dist == 1 {
+                let b = buf[from];
+                buf[op..op + len].fill(b);
+            } else {
+                // The pattern of the last `dist` bytes, copied from its
+                // start in pieces that double: after each, the repeated
+                // pattern before the write point is twice as long, and
+                // every piece starts at a multiple of `dist`.
+                let mut done = 0;
+                while done < len {
+                    let n = (op + done - from).min(len - done);
+                    buf.copy_within(from..from + n, op + done);
+                    done += n;
+                }
             }
         }
-        self.pos = end;
+        self.op += len;
         Ok(())
     }
 
     #[inline(always)]
     fn zeros(&mut self, len: usize) -> Result<(), DecodeError> {
         let dst = self
-            .buf
-            .get_mut(self.pos..self.pos + len)
+            .dst
+            .get_mut(self.op..self.op + len)
             .ok_or(DecodeError::OutputFull)?;
         dst.fill(0);
-        self.pos += len;
+        self.op += len;
         Ok(())
     }
 }
@@ -160,101 +217,105 @@ impl Output<'_> {
 /// bytes (lzo-rle's marker), as the kernel's decoder tells it. Any stream
 /// that does not end with the end marker exactly at the end of `src`, or
 /// that would write past `dst`'s end, is an error; `dst` may then hold a
-/// partial result.
+/// partial result. Copies go in whole 8- or 16-byte chunks where `dst` has
+/// room, so bytes of `dst` after the decoded length may be overwritten too.
 pub fn decompress(src: &[u8], dst: &mut [u8]) -> Result<usize, DecodeError> {
-    let mut input = Input { buf: src, pos: 0 };
-    let mut out = Output { buf: dst, pos: 0 };
     if src.len() < 3 {
         return Err(DecodeError::Truncated);
     }
+    let mut d = Decoder {
+        src,
+        ip: 0,
+        dst,
+        op: 0,
+    };
     let mut rle = false;
     if src.len() >= 5 && src[0] == VERSION_MARKER {
         rle = src[1] != 0;
-        input.pos = 2;
+        d.ip = 2;
     }
     // The number of literals the last instruction was followed by: 0..3
     // from its state bits, 4 for a literal run.
     let mut state;
-    let first = src[input.pos];
+    let first = src[d.ip];
     if first > 17 {
-        input.pos += 1;
+        d.ip += 1;
         let n = usize::from(first - 17);
-        out.literals(input.take(n)?)?;
+        d.literals(n)?;
         state = n.min(4);
     } else {
         state = 0;
     }
 
     loop {
-        let t = input.byte()?;
+        let t = d.byte()?;
         let next;
-        if t < 16 {
-            if state == 0 {
-                let n = if t == 0 {
-                    input.long_length(18)?
-                } else {
-                    usize::from(t) + 3
-                };
-                out.literals(input.take(n)?)?;
-                state = 4;
-                continue;
-            }
-            let far = usize::from(input.byte()?) << 2 | usize::from(t >> 2);
+        if t >= 64 {
             next = usize::from(t & 3);
-            if state == 4 {
-                out.copy_match(far + 1 + 0x800, 3)?;
-            } else {
-                out.copy_match(far + 1, 2)?;
-            }
-        } else if t >= 64 {
-            next = usize::from(t & 3);
-            let dist = 1 + usize::from((t >> 2) & 7) + (usize::from(input.byte()?) << 3);
-            out.copy_match(dist, usize::from(t >> 5) + 1)?;
+            let dist = 1 + usize::from((t >> 2) & 7) + (usize::from(d.byte()?) << 3);
+            d.copy_match(dist, usize::from(t >> 5) + 1)?;
         } else if t >= 32 {
             let len = match t & 31 {
-                0 => input.long_length(33)?,
+                0 => d.long_length(33)?,
                 l => usize::from(l) + 2,
             };
-            let d = input.le16()?;
-            next = d & 3;
-            out.copy_match(1 + (d >> 2), len)?;
-        } else {
-            // 16..=31: a far match, the end marker or (lzo-rle) a zero run.
-            let peek = input.buf.get(input.pos..input.pos + 2);
-            let d = peek
+            let dd = d.le16()?;
+            next = dd & 3;
+            d.copy_match(1 + (dd >> 2), len)?;
+        } else if t >= 16 {
+            // A far match, the end marker or (lzo-rle) a zero run.
+            let dd = d
+                .src
+                .get(d.ip..d.ip + 2)
                 .map(|b| usize::from(b[0]) | usize::from(b[1]) << 8)
                 .ok_or(DecodeError::Truncated)?;
-            if rle && t & 0xf8 == 0x18 && d & 0xfffc == 0xfffc {
-                input.pos += 2;
-                let high = usize::from(input.byte()?);
-                next = d & 3;
-                out.zeros((usize::from(t & 7) | high << 3) + MIN_ZERO_RUN)?;
+            if rle && t & 0xf8 == 0x18 && dd & 0xfffc == 0xfffc {
+                d.ip += 2;
+                let high = usize::from(d.byte()?);
+                next = dd & 3;
+                d.zeros((usize::from(t & 7) | high << 3) + MIN_ZERO_RUN)?;
             } else {
                 let len = match t & 7 {
-                    0 => input.long_length(9)?,
+                    0 => d.long_length(9)?,
                     l => usize::from(l) + 2,
                 };
-                let d = input.le16()?;
-                next = d & 3;
-                let dist = (usize::from(t & 8) << 11) + (d >> 2);
+                let dd = d.le16()?;
+                next = dd & 3;
+                let dist = (usize::from(t & 8) << 11) + (dd >> 2);
                 if dist == 0 {
                     // The kernel's decoder ignores the end marker's state
                     // bits; no encoder sets them, so this one refuses them.
                     if len != 3 || next != 0 {
                         return Err(DecodeError::BadEndMarker);
                     }
-                    if input.pos != src.len() {
+                    if d.ip != src.len() {
                         return Err(DecodeError::TrailingBytes);
                     }
-                    return Ok(out.pos);
+                    return Ok(d.op);
                 }
-                out.copy_match(dist + 0x4000, len)?;
+                d.copy_match(dist + 0x4000, len)?;
+            }
+        } else if state == 0 {
+            let n = if t == 0 {
+                d.long_length(18)?
+            } else {
+                usize::from(t) + 3
+            };
+            d.literals(n)?;
+            state = 4;
+            continue;
+        } else {
+            let far = usize::from(d.byte()?) << 2 | usize::from(t >> 2);
+            next = usize::from(t & 3);
+            if state == 4 {
+                d.copy_match(far + 1 + 0x800, 3)?;
+            } else {
+                d.copy_match(far + 1, 2)?;
             }
         }
-        // The state bits' literals.
+        // The state bits' literals (copied even when there are none: one
+        // branch less in the common case).
         state = next;
-        if next > 0 {
-            out.literals(input.take(next)?)?;
-        }
+        d.state_literals(next)?;
     }
 }

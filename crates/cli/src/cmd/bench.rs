@@ -3,7 +3,7 @@
 //! dispatches.
 
 use clap::Subcommand;
-use lab::bench::{alloc, read_latency, serve, store};
+use lab::bench::{alloc, compressors, read_latency, serve, store};
 
 use crate::error::CliError;
 
@@ -19,6 +19,9 @@ pub enum BenchCommand {
     Store(store::StoreBenchArgs),
     /// `zmem serve` beside nbdkit's memory plugin: throughput and RSS.
     Serve(serve::ServeBenchArgs),
+    /// Each compressor's speed on one core and ratio, page by page, beside
+    /// the kernel's zram with the same algorithm.
+    Compressors(compressors::CompressorsArgs),
 }
 
 /// Runs `zmem bench`.
@@ -28,5 +31,6 @@ pub fn run(cmd: &BenchCommand) -> Result<(), CliError> {
         BenchCommand::ReadLatency(args) => read_latency::run(args),
         BenchCommand::Store(args) => store::run(args),
         BenchCommand::Serve(args) => serve::run(args),
+        BenchCommand::Compressors(args) => compressors::run(args),
     }?)
 }

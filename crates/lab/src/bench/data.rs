@@ -7,12 +7,29 @@ use std::path::PathBuf;
 
 use crate::Error;
 
-/// The data sets `scripts/make-corpus` makes: the Linux source tar and system
-/// binaries, under `$ZMEM_DATA` (default `/var/tmp/zmem-data`).
+/// Where `scripts/make-corpus` puts the data sets: `$ZMEM_DATA` (default
+/// `/var/tmp/zmem-data`).
+fn data_dir() -> PathBuf {
+    std::env::var_os("ZMEM_DATA").map_or_else(|| PathBuf::from("/var/tmp/zmem-data"), PathBuf::from)
+}
+
+/// Two of the data sets `scripts/make-corpus` makes: the Linux source tar and
+/// system binaries, under `$ZMEM_DATA` (default `/var/tmp/zmem-data`).
 pub fn default_data() -> Vec<PathBuf> {
-    let dir = std::env::var_os("ZMEM_DATA")
-        .map_or_else(|| PathBuf::from("/var/tmp/zmem-data"), PathBuf::from);
+    let dir = data_dir();
     vec![dir.join("linux256.bin"), dir.join("usr256.bin")]
+}
+
+/// All three data sets `scripts/make-corpus` makes: the Linux source tar,
+/// system binaries and a process's core dump, under `$ZMEM_DATA` (default
+/// `/var/tmp/zmem-data`).
+pub fn all_data() -> Vec<PathBuf> {
+    let dir = data_dir();
+    vec![
+        dir.join("linux256.bin"),
+        dir.join("usr256.bin"),
+        dir.join("heap256.bin"),
+    ]
 }
 
 /// (offset, length) of one object's bytes in the buffer of compressed pages.

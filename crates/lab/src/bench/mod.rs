@@ -6,11 +6,14 @@
 //! - [`store`]: the store's write and read speed against raw compression
 //!   and the kernel's zram;
 //! - [`serve`]: `zmem serve` beside nbdkit's memory plugin;
+//! - [`compressors`]: each compressor's own speed and ratio, beside the
+//!   kernel's zram with the same algorithm;
 //! - [`data`]: the data sets they share.
 //!
 //! The `zmem bench` command tree and its dispatch are the `zmem` binary's.
 
 pub mod alloc;
+pub mod compressors;
 pub mod data;
 pub mod read_latency;
 pub mod serve;
