@@ -10,6 +10,7 @@
 //! `bench` are built with the `lab` feature (on by default), which also
 //! brings the figures' plotting library.
 
+mod activation;
 mod cmd;
 mod config;
 mod error;

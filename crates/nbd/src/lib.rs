@@ -67,4 +67,4 @@ pub use export::{Config, Export, ExportError, Exports};
 pub use handshake::{BASE_ALLOCATION, BASE_ALLOCATION_ID};
 pub use mem::MemDevice;
 pub use server::{Server, ShutdownHandle};
-pub use socket::{ListenAddr, DEFAULT_TCP_ADDR};
+pub use socket::{InheritedListener, ListenAddr, DEFAULT_TCP_ADDR};

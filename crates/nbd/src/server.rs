@@ -41,7 +41,7 @@ use log::{error, info, warn};
 use crate::budget::{BudgetStats, ServerBudget};
 use crate::connection;
 use crate::export::{Config, Exports};
-use crate::socket::{self, ListenAddr, Listener, Stream};
+use crate::socket::{self, InheritedListener, ListenAddr, Listener, Stream};
 
 /// Where an open connection is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,6 +191,33 @@ impl Server {
             ));
         }
         let (listener, bound) = Listener::bind(&addr, config.allow_remote)?;
+        Server::start(listener, bound, exports, config)
+    }
+
+    /// Starts serving `exports` on a listener made by someone else (a
+    /// socket-activated service's, from systemd). Its Unix socket file, if
+    /// any, is left in place at exit.
+    pub fn from_listener(
+        inherited: InheritedListener,
+        exports: Exports,
+        config: Config,
+    ) -> io::Result<Server> {
+        if exports.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a server needs at least one export",
+            ));
+        }
+        let (listener, bound) = Listener::inherit(inherited, config.allow_remote)?;
+        Server::start(listener, bound, exports, config)
+    }
+
+    fn start(
+        listener: Listener,
+        bound: ListenAddr,
+        exports: Exports,
+        config: Config,
+    ) -> io::Result<Server> {
         let shared = Arc::new(Shared {
             exports,
             budget: ServerBudget::new(config.total_budget()),

@@ -87,7 +87,19 @@ impl Write for &Stream {
 /// A bound listener. A Unix listener removes its socket file when dropped.
 #[derive(Debug)]
 pub(crate) enum Listener {
-    Unix(UnixListener, PathBuf),
+    /// The path is removed when the listener goes; `None` for a socket made
+    /// by someone else (the service manager), whose file is theirs.
+    Unix(UnixListener, Option<PathBuf>),
+    Tcp(TcpListener),
+}
+
+/// A listening socket made by someone else and handed over, such as the
+/// sockets systemd passes to a socket-activated service (`LISTEN_FDS`).
+#[derive(Debug)]
+pub enum InheritedListener {
+    /// A Unix stream socket bound to a path.
+    Unix(UnixListener),
+    /// A TCP socket.
     Tcp(TcpListener),
 }
 
@@ -100,7 +112,7 @@ impl Listener {
         match addr {
             ListenAddr::Unix(path) => {
                 let l = UnixListener::bind(path)?;
-                Ok((Listener::Unix(l, path.clone()), addr.clone()))
+                Ok((Listener::Unix(l, Some(path.clone())), addr.clone()))
             }
             ListenAddr::Tcp(a) => {
                 if !allow_remote && !a.ip().is_loopback() {
@@ -115,6 +127,44 @@ impl Listener {
                 let l = TcpListener::bind(a)?;
                 let bound = l.local_addr()?;
                 Ok((Listener::Tcp(l), ListenAddr::Tcp(bound)))
+            }
+        }
+    }
+
+    /// Takes over a listener someone else bound; returns it and its address.
+    /// A Unix socket must have a path (the server connects to it to wake its
+    /// acceptor at shutdown) and is left in place at exit; a TCP one must be
+    /// on loopback unless `allow_remote`.
+    pub(crate) fn inherit(
+        inherited: InheritedListener,
+        allow_remote: bool,
+    ) -> io::Result<(Listener, ListenAddr)> {
+        match inherited {
+            InheritedListener::Unix(l) => {
+                let path = l
+                    .local_addr()?
+                    .as_pathname()
+                    .map(PathBuf::from)
+                    .ok_or_else(|| {
+                        io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            "the inherited Unix socket has no path (abstract or unnamed)",
+                        )
+                    })?;
+                Ok((Listener::Unix(l, None), ListenAddr::Unix(path)))
+            }
+            InheritedListener::Tcp(l) => {
+                let a = l.local_addr()?;
+                if !allow_remote && !a.ip().is_loopback() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        format!(
+                            "refusing the inherited socket on {a}: not a loopback address \
+                             (the server has no TLS or authentication; set allow_remote)"
+                        ),
+                    ));
+                }
+                Ok((Listener::Tcp(l), ListenAddr::Tcp(a)))
             }
         }
     }
@@ -138,7 +188,7 @@ impl Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        if let Listener::Unix(_, path) = self {
+        if let Listener::Unix(_, Some(path)) = self {
             let _ = std::fs::remove_file(path);
         }
     }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use clap::Args;
 use lab::store_spec::{StoreArgs, StoreSpec};
 use log::{error, info, LevelFilter};
-use nbd::{Config, ListenAddr, Server};
+use nbd::{Config, InheritedListener, ListenAddr, Server};
 use serve::paths::{ctl_path_for, default_dir, default_socket, ensure_private_dir, tcp_ctl_path};
 use serve::{CtlServer, MetricsServer, Registry, Served};
 
@@ -415,8 +415,33 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         .nbd_exports()
         .map_err(|e| CliError::Usage(e.to_string()))?;
 
-    let (addr, ctl_path) = match (&args.tcp, &args.socket) {
-        (Some(tcp), _) => {
+    let inherited = crate::activation::inherited_listener().map_err(CliError::Failed)?;
+    if inherited.is_some() && (args.tcp.is_some() || args.socket.is_some()) {
+        return Err(CliError::Usage(
+            "started with a socket from systemd: --socket and --tcp do not apply".into(),
+        ));
+    }
+    let (addr, ctl_path) = match (&inherited, &args.tcp, &args.socket) {
+        (Some(l), _, _) => {
+            let addr = match l {
+                InheritedListener::Unix(u) => u
+                    .local_addr()
+                    .ok()
+                    .and_then(|a| a.as_pathname().map(|p| ListenAddr::Unix(p.to_path_buf()))),
+                InheritedListener::Tcp(t) => t.local_addr().ok().map(ListenAddr::Tcp),
+            }
+            .ok_or_else(|| CliError::Failed("the socket from systemd has no address".into()))?;
+            let ctl = match (&args.ctl_socket, &addr) {
+                (Some(p), _) => p.clone(),
+                (None, ListenAddr::Unix(p)) => ctl_path_for(p),
+                (None, ListenAddr::Tcp(a)) => {
+                    ensure_private_dir(&default_dir()).map_err(CliError::Failed)?;
+                    tcp_ctl_path(a.port())
+                }
+            };
+            (addr, ctl)
+        }
+        (None, Some(tcp), _) => {
             let ctl = match &args.ctl_socket {
                 Some(p) => p.clone(),
                 None => {
@@ -426,7 +451,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             };
             (ListenAddr::Tcp(*tcp), ctl)
         }
-        (None, socket) => {
+        (None, None, socket) => {
             let path = match socket {
                 Some(p) => p.clone(),
                 None => {
@@ -463,8 +488,15 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         ..config
     };
     let config = inflight_config(args, config)?;
-    let server = Server::bind(addr.clone(), exports, config)
-        .map_err(|e| CliError::Failed(format!("cannot listen on {addr}: {e}")))?;
+    let server = match inherited {
+        Some(l) => Server::from_listener(l, exports, config).map_err(|e| {
+            CliError::Failed(format!(
+                "cannot serve on the socket from systemd ({addr}): {e}"
+            ))
+        })?,
+        None => Server::bind(addr.clone(), exports, config)
+            .map_err(|e| CliError::Failed(format!("cannot listen on {addr}: {e}")))?,
+    };
     let bound = server.local_addr().clone();
     let server = Arc::new(server);
     registry.attach(&server);

@@ -1,0 +1,142 @@
+//! `zmem serve` as a service: the systemd units in contrib/systemd pass
+//! `systemd-analyze verify` with no warning, and a socket-activated server
+//! (systemd-socket-activate hands it the listening socket, as systemd does)
+//! serves a real client and leaves the socket file, which is systemd's, in
+//! place.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use testkit::clients::{run_ok, run_tool};
+use testkit::require_tools;
+
+const UNITS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../contrib/systemd");
+
+#[test]
+fn the_units_verify_without_a_warning() {
+    require_tools!("systemd-analyze");
+    let dir = tempfile::tempdir().unwrap();
+    for unit in ["zmem.socket", "zmem.service"] {
+        let text = std::fs::read_to_string(Path::new(UNITS).join(unit)).unwrap();
+        // The unit names the installed binary; verify against this build's.
+        let text = text.replace("/usr/local/bin/zmem", env!("CARGO_BIN_EXE_zmem"));
+        std::fs::write(dir.path().join(unit), text).unwrap();
+    }
+    let o = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(dir.path().join("zmem.socket"))
+        .arg(dir.path().join("zmem.service"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.trim().is_empty(), "warnings: {err}");
+}
+
+/// Kills the activator (and the server it became) when dropped.
+struct Activated(Child);
+
+impl Drop for Activated {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_socket_activated_server_serves_the_socket_it_was_given() {
+    require_tools!("systemd-socket-activate", "nbdinfo", "nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("nbd.sock");
+    let ctl = dir.path().join("ctl.sock");
+    let log = std::fs::File::create(dir.path().join("log")).unwrap();
+    let child = Command::new("systemd-socket-activate")
+        .arg("-l")
+        .arg(&sock)
+        .arg(env!("CARGO_BIN_EXE_zmem"))
+        .args(["serve", "--size", "8M", "--ctl-socket"])
+        .arg(&ctl)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let server = Activated(child);
+    // The activator binds at once; the server starts on the first client.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sock.exists() {
+        assert!(Instant::now() < deadline, "the activator never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let uri = format!("nbd+unix:///zram0?socket={}", sock.display());
+    let list = run_ok("nbdinfo", &["--list", &uri]);
+    assert!(list.contains("export=\"zram0\""), "{list}");
+    let data: Vec<u8> = (0..4u32 << 20)
+        .map(|i| (i / 4096 % 251) as u8 ^ (i as u8))
+        .collect();
+    let src = dir.path().join("src");
+    let back = dir.path().join("back");
+    std::fs::write(&src, &data).unwrap();
+    run_ok("nbdcopy", &[src.to_str().unwrap(), &uri]);
+    std::fs::write(&back, b"").unwrap();
+    let o = run_tool("nbdcopy", &[&uri, back.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = std::fs::read(&back).unwrap();
+    assert_eq!(&got[..data.len()], &data[..], "read back differs");
+    // The control socket came up beside it.
+    let status = Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .args(["ctl", "--socket", ctl.to_str().unwrap(), "mm_stat"])
+        .output()
+        .unwrap();
+    assert!(status.status.success());
+    let orig: u64 = String::from_utf8_lossy(&status.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(orig > 0);
+    drop(server);
+    assert!(sock.exists(), "the socket file is systemd's: left in place");
+}
+
+#[test]
+fn two_sockets_from_systemd_are_refused_with_one_line() {
+    require_tools!("systemd-socket-activate", "nbdinfo");
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.sock"), dir.path().join("b.sock"));
+    let log_path = dir.path().join("log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let child = Command::new("systemd-socket-activate")
+        .arg("-l")
+        .arg(&a)
+        .arg("-l")
+        .arg(&b)
+        .arg(env!("CARGO_BIN_EXE_zmem"))
+        .args(["serve", "--size", "8M"])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let _server = Activated(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !a.exists() {
+        assert!(Instant::now() < deadline, "the activator never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The first client makes the activator start zmem, which refuses.
+    let _ = run_tool(
+        "nbdinfo",
+        &[&format!("nbd+unix:///?socket={}", a.display())],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = std::fs::read_to_string(&log_path).unwrap();
+        if log.contains("passed 2 sockets") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no refusal in the log: {log}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
