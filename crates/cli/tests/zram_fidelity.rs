@@ -21,17 +21,7 @@ const PAGE: usize = 4096;
 
 /// mm_stat's columns in the kernel's order: the keys of the JSON report's
 /// `mm_stat`.
-const MM_STAT: [&str; 9] = [
-    "orig_data_size",
-    "compr_data_size",
-    "mem_used_total",
-    "mem_limit",
-    "mem_used_max",
-    "same_pages",
-    "pages_compacted",
-    "huge_pages",
-    "huge_pages_since",
-];
+const MM_STAT: [&str; 9] = zram::MM_STAT_COLUMNS;
 
 /// mm_stat columns the real-data test compares (indexes into the kernel's
 /// line).

@@ -189,6 +189,23 @@ impl CounterSnapshot {
     }
 }
 
+/// `mm_stat`'s columns, in the kernel's order and with its names (zram.rst).
+pub const MM_STAT_COLUMNS: [&str; 9] = [
+    "orig_data_size",
+    "compr_data_size",
+    "mem_used_total",
+    "mem_limit",
+    "mem_used_max",
+    "same_pages",
+    "pages_compacted",
+    "huge_pages",
+    "huge_pages_since",
+];
+
+/// `io_stat`'s columns, in the kernel's order and with its names.
+pub const IO_STAT_COLUMNS: [&str; 4] =
+    ["failed_reads", "failed_writes", "invalid_io", "notify_free"];
+
 /// `mm_stat`: memory use, in the kernel's nine columns and order.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct MmStat {

@@ -139,18 +139,8 @@ fn print_status(args: &CtlArgs, path: &std::path::Path) -> Result<(), CliError> 
 /// The kernel's names for the columns of the one-line statistics files.
 fn columns_of(cmd: &str) -> Option<&'static [&'static str]> {
     match cmd {
-        "mm_stat" => Some(&[
-            "orig_data_size",
-            "compr_data_size",
-            "mem_used_total",
-            "mem_limit",
-            "mem_used_max",
-            "same_pages",
-            "pages_compacted",
-            "huge_pages",
-            "huge_pages_since",
-        ]),
-        "io_stat" => Some(&["failed_reads", "failed_writes", "invalid_io", "notify_free"]),
+        "mm_stat" => Some(&zram::MM_STAT_COLUMNS),
+        "io_stat" => Some(&zram::IO_STAT_COLUMNS),
         _ => None,
     }
 }
