@@ -535,12 +535,15 @@ impl Builder {
         }
         if !raw && !block && elf_core::is_core(&head) {
             let (segments, missing) = elf_core::segments(path)?;
+            if missing > 0 {
+                return Err(Error::Failed(format!(
+                    "{}: a truncated ELF core file ({missing} bytes of its segments missing); \
+                     --raw stores the file as plain bytes",
+                    path.display()
+                )));
+            }
             let n = segments.len();
-            let kind = if missing == 0 {
-                format!("ELF core, {n} segments")
-            } else {
-                format!("ELF core, {n} segments, truncated: {missing} bytes of its data missing")
-            };
+            let kind = format!("ELF core, {n} segments");
             let items = segments
                 .into_iter()
                 .map(|s| Item {

@@ -90,8 +90,8 @@ impl Fields {
 /// program-header order, and the bytes of them the file lacks. A truncated
 /// core (a dump cut short, or its first part copied) gives what it holds:
 /// a segment that runs past the end is cut there, one that starts past it
-/// is left out, and the missing bytes are counted. A malformed header is an
-/// error naming the file.
+/// is left out, and the missing bytes are counted (the corpus refuses a core
+/// with any missing). A malformed header is an error naming the file.
 pub fn segments(path: &Path) -> Result<(Vec<Segment>, u64), Error> {
     let bad = |what: String| {
         Error::Failed(format!(
