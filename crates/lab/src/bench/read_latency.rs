@@ -10,7 +10,16 @@
 //! decompressor would read them), drop the hold. Latency per read goes
 //! into an HDR histogram.
 //!
-//! Owns the benchmark only; the pool is used through its public API.
+//! Then the same question for the store's background compactor (issue 15):
+//! a default-mode zram store holds 64 MiB of the data's pages; a reader
+//! reads (and decompresses) random even pages while another thread keeps
+//! discarding and rewriting a random half of the odd ones, once with the
+//! background compactor off and once with its default policy on, each on a
+//! fresh store. The ratio of the two p99.9s is what the compactor's pauses
+//! cost readers.
+//!
+//! Owns the benchmark only; the pool and the store are used through their
+//! public APIs.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -71,6 +80,9 @@ struct Phase {
     /// System calls that gave pages back to the OS during the phase (each
     /// ends with a TLB shootdown that interrupts the reader's CPU).
     advise_calls: u64,
+    /// Store phases: rounds of discarding and rewriting half the odd pages.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    churn_rounds: Option<u64>,
 }
 
 #[derive(Serialize, Debug)]
@@ -81,6 +93,106 @@ struct Report {
     page_cache_pages: usize,
     phases: Vec<Phase>,
     p999_ratio: f64,
+    /// The store phases: reads with background compaction off, then on.
+    store_phases: Vec<Phase>,
+    /// p99.9 with background compaction on over off.
+    auto_p999_ratio: f64,
+}
+
+/// Pages of the store phases (64 MiB of 4 KiB pages at most).
+const STORE_PAGES: usize = 16384;
+
+/// One store phase: a fresh default-mode lz4 store with `pages`, the
+/// background compactor in `mode`; reads of even pages timed while another
+/// thread discards and rewrites odd ones. Returns the phase and whether
+/// every page read back intact.
+fn store_phase(
+    name: &'static str,
+    pages: &[u8],
+    mode: zram::AutoCompactMode,
+    seconds: f64,
+) -> Result<Phase, Error> {
+    use crate::store_spec::StoreSpec;
+    let n = pages.len() / 4096;
+    let spec = StoreSpec {
+        alloc: "zsmalloc".into(),
+        comp: "lz4".into(),
+        comp_params: String::new(),
+        page_size: 4096,
+        mode: Mode::Default,
+        chain: None,
+        delta: None,
+        merge: true,
+        mem_limit: 0,
+        auto_compact: zram::AutoCompactPolicy::new(mode),
+    };
+    let store = spec.open(pages.len() as u64)?;
+    let page = |i: usize| &pages[i * 4096..(i + 1) * 4096];
+    let fail = |e: zram::StoreError| Error::Failed(e.to_string());
+    for i in 0..n {
+        store.write_page(i as u64, page(i)).map_err(fail)?;
+    }
+    let stop = AtomicBool::new(false);
+    let rounds = AtomicU64::new(0);
+    let stats_before = store.auto_compact_stats();
+    let hist = std::thread::scope(|scope| -> Result<Histogram<u64>, Error> {
+        let churn = scope.spawn(|| -> Result<(), Error> {
+            let mut rng = Rng::new(0x51ed_270b_2733_5c65, 2);
+            while !stop.load(Ordering::Relaxed) {
+                let odd: Vec<usize> = (1..n)
+                    .step_by(2)
+                    .filter(|_| rng.next_u64() % 2 == 0)
+                    .collect();
+                for &i in &odd {
+                    store.discard(i as u64, 1).map_err(fail)?;
+                }
+                for &i in &odd {
+                    store.write_page(i as u64, page(i)).map_err(fail)?;
+                }
+                rounds.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        });
+        let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
+            .map_err(|e| Error::Failed(e.to_string()))?;
+        let mut buf = vec![0u8; 4096];
+        let mut rng = Rng::new(0x2545_f491_4f6c_dd1d, 3);
+        let end = Instant::now() + Duration::from_secs_f64(seconds);
+        while Instant::now() < end {
+            for _ in 0..256 {
+                let i = (rng.next_u64() % (n as u64 / 2)) * 2;
+                let t = Instant::now();
+                store.read_page(i, &mut buf).map_err(fail)?;
+                hist.saturating_record((t.elapsed().as_nanos() as u64).max(1));
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        churn
+            .join()
+            .map_err(|_| Error::Failed("the churn thread panicked".into()))??;
+        Ok(hist)
+    })?;
+    // Every page is intact.
+    let mut buf = vec![0u8; 4096];
+    for i in 0..n {
+        store.read_page(i as u64, &mut buf).map_err(fail)?;
+        if buf != page(i) {
+            return Err(Error::Failed(format!(
+                "store page {i} changed under {name}"
+            )));
+        }
+    }
+    let after = store.auto_compact_stats();
+    Ok(Phase {
+        churn_rounds: Some(rounds.load(Ordering::Relaxed)),
+        ..phase(
+            name,
+            &hist,
+            after.runs - stats_before.runs,
+            after.objs_moved - stats_before.objs_moved,
+            0,
+        )
+    })
 }
 
 fn store(pool: &Pool, data: &[u8]) -> Result<Handle, Error> {
@@ -141,6 +253,7 @@ fn phase(
         compactions,
         objs_moved,
         advise_calls,
+        churn_rounds: None,
     }
 }
 
@@ -242,6 +355,31 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), Error> {
     }
     pool.check_invariants().map_err(Error::Failed)?;
 
+    // The store phases, on the data's first 64 MiB of pages.
+    let raw = crate::corpus::read_input(&path)?;
+    let take = (raw.len() / 4096).min(STORE_PAGES) * 4096;
+    let raw = &raw[..take];
+    if raw.len() < 4 * 4096 {
+        return Err(Error::Failed(format!(
+            "{}: fewer than 4 pages for the store phases",
+            path.display()
+        )));
+    }
+    let off = store_phase(
+        "store, churn, auto off",
+        raw,
+        zram::AutoCompactMode::Off,
+        args.seconds,
+    )?;
+    let on = store_phase(
+        "store, churn, auto on",
+        raw,
+        zram::AutoCompactMode::On,
+        args.seconds,
+    )?;
+    let auto_p999_ratio = on.p999_ns as f64 / off.p999_ns as f64;
+    let store_phases = vec![off, on];
+
     let phases = vec![
         phase("reads alone", &quiet, 0, 0, quiet_calls),
         phase(
@@ -259,6 +397,8 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), Error> {
         page_cache_pages: pool.page_stats().cache_limit_pages,
         p999_ratio: phases[1].p999_ns as f64 / phases[0].p999_ns as f64,
         phases,
+        store_phases,
+        auto_p999_ratio,
     };
     let text = if args.format.get() == Format::Json {
         serde_json::to_string_pretty(&report).map_err(|e| Error::Failed(e.to_string()))? + "\n"
@@ -308,6 +448,47 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), Error> {
             out,
             "p99.9 while compacting / alone: {:.2}x",
             report.p999_ratio
+        );
+        let _ = writeln!(
+            out,
+            "\nthe store's background compactor: {} pages of the data in a default-mode lz4 store, \
+             even pages read (decompressed) while odd ones are discarded and rewritten",
+            take / 4096
+        );
+        let _ = writeln!(
+            out,
+            "{:<24} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>11} {:>11} {:>8}",
+            "phase",
+            "reads",
+            "p50 ns",
+            "p99 ns",
+            "p99.9 ns",
+            "p99.99 ns",
+            "max ns",
+            "auto runs",
+            "objs moved",
+            "churns"
+        );
+        for p in &report.store_phases {
+            let _ = writeln!(
+                out,
+                "{:<24} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>11} {:>11} {:>8}",
+                p.name,
+                p.reads,
+                p.p50_ns,
+                p.p99_ns,
+                p.p999_ns,
+                p.p9999_ns,
+                p.max_ns,
+                p.compactions,
+                p.objs_moved,
+                p.churn_rounds.unwrap_or(0)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "p99.9 with background compaction on / off: {:.2}x",
+            report.auto_p999_ratio
         );
         out
     };
