@@ -42,6 +42,7 @@ pub fn render(reg: &Registry) -> String {
         disksize: u64,
         auto: zram::AutoCompactStats,
         auto_on: u64,
+        bd: zram::BdStat,
     }
     let samples: Vec<(String, Sample)> = reg
         .iter()
@@ -57,11 +58,12 @@ pub fn render(reg: &Registry) -> String {
                     disksize: s.store.disk_size(),
                     auto: s.store.auto_compact_stats(),
                     auto_on: u64::from(s.store.auto_compact_running()),
+                    bd: s.store.bd_stat(),
                 },
             )
         })
         .collect();
-    let metrics: [(&str, &str, &str, Get); 23] = [
+    let metrics: [(&str, &str, &str, Get); 27] = [
         ("zmem_disksize_bytes", "gauge", "Size of the export.", |s| {
             s.disksize
         }),
@@ -196,6 +198,30 @@ pub fn render(reg: &Registry) -> String {
             "gauge",
             "Longest single background compaction step (one size class), wall time.",
             |s| s.auto.longest_step_ns,
+        ),
+        (
+            "zmem_bd_count",
+            "gauge",
+            "bd_stat bd_count: 4 KiB units of the backing store holding pages.",
+            |s| s.bd.bd_count,
+        ),
+        (
+            "zmem_bd_reads_total",
+            "counter",
+            "bd_stat bd_reads: 4 KiB units read from the backing store.",
+            |s| s.bd.bd_reads,
+        ),
+        (
+            "zmem_bd_writes_total",
+            "counter",
+            "bd_stat bd_writes: 4 KiB units written to the backing store.",
+            |s| s.bd.bd_writes,
+        ),
+        (
+            "zmem_failed_writebacks_total",
+            "counter",
+            "Pages whose writeback the backing store failed (each kept in memory).",
+            |s| s.bd.failed_writebacks,
         ),
     ];
     let mut out = String::new();
@@ -423,6 +449,8 @@ mod tests {
         assert!(out.contains("# TYPE zmem_failed_writes_total counter\n"));
         assert!(out.contains("zmem_page_writes_total{export=\"d\\\"q\"} 1\n"));
         assert!(out.contains("zmem_auto_compact_enabled{export=\"d\\\"q\"} 0\n"));
+        assert!(out.contains("# TYPE zmem_bd_writes_total counter\n"));
+        assert!(out.contains("zmem_bd_count{export=\"d\\\"q\"} 0\n"));
         assert!(out.contains("# TYPE zmem_auto_compact_runs_total counter\n"));
         assert!(get("GET / HTTP/1.0\r\n\r\n").starts_with("HTTP/1.0 404"));
         assert!(get("POST /metrics HTTP/1.0\r\n\r\n").starts_with("HTTP/1.0 405"));

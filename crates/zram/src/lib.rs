@@ -62,6 +62,8 @@ pub use compactor::{AutoCompactMode, AutoCompactPolicy, AutoCompactStats};
 pub use error::StoreError;
 pub use postprocess::WritebackLimit;
 pub use recompress::RecompressRequest;
-pub use stats::{BdStat, DebugStat, IoStat, MmStat, IO_STAT_COLUMNS, MM_STAT_COLUMNS};
+pub use stats::{
+    BdStat, DebugStat, IoStat, MmStat, BD_STAT_COLUMNS, IO_STAT_COLUMNS, MM_STAT_COLUMNS,
+};
 pub use store::{same_filled, IdleCutoff, SlotInfo, SlotState, Store};
 pub use writeback::{WritebackMode, WritebackReport, WritebackRequest};

@@ -206,6 +206,9 @@ pub const MM_STAT_COLUMNS: [&str; 9] = [
 pub const IO_STAT_COLUMNS: [&str; 4] =
     ["failed_reads", "failed_writes", "invalid_io", "notify_free"];
 
+/// `bd_stat`'s columns, in the kernel's order and with its names.
+pub const BD_STAT_COLUMNS: [&str; 3] = ["bd_count", "bd_reads", "bd_writes"];
+
 /// `mm_stat`: memory use, in the kernel's nine columns and order.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct MmStat {

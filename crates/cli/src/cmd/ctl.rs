@@ -141,6 +141,7 @@ fn columns_of(cmd: &str) -> Option<&'static [&'static str]> {
     match cmd {
         "mm_stat" => Some(&zram::MM_STAT_COLUMNS),
         "io_stat" => Some(&zram::IO_STAT_COLUMNS),
+        "bd_stat" => Some(&zram::BD_STAT_COLUMNS),
         _ => None,
     }
 }
@@ -244,6 +245,11 @@ mod tests {
         let io = to_json("io_stat", "       0        1 0        7\n");
         assert_eq!(io["failed_writes"], 1);
         assert_eq!(io["notify_free"], 7);
+        let bd = to_json("bd_stat", "       3        1        4\n");
+        assert_eq!(
+            (bd["bd_count"].as_u64(), bd["bd_writes"].as_u64()),
+            (Some(3), Some(4))
+        );
         let dbg = to_json("debug_stat", "version: 1\n0        3\n");
         assert_eq!(dbg["version"], 1);
         assert_eq!(dbg["miss_free"], 3);
