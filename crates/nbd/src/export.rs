@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::device::BlockDevice;
+use crate::tls::Tls;
 use crate::wire::MAX_STRING;
 
 /// One device offered under a name.
@@ -206,9 +207,15 @@ pub struct Config {
     /// How long a shutdown lets in-flight requests finish before it closes
     /// the sockets under them.
     pub shutdown_grace: Duration,
-    /// Whether a TCP listener may bind a non-loopback address. The server
-    /// has no TLS and no authentication, so the default is no.
+    /// Whether a TCP listener may bind a non-loopback address (default
+    /// no). It then also needs `tls` in `TlsMode::Require`, or `insecure`.
     pub allow_remote: bool,
+    /// Whether a non-loopback TCP listener may serve clients without TLS
+    /// (no encryption, no authentication). Default no.
+    pub insecure: bool,
+    /// TLS offered or required, with the server's certificates; `None` is
+    /// no TLS (`NBD_OPT_STARTTLS` is answered `NBD_REP_ERR_UNSUP`).
+    pub tls: Option<Arc<Tls>>,
 }
 
 impl Config {
@@ -263,6 +270,8 @@ impl Default for Config {
             handshake_timeout: Config::DEFAULT_HANDSHAKE_TIMEOUT,
             shutdown_grace: Duration::from_secs(5),
             allow_remote: false,
+            insecure: false,
+            tls: None,
         }
     }
 }

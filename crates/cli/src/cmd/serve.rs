@@ -55,10 +55,18 @@ EXAMPLES
 
 SOCKETS
   NBD: --socket PATH (default $XDG_RUNTIME_DIR/zmem/nbd.sock, or
-  /tmp/zmem-UID/nbd.sock), or --tcp [ADDR] (default 127.0.0.1:10809).
+  /tmp/zmem-UID/nbd.sock), or --tcp [ADDR] (default 127.0.0.1:10809). A
+  non-loopback --tcp address needs --allow-remote, and then --tls require
+  (or --insecure for plaintext).
   Control: --ctl-socket PATH (default: the NBD socket's path plus .ctl; with
   --tcp, DIR/tcp-PORT.ctl in the default directory). `zmem ctl` reads and
   writes the zram attributes through it.
+
+TLS
+  zmem serve --tls require --tls-certificates /etc/pki/zmem --tcp
+  nbdinfo 'nbds://localhost/zram0?tls-certificates=/etc/pki/zmem-client'
+  The directory holds server-cert.pem, server-key.pem and, for
+  --tls-verify-peer, ca-cert.pem (nbdkit's and qemu-nbd's layout).
 
 The server runs in the foreground and stops cleanly on SIGINT or SIGTERM."
 )]
@@ -95,10 +103,29 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR", num_args = 0..=1,
           default_missing_value = "127.0.0.1:10809")]
     tcp: Option<SocketAddr>,
-    /// Allow --tcp and --metrics on non-loopback addresses (there is no TLS
-    /// and no authentication).
+    /// Serve remote clients: allow --tcp and --metrics on non-loopback
+    /// addresses. NBD on such an address also needs --tls require (or
+    /// --insecure); /metrics has no TLS.
     #[arg(long)]
     allow_remote: bool,
+    /// With --allow-remote: serve remote NBD clients without requiring TLS
+    /// (no encryption, no authentication).
+    #[arg(long, requires = "allow_remote")]
+    insecure: bool,
+    /// TLS for NBD clients (NBD_OPT_STARTTLS), as nbdkit's --tls: off; on
+    /// (offered, plaintext clients still served); require (a plaintext
+    /// client can only start TLS or leave). on and require need
+    /// --tls-certificates.
+    #[arg(long, value_enum, value_name = "MODE", default_value = "off")]
+    tls: TlsArg,
+    /// Directory holding server-cert.pem and server-key.pem (and
+    /// ca-cert.pem for --tls-verify-peer), laid out as nbdkit and qemu-nbd
+    /// read it. No TLS-PSK: rustls has no pre-shared keys.
+    #[arg(long, value_name = "DIR")]
+    tls_certificates: Option<PathBuf>,
+    /// Require a client certificate signed by the directory's ca-cert.pem.
+    #[arg(long)]
+    tls_verify_peer: bool,
     /// Unix socket for `zmem ctl`.
     #[arg(long, value_name = "PATH")]
     ctl_socket: Option<PathBuf>,
@@ -148,7 +175,72 @@ pub struct ServeArgs {
     log_level: Option<LevelFilter>,
 }
 
-/// A size flag's value within `lo..=hi` bytes (`range` names them).
+/// `--tls`: whether TLS is offered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum TlsArg {
+    /// No TLS.
+    Off,
+    /// TLS offered; plaintext clients are served too.
+    On,
+    /// TLS required before any export is served.
+    Require,
+}
+
+/// The TLS configuration the flags ask for (`None`: off), with the
+/// certificates loaded; errors are one line naming the flag or file.
+fn tls_config(args: &ServeArgs) -> Result<Option<Arc<nbd::Tls>>, CliError> {
+    let mode = match args.tls {
+        TlsArg::Off => {
+            if args.tls_certificates.is_some() || args.tls_verify_peer {
+                return Err(CliError::Usage(
+                    "--tls-certificates and --tls-verify-peer need --tls on or --tls require"
+                        .into(),
+                ));
+            }
+            return Ok(None);
+        }
+        TlsArg::On => nbd::TlsMode::On,
+        TlsArg::Require => nbd::TlsMode::Require,
+    };
+    let Some(dir) = &args.tls_certificates else {
+        return Err(CliError::Usage(format!(
+            "--tls {} needs --tls-certificates DIR (with {} and {})",
+            if mode == nbd::TlsMode::On {
+                "on"
+            } else {
+                "require"
+            },
+            nbd::SERVER_CERT,
+            nbd::SERVER_KEY
+        )));
+    };
+    nbd::Tls::from_dir(dir, mode, args.tls_verify_peer)
+        .map(|t| Some(Arc::new(t)))
+        .map_err(|e| CliError::Failed(format!("--tls-certificates: {e}")))
+}
+
+/// Refuses a non-loopback --tcp address the flags do not allow: remote
+/// clients need --allow-remote, and TLS required unless --insecure.
+fn check_remote(args: &ServeArgs) -> Result<(), CliError> {
+    let Some(addr) = args.tcp.filter(|a| !a.ip().is_loopback()) else {
+        return Ok(());
+    };
+    if !args.allow_remote {
+        return Err(CliError::Failed(format!(
+            "refusing to listen on {addr}: not a loopback address (pass --allow-remote to serve \
+             remote clients)"
+        )));
+    }
+    if args.tls != TlsArg::Require && !args.insecure {
+        return Err(CliError::Failed(format!(
+            "--tcp {addr} serves remote clients: use --tls require with --tls-certificates \
+             DIR, or --insecure to serve them without TLS"
+        )));
+    }
+    Ok(())
+}
+
+/// A log level by name.
 fn parse_level(s: &str) -> Result<LevelFilter, String> {
     s.parse()
         .map_err(|_| format!("'{s}' is not a log level (off, error, warn, info, debug, trace)"))
@@ -366,6 +458,8 @@ fn release_free_heap() {}
 pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     // The flags that depend on each other are checked before anything starts.
     inflight_config(args, Config::default())?;
+    check_remote(args)?;
+    let tls = tls_config(args)?;
     logger::init(logger::level(args.log_level));
     // Before any thread exists: every thread inherits the blocked mask.
     let signals = signals::block_termination()
@@ -448,6 +542,8 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             .workers
             .map_or_else(Config::default_workers, usize::from),
         allow_remote: args.allow_remote,
+        insecure: args.insecure,
+        tls,
         ..Config::default()
     };
     let config = Config {
