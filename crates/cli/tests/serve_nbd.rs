@@ -837,3 +837,51 @@ fn tls_require_serves_nbdcopy_and_the_flags_refuse_what_they_must() {
     let (code, _) = zmem(&["--tcp", "0.0.0.0:0", "--insecure"]);
     assert_eq!(code, Some(2));
 }
+
+#[test]
+fn read_only_exports_refuse_writes_with_eperm() {
+    require_tools!("qemu-io", "nbdsh");
+    let z = Zmem::start(&["--export", "rw:1M", "--export", "frozen:1M:ro"]);
+    let rw = z.uri("rw");
+    let frozen = z.uri("frozen");
+    qemu_io(&rw, &["write -P 0x5a 0 4096"]);
+    // qemu sees NBD_FLAG_READ_ONLY: it will not open the export for
+    // writing, and reads it with -r.
+    let o = run_tool(
+        "qemu-io",
+        &["-f", "raw", "-c", "write -P 1 0 4096", &frozen],
+    );
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("Permission denied"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = run_ok(
+        "qemu-io",
+        &["-r", "-f", "raw", "-c", "read -P 0 0 4096", &frozen],
+    );
+    assert!(o.contains("read 4096/4096") && !o.contains("fail"), "{o}");
+    // A client that sends writes anyway (libnbd without its own checks)
+    // gets EPERM for each kind.
+    let script = "h.set_strict_mode(0)\n\
+        assert h.is_read_only()\n\
+        for f in (lambda: h.pwrite(b'x' * 512, 0), lambda: h.trim(4096, 0), \
+                  lambda: h.zero(4096, 0)):\n\
+        \x20   try:\n\
+        \x20       f()\n\
+        \x20       print('accepted')\n\
+        \x20   except nbd.Error as e:\n\
+        \x20       print(e.errno)\n";
+    let out = run_ok("nbdsh", &["-u", &frozen, "-c", script]);
+    assert_eq!(out, "EPERM\nEPERM\nEPERM\n");
+    // The writable export kept its data; --read-only makes every export so.
+    qemu_io(&rw, &["read -P 0x5a 0 4096"]);
+    drop(z);
+    let z = Zmem::start(&["--export", "a:1M", "--read-only"]);
+    let o = run_tool(
+        "qemu-io",
+        &["-f", "raw", "-c", "write -P 1 0 4096", &z.uri("a")],
+    );
+    assert!(!o.status.success());
+}

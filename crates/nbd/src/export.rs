@@ -1,7 +1,7 @@
 //! Exports: the named devices a server offers, and the server's settings.
 //!
-//! This module owns [`Export`] (a name, an optional description and an
-//! `Arc<dyn BlockDevice>`), the [`Exports`] table with its default-export
+//! This module owns [`Export`] (a name, an optional description, an
+//! `Arc<dyn BlockDevice>` and whether clients may only read it), the [`Exports`] table with its default-export
 //! rule, and [`Config`], the limits every connection obeys. It checks names
 //! and block sizes once, when an export is added, so the protocol code can
 //! trust them. It does no I/O.
@@ -20,6 +20,7 @@ pub struct Export {
     name: String,
     description: Option<String>,
     device: Arc<dyn BlockDevice>,
+    read_only: bool,
 }
 
 impl Export {
@@ -29,7 +30,21 @@ impl Export {
             name: name.into(),
             description: None,
             device,
+            read_only: false,
         }
+    }
+
+    /// The same export offered read-only: `NBD_FLAG_READ_ONLY` is
+    /// advertised and writes, trims and zeroes get `EPERM`, whatever the
+    /// device could do.
+    pub fn read_only(mut self) -> Export {
+        self.read_only = true;
+        self
+    }
+
+    /// Whether clients may only read (the export says so, or its device).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only || self.device.is_read_only()
     }
 
     /// The same export with a description for humans (`NBD_INFO_DESCRIPTION`,
@@ -61,6 +76,7 @@ impl fmt::Debug for Export {
             .field("name", &self.name)
             .field("description", &self.description)
             .field("size", &self.device.size())
+            .field("read_only", &self.is_read_only())
             .finish()
     }
 }

@@ -87,9 +87,11 @@ pub(crate) enum Start {
     },
 }
 
-/// The transmission flags advertised for `device`: exactly what it supports.
-pub(crate) fn transmission_flags(device: &dyn BlockDevice, structured: bool) -> u16 {
-    let ro = device.is_read_only();
+/// The transmission flags advertised for `export`: exactly what its device
+/// supports, and no writing for a read-only export.
+pub(crate) fn transmission_flags(export: &Export, structured: bool) -> u16 {
+    let device: &dyn BlockDevice = export.device().as_ref();
+    let ro = export.is_read_only();
     let mut f = tf::HAS_FLAGS;
     if ro {
         f |= tf::READ_ONLY;
@@ -303,7 +305,7 @@ impl<W: Write> Negotiation<'_, W> {
     }
 
     fn session(&self, export: &Arc<Export>) -> Session {
-        let flags = transmission_flags(export.device().as_ref(), self.structured);
+        let flags = transmission_flags(export, self.structured);
         let meta_context = match &self.meta {
             Some((e, id)) if Arc::ptr_eq(e, export) => Some(*id),
             _ => None,
@@ -596,6 +598,34 @@ mod tests {
             assert_ne!(sess.flags & tf::READ_ONLY, 0);
             assert_eq!(sess.flags & tf::SEND_TRIM, 0);
         }
+    }
+
+    #[test]
+    fn read_only_export_of_a_writable_device() {
+        let mut e = Exports::new();
+        e.add(Export::new("frozen", Arc::new(MemDevice::new(8192))).read_only())
+            .unwrap();
+        let mut out = Vec::new();
+        let mut s = 1u32.to_be_bytes().to_vec();
+        s.extend(option(opt::EXPORT_NAME, b"frozen"));
+        let res = negotiate(
+            &mut &s[..],
+            &mut out,
+            &e,
+            &Config::default(),
+            &AtomicBool::new(false),
+            &|| true,
+            Start::Greeting,
+            0,
+        );
+        let Ok(Outcome::Transmission(sess)) = res else {
+            panic!("{res:?}")
+        };
+        assert_ne!(sess.flags & tf::READ_ONLY, 0);
+        for write_like in [tf::SEND_FUA, tf::SEND_TRIM, tf::SEND_WRITE_ZEROES] {
+            assert_eq!(sess.flags & write_like, 0);
+        }
+        assert_ne!(sess.flags & tf::SEND_FLUSH, 0);
     }
 
     #[test]

@@ -76,10 +76,16 @@ pub struct ServeArgs {
     /// ones add to it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// An export NAME, or NAME:SIZE (repeatable; default one per store
-    /// configuration, zram0, zram1, ...).
-    #[arg(long = "export", value_name = "NAME[:SIZE]", value_parser = check_export)]
+    /// An export NAME, or NAME:SIZE, and `:ro` after either for a read-only
+    /// export (repeatable; default one per store configuration, zram0,
+    /// zram1, ...).
+    #[arg(long = "export", value_name = "NAME[:SIZE][:ro]", value_parser = check_export)]
     exports: Vec<String>,
+    /// Serve every export read-only: NBD clients see NBD_FLAG_READ_ONLY
+    /// and their writes, trims and zeroes fail with EPERM (`zmem ctl`
+    /// still resets and compacts).
+    #[arg(long)]
+    read_only: bool,
     /// Size of each export that does not give its own (K, M, G, T suffixes;
     /// 4K to 1T).
     #[arg(long, value_parser = lab::flags::size(EXPORT_MIN, EXPORT_MAX), default_value = "1G")]
@@ -272,16 +278,23 @@ fn inflight_config(args: &ServeArgs, config: Config) -> Result<Config, CliError>
     })
 }
 
-/// Splits `NAME[:SIZE]`: a colon starts the size, so a name has none, and
-/// what follows it must be a size from 4K to 1T.
-fn parse_export(s: &str, default_size: u64) -> Result<(String, u64), CliError> {
-    let Some((name, size)) = s.split_once(':') else {
-        return Ok((s.to_string(), default_size));
+/// One `--export`: name, size, read-only.
+type ExportSpec = (String, u64, bool);
+
+/// Splits `NAME[:SIZE][:ro]`: a colon starts the size or `ro`, so a name
+/// has none, and a size must be from 4K to 1T.
+fn parse_export(s: &str, default_size: u64) -> Result<ExportSpec, CliError> {
+    let (rest, read_only) = match s.strip_suffix(":ro") {
+        Some(rest) => (rest, true),
+        None => (s, false),
+    };
+    let Some((name, size)) = rest.split_once(':') else {
+        return Ok((rest.to_string(), default_size, read_only));
     };
     match lab::flags::size(EXPORT_MIN, EXPORT_MAX)(size) {
-        Ok(bytes) => Ok((name.to_string(), bytes)),
+        Ok(bytes) => Ok((name.to_string(), bytes, read_only)),
         Err(e) => Err(CliError::Usage(format!(
-            "--export {s}: {e} (NAME[:SIZE]; a name has no colon)"
+            "--export {s}: {e} (NAME[:SIZE][:ro]; a name has no colon)"
         ))),
     }
 }
@@ -298,8 +311,8 @@ fn check_export(s: &str) -> Result<String, String> {
     }
 }
 
-/// The exports to make: (name, size, configuration).
-fn plan(args: &ServeArgs) -> Result<Vec<(String, u64, StoreSpec)>, CliError> {
+/// The exports to make: (name, size, read-only, configuration).
+fn plan(args: &ServeArgs) -> Result<Vec<(String, u64, bool, StoreSpec)>, CliError> {
     let specs = args.store.specs()?;
     if args.size == 0 {
         return Err(CliError::Usage("--size must be more than 0".into()));
@@ -308,10 +321,10 @@ fn plan(args: &ServeArgs) -> Result<Vec<(String, u64, StoreSpec)>, CliError> {
         return Ok(specs
             .into_iter()
             .enumerate()
-            .map(|(i, spec)| (format!("zram{i}"), args.size, spec))
+            .map(|(i, spec)| (format!("zram{i}"), args.size, args.read_only, spec))
             .collect());
     }
-    let named: Vec<(String, u64)> = args
+    let named: Vec<ExportSpec> = args
         .exports
         .iter()
         .map(|e| parse_export(e, args.size))
@@ -330,8 +343,28 @@ fn plan(args: &ServeArgs) -> Result<Vec<(String, u64, StoreSpec)>, CliError> {
     Ok(named
         .into_iter()
         .zip(specs)
-        .map(|((n, s), spec)| (n, s, spec))
+        .map(|((n, s, ro), spec)| (n, s, ro || args.read_only, spec))
         .collect())
+}
+
+/// The registry's export table with the exports the plan marks read-only
+/// made so.
+fn read_only_exports(
+    table: nbd::Exports,
+    plan: &[(String, u64, bool, StoreSpec)],
+) -> Result<nbd::Exports, nbd::ExportError> {
+    let read_only = |name: &str| plan.iter().any(|(n, _, ro, _)| n == name && *ro);
+    let mut exports = nbd::Exports::new();
+    for e in table.iter() {
+        let export = nbd::Export::clone(e);
+        if read_only(e.name()) {
+            info!("export {:?}: read-only", e.name());
+            exports.add(export.read_only())?;
+        } else {
+            exports.add(export)?;
+        }
+    }
+    Ok(exports)
 }
 
 /// Writes the PID file (via a temporary file and a rename, so readers never
@@ -475,7 +508,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         )));
     }
     let mut served = Vec::new();
-    for (i, (name, size, spec)) in plan.iter().enumerate() {
+    for (i, (name, size, _, spec)) in plan.iter().enumerate() {
         let store = spec.open(*size)?;
         if let Some(path) = args.backing_devs.get(i) {
             store
@@ -507,6 +540,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     let registry = Arc::new(Registry::new(served));
     let exports = registry
         .nbd_exports()
+        .and_then(|table| read_only_exports(table, &plan))
         .map_err(|e| CliError::Usage(e.to_string()))?;
 
     let (addr, ctl_path) = match (&args.tcp, &args.socket) {
@@ -624,12 +658,21 @@ mod tests {
 
     #[test]
     fn export_flags() {
-        assert_eq!(parse_export("a", 7).unwrap(), ("a".into(), 7));
-        assert_eq!(parse_export("a:1M", 7).unwrap(), ("a".into(), 1 << 20));
+        assert_eq!(parse_export("a", 7).unwrap(), ("a".into(), 7, false));
+        assert_eq!(
+            parse_export("a:1M", 7).unwrap(),
+            ("a".into(), 1 << 20, false)
+        );
+        assert_eq!(parse_export("a:ro", 7).unwrap(), ("a".into(), 7, true));
+        assert_eq!(
+            parse_export("a:1M:ro", 7).unwrap(),
+            ("a".into(), 1 << 20, true)
+        );
+        assert!(parse_export("a:ro:1M", 7).is_err());
         assert!(parse_export("a:b", 7).is_err());
         assert!(parse_export("a:xx", 7).is_err());
         assert!(parse_export("a:1:2", 7).is_err());
-        assert_eq!(parse_export(":4K", 7).unwrap(), ("".into(), 4096));
+        assert_eq!(parse_export(":4K", 7).unwrap(), ("".into(), 4096, false));
         assert!(parse_export("a:0", 7).is_err());
     }
 }
