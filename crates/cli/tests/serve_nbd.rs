@@ -760,3 +760,128 @@ fn writeback_and_recompression_through_ctl_read_back_identical() {
     drop(z);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn tls_require_serves_nbdcopy_and_the_flags_refuse_what_they_must() {
+    require_tools!("openssl", "nbdcopy", "nbdinfo");
+    let work = tempfile::tempdir().unwrap();
+    let certs = testkit::certs::make_certs(work.path());
+    let server_dir = certs.server.to_string_lossy().into_owned();
+    let z = Zmem::start(&[
+        "--export",
+        "d:4M",
+        "--tls",
+        "require",
+        "--tls-certificates",
+        &server_dir,
+        "--tls-verify-peer",
+    ]);
+    let data = real_data(3 * MIB + 777);
+    let src = write_file(&z, "src.raw", &data);
+    let uri = format!(
+        "nbds+unix:///d?socket={}&tls-certificates={}",
+        z.sock.display(),
+        certs.client.display()
+    );
+    run_ok("nbdcopy", &[&src, &uri]);
+    let out = z.file("out.raw");
+    run_ok("nbdcopy", &[&uri, &out.to_string_lossy()]);
+    let back = std::fs::read(&out).unwrap();
+    assert!(
+        back[..data.len()] == data[..],
+        "data differs after a TLS round trip"
+    );
+    // Plaintext is refused, and so is a client the CA did not sign.
+    assert!(!run_tool("nbdinfo", &["--size", &z.uri("d")])
+        .status
+        .success());
+    let stranger = format!(
+        "nbds+unix:///d?socket={}&tls-certificates={}",
+        z.sock.display(),
+        certs.stranger.display()
+    );
+    assert!(!run_tool("nbdinfo", &["--size", &stranger]).status.success());
+    assert!(z.log().contains("TLS established"), "{}", z.log());
+
+    // Flags: each refusal is one line, before anything is served.
+    let zmem = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_zmem"))
+            .arg("serve")
+            .args(args)
+            .env("XDG_RUNTIME_DIR", work.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        (o.status.code(), err)
+    };
+    let missing = work.path().join("missing").to_string_lossy().into_owned();
+    let (code, err) = zmem(&["--tls", "on", "--tls-certificates", &missing]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("server-cert.pem"), "{err}");
+    let (code, err) = zmem(&["--tls", "require"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--tls-certificates"), "{err}");
+    let (code, _) = zmem(&["--tls-certificates", &server_dir]);
+    assert_eq!(code, Some(2));
+    // Remote clients: --allow-remote, then TLS required or --insecure.
+    let (code, err) = zmem(&["--tcp", "0.0.0.0:0"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("--allow-remote"), "{err}");
+    let (code, err) = zmem(&["--tcp", "0.0.0.0:0", "--allow-remote"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("--tls require") && err.contains("--insecure"),
+        "{err}"
+    );
+    let (code, _) = zmem(&["--tcp", "0.0.0.0:0", "--insecure"]);
+    assert_eq!(code, Some(2));
+}
+
+#[test]
+fn read_only_exports_refuse_writes_with_eperm() {
+    require_tools!("qemu-io", "nbdsh");
+    let z = Zmem::start(&["--export", "rw:1M", "--export", "frozen:1M:ro"]);
+    let rw = z.uri("rw");
+    let frozen = z.uri("frozen");
+    qemu_io(&rw, &["write -P 0x5a 0 4096"]);
+    // qemu sees NBD_FLAG_READ_ONLY: it will not open the export for
+    // writing, and reads it with -r.
+    let o = run_tool(
+        "qemu-io",
+        &["-f", "raw", "-c", "write -P 1 0 4096", &frozen],
+    );
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("Permission denied"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = run_ok(
+        "qemu-io",
+        &["-r", "-f", "raw", "-c", "read -P 0 0 4096", &frozen],
+    );
+    assert!(o.contains("read 4096/4096") && !o.contains("fail"), "{o}");
+    // A client that sends writes anyway (libnbd without its own checks)
+    // gets EPERM for each kind.
+    let script = "h.set_strict_mode(0)\n\
+        assert h.is_read_only()\n\
+        for f in (lambda: h.pwrite(b'x' * 512, 0), lambda: h.trim(4096, 0), \
+                  lambda: h.zero(4096, 0)):\n\
+        \x20   try:\n\
+        \x20       f()\n\
+        \x20       print('accepted')\n\
+        \x20   except nbd.Error as e:\n\
+        \x20       print(e.errno)\n";
+    let out = run_ok("nbdsh", &["-u", &frozen, "-c", script]);
+    assert_eq!(out, "EPERM\nEPERM\nEPERM\n");
+    // The writable export kept its data; --read-only makes every export so.
+    qemu_io(&rw, &["read -P 0x5a 0 4096"]);
+    drop(z);
+    let z = Zmem::start(&["--export", "a:1M", "--read-only"]);
+    let o = run_tool(
+        "qemu-io",
+        &["-f", "raw", "-c", "write -P 1 0 4096", &z.uri("a")],
+    );
+    assert!(!o.status.success());
+}

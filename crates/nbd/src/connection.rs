@@ -3,8 +3,9 @@
 //! This module owns the life of a connection: it buffers the reading side,
 //! runs the handshake, then the transmission phase on the session the
 //! handshake produced, and logs how it ended. It works on any `Read` and
-//! `Write` pair, so the server runs it on sockets and the fuzzer on byte
-//! slices. Every failure ends only this connection; nothing here can affect
+//! `Write` pair, so the server runs it on sockets (or on a TLS session's two
+//! halves) and the fuzzer on byte slices. When the client asks for TLS it
+//! returns, and the server calls it again over TLS. Every failure ends only this connection; nothing here can affect
 //! another connection or the device beyond the requests it sent.
 
 use std::io::{BufReader, Read, Write};
@@ -14,7 +15,7 @@ use log::{debug, info, warn};
 
 use crate::budget::ServerBudget;
 use crate::export::{Config, Exports};
-use crate::handshake::{self, Outcome};
+use crate::handshake::{self, Outcome, Start};
 use crate::transmission;
 
 /// Size of the read buffer in front of the stream: a burst of request
@@ -34,7 +35,14 @@ pub(crate) struct Hooks<'a> {
     pub budget: &'a ServerBudget,
 }
 
-/// Serves one connection until it ends; `id` labels log lines.
+/// Serves one connection until it ends; `id` labels log lines. `start`
+/// says whether this is a new connection or its rest over TLS.
+///
+/// Returns `Some` when the client asked for TLS and it was acknowledged:
+/// the caller runs the TLS handshake on the stream and calls `run` again
+/// with the returned [`Start`] and the TLS session's halves. Otherwise the
+/// connection is over.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run<R: Read, W: Write + Send>(
     reader: R,
     mut writer: W,
@@ -42,8 +50,9 @@ pub(crate) fn run<R: Read, W: Write + Send>(
     config: &Config,
     stopping: &AtomicBool,
     hooks: &Hooks<'_>,
+    start: Start,
     id: u64,
-) {
+) -> Option<Start> {
     let mut reader = BufReader::with_capacity(READ_BUFFER, reader);
     let session = match handshake::negotiate(
         &mut reader,
@@ -52,25 +61,39 @@ pub(crate) fn run<R: Read, W: Write + Send>(
         config,
         stopping,
         hooks.admit,
+        start,
         id,
     ) {
         Ok(Outcome::Transmission(s)) => s,
         Ok(Outcome::Aborted) => {
             debug!("conn {id}: client aborted the handshake");
-            return;
+            return None;
+        }
+        Ok(Outcome::StartTls { no_zeroes }) => {
+            // Bytes sent before the client could have seen the reply would
+            // be read as if they had come over TLS (the STARTTLS command
+            // injection of other protocols): refuse them.
+            if !reader.buffer().is_empty() {
+                warn!("conn {id}: client sent data between NBD_OPT_STARTTLS and TLS: closed");
+                return None;
+            }
+            debug!("conn {id}: starting TLS");
+            return Some(Start::Secured { no_zeroes });
         }
         Err(e) => {
             handshake::log_failure(id, &e);
-            return;
+            return None;
         }
     };
     info!(
-        "conn {id}: export {:?}, {} bytes, flags {:#x}, structured replies {}, block status {}",
+        "conn {id}: export {:?}, {} bytes, flags {:#x}, structured replies {}, block status {}, \
+         TLS {}",
         session.export.name(),
         session.export.device().size(),
         session.flags,
         session.structured,
-        session.meta_context.is_some()
+        session.meta_context.is_some(),
+        matches!(start, Start::Secured { .. })
     );
     match transmission::serve(
         &mut reader,
@@ -85,4 +108,5 @@ pub(crate) fn run<R: Read, W: Write + Send>(
         Err(e) if e.is_disconnect() => info!("conn {id}: client went away mid-request"),
         Err(e) => warn!("conn {id}: closed: {e}"),
     }
+    None
 }

@@ -1,7 +1,7 @@
 //! Exports: the named devices a server offers, and the server's settings.
 //!
-//! This module owns [`Export`] (a name, an optional description and an
-//! `Arc<dyn BlockDevice>`), the [`Exports`] table with its default-export
+//! This module owns [`Export`] (a name, an optional description, an
+//! `Arc<dyn BlockDevice>` and whether clients may only read it), the [`Exports`] table with its default-export
 //! rule, and [`Config`], the limits every connection obeys. It checks names
 //! and block sizes once, when an export is added, so the protocol code can
 //! trust them. It does no I/O.
@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::device::BlockDevice;
+use crate::tls::Tls;
 use crate::wire::MAX_STRING;
 
 /// One device offered under a name.
@@ -19,6 +20,7 @@ pub struct Export {
     name: String,
     description: Option<String>,
     device: Arc<dyn BlockDevice>,
+    read_only: bool,
 }
 
 impl Export {
@@ -28,7 +30,21 @@ impl Export {
             name: name.into(),
             description: None,
             device,
+            read_only: false,
         }
+    }
+
+    /// The same export offered read-only: `NBD_FLAG_READ_ONLY` is
+    /// advertised and writes, trims and zeroes get `EPERM`, whatever the
+    /// device could do.
+    pub fn read_only(mut self) -> Export {
+        self.read_only = true;
+        self
+    }
+
+    /// Whether clients may only read (the export says so, or its device).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only || self.device.is_read_only()
     }
 
     /// The same export with a description for humans (`NBD_INFO_DESCRIPTION`,
@@ -60,6 +76,7 @@ impl fmt::Debug for Export {
             .field("name", &self.name)
             .field("description", &self.description)
             .field("size", &self.device.size())
+            .field("read_only", &self.is_read_only())
             .finish()
     }
 }
@@ -206,9 +223,15 @@ pub struct Config {
     /// How long a shutdown lets in-flight requests finish before it closes
     /// the sockets under them.
     pub shutdown_grace: Duration,
-    /// Whether a TCP listener may bind a non-loopback address. The server
-    /// has no TLS and no authentication, so the default is no.
+    /// Whether a TCP listener may bind a non-loopback address (default
+    /// no). It then also needs `tls` in `TlsMode::Require`, or `insecure`.
     pub allow_remote: bool,
+    /// Whether a non-loopback TCP listener may serve clients without TLS
+    /// (no encryption, no authentication). Default no.
+    pub insecure: bool,
+    /// TLS offered or required, with the server's certificates; `None` is
+    /// no TLS (`NBD_OPT_STARTTLS` is answered `NBD_REP_ERR_UNSUP`).
+    pub tls: Option<Arc<Tls>>,
 }
 
 impl Config {
@@ -263,6 +286,8 @@ impl Default for Config {
             handshake_timeout: Config::DEFAULT_HANDSHAKE_TIMEOUT,
             shutdown_grace: Duration::from_secs(5),
             allow_remote: false,
+            insecure: false,
+            tls: None,
         }
     }
 }

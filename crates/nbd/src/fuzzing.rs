@@ -53,6 +53,7 @@ pub fn connection(data: &[u8]) -> Vec<u8> {
             on_dead: &|| {},
             budget: &ServerBudget::unlimited(),
         },
+        crate::handshake::Start::Greeting,
         0,
     );
     out

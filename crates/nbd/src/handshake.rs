@@ -11,7 +11,15 @@
 //! sockets, threads or the device's data operations (it only asks the
 //! device's size, block sizes and capabilities).
 //!
-//! Old-style negotiation, TLS and extended headers are not offered.
+//! TLS: when the server offers it (`Config::tls`), `NBD_OPT_STARTTLS` is
+//! acknowledged and the negotiation ends with [`Outcome::StartTls`]; the
+//! caller runs the TLS handshake (`tls`) and calls [`negotiate`] again over
+//! the TLS session with [`Start::Secured`], which starts with no greeting
+//! and forgets every option agreed before. Under `TlsMode::Require` a
+//! plaintext client's options other than `STARTTLS` and `ABORT` get
+//! `NBD_REP_ERR_TLS_REQD` (`EXPORT_NAME`, which has no error reply, closes).
+//!
+//! Old-style negotiation and extended headers are not offered.
 
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +30,7 @@ use log::{debug, warn};
 use crate::conn_error::ConnError;
 use crate::device::{BlockDevice, BlockSize};
 use crate::export::{Config, Export, Exports};
+use crate::tls::TlsMode;
 use crate::wire::{self, hs, info, opt, rep, tf, InfoRequest, MetaContextRequest, OptionHeader};
 
 /// The only metadata context offered.
@@ -58,11 +67,31 @@ pub(crate) enum Outcome {
     Transmission(Session),
     /// The client sent `NBD_OPT_ABORT`.
     Aborted,
+    /// `NBD_OPT_STARTTLS` was acknowledged: the TLS handshake comes next,
+    /// then [`negotiate`] again with [`Start::Secured`].
+    StartTls {
+        /// The client's `NBD_FLAG_C_NO_ZEROES`, which still holds.
+        no_zeroes: bool,
+    },
 }
 
-/// The transmission flags advertised for `device`: exactly what it supports.
-pub(crate) fn transmission_flags(device: &dyn BlockDevice, structured: bool) -> u16 {
-    let ro = device.is_read_only();
+/// Where a negotiation starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// A new connection: the greeting and the client's flags come first.
+    Greeting,
+    /// Option haggling goes on over TLS after `NBD_OPT_STARTTLS`.
+    Secured {
+        /// The client's `NBD_FLAG_C_NO_ZEROES` from the greeting.
+        no_zeroes: bool,
+    },
+}
+
+/// The transmission flags advertised for `export`: exactly what its device
+/// supports, and no writing for a read-only export.
+pub(crate) fn transmission_flags(export: &Export, structured: bool) -> u16 {
+    let device: &dyn BlockDevice = export.device().as_ref();
+    let ro = export.is_read_only();
     let mut f = tf::HAS_FLAGS;
     if ro {
         f |= tf::READ_ONLY;
@@ -111,7 +140,8 @@ struct Negotiation<'a, W> {
     meta: Option<(Arc<Export>, u32)>,
 }
 
-/// Runs the handshake on a fresh connection.
+/// Runs the handshake on a fresh connection (`Start::Greeting`), or its
+/// rest over TLS (`Start::Secured`).
 ///
 /// `stopping` makes every later option (except `ABORT`) fail with
 /// `NBD_REP_ERR_SHUTDOWN`. `admit` is asked once an export is chosen,
@@ -119,6 +149,7 @@ struct Negotiation<'a, W> {
 /// for one more connection, `GO` is answered `NBD_REP_ERR_POLICY` and the
 /// connection ends (`EXPORT_NAME` has no error reply, so it just ends).
 /// `conn` only labels log lines.
+#[allow(clippy::too_many_arguments)] // each is a separate input of the phase
 pub(crate) fn negotiate<R: Read, W: Write>(
     r: &mut R,
     w: &mut W,
@@ -126,18 +157,27 @@ pub(crate) fn negotiate<R: Read, W: Write>(
     config: &Config,
     stopping: &AtomicBool,
     admit: &dyn Fn() -> bool,
+    start: Start,
     conn: u64,
 ) -> Result<Outcome, ConnError> {
-    w.write_all(&wire::encode_greeting(hs::FIXED_NEWSTYLE | hs::NO_ZEROES))?;
-    w.flush()?;
-    let mut cf = [0u8; 4];
-    r.read_exact(&mut cf)?;
-    let client_flags = u32::from_be_bytes(cf);
-    if client_flags & !(hs::C_FIXED_NEWSTYLE | hs::C_NO_ZEROES) != 0 {
-        return Err(ConnError::Protocol(format!(
-            "unknown client flags {client_flags:#x}"
-        )));
-    }
+    let no_zeroes = match start {
+        Start::Secured { no_zeroes } => no_zeroes,
+        Start::Greeting => {
+            w.write_all(&wire::encode_greeting(hs::FIXED_NEWSTYLE | hs::NO_ZEROES))?;
+            w.flush()?;
+            let mut cf = [0u8; 4];
+            r.read_exact(&mut cf)?;
+            let client_flags = u32::from_be_bytes(cf);
+            if client_flags & !(hs::C_FIXED_NEWSTYLE | hs::C_NO_ZEROES) != 0 {
+                return Err(ConnError::Protocol(format!(
+                    "unknown client flags {client_flags:#x}"
+                )));
+            }
+            client_flags & hs::C_NO_ZEROES != 0
+        }
+    };
+    let secured = matches!(start, Start::Secured { .. });
+    let tls_mode = config.tls.as_ref().map_or(TlsMode::Off, |t| t.mode());
     let mut n = Negotiation {
         w,
         exports,
@@ -145,7 +185,7 @@ pub(crate) fn negotiate<R: Read, W: Write>(
         admit,
         refused: None,
         conn,
-        no_zeroes: client_flags & hs::C_NO_ZEROES != 0,
+        no_zeroes,
         structured: false,
         meta: None,
     };
@@ -177,6 +217,22 @@ pub(crate) fn negotiate<R: Read, W: Write>(
             n.error(h.option, rep::ERR_SHUTDOWN, "server is shutting down")?;
             continue;
         }
+        if tls_mode == TlsMode::Require
+            && !secured
+            && !matches!(h.option, opt::STARTTLS | opt::ABORT)
+        {
+            if h.option == opt::EXPORT_NAME {
+                return Err(ConnError::Refused(
+                    "TLS is required and the client chose an export in plaintext".into(),
+                ));
+            }
+            n.error(
+                h.option,
+                rep::ERR_TLS_REQD,
+                "TLS is required: send NBD_OPT_STARTTLS first",
+            )?;
+            continue;
+        }
         match h.option {
             opt::EXPORT_NAME => return n.export_name(&data).map(Outcome::Transmission),
             opt::ABORT => {
@@ -205,7 +261,18 @@ pub(crate) fn negotiate<R: Read, W: Write>(
                 }
             }
             opt::LIST_META_CONTEXT | opt::SET_META_CONTEXT => n.meta_context(h.option, &data)?,
-            opt::STARTTLS => n.error(h.option, rep::ERR_UNSUP, "TLS is not supported")?,
+            opt::STARTTLS => {
+                if tls_mode == TlsMode::Off {
+                    n.error(h.option, rep::ERR_UNSUP, "TLS is not offered")?;
+                } else if !data.is_empty() {
+                    n.error(h.option, rep::ERR_INVALID, "option takes no data")?;
+                } else if secured {
+                    n.error(h.option, rep::ERR_INVALID, "TLS is already on")?;
+                } else {
+                    n.reply(h.option, rep::ACK, &[])?;
+                    return Ok(Outcome::StartTls { no_zeroes });
+                }
+            }
             other => n.error(
                 other,
                 rep::ERR_UNSUP,
@@ -238,7 +305,7 @@ impl<W: Write> Negotiation<'_, W> {
     }
 
     fn session(&self, export: &Arc<Export>) -> Session {
-        let flags = transmission_flags(export.device().as_ref(), self.structured);
+        let flags = transmission_flags(export, self.structured);
         let meta_context = match &self.meta {
             Some((e, id)) if Arc::ptr_eq(e, export) => Some(*id),
             _ => None,
@@ -438,6 +505,7 @@ mod tests {
             &Config::default(),
             &AtomicBool::new(false),
             &|| true,
+            Start::Greeting,
             0,
         );
         assert_eq!(&out[..8], b"NBDMAGIC");
@@ -530,6 +598,34 @@ mod tests {
             assert_ne!(sess.flags & tf::READ_ONLY, 0);
             assert_eq!(sess.flags & tf::SEND_TRIM, 0);
         }
+    }
+
+    #[test]
+    fn read_only_export_of_a_writable_device() {
+        let mut e = Exports::new();
+        e.add(Export::new("frozen", Arc::new(MemDevice::new(8192))).read_only())
+            .unwrap();
+        let mut out = Vec::new();
+        let mut s = 1u32.to_be_bytes().to_vec();
+        s.extend(option(opt::EXPORT_NAME, b"frozen"));
+        let res = negotiate(
+            &mut &s[..],
+            &mut out,
+            &e,
+            &Config::default(),
+            &AtomicBool::new(false),
+            &|| true,
+            Start::Greeting,
+            0,
+        );
+        let Ok(Outcome::Transmission(sess)) = res else {
+            panic!("{res:?}")
+        };
+        assert_ne!(sess.flags & tf::READ_ONLY, 0);
+        for write_like in [tf::SEND_FUA, tf::SEND_TRIM, tf::SEND_WRITE_ZEROES] {
+            assert_eq!(sess.flags & write_like, 0);
+        }
+        assert_ne!(sess.flags & tf::SEND_FLUSH, 0);
     }
 
     #[test]

@@ -35,8 +35,11 @@
 //! - `conn_error`: why a connection ended abnormally (logged, never sent).
 //! - `connection`: one connection from greeting to close.
 //! - `socket`, `server`: listeners, threads, shutdown.
+//! - `tls`: [`Tls`] certificates and [`TlsMode`], and a connection's TLS
+//!   session split into a reading and a writing half (`NBD_OPT_STARTTLS`).
 //!
-//! Not supported: TLS, old-style negotiation, extended headers, resize.
+//! Not supported: TLS-PSK (rustls has no pre-shared keys), old-style
+//! negotiation, extended headers, resize.
 //! The crate has no `unsafe` code.
 
 #![forbid(unsafe_code)]
@@ -56,6 +59,7 @@ mod handshake;
 pub mod mem;
 mod server;
 mod socket;
+mod tls;
 mod transmission;
 pub mod wire;
 
@@ -68,3 +72,4 @@ pub use handshake::{BASE_ALLOCATION, BASE_ALLOCATION_ID};
 pub use mem::MemDevice;
 pub use server::{Server, ShutdownHandle};
 pub use socket::{InheritedListener, ListenAddr, DEFAULT_TCP_ADDR};
+pub use tls::{Tls, TlsMode, CA_CERT, SERVER_CERT, SERVER_KEY};

@@ -41,7 +41,9 @@ use log::{error, info, warn};
 use crate::budget::{BudgetStats, ServerBudget};
 use crate::connection;
 use crate::export::{Config, Exports};
+use crate::handshake::Start;
 use crate::socket::{self, InheritedListener, ListenAddr, Listener, Stream};
+use crate::tls;
 
 /// Where an open connection is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,7 +184,8 @@ impl Server {
     /// Binds `addr` and starts serving `exports`.
     ///
     /// Fails if `exports` is empty, if the Unix socket path exists, or if a
-    /// TCP address is not loopback and `config.allow_remote` is false.
+    /// TCP address is not loopback and `config.allow_remote` is false, or
+    /// is not loopback, TLS is not required and `config.insecure` is false.
     pub fn bind(addr: ListenAddr, exports: Exports, config: Config) -> io::Result<Server> {
         if exports.is_empty() {
             return Err(io::Error::new(
@@ -190,7 +193,7 @@ impl Server {
                 "a server needs at least one export",
             ));
         }
-        let (listener, bound) = Listener::bind(&addr, config.allow_remote)?;
+        let (listener, bound) = Listener::bind(&addr, &config)?;
         Server::start(listener, bound, exports, config)
     }
 
@@ -208,7 +211,7 @@ impl Server {
                 "a server needs at least one export",
             ));
         }
-        let (listener, bound) = Listener::inherit(inherited, config.allow_remote)?;
+        let (listener, bound) = Listener::inherit(inherited, &config)?;
         Server::start(listener, bound, exports, config)
     }
 
@@ -418,19 +421,23 @@ fn connection_main(shared: Arc<Shared>, id: u64, stream: Arc<Stream>, peer: Stri
         }
         admitted
     };
-    connection::run(
-        s,
-        s,
-        &shared.exports,
-        &shared.config,
-        &shared.stopping,
-        &connection::Hooks {
-            admit: &admit,
-            on_dead: &on_dead,
-            budget: &shared.budget,
-        },
-        id,
-    );
+    let hooks = connection::Hooks {
+        admit: &admit,
+        on_dead: &on_dead,
+        budget: &shared.budget,
+    };
+    let (exports, config, stopping) = (&shared.exports, &shared.config, &shared.stopping);
+    let upgrade = connection::run(s, s, exports, config, stopping, &hooks, Start::Greeting, id);
+    // The handshake acknowledges NBD_OPT_STARTTLS only when TLS is on.
+    if let (Some(start), Some(tls)) = (upgrade, &config.tls) {
+        match tls::accept(s, tls) {
+            Ok((reader, writer, client_cert)) => {
+                info!("conn {id}: TLS established (client certificate: {client_cert})");
+                connection::run(reader, writer, exports, config, stopping, &hooks, start, id);
+            }
+            Err(e) => warn!("conn {id}: TLS handshake failed: {e}"),
+        }
+    }
     s.shutdown(Shutdown::Both);
     shared.conns().remove(&id);
 }

@@ -587,7 +587,6 @@ impl<W: Write> Conn<'_, W> {
         let res = {
             let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
             self.write_reply(&mut *w, &reply.buf[reply.start..])
-                .and_then(|()| w.flush())
         };
         if let Err(e) = res {
             if !self.dead.swap(true, Ordering::Relaxed) {
@@ -602,12 +601,13 @@ impl<W: Write> Conn<'_, W> {
         }
     }
 
-    /// Writes all of `buf`. The server gives the socket a short send
-    /// timeout, so a write to a client that reads nothing returns
-    /// `WouldBlock` now and then; it is retried, unless nothing at all was
-    /// sent for `stall_timeout` while other requests wait for the
-    /// server-wide budget: then the connection ends (`TimedOut`) and gives
-    /// its memory back.
+    /// Writes all of `buf`, then flushes (a TLS writer sends the
+    /// ciphertext it kept; a socket has nothing to flush). The server gives
+    /// the socket a short send timeout, so a write to a client that reads
+    /// nothing returns `WouldBlock` now and then; it is retried, unless
+    /// nothing at all was sent for `stall_timeout` while other requests
+    /// wait for the server-wide budget: then the connection ends
+    /// (`TimedOut`) and gives its memory back.
     fn write_reply(&self, w: &mut W, mut buf: &[u8]) -> io::Result<()> {
         let mut progress = Instant::now();
         while !buf.is_empty() {
@@ -617,28 +617,37 @@ impl<W: Write> Conn<'_, W> {
                     buf = &buf[n..];
                     progress = Instant::now();
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    let stalled = progress.elapsed();
-                    if stalled >= self.stall_timeout && self.server.has_waiters() {
-                        return Err(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            format!(
-                                "the client read none of its replies for {stalled:?} while \
-                                 other requests waited for memory"
-                            ),
-                        ));
-                    }
-                }
-                Err(e) => return Err(e),
+                Err(e) => self.retry_or_fail(e, progress)?,
             }
         }
-        Ok(())
+        loop {
+            match w.flush() {
+                Ok(()) => return Ok(()),
+                Err(e) => self.retry_or_fail(e, progress)?,
+            }
+        }
+    }
+
+    /// Whether a failed write may be tried again: `Ok` for an interrupted
+    /// or timed-out one, unless it stalled too long (see `write_reply`).
+    fn retry_or_fail(&self, e: io::Error, progress: Instant) -> io::Result<()> {
+        match e.kind() {
+            io::ErrorKind::Interrupted => Ok(()),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                let stalled = progress.elapsed();
+                if stalled >= self.stall_timeout && self.server.has_waiters() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "the client read none of its replies for {stalled:?} while \
+                             other requests waited for memory"
+                        ),
+                    ));
+                }
+                Ok(())
+            }
+            _ => Err(e),
+        }
     }
 }
 

@@ -7,9 +7,11 @@
 //! ([`clients`]), whether a server closed a raw connection
 //! ([`peer_closed`]), real data ([`real_data`]), incompressible bytes
 //! ([`noise`]), seeded generators and object contents ([`Rng`],
-//! [`SplitMix64`], [`pattern`]), and reading the process's resident set ([`rss`]). What is about one crate (a test server, the
+//! [`SplitMix64`], [`pattern`]), reading the process's resident set ([`rss`]),
+//! and TLS certificates made with `openssl` ([`certs`]). What is about one crate (a test server, the
 //! `zmem` binary) stays in that crate's tests.
 
+pub mod certs;
 pub mod clients;
 pub mod rss;
 

@@ -55,10 +55,18 @@ EXAMPLES
 
 SOCKETS
   NBD: --socket PATH (default $XDG_RUNTIME_DIR/zmem/nbd.sock, or
-  /tmp/zmem-UID/nbd.sock), or --tcp [ADDR] (default 127.0.0.1:10809).
+  /tmp/zmem-UID/nbd.sock), or --tcp [ADDR] (default 127.0.0.1:10809). A
+  non-loopback --tcp address needs --allow-remote, and then --tls require
+  (or --insecure for plaintext).
   Control: --ctl-socket PATH (default: the NBD socket's path plus .ctl; with
   --tcp, DIR/tcp-PORT.ctl in the default directory). `zmem ctl` reads and
   writes the zram attributes through it.
+
+TLS
+  zmem serve --tls require --tls-certificates /etc/pki/zmem --tcp
+  nbdinfo 'nbds://localhost/zram0?tls-certificates=/etc/pki/zmem-client'
+  The directory holds server-cert.pem, server-key.pem and, for
+  --tls-verify-peer, ca-cert.pem (nbdkit's and qemu-nbd's layout).
 
 The server runs in the foreground and stops cleanly on SIGINT or SIGTERM."
 )]
@@ -68,10 +76,16 @@ pub struct ServeArgs {
     /// ones add to it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// An export NAME, or NAME:SIZE (repeatable; default one per store
-    /// configuration, zram0, zram1, ...).
-    #[arg(long = "export", value_name = "NAME[:SIZE]", value_parser = check_export)]
+    /// An export NAME, or NAME:SIZE, and `:ro` after either for a read-only
+    /// export (repeatable; default one per store configuration, zram0,
+    /// zram1, ...).
+    #[arg(long = "export", value_name = "NAME[:SIZE][:ro]", value_parser = check_export)]
     exports: Vec<String>,
+    /// Serve every export read-only: NBD clients see NBD_FLAG_READ_ONLY
+    /// and their writes, trims and zeroes fail with EPERM (`zmem ctl`
+    /// still resets and compacts).
+    #[arg(long)]
+    read_only: bool,
     /// Size of each export that does not give its own (K, M, G, T suffixes;
     /// 4K to 1T).
     #[arg(long, value_parser = lab::flags::size(EXPORT_MIN, EXPORT_MAX), default_value = "1G")]
@@ -95,10 +109,29 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR", num_args = 0..=1,
           default_missing_value = "127.0.0.1:10809")]
     tcp: Option<SocketAddr>,
-    /// Allow --tcp and --metrics on non-loopback addresses (there is no TLS
-    /// and no authentication).
+    /// Serve remote clients: allow --tcp and --metrics on non-loopback
+    /// addresses. NBD on such an address also needs --tls require (or
+    /// --insecure); /metrics has no TLS.
     #[arg(long)]
     allow_remote: bool,
+    /// With --allow-remote: serve remote NBD clients without requiring TLS
+    /// (no encryption, no authentication).
+    #[arg(long, requires = "allow_remote")]
+    insecure: bool,
+    /// TLS for NBD clients (NBD_OPT_STARTTLS), as nbdkit's --tls: off; on
+    /// (offered, plaintext clients still served); require (a plaintext
+    /// client can only start TLS or leave). on and require need
+    /// --tls-certificates.
+    #[arg(long, value_enum, value_name = "MODE", default_value = "off")]
+    tls: TlsArg,
+    /// Directory holding server-cert.pem and server-key.pem (and
+    /// ca-cert.pem for --tls-verify-peer), laid out as nbdkit and qemu-nbd
+    /// read it. No TLS-PSK: rustls has no pre-shared keys.
+    #[arg(long, value_name = "DIR")]
+    tls_certificates: Option<PathBuf>,
+    /// Require a client certificate signed by the directory's ca-cert.pem.
+    #[arg(long)]
+    tls_verify_peer: bool,
     /// Unix socket for `zmem ctl`.
     #[arg(long, value_name = "PATH")]
     ctl_socket: Option<PathBuf>,
@@ -148,7 +181,72 @@ pub struct ServeArgs {
     log_level: Option<LevelFilter>,
 }
 
-/// A size flag's value within `lo..=hi` bytes (`range` names them).
+/// `--tls`: whether TLS is offered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum TlsArg {
+    /// No TLS.
+    Off,
+    /// TLS offered; plaintext clients are served too.
+    On,
+    /// TLS required before any export is served.
+    Require,
+}
+
+/// The TLS configuration the flags ask for (`None`: off), with the
+/// certificates loaded; errors are one line naming the flag or file.
+fn tls_config(args: &ServeArgs) -> Result<Option<Arc<nbd::Tls>>, CliError> {
+    let mode = match args.tls {
+        TlsArg::Off => {
+            if args.tls_certificates.is_some() || args.tls_verify_peer {
+                return Err(CliError::Usage(
+                    "--tls-certificates and --tls-verify-peer need --tls on or --tls require"
+                        .into(),
+                ));
+            }
+            return Ok(None);
+        }
+        TlsArg::On => nbd::TlsMode::On,
+        TlsArg::Require => nbd::TlsMode::Require,
+    };
+    let Some(dir) = &args.tls_certificates else {
+        return Err(CliError::Usage(format!(
+            "--tls {} needs --tls-certificates DIR (with {} and {})",
+            if mode == nbd::TlsMode::On {
+                "on"
+            } else {
+                "require"
+            },
+            nbd::SERVER_CERT,
+            nbd::SERVER_KEY
+        )));
+    };
+    nbd::Tls::from_dir(dir, mode, args.tls_verify_peer)
+        .map(|t| Some(Arc::new(t)))
+        .map_err(|e| CliError::Failed(format!("--tls-certificates: {e}")))
+}
+
+/// Refuses a non-loopback --tcp address the flags do not allow: remote
+/// clients need --allow-remote, and TLS required unless --insecure.
+fn check_remote(args: &ServeArgs) -> Result<(), CliError> {
+    let Some(addr) = args.tcp.filter(|a| !a.ip().is_loopback()) else {
+        return Ok(());
+    };
+    if !args.allow_remote {
+        return Err(CliError::Failed(format!(
+            "refusing to listen on {addr}: not a loopback address (pass --allow-remote to serve \
+             remote clients)"
+        )));
+    }
+    if args.tls != TlsArg::Require && !args.insecure {
+        return Err(CliError::Failed(format!(
+            "--tcp {addr} serves remote clients: use --tls require with --tls-certificates \
+             DIR, or --insecure to serve them without TLS"
+        )));
+    }
+    Ok(())
+}
+
+/// A log level by name.
 fn parse_level(s: &str) -> Result<LevelFilter, String> {
     s.parse()
         .map_err(|_| format!("'{s}' is not a log level (off, error, warn, info, debug, trace)"))
@@ -180,16 +278,23 @@ fn inflight_config(args: &ServeArgs, config: Config) -> Result<Config, CliError>
     })
 }
 
-/// Splits `NAME[:SIZE]`: a colon starts the size, so a name has none, and
-/// what follows it must be a size from 4K to 1T.
-fn parse_export(s: &str, default_size: u64) -> Result<(String, u64), CliError> {
-    let Some((name, size)) = s.split_once(':') else {
-        return Ok((s.to_string(), default_size));
+/// One `--export`: name, size, read-only.
+type ExportSpec = (String, u64, bool);
+
+/// Splits `NAME[:SIZE][:ro]`: a colon starts the size or `ro`, so a name
+/// has none, and a size must be from 4K to 1T.
+fn parse_export(s: &str, default_size: u64) -> Result<ExportSpec, CliError> {
+    let (rest, read_only) = match s.strip_suffix(":ro") {
+        Some(rest) => (rest, true),
+        None => (s, false),
+    };
+    let Some((name, size)) = rest.split_once(':') else {
+        return Ok((rest.to_string(), default_size, read_only));
     };
     match lab::flags::size(EXPORT_MIN, EXPORT_MAX)(size) {
-        Ok(bytes) => Ok((name.to_string(), bytes)),
+        Ok(bytes) => Ok((name.to_string(), bytes, read_only)),
         Err(e) => Err(CliError::Usage(format!(
-            "--export {s}: {e} (NAME[:SIZE]; a name has no colon)"
+            "--export {s}: {e} (NAME[:SIZE][:ro]; a name has no colon)"
         ))),
     }
 }
@@ -206,8 +311,8 @@ fn check_export(s: &str) -> Result<String, String> {
     }
 }
 
-/// The exports to make: (name, size, configuration).
-fn plan(args: &ServeArgs) -> Result<Vec<(String, u64, StoreSpec)>, CliError> {
+/// The exports to make: (name, size, read-only, configuration).
+fn plan(args: &ServeArgs) -> Result<Vec<(String, u64, bool, StoreSpec)>, CliError> {
     let specs = args.store.specs()?;
     if args.size == 0 {
         return Err(CliError::Usage("--size must be more than 0".into()));
@@ -216,10 +321,10 @@ fn plan(args: &ServeArgs) -> Result<Vec<(String, u64, StoreSpec)>, CliError> {
         return Ok(specs
             .into_iter()
             .enumerate()
-            .map(|(i, spec)| (format!("zram{i}"), args.size, spec))
+            .map(|(i, spec)| (format!("zram{i}"), args.size, args.read_only, spec))
             .collect());
     }
-    let named: Vec<(String, u64)> = args
+    let named: Vec<ExportSpec> = args
         .exports
         .iter()
         .map(|e| parse_export(e, args.size))
@@ -238,8 +343,28 @@ fn plan(args: &ServeArgs) -> Result<Vec<(String, u64, StoreSpec)>, CliError> {
     Ok(named
         .into_iter()
         .zip(specs)
-        .map(|((n, s), spec)| (n, s, spec))
+        .map(|((n, s, ro), spec)| (n, s, ro || args.read_only, spec))
         .collect())
+}
+
+/// The registry's export table with the exports the plan marks read-only
+/// made so.
+fn read_only_exports(
+    table: nbd::Exports,
+    plan: &[(String, u64, bool, StoreSpec)],
+) -> Result<nbd::Exports, nbd::ExportError> {
+    let read_only = |name: &str| plan.iter().any(|(n, _, ro, _)| n == name && *ro);
+    let mut exports = nbd::Exports::new();
+    for e in table.iter() {
+        let export = nbd::Export::clone(e);
+        if read_only(e.name()) {
+            info!("export {:?}: read-only", e.name());
+            exports.add(export.read_only())?;
+        } else {
+            exports.add(export)?;
+        }
+    }
+    Ok(exports)
 }
 
 /// Writes the PID file (via a temporary file and a rename, so readers never
@@ -366,6 +491,8 @@ fn release_free_heap() {}
 pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     // The flags that depend on each other are checked before anything starts.
     inflight_config(args, Config::default())?;
+    check_remote(args)?;
+    let tls = tls_config(args)?;
     logger::init(logger::level(args.log_level));
     // Before any thread exists: every thread inherits the blocked mask.
     let signals = signals::block_termination()
@@ -381,7 +508,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         )));
     }
     let mut served = Vec::new();
-    for (i, (name, size, spec)) in plan.iter().enumerate() {
+    for (i, (name, size, _, spec)) in plan.iter().enumerate() {
         let store = spec.open(*size)?;
         if let Some(path) = args.backing_devs.get(i) {
             store
@@ -413,6 +540,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     let registry = Arc::new(Registry::new(served));
     let exports = registry
         .nbd_exports()
+        .and_then(|table| read_only_exports(table, &plan))
         .map_err(|e| CliError::Usage(e.to_string()))?;
 
     let inherited = crate::activation::inherited_listener().map_err(CliError::Failed)?;
@@ -473,6 +601,8 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             .workers
             .map_or_else(Config::default_workers, usize::from),
         allow_remote: args.allow_remote,
+        insecure: args.insecure,
+        tls,
         ..Config::default()
     };
     let config = Config {
@@ -560,12 +690,21 @@ mod tests {
 
     #[test]
     fn export_flags() {
-        assert_eq!(parse_export("a", 7).unwrap(), ("a".into(), 7));
-        assert_eq!(parse_export("a:1M", 7).unwrap(), ("a".into(), 1 << 20));
+        assert_eq!(parse_export("a", 7).unwrap(), ("a".into(), 7, false));
+        assert_eq!(
+            parse_export("a:1M", 7).unwrap(),
+            ("a".into(), 1 << 20, false)
+        );
+        assert_eq!(parse_export("a:ro", 7).unwrap(), ("a".into(), 7, true));
+        assert_eq!(
+            parse_export("a:1M:ro", 7).unwrap(),
+            ("a".into(), 1 << 20, true)
+        );
+        assert!(parse_export("a:ro:1M", 7).is_err());
         assert!(parse_export("a:b", 7).is_err());
         assert!(parse_export("a:xx", 7).is_err());
         assert!(parse_export("a:1:2", 7).is_err());
-        assert_eq!(parse_export(":4K", 7).unwrap(), ("".into(), 4096));
+        assert_eq!(parse_export(":4K", 7).unwrap(), ("".into(), 4096, false));
         assert!(parse_export("a:0", 7).is_err());
     }
 }
