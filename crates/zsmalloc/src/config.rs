@@ -92,6 +92,7 @@ impl PoolConfig {
                 delta: ClassDelta::Fixed(16),
                 chain_rule: ChainRule::MinWaste,
                 merge: true,
+                unit: 0,
             },
             mode: Mode::Default,
             fullness: FullnessScheme::InuseRatio,

@@ -26,6 +26,7 @@ fn any_config() -> impl Strategy<Value = GeometryConfig> {
                 delta,
                 chain_rule,
                 merge,
+                unit: 0,
             },
         )
 }

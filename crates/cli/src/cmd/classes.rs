@@ -81,6 +81,7 @@ impl ClassesArgs {
             delta: self.delta,
             chain_rule: self.chain_rule,
             merge: !self.no_merge,
+            unit: 0,
         }
     }
 }
