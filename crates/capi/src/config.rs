@@ -138,6 +138,7 @@ impl ZsPoolConfig {
                 },
                 chain_rule,
                 merge: self.merge != 0,
+                unit: 0,
             },
             mode,
             fullness,

@@ -122,13 +122,30 @@ fn nbdinfo_shows_size_flags_and_exports() {
         assert_eq!(e[flag], true, "{flag}: {out}");
     }
     assert_eq!(e["is_read_only"], false);
-    assert_eq!(e["block_size_minimum"], 1);
+    // A block above 4 KiB is preferred, with the sector as the minimum
+    // (smaller requests are still served, by read-modify-write).
+    assert_eq!(e["block_size_minimum"], 512);
     assert_eq!(e["block_size_preferred"], 16384);
     assert!(e["description"]
         .as_str()
         .unwrap_or("")
         .contains("zsmalloc/default/lz4/16K"));
     assert_eq!(nbdinfo_export_names(&z.uri("")), ["a", "b"]);
+    // A 64 KiB compression unit on 4 KiB pages: the unit is the block.
+    let u = Zmem::start(&["--export", "u:4M", "--unit", "64K"]);
+    let out = run_ok("nbdinfo", &["--json", &u.uri("u")]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let e = &v["exports"][0];
+    assert_eq!(e["block_size_minimum"], 512, "{out}");
+    assert_eq!(e["block_size_preferred"], 65536, "{out}");
+    assert!(
+        e["description"]
+            .as_str()
+            .unwrap_or("")
+            .contains("zsmalloc/default/lz4/4K/unit64K"),
+        "{out}"
+    );
+    drop(u);
     // An unknown export is refused; the server goes on.
     let o = run_tool("nbdinfo", &[&z.uri("nope")]);
     assert!(!o.status.success());

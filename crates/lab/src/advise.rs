@@ -475,6 +475,7 @@ fn spec_for(c: &Candidate, alloc: &str, mode: Mode, page_size: usize) -> StoreSp
         comp: c.comp.clone(),
         comp_params: c.store_params(),
         page_size,
+        unit: None,
         mode,
         chain: None,
         delta: None,

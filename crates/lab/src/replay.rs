@@ -95,12 +95,14 @@ impl Replay {
         let mut groups: Vec<Group> = Vec::new();
         let mut stores = Vec::new();
         for (i, spec) in specs.iter().enumerate() {
-            let pages = corpus.pages(spec.page_size);
-            stores.push(spec.open(pages.max(1) * spec.page_size as u64)?);
-            match groups.iter_mut().find(|g| g.page_size == spec.page_size) {
+            // A store's pages are its blocks: the compression unit.
+            let block = spec.block_size();
+            let pages = corpus.pages(block);
+            stores.push(spec.open(pages.max(1) * block as u64)?);
+            match groups.iter_mut().find(|g| g.page_size == block) {
                 Some(g) => g.members.push(i),
                 None => groups.push(Group {
-                    page_size: spec.page_size,
+                    page_size: block,
                     members: vec![i],
                     hashes: vec![None; pages as usize],
                 }),

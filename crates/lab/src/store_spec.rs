@@ -1,9 +1,9 @@
 //! The store options shared by `zmem replay` and `zmem serve`.
 //!
 //! [`StoreArgs`] are the flags (`--alloc`, `--comp`, `--comp-params`,
-//! `--page-size`, `--mode`, `--chain`, `--delta`, `--mem-limit`, and the
-//! background compactor's `--auto-compact`, `--compact-cpu`,
-//! `--compact-min-gain`); each of the first seven takes a
+//! `--page-size`, `--unit`, `--mode`, `--chain`, `--delta`, `--mem-limit`,
+//! and the background compactor's `--auto-compact`, `--compact-cpu`,
+//! `--compact-min-gain`); each of the first eight takes a
 //! comma-separated list, and [`StoreArgs::specs`] expands them into every
 //! combination, so one `zmem replay` can compare configurations side by side.
 //! A [`StoreSpec`] is one configuration; [`StoreSpec::open`] makes its store.
@@ -39,6 +39,11 @@ pub struct StoreArgs {
     /// Page size(s): 4K, 16K, 64K.
     #[arg(long, value_delimiter = ',', value_parser = parse_page_size, default_values_t = [4096u64])]
     pub page_size: Vec<u64>,
+    /// Compression unit(s): the block each store compresses whole, 4K to 64K,
+    /// a power of two, at least the page size; objects up to the unit span
+    /// pages of one zspage [default: the page size]
+    #[arg(long, value_delimiter = ',', value_name = "SIZE", value_parser = parse_unit)]
+    pub unit: Vec<u64>,
     /// zsmalloc mode(s): default or kernel-compat.
     #[arg(long, value_delimiter = ',', default_values_t = [Mode::Default])]
     pub mode: Vec<Mode>,
@@ -97,8 +102,11 @@ pub struct StoreSpec {
     pub comp: String,
     /// Compressor settings.
     pub comp_params: String,
-    /// Bytes per page.
+    /// Bytes per page (the allocator's page, the unit memory is counted in).
     pub page_size: usize,
+    /// Bytes compressed whole (the store's block), if larger than the page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unit: Option<usize>,
     /// zsmalloc mode.
     pub mode: Mode,
     /// zsmalloc chain, if set.
@@ -177,6 +185,18 @@ pub fn default_comp(mode: Mode) -> &'static str {
     }
 }
 
+/// Parses a compression unit: a power of two from 4K to 64K (at least the
+/// page size, which [`StoreArgs::specs`] checks with the page size it is
+/// paired with).
+pub fn parse_unit(s: &str) -> Result<u64, String> {
+    match parse_size(s) {
+        Ok(n) if n.is_power_of_two() && (4096..=65536).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "'{s}' is not a compression unit (4K, 8K, 16K, 32K or 64K)"
+        )),
+    }
+}
+
 /// Parses a page size: one of the sizes zsmalloc's geometry accepts (4K, 8K,
 /// 16K, 32K, 64K).
 pub fn parse_page_size(s: &str) -> Result<u64, String> {
@@ -211,10 +231,28 @@ impl StoreArgs {
         } else {
             self.auto_compact.iter().copied().map(Some).collect()
         };
+        let units: Vec<Option<u64>> = if self.unit.is_empty() {
+            vec![None]
+        } else {
+            self.unit.iter().copied().map(Some).collect()
+        };
         let mut specs = Vec::new();
         for alloc in &self.alloc {
             for comp in &comps {
-                for &page_size in &self.page_size {
+                for (&page_size, &unit) in self
+                    .page_size
+                    .iter()
+                    .flat_map(|p| units.iter().map(move |u| (p, u)))
+                {
+                    if unit.is_some_and(|u| u < page_size) {
+                        return Err(Error::Usage(format!(
+                            "--unit {} is smaller than --page-size {}: the unit is at least a page",
+                            unit.unwrap_or(0),
+                            page_size
+                        )));
+                    }
+                    // A unit of one page is the page itself.
+                    let unit = unit.filter(|&u| u > page_size).map(|u| u as usize);
                     for &mode in &self.mode {
                         for chain in opt(&self.chain) {
                             for (delta, auto) in opt(&self.delta)
@@ -235,6 +273,7 @@ impl StoreArgs {
                                     comp: comp.unwrap_or(default_comp(mode)).to_string(),
                                     comp_params: self.comp_params.clone(),
                                     page_size,
+                                    unit,
                                     mode,
                                     chain,
                                     delta,
@@ -255,6 +294,7 @@ impl StoreArgs {
                 && a.auto_compact == b.auto_compact
                 && a.comp == b.comp
                 && a.page_size == b.page_size
+                && a.unit == b.unit
         });
         Ok(specs)
     }
@@ -282,13 +322,23 @@ impl StoreSpec {
             }
         }
         s.push_str(&format!("/{}/{}K", self.comp, self.page_size / 1024));
+        if let Some(unit) = self.unit {
+            s.push_str(&format!("/unit{}K", unit / 1024));
+        }
         s
+    }
+
+    /// Bytes per disk page: what is compressed whole (the unit, else the
+    /// page size).
+    pub fn block_size(&self) -> usize {
+        self.unit.unwrap_or(self.page_size)
     }
 
     /// The allocator options.
     pub fn alloc_options(&self) -> AllocOptions {
         AllocOptions {
             page_size: self.page_size,
+            unit: self.unit,
             mode: self.mode,
             chain: self.chain,
             delta: self.delta,
@@ -296,15 +346,17 @@ impl StoreSpec {
         }
     }
 
-    /// A store of `disk_bytes` (rounded up to whole pages) with this
-    /// configuration. Bad settings are usage errors.
+    /// A store of `disk_bytes` (rounded up to whole blocks, see
+    /// [`StoreSpec::block_size`]) with this configuration. Bad settings are
+    /// usage errors.
     pub fn open(&self, disk_bytes: u64) -> Result<Store, Error> {
         let pool = zalloc::open(&self.alloc, &self.alloc_options())
             .map_err(|e| Error::Usage(format!("{}: {e}", self.label())))?;
         let comp = zcomp::Compressor::parse(&self.comp, &self.comp_params)
             .map_err(|e| Error::Usage(format!("--comp {}: {e}", self.comp)))?;
-        let pages = disk_bytes.div_ceil(self.page_size as u64);
-        let store = Store::new(Arc::clone(&pool), comp, pages)
+        let block = self.block_size();
+        let pages = disk_bytes.div_ceil(block as u64);
+        let store = Store::with_block_size(Arc::clone(&pool), comp, pages, block)
             .map_err(|e| Error::Usage(format!("{}: {e}", self.label())))?;
         store.set_mem_limit(self.mem_limit);
         store

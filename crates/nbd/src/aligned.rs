@@ -64,12 +64,15 @@ enum Guard<'a> {
 
 /// Wraps a device that only accepts whole, aligned blocks and serves any
 /// byte range with read-modify-write. It advertises a minimum block size of 1
-/// and a preferred block size of at least its block.
+/// (or the one set with [`BlockAligned::with_advertised_minimum`]) and a
+/// preferred block size of at least its block.
 ///
 /// The exported size is the inner size rounded down to a whole block.
 pub struct BlockAligned<D> {
     inner: D,
     block: u64,
+    /// The minimum block size advertised (requests below it are still served).
+    minimum: u32,
     stripes: Box<[RwLock<()>]>,
 }
 
@@ -78,6 +81,22 @@ impl<D: BlockDevice> BlockAligned<D> {
     pub fn new(inner: D) -> BlockAligned<D> {
         let block = inner.block_size().minimum.max(1);
         BlockAligned::with_block(inner, block)
+    }
+
+    /// Advertises `minimum` as the minimum block size (a power of two, at
+    /// most the block): clients are asked not to send smaller requests,
+    /// though any byte range is still served with read-modify-write.
+    ///
+    /// # Panics
+    /// If `minimum` is not a power of two or is above the block (a
+    /// programming error).
+    pub fn with_advertised_minimum(mut self, minimum: u32) -> BlockAligned<D> {
+        assert!(
+            minimum.is_power_of_two() && u64::from(minimum) <= self.block,
+            "minimum {minimum} must be a power of two and at most the block"
+        );
+        self.minimum = minimum;
+        self
     }
 
     /// Aligns to `block` bytes, which the inner device sees as its only
@@ -94,6 +113,7 @@ impl<D: BlockDevice> BlockAligned<D> {
         BlockAligned {
             inner,
             block: block as u64,
+            minimum: 1,
             stripes: (0..STRIPES).map(|_| RwLock::new(())).collect(),
         }
     }
@@ -207,7 +227,7 @@ impl<D: BlockDevice> BlockDevice for BlockAligned<D> {
         let inner = self.inner.block_size();
         let block = self.block as u32;
         BlockSize {
-            minimum: 1,
+            minimum: self.minimum,
             preferred: inner.preferred.max(block).max(512),
             maximum: inner.maximum.max(block),
         }

@@ -96,8 +96,10 @@ use std::ptr::NonNull;
 
 pub use source::{Hold, PageSource, SourceStats};
 
-/// The longest run, in pages, a source hands out (zsmalloc's longest chain).
-pub const MAX_RUN_PAGES: u32 = 16;
+/// The longest run, in pages, a source hands out (zsmalloc's longest
+/// zspage: 16 pages for classes of at most a page, 64 for the multi-page
+/// classes of a compression unit larger than a page).
+pub const MAX_RUN_PAGES: u32 = 64;
 
 /// The default bound of the cache of freed runs, in bytes (see the module
 /// documentation; `BENCHMARKS.md` has the measurements behind it).

@@ -370,7 +370,12 @@ fn the_limit_counts_cached_pages_but_never_fails_because_of_them() {
 fn bad_requests_are_errors() {
     let src = PageSource::new(PS, None).unwrap();
     assert_eq!(src.alloc(0).unwrap_err(), PagesError::RunLength(0));
-    assert_eq!(src.alloc_clean(17).unwrap_err(), PagesError::RunLength(17));
+    let over = MAX_RUN_PAGES + 1;
+    assert_eq!(
+        src.alloc_clean(over).unwrap_err(),
+        PagesError::RunLength(over)
+    );
+    assert!(src.alloc_clean(MAX_RUN_PAGES).is_ok());
     assert_eq!(
         PageSource::new(1000, None).unwrap_err(),
         PagesError::PageSize(1000)

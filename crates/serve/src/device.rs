@@ -222,7 +222,16 @@ impl BlockDevice for PageDevice {
 /// The device to export for `store`: any byte range, read-modify-write for
 /// partial pages.
 pub fn export_device(store: Arc<Store>) -> BlockAligned<PageDevice> {
-    BlockAligned::new(PageDevice::new(store))
+    // A block above 4 KiB (a compression unit) is the preferred size; the
+    // minimum is the sector, 512 bytes, not a byte: a smaller write would
+    // recompress a whole unit.
+    let large = store.page_size() > 4096;
+    let dev = BlockAligned::new(PageDevice::new(store));
+    if large {
+        dev.with_advertised_minimum(512)
+    } else {
+        dev
+    }
 }
 
 #[cfg(test)]
@@ -239,6 +248,17 @@ mod tests {
         Arc::new(Store::new(pool, comp, pages).unwrap())
     }
 
+    /// A store of `pages` blocks of `unit` bytes over 4 KiB pages.
+    fn unit_store(unit: usize, pages: u64) -> Arc<Store> {
+        let opts = zalloc::AllocOptions {
+            unit: Some(unit),
+            ..zalloc::AllocOptions::default()
+        };
+        let pool = zalloc::open("zsmalloc", &opts).unwrap();
+        let comp = zcomp::Compressor::parse("lz4", "").unwrap();
+        Arc::new(Store::with_block_size(pool, comp, pages, unit).unwrap())
+    }
+
     fn text(len: usize, salt: u8) -> Vec<u8> {
         (0..len)
             .map(|i| b"the quick brown fox "[i % 20] ^ (salt & (i as u8 >> 5)))
@@ -247,11 +267,20 @@ mod tests {
 
     #[test]
     fn unaligned_io_matches_a_model() {
-        for page in [4096usize, 16384] {
-            let dev = export_device(store(page, 16));
+        for (page, unit) in [(4096usize, false), (16384, false), (65536, true)] {
+            // The last is a 64 KiB compression unit on 4 KiB pages.
+            let dev = export_device(if unit {
+                unit_store(page, 16)
+            } else {
+                store(page, 16)
+            });
             let size = dev.size() as usize;
             assert_eq!(size, 16 * page);
-            assert_eq!(dev.block_size().minimum, 1);
+            // A block above 4 KiB is preferred, with the sector as minimum;
+            // smaller requests are still served (read-modify-write).
+            let want = if page > 4096 { 512 } else { 1 };
+            assert_eq!(dev.block_size().minimum, want);
+            assert_eq!(dev.block_size().preferred, page as u32);
             let mut model = vec![0u8; size];
             let mut seed = 7u64;
             let mut next = || {

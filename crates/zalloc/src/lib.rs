@@ -56,6 +56,11 @@ pub const NAMES: [&str; 4] = ["zsmalloc", "zbud", "z3fold", "zblock"];
 pub struct AllocOptions {
     /// Bytes per page (4096 up to 65536, a power of two).
     pub page_size: usize,
+    /// zsmalloc: the largest object, a compression unit larger than the page
+    /// (a power of two up to 65536) whose objects span pages of one zspage;
+    /// `None` for objects up to a page. The other allocators keep objects of
+    /// at most a page and ignore it (a store keeps larger blocks beside them).
+    pub unit: Option<usize>,
     /// zsmalloc: kernel-compatible layout or zmem's default.
     pub mode: Mode,
     /// zsmalloc: most pages per zspage (1..=16); `None` keeps the mode's
@@ -63,7 +68,7 @@ pub struct AllocOptions {
     pub chain: Option<u32>,
     /// zsmalloc: fixed step in bytes between size classes (a multiple of
     /// 8); `None` keeps the mode's (kernel-compat `max(PAGE_SIZE >> 8, 16)`,
-    /// default 16).
+    /// default 16 on 4 KiB pages, `page_size / 128` on larger ones).
     pub delta: Option<u32>,
     /// zsmalloc: merge classes with the same pages and objects per zspage
     /// (the class-merging patch, seed 003); both modes merge by default.
@@ -75,6 +80,7 @@ impl Default for AllocOptions {
     fn default() -> Self {
         AllocOptions {
             page_size: 4096,
+            unit: None,
             mode: Mode::Default,
             chain: None,
             delta: None,
@@ -104,6 +110,10 @@ impl AllocOptions {
             config.geometry.delta = ClassDelta::Fixed(delta);
         }
         config.geometry.merge &= self.merge;
+        if let Some(unit) = self.unit {
+            config.geometry.unit = u32::try_from(unit)
+                .map_err(|_| ZPoolError::Config(format!("unit {unit} is too large")))?;
+        }
         config
             .geometry
             .validate()

@@ -1,5 +1,11 @@
 //! The store: a disk of pages over an allocator and a compressor.
 //!
+//! A store's *page* (`page_size`, the disk's block) is what is compressed
+//! whole: the allocator's page by default, or a larger compression unit
+//! ([`Store::with_block_size`], `--unit`, issue 18) whose objects span
+//! several of the allocator's pages. Memory (`mem_used_total`,
+//! `mem_limit`) is always counted in the allocator's pages.
+//!
 //! # Paths (as the kernel's zram_drv.c)
 //! - **write**: a page that is one repeated 8-byte word is kept in its slot
 //!   (SAME, no allocator memory). Otherwise it is compressed with this
@@ -103,7 +109,11 @@ pub struct Store {
     pub(crate) streams: Streams,
     pub(crate) slots: Box<[Slot]>,
     pub(crate) layout: Layout,
+    /// Bytes per disk page: the unit compressed whole (the allocator's page
+    /// unless the store was made with a larger block).
     pub(crate) page_size: usize,
+    /// Bytes per allocator page: the unit memory is counted in.
+    mem_page: usize,
     pub(crate) huge_class_size: usize,
     /// Raw pages kept beside an allocator that cannot hold a whole page.
     huge: Option<HugePages>,
@@ -127,6 +137,7 @@ impl std::fmt::Debug for Store {
             .field("compressor", &self.streams.compressor())
             .field("pages", &self.slots.len())
             .field("page_size", &self.page_size)
+            .field("mem_page", &self.mem_page)
             .finish()
     }
 }
@@ -184,9 +195,24 @@ impl Store {
         disk_pages: u64,
     ) -> Result<Store, StoreError> {
         let page_size = pool.page_size();
-        if !page_size.is_power_of_two() || !(4096..=65536).contains(&page_size) {
+        Store::with_block_size(pool, compressor, disk_pages, page_size)
+    }
+
+    /// A store of `disk_pages` blocks of `block_size` bytes, each compressed
+    /// whole (the compression unit): a power of two from the allocator's
+    /// page size to 64 KiB. A block that compresses to `huge_class_size` or
+    /// more is stored raw.
+    pub fn with_block_size(
+        pool: Arc<dyn ZPool>,
+        compressor: Compressor,
+        disk_pages: u64,
+        block_size: usize,
+    ) -> Result<Store, StoreError> {
+        let mem_page = pool.page_size();
+        let page_size = block_size;
+        if !page_size.is_power_of_two() || !(mem_page..=65536).contains(&page_size) {
             return Err(StoreError::Config(format!(
-                "page size {page_size} is not a power of two from 4096 to 65536"
+                "block size {page_size} is not a power of two from the page size ({mem_page}) to 65536"
             )));
         }
         // zram keeps incompressible pages raw, as page-sized objects; for an
@@ -209,6 +235,7 @@ impl Store {
             slots: zeroed_slots(n)?,
             layout: Layout::new(page_size, huge_home),
             page_size,
+            mem_page,
             limit_pages: Arc::new(AtomicU64::new(0)),
             counters: Arc::new(Counters::default()),
             born: Instant::now(),
@@ -397,9 +424,19 @@ impl Store {
         }
     }
 
-    /// Pages held: the allocator's, plus pages kept beside it.
+    /// Allocator pages held: the allocator's, plus the blocks kept beside it
+    /// (each `page_size / mem_page` of them).
     pub(crate) fn used_pages(&self) -> u64 {
-        (self.pool.total_pages() + self.huge.as_ref().map_or(0, HugePages::pages)) as u64
+        let per_block = self.page_size / self.mem_page;
+        (self.pool.total_pages() + self.huge.as_ref().map_or(0, HugePages::pages) * per_block)
+            as u64
+    }
+
+    /// Bytes per allocator page, the unit `mem_used_total` and `mem_limit`
+    /// are counted in (equal to [`Store::page_size`] unless the store was
+    /// made with a larger block).
+    pub fn mem_page_size(&self) -> usize {
+        self.mem_page
     }
 
     /// Reads the page at `index` into `buf` (one page long).
@@ -561,13 +598,13 @@ impl Store {
     /// Sets the memory limit in bytes, rounded up to whole pages; 0 removes
     /// it. Pages already stored stay; later writes that would pass it fail.
     pub fn set_mem_limit(&self, bytes: u64) {
-        let pages = bytes.div_ceil(self.page_size as u64);
+        let pages = bytes.div_ceil(self.mem_page as u64);
         self.limit_pages.store(pages, Ordering::Relaxed);
     }
 
     /// The memory limit in bytes (0: none).
     pub fn mem_limit(&self) -> u64 {
-        self.limit_pages.load(Ordering::Relaxed) * self.page_size as u64
+        self.limit_pages.load(Ordering::Relaxed) * self.mem_page as u64
     }
 
     /// Resets `mem_used_max` to the memory used now (`echo 0 >
@@ -629,17 +666,18 @@ impl Store {
     /// `mm_stat` now.
     pub fn mm_stat(&self) -> MmStat {
         let page = self.page_size as u64;
+        let mem_page = self.mem_page as u64;
         let pool = self.pool.stats();
         let c = self.counters.snapshot();
         let used = self.used_pages();
         MmStat {
             orig_data_size: c.get(Counter::PagesStored) * page,
             compr_data_size: c.get(Counter::ComprDataSize),
-            mem_used_total: used * page,
+            mem_used_total: used * mem_page,
             mem_limit: self.mem_limit(),
             // The maximum is raised just after the pages are taken: never
             // show it below the total read after it.
-            mem_used_max: self.counters.max_used_pages().max(used) * page,
+            mem_used_max: self.counters.max_used_pages().max(used) * mem_page,
             same_pages: c.get(Counter::SamePages),
             pages_compacted: pool
                 .pages_compacted

@@ -34,7 +34,12 @@ fn page(page_size: usize, kind: u8, seed: u64) -> Vec<u8> {
 }
 
 fn pool(mode: Mode, page_size: usize) -> Arc<dyn ZPool> {
-    let config = match mode {
+    unit_pool(mode, page_size, page_size)
+}
+
+/// A pool on `page_size` pages whose objects go up to `unit` bytes.
+fn unit_pool(mode: Mode, page_size: usize, unit: usize) -> Arc<dyn ZPool> {
+    let mut config = match mode {
         Mode::KernelCompat => PoolConfig {
             geometry: zsmalloc::GeometryConfig {
                 page_size: page_size as u32,
@@ -44,7 +49,19 @@ fn pool(mode: Mode, page_size: usize) -> Arc<dyn ZPool> {
         },
         Mode::Default => PoolConfig::default_mode(page_size as u32),
     };
+    config.geometry.unit = unit as u32;
     Arc::new(Pool::new(config).expect("pool"))
+}
+
+/// A store of `pages` blocks of `unit` bytes over `page_size` pages.
+fn unit_store(mode: Mode, page_size: usize, unit: usize, pages: u64, comp: &str) -> Store {
+    Store::with_block_size(
+        unit_pool(mode, page_size, unit),
+        zcomp::Compressor::parse(comp, "").expect("compressor"),
+        pages,
+        unit,
+    )
+    .expect("store")
 }
 
 fn store(mode: Mode, page_size: usize, pages: u64, comp: &str) -> Store {
@@ -113,12 +130,18 @@ proptest! {
         kernel in any::<bool>(),
         auto in any::<bool>(),
         ps_shift in prop_oneof![Just(12u32), Just(14), Just(16)],
+        unit_shift in prop_oneof![Just(0u32), 1u32..=4],
         comp in prop_oneof![Just("lz4"), Just("zstd"), Just("lz4hc"), Just("deflate")],
         ops in prop::collection::vec(op(24), 1..80),
     ) {
-        let ps = 1usize << ps_shift;
+        // The store's block is the compression unit: the page, or up to 16
+        // pages (at most 64 KiB) whose objects span pages (issue 18).
+        let page_size = 1usize << ps_shift;
+        let ps = (page_size << unit_shift).min(65536);
         let mode = if kernel { Mode::KernelCompat } else { Mode::Default };
-        let store = store(mode, ps, 24, comp);
+        let store = unit_store(mode, page_size, ps, 24, comp);
+        prop_assert_eq!(store.page_size(), ps);
+        prop_assert_eq!(store.mem_page_size(), page_size);
         if auto {
             // The background compactor at full speed, for every free.
             let policy = zram::AutoCompactPolicy::new(zram::AutoCompactMode::On)
@@ -516,6 +539,68 @@ fn allocators_that_cannot_hold_a_page_get_raw_pages_beside_them() {
     assert_eq!(s.mm_stat().huge_pages, 0);
     s.discard(0, 8).unwrap();
     assert_eq!(s.mm_stat().mem_used_total, 0);
+}
+
+#[test]
+fn every_allocator_stores_units_larger_than_a_page() {
+    // zsmalloc holds a 64 KiB unit in its multi-page classes; the others
+    // keep units that do not fit them raw beside them, counted in pages.
+    for name in zalloc::NAMES {
+        let opts = zalloc::AllocOptions {
+            unit: Some(65536),
+            ..zalloc::AllocOptions::default()
+        };
+        let pool = zalloc::open(name, &opts).expect(name);
+        let s = Store::with_block_size(
+            pool.clone(),
+            zcomp::Compressor::parse("lz4", "").unwrap(),
+            16,
+            65536,
+        )
+        .expect(name);
+        let mut model = vec![None; 16];
+        for i in 0..16u64 {
+            let p = page(65536, i as u8, i * 7 + 1);
+            s.write_page(i, &p)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            model[i as usize] = Some(p);
+        }
+        check(&s, &model);
+        let mm = s.mm_stat();
+        assert_eq!(
+            mm.mem_used_total % 4096,
+            0,
+            "{name}: counted in 4 KiB pages"
+        );
+        // Raw units beside an allocator whose objects end below the unit
+        // count 16 pages each; zsmalloc keeps them in its own huge class.
+        let beside = if name == "zsmalloc" { 0 } else { mm.huge_pages };
+        assert_eq!(
+            mm.mem_used_total,
+            (s.allocator().total_pages() as u64 + beside * 16) * 4096,
+            "{name}"
+        );
+        assert!(
+            s.write_page(0, &vec![1u8; 4096]).is_err(),
+            "{name}: a page is not a block"
+        );
+        s.reset();
+        assert_eq!(s.mm_stat().mem_used_total, 0, "{name}");
+        assert_eq!(pool.total_pages(), 0, "{name}");
+    }
+    // A unit below the page, or not a power of two, is refused.
+    for (page_size, block) in [(16384, 4096), (4096, 12288), (4096, 131072)] {
+        let opts = zalloc::AllocOptions {
+            page_size,
+            ..zalloc::AllocOptions::default()
+        };
+        let pool = zalloc::open("zsmalloc", &opts).unwrap();
+        let comp = zcomp::Compressor::parse("lz4", "").unwrap();
+        assert!(
+            Store::with_block_size(pool, comp, 4, block).is_err(),
+            "{page_size}/{block}"
+        );
+    }
 }
 
 #[test]

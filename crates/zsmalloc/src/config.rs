@@ -83,15 +83,23 @@ impl PoolConfig {
         }
     }
 
-    /// zmem's default pool on pages of `page_size` bytes.
+    /// zmem's default pool on pages of `page_size` bytes: chain 16, classes
+    /// 16 bytes apart on 4 KiB pages and `page_size / 128` apart on larger
+    /// ones (128 bytes on 16 KiB, 512 on 64 KiB), min-waste, merged.
+    ///
+    /// On large pages the partly filled last zspage of each class costs up
+    /// to a page per class, so fewer, wider classes waste less than fine
+    /// ones ("Dense at every page size and unit" in BENCHMARKS.md: 19.7% ->
+    /// 4.1% over the compressed bytes on 64 KiB pages with lz4).
     pub fn default_mode(page_size: u32) -> PoolConfig {
         PoolConfig {
             geometry: GeometryConfig {
                 page_size,
                 chain: 16,
-                delta: ClassDelta::Fixed(16),
+                delta: ClassDelta::Fixed(default_delta(page_size)),
                 chain_rule: ChainRule::MinWaste,
                 merge: true,
+                unit: 0,
             },
             mode: Mode::Default,
             fullness: FullnessScheme::InuseRatio,
@@ -99,6 +107,16 @@ impl PoolConfig {
             compaction: CompactionAlgo::Optimal,
             auto_compact: None,
         }
+    }
+}
+
+/// Default mode's class step on pages of `page_size` bytes: 16 bytes up to
+/// 4 KiB pages, `page_size / 128` above (see [`PoolConfig::default_mode`]).
+pub fn default_delta(page_size: u32) -> u32 {
+    if page_size <= 4096 {
+        16
+    } else {
+        page_size / 128
     }
 }
 

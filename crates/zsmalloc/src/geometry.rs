@@ -13,13 +13,18 @@
 //! headers or locks; the pool adds the 8-byte header before it asks for a class.
 //!
 //! Vocabulary:
-//! - *logical class* `i`: size `min(32 + i * delta, PAGE_SIZE)`; a stored object
+//! - *logical class* `i`: size `min(32 + i * delta, UNIT)`; a stored object
 //!   of `len` bytes uses logical class `ceil((len - 32) / delta)` (0 below 32).
+//!   `UNIT` is the largest object: the page size in the kernel's geometry, or
+//!   a larger compression unit (issue 18), whose classes above a page are
+//!   *multi-page*: their objects span pages of one zspage.
 //! - *physical class*: the class that owns zspages. With merging, a run of
 //!   adjacent logical classes with the same (pages per zspage, objects per
 //!   zspage) share the physical class of the largest size in the run.
 //! - *chain rule*: how many pages (1..=chain) a zspage of a class gets.
-//! - *huge class*: a physical class with one page and one object per zspage.
+//! - *huge class*: a physical class with one object per zspage, as many pages
+//!   long as the unit (one page in the kernel's geometry): it saves nothing
+//!   over storing the unit raw.
 
 use std::fmt;
 use std::str::FromStr;
@@ -34,6 +39,11 @@ pub const ZS_MIN_ALLOC_SIZE: u32 = 32;
 pub const ZS_HANDLE_SIZE: u32 = 8;
 /// Largest chain size accepted (the kernel's Kconfig range ends at 16).
 pub const MAX_CHAIN: u32 = 16;
+/// Most pages one zspage of a multi-page class may have (a class larger
+/// than a page, with a compression unit above the page size): 64 pages hold
+/// four objects of a 64 KiB unit on 4 KiB pages. A class of at most a page
+/// keeps the chain's bound, [`MAX_CHAIN`].
+pub const MAX_ZSPAGE_PAGES: u32 = 64;
 /// Page sizes the geometry accepts.
 pub const PAGE_SIZES: [u32; 5] = [4096, 8192, 16384, 32768, 65536];
 
@@ -111,17 +121,27 @@ impl ChainRule {
     }
 
     /// Pages per zspage for class `size` on `page_size` pages with at most
-    /// `chain` pages.
+    /// `chain` pages. A class larger than a page (a multi-page class, with a
+    /// compression unit above the page size) needs `ceil(size / page_size)`
+    /// pages for one object; it may take up to `chain` times that (at most
+    /// [`MAX_ZSPAGE_PAGES`]), so that several objects share the tail. For a
+    /// class of at most a page this is exactly the kernel's range, 1..=chain.
     pub fn pages_per_zspage(self, size: u32, page_size: u32, chain: u32) -> u32 {
         debug_assert!(size > 0 && chain > 0);
+        let lo = size.div_ceil(page_size);
+        let hi = if lo == 1 {
+            chain
+        } else {
+            (lo * chain).min(MAX_ZSPAGE_PAGES).max(lo)
+        };
         let tail = |k: u32| (k * page_size) % size;
         match self {
             ChainRule::MinWaste => {
                 if size.is_power_of_two() {
-                    return 1;
+                    return lo;
                 }
-                let mut best = 1;
-                for k in 2..=chain {
+                let mut best = lo;
+                for k in lo + 1..=hi {
                     if tail(k) < tail(best) {
                         best = k;
                     }
@@ -133,8 +153,8 @@ impl ChainRule {
                     let bytes = u64::from(k) * u64::from(page_size);
                     (bytes / u64::from(size)) * u64::from(size) * 100 / bytes
                 };
-                let mut best = 1;
-                for k in 2..=chain {
+                let mut best = lo;
+                for k in lo + 1..=hi {
                     if used_percent(k) > used_percent(best) {
                         best = k;
                     }
@@ -143,16 +163,16 @@ impl ChainRule {
             }
             ChainRule::Balanced => {
                 if size.is_power_of_two() {
-                    return 1;
+                    return lo;
                 }
-                let mut best = 1;
-                let mut best_tail = tail(1);
-                for k in 1..=chain {
+                let mut best = lo;
+                let mut best_tail = tail(lo);
+                for k in lo..=hi {
                     let t = tail(k);
                     if t == 0 {
                         return k;
                     }
-                    if k > 1 {
+                    if k > lo {
                         // While the tail is over 10% of the zspage any improvement
                         // counts; below that a longer chain must cut it by > 25%.
                         let better = if best_tail * 10 > best * page_size {
@@ -207,7 +227,20 @@ pub struct GeometryConfig {
     pub chain_rule: ChainRule,
     /// Whether adjacent classes with equal (pages, objects) share one physical class.
     pub merge: bool,
+    /// The largest object, in bytes: the compression unit of a store whose
+    /// blocks are larger than a page (issue 18). 0 means the page size, the
+    /// kernel's geometry; otherwise a power of two from the page size to
+    /// [`MAX_UNIT`].
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unit: u32,
 }
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+/// The largest compression unit (and so the largest object) a geometry takes.
+pub const MAX_UNIT: u32 = 65536;
 
 impl Default for GeometryConfig {
     /// The kernel's defaults: 4 KiB pages, chain 8, legacy delta (16 bytes),
@@ -219,11 +252,22 @@ impl Default for GeometryConfig {
             delta: ClassDelta::Legacy,
             chain_rule: ChainRule::MinWaste,
             merge: true,
+            unit: 0,
         }
     }
 }
 
 impl GeometryConfig {
+    /// The largest object in bytes: [`GeometryConfig::unit`], or the page size
+    /// when it is 0.
+    pub fn unit_bytes(&self) -> u32 {
+        if self.unit == 0 {
+            self.page_size
+        } else {
+            self.unit
+        }
+    }
+
     /// Checks every field, returning the first one out of range.
     pub fn validate(&self) -> Result<(), GeometryError> {
         if !PAGE_SIZES.contains(&self.page_size) {
@@ -235,6 +279,13 @@ impl GeometryConfig {
         let d = self.delta.bytes(self.page_size);
         if d == 0 || d % ZS_ALIGN != 0 || d > self.page_size {
             return Err(GeometryError::Delta(d));
+        }
+        let unit = self.unit_bytes();
+        if !unit.is_power_of_two() || unit < self.page_size || unit > MAX_UNIT {
+            return Err(GeometryError::Unit {
+                unit,
+                page_size: self.page_size,
+            });
         }
         Ok(())
     }
@@ -253,6 +304,13 @@ pub enum GeometryError {
     DeltaSyntax(String),
     /// The chain rule has no such name.
     ChainRule(String),
+    /// The unit is not a power of two from the page size to [`MAX_UNIT`].
+    Unit {
+        /// The unit asked for.
+        unit: u32,
+        /// The page size it was paired with.
+        page_size: u32,
+    },
 }
 
 impl fmt::Display for GeometryError {
@@ -277,6 +335,10 @@ impl fmt::Display for GeometryError {
                 f,
                 "unknown chain rule '{s}': use min-waste, used-percent or balanced"
             ),
+            GeometryError::Unit { unit, page_size } => write!(
+                f,
+                "unit {unit} is not a power of two from the page size ({page_size}) to {MAX_UNIT}"
+            ),
         }
     }
 }
@@ -288,7 +350,7 @@ impl std::error::Error for GeometryError {}
 pub struct LogicalClass {
     /// Index in the ladder (the kernel's `size_class[]` index).
     pub index: u32,
-    /// Its own size, `min(32 + index * delta, PAGE_SIZE)`.
+    /// Its own size, `min(32 + index * delta, unit)`.
     pub size: u32,
     /// Position in [`Geometry::classes`] of the physical class serving it.
     pub class: u32,
@@ -313,7 +375,8 @@ pub struct SizeClass {
     pub tail_waste: u32,
     /// Objects of one zspage that cross a page boundary.
     pub span: u32,
-    /// One page and one object per zspage.
+    /// One object per zspage, as many pages as the unit (one page and one
+    /// object in the kernel's geometry).
     pub huge: bool,
 }
 
@@ -400,8 +463,10 @@ impl Geometry {
     pub fn new(config: GeometryConfig) -> Result<Self, GeometryError> {
         config.validate()?;
         let ps = config.page_size;
+        let unit = config.unit_bytes();
+        let unit_pages = unit.div_ceil(ps);
         let delta = config.delta.bytes(ps);
-        let n = (ps - ZS_MIN_ALLOC_SIZE).div_ceil(delta) + 1;
+        let n = (unit - ZS_MIN_ALLOC_SIZE).div_ceil(delta) + 1;
 
         // Walk from the largest index down, as zs_create_pool does, so that a
         // merged run adopts the size of its largest member.
@@ -409,10 +474,10 @@ impl Geometry {
         let mut built: Vec<SizeClass> = Vec::new();
         let mut huge_class_size = 0;
         for i in (0..n).rev() {
-            let size = (ZS_MIN_ALLOC_SIZE + i * delta).min(ps);
+            let size = (ZS_MIN_ALLOC_SIZE + i * delta).min(unit);
             let pages = config.chain_rule.pages_per_zspage(size, ps, config.chain);
             let objs = pages * ps / size;
-            let huge = pages == 1 && objs == 1;
+            let huge = pages == unit_pages && objs == 1;
             if !huge && huge_class_size == 0 {
                 huge_class_size = size - (ZS_HANDLE_SIZE - 1);
             }
@@ -445,7 +510,7 @@ impl Geometry {
         let logical = (0..n)
             .map(|i| LogicalClass {
                 index: i,
-                size: (ZS_MIN_ALLOC_SIZE + i * delta).min(ps),
+                size: (ZS_MIN_ALLOC_SIZE + i * delta).min(unit),
                 class: count - 1 - logical_to_phys_rev[i as usize],
             })
             .collect();
@@ -466,6 +531,12 @@ impl Geometry {
     /// Bytes per page.
     pub fn page_size(&self) -> u32 {
         self.config.page_size
+    }
+
+    /// The largest object in bytes (the compression unit; the page size in
+    /// the kernel's geometry).
+    pub fn unit(&self) -> u32 {
+        self.config.unit_bytes()
     }
 
     /// The class delta in bytes.
@@ -499,9 +570,9 @@ impl Geometry {
     }
 
     /// Logical index serving a stored object of `size` bytes, or `None` if
-    /// `size` is 0 or above the page size.
+    /// `size` is 0 or above the unit (the page size in the kernel's geometry).
     pub fn logical_index(&self, size: u32) -> Option<u32> {
-        if size == 0 || size > self.config.page_size {
+        if size == 0 || size > self.unit() {
             return None;
         }
         let idx = size.saturating_sub(ZS_MIN_ALLOC_SIZE).div_ceil(self.delta);
@@ -515,14 +586,15 @@ impl Geometry {
     }
 
     /// The simulator's request view: one row per request size from 32 to the
-    /// page size in steps of 16 bytes (no header added).
+    /// unit (the page size in the kernel's geometry) in steps of 16 bytes (no
+    /// header added).
     pub fn request_rows(&self) -> Vec<RequestRow> {
-        (ZS_MIN_ALLOC_SIZE..=self.config.page_size)
+        (ZS_MIN_ALLOC_SIZE..=self.unit())
             .step_by(16)
             .map(|req| {
                 let class = self
                     .class_for(req)
-                    .expect("request sizes 32..=PAGE_SIZE always have a class");
+                    .expect("request sizes 32..=unit always have a class");
                 RequestRow {
                     req,
                     phys: class.size,
@@ -565,6 +637,7 @@ mod tests {
             delta,
             chain_rule: rule,
             merge: true,
+            unit: 0,
         })
         .unwrap()
     }

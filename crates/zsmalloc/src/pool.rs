@@ -65,7 +65,7 @@ pub enum PoolError {
     Pages(PagesError),
     /// `malloc(0)`.
     ZeroSize,
-    /// `malloc` of more than a page.
+    /// `malloc` of more than the unit (a page unless the pool has a larger unit).
     TooLarge {
         /// Requested bytes.
         len: usize,
@@ -299,8 +299,9 @@ impl Pool {
         }
     }
 
-    /// Objects of this many bytes or more are stored in a huge class (a page
-    /// each); zram stores a page raw when it compresses to at least this.
+    /// Objects of this many bytes or more are stored in a huge class (a unit,
+    /// a page in the kernel's geometry, each); zram stores a block raw when
+    /// it compresses to at least this.
     pub fn huge_class_size(&self) -> usize {
         let largest_non_huge = self.geometry.huge_class_size() + (ZS_HANDLE_SIZE - 1);
         let header = match self.config.mode {
@@ -310,9 +311,16 @@ impl Pool {
         (largest_non_huge - header + 1) as usize
     }
 
+    /// The largest object in bytes: the compression unit the pool was made
+    /// for (the page size unless [`GeometryConfig::unit`](crate::GeometryConfig::unit)
+    /// is set). Objects above a page span pages of one zspage.
+    pub fn unit(&self) -> usize {
+        self.geometry.unit() as usize
+    }
+
     /// The physical class serving `len` bytes.
     fn class_id_for(&self, len: usize) -> Result<usize, PoolError> {
-        let ps = self.page_size();
+        let ps = self.unit();
         if len == 0 {
             return Err(PoolError::ZeroSize);
         }
@@ -329,7 +337,7 @@ impl Pool {
         let idx = self
             .geometry
             .logical_index(stored)
-            .expect("1..=PAGE_SIZE has a class");
+            .expect("1..=unit has a class");
         Ok(self.logical[idx as usize] as usize)
     }
 
@@ -339,7 +347,8 @@ impl Pool {
         Ok(self.classes[self.class_id_for(len)?].capacity() as usize)
     }
 
-    /// Allocates an object of `len` bytes (1..=page size). Its contents are
+    /// Allocates an object of `len` bytes (1..=unit, the page size unless
+    /// the pool was made for a larger compression unit). Its contents are
     /// unspecified until written.
     pub fn malloc(&self, len: usize) -> Result<Handle, PoolError> {
         let class_id = self.class_id_for(len)?;

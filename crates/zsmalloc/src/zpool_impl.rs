@@ -48,7 +48,7 @@ impl ZPool for Pool {
     }
 
     fn max_object_size(&self) -> usize {
-        Pool::page_size(self)
+        Pool::unit(self)
     }
 
     fn huge_class_size(&self) -> usize {

@@ -38,7 +38,7 @@ use std::sync::atomic::AtomicPtr;
 use pages::Run;
 
 use crate::config::Mode;
-use crate::geometry::MAX_CHAIN;
+use crate::geometry::MAX_ZSPAGE_PAGES;
 
 /// The kernel's end-of-free-list index.
 pub(crate) const END_OF_LIST: u32 = u32::MAX >> 1;
@@ -78,7 +78,7 @@ pub(crate) struct ZsPageMeta {
     pub(crate) free_head: u32,
     /// Slots covered by `table`. Every slot at or above it is free.
     slots: u32,
-    /// Pages counted for this zspage (at most [`MAX_CHAIN`]): all of them in
+    /// Pages counted for this zspage (at most [`MAX_ZSPAGE_PAGES`]): all of them in
     /// kernel-compat mode; in default mode the pages up to the end of the
     /// highest live object. Read and set through [`Self::populated`] and
     /// [`Self::set_populated`].
@@ -95,8 +95,8 @@ pub(crate) struct ZsPageMeta {
 
 pub(crate) const NO_LINK: u32 = u32::MAX;
 
-// `populated` is a u8: a zspage has at most `MAX_CHAIN` pages.
-const _: () = assert!(MAX_CHAIN <= u8::MAX as u32);
+// `populated` is a u8: a zspage has at most `MAX_ZSPAGE_PAGES` pages.
+const _: () = assert!(MAX_ZSPAGE_PAGES <= u8::MAX as u32);
 
 /// Slots the table of a default-mode zspage first covers (fewer if the
 /// zspage has fewer).
@@ -126,7 +126,7 @@ impl ZsPageMeta {
 
     /// Sets the pages counted for this zspage (at most its page count).
     pub(crate) fn set_populated(&mut self, pages: u32) {
-        debug_assert!(pages <= MAX_CHAIN);
+        debug_assert!(pages <= MAX_ZSPAGE_PAGES);
         self.populated = pages as u8;
     }
 

@@ -1,7 +1,7 @@
 //! Property tests of the size-class geometry over random configurations.
 
 use proptest::prelude::*;
-use zsmalloc::geometry::{ZS_ALIGN, ZS_MIN_ALLOC_SIZE};
+use zsmalloc::geometry::{MAX_ZSPAGE_PAGES, ZS_ALIGN, ZS_MIN_ALLOC_SIZE};
 use zsmalloc::{ChainRule, ClassDelta, Geometry, GeometryConfig};
 
 fn any_config() -> impl Strategy<Value = GeometryConfig> {
@@ -26,12 +26,71 @@ fn any_config() -> impl Strategy<Value = GeometryConfig> {
                 delta,
                 chain_rule,
                 merge,
+                unit: 0,
             },
         )
 }
 
+/// A configuration with a compression unit from the page size to 64 KiB:
+/// classes above a page are multi-page (issue 18).
+fn any_unit_config() -> impl Strategy<Value = GeometryConfig> {
+    (any_config(), 0u32..=4).prop_map(|(mut c, shift)| {
+        c.unit = (c.page_size << shift).min(65536);
+        c
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn multi_page_classes_hold_their_objects(config in any_unit_config(), probes in prop::collection::vec(1u32..=65536, 64)) {
+        let g = Geometry::new(config).unwrap();
+        let (ps, unit) = (config.page_size, config.unit);
+        prop_assert_eq!(g.unit(), unit);
+        for c in g.classes() {
+            let least = c.size.div_ceil(ps);
+            // One object fits; a single-page class keeps the kernel's chain
+            // bound, a multi-page one the zspage bound.
+            prop_assert!(c.pages_per_zspage >= least);
+            if least == 1 {
+                prop_assert!(c.pages_per_zspage <= config.chain);
+            } else {
+                prop_assert!(c.pages_per_zspage <= (least * config.chain).clamp(least, MAX_ZSPAGE_PAGES));
+            }
+            prop_assert!(c.objs_per_zspage >= 1);
+            prop_assert!(c.objs_per_zspage * c.size <= c.pages_per_zspage * ps);
+            prop_assert!((c.objs_per_zspage + 1) * c.size > c.pages_per_zspage * ps);
+            prop_assert_eq!(c.tail_waste, c.pages_per_zspage * ps - c.objs_per_zspage * c.size);
+            // Huge: one object in a zspage as long as the unit, nothing saved.
+            prop_assert_eq!(c.huge, c.objs_per_zspage == 1 && c.pages_per_zspage == unit / ps);
+            prop_assert!(c.size <= unit);
+        }
+        prop_assert_eq!(g.classes().last().unwrap().size, unit);
+        for size in probes.into_iter().map(|s| (s - 1) % unit + 1).chain([1, ps, ps + 1, unit - 1, unit]).filter(|&s| s <= unit) {
+            let class = g.class_for(size).unwrap();
+            prop_assert!(class.size >= size);
+            if class.id > 0 {
+                prop_assert!(g.classes()[class.id as usize - 1].size < size || size <= ZS_MIN_ALLOC_SIZE);
+            }
+        }
+        prop_assert!(g.class_for(unit + 1).is_none());
+        let hcs = g.huge_class_size();
+        if hcs > 0 {
+            for size in (hcs + 8..=unit).step_by(61) {
+                prop_assert!(g.class_for(size).unwrap().huge, "size {} not huge", size);
+            }
+        }
+    }
+
+    #[test]
+    fn a_unit_of_one_page_is_the_kernels_geometry(config in any_config()) {
+        let plain = Geometry::new(config).unwrap();
+        let unit = Geometry::new(GeometryConfig { unit: config.page_size, ..config }).unwrap();
+        prop_assert_eq!(plain.classes(), unit.classes());
+        prop_assert_eq!(plain.logical(), unit.logical());
+        prop_assert_eq!(plain.huge_class_size(), unit.huge_class_size());
+    }
 
     #[test]
     fn every_size_fits_its_class(config in any_config(), probes in prop::collection::vec(1u32..=65536, 64)) {

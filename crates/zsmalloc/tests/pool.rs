@@ -19,6 +19,7 @@ fn config(page_size: u32, chain: u32, mode: Mode) -> PoolConfig {
             delta: ClassDelta::Legacy,
             chain_rule: ChainRule::MinWaste,
             merge: true,
+            unit: 0,
         },
         mode,
         fullness: FullnessScheme::InuseRatio,
@@ -29,6 +30,59 @@ fn config(page_size: u32, chain: u32, mode: Mode) -> PoolConfig {
             CompactionAlgo::Optimal
         },
         auto_compact: None,
+    }
+}
+
+#[test]
+fn multi_page_objects_round_trip_and_compact() {
+    for mode in [Mode::KernelCompat, Mode::Default] {
+        for (ps, unit, step) in [
+            (4096u32, 16384u32, 13usize),
+            (4096, 65536, 97),
+            (16384, 65536, 89),
+        ] {
+            let mut c = config(ps, 8, mode);
+            c.geometry.unit = unit;
+            let pool = Pool::new(c).unwrap();
+            assert_eq!(pool.unit(), unit as usize);
+            assert!(matches!(
+                pool.malloc(unit as usize + 1),
+                Err(PoolError::TooLarge { .. })
+            ));
+            let mut live: Vec<(Handle, u64, usize)> = Vec::new();
+            let sizes = (1..=unit as usize)
+                .step_by(step)
+                .chain([ps as usize + 1, unit as usize]);
+            for (id, len) in (0u64..).zip(sizes) {
+                let h = pool.malloc(len).unwrap();
+                assert!(pool.capacity(h).unwrap() >= len);
+                pool.write(h, &pattern(id, len)).unwrap();
+                live.push((h, id, len));
+            }
+            pool.check_invariants().unwrap();
+            // Free every other object, compact, and read the rest back.
+            let mut kept = Vec::new();
+            for (i, entry) in live.into_iter().enumerate() {
+                if i % 2 == 0 {
+                    pool.free(entry.0).unwrap();
+                } else {
+                    kept.push(entry);
+                }
+            }
+            pool.compact();
+            pool.check_invariants().unwrap();
+            for &(h, id, len) in &kept {
+                assert_eq!(
+                    &*pool.read(h, len).unwrap(),
+                    &pattern(id, len)[..],
+                    "{mode:?} {ps}/{unit} len {len}"
+                );
+            }
+            for (h, _, _) in kept {
+                pool.free(h).unwrap();
+            }
+            assert_eq!(pool.total_pages(), 0);
+        }
     }
 }
 
@@ -442,21 +496,27 @@ fn any_pool_config() -> impl Strategy<Value = PoolConfig> {
             CompactionAlgo::KeepDestination,
             CompactionAlgo::Optimal,
         ]),
+        // The compression unit: the page (half the cases) or up to 16 pages,
+        // at most 64 KiB, so objects span pages (issue 18).
+        prop_oneof![Just(0u32), 1u32..=4],
     )
         .prop_map(
-            |(page_size, chain, delta, chain_rule, merge, mode, fullness, compaction)| PoolConfig {
-                geometry: GeometryConfig {
-                    page_size,
-                    chain,
-                    delta,
-                    chain_rule,
-                    merge,
-                },
-                mode,
-                fullness,
-                page_limit: None,
-                compaction,
-                auto_compact: None,
+            |(page_size, chain, delta, chain_rule, merge, mode, fullness, compaction, shift)| {
+                PoolConfig {
+                    geometry: GeometryConfig {
+                        page_size,
+                        chain,
+                        delta,
+                        chain_rule,
+                        merge,
+                        unit: (page_size << shift).min(65536),
+                    },
+                    mode,
+                    fullness,
+                    page_limit: None,
+                    compaction,
+                    auto_compact: None,
+                }
             },
         )
 }
@@ -478,7 +538,8 @@ proptest! {
     #[test]
     fn pool_matches_a_model(config in any_pool_config(), ops in any_ops()) {
         let pool = Pool::new(config).unwrap();
-        let ps = config.geometry.page_size as usize;
+        // Objects up to the unit: above a page they span pages.
+        let ps = config.geometry.unit_bytes() as usize;
         let mut model: HashMap<u64, (Handle, Vec<u8>)> = HashMap::new();
         let mut order: Vec<u64> = Vec::new();
         let mut freed: Vec<Handle> = Vec::new();

@@ -28,6 +28,10 @@ pub struct ClassesArgs {
     /// Page size in bytes: 4096, 8192, 16384, 32768 or 65536 (or 4K ... 64K).
     #[arg(long, default_value_t = 4096, value_parser = parse_page_size)]
     page_size: u32,
+    /// Compression unit: the largest object, a power of two from 4K to 64K and at
+    /// least the page size; classes above a page are multi-page [default: the page size]
+    #[arg(long, value_name = "SIZE", value_parser = parse_unit)]
+    unit: Option<u32>,
     /// Most pages per zspage (CONFIG_ZSMALLOC_CHAIN_SIZE), 1 to 16.
     #[arg(long, default_value_t = 8, value_parser = lab::flags::whole::<u32>(1, 16))]
     chain: u32,
@@ -48,6 +52,10 @@ pub struct ClassesArgs {
     /// `lab::output::FormatArg` has it for the other subcommands).
     #[arg(long, hide = true, conflicts_with = "format")]
     json: bool,
+}
+
+fn parse_unit(s: &str) -> Result<u32, String> {
+    lab::store_spec::parse_unit(s).map(|n| n as u32)
 }
 
 fn parse_page_size(s: &str) -> Result<u32, String> {
@@ -81,6 +89,7 @@ impl ClassesArgs {
             delta: self.delta,
             chain_rule: self.chain_rule,
             merge: !self.no_merge,
+            unit: self.unit.unwrap_or(0),
         }
     }
 }
@@ -160,8 +169,10 @@ pub fn table(g: &Geometry) -> String {
     );
     let _ = writeln!(
         out,
-        "average effective waste over requests 32..{ps} (step 16): {:.2}%, total span: {}",
-        summary.avg_effective_waste_percent, summary.total_span
+        "average effective waste over requests 32..{} (step 16): {:.2}%, total span: {}",
+        g.unit(),
+        summary.avg_effective_waste_percent,
+        summary.total_span
     );
     out
 }

@@ -109,7 +109,7 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
     } else {
         Corpus::from_inputs(&args.paths, &args.pid, args.raw)?
     };
-    let read = corpus.read_line(specs[0].page_size);
+    let read = corpus.read_line(specs[0].block_size());
     let listed = match &args.discard_pages {
         Some(p) => Some(read_page_list(p)?),
         None => None,

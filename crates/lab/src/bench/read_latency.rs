@@ -125,6 +125,7 @@ fn store_phase(
         merge: true,
         mem_limit: 0,
         auto_compact: zram::AutoCompactPolicy::new(mode),
+        unit: None,
     };
     let store = spec.open(pages.len() as u64)?;
     let page = |i: usize| &pages[i * 4096..(i + 1) * 4096];

@@ -64,6 +64,9 @@ fn kernel_peer(
     if args.no_kernel {
         return Err("not asked for (--no-kernel)".into());
     }
+    if spec.unit.is_some() {
+        return Err("the kernel's zram compresses one page at a time, not a larger unit".into());
+    }
     if spec.page_size != KernelZram::page_size() {
         return Err(format!(
             "the kernel's pages are {} bytes, not {}",
@@ -145,7 +148,7 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), Error> {
     };
     let mut out = Vec::new();
     for spec in args.store.specs()? {
-        let ps = spec.page_size;
+        let ps = spec.block_size();
         let mut data = Vec::new();
         corpus.for_each_page(ps, |_, page| {
             if (data.len() as u64) < args.size {

@@ -134,6 +134,7 @@ pub fn run(args: &ChainArgs) -> Result<(), Error> {
             comp: args.comp.clone(),
             comp_params: String::new(),
             page_size: 4096,
+            unit: None,
             mode: Mode::KernelCompat,
             chain: Some(c),
             delta: None,

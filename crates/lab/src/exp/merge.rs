@@ -118,6 +118,7 @@ pub fn run(args: &MergeArgs) -> Result<(), Error> {
         comp: args.comp.clone(),
         comp_params: String::new(),
         page_size: 4096,
+        unit: None,
         mode,
         chain,
         delta: None,
