@@ -288,6 +288,24 @@ pub struct AllocatorResult {
     pub predicted_mem_used_total: u64,
 }
 
+/// One compression unit (the block compressed whole) for one compressor.
+#[derive(Clone, Debug, Serialize)]
+pub struct UnitResult {
+    /// The unit, bytes.
+    pub unit: usize,
+    /// The compressor's label.
+    pub compressor: String,
+    /// `mem_used_total` after the sample is written.
+    pub mem_used_total: u64,
+    /// The whole input's `mem_used_total` predicted from the sample's.
+    pub predicted_mem_used_total: u64,
+    /// Median of random 4 KiB reads, microseconds (each decompresses its
+    /// whole unit).
+    pub read_p50_us: f64,
+    /// 99th percentile of those reads, microseconds.
+    pub read_p99_us: f64,
+}
+
 /// A primary compressor with a stronger one for idle pages.
 #[derive(Clone, Debug, Serialize)]
 pub struct RecompressionPair {
@@ -322,6 +340,9 @@ pub struct Advice {
     pub candidates: Vec<CandidateResult>,
     /// Allocators with the leading compressors.
     pub allocators: Vec<AllocatorResult>,
+    /// Compression units of 4, 16 and 64 KiB with the leading compressors
+    /// (default-mode zsmalloc).
+    pub units: Vec<UnitResult>,
     /// Recompression pairs for idle pages.
     pub recompression: Vec<RecompressionPair>,
     /// The advice, one sentence each.
@@ -402,6 +423,41 @@ pub fn advise(
         }
     }
 
+    // Compression units: the same leaders, the sample written in 16 and 64
+    // KiB blocks (its runs are 64 KiB, so no unit crosses a run).
+    let mut units = Vec::new();
+    let mut unit_leads: Vec<&CandidateResult> = Vec::new();
+    if let Some(best) = measured.iter().find(|r| !r.candidate.dictionary) {
+        unit_leads.push(best);
+    }
+    if let Some(def) = measured.iter().find(|r| r.candidate.comp == "lzo-rle") {
+        if unit_leads.iter().all(|l| l.label != def.label) {
+            unit_leads.push(def);
+        }
+    }
+    for lead in &unit_leads {
+        for unit in [opts.page_size, 16384, 65536] {
+            if unit < opts.page_size || sample.bytes.len() < unit {
+                continue;
+            }
+            let mut spec = spec_for(&lead.candidate, "zsmalloc", Mode::Default, opts.page_size);
+            if unit > opts.page_size {
+                spec.unit = Some(unit);
+            }
+            let store = spec.open(sample.bytes.len() as u64)?;
+            let (mm, predicted) = fill_and_predict(&store, sample)?;
+            let (p50, p99) = read_latency(&store, opts, unit)?;
+            units.push(UnitResult {
+                unit,
+                compressor: lead.label.clone(),
+                mem_used_total: mm.mem_used_total,
+                predicted_mem_used_total: predicted,
+                read_p50_us: p50,
+                read_p99_us: p99,
+            });
+        }
+    }
+
     // Recompression of idle pages: fast primaries, strong secondaries.
     let mut recompression = Vec::new();
     for primary in measured
@@ -434,7 +490,25 @@ pub fn advise(
     }
     recompression.sort_by_key(|p| p.recompressed_bytes);
 
-    let advice = write_advice(&measured, &allocators, &recompression);
+    let mut advice = write_advice(&measured, &allocators, &recompression);
+    if let (Some(small), Some(big)) = (
+        units.iter().find(|u| u.unit == opts.page_size),
+        units
+            .iter()
+            .find(|u| u.unit == 65536 && u.compressor == units[0].compressor),
+    ) {
+        advice.push(format!(
+            "64 KiB compression units with {}: {:.1} MiB, {:+.1}% against 4 KiB units, but each 4 KiB \
+             read decompresses 64 KiB (p50 {:.1} us against {:.1} us)",
+            big.compressor,
+            mib(big.predicted_mem_used_total),
+            (big.predicted_mem_used_total as f64 / small.predicted_mem_used_total.max(1) as f64
+                - 1.0)
+                * 100.0,
+            big.read_p50_us,
+            small.read_p50_us
+        ));
+    }
     Ok(Advice {
         input,
         sample: sample.how.clone(),
@@ -442,6 +516,7 @@ pub fn advise(
         same_filled_pages,
         candidates: measured,
         allocators,
+        units,
         recompression,
         advice,
         seconds: start.elapsed().as_secs_f64(),
@@ -511,7 +586,8 @@ fn open_store(
 /// after half the sample and after all of it, fitted as `a + b * pages`,
 /// and taken at the input's pages.
 fn fill_and_predict(store: &zram::Store, sample: &Sample) -> Result<(zram::MmStat, u64), Error> {
-    let n = sample.pages();
+    let block = store.page_size();
+    let n = sample.bytes.len() / block;
     let half = n / 2;
     let mut at_half = None;
     for i in 0..n {
@@ -519,17 +595,19 @@ fn fill_and_predict(store: &zram::Store, sample: &Sample) -> Result<(zram::MmSta
             at_half = Some(store.mm_stat());
         }
         store
-            .write_page(i as u64, sample.page(i))
-            .map_err(|e| Error::Failed(format!("write page {i}: {e}")))?;
+            .write_page(i as u64, &sample.bytes[i * block..(i + 1) * block])
+            .map_err(|e| Error::Failed(format!("write block {i}: {e}")))?;
     }
     let full = store.mm_stat();
-    let scale = sample.input_pages as f64 / n as f64;
+    // The input in this store's blocks.
+    let input_blocks = sample.input_pages as f64 * sample.page_size as f64 / block as f64;
+    let scale = input_blocks / n.max(1) as f64;
     let over = |m: &zram::MmStat| m.mem_used_total as f64 - m.compr_data_size as f64;
     let overhead = match at_half {
         Some(h) if half > 0 && n > half => {
-            let per_page = (over(&full) - over(&h)) / (n - half) as f64;
-            let fixed = over(&full) - per_page * n as f64;
-            (fixed + per_page * sample.input_pages as f64).max(0.0)
+            let per_block = (over(&full) - over(&h)) / (n - half) as f64;
+            let fixed = over(&full) - per_block * n as f64;
+            (fixed + per_block * input_blocks).max(0.0)
         }
         _ => over(&full) * scale,
     };
@@ -595,18 +673,7 @@ fn measure(
     }
     let stored: u64 = sizes.iter().map(|&v| u64::from(v)).sum();
     let (mm, predicted) = fill_and_predict(&store, sample)?;
-    // Random 4 KiB reads, each timed.
-    let mut hist = Histogram::<u64>::new(3).expect("histogram");
-    let mut rng = Rng::new(opts.seed, 0x0e4d);
-    for _ in 0..opts.latency_reads {
-        let i = rng.next_u64() % n as u64;
-        let t = Instant::now();
-        store
-            .read_page(i, &mut back)
-            .map_err(|e| Error::Failed(format!("read page {i}: {e}")))?;
-        hist.record(t.elapsed().as_nanos() as u64)
-            .expect("in range");
-    }
+    let (read_p50_us, read_p99_us) = read_latency(&store, opts, ps)?;
     Ok(CandidateResult {
         label: c.label(),
         candidate: c.clone(),
@@ -616,10 +683,36 @@ fn measure(
         mem_used_total: mm.mem_used_total,
         compr_data_size: mm.compr_data_size,
         predicted_mem_used_total: predicted,
-        read_p50_us: hist.value_at_quantile(0.5) as f64 / 1000.0,
-        read_p99_us: hist.value_at_quantile(0.99) as f64 / 1000.0,
+        read_p50_us,
+        read_p99_us,
         sizes,
     })
+}
+
+/// Random reads of one block each from a filled store, timed; the median
+/// and 99th percentile in microseconds.
+fn read_latency(
+    store: &zram::Store,
+    opts: &AdviseOptions,
+    block: usize,
+) -> Result<(f64, f64), Error> {
+    let blocks = store.disk_pages().max(1);
+    let mut buf = vec![0u8; block];
+    let mut hist = Histogram::<u64>::new(3).expect("histogram");
+    let mut rng = Rng::new(opts.seed, 0x0e4d);
+    for _ in 0..opts.latency_reads {
+        let i = rng.next_u64() % blocks;
+        let t = Instant::now();
+        store
+            .read_page(i, &mut buf)
+            .map_err(|e| Error::Failed(format!("read block {i}: {e}")))?;
+        hist.record(t.elapsed().as_nanos() as u64)
+            .expect("in range");
+    }
+    Ok((
+        hist.value_at_quantile(0.5) as f64 / 1000.0,
+        hist.value_at_quantile(0.99) as f64 / 1000.0,
+    ))
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -729,6 +822,21 @@ pub fn format_advice(a: &Advice) -> String {
             r.store,
             mib(r.mem_used_total),
             mib(r.compr_data_size)
+        ));
+    }
+    s.push_str(&format!(
+        "\n{:<20} {:>6} {:>10} {:>11} {:>9} {:>9}\n",
+        "unit", "KiB", "mem MiB", "whole MiB", "read p50", "read p99"
+    ));
+    for u in &a.units {
+        s.push_str(&format!(
+            "{:<20} {:>6} {:>10.2} {:>11.2} {:>7.1}us {:>7.1}us\n",
+            u.compressor,
+            u.unit / 1024,
+            mib(u.mem_used_total),
+            mib(u.predicted_mem_used_total),
+            u.read_p50_us,
+            u.read_p99_us
         ));
     }
     s.push_str(&format!(
@@ -851,6 +959,20 @@ mod tests {
         assert_eq!(a.candidates[0].candidate.comp, "zstd");
         // Five allocators for the leader and five for lzo-rle.
         assert_eq!(a.allocators.len(), 10);
+        // 4, 16 and 64 KiB units for zstd 3 and lzo-rle (the sample of 256
+        // pages holds 16 units of 64 KiB); larger units store fewer bytes
+        // of this text and read more per 4 KiB.
+        assert_eq!(a.units.len(), 6);
+        let zstd: Vec<&UnitResult> = a
+            .units
+            .iter()
+            .filter(|u| u.compressor == "zstd 3")
+            .collect();
+        assert_eq!(
+            zstd.iter().map(|u| u.unit).collect::<Vec<_>>(),
+            [4096, 16384, 65536]
+        );
+        assert!(zstd[2].mem_used_total < zstd[0].mem_used_total, "{zstd:?}");
         // lz4 and lzo-rle, each paired with zstd 3.
         assert_eq!(a.recompression.len(), 2);
         assert!(
