@@ -325,29 +325,36 @@ impl Store {
     /// then by oldest access time and lowest index, whose stored bytes add
     /// up to `bytes`; and how many of them are not idle.
     fn oldest_pages(&self, bytes: u64) -> (WritebackRequest, u64) {
-        let mut candidates: Vec<(bool, u32, u64, usize)> = Vec::new();
+        // One word per candidate, so that a large disk's scan stays small
+        // (2 MiB for 1 GiB of 4 KiB pages): not idle (bit 63), access time
+        // (31 bits), index (32 bits; a disk has at most 2^28 pages).
+        const NOT_IDLE: u64 = 1 << 63;
+        let mut candidates: Vec<u64> = Vec::new();
         for (index, s) in self.slots.iter().enumerate() {
             let guard = s.lock(self.layout);
-            let content = guard.content();
-            if !content.holds_memory() || guard.has(slot::PP_SLOT) {
+            if !guard.content().holds_memory() || guard.has(slot::PP_SLOT) {
                 continue;
             }
-            candidates.push((
-                !guard.has(slot::IDLE),
-                s.ac_time(),
-                index as u64,
-                content.stored_bytes(self.page_size),
-            ));
+            let not_idle = if guard.has(slot::IDLE) { 0 } else { NOT_IDLE };
+            let at = u64::from(s.ac_time().min(u32::MAX >> 1));
+            candidates.push(not_idle | at << 32 | index as u64);
         }
-        candidates.sort_unstable_by_key(|&(not_idle, at, index, _)| (not_idle, at, index));
+        candidates.sort_unstable();
         let mut req = WritebackRequest::default();
         let (mut sum, mut not_idle) = (0u64, 0u64);
-        for (busy, _, index, size) in candidates {
+        for key in candidates {
             if sum >= bytes {
                 break;
             }
+            let index = key & u64::from(u32::MAX);
+            // The slot may have changed since the scan: it is counted as it
+            // is now, and writeback looks at it again.
+            let size = {
+                let guard = self.slots[index as usize].lock(self.layout);
+                guard.content().stored_bytes(self.page_size)
+            };
             sum += size as u64;
-            not_idle += u64::from(busy);
+            not_idle += u64::from(key & NOT_IDLE != 0);
             match req.ranges.last_mut() {
                 Some(r) if r.end == index => r.end += 1,
                 _ => req.ranges.push(index..index + 1),
