@@ -436,6 +436,7 @@ fn release_free_heap() {}
 pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     // The flags that depend on each other are checked before anything starts.
     inflight_config(args, Config::default())?;
+    policy_config(args, 1)?;
     logger::init(logger::level(args.log_level));
     // Before any thread exists: every thread inherits the blocked mask.
     let signals = signals::block_termination()
