@@ -83,6 +83,9 @@ const RANGES: &[(&str, bool, &[&str])] = &[
     ("bench store --compact-min-gain", false, &["1073741825"]),
     ("serve --compact-cpu", false, &["101", "nan", "inf"]),
     ("serve --compact-min-gain", false, &["1073741825"]),
+    ("serve --idle-after", false, &["2592001"]),
+    ("serve --policy-interval", false, &["86401"]),
+    ("serve --writeback-near-limit", false, &["49", "100"]),
 ];
 
 /// Bad for every numeric flag (0 only where 0 is not valid).

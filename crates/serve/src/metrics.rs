@@ -1,5 +1,6 @@
 //! A Prometheus `/metrics` endpoint: every export's mm_stat and io_stat,
-//! and its background compactor's counters (`zmem_auto_compact_*`).
+//! its background compactor's counters (`zmem_auto_compact_*`) and its
+//! policies' (`zmem_policy_*`).
 //!
 //! This module owns the text exposition ([`render`]) and a deliberately
 //! tiny HTTP/1.0 server ([`MetricsServer`]) on one thread: it reads one
@@ -43,6 +44,7 @@ pub fn render(reg: &Registry) -> String {
         auto: zram::AutoCompactStats,
         auto_on: u64,
         bd: zram::BdStat,
+        policy: zram::PolicyStats,
     }
     let samples: Vec<(String, Sample)> = reg
         .iter()
@@ -59,11 +61,12 @@ pub fn render(reg: &Registry) -> String {
                     auto: s.store.auto_compact_stats(),
                     auto_on: u64::from(s.store.auto_compact_running()),
                     bd: s.store.bd_stat(),
+                    policy: s.store.policy_stats(),
                 },
             )
         })
         .collect();
-    let metrics: [(&str, &str, &str, Get); 27] = [
+    let metrics: [(&str, &str, &str, Get); 32] = [
         ("zmem_disksize_bytes", "gauge", "Size of the export.", |s| {
             s.disksize
         }),
@@ -222,6 +225,36 @@ pub fn render(reg: &Registry) -> String {
             "counter",
             "Pages whose writeback the backing store failed (each kept in memory).",
             |s| s.bd.failed_writebacks,
+        ),
+        (
+            "zmem_policy_ticks_total",
+            "counter",
+            "Runs of the timed policy (mark idle, recompress, write back).",
+            |s| s.policy.ticks,
+        ),
+        (
+            "zmem_policy_recompressed_pages_total",
+            "counter",
+            "Pages the timed policy recompressed.",
+            |s| s.policy.recompressed,
+        ),
+        (
+            "zmem_policy_written_back_pages_total",
+            "counter",
+            "Pages the timed policy wrote back.",
+            |s| s.policy.written_back,
+        ),
+        (
+            "zmem_policy_reclaimed_pages_total",
+            "counter",
+            "Pages the memory-aware rule wrote back as mem_used neared mem_limit.",
+            |s| s.policy.reclaimed_pages,
+        ),
+        (
+            "zmem_policy_limit_failures_total",
+            "counter",
+            "Writes that failed mem_limit although the memory-aware rule was on.",
+            |s| s.policy.limit_failures,
         ),
     ];
     let mut out = String::new();

@@ -37,7 +37,9 @@
 //! - `postprocess`: the state writeback and recompression share (backing
 //!   store, budget, secondary compressors, "initialised") and their order;
 //! - [`writeback`]: writing pages to the backing store and reading them back;
-//! - [`recompress`]: recompressing pages with secondary compressors.
+//! - [`recompress`]: recompressing pages with secondary compressors;
+//! - [`policy`]: idle marking, recompression and writeback on a timer, and
+//!   writeback as memory nears `mem_limit`, on a thread per store.
 //!
 //! The kernel's own zram, the peer the store is measured against, is the
 //! lab's (`lab::kernel_zram`).
@@ -48,6 +50,7 @@ pub mod backing;
 pub mod compactor;
 pub mod error;
 mod huge;
+pub mod policy;
 mod postprocess;
 pub mod recompress;
 mod shard;
@@ -60,6 +63,7 @@ pub mod writeback;
 pub use backing::{BackingFile, BackingStore};
 pub use compactor::{AutoCompactMode, AutoCompactPolicy, AutoCompactStats};
 pub use error::StoreError;
+pub use policy::{PolicyConfig, PolicyRunner, PolicyStats};
 pub use postprocess::WritebackLimit;
 pub use recompress::RecompressRequest;
 pub use stats::{

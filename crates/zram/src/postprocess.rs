@@ -43,6 +43,8 @@ pub struct PostProcess {
     secondaries: RwLock<[Option<Arc<Streams>>; MAX_SECONDARIES]>,
     initialised: AtomicBool,
     running: Mutex<()>,
+    /// The policies that run by themselves (the `policy` module).
+    pub(crate) policy: crate::policy::Policy,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

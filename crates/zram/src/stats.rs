@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use serde::Serialize;
 
 use crate::compactor::AutoCompactStats;
+use crate::policy::PolicyStats;
 use crate::shard::{shard_count, thread_index, Padded};
 
 /// One counter of the store.
@@ -298,6 +299,8 @@ pub struct DebugStat {
     /// The background compactor's counters, when it is or was on (a store
     /// with it off prints exactly the kernel's two lines).
     pub auto_compact: Option<AutoCompactStats>,
+    /// The policies' counters, when a policy was ever set (zmem's line).
+    pub policy: Option<PolicyStats>,
 }
 
 impl fmt::Display for DebugStat {
@@ -306,6 +309,9 @@ impl fmt::Display for DebugStat {
         write!(f, "version: 1\n0 {:8}", self.miss_free)?;
         if let Some(a) = &self.auto_compact {
             write!(f, "\n{a}")?;
+        }
+        if let Some(p) = &self.policy {
+            write!(f, "\n{p}")?;
         }
         Ok(())
     }
@@ -367,7 +373,8 @@ mod tests {
         assert_eq!(
             DebugStat {
                 miss_free: 4,
-                auto_compact: None
+                auto_compact: None,
+                policy: None
             }
             .to_string(),
             "version: 1\n0        4"

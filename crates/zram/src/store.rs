@@ -315,6 +315,13 @@ impl Store {
     }
 
     fn store(&self, index: u64, page: &[u8]) -> Result<(), StoreError> {
+        self.store_once(index, page, true)
+    }
+
+    /// Stores one page; `may_reclaim`: a write that would pass the limit
+    /// may first write pages back (the memory-aware rule, `policy`), with
+    /// no lock held, then try once more.
+    fn store_once(&self, index: u64, page: &[u8], may_reclaim: bool) -> Result<(), StoreError> {
         if let Some(word) = same_filled(page) {
             self.counters.add(Counter::SamePages, 1);
             self.counters.add(Counter::PagesStored, 1);
@@ -336,6 +343,13 @@ impl Store {
         let limit = self.limit_pages.load(Ordering::Relaxed);
         if limit != 0 && total > limit {
             self.free_content(content);
+            if self.post.policy.near_limit_on() {
+                drop(stream);
+                if may_reclaim && self.reclaim_for_write(limit) {
+                    return self.store_once(index, page, false);
+                }
+                self.post.policy.note_limit_failure();
+            }
             self.compactor.note_limit_hit();
             return Err(StoreError::MemLimit {
                 used_pages: total,
@@ -343,6 +357,7 @@ impl Store {
             });
         }
         self.counters.update_max(total);
+        self.post.policy.note_usage(total, limit);
         if let SlotContent::Compressed { handle, .. } | SlotContent::RawObject(handle) = content {
             if let Err(e) = self.pool.write(handle, bytes) {
                 self.free_content(content);
@@ -706,6 +721,7 @@ impl Store {
         DebugStat {
             miss_free: self.counters.get(Counter::MissFree),
             auto_compact: shown.then_some(stats),
+            policy: self.policy_configured().then(|| self.policy_stats()),
         }
     }
 

@@ -102,6 +102,29 @@ pub struct ServeArgs {
     /// every export (repeatable, up to three).
     #[arg(long = "recomp-algorithm", value_name = "\"algo=NAME priority=N\"")]
     recomp_algorithms: Vec<String>,
+    /// Every --policy-interval, mark pages idle that were not accessed for
+    /// this many seconds (as `zmem ctl idle SECONDS`; 1 to 2592000); then
+    /// --auto-recompress and --auto-writeback act on them.
+    #[arg(long, value_name = "SECONDS", value_parser = lab::flags::whole::<u32>(1, 30 * 86400))]
+    idle_after: Option<u32>,
+    /// Seconds between runs of the idle marking, --auto-recompress and
+    /// --auto-writeback (default 60, range 1..86400).
+    #[arg(long, value_name = "SECONDS", value_parser = lab::flags::whole::<u32>(1, 86400))]
+    policy_interval: Option<u32>,
+    /// After each marking, recompress idle pages with the secondary
+    /// compressors (`recompress type=idle`; needs --recomp-algorithm).
+    #[arg(long)]
+    auto_recompress: bool,
+    /// After each marking (and recompression), write pages back (`writeback
+    /// TYPE`: idle, huge, huge_idle or incompressible; needs --backing-dev).
+    #[arg(long, value_name = "TYPE", value_parser = check_writeback_type)]
+    auto_writeback: Option<String>,
+    /// The memory-aware rule: when mem_used_total passes PERCENT of
+    /// mem_limit (50 to 99), write back idle pages, then the least recently
+    /// accessed, until it is 10 points lower; a write that would pass the
+    /// limit does so first instead of failing (needs --backing-dev).
+    #[arg(long, value_name = "PERCENT", value_parser = lab::flags::whole::<u32>(50, 99))]
+    writeback_near_limit: Option<u32>,
     /// Unix socket for NBD clients.
     #[arg(long, value_name = "PATH", conflicts_with = "tcp")]
     socket: Option<PathBuf>,
@@ -311,6 +334,53 @@ fn check_export(s: &str) -> Result<String, String> {
     }
 }
 
+/// The `--auto-writeback` value parser: a type `writeback` accepts.
+fn check_writeback_type(s: &str) -> Result<String, String> {
+    match s {
+        "idle" | "huge" | "huge_idle" | "incompressible" => Ok(s.to_string()),
+        _ => Err(format!(
+            "'{s}' is not a writeback type (idle, huge, huge_idle, incompressible)"
+        )),
+    }
+}
+
+/// The timed rule the flags ask for (`None`: no thread needed), checked
+/// against the other flags.
+fn policy_config(args: &ServeArgs, pages: u64) -> Result<Option<zram::PolicyConfig>, CliError> {
+    if args.auto_recompress && args.recomp_algorithms.is_empty() {
+        return Err(CliError::Usage(
+            "--auto-recompress needs a --recomp-algorithm".into(),
+        ));
+    }
+    if (args.auto_writeback.is_some() || args.writeback_near_limit.is_some())
+        && args.backing_devs.is_empty()
+    {
+        return Err(CliError::Usage(
+            "--auto-writeback and --writeback-near-limit need a --backing-dev".into(),
+        ));
+    }
+    let recompress = args
+        .auto_recompress
+        .then(|| zram::RecompressRequest::parse("type=idle"))
+        .transpose()
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let writeback = args
+        .auto_writeback
+        .as_deref()
+        .map(|t| zram::WritebackRequest::parse(t, pages))
+        .transpose()
+        .map_err(|e| CliError::Usage(format!("--auto-writeback: {e}")))?;
+    let config = zram::PolicyConfig {
+        interval: std::time::Duration::from_secs(u64::from(args.policy_interval.unwrap_or(60))),
+        idle_after: args
+            .idle_after
+            .map(|s| std::time::Duration::from_secs(u64::from(s))),
+        recompress,
+        writeback,
+    };
+    Ok((config.timed() || args.writeback_near_limit.is_some()).then_some(config))
+}
+
 /// The exports to make: (name, size, read-only, configuration).
 fn plan(args: &ServeArgs) -> Result<Vec<(String, u64, bool, StoreSpec)>, CliError> {
     let specs = args.store.specs()?;
@@ -493,6 +563,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     inflight_config(args, Config::default())?;
     check_remote(args)?;
     let tls = tls_config(args)?;
+    policy_config(args, 1)?;
     logger::init(logger::level(args.log_level));
     // Before any thread exists: every thread inherits the blocked mask.
     let signals = signals::block_termination()
@@ -508,6 +579,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         )));
     }
     let mut served = Vec::new();
+    let mut policies = Vec::new();
     for (i, (name, size, _, spec)) in plan.iter().enumerate() {
         let store = spec.open(*size)?;
         if let Some(path) = args.backing_devs.get(i) {
@@ -531,10 +603,27 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
                 String::new()
             }
         );
+        let store = Arc::new(store);
+        if let Some(config) = policy_config(args, store.disk_pages())? {
+            if args.backing_devs.get(i).is_some() {
+                if let Some(pct) = args.writeback_near_limit {
+                    store
+                        .set_writeback_near_limit(pct)
+                        .map_err(|e| CliError::Usage(format!("--writeback-near-limit: {e}")))?;
+                }
+            } else if args.auto_writeback.is_some() || args.writeback_near_limit.is_some() {
+                log::warn!("export {name:?} has no --backing-dev: it writes nothing back");
+            }
+            info!("export {name:?}: policy {config:?}");
+            policies.push(
+                zram::PolicyRunner::start(&store, config)
+                    .map_err(|e| CliError::Failed(format!("cannot start a thread: {e}")))?,
+            );
+        }
         served.push(Served {
             name: name.clone(),
             label: spec.label(),
-            store: Arc::new(store),
+            store,
         });
     }
     let registry = Arc::new(Registry::new(served));
@@ -673,6 +762,9 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     }
     ctl.shutdown();
     trimmer.stop();
+    for p in policies {
+        p.stop();
+    }
     match Arc::try_unwrap(server) {
         Ok(s) => s.wait(),
         Err(_) => error!("the NBD server is still referenced; leaving it to exit"),
