@@ -10,6 +10,7 @@
 //! removes the device at the end, even when an assertion fails.
 
 mod common;
+mod serve_common;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -244,4 +245,59 @@ fn lzo_real_data_matches_the_kernel_to_the_byte() {
         // The test means something only if pages were moved.
         assert!(col(&ours[2], 6) > 0, "{comp}: nothing compacted");
     }
+}
+
+/// `zmem ctl status` equals zramctl: the same synthetic pages written to a
+/// kernel zram device and, through NBD, to a kernel-compat export; zramctl
+/// and `zmem ctl status` with the same flags print the same numbers,
+/// column for column (the name column aside).
+#[test]
+fn ctl_status_prints_what_zramctl_prints_for_the_same_pages() {
+    if testkit::clients::tool("zramctl").is_none() || testkit::clients::tool("nbdcopy").is_none() {
+        eprintln!("SKIP: zramctl (util-linux) or nbdcopy (libnbd-bin) is not installed");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("synthetic.bin");
+    synthetic(&file, 4096);
+    let bytes = fs::metadata(&file).unwrap().len();
+    let dev = match KernelZram::create("lz4", bytes) {
+        Ok(d) => d,
+        Err(why) => {
+            eprintln!("skipping the zramctl comparison: {why}");
+            return;
+        }
+    };
+    let data = fs::read(&file).unwrap();
+    dev.write_all(&PageBuffer::copy_of(&data)).unwrap();
+
+    let size = bytes.to_string();
+    let z = serve_common::Zmem::start(&[
+        "--mode",
+        "kernel-compat",
+        "--comp",
+        "lz4",
+        "--size",
+        &size,
+        "--export",
+        "k",
+    ]);
+    // --allocated: zero pages are written as zeros (same-filled pages, as
+    // the kernel device got them), not skipped as holes.
+    testkit::clients::run_ok(
+        "nbdcopy",
+        &["--allocated", file.to_str().unwrap(), &z.uri("k")],
+    );
+
+    let cols = "DISKSIZE,DATA,COMPR,TOTAL,ZERO-PAGES,MIGRATED";
+    let flags = ["--bytes", "--raw", "--noheadings", "--output", cols];
+    let node = format!("/dev/zram{}", dev.id());
+    let kernel =
+        testkit::clients::run_ok("zramctl", &[flags.as_slice(), &[node.as_str()]].concat());
+    let ours = z.ctl_ok(&[&["status"], flags.as_slice()].concat());
+    eprintln!("zramctl: {kernel}zmem:    {ours}");
+    let k: Vec<&str> = kernel.split_whitespace().collect();
+    let o: Vec<&str> = ours.split_whitespace().collect();
+    assert_eq!(k.len(), 6, "{kernel}");
+    assert_eq!(o, k, "column for column: {cols}");
 }
