@@ -5,8 +5,15 @@
 //! written whole so lines from different threads never interleave. The
 //! level comes from a flag, else the `ZMEM_LOG` environment variable
 //! (`error`, `warn`, `info`, `debug`, `trace`, `off`), else `info`.
+//!
+//! When standard error is the journal's stream (systemd sets
+//! `JOURNAL_STREAM` to its device and inode), lines carry the syslog
+//! priority prefix journald reads (`<3>` error, `<4>` warn, `<6>` info, `<7>`
+//! debug and trace) and no timestamp, since the journal stamps each line.
 
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use log::{LevelFilter, Log, Metadata, Record};
@@ -22,13 +29,22 @@ impl Log for StderrLogger {
         if !self.enabled(record.metadata()) {
             return;
         }
-        let line = format!(
-            "{} {:<5} {}: {}\n",
-            utc_now(),
-            record.level(),
-            record.target(),
-            record.args()
-        );
+        let line = if to_journal() {
+            format!(
+                "<{}>{}: {}\n",
+                priority(record.level()),
+                record.target(),
+                record.args()
+            )
+        } else {
+            format!(
+                "{} {:<5} {}: {}\n",
+                utc_now(),
+                record.level(),
+                record.target(),
+                record.args()
+            )
+        };
         // A closed or full stderr must not take the server down.
         let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }
@@ -39,6 +55,39 @@ impl Log for StderrLogger {
 }
 
 static LOGGER: StderrLogger = StderrLogger;
+
+/// syslog's priority of a level, as journald reads it from a `<N>` prefix.
+fn priority(level: log::Level) -> u8 {
+    match level {
+        log::Level::Error => 3,
+        log::Level::Warn => 4,
+        log::Level::Info => 6,
+        log::Level::Debug | log::Level::Trace => 7,
+    }
+}
+
+/// Whether standard error is the journal's stream: `JOURNAL_STREAM` is
+/// `DEVICE:INODE` of it (checked once).
+fn to_journal() -> bool {
+    static JOURNAL: OnceLock<bool> = OnceLock::new();
+    *JOURNAL.get_or_init(|| {
+        let Ok(v) = std::env::var("JOURNAL_STREAM") else {
+            return false;
+        };
+        let Ok(m) = std::fs::metadata("/proc/self/fd/2") else {
+            return false;
+        };
+        journal_stream_is(&v, m.dev(), m.ino())
+    })
+}
+
+/// Whether `JOURNAL_STREAM`'s `DEVICE:INODE` names this device and inode.
+fn journal_stream_is(value: &str, dev: u64, ino: u64) -> bool {
+    value
+        .split_once(':')
+        .and_then(|(d, i)| Some((d.parse::<u64>().ok()?, i.parse::<u64>().ok()?)))
+        == Some((dev, ino))
+}
 
 /// The level to use: `flag` if given, else `ZMEM_LOG`, else info. A bad
 /// `ZMEM_LOG` is reported and ignored.
@@ -96,6 +145,16 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_journal_is_recognised_by_its_device_and_inode() {
+        assert!(journal_stream_is("8:1234", 8, 1234));
+        assert!(!journal_stream_is("8:1234", 8, 1235));
+        assert!(!journal_stream_is("garbage", 8, 1234));
+        assert_eq!(priority(log::Level::Error), 3);
+        assert_eq!(priority(log::Level::Info), 6);
+        assert_eq!(priority(log::Level::Trace), 7);
+    }
 
     #[test]
     fn dates() {

@@ -140,3 +140,85 @@ fn two_sockets_from_systemd_are_refused_with_one_line() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn the_install_script_puts_everything_in_place_and_the_example_config_starts_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("stage");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/install");
+    let o = Command::new("bash")
+        .arg(script)
+        .arg("/opt/zmem")
+        .env("ZMEM_BIN", env!("CARGO_BIN_EXE_zmem"))
+        .env("DESTDIR", &root)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p = root.join("opt/zmem");
+    for f in [
+        "bin/zmem",
+        "share/man/man1/zmem.1",
+        "share/man/man1/zmem-serve.1",
+        "share/bash-completion/completions/zmem",
+        "share/zsh/site-functions/_zmem",
+        "share/fish/vendor_completions.d/zmem.fish",
+        "lib/systemd/system/zmem.service",
+        "lib/systemd/system/zmem.socket",
+        "share/doc/zmem/zmem.toml",
+    ] {
+        assert!(std::fs::metadata(p.join(f)).unwrap().len() > 0, "{f}");
+    }
+    let unit = std::fs::read_to_string(p.join("lib/systemd/system/zmem.service")).unwrap();
+    assert!(
+        unit.contains("ExecStart=/opt/zmem/bin/zmem serve"),
+        "{unit}"
+    );
+    // The example configuration is valid: a server starts from it (on a
+    // socket of the test's) and serves both its exports.
+    let z_dir = tempfile::tempdir().unwrap();
+    let sock = z_dir.path().join("nbd.sock");
+    let ctl = z_dir.path().join("ctl.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .args(["serve", "--config"])
+        .arg(p.join("share/doc/zmem/zmem.toml"))
+        .arg("--socket")
+        .arg(&sock)
+        .arg("--ctl-socket")
+        .arg(&ctl)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        let o = Command::new(env!("CARGO_BIN_EXE_zmem"))
+            .args([
+                "ctl",
+                "--socket",
+                ctl.to_str().unwrap(),
+                "status",
+                "--raw",
+                "-n",
+            ])
+            .output()
+            .unwrap();
+        if o.status.success() {
+            break String::from_utf8_lossy(&o.stdout).into_owned();
+        }
+        if let Some(exit) = child.try_wait().unwrap() {
+            panic!("zmem serve --config exited: {exit}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no server from the example config"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let names: Vec<&str> = status
+        .lines()
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(names, ["zram0", "zram1"], "{status}");
+    assert!(status.contains("zram0 zstd 4G"), "{status}");
+}
