@@ -902,3 +902,28 @@ fn read_only_exports_refuse_writes_with_eperm() {
     );
     assert!(!o.status.success());
 }
+
+#[test]
+fn bench_serve_runs_both_servers_over_tls() {
+    require_tools!("nbdkit", "nbdcopy", "openssl");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("small.bin");
+    std::fs::write(&data, real_data(2 * MIB)).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .args([
+            "bench", "serve", "--tls", "--config", "zstd32k", "--runs", "1", "--settle", "0",
+            "--format", "json", "--data",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let samples = v["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), 2, "zmem and nbdkit");
+    for s in samples {
+        assert_eq!(s["tls"], true, "{s}");
+        assert!(s["write_mb_s"].as_f64().unwrap() > 0.0, "{s}");
+        assert!(s["read_mb_s"].as_f64().unwrap() > 0.0, "{s}");
+    }
+}

@@ -62,6 +62,11 @@ pub struct ServeBenchArgs {
     /// 60, 0 reads at once).
     #[arg(long, default_value_t = 1.0, value_parser = crate::flags::real(0.0, 60.0, false))]
     settle: f64,
+    /// Both servers require TLS (zmem `--tls require`, nbdkit `--tls=require`)
+    /// with the same certificates, made here with openssl; nbdcopy connects
+    /// with `nbds+unix://`.
+    #[arg(long)]
+    tls: bool,
     #[command(flatten)]
     format: FormatArg,
 }
@@ -106,6 +111,8 @@ const SETUPS: [Setup; 2] = [
 #[derive(Serialize, Debug, Clone)]
 struct Sample {
     setup: String,
+    /// Whether both servers required TLS (`--tls`).
+    tls: bool,
     data: String,
     server: String,
     /// Size of the data set in MB (10^6 bytes).
@@ -372,6 +379,7 @@ fn one(
     data: &[u8],
     extra: &[String],
     settle: Duration,
+    tls: Option<&TlsDirs>,
 ) -> Result<Sample, Error> {
     let nbdcopy = tool("nbdcopy")?;
     let dir = tempfile::tempdir().map_err(|e| failed(e.to_string()))?;
@@ -387,6 +395,10 @@ fn one(
             .arg(&pid_file)
             .args(setup_flags(setup.zmem, extra))
             .args(extra);
+        if let Some(t) = tls {
+            c.args(["--tls", "require", "--tls-certificates"])
+                .arg(&t.server);
+        }
         c
     } else {
         let mut c = Command::new(tool("nbdkit")?);
@@ -396,9 +408,20 @@ fn one(
             .arg(&pid_file)
             .args(["memory", &size])
             .arg(format!("allocator={}", setup.nbdkit_allocator));
+        if let Some(t) = tls {
+            c.arg("--tls=require")
+                .arg(format!("--tls-certificates={}", t.server.display()));
+        }
         c
     };
     let mut running = Running::start(server, cmd, dir.path(), &sock, &pid_file)?;
+    if let Some(t) = tls {
+        running.uri = format!(
+            "nbds+unix:///?socket={}&tls-certificates={}",
+            sock.display(),
+            t.client.display()
+        );
+    }
     let pid = running.pid();
     let uri = running.uri.clone();
     let file_s = file.to_string_lossy();
@@ -423,6 +446,7 @@ fn one(
     let mb = data.len() as f64 / 1e6;
     Ok(Sample {
         setup: setup.name.to_string(),
+        tls: tls.is_some(),
         data: file_name(file),
         server: server.to_string(),
         data_mb: mb,
@@ -437,6 +461,112 @@ fn one(
         rss_after_read_kib: rss2.saturating_sub(rss0),
         hwm_kib: hwm,
     })
+}
+
+/// Certificates for `--tls`: the servers' directory (`ca-cert.pem`,
+/// `server-cert.pem`, `server-key.pem`, as nbdkit and zmem read them) and
+/// the client's (the authority only).
+struct TlsDirs {
+    server: PathBuf,
+    client: PathBuf,
+}
+
+/// Runs openssl with `args`; its stderr in the error.
+fn openssl(args: &[&str]) -> Result<(), Error> {
+    let o = Command::new(tool("openssl")?)
+        .args(args)
+        .output()
+        .map_err(|e| failed(format!("openssl: {e}")))?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(failed(format!(
+            "openssl {}: {}",
+            args.first().unwrap_or(&""),
+            String::from_utf8_lossy(&o.stderr).trim()
+        )))
+    }
+}
+
+/// A P-256 authority and a `localhost` server certificate it signed.
+fn make_certs(dir: &Path) -> Result<TlsDirs, Error> {
+    let (server, client) = (dir.join("server"), dir.join("client"));
+    for d in [&server, &client] {
+        std::fs::create_dir_all(d).map_err(|e| failed(e.to_string()))?;
+    }
+    let p = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    let ca_cert = server.join("ca-cert.pem").to_string_lossy().into_owned();
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-days",
+                "2",
+                "-subj",
+                "/CN=zmem bench CA",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+                "-keyout",
+                &p("ca-key.pem"),
+                "-out",
+                &ca_cert,
+            ],
+        ]
+        .concat(),
+    )?;
+    let ext = dir.join("server.ext");
+    std::fs::write(
+        &ext,
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n\
+         extendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )
+    .map_err(|e| failed(e.to_string()))?;
+    let key = server.join("server-key.pem").to_string_lossy().into_owned();
+    openssl(
+        &[
+            &["req"][..],
+            &ec,
+            &[
+                "-subj",
+                "/CN=localhost",
+                "-keyout",
+                &key,
+                "-out",
+                &p("server.csr"),
+            ],
+        ]
+        .concat(),
+    )?;
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &p("server.csr"),
+        "-CA",
+        &ca_cert,
+        "-CAkey",
+        &p("ca-key.pem"),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        &ext.to_string_lossy(),
+        "-out",
+        &server.join("server-cert.pem").to_string_lossy(),
+    ])?;
+    std::fs::copy(server.join("ca-cert.pem"), client.join("ca-cert.pem"))
+        .map_err(|e| failed(e.to_string()))?;
+    Ok(TlsDirs { server, client })
 }
 
 fn file_name(file: &Path) -> String {
@@ -502,6 +632,12 @@ pub fn run(args: &ServeBenchArgs) -> Result<(), Error> {
     let settle = Duration::from_secs_f64(args.settle);
     tool("nbdkit")?;
     tool("nbdcopy")?;
+    let cert_dir = tempfile::tempdir().map_err(|e| failed(e.to_string()))?;
+    let tls = if args.tls {
+        Some(make_certs(cert_dir.path())?)
+    } else {
+        None
+    };
     let mut samples = Vec::new();
     let mut ceilings = Vec::new();
     for file in &files {
@@ -523,7 +659,7 @@ pub fn run(args: &ServeBenchArgs) -> Result<(), Error> {
                     ["zmem", "nbdkit"]
                 };
                 for server in order {
-                    let s = one(setup, server, file, &data, &extra, settle)?;
+                    let s = one(setup, server, file, &data, &extra, settle, tls.as_ref())?;
                     eprintln!(
                         "{:<8} {:<13} {:<6} run {run}: write {:>7.1} MB/s ({:.2} s CPU), read {:>7.1} MB/s ({:.2} s CPU), RSS +{} KiB",
                         s.setup, s.data, s.server, s.write_mb_s, s.write_cpu_s, s.read_mb_s, s.read_cpu_s, s.rss_growth_kib
@@ -547,6 +683,12 @@ pub fn run(args: &ServeBenchArgs) -> Result<(), Error> {
 
 fn table(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> String {
     let mut out = String::new();
+    if samples.first().is_some_and(|s| s.tls) {
+        let _ = writeln!(
+            out,
+            "both servers require TLS (nbds+unix, P-256 certificates)"
+        );
+    }
     let _ = writeln!(
         out,
         "{:<8} {:<13} {:<6} {:>10} {:>6} {:>10} {:>6} {:>10} {:>10} {:>10} {:>10}",
