@@ -540,18 +540,7 @@ fn a_second_server_on_a_live_socket_is_refused_and_a_stale_one_replaced() {
 #[test]
 fn bench_serve_runs_on_a_small_file() {
     require_tools!("nbdkit", "nbdcopy");
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("small.bin");
-    std::fs::write(&data, real_data(4 * MIB)).unwrap();
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_zmem"))
-        .args([
-            "bench", "serve", "--runs", "1", "--settle", "0", "--format", "json", "--data",
-        ])
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = bench_serve_json(4 * MIB, &[]);
     let samples = v["samples"].as_array().unwrap();
     assert_eq!(samples.len(), 4, "two configurations, two servers");
     for s in samples {
@@ -566,6 +555,24 @@ fn bench_serve_runs_on_a_small_file() {
     assert_eq!(ceilings.len(), 1, "{ceilings:?}");
     assert_eq!(ceilings[0]["setup"], "lz4-4k");
     assert!(ceilings[0]["compress_cpu_s"].as_f64().unwrap() > 0.0);
+}
+
+/// `zmem bench serve` once on `bytes` of real data with `flags`: its JSON.
+fn bench_serve_json(bytes: usize, flags: &[&str]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("small.bin");
+    std::fs::write(&data, real_data(bytes)).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .args([
+            "bench", "serve", "--runs", "1", "--settle", "0", "--format", "json",
+        ])
+        .args(flags)
+        .arg("--data")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
 }
 
 #[test]
@@ -906,19 +913,7 @@ fn read_only_exports_refuse_writes_with_eperm() {
 #[test]
 fn bench_serve_runs_both_servers_over_tls() {
     require_tools!("nbdkit", "nbdcopy", "openssl");
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("small.bin");
-    std::fs::write(&data, real_data(2 * MIB)).unwrap();
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_zmem"))
-        .args([
-            "bench", "serve", "--tls", "--config", "zstd32k", "--runs", "1", "--settle", "0",
-            "--format", "json", "--data",
-        ])
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = bench_serve_json(2 * MIB, &["--tls", "--config", "zstd32k"]);
     let samples = v["samples"].as_array().unwrap();
     assert_eq!(samples.len(), 2, "zmem and nbdkit");
     for s in samples {

@@ -258,6 +258,42 @@ fn phase(
     }
 }
 
+/// Writes `phases` as rows: the latency columns, then the three named
+/// counts (compactions, objects moved, and `last`'s figure).
+fn phase_table(out: &mut String, phases: &[Phase], counts: [&str; 3], last: fn(&Phase) -> u64) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        out,
+        "{:<24} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>11} {:>11} {:>8}",
+        "phase",
+        "reads",
+        "p50 ns",
+        "p99 ns",
+        "p99.9 ns",
+        "p99.99 ns",
+        "max ns",
+        counts[0],
+        counts[1],
+        counts[2]
+    );
+    for p in phases {
+        let _ = writeln!(
+            out,
+            "{:<24} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>11} {:>11} {:>8}",
+            p.name,
+            p.reads,
+            p.p50_ns,
+            p.p99_ns,
+            p.p999_ns,
+            p.p9999_ns,
+            p.max_ns,
+            p.compactions,
+            p.objs_moved,
+            last(p)
+        );
+    }
+}
+
 /// Runs `zmem bench read-latency`.
 pub fn run(args: &ReadLatencyArgs) -> Result<(), Error> {
     let path = args
@@ -415,36 +451,12 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), Error> {
             args.seconds,
             report.page_cache_pages * pool.page_size() / 1024
         );
-        let _ = writeln!(
-            out,
-            "{:<24} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>11} {:>11} {:>8}",
-            "phase",
-            "reads",
-            "p50 ns",
-            "p99 ns",
-            "p99.9 ns",
-            "p99.99 ns",
-            "max ns",
-            "compactions",
-            "objs moved",
-            "madvise"
+        phase_table(
+            &mut out,
+            &report.phases,
+            ["compactions", "objs moved", "madvise"],
+            |p| p.advise_calls,
         );
-        for p in &report.phases {
-            let _ = writeln!(
-                out,
-                "{:<24} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>11} {:>11} {:>8}",
-                p.name,
-                p.reads,
-                p.p50_ns,
-                p.p99_ns,
-                p.p999_ns,
-                p.p9999_ns,
-                p.max_ns,
-                p.compactions,
-                p.objs_moved,
-                p.advise_calls
-            );
-        }
         let _ = writeln!(
             out,
             "p99.9 while compacting / alone: {:.2}x",
@@ -456,36 +468,12 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), Error> {
              even pages read (decompressed) while odd ones are discarded and rewritten",
             take / 4096
         );
-        let _ = writeln!(
-            out,
-            "{:<24} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>11} {:>11} {:>8}",
-            "phase",
-            "reads",
-            "p50 ns",
-            "p99 ns",
-            "p99.9 ns",
-            "p99.99 ns",
-            "max ns",
-            "auto runs",
-            "objs moved",
-            "churns"
+        phase_table(
+            &mut out,
+            &report.store_phases,
+            ["auto runs", "objs moved", "churns"],
+            |p| p.churn_rounds.unwrap_or(0),
         );
-        for p in &report.store_phases {
-            let _ = writeln!(
-                out,
-                "{:<24} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>11} {:>11} {:>8}",
-                p.name,
-                p.reads,
-                p.p50_ns,
-                p.p99_ns,
-                p.p999_ns,
-                p.p9999_ns,
-                p.max_ns,
-                p.compactions,
-                p.objs_moved,
-                p.churn_rounds.unwrap_or(0)
-            );
-        }
         let _ = writeln!(
             out,
             "p99.9 with background compaction on / off: {:.2}x",
