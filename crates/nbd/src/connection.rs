@@ -9,11 +9,12 @@
 
 use std::io::{BufReader, Read, Write};
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use log::{debug, info, warn};
 
 use crate::budget::ServerBudget;
-use crate::export::{Config, Exports};
+use crate::export::{Config, Export, Exports};
 use crate::handshake::{self, Outcome};
 use crate::transmission;
 
@@ -24,9 +25,10 @@ const READ_BUFFER: usize = 128 * 1024;
 /// The hooks a connection calls into its server.
 pub(crate) struct Hooks<'a> {
     /// Called once the handshake has chosen an export, before the reply that
-    /// starts transmission: whether the server admits one more connection.
-    /// If not, the client is refused and the connection ends.
-    pub admit: &'a dyn Fn() -> bool,
+    /// starts transmission: whether the server admits one more connection
+    /// to it (`Err` says why not). If not, the client is refused and the
+    /// connection ends.
+    pub admit: &'a dyn Fn(&Arc<Export>) -> Result<(), String>,
     /// Must make further reads of the reader fail or end (the server shuts
     /// the socket down); called when a reply cannot be written.
     pub on_dead: &'a (dyn Fn() + Sync),
@@ -34,11 +36,13 @@ pub(crate) struct Hooks<'a> {
     pub budget: &'a ServerBudget,
 }
 
-/// Serves one connection until it ends; `id` labels log lines.
+/// Serves one connection until it ends; `id` labels log lines. `exports`
+/// is the table the handshake looks names up in; it is dropped once the
+/// handshake ends, so a connection keeps only its own export alive.
 pub(crate) fn run<R: Read, W: Write + Send>(
     reader: R,
     mut writer: W,
-    exports: &Exports,
+    exports: Exports,
     config: &Config,
     stopping: &AtomicBool,
     hooks: &Hooks<'_>,
@@ -48,13 +52,16 @@ pub(crate) fn run<R: Read, W: Write + Send>(
     let session = match handshake::negotiate(
         &mut reader,
         &mut writer,
-        exports,
+        &exports,
         config,
         stopping,
         hooks.admit,
         id,
     ) {
-        Ok(Outcome::Transmission(s)) => s,
+        Ok(Outcome::Transmission(s)) => {
+            drop(exports);
+            s
+        }
         Ok(Outcome::Aborted) => {
             debug!("conn {id}: client aborted the handshake");
             return;

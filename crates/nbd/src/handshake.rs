@@ -100,8 +100,9 @@ struct Negotiation<'a, W> {
     w: &'a mut W,
     exports: &'a Exports,
     config: &'a Config,
-    /// Whether the server takes one more connection into transmission.
-    admit: &'a dyn Fn() -> bool,
+    /// Whether the server takes one more connection into transmission on
+    /// this export (`Err` says why not).
+    admit: &'a dyn Fn(&Arc<Export>) -> Result<(), String>,
     /// Set when a `GO` was refused for want of a place: the end of it.
     refused: Option<ConnError>,
     conn: u64,
@@ -116,8 +117,10 @@ struct Negotiation<'a, W> {
 /// `stopping` makes every later option (except `ABORT`) fail with
 /// `NBD_REP_ERR_SHUTDOWN`. `admit` is asked once an export is chosen,
 /// before the reply that starts transmission: if the server has no place
-/// for one more connection, `GO` is answered `NBD_REP_ERR_POLICY` and the
-/// connection ends (`EXPORT_NAME` has no error reply, so it just ends).
+/// for one more connection (or the export changed meanwhile), `GO` is
+/// answered `NBD_REP_ERR_POLICY` and the connection ends (`EXPORT_NAME` has
+/// no error reply, so it just ends). An export made with
+/// [`Export::unavailable`] is refused before that, as an unknown one is.
 /// `conn` only labels log lines.
 pub(crate) fn negotiate<R: Read, W: Write>(
     r: &mut R,
@@ -125,7 +128,7 @@ pub(crate) fn negotiate<R: Read, W: Write>(
     exports: &Exports,
     config: &Config,
     stopping: &AtomicBool,
-    admit: &dyn Fn() -> bool,
+    admit: &dyn Fn(&Arc<Export>) -> Result<(), String>,
     conn: u64,
 ) -> Result<Outcome, ConnError> {
     w.write_all(&wire::encode_greeting(hs::FIXED_NEWSTYLE | hs::NO_ZEROES))?;
@@ -252,23 +255,16 @@ impl<W: Write> Negotiation<'_, W> {
         }
     }
 
-    /// Why a chosen export was not served: the server is full.
-    fn refusal(&self) -> ConnError {
-        ConnError::Refused(format!(
-            "{} connections are served already (the limit)",
-            self.config.max_connections
-        ))
-    }
-
     /// `NBD_OPT_EXPORT_NAME`: no error reply exists, so failure closes.
     fn export_name(&mut self, data: &[u8]) -> Result<Session, ConnError> {
         let name = wire::parse_string(data)?;
         let Some(export) = self.exports.get(&name).cloned() else {
             return Err(ConnError::Protocol(format!("no export named {name:?}")));
         };
-        if !(self.admit)() {
-            return Err(self.refusal());
+        if let Some(why) = export.unavailable_reason() {
+            return Err(ConnError::Refused(why.to_string()));
         }
+        (self.admit)(&export).map_err(ConnError::Refused)?;
         let s = self.session(&export);
         let size = export.device().size();
         self.w.write_all(&wire::encode_export_name_reply(
@@ -307,11 +303,17 @@ impl<W: Write> Negotiation<'_, W> {
             self.error(option, rep::ERR_UNKNOWN, &msg)?;
             return Ok(None);
         };
-        if option == opt::GO && !(self.admit)() {
-            let refusal = self.refusal();
-            self.error(option, rep::ERR_POLICY, &refusal.to_string())?;
-            self.refused = Some(refusal);
+        if let Some(why) = export.unavailable_reason() {
+            self.error(option, rep::ERR_UNKNOWN, why)?;
             return Ok(None);
+        }
+        if option == opt::GO {
+            if let Err(why) = (self.admit)(&export) {
+                let refusal = ConnError::Refused(why);
+                self.error(option, rep::ERR_POLICY, &refusal.to_string())?;
+                self.refused = Some(refusal);
+                return Ok(None);
+            }
         }
         let s = self.session(&export);
         let size = export.device().size();
@@ -437,7 +439,7 @@ mod tests {
             &exports(),
             &Config::default(),
             &AtomicBool::new(false),
-            &|| true,
+            &|_| Ok(()),
             0,
         );
         assert_eq!(&out[..8], b"NBDMAGIC");
