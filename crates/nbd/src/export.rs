@@ -34,12 +34,13 @@ impl Export {
         }
     }
 
-    /// An export that is listed (`NBD_OPT_LIST`) but refuses every client
-    /// for now, with `reason` (a device not set up yet, as an uninitialised
-    /// zram disk). `INFO`, `GO` and `EXPORT_NAME` for it are answered
-    /// `NBD_REP_ERR_UNKNOWN`, the protocol's "the requested export is not
-    /// available", with `reason` as the message; `reason` is also its
-    /// description.
+    /// An export that refuses every client for now, with `reason` (a device
+    /// not set up yet, as an uninitialised zram disk). `INFO`, `GO` and
+    /// `EXPORT_NAME` for it are answered `NBD_REP_ERR_UNKNOWN`, the
+    /// protocol's "the requested export is not available", with `reason`
+    /// as the message; `NBD_OPT_LIST` leaves it out (clients that list and
+    /// then open every export, as `nbdinfo --list`, would fail on it). Its
+    /// name stays taken, and `reason` is its description.
     pub fn unavailable(name: impl Into<String>, reason: impl Into<String>) -> Export {
         let reason = reason.into();
         Export {

@@ -281,7 +281,9 @@ impl<W: Write> Negotiation<'_, W> {
             return self.error(opt::LIST, rep::ERR_INVALID, "option takes no data");
         }
         let exports = self.exports;
-        for e in exports.iter() {
+        // Unavailable exports are not listed: clients that list, then open
+        // each export (nbdinfo --list), would fail on them.
+        for e in exports.iter().filter(|e| e.unavailable_reason().is_none()) {
             let d = wire::encode_rep_server(e.name(), e.description());
             self.reply(opt::LIST, rep::SERVER, &d)?;
         }

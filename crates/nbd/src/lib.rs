@@ -37,8 +37,9 @@
 //! - `socket`, `server`: listeners, threads, shutdown.
 //!
 //! Exports may be added, replaced and removed while the server runs
-//! ([`Server::add_export`]); one made with [`Export::unavailable`] is listed
-//! but refuses clients with `NBD_REP_ERR_UNKNOWN` and a reason.
+//! ([`Server::add_export`]); one made with [`Export::unavailable`] keeps its
+//! name but is not listed and refuses clients with `NBD_REP_ERR_UNKNOWN` and
+//! a reason.
 //!
 //! Not supported: TLS, old-style negotiation, extended headers, resize.
 //! The crate has no `unsafe` code.

@@ -18,9 +18,10 @@
 //! ```
 //!
 //! An uninitialised export is in the NBD table as
-//! [`nbd::Export::unavailable`]: listed, but a client asking for it gets
-//! `NBD_REP_ERR_UNKNOWN` ("the requested export is not available") saying
-//! it is not initialised. Stores are made by a [`StoreFactory`] the binary
+//! [`nbd::Export::unavailable`]: not listed, and a client asking for it gets
+//! `NBD_REP_ERR_UNKNOWN` ("the requested export is not available", the only
+//! error reply the protocol has for it; libnbd shows it as "No such file or
+//! directory") with a message saying it is not initialised. Stores are made by a [`StoreFactory`] the binary
 //! gives (it owns the allocator and page flags); a registry without one
 //! serves the stores it was made with and refuses `hot_add` and a new
 //! `disksize` with `EOPNOTSUPP`. It does no I/O besides what a store does
@@ -740,7 +741,7 @@ mod tests {
             .unwrap(),
         );
         reg.attach(&server);
-        // An uninitialised export is listed but refuses clients.
+        // An uninitialised export is in the table but refuses clients.
         let names: Vec<String> = server
             .exports()
             .iter()
