@@ -63,7 +63,7 @@ const RANGES: &[(&str, bool, &[&str])] = &[
     ("bench compressors --rounds", false, &["1001"]),
     ("bench serve --runs", false, &["101"]),
     ("bench serve --settle", true, &["61", "nan"]),
-    ("serve --export", false, &["4095", "2T"]),
+    ("serve --export", true, &["4095", "2T"]),
     ("serve --size", false, &["4095", "2T"]),
     ("serve --page-size", false, &["12K", "128K"]),
     ("serve --unit", false, &["2K", "12K", "128K"]),

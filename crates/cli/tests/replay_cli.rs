@@ -326,7 +326,7 @@ fn bad_page_sizes_and_export_sizes_are_one_line_usage_errors() {
         (&["replay", "--page-size", "12K"][..], "--page-size"),
         (&["replay", "--unit", "12K"][..], "--unit"),
         (&["serve", "--export", "a:xx"][..], "--export"),
-        (&["serve", "--export", "a:0"][..], "--export"),
+        (&["serve", "--export", "a:2K"][..], "--export"),
     ] {
         let out = zmem(args);
         let err = String::from_utf8_lossy(&out.stderr);

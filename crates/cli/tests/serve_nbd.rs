@@ -310,8 +310,9 @@ fn ctl_reads_and_writes_the_attributes() {
         }
     }
 
-    // reset is refused while a client is connected, as zram's is while open.
-    let client = greeted_client(&z.sock);
+    // reset is refused while a client is connected to the export, as zram's
+    // is while the disk is open.
+    let client = testkit::clients::raw_go(&z.sock, "x").expect("GO x");
     let o = z.ctl(&["--export", "x", "reset"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("EBUSY"));
@@ -332,7 +333,11 @@ fn ctl_reads_and_writes_the_attributes() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // reset returns it to uninitialised (issue 20); disksize brings it back
+    // empty.
     assert_eq!(z.mm_stat("x"), vec![0; 9]);
+    assert_eq!(z.ctl_ok(&["--export", "x", "initstate"]), "0\n");
+    z.ctl_ok(&["--export", "x", "disksize", "16M"]);
     assert!(read_export(&z, &z.uri("x")).iter().all(|&b| b == 0));
 
     // Bad values: EINVAL, exit status 1, nothing changes.

@@ -10,11 +10,12 @@
 
 use std::io::{BufReader, Read, Write};
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use log::{debug, info, warn};
 
 use crate::budget::ServerBudget;
-use crate::export::{Config, Exports};
+use crate::export::{Config, Export, Exports};
 use crate::handshake::{self, Outcome, Start};
 use crate::transmission;
 
@@ -25,9 +26,10 @@ const READ_BUFFER: usize = 128 * 1024;
 /// The hooks a connection calls into its server.
 pub(crate) struct Hooks<'a> {
     /// Called once the handshake has chosen an export, before the reply that
-    /// starts transmission: whether the server admits one more connection.
-    /// If not, the client is refused and the connection ends.
-    pub admit: &'a dyn Fn() -> bool,
+    /// starts transmission: whether the server admits one more connection
+    /// to it (`Err` says why not). If not, the client is refused and the
+    /// connection ends.
+    pub admit: &'a dyn Fn(&Arc<Export>) -> Result<(), String>,
     /// Must make further reads of the reader fail or end (the server shuts
     /// the socket down); called when a reply cannot be written.
     pub on_dead: &'a (dyn Fn() + Sync),
@@ -35,36 +37,41 @@ pub(crate) struct Hooks<'a> {
     pub budget: &'a ServerBudget,
 }
 
-/// Serves one connection until it ends; `id` labels log lines. `start`
+/// Serves one connection until it ends; `id` labels log lines. `exports`
+/// is the table the handshake looks names up in; it is dropped once the
+/// handshake ends, so a connection keeps only its own export alive. `start`
 /// says whether this is a new connection or its rest over TLS.
 ///
 /// Returns `Some` when the client asked for TLS and it was acknowledged:
 /// the caller runs the TLS handshake on the stream and calls `run` again
-/// with the returned [`Start`] and the TLS session's halves. Otherwise the
-/// connection is over.
+/// with the returned [`Start`], the table and the TLS session's halves.
+/// Otherwise the connection is over.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run<R: Read, W: Write + Send>(
     reader: R,
     mut writer: W,
-    exports: &Exports,
+    exports: Exports,
     config: &Config,
     stopping: &AtomicBool,
     hooks: &Hooks<'_>,
     start: Start,
     id: u64,
-) -> Option<Start> {
+) -> Option<(Start, Exports)> {
     let mut reader = BufReader::with_capacity(READ_BUFFER, reader);
     let session = match handshake::negotiate(
         &mut reader,
         &mut writer,
-        exports,
+        &exports,
         config,
         stopping,
         hooks.admit,
         start,
         id,
     ) {
-        Ok(Outcome::Transmission(s)) => s,
+        Ok(Outcome::Transmission(s)) => {
+            drop(exports);
+            s
+        }
         Ok(Outcome::Aborted) => {
             debug!("conn {id}: client aborted the handshake");
             return None;
@@ -78,7 +85,7 @@ pub(crate) fn run<R: Read, W: Write + Send>(
                 return None;
             }
             debug!("conn {id}: starting TLS");
-            return Some(Start::Secured { no_zeroes });
+            return Some((Start::Secured { no_zeroes }, exports));
         }
         Err(e) => {
             handshake::log_failure(id, &e);

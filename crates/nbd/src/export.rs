@@ -1,10 +1,12 @@
 //! Exports: the named devices a server offers, and the server's settings.
 //!
 //! This module owns [`Export`] (a name, an optional description, an
-//! `Arc<dyn BlockDevice>` and whether clients may only read it), the [`Exports`] table with its default-export
-//! rule, and [`Config`], the limits every connection obeys. It checks names
-//! and block sizes once, when an export is added, so the protocol code can
-//! trust them. It does no I/O.
+//! `Arc<dyn BlockDevice>`, whether clients may only read it, or the reason
+//! it refuses clients for now), the [`Exports`] table with its
+//! default-export rule and its changes while a server runs (add, replace,
+//! remove), and [`Config`], the limits every connection obeys. It checks
+//! names and block sizes once, when an export is added, so the protocol code
+//! can trust them. It does no I/O.
 
 use std::fmt;
 use std::sync::Arc;
@@ -21,6 +23,7 @@ pub struct Export {
     description: Option<String>,
     device: Arc<dyn BlockDevice>,
     read_only: bool,
+    unavailable: Option<String>,
 }
 
 impl Export {
@@ -31,6 +34,7 @@ impl Export {
             description: None,
             device,
             read_only: false,
+            unavailable: None,
         }
     }
 
@@ -45,6 +49,30 @@ impl Export {
     /// Whether clients may only read (the export says so, or its device).
     pub fn is_read_only(&self) -> bool {
         self.read_only || self.device.is_read_only()
+    }
+
+    /// An export that refuses every client for now, with `reason` (a device
+    /// not set up yet, as an uninitialised zram disk). `INFO`, `GO` and
+    /// `EXPORT_NAME` for it are answered `NBD_REP_ERR_UNKNOWN`, the
+    /// protocol's "the requested export is not available", with `reason`
+    /// as the message; `NBD_OPT_LIST` leaves it out (clients that list and
+    /// then open every export, as `nbdinfo --list`, would fail on it). Its
+    /// name stays taken, and `reason` is its description.
+    pub fn unavailable(name: impl Into<String>, reason: impl Into<String>) -> Export {
+        let reason = reason.into();
+        Export {
+            name: name.into(),
+            description: Some(reason.clone()),
+            device: Arc::new(crate::MemDevice::new(0)),
+            read_only: false,
+            unavailable: Some(reason),
+        }
+    }
+
+    /// Why clients are refused, for an export made with
+    /// [`Export::unavailable`].
+    pub fn unavailable_reason(&self) -> Option<&str> {
+        self.unavailable.as_deref()
     }
 
     /// The same export with a description for humans (`NBD_INFO_DESCRIPTION`,
@@ -77,6 +105,7 @@ impl fmt::Debug for Export {
             .field("description", &self.description)
             .field("size", &self.device.size())
             .field("read_only", &self.is_read_only())
+            .field("unavailable", &self.unavailable)
             .finish()
     }
 }
@@ -90,6 +119,16 @@ pub enum ExportError {
     BadString(String),
     /// The device's block sizes break the protocol's rules.
     BadBlockSize(String),
+    /// No export has this name.
+    NotFound(String),
+    /// Clients are connected to this export, so it cannot be removed or
+    /// replaced now.
+    Busy {
+        /// The export.
+        name: String,
+        /// Clients connected to it.
+        connections: usize,
+    },
 }
 
 impl fmt::Display for ExportError {
@@ -98,6 +137,11 @@ impl fmt::Display for ExportError {
             ExportError::Duplicate(n) => write!(f, "an export named {n:?} already exists"),
             ExportError::BadString(m) => write!(f, "bad export name or description: {m}"),
             ExportError::BadBlockSize(m) => write!(f, "bad block size: {m}"),
+            ExportError::NotFound(n) => write!(f, "no export named {n:?}"),
+            ExportError::Busy { name, connections } => write!(
+                f,
+                "{connections} NBD client(s) connected to export {name:?}; disconnect them first"
+            ),
         }
     }
 }
@@ -129,6 +173,41 @@ impl Exports {
 
     /// Adds an export after checking its name, description and block sizes.
     pub fn add(&mut self, export: Export) -> Result<(), ExportError> {
+        if self.list.iter().any(|e| e.name == export.name) {
+            return Err(ExportError::Duplicate(export.name));
+        }
+        let export = Exports::checked(export)?;
+        self.list.push(export);
+        Ok(())
+    }
+
+    /// Puts `export` in the place of the export of the same name (keeping
+    /// its position) after the checks of [`Exports::add`]; returns the one
+    /// it replaced.
+    pub fn replace(&mut self, export: Export) -> Result<Arc<Export>, ExportError> {
+        let Some(i) = self.list.iter().position(|e| e.name == export.name) else {
+            return Err(ExportError::NotFound(export.name));
+        };
+        let export = Exports::checked(export)?;
+        Ok(std::mem::replace(&mut self.list[i], export))
+    }
+
+    /// Removes the export called exactly `name` (the default-export rule
+    /// does not apply) and returns it.
+    pub fn remove(&mut self, name: &str) -> Result<Arc<Export>, ExportError> {
+        match self.list.iter().position(|e| e.name == name) {
+            Some(i) => Ok(self.list.remove(i)),
+            None => Err(ExportError::NotFound(name.to_string())),
+        }
+    }
+
+    /// The export called exactly `name` (no default-export rule).
+    pub(crate) fn exact(&self, name: &str) -> Option<&Arc<Export>> {
+        self.list.iter().find(|e| e.name == name)
+    }
+
+    /// `export` after checking its strings and block sizes.
+    fn checked(export: Export) -> Result<Arc<Export>, ExportError> {
         for s in std::iter::once(export.name()).chain(export.description()) {
             if s.len() > MAX_STRING || s.contains('\0') {
                 return Err(ExportError::BadString(format!(
@@ -138,16 +217,12 @@ impl Exports {
                 )));
             }
         }
-        if self.list.iter().any(|e| e.name == export.name) {
-            return Err(ExportError::Duplicate(export.name));
-        }
         export
             .device
             .block_size()
             .validate()
             .map_err(ExportError::BadBlockSize)?;
-        self.list.push(Arc::new(export));
-        Ok(())
+        Ok(Arc::new(export))
     }
 
     /// The export a client asking for `name` gets.
@@ -317,5 +392,28 @@ mod tests {
         assert!(e
             .add(Export::new("x\0", Arc::new(MemDevice::new(1))))
             .is_err());
+    }
+
+    #[test]
+    fn exports_are_replaced_in_place_and_removed_by_exact_name() {
+        let mut e = Exports::new();
+        for n in ["a", "b", "c"] {
+            e.add(Export::new(n, Arc::new(MemDevice::new(1)))).unwrap();
+        }
+        let old = e.replace(Export::unavailable("b", "not set up")).unwrap();
+        assert_eq!(old.device().size(), 1);
+        let names: Vec<&str> = e.iter().map(|x| x.name()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert_eq!(e.get("b").unwrap().unavailable_reason(), Some("not set up"));
+        assert_eq!(e.get("b").unwrap().description(), Some("not set up"));
+        assert!(matches!(
+            e.replace(Export::new("z", Arc::new(MemDevice::new(1)))),
+            Err(ExportError::NotFound(_))
+        ));
+        // "" is the default export for clients, never for removal.
+        assert!(matches!(e.remove(""), Err(ExportError::NotFound(_))));
+        assert_eq!(e.remove("a").unwrap().name(), "a");
+        assert_eq!(e.get("").unwrap().name(), "b");
+        assert!(e.exact("a").is_none());
     }
 }

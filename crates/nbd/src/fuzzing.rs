@@ -45,11 +45,11 @@ pub fn connection(data: &[u8]) -> Vec<u8> {
     connection::run(
         data,
         &mut out,
-        &exports,
+        exports,
         &config,
         &AtomicBool::new(false),
         &connection::Hooks {
-            admit: &|| true,
+            admit: &|_| Ok(()),
             on_dead: &|| {},
             budget: &ServerBudget::unlimited(),
         },

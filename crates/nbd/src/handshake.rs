@@ -129,8 +129,9 @@ struct Negotiation<'a, W> {
     w: &'a mut W,
     exports: &'a Exports,
     config: &'a Config,
-    /// Whether the server takes one more connection into transmission.
-    admit: &'a dyn Fn() -> bool,
+    /// Whether the server takes one more connection into transmission on
+    /// this export (`Err` says why not).
+    admit: &'a dyn Fn(&Arc<Export>) -> Result<(), String>,
     /// Set when a `GO` was refused for want of a place: the end of it.
     refused: Option<ConnError>,
     conn: u64,
@@ -146,8 +147,10 @@ struct Negotiation<'a, W> {
 /// `stopping` makes every later option (except `ABORT`) fail with
 /// `NBD_REP_ERR_SHUTDOWN`. `admit` is asked once an export is chosen,
 /// before the reply that starts transmission: if the server has no place
-/// for one more connection, `GO` is answered `NBD_REP_ERR_POLICY` and the
-/// connection ends (`EXPORT_NAME` has no error reply, so it just ends).
+/// for one more connection (or the export changed meanwhile), `GO` is
+/// answered `NBD_REP_ERR_POLICY` and the connection ends (`EXPORT_NAME` has
+/// no error reply, so it just ends). An export made with
+/// [`Export::unavailable`] is refused before that, as an unknown one is.
 /// `conn` only labels log lines.
 #[allow(clippy::too_many_arguments)] // each is a separate input of the phase
 pub(crate) fn negotiate<R: Read, W: Write>(
@@ -156,7 +159,7 @@ pub(crate) fn negotiate<R: Read, W: Write>(
     exports: &Exports,
     config: &Config,
     stopping: &AtomicBool,
-    admit: &dyn Fn() -> bool,
+    admit: &dyn Fn(&Arc<Export>) -> Result<(), String>,
     start: Start,
     conn: u64,
 ) -> Result<Outcome, ConnError> {
@@ -319,23 +322,16 @@ impl<W: Write> Negotiation<'_, W> {
         }
     }
 
-    /// Why a chosen export was not served: the server is full.
-    fn refusal(&self) -> ConnError {
-        ConnError::Refused(format!(
-            "{} connections are served already (the limit)",
-            self.config.max_connections
-        ))
-    }
-
     /// `NBD_OPT_EXPORT_NAME`: no error reply exists, so failure closes.
     fn export_name(&mut self, data: &[u8]) -> Result<Session, ConnError> {
         let name = wire::parse_string(data)?;
         let Some(export) = self.exports.get(&name).cloned() else {
             return Err(ConnError::Protocol(format!("no export named {name:?}")));
         };
-        if !(self.admit)() {
-            return Err(self.refusal());
+        if let Some(why) = export.unavailable_reason() {
+            return Err(ConnError::Refused(why.to_string()));
         }
+        (self.admit)(&export).map_err(ConnError::Refused)?;
         let s = self.session(&export);
         let size = export.device().size();
         self.w.write_all(&wire::encode_export_name_reply(
@@ -352,7 +348,9 @@ impl<W: Write> Negotiation<'_, W> {
             return self.error(opt::LIST, rep::ERR_INVALID, "option takes no data");
         }
         let exports = self.exports;
-        for e in exports.iter() {
+        // Unavailable exports are not listed: clients that list, then open
+        // each export (nbdinfo --list), would fail on them.
+        for e in exports.iter().filter(|e| e.unavailable_reason().is_none()) {
             let d = wire::encode_rep_server(e.name(), e.description());
             self.reply(opt::LIST, rep::SERVER, &d)?;
         }
@@ -374,11 +372,17 @@ impl<W: Write> Negotiation<'_, W> {
             self.error(option, rep::ERR_UNKNOWN, &msg)?;
             return Ok(None);
         };
-        if option == opt::GO && !(self.admit)() {
-            let refusal = self.refusal();
-            self.error(option, rep::ERR_POLICY, &refusal.to_string())?;
-            self.refused = Some(refusal);
+        if let Some(why) = export.unavailable_reason() {
+            self.error(option, rep::ERR_UNKNOWN, why)?;
             return Ok(None);
+        }
+        if option == opt::GO {
+            if let Err(why) = (self.admit)(&export) {
+                let refusal = ConnError::Refused(why);
+                self.error(option, rep::ERR_POLICY, &refusal.to_string())?;
+                self.refused = Some(refusal);
+                return Ok(None);
+            }
         }
         let s = self.session(&export);
         let size = export.device().size();
@@ -504,7 +508,7 @@ mod tests {
             &exports(),
             &Config::default(),
             &AtomicBool::new(false),
-            &|| true,
+            &|_| Ok(()),
             Start::Greeting,
             0,
         );
@@ -614,7 +618,7 @@ mod tests {
             &e,
             &Config::default(),
             &AtomicBool::new(false),
-            &|| true,
+            &|_| Ok(()),
             Start::Greeting,
             0,
         );

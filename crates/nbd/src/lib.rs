@@ -38,6 +38,11 @@
 //! - `tls`: [`Tls`] certificates and [`TlsMode`], and a connection's TLS
 //!   session split into a reading and a writing half (`NBD_OPT_STARTTLS`).
 //!
+//! Exports may be added, replaced and removed while the server runs
+//! ([`Server::add_export`]); one made with [`Export::unavailable`] keeps its
+//! name but is not listed and refuses clients with `NBD_REP_ERR_UNKNOWN` and
+//! a reason.
+//!
 //! Not supported: TLS-PSK (rustls has no pre-shared keys), old-style
 //! negotiation, extended headers, resize.
 //! The crate has no `unsafe` code.

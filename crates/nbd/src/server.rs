@@ -22,17 +22,26 @@
 //! Memory: one `ServerBudget` (`Config::inflight_total`) is shared by every
 //! connection for its payload buffers; [`Server::budget_stats`] reads it.
 //!
-//! Locks: `Shared::conns` (the registry of open streams and their phase,
-//! used to count, shed and shut them down) is the only lock here; it is never
-//! held while taking another lock. Shutting a socket down under it does not
-//! block.
+//! Exports come and go while the server runs ([`Server::add_export`],
+//! [`Server::replace_export`], [`Server::remove_export`]): each connection's
+//! handshake looks names up in a copy of the table taken when it arrived,
+//! and admission checks that the export it chose is still the table's, so
+//! a client never reaches an export removed or replaced meanwhile. An export
+//! with clients connected to it is never removed or replaced.
+//!
+//! Locks: `Shared::conns` (the registry of open streams, their phase and
+//! export, used to count, shed and shut them down) and `Shared::exports`
+//! (the export table). `exports` is taken alone (to copy it) or inside
+//! `conns` (admission, removal, replacement), never the other way round;
+//! neither is held while taking any other lock. Shutting a socket down under
+//! `conns` does not block.
 
 use std::collections::HashMap;
 use std::io;
 use std::net::{Shutdown, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -40,7 +49,7 @@ use log::{error, info, warn};
 
 use crate::budget::{BudgetStats, ServerBudget};
 use crate::connection;
-use crate::export::{Config, Exports};
+use crate::export::{Config, Export, ExportError, Exports};
 use crate::handshake::Start;
 use crate::socket::{self, InheritedListener, ListenAddr, Listener, Stream};
 use crate::tls;
@@ -61,11 +70,14 @@ enum Phase {
 struct Conn {
     stream: Arc<Stream>,
     phase: Phase,
+    /// The export it was admitted to (set with `Phase::Served`).
+    export: Option<String>,
 }
 
 /// State shared by the acceptor, the connections and shutdown handles.
 struct Shared {
-    exports: Exports,
+    /// The export table; see the module's notes on locks.
+    exports: RwLock<Exports>,
     config: Config,
     /// Payload memory over all connections.
     budget: ServerBudget,
@@ -82,6 +94,42 @@ impl Shared {
         self.conns.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn exports(&self) -> std::sync::RwLockReadGuard<'_, Exports> {
+        self.exports.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn exports_mut(&self) -> std::sync::RwLockWriteGuard<'_, Exports> {
+        self.exports.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Connections in the transmission phase on the export called `name`.
+    fn served_on(conns: &HashMap<u64, Conn>, name: &str) -> usize {
+        conns
+            .values()
+            .filter(|c| c.phase == Phase::Served && c.export.as_deref() == Some(name))
+            .count()
+    }
+
+    /// Runs `change` on the export table unless clients are connected to
+    /// the export called `name`.
+    fn change_unless_busy<T>(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut Exports) -> Result<T, ExportError>,
+    ) -> Result<T, ExportError> {
+        let conns = self.conns();
+        let connections = Shared::served_on(&conns, name);
+        if connections > 0 {
+            return Err(ExportError::Busy {
+                name: name.to_string(),
+                connections,
+            });
+        }
+        let result = change(&mut self.exports_mut());
+        drop(conns);
+        result
+    }
+
     /// Connections in the transmission phase and connections negotiating.
     fn counts(conns: &HashMap<u64, Conn>) -> (usize, usize) {
         conns
@@ -93,20 +141,39 @@ impl Shared {
             })
     }
 
-    /// Moves connection `id` from the handshake to the transmission phase if
-    /// fewer than `max_connections` are served and nothing closed it.
-    fn admit(&self, id: u64) -> bool {
+    /// Moves connection `id` from the handshake to the transmission phase on
+    /// `export` if fewer than `max_connections` are served, nothing closed
+    /// it, and `export` is still the table's (not removed or replaced since
+    /// the connection copied the table).
+    fn admit(&self, id: u64, export: &Arc<Export>) -> Result<(), String> {
         let mut conns = self.conns();
         let (served, _) = Shared::counts(&conns);
         let Some(c) = conns.get_mut(&id) else {
-            return false;
+            return Err("the connection was closed by the server".into());
         };
-        if !matches!(c.phase, Phase::Negotiating(_)) || served >= self.config.max_connections {
-            c.phase = Phase::Closing;
-            return false;
-        }
-        c.phase = Phase::Served;
-        true
+        let why = if !matches!(c.phase, Phase::Negotiating(_)) {
+            "the connection was closed by the server".to_string()
+        } else if served >= self.config.max_connections {
+            format!(
+                "{} connections are served already (the limit)",
+                self.config.max_connections
+            )
+        } else if !self
+            .exports()
+            .exact(export.name())
+            .is_some_and(|e| Arc::ptr_eq(e, export))
+        {
+            format!(
+                "export {:?} was removed or changed during the handshake",
+                export.name()
+            )
+        } else {
+            c.phase = Phase::Served;
+            c.export = Some(export.name().to_string());
+            return Ok(());
+        };
+        c.phase = Phase::Closing;
+        Err(why)
     }
 
     /// Closes every connection that has negotiated for longer than the
@@ -222,7 +289,7 @@ impl Server {
         config: Config,
     ) -> io::Result<Server> {
         let shared = Arc::new(Shared {
-            exports,
+            exports: RwLock::new(exports),
             budget: ServerBudget::new(config.total_budget()),
             config,
             addr: bound,
@@ -237,7 +304,11 @@ impl Server {
         info!(
             "nbd: listening on {} with exports {:?}",
             shared.addr,
-            shared.exports.iter().map(|e| e.name()).collect::<Vec<_>>()
+            shared
+                .exports()
+                .iter()
+                .map(|e| e.name())
+                .collect::<Vec<_>>()
         );
         Ok(Server {
             shared,
@@ -264,6 +335,45 @@ impl Server {
     /// Connections open right now (in any phase).
     pub fn connections(&self) -> usize {
         self.shared.conns().len()
+    }
+
+    /// Connections in the transmission phase on the export called `name`.
+    pub fn export_connections(&self, name: &str) -> usize {
+        Shared::served_on(&self.shared.conns(), name)
+    }
+
+    /// The export table now (a copy: later changes do not show in it).
+    pub fn exports(&self) -> Exports {
+        self.shared.exports().clone()
+    }
+
+    /// Adds an export while serving; new clients see it at once (checks as
+    /// [`Exports::add`]).
+    pub fn add_export(&self, export: Export) -> Result<(), ExportError> {
+        let name = export.name().to_string();
+        self.shared.exports_mut().add(export)?;
+        info!("nbd: export {name:?} added");
+        Ok(())
+    }
+
+    /// Puts `export` in the place of the export of the same name, unless
+    /// clients are connected to it ([`ExportError::Busy`]); clients
+    /// negotiating with the old one are refused when they choose it.
+    pub fn replace_export(&self, export: Export) -> Result<(), ExportError> {
+        let name = export.name().to_string();
+        self.shared
+            .change_unless_busy(&name, |table| table.replace(export))?;
+        info!("nbd: export {name:?} replaced");
+        Ok(())
+    }
+
+    /// Removes the export called exactly `name`, unless clients are
+    /// connected to it ([`ExportError::Busy`]).
+    pub fn remove_export(&self, name: &str) -> Result<(), ExportError> {
+        self.shared
+            .change_unless_busy(name, |table| table.remove(name))?;
+        info!("nbd: export {name:?} removed");
+        Ok(())
     }
 
     /// Connections in the handshake right now.
@@ -368,6 +478,7 @@ fn accept_loop(listener: Listener, shared: Arc<Shared>) {
             Conn {
                 stream: stream.clone(),
                 phase: Phase::Negotiating(Instant::now()),
+                export: None,
             },
         );
         let s = shared.clone();
@@ -410,9 +521,9 @@ fn connection_main(shared: Arc<Shared>, id: u64, stream: Arc<Stream>, peer: Stri
     info!("conn {id}: accepted from {peer}");
     let s: &Stream = &stream;
     let on_dead = || s.shutdown(Shutdown::Both);
-    let admit = || {
-        let admitted = shared.admit(id);
-        if admitted {
+    let admit = |export: &Arc<Export>| {
+        let admitted = shared.admit(id, export);
+        if admitted.is_ok() {
             // Replies are written with a short send timeout so that one a
             // client does not read can be given up (`Config::stall_timeout`).
             let tick = (shared.config.stall_timeout / 4)
@@ -426,10 +537,13 @@ fn connection_main(shared: Arc<Shared>, id: u64, stream: Arc<Stream>, peer: Stri
         on_dead: &on_dead,
         budget: &shared.budget,
     };
-    let (exports, config, stopping) = (&shared.exports, &shared.config, &shared.stopping);
+    // A copy: the handshake reads it without a lock, and exports added
+    // later are seen by the next client.
+    let exports = shared.exports().clone();
+    let (config, stopping) = (&shared.config, &shared.stopping);
     let upgrade = connection::run(s, s, exports, config, stopping, &hooks, Start::Greeting, id);
     // The handshake acknowledges NBD_OPT_STARTTLS only when TLS is on.
-    if let (Some(start), Some(tls)) = (upgrade, &config.tls) {
+    if let (Some((start, exports)), Some(tls)) = (upgrade, &config.tls) {
         match tls::accept(s, tls) {
             Ok((reader, writer, client_cert)) => {
                 info!("conn {id}: TLS established (client certificate: {client_cert})");

@@ -10,15 +10,18 @@
 //! |---|---|---|
 //! | `mm_stat`, `io_stat`, `debug_stat` | same | the statistics line(s); `debug_stat` adds an `auto_compact:` line with the background compactor's counters when it is or was on |
 //! | `classes` | debugfs `zsmalloc/<pool>/classes` | the allocator's class table |
-//! | `disksize`, `comp_algorithm`, `initstate` | same (read) | size in bytes, `[algo]`, `1` |
+//! | `disksize`, `comp_algorithm`, `initstate` | same (read) | size in bytes (0 before init), `[algo]`, `1` or `0` |
+//! | `disksize SIZE` | `disksize` | initialises an uninitialised export: makes its store (memparse suffixes; `EINVAL` for 0, `EBUSY` once initialised) |
+//! | `comp_algorithm NAME`, `algorithm_params PARAMS` | same | before init only (`EBUSY` after, as in the kernel): any zcomp name (`EINVAL` otherwise, `E2BIG` for 128 bytes or more); `level=N dict=FILE deflate.winbits=N` for it |
+//! | `hot_add NAME [SIZE]`, `hot_remove NAME` | `/sys/class/zram-control/hot_add`, `hot_remove` | adds an export (uninitialised without SIZE) or removes one; `EEXIST`, `EINVAL` for a bad name, `ENOENT`, `EBUSY` while a client is connected to it |
 //! | `objs_moved` | (zmem's; from the fine-grained fullness series) | objects moved by compaction |
 //! | `compact` | `compact` | compacts the allocator |
 //! | `auto_compact [WORDS]` | (zmem's) | reads the background compactor's policy (`on cpu=5 min_gain=32 ...`); writes `on`, `off`, `shrinker` and/or `cpu=PCT min_gain=PAGES min_gain_percent=PCT limit=PCT pressure=AVG10 postpone_ms=MS` |
 //! | `idle all`, `idle N` | `idle` | marks slots idle (all, or unused for N s) |
-//! | `reset [1]` | `reset` | frees every page, zeroes stats and limit; `EBUSY` while a client is connected |
+//! | `reset [1]` | `reset` | frees the store and returns the export to uninitialised with the server's default settings; `EBUSY` while a client is connected to it |
 //! | `mem_limit SIZE` | `mem_limit` | K/M/G/T suffixes (memparse); 0 removes it |
 //! | `mem_used_max 0` | `mem_used_max` | resets the maximum to the current use |
-//! | `exports` | (none) | one line per export: name, label, disksize |
+//! | `exports` | (none) | one line per export: name, label (`uninitialised` before init), disksize |
 //! | `backing_dev [PATH]` | `backing_dev` | the backing file or block device (`none`); set only before the store holds data (`EBUSY`) |
 //! | `writeback MODE` | `writeback` | `idle`, `huge`, `huge_idle`, `incompressible`, `type=...`, `page_index=N`, `page_indexes=N-M`; `ENODEV` without a backing_dev |
 //! | `writeback_limit [N]`, `writeback_limit_enable [0/1]` | same | the writeback budget in 4 KiB units |
@@ -27,6 +30,16 @@
 //! | `recompress PARAMS` | `recompress` | `type=idle\|huge\|huge_idle threshold=N max_pages=N algo=NAME priority=N` |
 //! | `block_state` | debugfs `zram/zramN/block_state` | one line per allocated slot: index, access time, flags `swhirn` |
 //!
+//! An uninitialised export answers reads as zram does before `disksize`
+//! (zeros, `initstate 0`, its settings), takes `mem_limit`, `backing_dev`
+//! (the file must open for reading and writing now; it is set up on
+//! `disksize`) and `recomp_algorithm` as settings, and refuses what needs a
+//! store (`compact`, `idle`, `writeback`, `recompress`, `classes`,
+//! `block_state`, `auto_compact`, the writeback limits) with `EINVAL`. On an
+//! initialised export, `backing_dev` and `recomp_algorithm` stay writable
+//! until its first page write, as zmem's stores allow. The life itself
+//! (`hot_add`, `disksize`, `reset`, `hot_remove`) is in [`crate::registry`].
+//!
 //! It does no I/O; the socket is in [`crate::ctl_socket`].
 
 use std::fmt;
@@ -34,7 +47,7 @@ use std::time::Duration;
 
 use zram::IdleCutoff;
 
-use crate::registry::{Registry, Served};
+use crate::registry::{ExportView, Registry, Served, Settings};
 
 /// Why a control command failed: a Linux errno name and a message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,14 +59,16 @@ pub struct CtlError {
 }
 
 impl CtlError {
-    fn new(errno: &'static str, message: impl Into<String>) -> CtlError {
+    /// An error with `errno` (one of [`ERRNO_NAMES`]).
+    pub fn new(errno: &'static str, message: impl Into<String>) -> CtlError {
         CtlError {
             errno,
             message: message.into(),
         }
     }
 
-    fn inval(message: impl Into<String>) -> CtlError {
+    /// An `EINVAL` error.
+    pub fn inval(message: impl Into<String>) -> CtlError {
         CtlError::new("EINVAL", message)
     }
 }
@@ -67,7 +82,7 @@ impl fmt::Display for CtlError {
 impl std::error::Error for CtlError {}
 
 /// Every command name, for `help` and error messages.
-pub const COMMANDS: [&str; 24] = [
+pub const COMMANDS: [&str; 27] = [
     "mm_stat",
     "io_stat",
     "debug_stat",
@@ -92,10 +107,13 @@ pub const COMMANDS: [&str; 24] = [
     "recomp_algorithm",
     "recompress",
     "block_state",
+    "algorithm_params",
+    "hot_add",
+    "hot_remove",
 ];
 
 /// Every errno name a command answers with (anything else is `EIO`).
-pub const ERRNO_NAMES: [&str; 14] = [
+pub const ERRNO_NAMES: [&str; 15] = [
     "EINVAL",
     "ENOENT",
     "EBUSY",
@@ -110,6 +128,7 @@ pub const ERRNO_NAMES: [&str; 14] = [
     "EPERM",
     "E2BIG",
     "ENOMEM",
+    "EEXIST",
 ];
 
 /// The name of an errno the store answers with.
@@ -127,11 +146,13 @@ fn errno_name(errno: i32) -> &'static str {
         libc::EPERM => "EPERM",
         libc::E2BIG => "E2BIG",
         libc::ENOMEM => "ENOMEM",
+        libc::EEXIST => "EEXIST",
         _ => "EIO",
     }
 }
 
-fn store_error(e: &zram::StoreError) -> CtlError {
+/// The control error for a store error (its errno).
+pub(crate) fn store_error(e: &zram::StoreError) -> CtlError {
     CtlError::new(errno_name(e.errno()), e.to_string())
 }
 
@@ -194,27 +215,220 @@ pub fn execute(reg: &Registry, export: Option<&str>, line: &str) -> Result<Strin
         Some((c, a)) => (c, Some(a.trim())),
         None => (line, None),
     };
-    if cmd == "exports" {
-        no_value(cmd, arg)?;
-        return Ok(reg
-            .iter()
-            .map(|s| {
-                format!(
-                    "{}\t{}\t{}\n",
-                    if s.name.is_empty() { "\"\"" } else { &s.name },
-                    s.label,
-                    s.store.disk_size()
-                )
-            })
-            .collect());
+    match (cmd, arg) {
+        ("exports", _) => {
+            no_value(cmd, arg)?;
+            return Ok(reg
+                .listing()
+                .into_iter()
+                .map(|(name, served)| {
+                    let shown = if name.is_empty() { "\"\"" } else { &name };
+                    match served {
+                        Some(s) => format!("{shown}\t{}\t{}\n", s.label, s.store.disk_size()),
+                        None => format!("{shown}\tuninitialised\t0\n"),
+                    }
+                })
+                .collect());
+        }
+        ("hot_add", _) => {
+            let words: Vec<&str> = arg.unwrap_or("").split_whitespace().collect();
+            return match words[..] {
+                [name] => reg.hot_add(name, None),
+                [name, size] => reg.hot_add(name, Some(size)),
+                _ => Err(CtlError::inval("hot_add takes NAME and an optional SIZE")),
+            }
+            .map(|()| String::new());
+        }
+        ("hot_remove", _) => {
+            let words: Vec<&str> = arg.unwrap_or("").split_whitespace().collect();
+            return match words[..] {
+                [name] => reg.hot_remove(name).map(|()| String::new()),
+                _ => Err(CtlError::inval("hot_remove takes one NAME")),
+            };
+        }
+        ("reset", _) => {
+            let v = arg.unwrap_or("1");
+            match v.parse::<u64>() {
+                Ok(n) if n > 0 => {}
+                _ => {
+                    return Err(CtlError::inval(format!(
+                        "reset takes a positive number, not {v:?}"
+                    )))
+                }
+            }
+            return reg.reset(export).map(|()| String::new());
+        }
+        ("disksize", Some(size)) => return reg.initialise(export, size).map(|()| String::new()),
+        _ => {}
     }
-    let served = reg.get(export).ok_or_else(|| {
-        CtlError::new(
-            "ENOENT",
-            format!("no export named {:?}", export.unwrap_or("")),
-        )
-    })?;
-    run(reg, served, cmd, arg)
+    let setting = matches!(
+        cmd,
+        "comp_algorithm" | "algorithm_params" | "mem_limit" | "backing_dev" | "recomp_algorithm"
+    );
+    // A setting of an uninitialised export; an initialised one answers
+    // below, from its store.
+    if let (true, Some(v)) = (setting, arg) {
+        if reg.update_settings(export, |settings| set(settings, cmd, v))? {
+            log::info!("ctl: {:?}: {cmd} {v}", export.unwrap_or(""));
+            return Ok(String::new());
+        }
+    }
+    reg.with_export(export, |name, view| match view {
+        ExportView::Initialised(s) => run(s, cmd, arg),
+        ExportView::Uninitialised(settings) => run_uninitialised(name, settings, cmd, arg),
+    })
+}
+
+/// The longest compressor name zram takes (`CRYPTO_MAX_ALG_NAME` less one).
+const MAX_ALGO_NAME: usize = 127;
+
+/// Checks a compressor name as `comp_algorithm` does.
+fn check_comp(name: &str) -> Result<(), CtlError> {
+    if name.len() > MAX_ALGO_NAME {
+        return Err(CtlError::new(
+            "E2BIG",
+            format!("a compressor name has at most {MAX_ALGO_NAME} bytes"),
+        ));
+    }
+    zcomp::Compressor::parse(name, "")
+        .map(drop)
+        .map_err(|e| CtlError::inval(format!("comp_algorithm: {e}")))
+}
+
+/// `(priority, algorithm)` of a `recomp_algorithm` value (`algo=NAME
+/// priority=N`, priority 1 when not given), checked as the store checks it.
+fn recomp_entry(text: &str) -> Result<(u32, String), CtlError> {
+    let mut algo = None;
+    let mut priority = 1u32;
+    for word in text.split_whitespace() {
+        match word.split_once('=') {
+            Some(("algo", v)) if !v.is_empty() => algo = Some(v),
+            Some(("priority", v)) => {
+                priority = v
+                    .parse()
+                    .ok()
+                    .filter(|p| (1..=3).contains(p))
+                    .ok_or_else(|| {
+                        CtlError::inval(format!("recomp_algorithm: priority {v:?} is not 1 to 3"))
+                    })?
+            }
+            _ => {
+                return Err(CtlError::inval(format!(
+                    "recomp_algorithm: {word:?} is not algo=NAME or priority=N"
+                )))
+            }
+        }
+    }
+    let algo = algo.ok_or_else(|| CtlError::inval("recomp_algorithm: algo=NAME is required"))?;
+    check_comp(algo)?;
+    Ok((priority, algo.to_string()))
+}
+
+/// Writes the setting `cmd` of an uninitialised export.
+fn set(settings: &mut Settings, cmd: &str, v: &str) -> Result<(), CtlError> {
+    match cmd {
+        "comp_algorithm" => {
+            check_comp(v)?;
+            zcomp::Compressor::parse(v, &settings.comp_params).map_err(|e| {
+                CtlError::inval(format!(
+                    "algorithm_params {:?} do not fit {v}: {e}",
+                    settings.comp_params
+                ))
+            })?;
+            settings.comp = v.to_string();
+        }
+        "algorithm_params" => {
+            zcomp::Compressor::parse(&settings.comp, v)
+                .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
+            settings.comp_params = v.to_string();
+        }
+        "mem_limit" => settings.mem_limit = memparse(v)?,
+        "backing_dev" => {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(v)
+                .map_err(|e| {
+                    CtlError::new(
+                        errno_name(e.raw_os_error().unwrap_or(libc::EIO)),
+                        format!("backing_dev {v}: {e}"),
+                    )
+                })?;
+            settings.backing_dev = Some(v.into());
+        }
+        "recomp_algorithm" => {
+            recomp_entry(v)?;
+            settings.recomp.push(v.to_string());
+        }
+        other => return Err(CtlError::inval(format!("{other} is not a setting"))),
+    }
+    Ok(())
+}
+
+/// A command on an uninitialised export: reads answer what zram's do
+/// before `disksize`; what needs a store is `EINVAL`.
+fn run_uninitialised(
+    name: &str,
+    settings: &Settings,
+    cmd: &str,
+    arg: Option<&str>,
+) -> Result<String, CtlError> {
+    let read = |text: String| -> Result<String, CtlError> {
+        no_value(cmd, arg)?;
+        Ok(text + "\n")
+    };
+    match cmd {
+        "mm_stat" => read(
+            zram::MmStat {
+                mem_limit: settings.mem_limit,
+                ..zram::MmStat::default()
+            }
+            .to_string(),
+        ),
+        "io_stat" => read(zram::IoStat::default().to_string()),
+        "debug_stat" => read(zram::DebugStat::default().to_string()),
+        "bd_stat" => read(zram::BdStat::default().to_string()),
+        "disksize" | "initstate" | "objs_moved" => read("0".to_string()),
+        "max_comp_streams" => read(
+            std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .to_string(),
+        ),
+        "comp_algorithm" => read(format!("[{}]", settings.comp)),
+        "backing_dev" => read(
+            settings
+                .backing_dev
+                .as_ref()
+                .map_or_else(|| "none".to_string(), |p| p.display().to_string()),
+        ),
+        "recomp_algorithm" => {
+            no_value(cmd, arg)?;
+            let mut slots: [Option<String>; 4] = Default::default();
+            for text in &settings.recomp {
+                let (p, algo) = recomp_entry(text)?;
+                slots[p as usize] = Some(algo);
+            }
+            Ok(slots
+                .iter()
+                .enumerate()
+                .filter_map(|(p, a)| a.as_ref().map(|a| format!("#{p}: [{a}]\n")))
+                .collect())
+        }
+        "mem_used_max" => match arg {
+            Some("0") => Ok(String::new()),
+            _ => Err(CtlError::inval("mem_used_max only takes 0")),
+        },
+        "algorithm_params" => Err(CtlError::inval(
+            "algorithm_params takes a value (write-only)",
+        )),
+        c if COMMANDS.contains(&c) => Err(CtlError::inval(format!(
+            "{c}: export {name:?} is not initialised (set its disksize first)"
+        ))),
+        other => Err(CtlError::inval(format!(
+            "unknown command {other:?}; commands: {}",
+            COMMANDS.join(" ")
+        ))),
+    }
 }
 
 fn no_value(cmd: &str, arg: Option<&str>) -> Result<(), CtlError> {
@@ -226,7 +440,8 @@ fn no_value(cmd: &str, arg: Option<&str>) -> Result<(), CtlError> {
     }
 }
 
-fn run(reg: &Registry, s: &Served, cmd: &str, arg: Option<&str>) -> Result<String, CtlError> {
+/// A command on an initialised export.
+fn run(s: &Served, cmd: &str, arg: Option<&str>) -> Result<String, CtlError> {
     let store = &s.store;
     let read = |text: String| -> Result<String, CtlError> {
         no_value(cmd, arg)?;
@@ -238,6 +453,21 @@ fn run(reg: &Registry, s: &Served, cmd: &str, arg: Option<&str>) -> Result<Strin
         "debug_stat" => read(store.debug_stat().to_string()),
         "disksize" => read(store.disk_size().to_string()),
         "initstate" => read("1".to_string()),
+        "comp_algorithm" | "algorithm_params" if arg.is_some() => {
+            if cmd == "comp_algorithm" {
+                check_comp(arg.unwrap_or_default())?;
+            }
+            Err(CtlError::new(
+                "EBUSY",
+                format!(
+                    "cannot change {cmd} of initialised export {:?}; reset it first",
+                    s.name
+                ),
+            ))
+        }
+        "algorithm_params" => Err(CtlError::inval(
+            "algorithm_params takes a value (write-only)",
+        )),
         "objs_moved" => read(store.mm_stat().objs_moved.to_string()),
         "max_comp_streams" => read(store.max_comp_streams().to_string()),
         "comp_algorithm" => read(format!("[{}]", store.compressor().algorithm().name())),
@@ -293,27 +523,6 @@ fn run(reg: &Registry, s: &Served, cmd: &str, arg: Option<&str>) -> Result<Strin
             };
             let marked = store.mark_idle(cutoff);
             log::info!("ctl: {}: idle marked {marked} slots", s.name);
-            Ok(String::new())
-        }
-        "reset" => {
-            let v = arg.unwrap_or("1");
-            match v.parse::<u64>() {
-                Ok(n) if n > 0 => {}
-                _ => {
-                    return Err(CtlError::inval(format!(
-                        "reset takes a positive number, not {v:?}"
-                    )))
-                }
-            }
-            let open = reg.connections();
-            if open > 0 {
-                return Err(CtlError::new(
-                    "EBUSY",
-                    format!("{open} NBD connection(s) open; disconnect the clients first"),
-                ));
-            }
-            store.reset();
-            log::info!("ctl: {}: reset", s.name);
             Ok(String::new())
         }
         "mem_limit" => {

@@ -338,15 +338,14 @@ fn serve_client(
         let reply = if trimmed == "export" || trimmed.starts_with("export ") {
             let name = trimmed["export".len()..].trim();
             let name = (!trimmed.eq("export")).then(|| name.to_string());
-            match registry.get(name.as_deref()) {
-                Some(_) => {
-                    export = name;
-                    Ok(String::new())
-                }
-                None => Err(CtlError {
+            if registry.contains(name.as_deref()) {
+                export = name;
+                Ok(String::new())
+            } else {
+                Err(CtlError {
                     errno: "ENOENT",
                     message: format!("no export named {:?}", name.unwrap_or_default()),
-                }),
+                })
             }
         } else {
             debug!("ctl: {:?}: {trimmed}", export.as_deref().unwrap_or(""));

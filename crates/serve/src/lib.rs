@@ -6,8 +6,9 @@
 //! holds those parts, one concept per module:
 //! - [`device`]: the store as an [`nbd::BlockDevice`] (whole pages, with
 //!   read-modify-write for partial ones through [`nbd::BlockAligned`]);
-//! - [`registry`]: the exported stores by name, shared by the NBD server,
-//!   the control socket and the metrics endpoint;
+//! - [`registry`]: the exports by name and the life of each (hot_add,
+//!   uninitialised, initialised by `disksize`, reset, hot_remove), shared by
+//!   the NBD server, the control socket and the metrics endpoint;
 //! - [`control`]: what each control command does (`mm_stat`, `compact`,
 //!   `reset`, `mem_limit`, ...), answering exactly what sysfs would;
 //! - [`ctl_socket`]: the control socket's line protocol, server and client;
@@ -31,4 +32,4 @@ pub use control::CtlError;
 pub use ctl_socket::{request, CtlServer};
 pub use device::{export_device, nbd_error, PageDevice};
 pub use metrics::MetricsServer;
-pub use registry::{Registry, Served};
+pub use registry::{Registry, Served, Settings, StoreFactory};

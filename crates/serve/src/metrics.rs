@@ -32,7 +32,7 @@ fn label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// The metrics of every export in Prometheus' text format (version 0.0.4).
+/// The metrics of every initialised export in Prometheus' text format (version 0.0.4).
 pub fn render(reg: &Registry) -> String {
     type Get = fn(&Sample) -> u64;
     struct Sample {
@@ -47,6 +47,7 @@ pub fn render(reg: &Registry) -> String {
         policy: zram::PolicyStats,
     }
     let samples: Vec<(String, Sample)> = reg
+        .served()
         .iter()
         .map(|s| {
             let (reads, writes) = s.store.io_counts();

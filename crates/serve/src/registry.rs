@@ -1,20 +1,50 @@
-//! The stores a running server exports, by name.
+//! The exports a running server has, by name, and the life of each.
 //!
-//! This module owns the [`Registry`]: the list of [`Served`] stores (name,
-//! configuration label, store) that the NBD server exports, the control
-//! socket acts on and the metrics endpoint reads, so all three agree on
-//! names and on which store a name means. It also answers how many NBD
-//! connections are open (the control interface refuses `reset` while any
-//! is, as the kernel refuses it while the device is open). It does no I/O.
+//! This module owns the [`Registry`]: every export the NBD server lists, the
+//! control socket acts on and the metrics endpoint reads, so all three agree
+//! on names and on which store a name means. Exports come and go while the
+//! server runs (`hot_add`, `hot_remove`, after `/sys/class/zram-control`),
+//! and each lives as a zram disk does:
+//!
+//! ```text
+//!   hot_add NAME ──> uninitialised ──disksize SIZE──> initialised
+//!   (initstate 0,    (no store; comp_algorithm,      (a store and its
+//!    disksize 0)      algorithm_params, mem_limit,    NBD device)
+//!                     backing_dev, recomp_algorithm
+//!                     are settings)        <──reset── (EBUSY while a client
+//!                                                      is connected)
+//!   hot_add NAME SIZE: straight to initialised.  hot_remove NAME: from
+//!   either state (EBUSY while a client is connected to it).
+//! ```
+//!
+//! An uninitialised export is in the NBD table as
+//! [`nbd::Export::unavailable`]: not listed, and a client asking for it gets
+//! `NBD_REP_ERR_UNKNOWN` ("the requested export is not available", the only
+//! error reply the protocol has for it; libnbd shows it as "No such file or
+//! directory") with a message saying it is not initialised. Stores are made by a [`StoreFactory`] the binary
+//! gives (it owns the allocator and page flags); a registry without one
+//! serves the stores it was made with and refuses `hot_add` and a new
+//! `disksize` with `EOPNOTSUPP`. It does no I/O besides what a store does
+//! when it is made.
+//!
+//! Locks, taken in this order: the registry's list (`RwLock`; written only
+//! to add or remove an export), an export's life lock (`RwLock`: shared for
+//! a control command's whole run, as the kernel holds its `init_lock` for
+//! reading; exclusive to initialise, reset or remove), then the NBD server's
+//! connection and export-table locks (inside `nbd`), then the store's own.
+//! The NBD I/O path takes none of the first two.
 
-use std::sync::{Arc, OnceLock, Weak};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 use nbd::{BudgetStats, Export, ExportError, Exports, Server};
 use zram::Store;
 
+use crate::control::CtlError;
 use crate::device::export_device;
 
-/// One exported store.
+/// One initialised export: its store.
 #[derive(Debug)]
 pub struct Served {
     /// The NBD export name.
@@ -25,85 +55,720 @@ pub struct Served {
     pub store: Arc<Store>,
 }
 
-/// The exported stores, in order; the first is the default.
-#[derive(Debug, Default)]
+/// What an uninitialised export is set to: the attributes zram takes only
+/// before `disksize` (and `mem_limit`, which it takes at any time).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// `comp_algorithm`: the primary compressor's name.
+    pub comp: String,
+    /// `algorithm_params` of the primary compressor (`level=3 dict=FILE`).
+    pub comp_params: String,
+    /// `mem_limit` in bytes (0: none).
+    pub mem_limit: u64,
+    /// `backing_dev`, if set.
+    pub backing_dev: Option<PathBuf>,
+    /// `recomp_algorithm` values (`algo=NAME priority=N`), in the order
+    /// written; a later one for the same priority wins, as in the store.
+    pub recomp: Vec<String>,
+}
+
+/// Makes the stores of exports initialised while the server runs.
+pub trait StoreFactory: Send + Sync {
+    /// The settings a hot-added export starts with and a reset one returns
+    /// to (the server's own store flags, as a new zram disk starts with the
+    /// module's defaults).
+    fn defaults(&self) -> Settings;
+
+    /// A store of `disksize` bytes (rounded up to whole pages) compressing
+    /// with `comp` and `comp_params`, and the label naming its
+    /// configuration; `Err` says why not.
+    fn make(&self, comp: &str, comp_params: &str, disksize: u64)
+        -> Result<(Store, String), String>;
+}
+
+/// Where an export is in its life.
+enum Life {
+    Uninitialised(Settings),
+    Initialised(Arc<Served>),
+}
+
+/// One export.
+struct Entry {
+    name: String,
+    /// Makes its store on `disksize`; `None` for a registry without one.
+    factory: Option<Arc<dyn StoreFactory>>,
+    life: RwLock<Life>,
+}
+
+impl Entry {
+    fn life(&self) -> RwLockReadGuard<'_, Life> {
+        self.life.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn life_mut(&self) -> RwLockWriteGuard<'_, Life> {
+        self.life.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// An export as a control command sees it, with its life lock held shared
+/// for as long as the view lives (a reset or removal waits for it).
+pub enum ExportView<'a> {
+    /// No store yet: the settings it will be made with.
+    Uninitialised(&'a Settings),
+    /// The store.
+    Initialised(&'a Served),
+}
+
+/// The longest export name `hot_add` takes (a file name's limit).
+pub const MAX_NAME: usize = 255;
+
+/// The NBD description of an initialised export.
+fn description(s: &Served) -> String {
+    format!("zmem zram store {}, {} bytes", s.label, s.store.disk_size())
+}
+
+/// Why clients are refused by an uninitialised export.
+fn not_initialised(name: &str) -> String {
+    format!(
+        "export {name:?} is not initialised (disksize 0): set its size with \
+         `zmem ctl --export {name} disksize SIZE` first"
+    )
+}
+
+/// The NBD export of an entry in `life`.
+fn nbd_export(name: &str, life: &Life) -> Export {
+    match life {
+        Life::Uninitialised(_) => Export::unavailable(name, not_initialised(name)),
+        Life::Initialised(s) => Export::new(name, Arc::new(export_device(s.store.clone())))
+            .with_description(description(s)),
+    }
+}
+
+/// Checks a name for `hot_add`: not empty (the empty name, NBD's default
+/// export, is only given with `zmem serve --export :SIZE`), at most
+/// [`MAX_NAME`] bytes, no `:` (`--export NAME:SIZE` splits on it), no
+/// whitespace or control characters (the control protocol is
+/// whitespace-separated lines) and no `/`, `?` or `#` (NBD URIs carry the
+/// name as their path).
+pub fn check_name(name: &str) -> Result<(), CtlError> {
+    let bad = |why: &str| Err(CtlError::inval(format!("export name {name:?}: {why}")));
+    if name.is_empty() {
+        return bad("empty (the default export is named only at start)");
+    }
+    if name.len() > MAX_NAME {
+        return bad(&format!("longer than {MAX_NAME} bytes"));
+    }
+    if let Some(c) = name.chars().find(|&c| {
+        c == ':' || c == '/' || c == '?' || c == '#' || c.is_whitespace() || c.is_control()
+    }) {
+        return bad(&format!("contains {c:?}"));
+    }
+    Ok(())
+}
+
+/// The export list and the server that exports it.
+#[derive(Default)]
 pub struct Registry {
-    exports: Vec<Served>,
+    entries: RwLock<Vec<Arc<Entry>>>,
     server: OnceLock<Weak<Server>>,
+    factory: OnceLock<Arc<dyn StoreFactory>>,
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("exports", &self.names())
+            .finish()
+    }
 }
 
 impl Registry {
-    /// A registry of `exports`. Names must be unique (the NBD export table
-    /// checks it again in [`Registry::nbd_exports`]).
+    /// A registry of initialised `exports`, without a store factory (see
+    /// [`Registry::set_factory`]). Names must be unique (the NBD export
+    /// table checks it again in [`Registry::nbd_exports`]).
     pub fn new(exports: Vec<Served>) -> Registry {
-        Registry {
-            exports,
-            server: OnceLock::new(),
+        let reg = Registry::default();
+        for s in exports {
+            reg.push(s, None);
         }
+        reg
     }
 
-    /// Every store, in order.
-    pub fn iter(&self) -> impl Iterator<Item = &Served> {
-        self.exports.iter()
+    /// Adds an initialised export at start (before [`Registry::attach`]);
+    /// `factory` makes its store again after a reset (default: the
+    /// registry's).
+    pub fn push(&self, served: Served, factory: Option<Arc<dyn StoreFactory>>) {
+        self.entries_mut().push(Arc::new(Entry {
+            name: served.name.clone(),
+            factory,
+            life: RwLock::new(Life::Initialised(Arc::new(served))),
+        }));
     }
 
-    /// Number of stores.
+    /// Adds an uninitialised export at start (before [`Registry::attach`])
+    /// with `settings`; `factory` makes its store on `disksize` (default:
+    /// the registry's).
+    pub fn push_uninitialised(
+        &self,
+        name: &str,
+        settings: Settings,
+        factory: Option<Arc<dyn StoreFactory>>,
+    ) {
+        self.entries_mut().push(Arc::new(Entry {
+            name: name.to_string(),
+            factory,
+            life: RwLock::new(Life::Uninitialised(settings)),
+        }));
+    }
+
+    /// Sets the factory that makes stores for `hot_add` and for exports
+    /// given none (once; later calls are ignored).
+    pub fn set_factory(&self, factory: Arc<dyn StoreFactory>) {
+        let _ = self.factory.set(factory);
+    }
+
+    fn entries(&self) -> RwLockReadGuard<'_, Vec<Arc<Entry>>> {
+        self.entries.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn entries_mut(&self) -> RwLockWriteGuard<'_, Vec<Arc<Entry>>> {
+        self.entries.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn factory_of(&self, e: &Entry) -> Option<Arc<dyn StoreFactory>> {
+        e.factory.clone().or_else(|| self.factory.get().cloned())
+    }
+
+    /// The entry called `name`; `None` (or `""` when no export has the
+    /// empty name) means the first, as NBD clients asking for `""` get it.
+    fn entry(&self, name: Option<&str>) -> Option<Arc<Entry>> {
+        let entries = self.entries();
+        match name {
+            None => entries.first(),
+            Some(n) => entries
+                .iter()
+                .find(|e| e.name == n)
+                .or_else(|| n.is_empty().then(|| entries.first()).flatten()),
+        }
+        .cloned()
+    }
+
+    /// Every export's name, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.entries().iter().map(|e| e.name.clone()).collect()
+    }
+
+    /// Every initialised export, in order (a snapshot).
+    pub fn served(&self) -> Vec<Arc<Served>> {
+        self.entries()
+            .iter()
+            .filter_map(|e| match &*e.life() {
+                Life::Initialised(s) => Some(s.clone()),
+                Life::Uninitialised(_) => None,
+            })
+            .collect()
+    }
+
+    /// Number of exports, initialised or not.
     pub fn len(&self) -> usize {
-        self.exports.len()
+        self.entries().len()
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.exports.is_empty()
+        self.entries().is_empty()
     }
 
-    /// The store called `name`; `None` (or `""` when no export has the empty
-    /// name) means the first, as NBD clients asking for `""` get it.
-    pub fn get(&self, name: Option<&str>) -> Option<&Served> {
-        match name {
-            None => self.exports.first(),
-            Some(n) => self
-                .exports
-                .iter()
-                .find(|s| s.name == n)
-                .or_else(|| n.is_empty().then(|| self.exports.first()).flatten()),
+    /// Whether an export called `name` exists (with the rule of
+    /// [`Registry::get`]).
+    pub fn contains(&self, name: Option<&str>) -> bool {
+        self.entry(name).is_some()
+    }
+
+    /// The initialised export called `name`; `None` (or `""` when no export
+    /// has the empty name) means the first, as NBD clients asking for `""`
+    /// get it.
+    pub fn get(&self, name: Option<&str>) -> Option<Arc<Served>> {
+        match &*self.entry(name)?.life() {
+            Life::Initialised(s) => Some(s.clone()),
+            Life::Uninitialised(_) => None,
         }
     }
 
-    /// The NBD export table: each store behind [`export_device`], described
-    /// by its label and size.
+    /// Runs `f` on the export called `name` (the rule of
+    /// [`Registry::get`]) with its life lock held shared; `ENOENT` if there
+    /// is none.
+    pub fn with_export<T>(
+        &self,
+        name: Option<&str>,
+        f: impl FnOnce(&str, ExportView<'_>) -> Result<T, CtlError>,
+    ) -> Result<T, CtlError> {
+        let e = self
+            .entry(name)
+            .ok_or_else(|| no_export(name.unwrap_or("")))?;
+        let life = e.life();
+        match &*life {
+            Life::Uninitialised(s) => f(&e.name, ExportView::Uninitialised(s)),
+            Life::Initialised(s) => f(&e.name, ExportView::Initialised(s)),
+        }
+    }
+
+    /// Changes the settings of the uninitialised export called `name` with
+    /// `f` and returns true; returns false, changing nothing, if it is
+    /// initialised (its store answers instead). `ENOENT` if there is none.
+    pub fn update_settings(
+        &self,
+        name: Option<&str>,
+        f: impl FnOnce(&mut Settings) -> Result<(), CtlError>,
+    ) -> Result<bool, CtlError> {
+        let e = self
+            .entry(name)
+            .ok_or_else(|| no_export(name.unwrap_or("")))?;
+        let mut life = e.life_mut();
+        match &mut *life {
+            Life::Uninitialised(s) => f(s).map(|()| true),
+            Life::Initialised(_) => Ok(false),
+        }
+    }
+
+    /// Every export in order, with its store if it is initialised.
+    pub fn listing(&self) -> Vec<(String, Option<Arc<Served>>)> {
+        self.entries()
+            .iter()
+            .map(|e| {
+                let served = match &*e.life() {
+                    Life::Initialised(s) => Some(s.clone()),
+                    Life::Uninitialised(_) => None,
+                };
+                (e.name.clone(), served)
+            })
+            .collect()
+    }
+
+    /// The NBD export table: each export as the NBD server shows it.
     pub fn nbd_exports(&self) -> Result<Exports, ExportError> {
         let mut table = Exports::new();
-        for s in &self.exports {
-            let dev = Arc::new(export_device(s.store.clone()));
-            let desc = format!("zmem zram store {}, {} bytes", s.label, s.store.disk_size());
-            table.add(Export::new(s.name.clone(), dev).with_description(desc))?;
+        for e in self.entries().iter() {
+            table.add(nbd_export(&e.name, &e.life()))?;
         }
         Ok(table)
     }
 
     /// Tells the registry which server exports it (once; later calls are
-    /// ignored), so it can count connections without keeping the server
-    /// alive.
+    /// ignored), so it can count connections and change the server's
+    /// export table without keeping the server alive.
     pub fn attach(&self, server: &Arc<Server>) {
         let _ = self.server.set(Arc::downgrade(server));
+    }
+
+    fn server(&self) -> Option<Arc<Server>> {
+        self.server.get().and_then(Weak::upgrade)
     }
 
     /// The NBD server's in-flight memory budget (`None` before
     /// [`Registry::attach`] and after the server is gone).
     pub fn nbd_budget(&self) -> Option<BudgetStats> {
-        self.server
-            .get()
-            .and_then(Weak::upgrade)
-            .map(|s| s.budget_stats())
+        self.server().map(|s| s.budget_stats())
     }
 
     /// NBD connections open now (0 before [`Registry::attach`] and after the
     /// server is gone).
     pub fn connections(&self) -> usize {
-        self.server
+        self.server().map_or(0, |s| s.connections())
+    }
+
+    /// NBD clients connected to the export called `name` now.
+    pub fn export_connections(&self, name: &str) -> usize {
+        self.server().map_or(0, |s| s.export_connections(name))
+    }
+
+    /// Puts the NBD export for `name` in `life` in the server's table
+    /// (`EBUSY` while clients are connected to the one it replaces).
+    fn publish(&self, name: &str, life: &Life) -> Result<(), CtlError> {
+        match self.server() {
+            Some(server) => server
+                .replace_export(nbd_export(name, life))
+                .map_err(|e| nbd_refusal(&e)),
+            None => Ok(()),
+        }
+    }
+
+    /// `hot_add NAME [SIZE]`: a new export, uninitialised or (with a size)
+    /// initialised at once. `EEXIST` for a name in use, `EINVAL` for a bad
+    /// name or size, `EOPNOTSUPP` without a store factory.
+    pub fn hot_add(&self, name: &str, size: Option<&str>) -> Result<(), CtlError> {
+        check_name(name)?;
+        let factory = self
+            .factory
             .get()
-            .and_then(Weak::upgrade)
-            .map_or(0, |s| s.connections())
+            .cloned()
+            .ok_or_else(|| CtlError::new("EOPNOTSUPP", "this server cannot make new stores"))?;
+        let settings = factory.defaults();
+        let life = match size {
+            None => Life::Uninitialised(settings),
+            Some(size) => {
+                Life::Initialised(Arc::new(make_store(name, &*factory, &settings, size)?))
+            }
+        };
+        let mut entries = self.entries_mut();
+        if entries.iter().any(|e| e.name == name) {
+            return Err(CtlError::new(
+                "EEXIST",
+                format!("an export named {name:?} already exists"),
+            ));
+        }
+        if let Some(server) = self.server() {
+            server
+                .add_export(nbd_export(name, &life))
+                .map_err(|e| nbd_refusal(&e))?;
+        }
+        entries.push(Arc::new(Entry {
+            name: name.to_string(),
+            factory: None,
+            life: RwLock::new(life),
+        }));
+        log::info!(
+            "ctl: hot_add {name:?}{}",
+            size.map(|s| format!(" {s}")).unwrap_or_default()
+        );
+        Ok(())
+    }
+
+    /// `hot_remove NAME`: removes an export and frees its store. `EBUSY`
+    /// while an NBD client is connected to it, `ENOENT` for an unknown name
+    /// (the kernel's `hot_remove` answers `ENODEV` for an unknown id).
+    pub fn hot_remove(&self, name: &str) -> Result<(), CtlError> {
+        let mut entries = self.entries_mut();
+        let i = entries
+            .iter()
+            .position(|e| e.name == name)
+            .ok_or_else(|| no_export(name))?;
+        let entry = entries[i].clone();
+        let life = entry.life_mut();
+        if let Some(server) = self.server() {
+            server.remove_export(name).map_err(|e| nbd_refusal(&e))?;
+        }
+        entries.remove(i);
+        drop(entries);
+        if let Life::Initialised(s) = &*life {
+            s.store.reset();
+        }
+        log::info!("ctl: hot_remove {name:?}");
+        Ok(())
+    }
+
+    /// `disksize SIZE` on the export called `name`: makes its store from
+    /// its settings. `EBUSY` if it is initialised, `EINVAL` for a bad or
+    /// zero size, `ENOMEM` if the store cannot be made.
+    pub fn initialise(&self, name: Option<&str>, size: &str) -> Result<(), CtlError> {
+        let e = self
+            .entry(name)
+            .ok_or_else(|| no_export(name.unwrap_or("")))?;
+        let mut life = e.life_mut();
+        let Life::Uninitialised(settings) = &*life else {
+            return Err(CtlError::new(
+                "EBUSY",
+                format!("export {:?} is initialised; reset it first", e.name),
+            ));
+        };
+        let factory = self
+            .factory_of(&e)
+            .ok_or_else(|| CtlError::new("EOPNOTSUPP", "this server cannot make new stores"))?;
+        let new = Life::Initialised(Arc::new(make_store(&e.name, &*factory, settings, size)?));
+        self.publish(&e.name, &new)?;
+        *life = new;
+        log::info!("ctl: {}: disksize {size}", e.name);
+        Ok(())
+    }
+
+    /// `reset` of the export called `name`: frees its store and returns it
+    /// to uninitialised with its factory's default settings (an export
+    /// without a factory keeps its store, emptied, as before). `EBUSY`
+    /// while an NBD client is connected to it.
+    pub fn reset(&self, name: Option<&str>) -> Result<(), CtlError> {
+        let e = self
+            .entry(name)
+            .ok_or_else(|| no_export(name.unwrap_or("")))?;
+        let mut life = e.life_mut();
+        let factory = self.factory_of(&e);
+        let open = self.export_connections(&e.name);
+        if open > 0 {
+            return Err(CtlError::new(
+                "EBUSY",
+                format!(
+                    "{open} NBD client(s) connected to {:?}; disconnect them first",
+                    e.name
+                ),
+            ));
+        }
+        match (&*life, factory) {
+            (Life::Initialised(s), None) => s.store.reset(),
+            (Life::Initialised(s), Some(f)) => {
+                let new = Life::Uninitialised(f.defaults());
+                self.publish(&e.name, &new)?;
+                // Frees every page now, even if a command that is ending
+                // still holds the store; the rest goes with the last
+                // reference.
+                s.store.reset();
+                *life = new;
+            }
+            (Life::Uninitialised(_), f) => {
+                // zram's reset of an uninitialised disk only clears its
+                // limit; here every setting returns to the defaults.
+                if let Some(f) = f {
+                    *life = Life::Uninitialised(f.defaults());
+                }
+            }
+        }
+        log::info!("ctl: {}: reset", e.name);
+        Ok(())
+    }
+}
+
+fn no_export(name: &str) -> CtlError {
+    CtlError::new("ENOENT", format!("no export named {name:?}"))
+}
+
+/// The control error for a refused change of the NBD export table.
+fn nbd_refusal(e: &ExportError) -> CtlError {
+    let errno = match e {
+        ExportError::Busy { .. } => "EBUSY",
+        ExportError::Duplicate(_) => "EEXIST",
+        ExportError::NotFound(_) => "ENOENT",
+        ExportError::BadString(_) | ExportError::BadBlockSize(_) => "EINVAL",
+    };
+    CtlError::new(errno, e.to_string())
+}
+
+/// The store of an export being initialised with `settings`, `size`
+/// written to `disksize` (memparse suffixes; 0 is `EINVAL`, as in zram).
+fn make_store(
+    name: &str,
+    factory: &dyn StoreFactory,
+    settings: &Settings,
+    size: &str,
+) -> Result<Served, CtlError> {
+    let bytes = crate::control::memparse(size)?;
+    if bytes == 0 {
+        return Err(CtlError::inval("disksize must be more than 0"));
+    }
+    let (store, label) = factory
+        .make(&settings.comp, &settings.comp_params, bytes)
+        .map_err(|m| CtlError::new("ENOMEM", format!("export {name:?}: {m}")))?;
+    store.set_mem_limit(settings.mem_limit);
+    if let Some(path) = &settings.backing_dev {
+        store
+            .set_backing_dev(path)
+            .map_err(|e| crate::control::store_error(&e))?;
+    }
+    for algo in &settings.recomp {
+        store
+            .set_recomp_algorithm(algo)
+            .map_err(|e| crate::control::store_error(&e))?;
+    }
+    Ok(Served {
+        name: name.to_string(),
+        label,
+        store: Arc::new(store),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::execute;
+
+    /// Makes zsmalloc stores with 4 KiB pages.
+    struct Factory;
+
+    impl StoreFactory for Factory {
+        fn defaults(&self) -> Settings {
+            Settings {
+                comp: "lz4".into(),
+                ..Settings::default()
+            }
+        }
+
+        fn make(&self, comp: &str, params: &str, disksize: u64) -> Result<(Store, String), String> {
+            let pool = zalloc::open("zsmalloc", &zalloc::AllocOptions::default())
+                .map_err(|e| e.to_string())?;
+            let comp = zcomp::Compressor::parse(comp, params).map_err(|e| e.to_string())?;
+            let label = format!("zsmalloc/default/{}/4K", comp.algorithm().name());
+            let store =
+                Store::new(pool, comp, disksize.div_ceil(4096)).map_err(|e| e.to_string())?;
+            Ok((store, label))
+        }
+    }
+
+    fn registry() -> Registry {
+        let reg = Registry::default();
+        reg.set_factory(Arc::new(Factory));
+        reg
+    }
+
+    fn errno(reg: &Registry, export: Option<&str>, line: &str) -> &'static str {
+        execute(reg, export, line).unwrap_err().errno
+    }
+
+    #[test]
+    fn an_export_lives_as_a_zram_disk() {
+        let reg = registry();
+        let x = Some("x");
+        execute(&reg, None, "hot_add x").unwrap();
+        assert_eq!(execute(&reg, x, "initstate").unwrap(), "0\n");
+        assert_eq!(execute(&reg, x, "disksize").unwrap(), "0\n");
+        assert_eq!(
+            execute(&reg, None, "exports").unwrap(),
+            "x\tuninitialised\t0\n"
+        );
+        assert!(reg.get(x).is_none() && reg.served().is_empty());
+        // Settings before init, checked when written.
+        execute(&reg, x, "comp_algorithm zstd").unwrap();
+        execute(&reg, x, "algorithm_params level=5").unwrap();
+        execute(&reg, x, "mem_limit 8M").unwrap();
+        execute(&reg, x, "recomp_algorithm algo=deflate priority=2").unwrap();
+        assert_eq!(execute(&reg, x, "comp_algorithm").unwrap(), "[zstd]\n");
+        assert_eq!(
+            execute(&reg, x, "recomp_algorithm").unwrap(),
+            "#2: [deflate]\n"
+        );
+        let mm = execute(&reg, x, "mm_stat").unwrap();
+        assert_eq!(mm.split_whitespace().nth(3), Some("8388608"), "{mm}");
+        for (bad, e) in [
+            ("comp_algorithm lzma", "EINVAL"),
+            ("algorithm_params level=x", "EINVAL"),
+            ("recomp_algorithm algo=zstd priority=4", "EINVAL"),
+            ("backing_dev /nonexistent/zmem", "ENOENT"),
+            ("disksize 0", "EINVAL"),
+            ("disksize lots", "EINVAL"),
+            ("compact", "EINVAL"),
+            ("idle all", "EINVAL"),
+            ("writeback idle", "EINVAL"),
+            ("classes", "EINVAL"),
+        ] {
+            assert_eq!(errno(&reg, x, bad), e, "{bad}");
+        }
+        assert_eq!(
+            errno(&reg, x, &format!("comp_algorithm {}", "z".repeat(128))),
+            "E2BIG"
+        );
+        // disksize makes the store from the settings.
+        execute(&reg, x, "disksize 1M").unwrap();
+        assert_eq!(execute(&reg, x, "initstate").unwrap(), "1\n");
+        let s = reg.get(x).unwrap();
+        assert_eq!(s.store.disk_size(), 1 << 20);
+        assert_eq!(s.store.mem_limit(), 8 << 20);
+        assert_eq!(s.store.compressor().algorithm().name(), "zstd");
+        assert_eq!(
+            execute(&reg, x, "recomp_algorithm").unwrap(),
+            "#2: [deflate]\n"
+        );
+        assert_eq!(
+            execute(&reg, None, "exports").unwrap(),
+            "x\tzsmalloc/default/zstd/4K\t1048576\n"
+        );
+        // After init: EBUSY, as the kernel; a bad name is still EINVAL first.
+        for bad in [
+            "disksize 2M",
+            "comp_algorithm lz4",
+            "algorithm_params level=1",
+        ] {
+            assert_eq!(errno(&reg, x, bad), "EBUSY", "{bad}");
+        }
+        assert_eq!(errno(&reg, x, "comp_algorithm lzma"), "EINVAL");
+        let page: Vec<u8> = (0..4096).map(|i| (i % 251) as u8).collect();
+        s.store.write_page(0, &page).unwrap();
+        // reset: back to uninitialised with the defaults, the store emptied.
+        execute(&reg, x, "reset").unwrap();
+        assert_eq!(s.store.mm_stat().orig_data_size, 0);
+        drop(s);
+        assert_eq!(execute(&reg, x, "initstate").unwrap(), "0\n");
+        assert_eq!(execute(&reg, x, "comp_algorithm").unwrap(), "[lz4]\n");
+        assert_eq!(
+            execute(&reg, x, "mm_stat").unwrap(),
+            format!("{}\n", zram::MmStat::default())
+        );
+        // reset of an uninitialised export is allowed, as in zram.
+        execute(&reg, x, "reset").unwrap();
+        execute(&reg, None, "hot_remove x").unwrap();
+        assert!(reg.is_empty());
+        assert_eq!(errno(&reg, x, "initstate"), "ENOENT");
+    }
+
+    #[test]
+    fn hot_add_checks_names_and_sizes() {
+        let reg = registry();
+        execute(&reg, None, "hot_add a 64K").unwrap();
+        assert_eq!(execute(&reg, Some("a"), "disksize").unwrap(), "65536\n");
+        assert_eq!(errno(&reg, None, "hot_add a"), "EEXIST");
+        for bad in [
+            "hot_add",
+            "hot_add a:b",
+            "hot_add a/b",
+            "hot_add b 0",
+            "hot_add b 12Q",
+            "hot_add b 1M 2",
+            "hot_remove",
+            "hot_remove a b",
+        ] {
+            assert_eq!(errno(&reg, None, bad), "EINVAL", "{bad}");
+        }
+        assert_eq!(
+            errno(&reg, None, &format!("hot_add {}", "n".repeat(MAX_NAME + 1))),
+            "EINVAL"
+        );
+        execute(&reg, None, &format!("hot_add {}", "n".repeat(MAX_NAME))).unwrap();
+        assert_eq!(errno(&reg, None, "hot_remove zz"), "ENOENT");
+        assert_eq!(reg.names().len(), 2);
+        // Without a factory, nothing new can be made.
+        let fixed = Registry::default();
+        assert_eq!(errno(&fixed, None, "hot_add a"), "EOPNOTSUPP");
+    }
+
+    #[test]
+    fn clients_of_an_export_block_its_reset_and_removal_only() {
+        let reg = Arc::new(registry());
+        execute(&reg, None, "hot_add a 1M").unwrap();
+        execute(&reg, None, "hot_add u").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nbd.sock");
+        let server = Arc::new(
+            Server::bind(
+                nbd::ListenAddr::Unix(path.clone()),
+                reg.nbd_exports().unwrap(),
+                nbd::Config::default(),
+            )
+            .unwrap(),
+        );
+        reg.attach(&server);
+        // An uninitialised export is in the table but refuses clients.
+        let names: Vec<String> = server
+            .exports()
+            .iter()
+            .map(|e| e.name().to_string())
+            .collect();
+        assert_eq!(names, ["a", "u"]);
+        let refused = testkit::clients::raw_go(&path, "u").unwrap_err();
+        assert!(refused.contains("not initialised"), "{refused}");
+        // A client on a: a's reset and removal are EBUSY, u's are not.
+        let client = testkit::clients::raw_go(&path, "a").unwrap();
+        assert_eq!(errno(&reg, Some("a"), "reset"), "EBUSY");
+        assert_eq!(errno(&reg, None, "hot_remove a"), "EBUSY");
+        execute(&reg, Some("u"), "disksize 64K").unwrap();
+        let u = testkit::clients::raw_go(&path, "u").unwrap();
+        drop(u);
+        execute(&reg, None, "hot_add late 64K").unwrap();
+        assert!(server.exports().get("late").is_some());
+        drop(client);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while reg.export_connections("a") > 0 || reg.export_connections("u") > 0 {
+            assert!(std::time::Instant::now() < deadline);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        execute(&reg, Some("a"), "reset").unwrap();
+        execute(&reg, None, "hot_remove a").unwrap();
+        execute(&reg, None, "hot_remove u").unwrap();
+        assert!(server.exports().get("a").is_none());
+        assert_eq!(reg.names(), ["late"]);
     }
 }

@@ -1,6 +1,8 @@
 //! The Debian NBD clients (qemu-utils, libnbd-bin) and other system
 //! programs, run with a timeout; and the qemu-io scenario at odd offsets
-//! that the nbd crate's server and `zmem serve` are both put through.
+//! that the nbd crate's server and `zmem serve` are both put through; and a
+//! minimal raw client that only negotiates an export ([`raw_go`]), for tests
+//! that need a client connected to one export.
 //!
 //! A test whose program is missing skips (prints SKIP and passes) through
 //! [`require_tools!`](crate::require_tools).
@@ -180,4 +182,46 @@ pub fn assert_write_past_end_refused(uri: &str) {
         !o.status.success() || text.contains("error") || text.contains("out of"),
         "{text}"
     );
+}
+
+/// Connects to the NBD server on the Unix socket `sock` and negotiates the
+/// export `name` with `NBD_OPT_GO` (fixed newstyle, no structured replies):
+/// the stream in the transmission phase, or the server's error reply as
+/// `"0x<code>: <message>"`. Dropping the stream disconnects.
+pub fn raw_go(sock: &Path, name: &str) -> Result<std::os::unix::net::UnixStream, String> {
+    use std::io::Write;
+    const IHAVEOPT: u64 = 0x4948_4156_454f_5054;
+    const OPT_GO: u32 = 7;
+    const REP_ACK: u32 = 1;
+    let mut s = std::os::unix::net::UnixStream::connect(sock).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(TOOL_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let io = |e: std::io::Error| e.to_string();
+    let mut greeting = [0u8; 18];
+    s.read_exact(&mut greeting).map_err(io)?;
+    assert_eq!(&greeting[..8], b"NBDMAGIC", "not an NBD server");
+    // Client flags: fixed newstyle, no zeroes.
+    s.write_all(&3u32.to_be_bytes()).map_err(io)?;
+    let mut data = (name.len() as u32).to_be_bytes().to_vec();
+    data.extend_from_slice(name.as_bytes());
+    data.extend_from_slice(&0u16.to_be_bytes());
+    let mut option = IHAVEOPT.to_be_bytes().to_vec();
+    option.extend_from_slice(&OPT_GO.to_be_bytes());
+    option.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    option.extend_from_slice(&data);
+    s.write_all(&option).map_err(io)?;
+    loop {
+        let mut head = [0u8; 20];
+        s.read_exact(&mut head).map_err(io)?;
+        let reply = u32::from_be_bytes(head[12..16].try_into().expect("4 bytes"));
+        let len = u32::from_be_bytes(head[16..20].try_into().expect("4 bytes"));
+        let mut body = vec![0u8; len as usize];
+        s.read_exact(&mut body).map_err(io)?;
+        if reply == REP_ACK {
+            return Ok(s);
+        }
+        if reply & (1 << 31) != 0 {
+            return Err(format!("{reply:#x}: {}", String::from_utf8_lossy(&body)));
+        }
+    }
 }

@@ -1,10 +1,20 @@
-//! The process's resident set, for the tests that check that an allocator's
-//! pages come from the OS and go back to it. Such a test runs alone in its
+//! The resident set of this process (or of a server a test started), for
+//! the tests that check that an allocator's pages come from the OS and go
+//! back to it. Such a test runs alone in its
 //! binary, so nothing else allocates between readings.
 
 /// The process's resident set (`VmRSS` of `/proc/self/status`), in KiB.
 pub fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    vm_rss("/proc/self/status")
+}
+
+/// The resident set of process `pid` (a server a test started), in KiB.
+pub fn rss_kib_of(pid: u32) -> u64 {
+    vm_rss(&format!("/proc/{pid}/status"))
+}
+
+fn vm_rss(path: &str) -> u64 {
+    let status = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {path}: {e}"));
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))

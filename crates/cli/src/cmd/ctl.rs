@@ -28,18 +28,25 @@ COMMANDS (as zram's sysfs attributes; reads print the file's text)
   mm_stat | io_stat | debug_stat | classes | disksize | comp_algorithm
   | max_comp_streams | initstate | objs_moved | exports
   compact | idle all | idle SECONDS | reset | mem_limit SIZE | mem_used_max 0
+  hot_add NAME [SIZE] | hot_remove NAME (as /sys/class/zram-control; without
+  SIZE the new export is uninitialised)
+  disksize SIZE | comp_algorithm NAME | algorithm_params 'level=N dict=FILE'
+  (only while uninitialised, else EBUSY; disksize initialises it)
   auto_compact (the background compactor's policy) | auto_compact 'on|off|shrinker
   [cpu=PCT] [min_gain=PAGES] [min_gain_percent=PCT] [limit=PCT] [pressure=AVG10]
   [postpone_ms=MS]'
   (one quoted value)
-  (reset is refused with EBUSY while NBD clients are connected, as zram's
-  reset is while the device is open)
+  (reset returns the export to uninitialised; it and hot_remove are refused
+  with EBUSY while NBD clients are connected to it, as zram's are while the
+  device is open)
 
 EXAMPLES
   zmem ctl status
   zmem ctl status --output-all --bytes
   zmem ctl --format json mm_stat
   zmem ctl --export zram1 mem_limit 512M
+  zmem ctl hot_add spare; zmem ctl --export spare comp_algorithm zstd
+  zmem ctl --export spare disksize 4G
   zmem ctl auto_compact 'cpu=10 min_gain=64'
   zmem ctl --socket /tmp/s.sock.ctl idle all")]
 pub struct CtlArgs {
@@ -70,7 +77,7 @@ pub struct CtlArgs {
     #[arg(long, conflicts_with = "output")]
     output_all: bool,
     /// The command and its value, e.g. `mm_stat` or `mem_limit 64M`.
-    #[arg(required = true, num_args = 1..=2, value_name = "COMMAND [VALUE]")]
+    #[arg(required = true, num_args = 1..=3, value_name = "COMMAND [VALUE]")]
     command: Vec<String>,
 }
 
@@ -110,6 +117,11 @@ fn print_status(args: &CtlArgs, path: &std::path::Path) -> Result<(), CliError> 
         return Err(CliError::Usage("status takes no value".into()));
     }
     let mut rows = status::read_rows(path)?;
+    // As zramctl, which lists only the disks in use: an uninitialised
+    // export shows only when asked for by name.
+    if args.export.is_none() {
+        rows.retain(|r| r.disksize > 0);
+    }
     if let Some(name) = &args.export {
         rows.retain(|r| r.name == *name || (name.is_empty() && r.name == "\"\""));
         if rows.is_empty() {

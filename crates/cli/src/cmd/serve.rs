@@ -12,7 +12,11 @@
 //! in `zmem replay`, and expand to N configurations. With no `--export`,
 //! each configuration gets an export named zram0, zram1, ... With
 //! `--export` given, one configuration applies to every export, or N
-//! exports pair with the N configurations in order.
+//! exports pair with the N configurations in order. `--export NAME:0`
+//! starts an export uninitialised (zram's disksize 0): `zmem ctl --export
+//! NAME disksize SIZE` initialises it. Each export's configuration is also
+//! its store factory (`serve::StoreFactory`): a reset export is made again
+//! with it, and `zmem ctl hot_add` uses the first configuration.
 
 use std::io;
 use std::net::SocketAddr;
@@ -25,6 +29,7 @@ use log::{error, info, LevelFilter};
 use nbd::{Config, InheritedListener, ListenAddr, Server};
 use serve::paths::{ctl_path_for, default_dir, default_socket, ensure_private_dir, tcp_ctl_path};
 use serve::{CtlServer, MetricsServer, Registry, Served};
+use zram::Store;
 
 use crate::error::CliError;
 use crate::{logger, signals};
@@ -39,6 +44,11 @@ EXPORTS
   `zmem replay`). Without --export, each configuration is served as its own
   export: zram0, zram1, ... With --export, either one configuration serves
   every export, or N --export flags pair with the N configurations in order.
+  NAME:0 starts an export uninitialised (disksize 0, as a hot-added zram
+  disk): it is listed but refuses clients until `zmem ctl --export NAME
+  disksize SIZE`. `zmem ctl hot_add NAME [SIZE]` and `hot_remove NAME` add
+  and remove exports while serving (new ones use the first configuration);
+  `reset` returns an export to uninitialised.
 
 PAGE SIZES
   On 32 KiB pages, --delta 128 keeps the least memory resident (pool and
@@ -52,6 +62,9 @@ EXAMPLES
       \"nbd+unix:///zram0?socket=$XDG_RUNTIME_DIR/zmem/nbd.sock\"
   zmem ctl mm_stat
   zmem serve --export a:1G --export b:2G --comp lz4,zstd --tcp 127.0.0.1:10809
+  zmem serve --export a:1G --export spare:0   # spare starts uninitialised
+  zmem ctl hot_add c; zmem ctl --export c comp_algorithm zstd
+  zmem ctl --export c disksize 2G; zmem ctl hot_remove c
 
 SOCKETS
   NBD: --socket PATH (default $XDG_RUNTIME_DIR/zmem/nbd.sock, or
@@ -76,9 +89,9 @@ pub struct ServeArgs {
     /// ones add to it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// An export NAME, or NAME:SIZE, and `:ro` after either for a read-only
-    /// export (repeatable; default one per store configuration, zram0,
-    /// zram1, ...).
+    /// An export NAME, or NAME:SIZE, or NAME:0 for an uninitialised one,
+    /// and `:ro` after either for a read-only export (repeatable; default
+    /// one per store configuration, zram0, zram1, ...).
     #[arg(long = "export", value_name = "NAME[:SIZE][:ro]", value_parser = check_export)]
     exports: Vec<String>,
     /// Serve every export read-only: NBD clients see NBD_FLAG_READ_ONLY
@@ -301,11 +314,12 @@ fn inflight_config(args: &ServeArgs, config: Config) -> Result<Config, CliError>
     })
 }
 
-/// One `--export`: name, size, read-only.
+/// One `--export`: name, size (0: uninitialised), read-only.
 type ExportSpec = (String, u64, bool);
 
 /// Splits `NAME[:SIZE][:ro]`: a colon starts the size or `ro`, so a name
-/// has none, and a size must be from 4K to 1T.
+/// has none, and a size must be from 4K to 1T, or 0 for an uninitialised
+/// export.
 fn parse_export(s: &str, default_size: u64) -> Result<ExportSpec, CliError> {
     let (rest, read_only) = match s.strip_suffix(":ro") {
         Some(rest) => (rest, true),
@@ -314,10 +328,13 @@ fn parse_export(s: &str, default_size: u64) -> Result<ExportSpec, CliError> {
     let Some((name, size)) = rest.split_once(':') else {
         return Ok((rest.to_string(), default_size, read_only));
     };
+    if size == "0" {
+        return Ok((name.to_string(), 0, read_only));
+    }
     match lab::flags::size(EXPORT_MIN, EXPORT_MAX)(size) {
         Ok(bytes) => Ok((name.to_string(), bytes, read_only)),
         Err(e) => Err(CliError::Usage(format!(
-            "--export {s}: {e} (NAME[:SIZE][:ro]; a name has no colon)"
+            "--export {s}: {e} (NAME[:SIZE][:ro], SIZE 0 for uninitialised; a name has no colon)"
         ))),
     }
 }
@@ -437,6 +454,38 @@ fn read_only_exports(
     Ok(exports)
 }
 
+/// A store configuration as the factory of an export's stores.
+struct SpecFactory {
+    spec: StoreSpec,
+    /// `--recomp-algorithm` values, for every export.
+    recomp: Vec<String>,
+}
+
+impl serve::StoreFactory for SpecFactory {
+    fn defaults(&self) -> serve::Settings {
+        serve::Settings {
+            comp: self.spec.comp.clone(),
+            comp_params: self.spec.comp_params.clone(),
+            mem_limit: self.spec.mem_limit,
+            backing_dev: None,
+            recomp: self.recomp.clone(),
+        }
+    }
+
+    fn make(&self, comp: &str, params: &str, disksize: u64) -> Result<(Store, String), String> {
+        if disksize > EXPORT_MAX {
+            return Err(format!("{disksize} bytes is more than 1T"));
+        }
+        let spec = StoreSpec {
+            comp: comp.to_string(),
+            comp_params: params.to_string(),
+            ..self.spec.clone()
+        };
+        let store = spec.open(disksize).map_err(|e| e.to_string())?;
+        Ok((store, spec.label()))
+    }
+}
+
 /// Writes the PID file (via a temporary file and a rename, so readers never
 /// see it half written).
 fn write_pid_file(path: &Path) -> io::Result<()> {
@@ -491,6 +540,7 @@ impl Trimmer {
             .spawn(move || {
                 let io = || -> u64 {
                     registry
+                        .served()
                         .iter()
                         .map(|s| {
                             let (r, w) = s.store.io_counts();
@@ -510,6 +560,7 @@ impl Trimmer {
                     } else if dirty {
                         dirty = false;
                         let contexts: usize = registry
+                            .served()
                             .iter()
                             .map(|s| s.store.release_idle_streams())
                             .sum();
@@ -578,9 +629,23 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             plan.len()
         )));
     }
-    let mut served = Vec::new();
+    let registry = Arc::new(Registry::default());
     let mut policies = Vec::new();
     for (i, (name, size, _, spec)) in plan.iter().enumerate() {
+        let factory = Arc::new(SpecFactory {
+            spec: spec.clone(),
+            recomp: args.recomp_algorithms.clone(),
+        });
+        if i == 0 {
+            registry.set_factory(factory.clone());
+        }
+        if *size == 0 {
+            let mut settings = serve::StoreFactory::defaults(&*factory);
+            settings.backing_dev = args.backing_devs.get(i).cloned();
+            info!("export {name:?}: uninitialised, {}", spec.label());
+            registry.push_uninitialised(name, settings, Some(factory));
+            continue;
+        }
         let store = spec.open(*size)?;
         if let Some(path) = args.backing_devs.get(i) {
             store
@@ -620,13 +685,15 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
                     .map_err(|e| CliError::Failed(format!("cannot start a thread: {e}")))?,
             );
         }
-        served.push(Served {
-            name: name.clone(),
-            label: spec.label(),
-            store,
-        });
+        registry.push(
+            Served {
+                name: name.clone(),
+                label: spec.label(),
+                store,
+            },
+            Some(factory),
+        );
     }
-    let registry = Arc::new(Registry::new(served));
     let exports = registry
         .nbd_exports()
         .and_then(|table| read_only_exports(table, &plan))
@@ -797,6 +864,7 @@ mod tests {
         assert!(parse_export("a:xx", 7).is_err());
         assert!(parse_export("a:1:2", 7).is_err());
         assert_eq!(parse_export(":4K", 7).unwrap(), ("".into(), 4096, false));
-        assert!(parse_export("a:0", 7).is_err());
+        assert_eq!(parse_export("a:0", 7).unwrap(), ("a".into(), 0, false));
+        assert_eq!(parse_export("a:0:ro", 7).unwrap(), ("a".into(), 0, true));
     }
 }
