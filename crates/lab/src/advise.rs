@@ -263,6 +263,11 @@ pub struct CandidateResult {
     /// compressed bytes scaled to the input, plus the overhead fitted as a
     /// fixed part and a part per page (see `fill_and_predict`).
     pub predicted_mem_used_total: u64,
+    /// The 95% half-width of the sampling error of the whole-input
+    /// compressed bytes, percent: from the spread of the sample's runs
+    /// (each run of 16 pages one draw), with the finite-population
+    /// correction; 0 when the sample is the whole input.
+    pub sampling_error_pct: f64,
     /// Median of random 4 KiB reads from that store, microseconds.
     pub read_p50_us: f64,
     /// 99th percentile of those reads, microseconds.
@@ -325,6 +330,27 @@ pub struct RecompressionPair {
     pub secondary_decompress_mbps: f64,
 }
 
+/// What to set for one goal, as commands.
+#[derive(Clone, Debug, Serialize)]
+pub struct Recommendation {
+    /// `memory`, `balanced` or `latency`.
+    pub goal: String,
+    /// The candidate's label.
+    pub label: String,
+    /// Its predicted `mem_used_total` for the whole input.
+    pub predicted_mem_used_total: u64,
+    /// Its random 4 KiB read median, microseconds.
+    pub read_p50_us: f64,
+    /// The kernel's zram, where the kernel has the algorithm (N is the
+    /// device's number).
+    pub kernel: Vec<String>,
+    /// `zmem serve`.
+    pub zmem: String,
+}
+
+/// The goals `zmem advise --goal` takes.
+pub const GOALS: [&str; 3] = ["memory", "balanced", "latency"];
+
 /// Everything `zmem advise` measured, and its advice.
 #[derive(Clone, Debug, Serialize)]
 pub struct Advice {
@@ -347,6 +373,14 @@ pub struct Advice {
     pub recompression: Vec<RecompressionPair>,
     /// The advice, one sentence each.
     pub advice: Vec<String>,
+    /// Candidates no other beats on both memory and compression speed
+    /// (least memory first).
+    pub pareto_memory_write: Vec<String>,
+    /// Candidates no other beats on both memory and read latency.
+    pub pareto_memory_read: Vec<String>,
+    /// The configuration for each goal, as commands (candidates a store can
+    /// be told about without a dictionary file).
+    pub recommendations: Vec<Recommendation>,
     /// Seconds the measurement took.
     pub seconds: f64,
     /// Candidates measured at once.
@@ -509,6 +543,9 @@ pub fn advise(
             small.read_p50_us
         ));
     }
+    let pareto_memory_write = pareto(&measured, |r| r.compress_mbps);
+    let pareto_memory_read = pareto(&measured, |r| -r.read_p50_us);
+    let recommendations = recommend(&measured, sample);
     Ok(Advice {
         input,
         sample: sample.how.clone(),
@@ -518,6 +555,9 @@ pub fn advise(
         allocators,
         units,
         recompression,
+        pareto_memory_write,
+        pareto_memory_read,
+        recommendations,
         advice,
         seconds: start.elapsed().as_secs_f64(),
         threads: opts.threads.max(1),
@@ -683,6 +723,7 @@ fn measure(
         mem_used_total: mm.mem_used_total,
         compr_data_size: mm.compr_data_size,
         predicted_mem_used_total: predicted,
+        sampling_error_pct: sampling_error(&sizes, sample),
         read_p50_us,
         read_p99_us,
         sizes,
@@ -713,6 +754,114 @@ fn read_latency(
         hist.value_at_quantile(0.5) as f64 / 1000.0,
         hist.value_at_quantile(0.99) as f64 / 1000.0,
     ))
+}
+
+/// Labels of the candidates that no other has both less memory and more of
+/// `better` (least memory first).
+fn pareto(measured: &[CandidateResult], better: fn(&CandidateResult) -> f64) -> Vec<String> {
+    measured
+        .iter()
+        .filter(|r| {
+            !measured.iter().any(|o| {
+                o.predicted_mem_used_total <= r.predicted_mem_used_total
+                    && better(o) >= better(r)
+                    && (o.predicted_mem_used_total < r.predicted_mem_used_total
+                        || better(o) > better(r))
+            })
+        })
+        .map(|r| r.label.clone())
+        .collect()
+}
+
+/// The configuration for each of [`GOALS`]: least memory; the fastest
+/// reads within 5% of that memory; the fastest reads. Only candidates
+/// without a dictionary: those are the ones a command line can name.
+fn recommend(measured: &[CandidateResult], sample: &Sample) -> Vec<Recommendation> {
+    let plain: Vec<&CandidateResult> = measured
+        .iter()
+        .filter(|r| !r.candidate.dictionary)
+        .collect();
+    let Some(least) = plain
+        .iter()
+        .copied()
+        .min_by_key(|r| r.predicted_mem_used_total)
+    else {
+        return Vec::new();
+    };
+    let limit = least.predicted_mem_used_total as f64 * 1.05;
+    let balanced = fastest(
+        plain
+            .iter()
+            .copied()
+            .filter(|r| r.predicted_mem_used_total as f64 <= limit),
+    )
+    .unwrap_or(least);
+    let latency = fastest(plain.iter().copied()).unwrap_or(least);
+    // A disk the size of the input, in MiB.
+    let disk_mib = (sample.input_pages * sample.page_size as u64)
+        .div_ceil(1 << 20)
+        .max(1);
+    [
+        ("memory", least),
+        ("balanced", balanced),
+        ("latency", latency),
+    ]
+    .into_iter()
+    .map(|(goal, r)| {
+        let c = &r.candidate;
+        Recommendation {
+            goal: goal.into(),
+            label: r.label.clone(),
+            predicted_mem_used_total: r.predicted_mem_used_total,
+            read_p50_us: r.read_p50_us,
+            kernel: vec![
+                format!("echo {} > /sys/block/zramN/comp_algorithm", c.comp),
+                format!(
+                    "echo \"algo={} level={}\" > /sys/block/zramN/algorithm_params",
+                    c.comp, c.level
+                ),
+                format!("echo {disk_mib}M > /sys/block/zramN/disksize"),
+            ],
+            zmem: format!(
+                "zmem serve --mode default --comp {} --comp-params level={} --size {disk_mib}M",
+                c.comp, c.level
+            ),
+        }
+    })
+    .collect()
+}
+
+/// The candidate with the fastest reads (then the least memory).
+fn fastest<'a>(pool: impl Iterator<Item = &'a CandidateResult>) -> Option<&'a CandidateResult> {
+    pool.min_by(|a, b| {
+        a.read_p50_us
+            .total_cmp(&b.read_p50_us)
+            .then(a.predicted_mem_used_total.cmp(&b.predicted_mem_used_total))
+    })
+}
+
+/// The 95% half-width, in percent, of the error of the whole input's
+/// compressed bytes estimated from `sizes` (one per sampled page): runs of
+/// [`RUN_PAGES`] are the draws, so the standard error is the spread of the
+/// runs' bytes over the square root of their number, corrected for a
+/// sample that is a large part of the input.
+fn sampling_error(sizes: &[u32], sample: &Sample) -> f64 {
+    let runs: Vec<f64> = sizes
+        .chunks(RUN_PAGES as usize)
+        .map(|r| r.iter().map(|&v| f64::from(v)).sum())
+        .collect();
+    let k = runs.len() as f64;
+    let total_runs = (sample.input_pages as f64 / RUN_PAGES as f64).max(k);
+    if k < 2.0 || k >= total_runs {
+        return 0.0;
+    }
+    let mean = runs.iter().sum::<f64>() / k;
+    if mean <= 0.0 {
+        return 0.0;
+    }
+    let var = runs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (k - 1.0);
+    let se = (var / k * (1.0 - k / total_runs)).sqrt();
+    1.96 * se / mean * 100.0
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -780,38 +929,63 @@ fn write_advice(
 }
 
 /// The report as tables.
-pub fn format_advice(a: &Advice) -> String {
+pub fn format_advice(a: &Advice, goal: &str) -> String {
     let mut s = String::new();
     s.push_str(&format!(
         "input: {}\nsample: {} ({} same-filled)\n\n",
         a.input, a.sample, a.same_filled_pages
     ));
     s.push_str(&format!(
-        "{:<14} {:>6} {:>10} {:>9} {:>10} {:>10} {:>9} {:>9}\n",
+        "{:<14} {:>6} {:>10} {:>11} {:>7} {:>9} {:>10} {:>10} {:>9} {:>9} {:>6}\n",
         "compressor",
         "ratio",
         "mem MiB",
+        "whole MiB",
+        "+-err",
         "vs best",
         "comp MB/s",
         "dec MB/s",
         "read p50",
-        "read p99"
+        "read p99",
+        "front"
     ));
     let best = a.candidates[0].mem_used_total as f64;
     for r in &a.candidates {
+        // Pareto fronts: w = memory against compression speed, r = memory
+        // against read latency.
+        let front = format!(
+            "{}{}",
+            if a.pareto_memory_write.contains(&r.label) {
+                "w"
+            } else {
+                ""
+            },
+            if a.pareto_memory_read.contains(&r.label) {
+                "r"
+            } else {
+                ""
+            }
+        );
         s.push_str(&format!(
-            "{:<14} {:>6.2} {:>10.2} {:>11.2} {:>8.1}% {:>10.0} {:>10.0} {:>7.1}us {:>7.1}us\n",
+            "{:<14} {:>6.2} {:>10.2} {:>11.2} {:>6.1}% {:>8.1}% {:>10.0} {:>10.0} {:>7.1}us {:>7.1}us {:>6}\n",
             r.label,
             r.ratio,
             mib(r.mem_used_total),
             mib(r.predicted_mem_used_total),
+            r.sampling_error_pct,
             (r.mem_used_total as f64 / best - 1.0) * 100.0,
             r.compress_mbps,
             r.decompress_mbps,
             r.read_p50_us,
-            r.read_p99_us
+            r.read_p99_us,
+            front
         ));
     }
+    s.push_str(
+        "(mem: the sample's mem_used_total; whole: predicted for the whole input, +-err its 95% \
+         sampling error; front: w on the memory/compression-speed Pareto front, r on the \
+         memory/read-latency one)\n",
+    );
     s.push_str(&format!(
         "\n{:<36} {:>10} {:>10}\n",
         "allocator", "mem MiB", "compr MiB"
@@ -856,6 +1030,20 @@ pub fn format_advice(a: &Advice) -> String {
     s.push_str("\nadvice:\n");
     for line in &a.advice {
         s.push_str(&format!("  {line}\n"));
+    }
+    if let Some(r) = a.recommendations.iter().find(|r| r.goal == goal) {
+        s.push_str(&format!(
+            "\nfor --goal {goal}: {} ({:.1} MiB for the whole input, reads p50 {:.1} us)\n  \
+             kernel zram (where it offers {}):\n",
+            r.label,
+            mib(r.predicted_mem_used_total),
+            r.read_p50_us,
+            r.label.split(' ').next().unwrap_or_default()
+        ));
+        for line in &r.kernel {
+            s.push_str(&format!("    {line}\n"));
+        }
+        s.push_str(&format!("  zmem:\n    {}\n", r.zmem));
     }
     s.push_str(&format!(
         "(measured in {:.1} s on this machine; throughput is one core's, with {} candidates at a time)\n",
@@ -980,7 +1168,20 @@ mod tests {
             "{:?}",
             a.advice
         );
-        let text = format_advice(&a);
+        // One recommendation per goal, each with commands; the least-memory
+        // candidate is on both Pareto fronts.
+        let goals: Vec<&str> = a.recommendations.iter().map(|r| r.goal.as_str()).collect();
+        assert_eq!(goals, GOALS);
+        assert_eq!(a.recommendations[0].label, a.candidates[0].label);
+        assert!(a.recommendations[0]
+            .zmem
+            .contains("--comp zstd --comp-params level=3"));
+        assert!(a.pareto_memory_write.contains(&a.candidates[0].label));
+        assert!(a.pareto_memory_read.contains(&a.candidates[0].label));
+        // The sample is the whole input: no sampling error.
+        assert!(a.candidates.iter().all(|r| r.sampling_error_pct == 0.0));
+        let text = format_advice(&a, "balanced");
+        assert!(text.contains("for --goal balanced"), "{text}");
         assert!(text.contains("advice:"), "{text}");
     }
 

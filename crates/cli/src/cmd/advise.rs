@@ -63,6 +63,11 @@ pub struct AdviseArgs {
     /// Random 4 KiB reads timed per candidate (100 to 10000000).
     #[arg(long, default_value_t = 20_000, value_parser = lab::flags::whole::<u32>(100, 10_000_000))]
     latency_reads: u32,
+    /// Which configuration to print as commands: the least memory, the
+    /// fastest reads within 5% of that memory, or the fastest reads (all
+    /// three are in the JSON).
+    #[arg(long, default_value = "balanced", value_parser = clap::builder::PossibleValuesParser::new(advise::GOALS))]
+    goal: String,
     /// Size of the built-in default corpus (4K to 1T).
     #[arg(long, value_parser = lab::flags::size(4096, 1 << 40), default_value = "64M")]
     default_size: u64,
@@ -129,6 +134,6 @@ pub fn run(args: &AdviseArgs) -> Result<(), CliError> {
     let advice = advise::advise(read, &sample, &candidates, &opts)?;
     match args.format.get() {
         Format::Json => Ok(write_json(&advice)?),
-        Format::Table => Ok(write_stdout(&advise::format_advice(&advice))?),
+        Format::Table => Ok(write_stdout(&advise::format_advice(&advice, &args.goal))?),
     }
 }
