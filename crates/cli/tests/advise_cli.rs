@@ -26,8 +26,21 @@ fn advise_measures_the_candidates_and_ranks_them_by_memory() {
         "500",
         "--format",
         "json",
+        "--plot",
+        dir.path().join("fronts").to_str().unwrap(),
     ]);
     let a = json(&out);
+    // Both Pareto fronts drawn, as SVG and PNG.
+    for f in ["fronts-write.svg", "fronts-read.svg"] {
+        let svg = std::fs::read_to_string(dir.path().join(f)).unwrap();
+        assert!(svg.contains("<svg"), "{f}");
+    }
+    for f in ["fronts-write.png", "fronts-read.png"] {
+        let png = std::fs::read(dir.path().join(f)).unwrap();
+        assert_eq!(&png[1..4], b"PNG", "{f}");
+    }
+    assert_eq!(a["recommendations"].as_array().unwrap().len(), 3);
+    assert!(!a["pareto_memory_read"].as_array().unwrap().is_empty());
     assert_eq!(a["sample_pages"], 128);
     assert!(
         a["sample"].as_str().unwrap().contains("of 256 pages"),

@@ -43,6 +43,8 @@ pub struct AdviseOptions {
     pub latency_reads: usize,
     /// The page (and compression unit) size.
     pub page_size: usize,
+    /// Draw a progress line on standard error (for a terminal).
+    pub progress: bool,
 }
 
 impl Default for AdviseOptions {
@@ -53,6 +55,7 @@ impl Default for AdviseOptions {
             threads: 2,
             latency_reads: 20_000,
             page_size: 4096,
+            progress: false,
         }
     }
 }
@@ -408,6 +411,7 @@ pub fn advise(
     };
     // Candidates run side by side, one per worker at a time.
     let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<CandidateResult, Error>>>> =
         Mutex::new((0..candidates.len()).map(|_| None).collect());
     std::thread::scope(|s| {
@@ -417,6 +421,13 @@ pub fn advise(
                 let Some(c) = candidates.get(i) else { break };
                 let r = measure(c, dict.as_ref(), sample, opts);
                 results.lock().expect("results")[i] = Some(r);
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if opts.progress {
+                    eprint!(
+                        "\rzmem advise: {n}/{} candidates measured, then allocators and units",
+                        candidates.len()
+                    );
+                }
             });
         }
     });
@@ -426,6 +437,9 @@ pub fn advise(
         .into_iter()
         .map(|r| r.expect("every candidate measured"))
         .collect::<Result<_, _>>()?;
+    if opts.progress {
+        eprintln!();
+    }
     measured.sort_by_key(|r| r.mem_used_total);
 
     // Allocators: with the least-memory candidate and with zram's default.
@@ -926,6 +940,60 @@ fn write_advice(
         ));
     }
     advice
+}
+
+/// Draws the two Pareto fronts as line charts: `STEM-write.{svg,png}`
+/// (memory against compression speed) and `STEM-read.{svg,png}` (memory
+/// against read latency), each front's candidates joined in order of
+/// memory. Returns the files written.
+#[cfg(feature = "plot")]
+pub fn plot_fronts(a: &Advice, stem: &std::path::Path) -> Result<Vec<std::path::PathBuf>, Error> {
+    use crate::plot::{line_chart, Chart, Series};
+    let front = |labels: &[String], y: fn(&CandidateResult) -> f64| -> Vec<(f64, f64)> {
+        let mut pts: Vec<(f64, f64)> = a
+            .candidates
+            .iter()
+            .filter(|r| labels.contains(&r.label))
+            .map(|r| (mib(r.predicted_mem_used_total), y(r)))
+            .collect();
+        pts.sort_by(|p, q| p.0.total_cmp(&q.0));
+        pts
+    };
+    let name = |suffix: &str| {
+        let mut s = stem.as_os_str().to_owned();
+        s.push(suffix);
+        std::path::PathBuf::from(s)
+    };
+    let mut files = Vec::new();
+    let write = [Series {
+        name: format!("front: {}", a.pareto_memory_write.join(", ")),
+        points: front(&a.pareto_memory_write, |r| r.compress_mbps),
+    }];
+    let (svg, png) = line_chart(
+        &name("-write"),
+        &Chart {
+            title: "zmem advise: memory against compression speed (Pareto front)",
+            x_label: "mem_used_total for the whole input (MiB)",
+            y_label: "compression, one core (MB/s)",
+            series: &write,
+        },
+    )?;
+    files.extend([svg, png]);
+    let read = [Series {
+        name: format!("front: {}", a.pareto_memory_read.join(", ")),
+        points: front(&a.pareto_memory_read, |r| r.read_p50_us),
+    }];
+    let (svg, png) = line_chart(
+        &name("-read"),
+        &Chart {
+            title: "zmem advise: memory against 4 KiB read latency (Pareto front)",
+            x_label: "mem_used_total for the whole input (MiB)",
+            y_label: "random 4 KiB read, median (us)",
+            series: &read,
+        },
+    )?;
+    files.extend([svg, png]);
+    Ok(files)
 }
 
 /// The report as tables.

@@ -71,6 +71,12 @@ pub struct AdviseArgs {
     /// Size of the built-in default corpus (4K to 1T).
     #[arg(long, value_parser = lab::flags::size(4096, 1 << 40), default_value = "64M")]
     default_size: u64,
+    /// Also draw the Pareto fronts: STEM-write.svg/.png (memory against
+    /// compression speed) and STEM-read.svg/.png (memory against read
+    /// latency).
+    #[cfg(feature = "lab")]
+    #[arg(long, value_name = "STEM")]
+    plot: Option<PathBuf>,
     #[command(flatten)]
     format: FormatArg,
 }
@@ -123,6 +129,7 @@ pub fn run(args: &AdviseArgs) -> Result<(), CliError> {
         threads: args.threads as usize,
         latency_reads: args.latency_reads as usize,
         page_size: 4096,
+        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
     };
     let read = corpus.read_line(opts.page_size);
     let sample = advise::sample(&corpus, &opts)?;
@@ -132,6 +139,12 @@ pub fn run(args: &AdviseArgs) -> Result<(), CliError> {
         args.comp.clone()
     };
     let advice = advise::advise(read, &sample, &candidates, &opts)?;
+    #[cfg(feature = "lab")]
+    if let Some(stem) = &args.plot {
+        for f in advise::plot_fronts(&advice, stem)? {
+            eprintln!("wrote {}", f.display());
+        }
+    }
     match args.format.get() {
         Format::Json => Ok(write_json(&advice)?),
         Format::Table => Ok(write_stdout(&advise::format_advice(&advice, &args.goal))?),
