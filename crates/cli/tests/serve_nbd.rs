@@ -469,6 +469,16 @@ fn tcp_metrics_and_refusals() {
         "{text}"
     );
     assert!(text.contains("zmem_page_writes_total{export=\"zram0\"} 16\n"));
+    // qemu-io and nbdinfo each had one session, neither with simple
+    // replies (qemu 8.2 and later negotiate extended headers).
+    let sessions = |headers: &str| -> u64 {
+        let key = format!("zmem_nbd_sessions_total{{headers=\"{headers}\"}} ");
+        let line = text.lines().find(|l| l.starts_with(&key));
+        line.and_then(|l| l[key.len()..].parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {text}"))
+    };
+    assert_eq!(sessions("simple"), 0, "{text}");
+    assert_eq!(sessions("structured") + sessions("extended"), 2, "{text}");
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_zmem"))
         .args(["ctl", "--socket", &ctl.to_string_lossy(), "mm_stat"])
         .output()

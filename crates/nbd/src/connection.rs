@@ -9,7 +9,7 @@
 //! another connection or the device beyond the requests it sent.
 
 use std::io::{BufReader, Read, Write};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use log::{debug, info, warn};
@@ -35,6 +35,40 @@ pub(crate) struct Hooks<'a> {
     pub on_dead: &'a (dyn Fn() + Sync),
     /// The server-wide budget of payload memory.
     pub budget: &'a ServerBudget,
+    /// Counts of sessions by the reply form they negotiated.
+    pub sessions: &'a SessionCounters,
+}
+
+/// Sessions that reached transmission, by what they negotiated.
+#[derive(Debug, Default)]
+pub(crate) struct SessionCounters {
+    started: AtomicU64,
+    structured: AtomicU64,
+    extended: AtomicU64,
+}
+
+impl SessionCounters {
+    /// A snapshot of the counts.
+    pub(crate) fn stats(&self) -> SessionStats {
+        SessionStats {
+            started: self.started.load(Ordering::Relaxed),
+            structured: self.structured.load(Ordering::Relaxed),
+            extended: self.extended.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// How many sessions reached transmission, and how many of them negotiated
+/// structured replies and extended headers (extended headers imply
+/// structured replies, so `extended <= structured <= started`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    /// Sessions that entered the transmission phase.
+    pub started: u64,
+    /// Of those, sessions with structured replies.
+    pub structured: u64,
+    /// Of those, sessions with extended headers.
+    pub extended: u64,
 }
 
 /// Serves one connection until it ends; `id` labels log lines. `exports`
@@ -92,13 +126,22 @@ pub(crate) fn run<R: Read, W: Write + Send>(
             return None;
         }
     };
+    let counts = hooks.sessions;
+    counts.started.fetch_add(1, Ordering::Relaxed);
+    if session.structured {
+        counts.structured.fetch_add(1, Ordering::Relaxed);
+    }
+    if session.extended {
+        counts.extended.fetch_add(1, Ordering::Relaxed);
+    }
     info!(
-        "conn {id}: export {:?}, {} bytes, flags {:#x}, structured replies {}, block status {}, \
-         TLS {}",
+        "conn {id}: export {:?}, {} bytes, flags {:#x}, structured replies {}, extended headers {}, \
+         block status {}, TLS {}",
         session.export.name(),
         session.export.device().size(),
         session.flags,
         session.structured,
+        session.extended,
         session.meta_context.is_some(),
         matches!(start, Start::Secured { .. })
     );

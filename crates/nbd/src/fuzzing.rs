@@ -15,7 +15,8 @@ use crate::budget::ServerBudget;
 use crate::connection;
 use crate::export::{Config, Export, Exports};
 use crate::wire::{
-    self, cf, cmd, hs, info, opt, InfoRequest, MetaContextRequest, OptionHeader, RequestHeader,
+    self, cf, cmd, hs, info, opt, ExtendedRequestHeader, InfoRequest, MetaContextRequest,
+    OptionHeader, RequestHeader,
 };
 use crate::MemDevice;
 
@@ -52,6 +53,7 @@ pub fn connection(data: &[u8]) -> Vec<u8> {
             admit: &|_| Ok(()),
             on_dead: &|| {},
             budget: &ServerBudget::unlimited(),
+            sessions: &Default::default(),
         },
         crate::handshake::Start::Greeting,
         0,
@@ -68,6 +70,9 @@ pub fn parsers(data: &[u8]) {
     let _ = wire::MetaContextRequest::parse(data);
     let _ = wire::Info::parse(data);
     let _ = wire::RequestHeader::parse(data);
+    let _ = wire::ExtendedRequestHeader::parse(data);
+    let _ = wire::ExtendedChunkHeader::parse(data);
+    let _ = wire::parse_block_status_ext_payload(data);
     let _ = wire::SimpleReply::parse(data);
     let _ = wire::ChunkHeader::parse(data);
     let _ = wire::parse_error_payload(data);
@@ -90,6 +95,20 @@ fn request(out: &mut Vec<u8>, command: u16, flags: u16, offset: u64, length: u32
     let cookie = out.len() as u64;
     out.extend_from_slice(
         &RequestHeader {
+            flags,
+            command,
+            cookie,
+            offset,
+            length,
+        }
+        .encode(),
+    );
+}
+
+fn extended_request(out: &mut Vec<u8>, command: u16, flags: u16, offset: u64, length: u64) {
+    let cookie = out.len() as u64;
+    out.extend_from_slice(
+        &ExtendedRequestHeader {
             flags,
             command,
             cookie,
@@ -137,6 +156,32 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     request(&mut s, 99, 0, 0, 1);
     request(&mut s, cmd::DISC, 0, 0, 0);
     v.push(("go-structured-all-commands", s));
+
+    // Extended headers, base:allocation, GO, then every command with 64-bit
+    // lengths (and a payload where the flag says so).
+    let mut s = (hs::C_FIXED_NEWSTYLE | hs::C_NO_ZEROES)
+        .to_be_bytes()
+        .to_vec();
+    option(&mut s, opt::EXTENDED_HEADERS, &[]);
+    let meta = MetaContextRequest {
+        export: String::new(),
+        queries: vec!["base:allocation".into()],
+    };
+    option(&mut s, opt::SET_META_CONTEXT, &meta.encode());
+    let go = InfoRequest {
+        name: String::new(),
+        requests: vec![info::BLOCK_SIZE],
+    };
+    option(&mut s, opt::GO, &go.encode());
+    extended_request(&mut s, cmd::WRITE, cf::PAYLOAD_LEN, 100, 8);
+    s.extend_from_slice(b"extended");
+    extended_request(&mut s, cmd::READ, 0, 96, 16);
+    extended_request(&mut s, cmd::READ, cf::PAYLOAD_LEN, 0, 4);
+    s.extend_from_slice(b"junk");
+    extended_request(&mut s, cmd::BLOCK_STATUS, 0, 0, 1 << 33);
+    extended_request(&mut s, cmd::TRIM, 0, 0, DEVICE_SIZE);
+    extended_request(&mut s, cmd::DISC, 0, 0, 0);
+    v.push(("go-extended-all-commands", s));
 
     // Old-fashioned EXPORT_NAME with simple replies.
     let mut s = hs::C_FIXED_NEWSTYLE.to_be_bytes().to_vec();

@@ -2,10 +2,11 @@
 //!
 //! This module owns the option haggling of one connection: it sends the
 //! greeting, checks the client flags, answers options (`EXPORT_NAME`, `GO`,
-//! `INFO`, `LIST`, `ABORT`, `STRUCTURED_REPLY`, `LIST_META_CONTEXT`,
-//! `SET_META_CONTEXT`; anything else gets `NBD_REP_ERR_UNSUP` and the
+//! `INFO`, `LIST`, `ABORT`, `STRUCTURED_REPLY`, `EXTENDED_HEADERS`,
+//! `LIST_META_CONTEXT`, `SET_META_CONTEXT`; anything else gets `NBD_REP_ERR_UNSUP` and the
 //! connection stays up), and produces the [`Session`] the transmission phase
-//! runs on: the export, whether structured replies are on, the selected
+//! runs on: the export, whether structured replies (or extended headers,
+//! which imply them) are on, the selected
 //! metadata context and the transmission flags that were advertised. It reads
 //! and writes through generic `Read`/`Write` handles and knows nothing of
 //! sockets, threads or the device's data operations (it only asks the
@@ -19,7 +20,11 @@
 //! plaintext client's options other than `STARTTLS` and `ABORT` get
 //! `NBD_REP_ERR_TLS_REQD` (`EXPORT_NAME`, which has no error reply, closes).
 //!
-//! Old-style negotiation and extended headers are not offered.
+//! Extended headers: `NBD_OPT_EXTENDED_HEADERS` is acknowledged (after
+//! structured replies or without them); afterwards `STRUCTURED_REPLY` gets
+//! `NBD_REP_ERR_EXT_HEADER_REQD` (no downgrade) and `EXPORT_NAME`, which a
+//! client must not send then, closes the connection. Old-style negotiation
+//! is not offered.
 
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,8 +55,12 @@ const MAX_OPTIONS: usize = 4096;
 pub(crate) struct Session {
     /// The export chosen.
     pub export: Arc<Export>,
-    /// Whether structured replies were negotiated.
+    /// Whether structured replies were negotiated (always true with
+    /// extended headers).
     pub structured: bool,
+    /// Whether extended headers were negotiated: 32-byte requests with
+    /// 64-bit lengths, and every reply an extended chunk.
+    pub extended: bool,
     /// Id of `base:allocation` if the client selected it for this export.
     pub meta_context: Option<u32>,
     /// Transmission flags sent to the client.
@@ -137,6 +146,7 @@ struct Negotiation<'a, W> {
     conn: u64,
     no_zeroes: bool,
     structured: bool,
+    extended: bool,
     /// Export and context id selected by `NBD_OPT_SET_META_CONTEXT`.
     meta: Option<(Arc<Export>, u32)>,
 }
@@ -190,6 +200,7 @@ pub(crate) fn negotiate<R: Read, W: Write>(
         conn,
         no_zeroes,
         structured: false,
+        extended: false,
         meta: None,
     };
     for _ in 0..MAX_OPTIONS {
@@ -237,6 +248,11 @@ pub(crate) fn negotiate<R: Read, W: Write>(
             continue;
         }
         match h.option {
+            opt::EXPORT_NAME if n.extended => {
+                return Err(ConnError::Protocol(
+                    "NBD_OPT_EXPORT_NAME after extended headers were negotiated".into(),
+                ))
+            }
             opt::EXPORT_NAME => return n.export_name(&data).map(Outcome::Transmission),
             opt::ABORT => {
                 // The client may already be gone; it owes us no read.
@@ -256,9 +272,26 @@ pub(crate) fn negotiate<R: Read, W: Write>(
             opt::STRUCTURED_REPLY => {
                 if !data.is_empty() {
                     n.error(h.option, rep::ERR_INVALID, "option takes no data")?;
+                } else if n.extended {
+                    n.error(
+                        h.option,
+                        rep::ERR_EXT_HEADER_REQD,
+                        "extended headers are on and cannot be downgraded",
+                    )?;
                 } else if n.structured {
                     n.error(h.option, rep::ERR_INVALID, "already negotiated")?;
                 } else {
+                    n.structured = true;
+                    n.reply(h.option, rep::ACK, &[])?;
+                }
+            }
+            opt::EXTENDED_HEADERS => {
+                if !data.is_empty() {
+                    n.error(h.option, rep::ERR_INVALID, "option takes no data")?;
+                } else if n.extended {
+                    n.error(h.option, rep::ERR_INVALID, "already negotiated")?;
+                } else {
+                    n.extended = true;
                     n.structured = true;
                     n.reply(h.option, rep::ACK, &[])?;
                 }
@@ -316,6 +349,7 @@ impl<W: Write> Negotiation<'_, W> {
         Session {
             export: export.clone(),
             structured: self.structured,
+            extended: self.extended,
             meta_context,
             flags,
             block: self.block_size(export),
@@ -412,11 +446,12 @@ impl<W: Write> Negotiation<'_, W> {
         self.reply(option, rep::ACK, &[])?;
         if option == opt::GO {
             debug!(
-                "conn {}: GO {:?}: size {size}, flags {:#x}, structured {}, meta {:?}",
+                "conn {}: GO {:?}: size {size}, flags {:#x}, structured {}, extended {}, meta {:?}",
                 self.conn,
                 export.name(),
                 s.flags,
                 s.structured,
+                s.extended,
                 s.meta_context
             );
             return Ok(Some(s));
@@ -429,7 +464,7 @@ impl<W: Write> Negotiation<'_, W> {
             return self.error(
                 option,
                 rep::ERR_INVALID,
-                "structured replies must be negotiated first",
+                "structured replies or extended headers must be negotiated first",
             );
         }
         let req = match MetaContextRequest::parse(data) {

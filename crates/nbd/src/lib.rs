@@ -4,7 +4,8 @@
 //! socket or loopback TCP to any NBD client (qemu-img, qemu-io, nbdcopy,
 //! nbdinfo, nbdfuse, the kernel's nbd-client). It speaks the fixed newstyle
 //! handshake (`EXPORT_NAME`, `GO`, `INFO`, `LIST`, `ABORT`,
-//! `STRUCTURED_REPLY`, `base:allocation` metadata), the commands `READ`,
+//! `STRUCTURED_REPLY`, `EXTENDED_HEADERS` with 64-bit lengths,
+//! `base:allocation` metadata), the commands `READ`,
 //! `WRITE` (+FUA), `FLUSH`, `TRIM`, `WRITE_ZEROES` (+NO_HOLE, FAST_ZERO),
 //! `CACHE`, `BLOCK_STATUS` and `DISC`, and advertises exactly the features
 //! the device reports. Each connection reads requests in one thread and
@@ -33,7 +34,8 @@
 //!   ([`BudgetStats`]).
 //! - `buffers`: payload buffers a connection reuses while it is busy.
 //! - `conn_error`: why a connection ended abnormally (logged, never sent).
-//! - `connection`: one connection from greeting to close.
+//! - `connection`: one connection from greeting to close, and the counts
+//!   of sessions by reply form ([`SessionStats`]).
 //! - `socket`, `server`: listeners, threads, shutdown.
 //! - `tls`: [`Tls`] certificates and [`TlsMode`], and a connection's TLS
 //!   session split into a reading and a writing half (`NBD_OPT_STARTTLS`).
@@ -44,7 +46,7 @@
 //! a reason.
 //!
 //! Not supported: TLS-PSK (rustls has no pre-shared keys), old-style
-//! negotiation, extended headers, resize.
+//! negotiation, resize, the payload form of `BLOCK_STATUS`.
 //! The crate has no `unsafe` code.
 
 #![forbid(unsafe_code)]
@@ -70,6 +72,7 @@ pub mod wire;
 
 pub use aligned::BlockAligned;
 pub use budget::BudgetStats;
+pub use connection::SessionStats;
 pub use device::{check_range, BlockDevice, BlockSize, Extent};
 pub use error::{DeviceError, DeviceResult, Errno};
 pub use export::{Config, Export, ExportError, Exports};

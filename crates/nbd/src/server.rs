@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 use log::{error, info, warn};
 
 use crate::budget::{BudgetStats, ServerBudget};
-use crate::connection;
+use crate::connection::{self, SessionCounters, SessionStats};
 use crate::export::{Config, Export, ExportError, Exports};
 use crate::handshake::Start;
 use crate::socket::{self, InheritedListener, ListenAddr, Listener, Stream};
@@ -87,6 +87,7 @@ struct Shared {
     /// themselves).
     conns: Mutex<HashMap<u64, Conn>>,
     accepted: AtomicU64,
+    sessions: SessionCounters,
 }
 
 impl Shared {
@@ -296,6 +297,7 @@ impl Server {
             stopping: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
             accepted: AtomicU64::new(0),
+            sessions: SessionCounters::default(),
         });
         let s = shared.clone();
         let acceptor = thread::Builder::new()
@@ -384,6 +386,12 @@ impl Server {
     /// The payload memory budget: bound, bytes in use, waits.
     pub fn budget_stats(&self) -> BudgetStats {
         self.shared.budget.stats()
+    }
+
+    /// Sessions that reached transmission since the start, by the reply
+    /// form they negotiated.
+    pub fn session_stats(&self) -> SessionStats {
+        self.shared.sessions.stats()
     }
 
     /// Connections accepted since the start.
@@ -536,6 +544,7 @@ fn connection_main(shared: Arc<Shared>, id: u64, stream: Arc<Stream>, peer: Stri
         admit: &admit,
         on_dead: &on_dead,
         budget: &shared.budget,
+        sessions: &shared.sessions,
     };
     // A copy: the handshake reads it without a lock, and exports added
     // later are seen by the next client.

@@ -29,6 +29,10 @@ pub const REQUEST_MAGIC: u32 = 0x2560_9513;
 pub const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
 /// Magic of a structured reply chunk (`NBD_STRUCTURED_REPLY_MAGIC`).
 pub const STRUCTURED_REPLY_MAGIC: u32 = 0x668e_33ef;
+/// Magic of a request with extended headers (`NBD_EXTENDED_REQUEST_MAGIC`).
+pub const EXTENDED_REQUEST_MAGIC: u32 = 0x21e4_1c71;
+/// Magic of a reply chunk with extended headers (`NBD_EXTENDED_REPLY_MAGIC`).
+pub const EXTENDED_REPLY_MAGIC: u32 = 0x6e8a_278c;
 /// Longest string (export name, description, message) the spec allows.
 pub const MAX_STRING: usize = 4096;
 
@@ -64,7 +68,7 @@ pub mod opt {
     pub const LIST_META_CONTEXT: u32 = 9;
     /// Select metadata contexts.
     pub const SET_META_CONTEXT: u32 = 10;
-    /// Use 64-bit extended headers (not supported here).
+    /// Use 32-byte request and reply headers with 64-bit lengths.
     pub const EXTENDED_HEADERS: u32 = 11;
 }
 
@@ -98,6 +102,9 @@ pub mod rep {
     pub const ERR_BLOCK_SIZE_REQD: u32 = ERR | 8;
     /// The option data is too large.
     pub const ERR_TOO_BIG: u32 = ERR | 9;
+    /// Extended headers are required, or cannot be downgraded to
+    /// structured replies once on.
+    pub const ERR_EXT_HEADER_REQD: u32 = ERR | 10;
 }
 
 /// Information types of `NBD_OPT_INFO` / `NBD_OPT_GO` (`NBD_INFO_*`).
@@ -201,8 +208,11 @@ pub mod chunk {
     pub const OFFSET_DATA: u16 = 1;
     /// A hole at an offset.
     pub const OFFSET_HOLE: u16 = 2;
-    /// Block status descriptors.
+    /// Block status descriptors (32-bit lengths and flags).
     pub const BLOCK_STATUS: u16 = 5;
+    /// Block status descriptors with 64-bit lengths and flags (extended
+    /// headers only).
+    pub const BLOCK_STATUS_EXT: u16 = 6;
     /// An error.
     pub const ERROR: u16 = (1 << 15) | 1;
     /// An error at an offset.
@@ -651,8 +661,8 @@ pub fn encode_export_name_reply(size: u64, flags: u16, no_zeroes: bool) -> Vec<u
 // ---------------------------------------------------------------------------
 // Transmission
 
-/// A transmission request header (compact form; extended headers are not
-/// supported).
+/// A transmission request header in the compact form (28 bytes, 32-bit
+/// length), used unless extended headers were negotiated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RequestHeader {
     /// Command flags (`cf::*`).
@@ -702,6 +712,81 @@ impl RequestHeader {
         b[16..24].copy_from_slice(&self.offset.to_be_bytes());
         b[24..].copy_from_slice(&self.length.to_be_bytes());
         b
+    }
+}
+
+/// A transmission request header in the extended form (32 bytes, 64-bit
+/// length), used once `NBD_OPT_EXTENDED_HEADERS` is acknowledged. The
+/// length is a payload length when `flags` has [`cf::PAYLOAD_LEN`] (a WRITE
+/// always has it), otherwise the length of the range the command acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExtendedRequestHeader {
+    /// Command flags (`cf::*`).
+    pub flags: u16,
+    /// Command type (`cmd::*`).
+    pub command: u16,
+    /// Opaque value echoed in the reply.
+    pub cookie: u64,
+    /// Byte offset.
+    pub offset: u64,
+    /// Payload length or effect length (see the type's comment).
+    pub length: u64,
+}
+
+impl ExtendedRequestHeader {
+    /// Encoded length.
+    pub const LEN: usize = 32;
+
+    /// Parses a header (exactly [`Self::LEN`] bytes).
+    pub fn parse(b: &[u8]) -> WireResult<ExtendedRequestHeader> {
+        let mut c = Cursor::new(b);
+        let m = c.u32()?;
+        if m != EXTENDED_REQUEST_MAGIC {
+            return Err(WireError::BadMagic {
+                expected: EXTENDED_REQUEST_MAGIC as u64,
+                found: m as u64,
+            });
+        }
+        let h = ExtendedRequestHeader {
+            flags: c.u16()?,
+            command: c.u16()?,
+            cookie: c.u64()?,
+            offset: c.u64()?,
+            length: c.u64()?,
+        };
+        c.finish()?;
+        Ok(h)
+    }
+
+    /// Encodes the header.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[..4].copy_from_slice(&EXTENDED_REQUEST_MAGIC.to_be_bytes());
+        b[4..6].copy_from_slice(&self.flags.to_be_bytes());
+        b[6..8].copy_from_slice(&self.command.to_be_bytes());
+        b[8..16].copy_from_slice(&self.cookie.to_be_bytes());
+        b[16..24].copy_from_slice(&self.offset.to_be_bytes());
+        b[24..].copy_from_slice(&self.length.to_be_bytes());
+        b
+    }
+}
+
+impl From<RequestHeader> for ExtendedRequestHeader {
+    /// The compact header's fields; a compact WRITE's length is its
+    /// payload's, so it gets [`cf::PAYLOAD_LEN`].
+    fn from(h: RequestHeader) -> Self {
+        let payload = if h.command == cmd::WRITE {
+            cf::PAYLOAD_LEN
+        } else {
+            0
+        };
+        ExtendedRequestHeader {
+            flags: h.flags | payload,
+            command: h.command,
+            cookie: h.cookie,
+            offset: h.offset,
+            length: h.length as u64,
+        }
     }
 }
 
@@ -795,6 +880,60 @@ impl ChunkHeader {
     }
 }
 
+/// A reply chunk header in the extended form (32 bytes): a structured
+/// chunk's fields plus the request's offset, with a 64-bit length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExtendedChunkHeader {
+    /// Chunk flags (`chunk::FLAG_DONE`).
+    pub flags: u16,
+    /// Chunk type (`chunk::*`).
+    pub kind: u16,
+    /// The request's cookie.
+    pub cookie: u64,
+    /// The request's offset (for every chunk type).
+    pub offset: u64,
+    /// Payload length.
+    pub length: u64,
+}
+
+impl ExtendedChunkHeader {
+    /// Encoded length.
+    pub const LEN: usize = 32;
+
+    /// Encodes the header.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[..4].copy_from_slice(&EXTENDED_REPLY_MAGIC.to_be_bytes());
+        b[4..6].copy_from_slice(&self.flags.to_be_bytes());
+        b[6..8].copy_from_slice(&self.kind.to_be_bytes());
+        b[8..16].copy_from_slice(&self.cookie.to_be_bytes());
+        b[16..24].copy_from_slice(&self.offset.to_be_bytes());
+        b[24..].copy_from_slice(&self.length.to_be_bytes());
+        b
+    }
+
+    /// Client side: parses a header.
+    pub fn parse(b: &[u8]) -> WireResult<ExtendedChunkHeader> {
+        let mut c = Cursor::new(b);
+        let m = c.u32()?;
+        if m != EXTENDED_REPLY_MAGIC {
+            return Err(WireError::BadMagic {
+                expected: EXTENDED_REPLY_MAGIC as u64,
+                found: m as u64,
+            });
+        }
+        let h = ExtendedChunkHeader {
+            flags: c.u16()?,
+            kind: c.u16()?,
+            cookie: c.u64()?,
+            offset: c.u64()?,
+            length: c.u64()?,
+        };
+        c.finish()?;
+        Ok(h)
+    }
+}
+
 /// Payload of an `NBD_REPLY_TYPE_ERROR` chunk: error number and a message
 /// (cut to 4096 bytes).
 pub fn encode_error_payload(error: u32, message: &str) -> Vec<u8> {
@@ -840,6 +979,33 @@ pub fn parse_block_status_payload(b: &[u8]) -> WireResult<(u32, Vec<(u32, u32)>)
     Ok((context, extents))
 }
 
+/// Payload of an `NBD_REPLY_TYPE_BLOCK_STATUS_EXT` chunk: the context id,
+/// the descriptor count, then `(length, flags)` descriptors of 64 bits each.
+pub fn encode_block_status_ext_payload(context: u32, extents: &[(u64, u64)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + 16 * extents.len());
+    out.extend_from_slice(&context.to_be_bytes());
+    out.extend_from_slice(&(extents.len() as u32).to_be_bytes());
+    for (len, flags) in extents {
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(&flags.to_be_bytes());
+    }
+    out
+}
+
+/// Client side: parses an `NBD_REPLY_TYPE_BLOCK_STATUS_EXT` payload; the
+/// descriptor count must match the descriptors present.
+pub fn parse_block_status_ext_payload(b: &[u8]) -> WireResult<(u32, Vec<(u64, u64)>)> {
+    let mut c = Cursor::new(b);
+    let context = c.u32()?;
+    let count = c.u32()? as usize;
+    let mut extents = Vec::with_capacity(count.min(c.remaining() / 16));
+    for _ in 0..count {
+        extents.push((c.u64()?, c.u64()?));
+    }
+    c.finish()?;
+    Ok((context, extents))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -871,6 +1037,64 @@ mod tests {
             RequestHeader::parse(&bad),
             Err(WireError::BadMagic { .. })
         ));
+    }
+
+    #[test]
+    fn extended_request_and_reply_layout() {
+        let h = ExtendedRequestHeader {
+            flags: cf::PAYLOAD_LEN,
+            command: cmd::WRITE,
+            cookie: 7,
+            offset: 1 << 40,
+            length: (1 << 33) + 5,
+        };
+        let b = h.encode();
+        assert_eq!(&b[..4], &[0x21, 0xe4, 0x1c, 0x71]);
+        assert_eq!(&b[24..], &((1u64 << 33) + 5).to_be_bytes());
+        assert_eq!(ExtendedRequestHeader::parse(&b), Ok(h));
+        // A compact header is not an extended one.
+        let compact = RequestHeader {
+            flags: 0,
+            command: cmd::READ,
+            cookie: 1,
+            offset: 0,
+            length: 512,
+        };
+        let mut padded = compact.encode().to_vec();
+        padded.extend_from_slice(&[0; 4]);
+        assert!(matches!(
+            ExtendedRequestHeader::parse(&padded),
+            Err(WireError::BadMagic { .. })
+        ));
+        let widened = ExtendedRequestHeader::from(compact);
+        assert_eq!((widened.length, widened.flags), (512, 0));
+        let write = RequestHeader {
+            command: cmd::WRITE,
+            ..compact
+        };
+        assert_eq!(ExtendedRequestHeader::from(write).flags, cf::PAYLOAD_LEN);
+
+        let r = ExtendedChunkHeader {
+            flags: chunk::FLAG_DONE,
+            kind: chunk::OFFSET_DATA,
+            cookie: 9,
+            offset: 4096,
+            length: 8 + 4096,
+        };
+        let rb = r.encode();
+        assert_eq!(&rb[..4], &[0x6e, 0x8a, 0x27, 0x8c]);
+        assert_eq!(ExtendedChunkHeader::parse(&rb), Ok(r));
+
+        let p = encode_block_status_ext_payload(1, &[(1 << 35, 3), (4096, 0)]);
+        assert_eq!(p.len(), 8 + 2 * 16);
+        assert_eq!(
+            parse_block_status_ext_payload(&p),
+            Ok((1, vec![(1 << 35, 3), (4096, 0)]))
+        );
+        // A count that claims more descriptors than are present.
+        let mut short = p.clone();
+        short[7] = 3;
+        assert!(parse_block_status_ext_payload(&short).is_err());
     }
 
     #[test]

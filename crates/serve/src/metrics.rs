@@ -269,6 +269,23 @@ pub fn render(reg: &Registry) -> String {
     let _ = writeln!(out, "# HELP zmem_nbd_connections NBD connections open.");
     let _ = writeln!(out, "# TYPE zmem_nbd_connections gauge");
     let _ = writeln!(out, "zmem_nbd_connections {}", reg.connections());
+    if let Some(t) = reg.nbd_sessions() {
+        let name = "zmem_nbd_sessions_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} NBD sessions that reached transmission, by the reply headers \
+             they negotiated (simple, structured or extended)."
+        );
+        let _ = writeln!(out, "# TYPE {name} counter");
+        let rows = [
+            ("simple", t.started - t.structured),
+            ("structured", t.structured - t.extended),
+            ("extended", t.extended),
+        ];
+        for (headers, n) in rows {
+            let _ = writeln!(out, "{name}{{headers=\"{headers}\"}} {n}");
+        }
+    }
     if let Some(b) = reg.nbd_budget() {
         let rows: [(&str, &str, &str, u64); 6] = [
             (

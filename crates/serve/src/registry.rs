@@ -38,7 +38,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
-use nbd::{BudgetStats, Export, ExportError, Exports, Server};
+use nbd::{BudgetStats, Export, ExportError, Exports, Server, SessionStats};
 use zram::Store;
 
 use crate::control::CtlError;
@@ -369,6 +369,12 @@ impl Registry {
     /// [`Registry::attach`] and after the server is gone).
     pub fn nbd_budget(&self) -> Option<BudgetStats> {
         self.server().map(|s| s.budget_stats())
+    }
+
+    /// NBD sessions since the start, by reply form (`None` before
+    /// [`Registry::attach`] and after the server is gone).
+    pub fn nbd_sessions(&self) -> Option<SessionStats> {
+        self.server().map(|s| s.session_stats())
     }
 
     /// NBD connections open now (0 before [`Registry::attach`] and after the

@@ -13,8 +13,8 @@ use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
 use nbd::wire::{
-    self, chunk, hs, info, opt, rep, ChunkHeader, Info, InfoRequest, MetaContextRequest,
-    OptionHeader, OptionReplyHeader, RequestHeader, SimpleReply,
+    self, chunk, hs, info, opt, rep, ChunkHeader, ExtendedChunkHeader, ExtendedRequestHeader, Info,
+    InfoRequest, MetaContextRequest, OptionHeader, OptionReplyHeader, RequestHeader, SimpleReply,
 };
 use nbd::{BlockDevice, Config, Export, Exports, ListenAddr, MemDevice, Server};
 
@@ -118,6 +118,10 @@ pub struct RawReply {
     pub message: String,
     pub data: Vec<u8>,
     pub extents: Vec<(u32, u32)>,
+    /// Descriptors of an `NBD_REPLY_TYPE_BLOCK_STATUS_EXT` chunk.
+    pub extents64: Vec<(u64, u64)>,
+    /// The offset an extended reply's header repeats.
+    pub offset: Option<u64>,
 }
 
 /// A protocol client written against the spec, for misbehaving on purpose
@@ -125,6 +129,8 @@ pub struct RawReply {
 pub struct RawClient {
     pub s: UnixStream,
     pub structured: bool,
+    /// Extended headers were negotiated: requests and replies are 32-byte.
+    pub extended: bool,
     pub size: u64,
     pub flags: u16,
     /// Lengths of reads in flight (simple replies carry no length).
@@ -151,6 +157,7 @@ impl RawClient {
         Some(RawClient {
             s,
             structured: false,
+            extended: false,
             size: 0,
             flags: 0,
             reads: HashMap::new(),
@@ -220,6 +227,38 @@ impl RawClient {
         c
     }
 
+    /// Negotiates extended headers (and nothing else yet).
+    pub fn extended_headers(&mut self) {
+        self.send_option(opt::EXTENDED_HEADERS, &[]);
+        let (h, d) = self.option_reply();
+        assert_eq!(h.reply, rep::ACK, "{}", String::from_utf8_lossy(&d));
+        self.extended = true;
+        self.structured = true;
+    }
+
+    /// Sends an extended request (and `payload` after it, whatever the
+    /// flags say).
+    pub fn request_ext(
+        &mut self,
+        command: u16,
+        flags: u16,
+        cookie: u64,
+        offset: u64,
+        length: u64,
+        payload: &[u8],
+    ) {
+        let h = ExtendedRequestHeader {
+            flags,
+            command,
+            cookie,
+            offset,
+            length,
+        };
+        let mut b = h.encode().to_vec();
+        b.extend_from_slice(payload);
+        self.s.write_all(&b).unwrap();
+    }
+
     /// Sends a request (and its payload, for writes).
     pub fn request(
         &mut self,
@@ -269,6 +308,7 @@ impl RawClient {
             let mut magic = [0u8; 4];
             self.s.read_exact(&mut magic).expect("reply");
             if u32::from_be_bytes(magic) == wire::SIMPLE_REPLY_MAGIC {
+                assert!(!self.extended, "a simple reply under extended headers");
                 let mut rest = [0u8; SimpleReply::LEN - 4];
                 self.s.read_exact(&mut rest).unwrap();
                 let mut all = magic.to_vec();
@@ -278,11 +318,26 @@ impl RawClient {
                 r.error = h.error;
                 return r;
             }
-            let mut rest = [0u8; ChunkHeader::LEN - 4];
-            self.s.read_exact(&mut rest).unwrap();
-            let mut all = magic.to_vec();
-            all.extend_from_slice(&rest);
-            let h = ChunkHeader::parse(&all).expect("chunk header");
+            let h = if self.extended {
+                let mut rest = [0u8; ExtendedChunkHeader::LEN - 4];
+                self.s.read_exact(&mut rest).unwrap();
+                let mut all = magic.to_vec();
+                all.extend_from_slice(&rest);
+                let h = ExtendedChunkHeader::parse(&all).expect("extended chunk header");
+                r.offset = Some(h.offset);
+                ChunkHeader {
+                    flags: h.flags,
+                    kind: h.kind,
+                    cookie: h.cookie,
+                    length: u32::try_from(h.length).expect("a reply length over 32 bits"),
+                }
+            } else {
+                let mut rest = [0u8; ChunkHeader::LEN - 4];
+                self.s.read_exact(&mut rest).unwrap();
+                let mut all = magic.to_vec();
+                all.extend_from_slice(&rest);
+                ChunkHeader::parse(&all).expect("chunk header")
+            };
             let mut p = vec![0u8; h.length as usize];
             self.s.read_exact(&mut p).unwrap();
             r.cookie = h.cookie;
@@ -293,9 +348,13 @@ impl RawClient {
                     r.error = e;
                     r.message = m;
                 }
-                chunk::BLOCK_STATUS => {
+                chunk::BLOCK_STATUS if !self.extended => {
                     r.extents = wire::parse_block_status_payload(&p).unwrap().1;
                 }
+                chunk::BLOCK_STATUS_EXT if self.extended => {
+                    r.extents64 = wire::parse_block_status_ext_payload(&p).unwrap().1;
+                }
+                chunk::NONE => {}
                 other => panic!("unexpected chunk type {other}"),
             }
             if h.flags & chunk::FLAG_DONE != 0 {
