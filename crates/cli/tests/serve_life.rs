@@ -190,3 +190,78 @@ fn reset_returns_to_uninitialised_and_frees_the_memory() {
     assert_eq!(z.ctl_ok(&["--export", "d", "disksize"]), "16777216\n");
     assert!(read_export(&z, &z.uri("d")).iter().all(|&b| b == 0));
 }
+
+/// The timed policy's runs so far, from `debug_stat`'s policy line (`None`
+/// while the store has no policy).
+fn policy_ticks(z: &Zmem, export: &str) -> Option<u64> {
+    let text = z.ctl_ok(&["--export", export, "debug_stat"]);
+    let line = text.lines().find(|l| l.starts_with("policy: ticks "))?;
+    line["policy: ticks ".len()..]
+        .split(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Waits (with a deadline no loaded machine comes near) until the export's
+/// policy thread has run at least once more than `after` times.
+fn wait_for_tick(z: &Zmem, export: &str, after: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(t) = policy_ticks(z, export).filter(|&t| t > after) {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "{export}: no policy run in 60 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn is_read_only(uri: &str) -> bool {
+    let json = run_ok("nbdinfo", &["--json", uri]);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("nbdinfo --json");
+    v["exports"][0]["is_read_only"]
+        .as_bool()
+        .unwrap_or_else(|| panic!("no is_read_only in {json}"))
+}
+
+#[test]
+fn read_only_and_policies_hold_for_every_store_an_export_gets() {
+    require_tools!("nbdinfo");
+    let z = Zmem::start(&[
+        "--export",
+        "frozen:1M:ro",
+        "--export",
+        "open:1M",
+        "--idle-after",
+        "1",
+        "--policy-interval",
+        "1",
+    ]);
+    assert!(is_read_only(&z.uri("frozen")));
+    assert!(!is_read_only(&z.uri("open")));
+    wait_for_tick(&z, "frozen", 0);
+
+    // A reset and a new disksize: still read-only, and a new policy thread
+    // runs on the new store.
+    z.ctl_ok(&["--export", "frozen", "reset"]);
+    assert_eq!(policy_ticks(&z, "frozen"), None, "an uninitialised export");
+    z.ctl_ok(&["--export", "frozen", "disksize", "2M"]);
+    assert!(is_read_only(&z.uri("frozen")));
+    wait_for_tick(&z, "frozen", 0);
+
+    // Hot-added exports get the server's policy; `ro` makes one read-only
+    // for its whole life.
+    z.ctl_ok(&["hot_add", "hot", "1M"]);
+    z.ctl_ok(&["hot_add", "cold", "1M", "ro"]);
+    z.ctl_ok(&["hot_add", "later", "ro"]);
+    assert!(!is_read_only(&z.uri("hot")));
+    assert!(is_read_only(&z.uri("cold")));
+    wait_for_tick(&z, "hot", 0);
+    wait_for_tick(&z, "cold", 0);
+    z.ctl_ok(&["--export", "later", "disksize", "1M"]);
+    assert!(is_read_only(&z.uri("later")));
+    wait_for_tick(&z, "later", 0);
+    let o = z.ctl(&["hot_add", "bad", "1M", "rw"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("EINVAL"));
+}

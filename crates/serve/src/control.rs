@@ -13,7 +13,7 @@
 //! | `disksize`, `comp_algorithm`, `initstate` | same (read) | size in bytes (0 before init), `[algo]`, `1` or `0` |
 //! | `disksize SIZE` | `disksize` | initialises an uninitialised export: makes its store (memparse suffixes; `EINVAL` for 0, `EBUSY` once initialised) |
 //! | `comp_algorithm NAME`, `algorithm_params PARAMS` | same | before init only (`EBUSY` after, as in the kernel): any zcomp name (`EINVAL` otherwise, `E2BIG` for 128 bytes or more); `level=N dict=FILE deflate.winbits=N` for it |
-//! | `hot_add NAME [SIZE]`, `hot_remove NAME` | `/sys/class/zram-control/hot_add`, `hot_remove` | adds an export (uninitialised without SIZE) or removes one; `EEXIST`, `EINVAL` for a bad name, `ENOENT`, `EBUSY` while a client is connected to it |
+//! | `hot_add NAME [SIZE] [ro]`, `hot_remove NAME` | `/sys/class/zram-control/hot_add`, `hot_remove` | adds an export (uninitialised without SIZE; read-only for its whole life with `ro`) or removes one; `EEXIST`, `EINVAL` for a bad name, `ENOENT`, `EBUSY` while a client is connected to it |
 //! | `objs_moved` | (zmem's; from the fine-grained fullness series) | objects moved by compaction |
 //! | `compact` | `compact` | compacts the allocator |
 //! | `auto_compact [WORDS]` | (zmem's) | reads the background compactor's policy (`on cpu=5 min_gain=32 ...`); writes `on`, `off`, `shrinker` and/or `cpu=PCT min_gain=PAGES min_gain_percent=PCT limit=PCT pressure=AVG10 postpone_ms=MS` |
@@ -232,10 +232,17 @@ pub fn execute(reg: &Registry, export: Option<&str>, line: &str) -> Result<Strin
         }
         ("hot_add", _) => {
             let words: Vec<&str> = arg.unwrap_or("").split_whitespace().collect();
-            return match words[..] {
-                [name] => reg.hot_add(name, None),
-                [name, size] => reg.hot_add(name, Some(size)),
-                _ => Err(CtlError::inval("hot_add takes NAME and an optional SIZE")),
+            // A trailing `ro`: served read-only for the export's whole life.
+            let (words, read_only) = match words.split_last() {
+                Some((&"ro", rest)) => (rest, true),
+                _ => (&words[..], false),
+            };
+            return match words {
+                [name] => reg.hot_add(name, None, read_only),
+                [name, size] => reg.hot_add(name, Some(size), read_only),
+                _ => Err(CtlError::inval(
+                    "hot_add takes NAME, an optional SIZE and an optional ro",
+                )),
             }
             .map(|()| String::new());
         }
@@ -639,6 +646,7 @@ mod tests {
                 name: name.to_string(),
                 label: "zsmalloc/default/lz4/4K".to_string(),
                 store: Arc::new(Store::new(pool, comp, 256).unwrap()),
+                policy: None,
             }
         };
         Registry::new(vec![served("a"), served("b")])

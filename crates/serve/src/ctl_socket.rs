@@ -421,6 +421,7 @@ mod tests {
             name: "z".into(),
             label: "test".into(),
             store,
+            policy: None,
         }]))
     }
 

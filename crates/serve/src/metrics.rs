@@ -482,6 +482,7 @@ mod tests {
             name: "d\"q".into(),
             label: "t".into(),
             store,
+            policy: None,
         }]));
         let m = MetricsServer::bind("127.0.0.1:0".parse().unwrap(), false, reg).unwrap();
         let get = |req: &str| {

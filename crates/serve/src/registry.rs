@@ -39,13 +39,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 use nbd::{BudgetStats, Export, ExportError, Exports, Server, SessionStats};
-use zram::Store;
+use zram::{PolicyRunner, Store};
 
 use crate::control::CtlError;
 use crate::device::export_device;
 
 /// One initialised export: its store.
-#[derive(Debug)]
 pub struct Served {
     /// The NBD export name.
     pub name: String,
@@ -53,6 +52,21 @@ pub struct Served {
     pub label: String,
     /// The store.
     pub store: Arc<Store>,
+    /// The thread running the store's timed policy (idle marking,
+    /// recompression, writeback), if the server has one; it stops when the
+    /// export is reset or removed.
+    pub policy: Option<PolicyRunner>,
+}
+
+impl fmt::Debug for Served {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Served")
+            .field("name", &self.name)
+            .field("label", &self.label)
+            .field("store", &self.store)
+            .field("policy", &self.policy.is_some())
+            .finish()
+    }
 }
 
 /// What an uninitialised export is set to: the attributes zram takes only
@@ -84,6 +98,16 @@ pub trait StoreFactory: Send + Sync {
     /// configuration; `Err` says why not.
     fn make(&self, comp: &str, comp_params: &str, disksize: u64)
         -> Result<(Store, String), String>;
+
+    /// Starts what runs beside a store the registry just made for the
+    /// export `name` (the server's timed policy and memory-aware rule), so a
+    /// hot-added or re-initialised export runs as the ones given at start
+    /// do. The runner stops when the store is reset or removed. Default:
+    /// nothing.
+    fn start_policy(&self, name: &str, store: &Arc<Store>) -> Result<Option<PolicyRunner>, String> {
+        let _ = (name, store);
+        Ok(None)
+    }
 }
 
 /// Where an export is in its life.
@@ -95,6 +119,8 @@ enum Life {
 /// One export.
 struct Entry {
     name: String,
+    /// Served read-only (`NBD_FLAG_READ_ONLY`), in every life.
+    read_only: bool,
     /// Makes its store on `disksize`; `None` for a registry without one.
     factory: Option<Arc<dyn StoreFactory>>,
     life: RwLock<Life>,
@@ -136,11 +162,16 @@ fn not_initialised(name: &str) -> String {
 }
 
 /// The NBD export of an entry in `life`.
-fn nbd_export(name: &str, life: &Life) -> Export {
-    match life {
+fn nbd_export(name: &str, read_only: bool, life: &Life) -> Export {
+    let export = match life {
         Life::Uninitialised(_) => Export::unavailable(name, not_initialised(name)),
         Life::Initialised(s) => Export::new(name, Arc::new(export_device(s.store.clone())))
             .with_description(description(s)),
+    };
+    if read_only {
+        export.read_only()
+    } else {
+        export
     }
 }
 
@@ -189,17 +220,18 @@ impl Registry {
     pub fn new(exports: Vec<Served>) -> Registry {
         let reg = Registry::default();
         for s in exports {
-            reg.push(s, None);
+            reg.push(s, None, false);
         }
         reg
     }
 
     /// Adds an initialised export at start (before [`Registry::attach`]);
     /// `factory` makes its store again after a reset (default: the
-    /// registry's).
-    pub fn push(&self, served: Served, factory: Option<Arc<dyn StoreFactory>>) {
+    /// registry's); `read_only` holds for the export's whole life.
+    pub fn push(&self, served: Served, factory: Option<Arc<dyn StoreFactory>>, read_only: bool) {
         self.entries_mut().push(Arc::new(Entry {
             name: served.name.clone(),
+            read_only,
             factory,
             life: RwLock::new(Life::Initialised(Arc::new(served))),
         }));
@@ -207,18 +239,26 @@ impl Registry {
 
     /// Adds an uninitialised export at start (before [`Registry::attach`])
     /// with `settings`; `factory` makes its store on `disksize` (default:
-    /// the registry's).
+    /// the registry's); `read_only` holds for the export's whole life.
     pub fn push_uninitialised(
         &self,
         name: &str,
         settings: Settings,
         factory: Option<Arc<dyn StoreFactory>>,
+        read_only: bool,
     ) {
         self.entries_mut().push(Arc::new(Entry {
             name: name.to_string(),
+            read_only,
             factory,
             life: RwLock::new(Life::Uninitialised(settings)),
         }));
+    }
+
+    /// Whether the export called `name` is served read-only (the rule of
+    /// [`Registry::get`]); `None` if there is no such export.
+    pub fn is_read_only(&self, name: Option<&str>) -> Option<bool> {
+        self.entry(name).map(|e| e.read_only)
     }
 
     /// Sets the factory that makes stores for `hot_add` and for exports
@@ -349,7 +389,7 @@ impl Registry {
     pub fn nbd_exports(&self) -> Result<Exports, ExportError> {
         let mut table = Exports::new();
         for e in self.entries().iter() {
-            table.add(nbd_export(&e.name, &e.life()))?;
+            table.add(nbd_export(&e.name, e.read_only, &e.life()))?;
         }
         Ok(table)
     }
@@ -390,19 +430,20 @@ impl Registry {
 
     /// Puts the NBD export for `name` in `life` in the server's table
     /// (`EBUSY` while clients are connected to the one it replaces).
-    fn publish(&self, name: &str, life: &Life) -> Result<(), CtlError> {
+    fn publish(&self, e: &Entry, life: &Life) -> Result<(), CtlError> {
         match self.server() {
             Some(server) => server
-                .replace_export(nbd_export(name, life))
+                .replace_export(nbd_export(&e.name, e.read_only, life))
                 .map_err(|e| nbd_refusal(&e)),
             None => Ok(()),
         }
     }
 
     /// `hot_add NAME [SIZE]`: a new export, uninitialised or (with a size)
-    /// initialised at once. `EEXIST` for a name in use, `EINVAL` for a bad
-    /// name or size, `EOPNOTSUPP` without a store factory.
-    pub fn hot_add(&self, name: &str, size: Option<&str>) -> Result<(), CtlError> {
+    /// initialised at once, read-only for its whole life if `read_only`.
+    /// `EEXIST` for a name in use, `EINVAL` for a bad name or size,
+    /// `EOPNOTSUPP` without a store factory.
+    pub fn hot_add(&self, name: &str, size: Option<&str>, read_only: bool) -> Result<(), CtlError> {
         check_name(name)?;
         let factory = self
             .factory
@@ -425,17 +466,19 @@ impl Registry {
         }
         if let Some(server) = self.server() {
             server
-                .add_export(nbd_export(name, &life))
+                .add_export(nbd_export(name, read_only, &life))
                 .map_err(|e| nbd_refusal(&e))?;
         }
         entries.push(Arc::new(Entry {
             name: name.to_string(),
+            read_only,
             factory: None,
             life: RwLock::new(life),
         }));
         log::info!(
-            "ctl: hot_add {name:?}{}",
-            size.map(|s| format!(" {s}")).unwrap_or_default()
+            "ctl: hot_add {name:?}{}{}",
+            size.map(|s| format!(" {s}")).unwrap_or_default(),
+            if read_only { " read-only" } else { "" }
         );
         Ok(())
     }
@@ -481,7 +524,7 @@ impl Registry {
             .factory_of(&e)
             .ok_or_else(|| CtlError::new("EOPNOTSUPP", "this server cannot make new stores"))?;
         let new = Life::Initialised(Arc::new(make_store(&e.name, &*factory, settings, size)?));
-        self.publish(&e.name, &new)?;
+        self.publish(&e, &new)?;
         *life = new;
         log::info!("ctl: {}: disksize {size}", e.name);
         Ok(())
@@ -511,7 +554,7 @@ impl Registry {
             (Life::Initialised(s), None) => s.store.reset(),
             (Life::Initialised(s), Some(f)) => {
                 let new = Life::Uninitialised(f.defaults());
-                self.publish(&e.name, &new)?;
+                self.publish(&e, &new)?;
                 // Frees every page now, even if a command that is ending
                 // still holds the store; the rest goes with the last
                 // reference.
@@ -572,10 +615,15 @@ fn make_store(
             .set_recomp_algorithm(algo)
             .map_err(|e| crate::control::store_error(&e))?;
     }
+    let store = Arc::new(store);
+    let policy = factory
+        .start_policy(name, &store)
+        .map_err(|m| CtlError::new("ENOMEM", format!("export {name:?}: {m}")))?;
     Ok(Served {
         name: name.to_string(),
         label,
-        store: Arc::new(store),
+        store,
+        policy,
     })
 }
 

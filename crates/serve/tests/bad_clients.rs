@@ -142,6 +142,7 @@ fn misbehaving_clients_touch_nothing_else() {
         name: "d".into(),
         label: "test".into(),
         store: store.clone(),
+        policy: None,
     }]));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nbd.sock");

@@ -28,8 +28,8 @@ COMMANDS (as zram's sysfs attributes; reads print the file's text)
   mm_stat | io_stat | debug_stat | classes | disksize | comp_algorithm
   | max_comp_streams | initstate | objs_moved | exports
   compact | idle all | idle SECONDS | reset | mem_limit SIZE | mem_used_max 0
-  hot_add NAME [SIZE] | hot_remove NAME (as /sys/class/zram-control; without
-  SIZE the new export is uninitialised)
+  hot_add NAME [SIZE] [ro] | hot_remove NAME (as /sys/class/zram-control;
+  without SIZE the new export is uninitialised; ro serves it read-only)
   disksize SIZE | comp_algorithm NAME | algorithm_params 'level=N dict=FILE'
   (only while uninitialised, else EBUSY; disksize initialises it)
   auto_compact (the background compactor's policy) | auto_compact 'on|off|shrinker
@@ -76,8 +76,9 @@ pub struct CtlArgs {
     /// status: every column.
     #[arg(long, conflicts_with = "output")]
     output_all: bool,
-    /// The command and its value, e.g. `mm_stat` or `mem_limit 64M`.
-    #[arg(required = true, num_args = 1..=3, value_name = "COMMAND [VALUE]")]
+    /// The command and its value, e.g. `mm_stat`, `mem_limit 64M` or
+    /// `hot_add NAME 1G ro`.
+    #[arg(required = true, num_args = 1..=4, value_name = "COMMAND [VALUE]")]
     command: Vec<String>,
 }
 

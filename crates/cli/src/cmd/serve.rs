@@ -46,9 +46,10 @@ EXPORTS
   every export, or N --export flags pair with the N configurations in order.
   NAME:0 starts an export uninitialised (disksize 0, as a hot-added zram
   disk): it is listed but refuses clients until `zmem ctl --export NAME
-  disksize SIZE`. `zmem ctl hot_add NAME [SIZE]` and `hot_remove NAME` add
-  and remove exports while serving (new ones use the first configuration);
-  `reset` returns an export to uninitialised.
+  disksize SIZE`. `zmem ctl hot_add NAME [SIZE] [ro]` and `hot_remove NAME`
+  add and remove exports while serving (new ones use the first configuration
+  and the policy flags); `reset` returns an export to uninitialised, and it
+  stays read-only if it was.
 
 PAGE SIZES
   On 32 KiB pages, --delta 128 keeps the least memory resident (pool and
@@ -361,41 +362,92 @@ fn check_writeback_type(s: &str) -> Result<String, String> {
     }
 }
 
-/// The timed rule the flags ask for (`None`: no thread needed), checked
-/// against the other flags.
-fn policy_config(args: &ServeArgs, pages: u64) -> Result<Option<zram::PolicyConfig>, CliError> {
-    if args.auto_recompress && args.recomp_algorithms.is_empty() {
-        return Err(CliError::Usage(
-            "--auto-recompress needs a --recomp-algorithm".into(),
-        ));
+/// The policy flags, kept by the store factory so that every store it
+/// makes (at start, by `hot_add` or after a `reset`) runs the same rules.
+#[derive(Clone, Debug, Default)]
+struct PolicyFlags {
+    idle_after: Option<u32>,
+    interval: Option<u32>,
+    auto_recompress: bool,
+    auto_writeback: Option<String>,
+    writeback_near_limit: Option<u32>,
+}
+
+impl PolicyFlags {
+    /// The flags from the command line, checked against the others.
+    fn from_args(args: &ServeArgs) -> Result<PolicyFlags, CliError> {
+        if args.auto_recompress && args.recomp_algorithms.is_empty() {
+            return Err(CliError::Usage(
+                "--auto-recompress needs a --recomp-algorithm".into(),
+            ));
+        }
+        if (args.auto_writeback.is_some() || args.writeback_near_limit.is_some())
+            && args.backing_devs.is_empty()
+        {
+            return Err(CliError::Usage(
+                "--auto-writeback and --writeback-near-limit need a --backing-dev".into(),
+            ));
+        }
+        let flags = PolicyFlags {
+            idle_after: args.idle_after,
+            interval: args.policy_interval,
+            auto_recompress: args.auto_recompress,
+            auto_writeback: args.auto_writeback.clone(),
+            writeback_near_limit: args.writeback_near_limit,
+        };
+        flags.config(1)?;
+        Ok(flags)
     }
-    if (args.auto_writeback.is_some() || args.writeback_near_limit.is_some())
-        && args.backing_devs.is_empty()
-    {
-        return Err(CliError::Usage(
-            "--auto-writeback and --writeback-near-limit need a --backing-dev".into(),
-        ));
+
+    /// The timed rule for a store of `pages` pages (`None`: no thread
+    /// needed).
+    fn config(&self, pages: u64) -> Result<Option<zram::PolicyConfig>, CliError> {
+        let recompress = self
+            .auto_recompress
+            .then(|| zram::RecompressRequest::parse("type=idle"))
+            .transpose()
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        let writeback = self
+            .auto_writeback
+            .as_deref()
+            .map(|t| zram::WritebackRequest::parse(t, pages))
+            .transpose()
+            .map_err(|e| CliError::Usage(format!("--auto-writeback: {e}")))?;
+        let config = zram::PolicyConfig {
+            interval: std::time::Duration::from_secs(u64::from(self.interval.unwrap_or(60))),
+            idle_after: self
+                .idle_after
+                .map(|s| std::time::Duration::from_secs(u64::from(s))),
+            recompress,
+            writeback,
+        };
+        Ok((config.timed() || self.writeback_near_limit.is_some()).then_some(config))
     }
-    let recompress = args
-        .auto_recompress
-        .then(|| zram::RecompressRequest::parse("type=idle"))
-        .transpose()
-        .map_err(|e| CliError::Usage(e.to_string()))?;
-    let writeback = args
-        .auto_writeback
-        .as_deref()
-        .map(|t| zram::WritebackRequest::parse(t, pages))
-        .transpose()
-        .map_err(|e| CliError::Usage(format!("--auto-writeback: {e}")))?;
-    let config = zram::PolicyConfig {
-        interval: std::time::Duration::from_secs(u64::from(args.policy_interval.unwrap_or(60))),
-        idle_after: args
-            .idle_after
-            .map(|s| std::time::Duration::from_secs(u64::from(s))),
-        recompress,
-        writeback,
-    };
-    Ok((config.timed() || args.writeback_near_limit.is_some()).then_some(config))
+
+    /// Starts the rules on `store` of the export `name`: the memory-aware
+    /// rule's mark and the policy thread, if the flags ask for either.
+    fn start(
+        &self,
+        name: &str,
+        store: &Arc<Store>,
+    ) -> Result<Option<zram::PolicyRunner>, CliError> {
+        let Some(config) = self.config(store.disk_pages())? else {
+            return Ok(None);
+        };
+        if store.backing_dev() == "none" {
+            if self.auto_writeback.is_some() || self.writeback_near_limit.is_some() {
+                log::warn!("export {name:?} has no backing_dev: it writes nothing back");
+            }
+        } else if let Some(pct) = self.writeback_near_limit {
+            store
+                .set_writeback_near_limit(pct)
+                .map_err(|e| CliError::Usage(format!("--writeback-near-limit: {e}")))?;
+        }
+        info!("export {name:?}: policy {config:?}");
+        zram::PolicyRunner::start(store, config)
+            .map(Some)
+            .map_err(|e| CliError::Failed(format!("cannot start a thread: {e}")))
+    }
 }
 
 /// The exports to make: (name, size, read-only, configuration).
@@ -434,31 +486,13 @@ fn plan(args: &ServeArgs) -> Result<Vec<(String, u64, bool, StoreSpec)>, CliErro
         .collect())
 }
 
-/// The registry's export table with the exports the plan marks read-only
-/// made so.
-fn read_only_exports(
-    table: nbd::Exports,
-    plan: &[(String, u64, bool, StoreSpec)],
-) -> Result<nbd::Exports, nbd::ExportError> {
-    let read_only = |name: &str| plan.iter().any(|(n, _, ro, _)| n == name && *ro);
-    let mut exports = nbd::Exports::new();
-    for e in table.iter() {
-        let export = nbd::Export::clone(e);
-        if read_only(e.name()) {
-            info!("export {:?}: read-only", e.name());
-            exports.add(export.read_only())?;
-        } else {
-            exports.add(export)?;
-        }
-    }
-    Ok(exports)
-}
-
 /// A store configuration as the factory of an export's stores.
 struct SpecFactory {
     spec: StoreSpec,
     /// `--recomp-algorithm` values, for every export.
     recomp: Vec<String>,
+    /// The timed policy and memory-aware rule, for every store.
+    policy: PolicyFlags,
 }
 
 impl serve::StoreFactory for SpecFactory {
@@ -483,6 +517,16 @@ impl serve::StoreFactory for SpecFactory {
         };
         let store = spec.open(disksize).map_err(|e| e.to_string())?;
         Ok((store, spec.label()))
+    }
+
+    fn start_policy(
+        &self,
+        name: &str,
+        store: &Arc<Store>,
+    ) -> Result<Option<zram::PolicyRunner>, String> {
+        self.policy.start(name, store).map_err(|e| match e {
+            CliError::Usage(m) | CliError::Failed(m) => m,
+        })
     }
 }
 
@@ -614,7 +658,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     inflight_config(args, Config::default())?;
     check_remote(args)?;
     let tls = tls_config(args)?;
-    policy_config(args, 1)?;
+    let policy = PolicyFlags::from_args(args)?;
     logger::init(logger::level(args.log_level));
     // Before any thread exists: every thread inherits the blocked mask.
     let signals = signals::block_termination()
@@ -630,12 +674,15 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         )));
     }
     let registry = Arc::new(Registry::default());
-    let mut policies = Vec::new();
-    for (i, (name, size, _, spec)) in plan.iter().enumerate() {
+    for (i, (name, size, read_only, spec)) in plan.iter().enumerate() {
         let factory = Arc::new(SpecFactory {
             spec: spec.clone(),
             recomp: args.recomp_algorithms.clone(),
+            policy: policy.clone(),
         });
+        if *read_only {
+            info!("export {name:?}: read-only");
+        }
         if i == 0 {
             registry.set_factory(factory.clone());
         }
@@ -643,7 +690,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             let mut settings = serve::StoreFactory::defaults(&*factory);
             settings.backing_dev = args.backing_devs.get(i).cloned();
             info!("export {name:?}: uninitialised, {}", spec.label());
-            registry.push_uninitialised(name, settings, Some(factory));
+            registry.push_uninitialised(name, settings, Some(factory), *read_only);
             continue;
         }
         let store = spec.open(*size)?;
@@ -669,34 +716,20 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             }
         );
         let store = Arc::new(store);
-        if let Some(config) = policy_config(args, store.disk_pages())? {
-            if args.backing_devs.get(i).is_some() {
-                if let Some(pct) = args.writeback_near_limit {
-                    store
-                        .set_writeback_near_limit(pct)
-                        .map_err(|e| CliError::Usage(format!("--writeback-near-limit: {e}")))?;
-                }
-            } else if args.auto_writeback.is_some() || args.writeback_near_limit.is_some() {
-                log::warn!("export {name:?} has no --backing-dev: it writes nothing back");
-            }
-            info!("export {name:?}: policy {config:?}");
-            policies.push(
-                zram::PolicyRunner::start(&store, config)
-                    .map_err(|e| CliError::Failed(format!("cannot start a thread: {e}")))?,
-            );
-        }
+        let policy = policy.start(name, &store)?;
         registry.push(
             Served {
                 name: name.clone(),
                 label: spec.label(),
                 store,
+                policy,
             },
             Some(factory),
+            *read_only,
         );
     }
     let exports = registry
         .nbd_exports()
-        .and_then(|table| read_only_exports(table, &plan))
         .map_err(|e| CliError::Usage(e.to_string()))?;
 
     let inherited = crate::activation::inherited_listener().map_err(CliError::Failed)?;
@@ -829,9 +862,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     }
     ctl.shutdown();
     trimmer.stop();
-    for p in policies {
-        p.stop();
-    }
+    // The policy threads stop with their exports, when the registry goes.
     match Arc::try_unwrap(server) {
         Ok(s) => s.wait(),
         Err(_) => error!("the NBD server is still referenced; leaving it to exit"),
