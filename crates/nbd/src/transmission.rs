@@ -558,27 +558,11 @@ impl<W: Write> Conn<'_, W> {
     fn read_reply<'b>(&self, cookie: u64, offset: u64, mut buf: Lease<'b>) -> Reply<'b> {
         let len = buf.len() - READ_ROOM;
         let offset_field = READ_ROOM - 8;
-        let start = if self.session.extended {
-            let h = ExtendedChunkHeader {
-                flags: chunk::FLAG_DONE,
-                kind: chunk::OFFSET_DATA,
-                cookie,
-                offset,
-                length: 8 + len as u64,
-            };
-            let start = offset_field - ExtendedChunkHeader::LEN;
-            buf[start..offset_field].copy_from_slice(&h.encode());
-            buf[offset_field..READ_ROOM].copy_from_slice(&offset.to_be_bytes());
-            start
-        } else if self.session.structured {
-            let h = ChunkHeader {
-                flags: chunk::FLAG_DONE,
-                kind: chunk::OFFSET_DATA,
-                cookie,
-                length: 8 + len as u32,
-            };
-            let start = offset_field - ChunkHeader::LEN;
-            buf[start..offset_field].copy_from_slice(&h.encode());
+        let start = if self.session.structured {
+            // An OFFSET_DATA chunk: its header, then the offset, then data.
+            let (header, n) = self.chunk_header(cookie, offset, chunk::OFFSET_DATA, 8 + len);
+            let start = offset_field - n;
+            buf[start..offset_field].copy_from_slice(&header[..n]);
             buf[offset_field..READ_ROOM].copy_from_slice(&offset.to_be_bytes());
             start
         } else {
@@ -650,27 +634,44 @@ impl<W: Write> Conn<'_, W> {
         self.chunk_reply(cookie, offset, chunk::BLOCK_STATUS, &payload)
     }
 
-    /// A final chunk with `payload`, in the negotiated header form.
-    fn chunk_reply(&self, cookie: u64, offset: u64, kind: u16, payload: &[u8]) -> Reply<'static> {
-        let mut buf = Vec::with_capacity(ExtendedChunkHeader::LEN + payload.len());
+    /// The header of a final chunk of `kind` with `payload_len` bytes of
+    /// payload, in the negotiated form (extended, or structured): the bytes
+    /// are `.0[.. .1]`, on the stack, as this runs for every read.
+    fn chunk_header(
+        &self,
+        cookie: u64,
+        offset: u64,
+        kind: u16,
+        payload_len: usize,
+    ) -> ([u8; ExtendedChunkHeader::LEN], usize) {
+        let mut out = [0u8; ExtendedChunkHeader::LEN];
         if self.session.extended {
             let h = ExtendedChunkHeader {
                 flags: chunk::FLAG_DONE,
                 kind,
                 cookie,
                 offset,
-                length: payload.len() as u64,
+                length: payload_len as u64,
             };
-            buf.extend_from_slice(&h.encode());
+            out.copy_from_slice(&h.encode());
+            (out, ExtendedChunkHeader::LEN)
         } else {
             let h = ChunkHeader {
                 flags: chunk::FLAG_DONE,
                 kind,
                 cookie,
-                length: payload.len() as u32,
+                length: payload_len as u32,
             };
-            buf.extend_from_slice(&h.encode());
+            out[..ChunkHeader::LEN].copy_from_slice(&h.encode());
+            (out, ChunkHeader::LEN)
         }
+    }
+
+    /// A final chunk with `payload`, in the negotiated header form.
+    fn chunk_reply(&self, cookie: u64, offset: u64, kind: u16, payload: &[u8]) -> Reply<'static> {
+        let (header, n) = self.chunk_header(cookie, offset, kind, payload.len());
+        let mut buf = Vec::with_capacity(n + payload.len());
+        buf.extend_from_slice(&header[..n]);
         buf.extend_from_slice(payload);
         Reply {
             buf: ReplyBuf::Own(buf),

@@ -715,6 +715,49 @@ impl RequestHeader {
     }
 }
 
+/// The layout extended requests and extended reply chunks share after
+/// their magic: flags, type, cookie, offset and a 64-bit length.
+struct Wide {
+    flags: u16,
+    kind: u16,
+    cookie: u64,
+    offset: u64,
+    length: u64,
+}
+
+impl Wide {
+    fn parse(b: &[u8], magic: u32) -> WireResult<Wide> {
+        let mut c = Cursor::new(b);
+        let m = c.u32()?;
+        if m != magic {
+            return Err(WireError::BadMagic {
+                expected: magic as u64,
+                found: m as u64,
+            });
+        }
+        let w = Wide {
+            flags: c.u16()?,
+            kind: c.u16()?,
+            cookie: c.u64()?,
+            offset: c.u64()?,
+            length: c.u64()?,
+        };
+        c.finish()?;
+        Ok(w)
+    }
+
+    fn encode(&self, magic: u32) -> [u8; 32] {
+        let mut b = [0u8; 32];
+        b[..4].copy_from_slice(&magic.to_be_bytes());
+        b[4..6].copy_from_slice(&self.flags.to_be_bytes());
+        b[6..8].copy_from_slice(&self.kind.to_be_bytes());
+        b[8..16].copy_from_slice(&self.cookie.to_be_bytes());
+        b[16..24].copy_from_slice(&self.offset.to_be_bytes());
+        b[24..].copy_from_slice(&self.length.to_be_bytes());
+        b
+    }
+}
+
 /// A transmission request header in the extended form (32 bytes, 64-bit
 /// length), used once `NBD_OPT_EXTENDED_HEADERS` is acknowledged. The
 /// length is a payload length when `flags` has [`cf::PAYLOAD_LEN`] (a WRITE
@@ -739,35 +782,26 @@ impl ExtendedRequestHeader {
 
     /// Parses a header (exactly [`Self::LEN`] bytes).
     pub fn parse(b: &[u8]) -> WireResult<ExtendedRequestHeader> {
-        let mut c = Cursor::new(b);
-        let m = c.u32()?;
-        if m != EXTENDED_REQUEST_MAGIC {
-            return Err(WireError::BadMagic {
-                expected: EXTENDED_REQUEST_MAGIC as u64,
-                found: m as u64,
-            });
-        }
-        let h = ExtendedRequestHeader {
-            flags: c.u16()?,
-            command: c.u16()?,
-            cookie: c.u64()?,
-            offset: c.u64()?,
-            length: c.u64()?,
-        };
-        c.finish()?;
-        Ok(h)
+        let w = Wide::parse(b, EXTENDED_REQUEST_MAGIC)?;
+        Ok(ExtendedRequestHeader {
+            flags: w.flags,
+            command: w.kind,
+            cookie: w.cookie,
+            offset: w.offset,
+            length: w.length,
+        })
     }
 
     /// Encodes the header.
     pub fn encode(&self) -> [u8; Self::LEN] {
-        let mut b = [0u8; Self::LEN];
-        b[..4].copy_from_slice(&EXTENDED_REQUEST_MAGIC.to_be_bytes());
-        b[4..6].copy_from_slice(&self.flags.to_be_bytes());
-        b[6..8].copy_from_slice(&self.command.to_be_bytes());
-        b[8..16].copy_from_slice(&self.cookie.to_be_bytes());
-        b[16..24].copy_from_slice(&self.offset.to_be_bytes());
-        b[24..].copy_from_slice(&self.length.to_be_bytes());
-        b
+        Wide {
+            flags: self.flags,
+            kind: self.command,
+            cookie: self.cookie,
+            offset: self.offset,
+            length: self.length,
+        }
+        .encode(EXTENDED_REQUEST_MAGIC)
     }
 }
 
@@ -902,35 +936,26 @@ impl ExtendedChunkHeader {
 
     /// Encodes the header.
     pub fn encode(&self) -> [u8; Self::LEN] {
-        let mut b = [0u8; Self::LEN];
-        b[..4].copy_from_slice(&EXTENDED_REPLY_MAGIC.to_be_bytes());
-        b[4..6].copy_from_slice(&self.flags.to_be_bytes());
-        b[6..8].copy_from_slice(&self.kind.to_be_bytes());
-        b[8..16].copy_from_slice(&self.cookie.to_be_bytes());
-        b[16..24].copy_from_slice(&self.offset.to_be_bytes());
-        b[24..].copy_from_slice(&self.length.to_be_bytes());
-        b
+        Wide {
+            flags: self.flags,
+            kind: self.kind,
+            cookie: self.cookie,
+            offset: self.offset,
+            length: self.length,
+        }
+        .encode(EXTENDED_REPLY_MAGIC)
     }
 
     /// Client side: parses a header.
     pub fn parse(b: &[u8]) -> WireResult<ExtendedChunkHeader> {
-        let mut c = Cursor::new(b);
-        let m = c.u32()?;
-        if m != EXTENDED_REPLY_MAGIC {
-            return Err(WireError::BadMagic {
-                expected: EXTENDED_REPLY_MAGIC as u64,
-                found: m as u64,
-            });
-        }
-        let h = ExtendedChunkHeader {
-            flags: c.u16()?,
-            kind: c.u16()?,
-            cookie: c.u64()?,
-            offset: c.u64()?,
-            length: c.u64()?,
-        };
-        c.finish()?;
-        Ok(h)
+        let w = Wide::parse(b, EXTENDED_REPLY_MAGIC)?;
+        Ok(ExtendedChunkHeader {
+            flags: w.flags,
+            kind: w.kind,
+            cookie: w.cookie,
+            offset: w.offset,
+            length: w.length,
+        })
     }
 }
 
