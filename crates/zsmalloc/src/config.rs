@@ -139,7 +139,8 @@ pub fn default_delta(page_size: u32) -> u32 {
 }
 
 /// Default mode's class step for compression units of `unit` bytes on pages
-/// of `page_size` bytes: [`default_delta`], or `unit / 512` if that is wider
+/// of `page_size` bytes: default mode's step for the page (16 bytes up to
+/// 4 KiB pages, `page_size / 128` above), or `unit / 512` if that is wider
 /// (32 bytes for 16 KiB units, 128 for 64 KiB; unchanged for units up to
 /// 8 KiB). See [`PoolConfig::default_mode_for_unit`].
 pub fn default_unit_delta(page_size: u32, unit: u32) -> u32 {
