@@ -38,7 +38,7 @@ struct Waste {
 
 fn pool_for(c: &Config) -> Pool {
     let mut config = match c.mode {
-        Mode::Default => PoolConfig::default_mode(c.page as u32),
+        Mode::Default => PoolConfig::default_mode_for_unit(c.page as u32, c.unit as u32),
         Mode::KernelCompat => {
             let mut k = PoolConfig::kernel_compat();
             k.geometry.page_size = c.page as u32;

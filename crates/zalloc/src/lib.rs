@@ -96,7 +96,14 @@ impl AllocOptions {
             ZPoolError::Config(format!("page size {} is too large", self.page_size))
         })?;
         let mut config = match self.mode {
-            Mode::Default => PoolConfig::default_mode(page_size),
+            Mode::Default => match self.unit {
+                Some(unit) => PoolConfig::default_mode_for_unit(
+                    page_size,
+                    u32::try_from(unit)
+                        .map_err(|_| ZPoolError::Config(format!("unit {unit} is too large")))?,
+                ),
+                None => PoolConfig::default_mode(page_size),
+            },
             Mode::KernelCompat => {
                 let mut c = PoolConfig::kernel_compat();
                 c.geometry.page_size = page_size;

@@ -40,7 +40,13 @@
 //!   the OS as objects are freed (with the page source's next batch). See
 //!   "Default-mode geometry: measured before chosen" in BENCHMARKS.md for the
 //!   measurements behind the default geometry, and docs/design.md for the
-//!   lock order of the whole stack.
+//!   lock order of the whole stack. Every class owns whole pages, so what
+//!   default mode keeps over the objects' bytes is mostly each occupied
+//!   class's partly filled last page: with units above 8 KiB the class
+//!   step widens to `unit / 512` to have fewer classes, and on 16 and
+//!   64 KiB system pages that last page is what keeps default mode above
+//!   2% (docs/design.md, "Default mode's density on large pages and
+//!   units": measured, and what going below would take).
 
 use std::fmt;
 use std::ops::Deref;

@@ -473,11 +473,44 @@ enum Op {
     Read(usize),
     Free(usize),
     Compact,
+    /// Compacts one class (the store's background compactor's step).
+    CompactClass(usize),
 }
 
 fn any_pool_config() -> impl Strategy<Value = PoolConfig> {
+    prop_oneof![
+        3 => any_tuned_pool_config(),
+        1 => any_product_pool_config(),
+    ]
+}
+
+/// The configurations the product makes: default mode (with its class
+/// step for the page and the unit) and the kernel's, on every page size
+/// from 4 to 64 KiB and every unit from the page to 64 KiB.
+fn any_product_pool_config() -> impl Strategy<Value = PoolConfig> {
     (
-        prop::sample::select(vec![4096u32, 8192, 16384, 65536]),
+        prop::sample::select(vec![4096u32, 8192, 16384, 32768, 65536]),
+        0u32..=4,
+        prop::sample::select(vec![Mode::KernelCompat, Mode::Default]),
+    )
+        .prop_map(|(page_size, shift, mode)| {
+            let unit = (page_size << shift).min(65536);
+            match mode {
+                Mode::Default => PoolConfig::default_mode_for_unit(page_size, unit),
+                Mode::KernelCompat => {
+                    let mut c = PoolConfig::kernel_compat();
+                    c.geometry.page_size = page_size;
+                    c.geometry.unit = unit;
+                    c
+                }
+            }
+        })
+}
+
+/// Any geometry, mode, grouping and compaction algorithm.
+fn any_tuned_pool_config() -> impl Strategy<Value = PoolConfig> {
+    (
+        prop::sample::select(vec![4096u32, 8192, 16384, 32768, 65536]),
         1u32..=16,
         prop_oneof![
             Just(ClassDelta::Legacy),
@@ -528,6 +561,7 @@ fn any_ops() -> impl Strategy<Value = Vec<Op>> {
         2 => any::<usize>().prop_map(Op::Read),
         3 => any::<usize>().prop_map(Op::Free),
         1 => Just(Op::Compact),
+        1 => any::<usize>().prop_map(Op::CompactClass),
     ];
     prop::collection::vec(op, 1..120)
 }
@@ -566,8 +600,17 @@ proptest! {
                     prop_assert_eq!(&*pool.read(*h, data.len()).unwrap(), &data[..]);
                 }
                 Op::Compact => {
+                    let before = pool.total_pages();
                     pool.compact();
                     prop_assert_eq!(pool.can_compact(), 0);
+                    prop_assert!(pool.total_pages() <= before, "compaction added pages");
+                }
+                Op::CompactClass(i) => {
+                    let id = i % pool.geometry().classes().len();
+                    let before = pool.total_pages();
+                    pool.compact_class(id);
+                    prop_assert_eq!(pool.class_reclaimable(id), 0, "class {} left reclaimable pages", id);
+                    prop_assert!(pool.total_pages() <= before, "compaction added pages");
                 }
                 Op::Free(i) if !order.is_empty() => {
                     let key = order.swap_remove(i % order.len());
