@@ -514,3 +514,56 @@ fn many_chunks() {
     assert_eq!(src.pages_out(), 0);
     assert!(src.cached_pages() <= src.cache_limit());
 }
+
+/// Batches run their system call with the source's mutex dropped: threads
+/// that reclaim and free runs while another thread releases batches must
+/// never see a page they reclaimed (and wrote) dropped afterwards, and a
+/// run freed while its pending pages are in a batch is cached only after.
+#[test]
+fn reclaimed_pages_survive_batches_released_concurrently() {
+    let src = std::sync::Arc::new(PageSource::new(PS, None).unwrap());
+    src.set_cache_limit(64);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flusher = {
+        let (src, stop) = (src.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut flushes = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                src.flush();
+                flushes += 1;
+            }
+            flushes
+        })
+    };
+    let workers: Vec<_> = (0..2u8)
+        .map(|w| {
+            let src = src.clone();
+            std::thread::spawn(move || {
+                for round in 0..3000u32 {
+                    let value = w.wrapping_mul(100).wrapping_add(round as u8) | 1;
+                    let run = src.alloc_pending(4).unwrap();
+                    src.reclaim(&run, 4);
+                    fill(&run, value);
+                    // Give up the last two pages, take one back and write it.
+                    src.discard_later(&run, 2, 2);
+                    std::thread::yield_now();
+                    src.reclaim(&run, 3);
+                    // SAFETY: page 2 was reclaimed; the run is this thread's.
+                    unsafe { std::ptr::write_bytes(run.as_ptr().add(2 * PS), value, PS) };
+                    std::thread::yield_now();
+                    for off in [0, PS, 2 * PS, 3 * PS - 1] {
+                        assert_eq!(byte_at(&run, off), value, "round {round} offset {off}");
+                    }
+                    src.free_resident(run, 3);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let flushes = flusher.join().unwrap();
+    assert!(flushes > 0);
+    assert_eq!(src.stats().pages_out, 0);
+}
