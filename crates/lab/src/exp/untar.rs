@@ -561,22 +561,40 @@ impl Rig {
         (hz > 0).then(|| ticks as f64 / hz as f64)
     }
 
-    /// `sync`, then waits until mm_stat has not changed for `settle`.
-    fn settle(&self, settle: Duration) -> Result<Vec<u64>, Error> {
+    /// Requests in flight on the block device `dev` (`/sys/block/NAME/inflight`:
+    /// reads and writes, discards counted as writes).
+    fn inflight(dev: &str) -> u64 {
+        let name = dev.trim_start_matches("/dev/");
+        fs::read_to_string(format!("/sys/block/{name}/inflight"))
+            .map(|s| {
+                s.split_whitespace()
+                    .filter_map(|v| v.parse::<u64>().ok())
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
+    /// `sync`, then waits until the device has nothing in flight and
+    /// mm_stat has not changed for `settle`. ext4 issues its discards from a
+    /// worker after the commit `sync` waits for (since Linux 5.18), and
+    /// through the loop device, FUSE and NBD a large discard can take
+    /// seconds with mm_stat still, so an unchanged mm_stat alone is not
+    /// enough.
+    fn settle(&self, dev: &str, settle: Duration) -> Result<Vec<u64>, Error> {
         // SAFETY: sync has no preconditions.
         unsafe { libc::sync() };
         let mut last = self.mm_stat()?;
+        let mut quiet_since = Instant::now();
         loop {
-            let deadline = Instant::now() + settle;
-            while Instant::now() < deadline {
-                interrupted()?;
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            interrupted()?;
+            std::thread::sleep(Duration::from_millis(50));
             let now = self.mm_stat()?;
-            if now == last {
+            if now != last || Self::inflight(dev) > 0 {
+                last = now;
+                quiet_since = Instant::now();
+            } else if quiet_since.elapsed() >= settle {
                 return Ok(now);
             }
-            last = now;
         }
     }
 }
@@ -675,7 +693,7 @@ fn run_config(args: &UntarArgs, tar: &Path, config: Config) -> Result<Run, Error
         &log,
         "mount",
     )?;
-    rig.settle(settle)?;
+    rig.settle(&dev, settle)?;
     let cpu0 = rig.server_cpu();
     let auto0 = rig.auto()?;
     let mut rows = Vec::new();
@@ -689,7 +707,7 @@ fn run_config(args: &UntarArgs, tar: &Path, config: Config) -> Result<Run, Error
         &log,
         "tar",
     )?;
-    rows.push(row("untar", &rig.settle(settle)?, rig.auto()?));
+    rows.push(row("untar", &rig.settle(&dev, settle)?, rig.auto()?));
     progress(config, "untar", &rows);
     let root = tree_root(&mnt);
     for dir in &args.remove {
@@ -699,7 +717,7 @@ fn run_config(args: &UntarArgs, tar: &Path, config: Config) -> Result<Run, Error
             run_tool(command("rm", &log)?.arg("-rf").arg(&path), &log, "rm")?;
         }
         let step = format!("rm {dir}");
-        rows.push(row(&step, &rig.settle(settle)?, rig.auto()?));
+        rows.push(row(&step, &rig.settle(&dev, settle)?, rig.auto()?));
         progress(config, &step, &rows);
     }
     let server_cpu_s = match (cpu0, rig.server_cpu()) {
@@ -719,7 +737,11 @@ fn run_config(args: &UntarArgs, tar: &Path, config: Config) -> Result<Run, Error
         _ => None,
     };
     rig.compact()?;
-    rows.push(row("manual compact", &rig.settle(settle)?, rig.auto()?));
+    rows.push(row(
+        "manual compact",
+        &rig.settle(&dev, settle)?,
+        rig.auto()?,
+    ));
     progress(config, "manual compact", &rows);
     drop(rig);
     Ok(Run {
@@ -790,6 +812,31 @@ fn table(report: &Report) -> String {
                 out.push_str(&format!(" | {:>34}", v.unwrap_or_default()));
             }
             out.push('\n');
+        }
+    }
+    // Every configuration stores the same files: orig_data_size differing
+    // by more than 2% from the first one's means discards had not all
+    // arrived when a step's figures were read.
+    if let Some(first) = report.runs.first() {
+        for r in &report.runs[1..] {
+            let off: Vec<&str> = r
+                .rows
+                .iter()
+                .zip(&first.rows)
+                .filter(|(x, y)| {
+                    let (a, b) = (x.orig_data_size as f64, y.orig_data_size as f64);
+                    (a - b).abs() > 0.02 * b.max(1.0)
+                })
+                .map(|(x, _)| x.step.as_str())
+                .collect();
+            if !off.is_empty() {
+                out.push_str(&format!(
+                    "warning: {}: orig_data_size differs from {}'s by more than 2% at {} (discards still arriving?)\n",
+                    r.label,
+                    first.label,
+                    off.join(", ")
+                ));
+            }
         }
     }
     for r in &report.runs {
