@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::ptr::NonNull;
 
+use crate::free_runs::FreeRuns;
 use crate::release::Range;
 use crate::MAX_RUN_PAGES;
 
@@ -29,16 +30,6 @@ struct Cached {
 struct Pending {
     from: u32,
     end: u32,
-}
-
-/// What [`ResidentCache::take_batch`] took out.
-pub(crate) struct Batch {
-    /// The address ranges to release, not yet coalesced.
-    pub(crate) ranges: Vec<Range>,
-    /// The cached runs, by length in pages and address.
-    pub(crate) runs: Vec<(u32, NonNull<u8>)>,
-    /// Addresses of the runs (still out) whose pending pages it releases.
-    pub(crate) pending: Vec<usize>,
 }
 
 /// Cached runs and pending pages of one source.
@@ -176,29 +167,19 @@ impl ResidentCache {
         ranges
     }
 
-    /// Takes everything out for a batch released with the source's lock
-    /// dropped: the ranges to release (as [`ResidentCache::ranges`]), the
-    /// cached runs (length and address; no longer cached, so nobody can be
-    /// handed them before the caller puts them in the free lists) and the
-    /// addresses of the runs whose pending pages the batch takes. The cache
-    /// is empty afterwards.
-    pub(crate) fn take_batch(&mut self, page_size: usize) -> Batch {
-        let ranges = self.ranges(page_size);
-        let mut runs = Vec::new();
+    /// After the ranges of [`ResidentCache::ranges`] were released: clears
+    /// the pending pages and moves the cached runs to `free`. Returns the
+    /// number of cached runs moved.
+    pub(crate) fn released(&mut self, free: &mut FreeRuns) -> u64 {
+        self.pending.clear();
+        self.pending_pages = 0;
+        let mut runs_released = 0;
         for len in 1..self.cache.len() {
-            runs.extend(
-                std::mem::take(&mut self.cache[len])
-                    .into_iter()
-                    .map(|c| (len as u32, c.ptr)),
-            );
+            let runs = std::mem::take(&mut self.cache[len]);
+            runs_released += runs.len() as u64;
+            free.extend(len as u32, runs.into_iter().map(|c| c.ptr));
         }
         self.cached_pages = 0;
-        let pending = self.pending.drain().map(|(addr, _)| addr).collect();
-        self.pending_pages = 0;
-        Batch {
-            ranges,
-            runs,
-            pending,
-        }
+        runs_released
     }
 }

@@ -33,6 +33,11 @@ impl FreeRuns {
         self.by_length[pages as usize].push(ptr);
     }
 
+    /// Adds free runs of `pages` pages each.
+    pub(crate) fn extend(&mut self, pages: u32, runs: impl IntoIterator<Item = NonNull<u8>>) {
+        self.by_length[pages as usize].extend(runs);
+    }
+
     /// A free run of exactly `pages` (of `page_size` bytes), or the front of
     /// a longer one split, its rest kept as a shorter free run.
     pub(crate) fn take(&mut self, pages: u32, page_size: usize) -> Option<NonNull<u8>> {

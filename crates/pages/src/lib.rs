@@ -72,12 +72,8 @@
 //! caller's business and its own `unsafe`.
 //!
 //! Lock order: the source's mutex is a leaf; nothing is locked under it. A
-//! batch's system call runs with the mutex dropped, so allocations and frees
-//! (under an allocator's class lock) never wait for it: its cached runs are
-//! in no list until it is done, and [`PageSource::reclaim`] of pages in the
-//! batch, or freeing their run, waits on a condition variable until it is,
-//! so it cannot return while pages it reclaims are being dropped. One batch
-//! runs at a time.
+//! batch is released with the mutex held, so that [`PageSource::reclaim`]
+//! (which takes it) cannot return while pages it reclaims are being dropped.
 //!
 //! # Files
 //!

@@ -8,10 +8,9 @@
 //! [`PageSource::discard`] here through it); it never reads or writes the
 //! memory it hands out.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use crate::cache::ResidentCache;
 use crate::free_runs::FreeRuns;
@@ -55,11 +54,6 @@ struct Inner {
     batches: u64,
     /// [`Hold`]s taken and not dropped.
     holds: usize,
-    /// A batch is being released with the mutex dropped (one at a time).
-    releasing: bool,
-    /// The runs whose pending pages that batch is releasing: freeing such a
-    /// run or reclaiming its pages waits until the batch is done.
-    in_flight: HashSet<usize>,
 }
 
 /// Counters of a [`PageSource`], for tests and benchmarks.
@@ -98,8 +92,6 @@ pub struct PageSource {
     hold_limit: AtomicUsize,
     counters: Counters,
     inner: Mutex<Inner>,
-    /// Signalled when a batch released with the mutex dropped is done.
-    batch_done: Condvar,
 }
 
 // SAFETY: the raw pointers in `Inner` are only touched under the mutex, and
@@ -147,10 +139,7 @@ impl PageSource {
                 runs_released: 0,
                 batches: 0,
                 holds: 0,
-                releasing: false,
-                in_flight: HashSet::new(),
             }),
-            batch_done: Condvar::new(),
         })
     }
 
@@ -158,26 +147,6 @@ impl PageSource {
         // A panic under this lock leaves `Inner` consistent (every update is a
         // single push, pop or add), so a poisoned lock is still usable.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Waits for the batch being released to be done; the mutex again.
-    fn wait_batch<'a>(&'a self, inner: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
-        self.batch_done
-            .wait(inner)
-            .unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Waits while the batch being released takes pending pages of the run
-    /// at `key`; the mutex again.
-    fn wait_run<'a>(
-        &'a self,
-        mut inner: MutexGuard<'a, Inner>,
-        key: usize,
-    ) -> MutexGuard<'a, Inner> {
-        while inner.in_flight.contains(&key) {
-            inner = self.wait_batch(inner);
-        }
-        inner
     }
 
     /// Bytes per page.
@@ -211,7 +180,8 @@ impl PageSource {
     /// bound is released now.
     pub fn set_cache_limit(&self, pages: usize) {
         self.cache_limit.store(pages, Ordering::Relaxed);
-        drop(self.release_if_over(self.lock()));
+        let mut inner = self.lock();
+        self.release_if_over(&mut inner);
     }
 
     /// The source's counters.
@@ -287,7 +257,7 @@ impl PageSource {
             // limit: give the cache back first.
             let cached = inner.cache.cached_pages();
             if cached > 0 && inner.pages_out + cached + want > limit {
-                inner = self.release_all(inner);
+                self.release_all(&mut inner);
             }
         }
         let ptr = match inner.free.take(pages, self.page_size) {
@@ -325,12 +295,9 @@ impl PageSource {
     /// The bound counts the pages that may be resident.
     pub fn free_resident(&self, run: Run, resident: u32) {
         let mut resident = resident.min(run.pages);
-        let key = run.ptr.as_ptr() as usize;
-        // Its pending pages may be being released: it can be cached (and
-        // handed out again) only once they are.
-        let mut inner = self.wait_run(self.lock(), key);
+        let mut inner = self.lock();
         inner.pages_out -= run.pages as usize;
-        if let Some(end) = inner.cache.forget_pending(key) {
+        if let Some(end) = inner.cache.forget_pending(run.ptr.as_ptr() as usize) {
             // Its pending tail is still resident: it goes with the run.
             resident = resident.max(end);
         }
@@ -339,7 +306,7 @@ impl PageSource {
             return;
         }
         inner.cache.put(run.ptr, run.pages, resident);
-        drop(self.release_if_over(inner));
+        self.release_if_over(&mut inner);
     }
 
     /// Gives up pages `first..first + count` of `run`, which stays out,
@@ -363,7 +330,7 @@ impl PageSource {
             self.discard(run, first, count);
             return;
         }
-        drop(self.release_if_over(inner));
+        self.release_if_over(&mut inner);
     }
 
     /// Takes back pages below `upto` of `run` that were given up with
@@ -373,16 +340,16 @@ impl PageSource {
     /// `upto` on are still pending.
     pub fn reclaim(&self, run: &Run, upto: u32) -> bool {
         let key = run.ptr.as_ptr() as usize;
-        self.wait_run(self.lock(), key).cache.reclaim(key, upto)
+        self.lock().cache.reclaim(key, upto)
     }
 
     /// Gives every cached run and every pending page back to the kernel now
     /// (one batch). Returns the pages released (those that may have been
     /// resident).
     pub fn flush(&self) -> usize {
-        let inner = self.lock();
+        let mut inner = self.lock();
         let pages = inner.cache.cached_pages() + inner.cache.pending_pages();
-        drop(self.release_all(inner));
+        self.release_all(&mut inner);
         pages
     }
 
@@ -405,65 +372,35 @@ impl PageSource {
         Hold(self)
     }
 
-    /// Releases a batch if cached plus pending pages are over the bound and
-    /// no batch is being released (the bound is soft while one is); the
-    /// mutex again.
-    fn release_if_over<'a>(&'a self, inner: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
+    fn release_if_over(&self, inner: &mut Inner) {
         let mut limit = self.cache_limit();
         if inner.holds > 0 {
             limit = limit.max(self.hold_limit.load(Ordering::Relaxed));
         }
-        if !inner.releasing && inner.cache.cached_pages() + inner.cache.pending_pages() > limit {
-            return self.release_all(inner);
+        if inner.cache.cached_pages() + inner.cache.pending_pages() > limit {
+            self.release_all(inner);
         }
-        inner
     }
 
-    /// Releases the cache and the pending pages as one batch (after any
-    /// batch being released) and puts the cached runs in the free lists;
-    /// the mutex again.
-    ///
-    /// The system call runs with the mutex dropped, so allocations, frees
-    /// and discards of other runs go on meanwhile (a batch of thousands of
-    /// pages takes a millisecond or more): the cached runs are out of the
-    /// cache until it is done, so nobody is handed them, and a holder that
-    /// frees a run whose pending pages are in the batch, or reclaims them,
-    /// waits for it ([`PageSource::reclaim`] must not return while pages it
-    /// reclaims are being dropped).
-    fn release_all<'a>(&'a self, mut inner: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
-        while inner.releasing {
-            inner = self.wait_batch(inner);
+    /// Releases the cache and the pending pages as one batch, with the lock
+    /// held (see the lock order in the module documentation), and puts the
+    /// cached runs in the free lists.
+    fn release_all(&self, inner: &mut Inner) {
+        let mut ranges = inner.cache.ranges(self.page_size);
+        if ranges.is_empty() {
+            return;
         }
-        let batch = inner.cache.take_batch(self.page_size);
-        if batch.ranges.is_empty() {
-            return inner;
-        }
-        inner.releasing = true;
-        inner.in_flight.extend(batch.pending);
-        drop(inner);
-        let mut ranges = batch.ranges;
         release::coalesce(&mut ranges);
         // SAFETY: every range lies in runs this source carved from its own
         // private anonymous mappings, which it holds until it drops. Cached
         // runs were freed by their holders, who keep no reference into them
-        // (`free`'s contract), and are in no list until this batch is done,
-        // so nobody else can be handed them. Pending pages were given up by
-        // the holders of their runs, who touch them again only after
-        // `reclaim`, which waits (as does freeing such a run) until
-        // `in_flight` no longer names the run, after the pages are dropped.
-        // A range given up again meanwhile is pending in the cache anew, and
-        // dropping its pages twice is harmless.
+        // (`free`'s contract). Pending pages were given up by the holders of
+        // their runs, who touch them again only after `reclaim`, which waits
+        // for this lock, held until the pages are dropped and the pending
+        // entries cleared.
         unsafe { release::advise_dontneed(&ranges, &self.counters) };
-        let mut inner = self.lock();
         inner.batches += 1;
-        inner.runs_released += batch.runs.len() as u64;
-        for (len, ptr) in batch.runs {
-            inner.free.push(len, ptr);
-        }
-        inner.in_flight.clear();
-        inner.releasing = false;
-        self.batch_done.notify_all();
-        inner
+        inner.runs_released += inner.cache.released(&mut inner.free);
     }
 
     /// Returns pages `first..first + count` of `run` to the kernel at once
@@ -500,7 +437,7 @@ impl Drop for Hold<'_> {
     fn drop(&mut self) {
         let mut inner = self.0.lock();
         inner.holds -= 1;
-        drop(self.0.release_if_over(inner));
+        self.0.release_if_over(&mut inner);
     }
 }
 
