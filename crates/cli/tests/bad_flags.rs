@@ -42,6 +42,8 @@ const RANGES: &[(&str, bool, &[&str])] = &[
     ("exp chain --chains", false, &["17", "4,17"]),
     ("exp merge --chain", false, &["17"]),
     ("exp merge --dirs", false, &["1001"]),
+    ("exp untar --size", false, &["63M", "2T"]),
+    ("exp untar --settle-ms", false, &["99", "60001"]),
     ("exp latency --pages", false, &["63", "16777217"]),
     ("exp latency --ops", false, &["999"]),
     ("exp latency --rounds", false, &["101"]),

@@ -67,7 +67,7 @@ pub fn render(reg: &Registry) -> String {
             )
         })
         .collect();
-    let metrics: [(&str, &str, &str, Get); 32] = [
+    let metrics: [(&str, &str, &str, Get); 34] = [
         ("zmem_disksize_bytes", "gauge", "Size of the export.", |s| {
             s.disksize
         }),
@@ -190,6 +190,18 @@ pub fn render(reg: &Registry) -> String {
             "counter",
             "Objects moved by background compaction.",
             |s| s.auto.objs_moved,
+        ),
+        (
+            "zmem_auto_compact_objs_lower_bound_total",
+            "counter",
+            "The fewest objects background compaction's steps had to move to free what they could.",
+            |s| s.auto.objs_lower_bound,
+        ),
+        (
+            "zmem_auto_compact_objs_moved_trim_total",
+            "counter",
+            "Objects background compaction moved to give back pages of zspages that stay (default mode's trim).",
+            |s| s.auto.objs_moved_trim,
         ),
         (
             "zmem_auto_compact_cpu_nanoseconds_total",

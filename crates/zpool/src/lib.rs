@@ -167,6 +167,10 @@ pub struct ZCompacted {
     pub pages_freed: u64,
     /// Objects moved.
     pub objs_moved: u64,
+    /// Of `objs_moved`, those moved not to free whole zspages but to give
+    /// back pages of zspages that stay (zsmalloc default mode's trim); 0
+    /// for allocators without one.
+    pub objs_moved_trim: u64,
 }
 
 /// An allocator of compressed objects (the kernel's former `zpool_driver`).
@@ -255,6 +259,15 @@ pub trait ZPool: Send + Sync {
         } else {
             0
         }
+    }
+
+    /// The fewest objects any compaction must move to free every whole
+    /// zspage (or page) step `step` could free now, for allocators that can
+    /// tell (zsmalloc: the live objects of the class's emptiest zspages,
+    /// as many as it could free); `None` when the allocator cannot.
+    fn step_lower_bound(&self, step: usize) -> Option<u64> {
+        let _ = step;
+        None
     }
 
     /// Runs one step of the compaction (nothing for a step past

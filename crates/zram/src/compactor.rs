@@ -257,6 +257,14 @@ pub struct AutoCompactStats {
     pub pages_freed: u64,
     /// Objects moved.
     pub objs_moved: u64,
+    /// The lower bound of `objs_moved`: summed over the steps run, the
+    /// fewest objects any compaction had to move to free every zspage the
+    /// step could free when it started (`ZPool::step_lower_bound`; 0 for
+    /// allocators that cannot tell).
+    pub objs_lower_bound: u64,
+    /// Of `objs_moved`, those moved by default mode's trim (giving back
+    /// pages of zspages that stay), which the lower bound does not cover.
+    pub objs_moved_trim: u64,
     /// The thread's CPU time, nanoseconds.
     pub cpu_ns: u64,
     /// Time spent waiting for the CPU budget, nanoseconds.
@@ -271,7 +279,7 @@ impl fmt::Display for AutoCompactStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "auto_compact: wakeups {} skipped {} postponed {} runs {} steps {} pages_freed {} objs_moved {} cpu_us {} budget_wait_us {} longest_step_us {}",
+            "auto_compact: wakeups {} skipped {} postponed {} runs {} steps {} pages_freed {} objs_moved {} objs_lower_bound {} objs_moved_trim {} cpu_us {} budget_wait_us {} longest_step_us {}",
             self.wakeups,
             self.skipped,
             self.postponed,
@@ -279,6 +287,8 @@ impl fmt::Display for AutoCompactStats {
             self.steps,
             self.pages_freed,
             self.objs_moved,
+            self.objs_lower_bound,
+            self.objs_moved_trim,
             self.cpu_ns / 1000,
             self.budget_wait_ns / 1000,
             self.longest_step_ns / 1000
@@ -296,6 +306,8 @@ struct Tally {
     steps: AtomicU64,
     pages_freed: AtomicU64,
     objs_moved: AtomicU64,
+    objs_lower_bound: AtomicU64,
+    objs_moved_trim: AtomicU64,
     cpu_ns: AtomicU64,
     budget_wait_ns: AtomicU64,
     longest_step_ns: AtomicU64,
@@ -403,6 +415,8 @@ impl Compactor {
             steps: g(&t.steps),
             pages_freed: g(&t.pages_freed),
             objs_moved: g(&t.objs_moved),
+            objs_lower_bound: g(&t.objs_lower_bound),
+            objs_moved_trim: g(&t.objs_moved_trim),
             cpu_ns: g(&t.cpu_ns),
             budget_wait_ns: g(&t.budget_wait_ns),
             longest_step_ns: g(&t.longest_step_ns),
@@ -704,6 +718,9 @@ fn run(shared: &Shared, w: &Watched) {
             if w.pool.step_can_compact(step) == 0 {
                 continue; // freed meanwhile by writes, or by a manual compact
             }
+            if let Some(bound) = w.pool.step_lower_bound(step) {
+                t.objs_lower_bound.fetch_add(bound, Ordering::Relaxed);
+            }
             let start = Instant::now();
             let r = w.pool.compact_step(step);
             let took = start.elapsed().as_nanos() as u64;
@@ -711,6 +728,8 @@ fn run(shared: &Shared, w: &Watched) {
             t.steps.fetch_add(1, Ordering::Relaxed);
             t.pages_freed.fetch_add(r.pages_freed, Ordering::Relaxed);
             t.objs_moved.fetch_add(r.objs_moved, Ordering::Relaxed);
+            t.objs_moved_trim
+                .fetch_add(r.objs_moved_trim, Ordering::Relaxed);
         }
         let used = budget.settle(share);
         t.cpu_ns

@@ -105,6 +105,7 @@ impl ZPool for Pool {
         ZCompacted {
             pages_freed: r.pages_freed,
             objs_moved: r.objs_moved,
+            objs_moved_trim: r.objs_moved_trim,
         }
     }
 
@@ -120,11 +121,16 @@ impl ZPool for Pool {
         Pool::class_reclaimable(self, step)
     }
 
+    fn step_lower_bound(&self, step: usize) -> Option<u64> {
+        Some(Pool::class_compaction_lower_bound(self, step))
+    }
+
     fn compact_step(&self, step: usize) -> ZCompacted {
         let r = Pool::compact_class(self, step);
         ZCompacted {
             pages_freed: r.pages_freed,
             objs_moved: r.objs_moved,
+            objs_moved_trim: r.objs_moved_trim,
         }
     }
 

@@ -3,7 +3,7 @@
 //! its report are in `lab::exp`; this module only names them and dispatches.
 
 use clap::Subcommand;
-use lab::exp::{chain, compaction, latency, merge};
+use lab::exp::{chain, compaction, latency, merge, untar};
 
 use crate::error::CliError;
 
@@ -22,6 +22,10 @@ pub enum ExpCommand {
     /// Seed 004: per-operation latency (p50..max) and memory of zsmalloc,
     /// zbud, z3fold and zblock under one fixed-seed zram-like workload.
     Latency(latency::LatencyArgs),
+    /// Seed 003 for real (root): ext4 mounted with discard on the kernel's
+    /// zram and on zmem exports, untar the Linux source, remove its largest
+    /// directories; mm_stat and overhead ratio after each step.
+    Untar(untar::UntarArgs),
 }
 
 /// Runs `zmem exp`.
@@ -31,5 +35,6 @@ pub fn run(cmd: &ExpCommand) -> Result<(), CliError> {
         ExpCommand::Chain(args) => chain::run(args),
         ExpCommand::Merge(args) => merge::run(args),
         ExpCommand::Latency(args) => latency::run(args),
+        ExpCommand::Untar(args) => untar::run(args),
     }?)
 }

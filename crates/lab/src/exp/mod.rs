@@ -5,7 +5,9 @@
 //! - [`chain`]: mem_used_total for several pages-per-zspage limits (seed 000);
 //! - [`merge`]: overhead with and without class merging (seed 003);
 //! - [`latency`]: per-operation latency and memory of every allocator
-//!   (seed 004).
+//!   (seed 004);
+//! - [`untar`]: seed 003's workload for real, ext4 with discard on each
+//!   store and on the kernel's zram (issue 15; root).
 //!
 //! The `zmem exp` command tree and its dispatch are the `zmem` binary's.
 
@@ -13,6 +15,7 @@ pub mod chain;
 pub mod compaction;
 pub mod latency;
 pub mod merge;
+pub mod untar;
 
 use std::path::{Path, PathBuf};
 
