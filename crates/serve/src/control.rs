@@ -25,6 +25,7 @@
 //! | `backing_dev [PATH]` | `backing_dev` | the backing file or block device (`none`); set only before the store holds data (`EBUSY`) |
 //! | `writeback MODE` | `writeback` | `idle`, `huge`, `huge_idle`, `incompressible`, `type=...`, `page_index=N`, `page_indexes=N-M`; `ENODEV` without a backing_dev |
 //! | `writeback_limit [N]`, `writeback_limit_enable [0/1]` | same | the writeback budget in 4 KiB units |
+//! | `writeback_batch_size [N]` | same (Linux 7.0) | pages written back with one call, 1 to 256 (32 by default) |
 //! | `bd_stat` | `bd_stat` | `bd_count bd_reads bd_writes` in 4 KiB units |
 //! | `recomp_algorithm ["algo=NAME priority=N"]` | `recomp_algorithm` | secondary compressors, `#N: [name]` lines |
 //! | `recompress PARAMS` | `recompress` | `type=idle\|huge\|huge_idle threshold=N max_pages=N algo=NAME priority=N` |
@@ -82,7 +83,7 @@ impl fmt::Display for CtlError {
 impl std::error::Error for CtlError {}
 
 /// Every command name, for `help` and error messages.
-pub const COMMANDS: [&str; 27] = [
+pub const COMMANDS: [&str; 28] = [
     "mm_stat",
     "io_stat",
     "debug_stat",
@@ -103,6 +104,7 @@ pub const COMMANDS: [&str; 27] = [
     "writeback",
     "writeback_limit",
     "writeback_limit_enable",
+    "writeback_batch_size",
     "bd_stat",
     "recomp_algorithm",
     "recompress",
@@ -582,6 +584,20 @@ fn run(s: &Served, cmd: &str, arg: Option<&str>) -> Result<String, CtlError> {
                 Ok(String::new())
             }
         },
+        "writeback_batch_size" => match arg {
+            None => Ok(format!("{}\n", store.writeback_batch_size())),
+            Some(v) => {
+                let n = v.parse::<u64>().map_err(|_| {
+                    CtlError::inval(format!(
+                        "writeback_batch_size takes a number of pages, not {v:?}"
+                    ))
+                })?;
+                store
+                    .set_writeback_batch_size(n)
+                    .map_err(|e| store_error(&e))?;
+                Ok(String::new())
+            }
+        },
         "writeback_limit_enable" => match arg {
             None => Ok(format!("{}\n", u8::from(store.writeback_limit().enabled))),
             Some(v) => {
@@ -776,6 +792,9 @@ mod tests {
             .lines()
             .all(|l| l.ends_with(" ...i..")));
         run("recompress type=idle").unwrap();
+        assert_eq!(run("writeback_batch_size").unwrap(), "32\n");
+        run("writeback_batch_size 8").unwrap();
+        assert_eq!(run("writeback_batch_size").unwrap(), "8\n");
         run("writeback_limit_enable 1").unwrap();
         run("writeback_limit 2").unwrap();
         run("idle all").unwrap();
@@ -798,6 +817,9 @@ mod tests {
             ("recompress type=cold", "EINVAL"),
             ("recompress idle", "EINVAL"),
             ("writeback_limit x", "EINVAL"),
+            ("writeback_batch_size 0", "EINVAL"),
+            ("writeback_batch_size 257", "EINVAL"),
+            ("writeback_batch_size x", "EINVAL"),
             ("bd_stat 1", "EINVAL"),
         ] {
             assert_eq!(run(bad).unwrap_err().errno, errno, "{bad}");

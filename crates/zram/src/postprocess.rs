@@ -14,7 +14,7 @@
 //! of the backing store and the secondaries, which are leaves (held only to
 //! clone an `Arc`). The paths themselves are in `writeback` and `recompress`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::backing::Blocks;
@@ -23,6 +23,12 @@ use crate::streams::Streams;
 /// Secondary compressors: priorities 1 to 3 (the kernel's `ZRAM_MAX_COMPS`
 /// is 4 with the primary).
 pub const MAX_SECONDARIES: usize = 3;
+
+/// Pages one batched write takes by default (`writeback_batch_size`).
+pub const DEFAULT_WRITEBACK_BATCH: usize = 32;
+
+/// The largest `writeback_batch_size` (its buffer is this many pages).
+pub const MAX_WRITEBACK_BATCH: usize = 256;
 
 /// The writeback budget (`writeback_limit_enable`, `writeback_limit`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -39,6 +45,8 @@ pub struct PostProcess {
     /// The backing store and its block bitmap.
     backing: RwLock<Option<Arc<Blocks>>>,
     limit: Mutex<WritebackLimit>,
+    /// `writeback_batch_size` (0: [`DEFAULT_WRITEBACK_BATCH`]).
+    batch: AtomicUsize,
     /// Streams of priorities 1..=3 (index 0 is priority 1).
     secondaries: RwLock<[Option<Arc<Streams>>; MAX_SECONDARIES]>,
     initialised: AtomicBool,
@@ -88,6 +96,19 @@ impl PostProcess {
     /// The writeback budget, to read or change.
     pub fn limit(&self) -> MutexGuard<'_, WritebackLimit> {
         lock(&self.limit)
+    }
+
+    /// Pages a batched write takes (`writeback_batch_size`).
+    pub fn batch(&self) -> usize {
+        match self.batch.load(Ordering::Relaxed) {
+            0 => DEFAULT_WRITEBACK_BATCH,
+            n => n,
+        }
+    }
+
+    /// Sets `writeback_batch_size` (the caller checks the range).
+    pub fn set_batch(&self, pages: usize) {
+        self.batch.store(pages, Ordering::Relaxed);
     }
 
     /// The streams of `priority` (0 is the caller's primary: `None`).

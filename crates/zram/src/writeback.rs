@@ -8,9 +8,12 @@
 //!   over `page_index=N` / `page_indexes=N-M` ranges. Empty, same-filled
 //!   and already written-back slots are never chosen. Chosen slots get
 //!   `PP_SLOT` and are taken largest first (the kernel's buckets).
-//! - **Writing one page**: a free block is reserved (none: `ENOSPC`, stop),
-//!   the page is read (decompressed) under its slot lock, the lock is
-//!   dropped and the page written to the block. Then, under the lock again,
+//! - **Writing pages**, `writeback_batch_size` at a time (the kernel's
+//!   attribute; 32 by default): a run of adjacent free blocks is reserved
+//!   (none free: `ENOSPC`, stop), each page is read (decompressed) into one
+//!   aligned buffer under its slot lock, the lock is dropped, and the run
+//!   is written with one call (one `pwrite`); a failed run is retried
+//!   page by page. Then, under the lock again,
 //!   if the slot still has `PP_SLOT` (nobody read, wrote or freed it
 //!   meanwhile) its object is freed: `compr_data_size` loses its length,
 //!   `huge_pages` loses a raw page, `pages_stored` stays, and the slot holds
@@ -34,9 +37,9 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::backing::{BackingFile, BackingStore, Blocks};
+use crate::backing::{BackingFile, BackingStore, Blocks, PageRun};
 use crate::error::StoreError;
-use crate::postprocess::{by_bucket, WritebackLimit};
+use crate::postprocess::{by_bucket, WritebackLimit, MAX_WRITEBACK_BATCH};
 use crate::slot::{self, SlotContent};
 use crate::stats::{BdStat, Counter};
 use crate::store::Store;
@@ -237,10 +240,36 @@ impl Store {
         })
     }
 
+    /// `writeback_batch_size`: pages written with one call.
+    pub fn writeback_batch_size(&self) -> usize {
+        self.post.batch()
+    }
+
+    /// Sets `writeback_batch_size` (1 to 256 pages; `EINVAL` otherwise).
+    /// It may change at any time; a writeback running takes it when it
+    /// starts.
+    pub fn set_writeback_batch_size(&self, pages: u64) -> Result<(), StoreError> {
+        if !(1..=MAX_WRITEBACK_BATCH as u64).contains(&pages) {
+            return Err(StoreError::os(
+                libc::EINVAL,
+                format!("writeback_batch_size: {pages} is not 1 to {MAX_WRITEBACK_BATCH}"),
+            ));
+        }
+        self.post.set_batch(pages as usize);
+        Ok(())
+    }
+
     /// Writes the pages `req` chooses to the backing store (`echo ... >
     /// writeback`). `ENODEV` without a backing store; `ENOSPC` when it is
     /// full, `EIO` when the budget runs out, or the last write error: pages
     /// written before the error stay written.
+    ///
+    /// Pages go out in batches of `writeback_batch_size`: a run of adjacent
+    /// free blocks is reserved, the pages are read into one aligned buffer
+    /// (each under its own slot lock, held only for the copy) and written
+    /// with one call; then each slot that nobody touched meanwhile takes
+    /// its block. A failed batch is written again page by page, so a bad
+    /// block keeps only its own page in memory.
     pub fn writeback(&self, req: &WritebackRequest) -> Result<WritebackReport, StoreError> {
         let backing = self
             .post
@@ -254,12 +283,13 @@ impl Store {
             ..WritebackReport::default()
         };
         let per_page = (self.page_size / 4096) as u64;
-        let mut page = vec![0u8; self.page_size];
+        let batch = self.post.batch();
+        let mut run = PageRun::new(batch * self.page_size);
+        let mut indexes = Vec::with_capacity(batch);
         let mut error = None;
         let mut next = 0;
         while next < chosen.len() {
-            let index = chosen[next].0;
-            {
+            let budget = {
                 let limit = self.post.limit();
                 if limit.enabled && limit.limit == 0 {
                     error = Some(StoreError::os(
@@ -268,8 +298,14 @@ impl Store {
                     ));
                     break;
                 }
-            }
-            let Some(block) = backing.reserve() else {
+                if limit.enabled {
+                    (limit.limit / per_page).max(1) as usize
+                } else {
+                    usize::MAX
+                }
+            };
+            let want = batch.min(budget).min(chosen.len() - next);
+            let Some((first, count)) = backing.reserve_run(want) else {
                 error = Some(StoreError::os(
                     libc::ENOSPC,
                     format!(
@@ -279,48 +315,80 @@ impl Store {
                 ));
                 break;
             };
-            next += 1;
-            let slot = &self.slots[index as usize];
-            {
+            // Fill the run: pages that changed since they were chosen are
+            // passed over and take no block.
+            indexes.clear();
+            let bytes = run.bytes();
+            while indexes.len() < count && next < chosen.len() {
+                let index = chosen[next].0;
+                next += 1;
+                let slot = &self.slots[index as usize];
                 let guard = slot.lock(self.layout);
-                if !guard.has(slot::PP_SLOT) || self.read_locked(index, &guard, &mut page).is_err()
-                {
+                let at = indexes.len() * self.page_size;
+                let page = &mut bytes[at..at + self.page_size];
+                if !guard.has(slot::PP_SLOT) || self.read_locked(index, &guard, page).is_err() {
                     drop(guard);
-                    backing.release(block);
                     self.clear_pp(index);
                     continue;
                 }
+                indexes.push(index);
+            }
+            let n = indexes.len();
+            for block in first + n as u64..first + count as u64 {
+                backing.release(block);
+            }
+            if n == 0 {
+                continue;
             }
             {
                 let mut limit = self.post.limit();
-                if limit.enabled && limit.limit > 0 {
-                    limit.limit = limit.limit.saturating_sub(per_page);
+                if limit.enabled {
+                    limit.limit = limit.limit.saturating_sub(n as u64 * per_page);
                 }
             }
-            if let Err(e) = backing.dev().write_block(block, &page) {
+            let all = &bytes[..n * self.page_size];
+            let mut failures = Vec::new();
+            if let Err(e) = backing.dev().write_blocks(first, all, self.page_size) {
+                if n == 1 {
+                    failures.push((0, e));
+                } else {
+                    // Retried page by page: one bad block costs one page.
+                    for (k, page) in all.chunks_exact(self.page_size).enumerate() {
+                        if let Err(e) = backing.dev().write_block(first + k as u64, page) {
+                            failures.push((k, e));
+                        }
+                    }
+                }
+            }
+            let failed = failures.len() as u64;
+            if failed > 0 {
                 let mut limit = self.post.limit();
                 if limit.enabled {
-                    limit.limit += per_page;
+                    limit.limit += failed * per_page;
                 }
-                drop(limit);
-                backing.release(block);
-                self.clear_pp(index);
-                self.counters.add(Counter::FailedWritebacks, 1);
-                report.failed += 1;
-                error = Some(StoreError::os(
-                    e.raw_os_error().unwrap_or(libc::EIO),
-                    format!(
-                        "writeback: writing block {block} of {}: {e}",
-                        backing.dev().describe()
-                    ),
-                ));
-                continue;
             }
-            self.counters.add(Counter::BdWrites, 1);
-            if self.complete_writeback(index, block) {
-                report.written += 1;
-            } else {
-                backing.release(block);
+            self.counters.add(Counter::BdWrites, n as u64 - failed);
+            self.counters.add(Counter::FailedWritebacks, failed);
+            report.failed += failed;
+            let mut failures = failures.into_iter().peekable();
+            for (k, &index) in indexes.iter().enumerate() {
+                let block = first + k as u64;
+                if failures.peek().is_some_and(|(at, _)| *at == k) {
+                    let (_, e) = failures.next().unwrap_or_else(|| unreachable!());
+                    backing.release(block);
+                    self.clear_pp(index);
+                    error = Some(StoreError::os(
+                        e.raw_os_error().unwrap_or(libc::EIO),
+                        format!(
+                            "writeback: writing block {block} of {}: {e}",
+                            backing.dev().describe()
+                        ),
+                    ));
+                } else if self.complete_writeback(index, block) {
+                    report.written += 1;
+                } else {
+                    backing.release(block);
+                }
             }
         }
         // Slots not reached keep their data and lose the mark.

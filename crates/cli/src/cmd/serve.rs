@@ -110,6 +110,10 @@ pub struct ServeArgs {
     /// export order (repeatable).
     #[arg(long = "backing-dev", value_name = "PATH")]
     backing_devs: Vec<PathBuf>,
+    /// Pages written back with one write call (zram's
+    /// `writeback_batch_size`, 1 to 256; 32 by default), for every export.
+    #[arg(long, value_name = "PAGES", value_parser = lab::flags::whole::<u64>(1, 256))]
+    writeback_batch_size: Option<u64>,
     /// A secondary compressor for `zmem ctl recompress` (zram's
     /// `recomp_algorithm`), `"algo=NAME priority=N"` with N from 1 to 3, for
     /// every export (repeatable, up to three).
@@ -459,6 +463,8 @@ struct SpecFactory {
     spec: StoreSpec,
     /// `--recomp-algorithm` values, for every export.
     recomp: Vec<String>,
+    /// `--writeback-batch-size`, for every export.
+    writeback_batch: Option<u64>,
 }
 
 impl serve::StoreFactory for SpecFactory {
@@ -482,6 +488,11 @@ impl serve::StoreFactory for SpecFactory {
             ..self.spec.clone()
         };
         let store = spec.open(disksize).map_err(|e| e.to_string())?;
+        if let Some(n) = self.writeback_batch {
+            store
+                .set_writeback_batch_size(n)
+                .map_err(|e| e.to_string())?;
+        }
         Ok((store, spec.label()))
     }
 }
@@ -635,6 +646,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         let factory = Arc::new(SpecFactory {
             spec: spec.clone(),
             recomp: args.recomp_algorithms.clone(),
+            writeback_batch: args.writeback_batch_size,
         });
         if i == 0 {
             registry.set_factory(factory.clone());
@@ -652,6 +664,11 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
                 .set_backing_dev(path)
                 .map_err(|e| CliError::Usage(format!("--backing-dev: {e}")))?;
             info!("export {name:?}: backing_dev {}", path.display());
+        }
+        if let Some(n) = args.writeback_batch_size {
+            store
+                .set_writeback_batch_size(n)
+                .map_err(|e| CliError::Usage(format!("--writeback-batch-size: {e}")))?;
         }
         for algo in &args.recomp_algorithms {
             store
