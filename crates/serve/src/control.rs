@@ -12,7 +12,7 @@
 //! | `classes` | debugfs `zsmalloc/<pool>/classes` | the allocator's class table |
 //! | `disksize`, `comp_algorithm`, `initstate` | same (read) | size in bytes (0 before init), `[algo]`, `1` or `0` |
 //! | `disksize SIZE` | `disksize` | initialises an uninitialised export: makes its store (memparse suffixes; `EINVAL` for 0, `EBUSY` once initialised) |
-//! | `comp_algorithm NAME`, `algorithm_params PARAMS` | same | before init only (`EBUSY` after, as in the kernel): any zcomp name (`EINVAL` otherwise, `E2BIG` for 128 bytes or more); `level=N dict=FILE deflate.winbits=N` for it |
+//! | `comp_algorithm NAME`, `algorithm_params PARAMS` | same | before init only (`EBUSY` after, as in the kernel): any zcomp name (`EINVAL` otherwise, `E2BIG` for 128 bytes or more); `level=N dict=FILE deflate.winbits=N` for it; with `priority=N` (1 to 3) or `algo=NAME` (a secondary's) the parameters of that recompression compressor, taken until the store's first write |
 //! | `hot_add NAME [SIZE]`, `hot_remove NAME` | `/sys/class/zram-control/hot_add`, `hot_remove` | adds an export (uninitialised without SIZE) or removes one; `EEXIST`, `EINVAL` for a bad name, `ENOENT`, `EBUSY` while a client is connected to it |
 //! | `objs_moved` | (zmem's; from the fine-grained fullness series) | objects moved by compaction |
 //! | `compact` | `compact` | compacts the allocator |
@@ -326,6 +326,19 @@ fn recomp_entry(text: &str) -> Result<(u32, String), CtlError> {
     Ok((priority, algo.to_string()))
 }
 
+/// Whether an `algorithm_params` value is for a secondary compressor: it
+/// gives a priority from 1, or an algorithm other than `primary` without a
+/// priority. `EINVAL` if it does not parse.
+fn for_secondary(v: &str, primary: &str) -> Result<bool, CtlError> {
+    let parsed = zcomp::AlgorithmParams::parse(v)
+        .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
+    Ok(match (parsed.priority, parsed.algo) {
+        (Some(p), _) => p > 0,
+        (None, Some(a)) => a.name() != primary,
+        (None, None) => false,
+    })
+}
+
 /// Writes the setting `cmd` of an uninitialised export.
 fn set(settings: &mut Settings, cmd: &str, v: &str) -> Result<(), CtlError> {
     match cmd {
@@ -338,6 +351,23 @@ fn set(settings: &mut Settings, cmd: &str, v: &str) -> Result<(), CtlError> {
                 ))
             })?;
             settings.comp = v.to_string();
+        }
+        "algorithm_params" if for_secondary(v, &settings.comp)? => {
+            // Checked for syntax, range and the algorithm's own limits when
+            // the store is made (`disksize`), as the kernel applies them.
+            let parsed = zcomp::AlgorithmParams::parse(v)
+                .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
+            if parsed.priority.is_some_and(|p| p > 3) {
+                return Err(CtlError::inval(format!(
+                    "algorithm_params: priority {} is not 0 to 3",
+                    parsed.priority.unwrap_or_default()
+                )));
+            }
+            if let Some(a) = parsed.algo {
+                zcomp::Compressor::new(a, &parsed.params)
+                    .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
+            }
+            settings.recomp_params.push(v.to_string());
         }
         "algorithm_params" => {
             zcomp::Compressor::parse(&settings.comp, v)
@@ -455,6 +485,17 @@ fn run(s: &Served, cmd: &str, arg: Option<&str>) -> Result<String, CtlError> {
         "debug_stat" => read(store.debug_stat().to_string()),
         "disksize" => read(store.disk_size().to_string()),
         "initstate" => read("1".to_string()),
+        "algorithm_params"
+            if for_secondary(
+                arg.unwrap_or_default(),
+                store.compressor().algorithm().name(),
+            )? =>
+        {
+            store
+                .set_algorithm_params(arg.unwrap_or_default())
+                .map_err(|e| store_error(&e))?;
+            Ok(String::new())
+        }
         "comp_algorithm" | "algorithm_params" if arg.is_some() => {
             if cmd == "comp_algorithm" {
                 check_comp(arg.unwrap_or_default())?;

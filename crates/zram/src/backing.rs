@@ -56,6 +56,14 @@ pub trait BackingStore: Send + Sync + fmt::Debug {
     /// `block` holds nothing any more: give its space back if the store can
     /// (a hint; failures are ignored).
     fn discard_block(&self, block: u64);
+
+    /// The `count` blocks from `first` hold nothing any more (a hint, as
+    /// [`BackingStore::discard_block`]); a real file punches one hole.
+    fn discard_blocks(&self, first: u64, count: u64) {
+        for block in first..first + count {
+            self.discard_block(block);
+        }
+    }
 }
 
 /// A regular file or block device as a backing store.
@@ -233,6 +241,10 @@ impl BackingStore for BackingFile {
     }
 
     fn discard_block(&self, block: u64) {
+        self.discard_blocks(block, 1);
+    }
+
+    fn discard_blocks(&self, first: u64, count: u64) {
         let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
         // SAFETY: fallocate only reads its integer arguments; the descriptor
         // belongs to `self.file`, open for writing for as long as `self`.
@@ -240,8 +252,8 @@ impl BackingStore for BackingFile {
             libc::fallocate(
                 self.file.as_raw_fd(),
                 mode,
-                self.offset(block) as libc::off_t,
-                self.page_size as libc::off_t,
+                self.offset(first) as libc::off_t,
+                (count * self.page_size as u64) as libc::off_t,
             )
         };
         // A hole is a hint: a file system without holes keeps the bytes.
@@ -361,6 +373,34 @@ impl Blocks {
         self.dev.discard_block(block);
     }
 
+    /// Frees every block in `blocks` (sorted here), giving their space
+    /// back with one [`BackingStore::discard_blocks`] per run of adjacent
+    /// blocks (reset frees a whole disk's blocks this way).
+    pub fn release_many(&self, blocks: &mut [u64]) {
+        blocks.sort_unstable();
+        {
+            let mut map = self.bitmap();
+            for &block in blocks.iter() {
+                let w = (block / 64) as usize;
+                if let Some(word) = map.words.get_mut(w) {
+                    debug_assert!(*word & (1 << (block % 64)) != 0, "block {block} was free");
+                    *word &= !(1u64 << (block % 64));
+                }
+                map.first_free_word = map.first_free_word.min(w);
+            }
+        }
+        self.used.fetch_sub(blocks.len() as u64, Ordering::Relaxed);
+        let mut i = 0;
+        while i < blocks.len() {
+            let mut j = i + 1;
+            while j < blocks.len() && blocks[j] == blocks[j - 1] + 1 {
+                j += 1;
+            }
+            self.dev.discard_blocks(blocks[i], (j - i) as u64);
+            i = j;
+        }
+    }
+
     /// Blocks holding a page.
     pub fn used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
@@ -395,6 +435,10 @@ mod tests {
         assert_eq!(blocks.reserve(), Some(3));
         assert_eq!(blocks.reserve(), Some(65));
         assert_eq!(blocks.reserve(), None);
+        blocks.release_many(&mut [9, 2, 8, 64, 7]);
+        assert_eq!(blocks.used(), 65);
+        let again: Vec<u64> = (0..5).map(|_| blocks.reserve().unwrap()).collect();
+        assert_eq!(again, vec![2, 7, 8, 9, 64]);
         std::fs::remove_file(path).unwrap();
     }
 

@@ -11,8 +11,9 @@
 //!
 //! This module owns that state and its locks: `running` (one writeback or
 //! recompression at a time, taken before any slot lock), and the `RwLock`s
-//! of the backing store and the secondaries, which are leaves (held only to
-//! clone an `Arc`). The paths themselves are in `writeback` and `recompress`.
+//! of the backing store and the secondaries and the mutex of the
+//! secondaries' `algorithm_params`, which are leaves (held only to clone
+//! or replace a value). The paths themselves are in `writeback` and `recompress`.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -49,6 +50,9 @@ pub struct PostProcess {
     batch: AtomicUsize,
     /// Streams of priorities 1..=3 (index 0 is priority 1).
     secondaries: RwLock<[Option<Arc<Streams>>; MAX_SECONDARIES]>,
+    /// `algorithm_params` of priorities 1..=3, kept whether or not that
+    /// priority has a compressor yet (as the kernel keeps them).
+    secondary_params: Mutex<[zcomp::Params; MAX_SECONDARIES]>,
     initialised: AtomicBool,
     running: Mutex<()>,
     /// The policies that run by themselves (the `policy` module).
@@ -122,6 +126,21 @@ impl PostProcess {
         let mut table = self.secondaries.write().unwrap_or_else(|p| p.into_inner());
         if let Some(entry) = table.get_mut(priority.wrapping_sub(1)) {
             *entry = Some(Arc::new(streams));
+        }
+    }
+
+    /// The `algorithm_params` settings of `priority` (1..=3).
+    pub fn secondary_params(&self, priority: usize) -> zcomp::Params {
+        lock(&self.secondary_params)
+            .get(priority.wrapping_sub(1))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Keeps the `algorithm_params` settings of `priority` (1..=3).
+    pub fn set_secondary_params(&self, priority: usize, params: zcomp::Params) {
+        if let Some(entry) = lock(&self.secondary_params).get_mut(priority.wrapping_sub(1)) {
+            *entry = params;
         }
     }
 

@@ -418,6 +418,84 @@ fn batched_writeback_writes_runs_of_adjacent_blocks_with_one_call() {
 }
 
 #[test]
+fn algorithm_params_per_priority_reach_recompression() {
+    // The same idle pages recompressed with zstd at level -5 and at 19:
+    // the level given with algorithm_params is the one used, whether it
+    // was set before recomp_algorithm or after.
+    let words = [
+        "zram ", "keeps ", "idle ", "pages ", "in ", "memory ", "until ", "the ", "backing ",
+        "store ", "takes ", "them; ",
+    ];
+    let mut r = Rng(7);
+    let text: Vec<Vec<u8>> = (0..64)
+        .map(|_| {
+            let mut p = Vec::new();
+            while p.len() < PAGE {
+                p.extend_from_slice(words[(r.next() % 12) as usize].as_bytes());
+            }
+            p.truncate(PAGE);
+            p
+        })
+        .collect();
+    let params = [
+        "priority=1 level=-5",
+        "priority=1 level=19",
+        "algo=zstd level=19",
+    ];
+    let sizes: Vec<u64> = params
+        .iter()
+        .enumerate()
+        .map(|(k, params)| {
+            let s = store(64);
+            if k == 2 {
+                s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
+                s.set_algorithm_params(params).unwrap();
+            } else {
+                s.set_algorithm_params(params).unwrap();
+                s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
+            }
+            assert!(s.secondary_params(1).level.is_some());
+            for (i, p) in text.iter().enumerate() {
+                s.write_page(i as u64, p).unwrap();
+            }
+            s.mark_idle(IdleCutoff::All);
+            s.recompress(&RecompressRequest::parse("type=idle").unwrap())
+                .unwrap();
+            s.mm_stat().compr_data_size
+        })
+        .collect();
+    assert!(sizes[1] < sizes[0], "level 19 beats level -5: {sizes:?}");
+    assert_eq!(sizes[1], sizes[2], "algo=zstd names the same compressor");
+    let s = store(8);
+    s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
+    let errno = |t: &str| s.set_algorithm_params(t).unwrap_err().errno();
+    assert_eq!(errno("priority=4 level=3"), libc::EINVAL);
+    assert_eq!(errno("priority=1 colour=red"), libc::EINVAL);
+    assert_eq!(errno("priority=1 level"), libc::EINVAL);
+    assert_eq!(
+        errno("algo=deflate level=3"),
+        libc::EINVAL,
+        "no such secondary"
+    );
+    assert_eq!(
+        errno("priority=1 algo=deflate"),
+        libc::EINVAL,
+        "not priority 1's"
+    );
+    assert_eq!(
+        errno("level=3"),
+        libc::EBUSY,
+        "the primary's are the store's"
+    );
+    s.write_page(0, &page(1, 0)).unwrap();
+    assert_eq!(
+        errno("priority=1 level=3"),
+        libc::EBUSY,
+        "after the first write"
+    );
+}
+
+#[test]
 fn bad_requests_get_the_kernels_errnos() {
     let s = store(16);
     assert_eq!(wb(&s, "idle").unwrap_err().errno(), libc::ENODEV);

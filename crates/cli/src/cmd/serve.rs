@@ -475,6 +475,7 @@ impl serve::StoreFactory for SpecFactory {
             mem_limit: self.spec.mem_limit,
             backing_dev: None,
             recomp: self.recomp.clone(),
+            recomp_params: Vec::new(),
         }
     }
 
