@@ -159,7 +159,7 @@ impl PostProcess {
 }
 
 /// The kernel's post-processing buckets: 64-byte size ranges.
-const BUCKET_BYTES: usize = 64;
+pub const BUCKET_BYTES: usize = 64;
 
 /// Orders candidates `(index, stored length)` as the kernel takes them: by
 /// bucket of 64 bytes of stored length, the largest first (the most memory
