@@ -188,6 +188,16 @@ impl PageRun {
         }
     }
 
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// The aligned bytes.
     pub fn bytes(&mut self) -> &mut [u8] {
         &mut self.storage[self.skip..self.skip + self.len]
