@@ -72,6 +72,7 @@ const RANGES: &[(&str, bool, &[&str])] = &[
     ("serve --chain", false, &["17"]),
     ("serve --delta", false, &["12", "65544"]),
     ("serve --mem-limit", true, &["2T"]),
+    ("serve --writeback-batch-size", false, &["257"]),
     ("serve --workers", false, &["65"]),
     ("serve --handshake-limit", false, &["3601"]),
     ("serve --max-connections", false, &["4097"]),

@@ -335,3 +335,206 @@ fn bad_page_sizes_and_export_sizes_are_one_line_usage_errors() {
         assert!(err.contains(flag), "{args:?}: {err}");
     }
 }
+
+/// 240 pages: every tenth zero (same-filled), every seventh noise (stored
+/// raw, "huge"), the rest text.
+fn mixed_pages(path: &Path) {
+    let mut data = Vec::new();
+    let mut x = 0x9e37_79b9u32;
+    for i in 0..240usize {
+        let page: Vec<u8> = if i % 10 == 0 {
+            vec![0; 4096]
+        } else if i % 7 == 0 {
+            (0..4096)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    x as u8
+                })
+                .collect()
+        } else {
+            (0..4096)
+                .map(|k| b"the quick brown fox, page "[(k * 3 + i) % 26])
+                .collect()
+        };
+        data.extend(page);
+    }
+    fs::write(path, data).unwrap();
+}
+
+/// The stage named `name` (the `n`th of that name, from 0).
+fn stage<'a>(r: &'a serde_json::Value, name: &str, n: usize) -> &'a serde_json::Value {
+    r["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["name"] == name)
+        .nth(n)
+        .unwrap_or_else(|| panic!("no stage {name} #{n}: {r}"))
+}
+
+#[test]
+fn writeback_idle_takes_every_idle_page_that_is_not_same_filled() {
+    let dir = tmp("wb");
+    let f = dir.path().join("mixed");
+    mixed_pages(&f);
+    let r = report(&[
+        "replay",
+        f.to_str().unwrap(),
+        "--mode",
+        "default,kernel-compat",
+        "--mark-idle",
+        "all",
+        "--writeback",
+        "idle",
+    ]);
+    let names: Vec<&str> = r["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["fill", "mark-idle", "writeback"]);
+    assert_eq!(r["backing_devs"].as_array().unwrap().len(), 2);
+    assert_eq!(r["backing_devs_temporary"], true);
+    for c in 0..2 {
+        let fill = &stage(&r, "fill", 0)["results"][c];
+        let idle = &stage(&r, "mark-idle", 0)["results"][c];
+        let wb = &stage(&r, "writeback", 0)["results"][c];
+        let stored = fill["mm_stat"]["orig_data_size"].as_u64().unwrap() / 4096;
+        let same = fill["mm_stat"]["same_pages"].as_u64().unwrap();
+        assert_eq!((stored, same), (240, 24), "{fill}");
+        assert_eq!(idle["pages"]["marked"], stored - same, "{idle}");
+        assert_eq!(idle["bd_stat"]["bd_count"], 0, "{idle}");
+        assert_eq!(wb["pages"]["written"], stored - same, "{wb}");
+        assert_eq!(wb["bd_stat"]["bd_count"], stored - same, "{wb}");
+        assert_eq!(wb["bd_stat"]["bd_writes"], stored - same, "{wb}");
+        assert_eq!(wb["mm_stat"]["compr_data_size"], 0, "{wb}");
+        assert_eq!(wb["mm_stat"]["huge_pages"], 0, "{wb}");
+        assert_eq!(wb["mm_stat"]["same_pages"], same, "{wb}");
+        assert_eq!(wb["error"], serde_json::Value::Null, "{wb}");
+    }
+    // Verify read every page back, the written-back ones from the files.
+    assert_eq!(r["verified_pages"], 240);
+}
+
+#[test]
+fn recompress_then_writeback_huge_and_the_table_says_what_it_used() {
+    let dir = tmp("recomp");
+    let f = dir.path().join("mixed");
+    mixed_pages(&f);
+    let back = dir.path().join("back.img");
+    fs::File::create(&back)
+        .unwrap()
+        .set_len(240 * 4096)
+        .unwrap();
+    let args = [
+        "replay",
+        f.to_str().unwrap(),
+        "--mode",
+        "kernel-compat",
+        "--comp",
+        "lz4",
+        "--mark-idle",
+        "0",
+        "--recompress",
+        "type=idle",
+        "--recomp-algorithm",
+        "algo=zstd priority=1",
+        "--writeback",
+        "huge",
+        "--backing-dev",
+        back.to_str().unwrap(),
+    ];
+    let r = report(&args);
+    assert_eq!(r["backing_devs_temporary"], false);
+    let fill = &stage(&r, "fill", 0)["results"][0];
+    let rec = &stage(&r, "recompress", 0)["results"][0];
+    let again = &stage(&r, "mark-idle", 1)["results"][0];
+    let wb = &stage(&r, "writeback", 0)["results"][0];
+    let mm = |s: &serde_json::Value, k: &str| s["mm_stat"][k].as_u64().unwrap();
+    assert_eq!(rec["pages"]["chosen"], 216, "{rec}");
+    assert!(
+        mm(rec, "compr_data_size") < mm(fill, "compr_data_size"),
+        "zstd after lz4: {rec} {fill}"
+    );
+    assert_eq!(again["pages"]["marked"], 216, "{again}");
+    // Noise stays raw under zstd too: writeback huge takes exactly those.
+    let huge = mm(rec, "huge_pages");
+    assert!(huge > 0, "{rec}");
+    assert_eq!(wb["pages"]["written"], huge, "{wb}");
+    assert_eq!(wb["bd_stat"]["bd_count"], huge, "{wb}");
+    assert_eq!(mm(wb, "huge_pages"), 0, "{wb}");
+    assert_eq!(r["verified_pages"], 240);
+    // The table names the backing file and prints bd_stat after writeback.
+    let out = common::stdout_of(&args);
+    assert!(
+        out.contains("backing_dev zsmalloc/kernel-compat/lz4/4K: "),
+        "{out}"
+    );
+    assert!(out.contains(back.to_str().unwrap()), "{out}");
+    assert!(out.contains("== writeback =="), "{out}");
+    assert!(out.contains("bd_stat "), "{out}");
+    assert!(out.contains("verify: every page"), "{out}");
+}
+
+#[test]
+fn bad_writeback_and_recompress_flags_get_one_clear_error() {
+    let dir = tmp("badwb");
+    let f = dir.path().join("f");
+    fs::write(&f, vec![1u8; 10000]).unwrap();
+    let f = f.to_str().unwrap();
+    let cases: [(&[&str], i32, &str); 6] = [
+        (
+            &["replay", f, "--recompress", "type=idle"],
+            2,
+            "--recomp-algorithm",
+        ),
+        (
+            &[
+                "replay",
+                f,
+                "--recompress",
+                "type=sleepy",
+                "--recomp-algorithm",
+                "algo=zstd",
+            ],
+            2,
+            "sleepy",
+        ),
+        (
+            &[
+                "replay",
+                f,
+                "--recompress",
+                "type=idle",
+                "--recomp-algorithm",
+                "algo=zstd priority=4",
+            ],
+            2,
+            "priority",
+        ),
+        (&["replay", f, "--writeback", "sleepy"], 2, "sleepy"),
+        (&["replay", f, "--backing-dev", "/tmp/x"], 2, "--writeback"),
+        (&["replay", f, "--mark-idle", "soon"], 2, "all"),
+    ];
+    for (args, code, needle) in cases {
+        let out = zmem(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+    let out = zmem(&[
+        "replay",
+        f,
+        "--writeback",
+        "idle",
+        "--backing-dev",
+        "/nonexistent/b",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("/nonexistent/b"), "{err}");
+}

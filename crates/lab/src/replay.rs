@@ -3,9 +3,13 @@
 //!
 //! Stages: **fill** (every page of the corpus written in disk order), then
 //! optionally **discard** (pages picked with a seeded generator, or listed),
-//! then optionally **compact**, then a **verify** pass that reads every page
-//! back and checks it against the hash taken when it was written (discarded
-//! pages must read as zeros). Each configuration gets its own store;
+//! then optionally **compact**, then the work zram does after a page is
+//! stored, each optional: **mark-idle** (`idle all` or `idle SECONDS`),
+//! **recompress** (with the secondary compressors set before the fill) and
+//! **writeback** (to a backing file per store, set before the fill), then a
+//! **verify** pass that reads every page back, from memory or from the
+//! backing file, and checks it against the hash taken when it was written
+//! (discarded pages must read as zeros). Each configuration gets its own store;
 //! configurations that share a page size are fed from one read of the
 //! corpus, each on its own thread. [`Replay`] is the engine `zmem replay`,
 //! `zmem exp chain` and `zmem exp merge` run; [`stage_table`] prints a stage.
@@ -16,10 +20,15 @@
 //! Owns the stage sequence and its figures; the store is `zram`'s, the
 //! command line is the `zmem` binary's.
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use zram::{AutoCompactStats, IoStat, MmStat, Store};
+use zram::{
+    AutoCompactStats, BdStat, IdleCutoff, IoStat, MmStat, RecompressRequest, Store, StoreError,
+    WritebackRequest,
+};
 
 use crate::corpus::Corpus;
 use crate::rng::Rng;
@@ -45,6 +54,16 @@ pub struct StageResult {
     /// The background compactor's counters so far, when it is on (the
     /// figures are taken once it has dealt with the stage's frees).
     pub auto_compact: Option<AutoCompactStats>,
+    /// `bd_stat`, when the store has a backing file.
+    pub bd_stat: Option<BdStat>,
+    /// What the stage's own action counted, by name (mark-idle: `marked`;
+    /// recompress: `chosen`, `recompressed`, `incompressible`; writeback:
+    /// `chosen`, `written`, `failed`); empty for the other stages.
+    pub pages: BTreeMap<&'static str, u64>,
+    /// The error the stage's action ended with on this store (writeback
+    /// stops at a full backing file, say), if any: the pages it dealt with
+    /// before stay dealt with.
+    pub error: Option<String>,
 }
 
 /// All configurations after one stage.
@@ -87,6 +106,10 @@ pub struct Replay {
     progress: bool,
     /// Store time of the current stage, per configuration.
     seconds: Vec<f64>,
+    /// Page counts of the current stage's action, per configuration.
+    pages: Vec<BTreeMap<&'static str, u64>>,
+    /// The current stage's error, per configuration.
+    errors: Vec<Option<String>>,
 }
 
 impl Replay {
@@ -109,6 +132,8 @@ impl Replay {
             }
         }
         let seconds = vec![0.0; specs.len()];
+        let pages = vec![BTreeMap::new(); specs.len()];
+        let errors = vec![None; specs.len()];
         Ok(Replay {
             specs,
             stores,
@@ -116,7 +141,131 @@ impl Replay {
             corpus,
             progress,
             seconds,
+            pages,
+            errors,
         })
+    }
+
+    /// Sets the secondary compressors of every store (`recomp_algorithm`,
+    /// `"algo=NAME priority=N"` each); before the fill, as the kernel
+    /// allows only before the disk holds data.
+    pub fn set_recomp_algorithms(&mut self, algorithms: &[String]) -> Result<(), Error> {
+        for (spec, store) in self.specs.iter().zip(&self.stores) {
+            for a in algorithms {
+                store.set_recomp_algorithm(a).map_err(|e| {
+                    Error::Usage(format!("--recomp-algorithm {a:?}: {}: {e}", spec.label()))
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets each store's backing file (`backing_dev`), one path per
+    /// configuration in order; before the fill.
+    pub fn set_backing_devs(&mut self, paths: &[PathBuf]) -> Result<(), Error> {
+        if paths.len() != self.stores.len() {
+            return Err(Error::Usage(format!(
+                "{} --backing-dev paths for {} configurations (one per configuration, in order)",
+                paths.len(),
+                self.stores.len()
+            )));
+        }
+        for ((spec, store), path) in self.specs.iter().zip(&self.stores).zip(paths) {
+            store.set_backing_dev(path).map_err(|e| {
+                Error::Usage(format!(
+                    "--backing-dev {}: {}: {e}",
+                    path.display(),
+                    spec.label()
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Gives every store a backing file of its own disk's size: a sparse
+    /// file in `dir`, unlinked as soon as the store has opened it (it lives
+    /// as long as the store and leaves nothing behind). Returns the paths
+    /// the files had.
+    pub fn set_temporary_backing_devs(&mut self, dir: &Path) -> Result<Vec<PathBuf>, Error> {
+        let mut paths = Vec::new();
+        for (i, (spec, store)) in self.specs.iter().zip(&self.stores).enumerate() {
+            let path = dir.join(format!(
+                "zmem-replay-backing-{}-{i}.img",
+                std::process::id()
+            ));
+            let made = std::fs::File::create(&path)
+                .and_then(|f| f.set_len(store.disk_size()))
+                .map_err(|e| Error::Failed(format!("backing file {}: {e}", path.display())));
+            let opened = made.and_then(|()| {
+                store.set_backing_dev(&path).map_err(|e| {
+                    Error::Failed(format!(
+                        "backing file {}: {}: {e}",
+                        path.display(),
+                        spec.label()
+                    ))
+                })
+            });
+            // Opened (or failed): the name is no longer needed either way.
+            let _ = std::fs::remove_file(&path);
+            opened?;
+            paths.push(path);
+        }
+        Ok(paths)
+    }
+
+    /// Marks pages idle in every store (`echo all > idle`, `echo N >
+    /// idle`).
+    pub fn mark_idle(&mut self, cutoff: IdleCutoff) {
+        self.hold_compactors();
+        for (i, s) in self.stores.iter().enumerate() {
+            let t = Instant::now();
+            let marked = s.mark_idle(cutoff);
+            self.seconds[i] += t.elapsed().as_secs_f64();
+            self.pages[i].insert("marked", marked);
+        }
+    }
+
+    /// Recompresses the pages `request` chooses in every store (`echo
+    /// REQUEST > recompress`). Its errors are the request's (no such
+    /// priority or algorithm, a threshold too large): usage errors.
+    pub fn recompress(&mut self, request: &RecompressRequest) -> Result<(), Error> {
+        self.hold_compactors();
+        for (i, s) in self.stores.iter().enumerate() {
+            let t = Instant::now();
+            let r = s.recompress(request).map_err(|e| {
+                Error::Usage(format!("--recompress: {}: {e}", self.specs[i].label()))
+            })?;
+            self.seconds[i] += t.elapsed().as_secs_f64();
+            self.pages[i].insert("chosen", r.chosen);
+            self.pages[i].insert("recompressed", r.recompressed);
+            self.pages[i].insert("incompressible", r.incompressible);
+        }
+        Ok(())
+    }
+
+    /// Writes the pages `request` chooses to every store's backing file
+    /// (`echo REQUEST > writeback`); `request` is parsed for each store's
+    /// disk. A store's error (a full backing file, say) is kept for its
+    /// stage row; the pages written before it stay written.
+    pub fn writeback(&mut self, request: &str) -> Result<(), Error> {
+        self.hold_compactors();
+        for (i, s) in self.stores.iter().enumerate() {
+            let req = WritebackRequest::parse(request, s.disk_pages())
+                .map_err(|e| Error::Usage(format!("--writeback {request:?}: {e}")))?;
+            let t = Instant::now();
+            let r = s.writeback(&req);
+            self.seconds[i] += t.elapsed().as_secs_f64();
+            match r {
+                Ok(r) => {
+                    self.pages[i].insert("chosen", r.chosen);
+                    self.pages[i].insert("written", r.written);
+                    self.pages[i].insert("failed", r.failed);
+                }
+                Err(e @ StoreError::Os { .. }) => self.errors[i] = Some(e.to_string()),
+                Err(e) => return Err(Error::Failed(format!("{}: {e}", self.specs[i].label()))),
+            }
+        }
+        Ok(())
     }
 
     /// The corpus.
@@ -269,7 +418,8 @@ impl Replay {
             .iter()
             .zip(&self.stores)
             .zip(&mut self.seconds)
-            .map(|((spec, store), secs)| {
+            .zip(self.pages.iter_mut().zip(&mut self.errors))
+            .map(|(((spec, store), secs), (pages, error))| {
                 let mm = store.mm_stat();
                 let pool = store.allocator().stats();
                 let r = StageResult {
@@ -284,6 +434,9 @@ impl Replay {
                     },
                     seconds: *secs,
                     auto_compact: store.debug_stat().auto_compact,
+                    bd_stat: (store.backing_dev() != "none").then(|| store.bd_stat()),
+                    pages: std::mem::take(pages),
+                    error: error.take(),
                 };
                 *secs = 0.0;
                 r
@@ -460,6 +613,21 @@ pub fn stage_table(stage: &Stage) -> String {
     }
     for r in &stage.results {
         out.push_str(&format!("mm_stat {}: {}\n", r.config, r.mm_stat));
+        if let Some(bd) = &r.bd_stat {
+            out.push_str(&format!("bd_stat {}: {bd}\n", r.config));
+        }
+        if !r.pages.is_empty() {
+            let counts: Vec<String> = r.pages.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            out.push_str(&format!(
+                "{} {}: pages {}\n",
+                stage.name,
+                r.config,
+                counts.join(", ")
+            ));
+        }
+        if let Some(e) = &r.error {
+            out.push_str(&format!("{} {}: error: {e}\n", stage.name, r.config));
+        }
     }
     out
 }

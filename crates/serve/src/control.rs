@@ -12,7 +12,7 @@
 //! | `classes` | debugfs `zsmalloc/<pool>/classes` | the allocator's class table |
 //! | `disksize`, `comp_algorithm`, `initstate` | same (read) | size in bytes (0 before init), `[algo]`, `1` or `0` |
 //! | `disksize SIZE` | `disksize` | initialises an uninitialised export: makes its store (memparse suffixes; `EINVAL` for 0, `EBUSY` once initialised) |
-//! | `comp_algorithm NAME`, `algorithm_params PARAMS` | same | before init only (`EBUSY` after, as in the kernel): any zcomp name (`EINVAL` otherwise, `E2BIG` for 128 bytes or more); `level=N dict=FILE deflate.winbits=N` for it |
+//! | `comp_algorithm NAME`, `algorithm_params PARAMS` | same | before init only (`EBUSY` after, as in the kernel): any zcomp name (`EINVAL` otherwise, `E2BIG` for 128 bytes or more); `level=N dict=FILE deflate.winbits=N` for it; with `priority=N` (1 to 3) or `algo=NAME` (a secondary's) the parameters of that recompression compressor, taken until the store's first write |
 //! | `hot_add NAME [SIZE] [ro]`, `hot_remove NAME` | `/sys/class/zram-control/hot_add`, `hot_remove` | adds an export (uninitialised without SIZE; read-only for its whole life with `ro`) or removes one; `EEXIST`, `EINVAL` for a bad name, `ENOENT`, `EBUSY` while a client is connected to it |
 //! | `objs_moved` | (zmem's; from the fine-grained fullness series) | objects moved by compaction |
 //! | `compact` | `compact` | compacts the allocator |
@@ -25,6 +25,7 @@
 //! | `backing_dev [PATH]` | `backing_dev` | the backing file or block device (`none`); set only before the store holds data (`EBUSY`) |
 //! | `writeback MODE` | `writeback` | `idle`, `huge`, `huge_idle`, `incompressible`, `type=...`, `page_index=N`, `page_indexes=N-M`; `ENODEV` without a backing_dev |
 //! | `writeback_limit [N]`, `writeback_limit_enable [0/1]` | same | the writeback budget in 4 KiB units |
+//! | `writeback_batch_size [N]` | same (Linux 7.0) | pages written back with one call, 1 to 256 (32 by default) |
 //! | `bd_stat` | `bd_stat` | `bd_count bd_reads bd_writes` in 4 KiB units |
 //! | `recomp_algorithm ["algo=NAME priority=N"]` | `recomp_algorithm` | secondary compressors, `#N: [name]` lines |
 //! | `recompress PARAMS` | `recompress` | `type=idle\|huge\|huge_idle threshold=N max_pages=N algo=NAME priority=N` |
@@ -82,7 +83,7 @@ impl fmt::Display for CtlError {
 impl std::error::Error for CtlError {}
 
 /// Every command name, for `help` and error messages.
-pub const COMMANDS: [&str; 27] = [
+pub const COMMANDS: [&str; 28] = [
     "mm_stat",
     "io_stat",
     "debug_stat",
@@ -103,6 +104,7 @@ pub const COMMANDS: [&str; 27] = [
     "writeback",
     "writeback_limit",
     "writeback_limit_enable",
+    "writeback_batch_size",
     "bd_stat",
     "recomp_algorithm",
     "recompress",
@@ -331,6 +333,19 @@ fn recomp_entry(text: &str) -> Result<(u32, String), CtlError> {
     Ok((priority, algo.to_string()))
 }
 
+/// Whether an `algorithm_params` value is for a secondary compressor: it
+/// gives a priority from 1, or an algorithm other than `primary` without a
+/// priority. `EINVAL` if it does not parse.
+fn for_secondary(v: &str, primary: &str) -> Result<bool, CtlError> {
+    let parsed = zcomp::AlgorithmParams::parse(v)
+        .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
+    Ok(match (parsed.priority, parsed.algo) {
+        (Some(p), _) => p > 0,
+        (None, Some(a)) => a.name() != primary,
+        (None, None) => false,
+    })
+}
+
 /// Writes the setting `cmd` of an uninitialised export.
 fn set(settings: &mut Settings, cmd: &str, v: &str) -> Result<(), CtlError> {
     match cmd {
@@ -343,6 +358,23 @@ fn set(settings: &mut Settings, cmd: &str, v: &str) -> Result<(), CtlError> {
                 ))
             })?;
             settings.comp = v.to_string();
+        }
+        "algorithm_params" if for_secondary(v, &settings.comp)? => {
+            // Checked for syntax, range and the algorithm's own limits when
+            // the store is made (`disksize`), as the kernel applies them.
+            let parsed = zcomp::AlgorithmParams::parse(v)
+                .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
+            if parsed.priority.is_some_and(|p| p > 3) {
+                return Err(CtlError::inval(format!(
+                    "algorithm_params: priority {} is not 0 to 3",
+                    parsed.priority.unwrap_or_default()
+                )));
+            }
+            if let Some(a) = parsed.algo {
+                zcomp::Compressor::new(a, &parsed.params)
+                    .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
+            }
+            settings.recomp_params.push(v.to_string());
         }
         "algorithm_params" => {
             zcomp::Compressor::parse(&settings.comp, v)
@@ -460,6 +492,17 @@ fn run(s: &Served, cmd: &str, arg: Option<&str>) -> Result<String, CtlError> {
         "debug_stat" => read(store.debug_stat().to_string()),
         "disksize" => read(store.disk_size().to_string()),
         "initstate" => read("1".to_string()),
+        "algorithm_params"
+            if for_secondary(
+                arg.unwrap_or_default(),
+                store.compressor().algorithm().name(),
+            )? =>
+        {
+            store
+                .set_algorithm_params(arg.unwrap_or_default())
+                .map_err(|e| store_error(&e))?;
+            Ok(String::new())
+        }
         "comp_algorithm" | "algorithm_params" if arg.is_some() => {
             if cmd == "comp_algorithm" {
                 check_comp(arg.unwrap_or_default())?;
@@ -586,6 +629,20 @@ fn run(s: &Served, cmd: &str, arg: Option<&str>) -> Result<String, CtlError> {
                     ))
                 })?;
                 store.set_writeback_limit(n);
+                Ok(String::new())
+            }
+        },
+        "writeback_batch_size" => match arg {
+            None => Ok(format!("{}\n", store.writeback_batch_size())),
+            Some(v) => {
+                let n = v.parse::<u64>().map_err(|_| {
+                    CtlError::inval(format!(
+                        "writeback_batch_size takes a number of pages, not {v:?}"
+                    ))
+                })?;
+                store
+                    .set_writeback_batch_size(n)
+                    .map_err(|e| store_error(&e))?;
                 Ok(String::new())
             }
         },
@@ -784,6 +841,9 @@ mod tests {
             .lines()
             .all(|l| l.ends_with(" ...i..")));
         run("recompress type=idle").unwrap();
+        assert_eq!(run("writeback_batch_size").unwrap(), "32\n");
+        run("writeback_batch_size 8").unwrap();
+        assert_eq!(run("writeback_batch_size").unwrap(), "8\n");
         run("writeback_limit_enable 1").unwrap();
         run("writeback_limit 2").unwrap();
         run("idle all").unwrap();
@@ -806,6 +866,9 @@ mod tests {
             ("recompress type=cold", "EINVAL"),
             ("recompress idle", "EINVAL"),
             ("writeback_limit x", "EINVAL"),
+            ("writeback_batch_size 0", "EINVAL"),
+            ("writeback_batch_size 257", "EINVAL"),
+            ("writeback_batch_size x", "EINVAL"),
             ("bd_stat 1", "EINVAL"),
         ] {
             assert_eq!(run(bad).unwrap_err().errno, errno, "{bad}");

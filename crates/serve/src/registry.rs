@@ -84,6 +84,9 @@ pub struct Settings {
     /// `recomp_algorithm` values (`algo=NAME priority=N`), in the order
     /// written; a later one for the same priority wins, as in the store.
     pub recomp: Vec<String>,
+    /// `algorithm_params` values for the secondary compressors
+    /// (`priority=N ...` or `algo=NAME ...`), in the order written.
+    pub recomp_params: Vec<String>,
 }
 
 /// Makes the stores of exports initialised while the server runs.
@@ -615,6 +618,11 @@ fn make_store(
             .set_recomp_algorithm(algo)
             .map_err(|e| crate::control::store_error(&e))?;
     }
+    for params in &settings.recomp_params {
+        store
+            .set_algorithm_params(params)
+            .map_err(|e| crate::control::store_error(&e))?;
+    }
     let store = Arc::new(store);
     let policy = factory
         .start_policy(name, &store)
@@ -681,6 +689,8 @@ mod tests {
         execute(&reg, x, "algorithm_params level=5").unwrap();
         execute(&reg, x, "mem_limit 8M").unwrap();
         execute(&reg, x, "recomp_algorithm algo=deflate priority=2").unwrap();
+        // A secondary's parameters, by priority (kept for disksize).
+        execute(&reg, x, "algorithm_params priority=2 level=9").unwrap();
         assert_eq!(execute(&reg, x, "comp_algorithm").unwrap(), "[zstd]\n");
         assert_eq!(
             execute(&reg, x, "recomp_algorithm").unwrap(),
@@ -692,6 +702,8 @@ mod tests {
             ("comp_algorithm lzma", "EINVAL"),
             ("algorithm_params level=x", "EINVAL"),
             ("recomp_algorithm algo=zstd priority=4", "EINVAL"),
+            ("algorithm_params priority=4 level=3", "EINVAL"),
+            ("algorithm_params priority=1 colour=red", "EINVAL"),
             ("backing_dev /nonexistent/zmem", "ENOENT"),
             ("disksize 0", "EINVAL"),
             ("disksize lots", "EINVAL"),
@@ -717,6 +729,10 @@ mod tests {
             execute(&reg, x, "recomp_algorithm").unwrap(),
             "#2: [deflate]\n"
         );
+        assert_eq!(s.store.secondary_params(2).level, Some(9));
+        // Until the first write a secondary's parameters may still change.
+        execute(&reg, x, "algorithm_params algo=deflate level=3").unwrap();
+        assert_eq!(s.store.secondary_params(2).level, Some(3));
         assert_eq!(
             execute(&reg, None, "exports").unwrap(),
             "x\tzsmalloc/default/zstd/4K\t1048576\n"
@@ -732,6 +748,10 @@ mod tests {
         assert_eq!(errno(&reg, x, "comp_algorithm lzma"), "EINVAL");
         let page: Vec<u8> = (0..4096).map(|i| (i % 251) as u8).collect();
         s.store.write_page(0, &page).unwrap();
+        assert_eq!(
+            errno(&reg, x, "algorithm_params priority=2 level=1"),
+            "EBUSY"
+        );
         // reset: back to uninitialised with the defaults, the store emptied.
         execute(&reg, x, "reset").unwrap();
         assert_eq!(s.store.mm_stat().orig_data_size, 0);

@@ -11,10 +11,11 @@
 //!
 //! This module owns that state and its locks: `running` (one writeback or
 //! recompression at a time, taken before any slot lock), and the `RwLock`s
-//! of the backing store and the secondaries, which are leaves (held only to
-//! clone an `Arc`). The paths themselves are in `writeback` and `recompress`.
+//! of the backing store and the secondaries and the mutex of the
+//! secondaries' `algorithm_params`, which are leaves (held only to clone
+//! or replace a value). The paths themselves are in `writeback` and `recompress`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::backing::Blocks;
@@ -23,6 +24,12 @@ use crate::streams::Streams;
 /// Secondary compressors: priorities 1 to 3 (the kernel's `ZRAM_MAX_COMPS`
 /// is 4 with the primary).
 pub const MAX_SECONDARIES: usize = 3;
+
+/// Pages one batched write takes by default (`writeback_batch_size`).
+pub const DEFAULT_WRITEBACK_BATCH: usize = 32;
+
+/// The largest `writeback_batch_size` (its buffer is this many pages).
+pub const MAX_WRITEBACK_BATCH: usize = 256;
 
 /// The writeback budget (`writeback_limit_enable`, `writeback_limit`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -39,8 +46,13 @@ pub struct PostProcess {
     /// The backing store and its block bitmap.
     backing: RwLock<Option<Arc<Blocks>>>,
     limit: Mutex<WritebackLimit>,
+    /// `writeback_batch_size` (0: [`DEFAULT_WRITEBACK_BATCH`]).
+    batch: AtomicUsize,
     /// Streams of priorities 1..=3 (index 0 is priority 1).
     secondaries: RwLock<[Option<Arc<Streams>>; MAX_SECONDARIES]>,
+    /// `algorithm_params` of priorities 1..=3, kept whether or not that
+    /// priority has a compressor yet (as the kernel keeps them).
+    secondary_params: Mutex<[zcomp::Params; MAX_SECONDARIES]>,
     initialised: AtomicBool,
     running: Mutex<()>,
     /// The policies that run by themselves (the `policy` module).
@@ -90,6 +102,19 @@ impl PostProcess {
         lock(&self.limit)
     }
 
+    /// Pages a batched write takes (`writeback_batch_size`).
+    pub fn batch(&self) -> usize {
+        match self.batch.load(Ordering::Relaxed) {
+            0 => DEFAULT_WRITEBACK_BATCH,
+            n => n,
+        }
+    }
+
+    /// Sets `writeback_batch_size` (the caller checks the range).
+    pub fn set_batch(&self, pages: usize) {
+        self.batch.store(pages, Ordering::Relaxed);
+    }
+
     /// The streams of `priority` (0 is the caller's primary: `None`).
     pub fn secondary(&self, priority: usize) -> Option<Arc<Streams>> {
         let table = self.secondaries.read().unwrap_or_else(|p| p.into_inner());
@@ -101,6 +126,21 @@ impl PostProcess {
         let mut table = self.secondaries.write().unwrap_or_else(|p| p.into_inner());
         if let Some(entry) = table.get_mut(priority.wrapping_sub(1)) {
             *entry = Some(Arc::new(streams));
+        }
+    }
+
+    /// The `algorithm_params` settings of `priority` (1..=3).
+    pub fn secondary_params(&self, priority: usize) -> zcomp::Params {
+        lock(&self.secondary_params)
+            .get(priority.wrapping_sub(1))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Keeps the `algorithm_params` settings of `priority` (1..=3).
+    pub fn set_secondary_params(&self, priority: usize, params: zcomp::Params) {
+        if let Some(entry) = lock(&self.secondary_params).get_mut(priority.wrapping_sub(1)) {
+            *entry = params;
         }
     }
 
@@ -119,7 +159,7 @@ impl PostProcess {
 }
 
 /// The kernel's post-processing buckets: 64-byte size ranges.
-const BUCKET_BYTES: usize = 64;
+pub const BUCKET_BYTES: usize = 64;
 
 /// Orders candidates `(index, stored length)` as the kernel takes them: by
 /// bucket of 64 bytes of stored length, the largest first (the most memory

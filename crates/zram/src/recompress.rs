@@ -158,12 +158,89 @@ impl Store {
                 "recomp_algorithm: name too long",
             ));
         }
-        let compressor = zcomp::Compressor::parse(algo, "")
+        let algorithm = zcomp::Algorithm::from_name(algo)
             .map_err(|e| inval(format!("recomp_algorithm: {e}")))?;
+        let params = self.post.secondary_params(priority as usize);
+        let compressor = zcomp::Compressor::new(algorithm, &params).map_err(|e| {
+            inval(format!(
+                "recomp_algorithm: {algo} with this priority's algorithm_params: {e}"
+            ))
+        })?;
         self.refuse_if_initialised("recomp_algorithm")?;
         self.post
             .set_secondary(priority as usize, Streams::new(compressor));
         Ok(())
+    }
+
+    /// Sets the parameters of a secondary compressor (`echo "priority=N
+    /// level=L" > algorithm_params`, or `algo=NAME` for the secondary of
+    /// that name): `level`, `dict` and `deflate.winbits`, as for the
+    /// primary. They are kept per priority and used by the compressor of
+    /// that priority, whether `recomp_algorithm` set it before or sets it
+    /// after. `EINVAL` for unknown keys, malformed values, a priority
+    /// outside 1..=3, an `algo` no secondary has (or not the one at the
+    /// given priority) or settings the algorithm refuses; `EBUSY` for the
+    /// primary (priority 0, or neither key: its parameters are given when
+    /// the store is made) and once the store is initialised.
+    pub fn set_algorithm_params(&self, text: &str) -> Result<(), StoreError> {
+        let parsed = zcomp::AlgorithmParams::parse(text)
+            .map_err(|e| inval(format!("algorithm_params: {e}")))?;
+        let by_name = |a: zcomp::Algorithm| {
+            self.recomp_algorithms()
+                .into_iter()
+                .find(|(_, n)| *n == a.name())
+                .map(|(p, _)| p)
+        };
+        let priority = match (parsed.priority, parsed.algo) {
+            (Some(p), algo) => {
+                let p = p as usize;
+                if p > MAX_SECONDARIES {
+                    return Err(inval(format!(
+                        "algorithm_params: priority {p} is not 0 to {MAX_SECONDARIES}"
+                    )));
+                }
+                if let (Some(a), Some(have)) = (algo, self.post.secondary(p)) {
+                    if have.compressor().algorithm() != a {
+                        return Err(inval(format!(
+                            "algorithm_params: {} is not the priority {p} algorithm",
+                            a.name()
+                        )));
+                    }
+                }
+                p
+            }
+            (None, Some(a)) if a == self.compressor().algorithm() => 0,
+            (None, Some(a)) => by_name(a).ok_or_else(|| {
+                inval(format!(
+                    "algorithm_params: no compressor {} (set it with recomp_algorithm first, or give priority=N)",
+                    a.name()
+                ))
+            })?,
+            (None, None) => 0,
+        };
+        if priority == 0 {
+            return Err(StoreError::os(
+                libc::EBUSY,
+                "algorithm_params of the primary compressor are given when the store is made",
+            ));
+        }
+        self.refuse_if_initialised("algorithm_params")?;
+        if let Some(have) = self.post.secondary(priority) {
+            let compressor = zcomp::Compressor::new(have.compressor().algorithm(), &parsed.params)
+                .map_err(|e| inval(format!("algorithm_params: {e}")))?;
+            self.post.set_secondary(priority, Streams::new(compressor));
+        } else if let Some(a) = parsed.algo {
+            // Checked now, so that a later recomp_algorithm does not fail.
+            zcomp::Compressor::new(a, &parsed.params)
+                .map_err(|e| inval(format!("algorithm_params: {e}")))?;
+        }
+        self.post.set_secondary_params(priority, parsed.params);
+        Ok(())
+    }
+
+    /// The `algorithm_params` settings kept for `priority` (1..=3).
+    pub fn secondary_params(&self, priority: usize) -> zcomp::Params {
+        self.post.secondary_params(priority)
     }
 
     /// The secondary compressors: `(priority, algorithm name)`.

@@ -390,14 +390,22 @@ impl Store {
 
     /// Frees a slot's former contents and takes them out of the counters.
     pub(crate) fn release(&self, old: SlotContent) {
+        let mut block = Vec::new();
+        self.release_into(old, &mut block);
+        if let (Some(backing), Some(&b)) = (self.post.backing(), block.first()) {
+            backing.release(b);
+        }
+    }
+
+    /// [`Store::release`], except that a backing-store block is added to
+    /// `blocks` for the caller to free.
+    fn release_into(&self, old: SlotContent, blocks: &mut Vec<u64>) {
         match old {
             SlotContent::Empty => {}
             SlotContent::WrittenBack { block, .. } => {
                 // Its length and huge_pages share left the counters when
                 // it was written back.
-                if let Some(backing) = self.post.backing() {
-                    backing.release(block);
-                }
+                blocks.push(block);
                 self.counters.sub(Counter::PagesStored, 1);
             }
             SlotContent::SameFilled(_) => {
@@ -546,6 +554,9 @@ impl Store {
     /// slot after `reset` has passed it stays (as a write just after the
     /// reset would).
     pub fn reset(&self) {
+        // Blocks on the backing store are freed together at the end, one
+        // hole punched per run of them rather than one per block.
+        let mut blocks = Vec::new();
         for slot in self.slots.iter() {
             let old = {
                 let mut guard = slot.lock(self.layout);
@@ -553,7 +564,10 @@ impl Store {
                 guard.set(SlotContent::Empty);
                 old
             };
-            self.release(old);
+            self.release_into(old, &mut blocks);
+        }
+        if let Some(backing) = self.post.backing() {
+            backing.release_many(&mut blocks);
         }
         // The gauges went to 0 as the slots were freed (and with them the
         // backing store's blocks; the backing store itself stays, as the

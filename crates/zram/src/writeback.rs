@@ -8,9 +8,13 @@
 //!   over `page_index=N` / `page_indexes=N-M` ranges. Empty, same-filled
 //!   and already written-back slots are never chosen. Chosen slots get
 //!   `PP_SLOT` and are taken largest first (the kernel's buckets).
-//! - **Writing one page**: a free block is reserved (none: `ENOSPC`, stop),
-//!   the page is read (decompressed) under its slot lock, the lock is
-//!   dropped and the page written to the block. Then, under the lock again,
+//! - **Writing pages**, `writeback_batch_size` at a time (the kernel's
+//!   attribute; 32 by default): a run of adjacent free blocks is reserved
+//!   (none free: `ENOSPC`, stop), each page is read (decompressed) into one
+//!   aligned buffer under its slot lock, the lock is dropped, and the run
+//!   is written with one call (one `pwrite`) by a writer thread while the
+//!   next batch is read into a second buffer; a failed run is retried page
+//!   by page. Then, under the lock again,
 //!   if the slot still has `PP_SLOT` (nobody read, wrote or freed it
 //!   meanwhile) its object is freed: `compr_data_size` loses its length,
 //!   `huge_pages` loses a raw page, `pages_stored` stays, and the slot holds
@@ -30,16 +34,57 @@
 //! This module owns the writeback path and its request format; the block
 //! bitmap and file are the `backing` module's.
 
+use std::io;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 
-use crate::backing::{BackingFile, BackingStore, Blocks};
+use crate::backing::{BackingFile, BackingStore, Blocks, PageRun};
 use crate::error::StoreError;
-use crate::postprocess::{by_bucket, WritebackLimit};
+use crate::postprocess::{WritebackLimit, BUCKET_BYTES, MAX_WRITEBACK_BATCH};
 use crate::slot::{self, SlotContent};
 use crate::stats::{BdStat, Counter};
 use crate::store::Store;
+
+/// Bits of a [`bucket_key`] that hold the index (a disk has at most 2^28
+/// pages).
+const INDEX_MASK: u64 = (1 << 40) - 1;
+
+/// A candidate as one word that sorts as [`by_bucket`](crate::postprocess::by_bucket) orders candidates:
+/// the complement of its 64-byte bucket above its index.
+fn bucket_key(index: u64, stored: usize) -> u64 {
+    let bucket = (stored / BUCKET_BYTES) as u64;
+    ((u64::from(u16::MAX) - bucket.min(u64::from(u16::MAX))) << 40) | (index & INDEX_MASK)
+}
+
+/// One batch of pages on its way to the backing store: the pages, the
+/// first of the adjacent blocks they go to, and their slots.
+struct Batch {
+    run: PageRun,
+    first: u64,
+    indexes: Vec<u64>,
+}
+
+/// Writes `job`'s pages with one call; if that fails, again page by page,
+/// so that a bad block costs one page. Returns the pages (positions in the
+/// batch) that could not be written.
+fn write_run(dev: &dyn BackingStore, job: &mut Batch, page_size: usize) -> Vec<(usize, io::Error)> {
+    let n = job.indexes.len();
+    let all = &job.run.bytes()[..n * page_size];
+    let mut failures = Vec::new();
+    if let Err(e) = dev.write_blocks(job.first, all, page_size) {
+        if n == 1 {
+            failures.push((0, e));
+        } else {
+            for (k, page) in all.chunks_exact(page_size).enumerate() {
+                if let Err(e) = dev.write_block(job.first + k as u64, page) {
+                    failures.push((k, e));
+                }
+            }
+        }
+    }
+    failures
+}
 
 /// Which pages a writeback takes (the kernel's `*_WRITEBACK` modes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -237,10 +282,37 @@ impl Store {
         })
     }
 
+    /// `writeback_batch_size`: pages written with one call.
+    pub fn writeback_batch_size(&self) -> usize {
+        self.post.batch()
+    }
+
+    /// Sets `writeback_batch_size` (1 to 256 pages; `EINVAL` otherwise).
+    /// It may change at any time; a writeback running takes it when it
+    /// starts.
+    pub fn set_writeback_batch_size(&self, pages: u64) -> Result<(), StoreError> {
+        if !(1..=MAX_WRITEBACK_BATCH as u64).contains(&pages) {
+            return Err(StoreError::os(
+                libc::EINVAL,
+                format!("writeback_batch_size: {pages} is not 1 to {MAX_WRITEBACK_BATCH}"),
+            ));
+        }
+        self.post.set_batch(pages as usize);
+        Ok(())
+    }
+
     /// Writes the pages `req` chooses to the backing store (`echo ... >
     /// writeback`). `ENODEV` without a backing store; `ENOSPC` when it is
     /// full, `EIO` when the budget runs out, or the last write error: pages
     /// written before the error stay written.
+    ///
+    /// Pages go out in batches of `writeback_batch_size`: a run of adjacent
+    /// free blocks is reserved, the pages are read into one aligned buffer
+    /// (each under its own slot lock, held only for the copy) and written
+    /// with one call by a writer thread, while this thread reads the next
+    /// batch into a second buffer; then each slot that nobody touched
+    /// meanwhile takes its block. A failed batch is written again page by page, so a bad
+    /// block keeps only its own page in memory.
     pub fn writeback(&self, req: &WritebackRequest) -> Result<WritebackReport, StoreError> {
         let backing = self
             .post
@@ -248,84 +320,77 @@ impl Store {
             .ok_or_else(|| StoreError::os(libc::ENODEV, "writeback: no backing_dev is set"))?;
         let _running = self.post.run();
         let mut chosen = self.choose_for_writeback(req);
-        by_bucket(&mut chosen);
+        chosen.sort_unstable();
         let mut report = WritebackReport {
             chosen: chosen.len() as u64,
             ..WritebackReport::default()
         };
-        let per_page = (self.page_size / 4096) as u64;
-        let mut page = vec![0u8; self.page_size];
+        let batch = self.post.batch();
         let mut error = None;
         let mut next = 0;
-        while next < chosen.len() {
-            let index = chosen[next].0;
-            {
-                let limit = self.post.limit();
-                if limit.enabled && limit.limit == 0 {
-                    error = Some(StoreError::os(
-                        libc::EIO,
-                        "writeback: writeback_limit reached",
-                    ));
+        // Two buffers: one filled (pages decompressed) here while the other
+        // is written by the writer thread.
+        let mut free: Vec<Batch> = (0..2)
+            .map(|_| Batch {
+                run: PageRun::new(batch * self.page_size),
+                first: 0,
+                indexes: Vec::with_capacity(batch),
+            })
+            .collect();
+        std::thread::scope(|scope| {
+            let (to_writer, jobs) = mpsc::sync_channel::<Batch>(1);
+            let (written, done) = mpsc::channel::<(Batch, Vec<(usize, io::Error)>)>();
+            let dev = backing.dev();
+            let page_size = self.page_size;
+            scope.spawn(move || {
+                for mut job in jobs {
+                    let failures = write_run(dev, &mut job, page_size);
+                    if written.send((job, failures)).is_err() {
+                        break;
+                    }
+                }
+            });
+            let mut in_flight = 0;
+            while next < chosen.len() {
+                let mut job = match free.pop() {
+                    Some(job) => job,
+                    None => match done.recv() {
+                        Ok((job, failures)) => {
+                            in_flight -= 1;
+                            self.finish_batch(&backing, &job, failures, &mut report, &mut error);
+                            job
+                        }
+                        // The writer is gone (it cannot be while jobs
+                        // are in flight): stop taking pages.
+                        Err(_) => break,
+                    },
+                };
+                match self.fill_batch(&backing, &chosen, &mut next, &mut job) {
+                    Ok(0) => free.push(job),
+                    Ok(_) => {
+                        if to_writer.send(job).is_err() {
+                            break;
+                        }
+                        in_flight += 1;
+                    }
+                    Err(e) => {
+                        error = Some(e);
+                        break;
+                    }
+                }
+            }
+            drop(to_writer);
+            while in_flight > 0 {
+                let Ok((job, failures)) = done.recv() else {
                     break;
-                }
+                };
+                in_flight -= 1;
+                self.finish_batch(&backing, &job, failures, &mut report, &mut error);
             }
-            let Some(block) = backing.reserve() else {
-                error = Some(StoreError::os(
-                    libc::ENOSPC,
-                    format!(
-                        "writeback: the backing store {} is full",
-                        backing.dev().describe()
-                    ),
-                ));
-                break;
-            };
-            next += 1;
-            let slot = &self.slots[index as usize];
-            {
-                let guard = slot.lock(self.layout);
-                if !guard.has(slot::PP_SLOT) || self.read_locked(index, &guard, &mut page).is_err()
-                {
-                    drop(guard);
-                    backing.release(block);
-                    self.clear_pp(index);
-                    continue;
-                }
-            }
-            {
-                let mut limit = self.post.limit();
-                if limit.enabled && limit.limit > 0 {
-                    limit.limit = limit.limit.saturating_sub(per_page);
-                }
-            }
-            if let Err(e) = backing.dev().write_block(block, &page) {
-                let mut limit = self.post.limit();
-                if limit.enabled {
-                    limit.limit += per_page;
-                }
-                drop(limit);
-                backing.release(block);
-                self.clear_pp(index);
-                self.counters.add(Counter::FailedWritebacks, 1);
-                report.failed += 1;
-                error = Some(StoreError::os(
-                    e.raw_os_error().unwrap_or(libc::EIO),
-                    format!(
-                        "writeback: writing block {block} of {}: {e}",
-                        backing.dev().describe()
-                    ),
-                ));
-                continue;
-            }
-            self.counters.add(Counter::BdWrites, 1);
-            if self.complete_writeback(index, block) {
-                report.written += 1;
-            } else {
-                backing.release(block);
-            }
-        }
+        });
         // Slots not reached keep their data and lose the mark.
-        for &(index, _) in &chosen[next..] {
-            self.clear_pp(index);
+        for &key in &chosen[next..] {
+            self.clear_pp(key & INDEX_MASK);
         }
         match error {
             Some(StoreError::Os { errno, reason }) => Err(StoreError::Os {
@@ -340,8 +405,126 @@ impl Store {
         }
     }
 
-    /// The slots `req` chooses, marked `PP_SLOT`, with their stored length.
-    fn choose_for_writeback(&self, req: &WritebackRequest) -> Vec<(u64, usize)> {
+    /// Reserves a run of blocks and reads the next chosen pages into
+    /// `job` (pages that changed since they were chosen are passed over
+    /// and take no block); takes their share of the budget. Returns the
+    /// pages in it, or the error that stops the writeback (budget spent,
+    /// backing store full).
+    fn fill_batch(
+        &self,
+        backing: &Blocks,
+        chosen: &[u64],
+        next: &mut usize,
+        job: &mut Batch,
+    ) -> Result<usize, StoreError> {
+        let per_page = (self.page_size / 4096) as u64;
+        let budget = {
+            let limit = self.post.limit();
+            if limit.enabled && limit.limit == 0 {
+                return Err(StoreError::os(
+                    libc::EIO,
+                    "writeback: writeback_limit reached",
+                ));
+            }
+            if limit.enabled {
+                (limit.limit / per_page).max(1) as usize
+            } else {
+                usize::MAX
+            }
+        };
+        let want = (job.run.len() / self.page_size)
+            .min(budget)
+            .min(chosen.len() - *next);
+        let Some((first, count)) = backing.reserve_run(want) else {
+            return Err(StoreError::os(
+                libc::ENOSPC,
+                format!(
+                    "writeback: the backing store {} is full",
+                    backing.dev().describe()
+                ),
+            ));
+        };
+        job.first = first;
+        job.indexes.clear();
+        let bytes = job.run.bytes();
+        while job.indexes.len() < count && *next < chosen.len() {
+            let index = chosen[*next] & INDEX_MASK;
+            *next += 1;
+            let guard = self.slots[index as usize].lock(self.layout);
+            let at = job.indexes.len() * self.page_size;
+            let page = &mut bytes[at..at + self.page_size];
+            if !guard.has(slot::PP_SLOT) || self.read_locked(index, &guard, page).is_err() {
+                drop(guard);
+                self.clear_pp(index);
+                continue;
+            }
+            job.indexes.push(index);
+        }
+        let n = job.indexes.len();
+        for block in first + n as u64..first + count as u64 {
+            backing.release(block);
+        }
+        if n > 0 {
+            let mut limit = self.post.limit();
+            if limit.enabled {
+                limit.limit = limit.limit.saturating_sub(n as u64 * per_page);
+            }
+        }
+        Ok(n)
+    }
+
+    /// After the writer wrote `job`: each page written goes to its block
+    /// if nobody touched its slot meanwhile; each that failed stays in
+    /// memory, its block freed and its budget given back.
+    fn finish_batch(
+        &self,
+        backing: &Blocks,
+        job: &Batch,
+        failures: Vec<(usize, io::Error)>,
+        report: &mut WritebackReport,
+        error: &mut Option<StoreError>,
+    ) {
+        let per_page = (self.page_size / 4096) as u64;
+        let n = job.indexes.len() as u64;
+        let failed = failures.len() as u64;
+        if failed > 0 {
+            let mut limit = self.post.limit();
+            if limit.enabled {
+                limit.limit += failed * per_page;
+            }
+        }
+        self.counters.add(Counter::BdWrites, n - failed);
+        self.counters.add(Counter::FailedWritebacks, failed);
+        report.failed += failed;
+        let mut failures = failures.into_iter().peekable();
+        for (k, &index) in job.indexes.iter().enumerate() {
+            let block = job.first + k as u64;
+            if failures.peek().is_some_and(|(at, _)| *at == k) {
+                if let Some((_, e)) = failures.next() {
+                    *error = Some(StoreError::os(
+                        e.raw_os_error().unwrap_or(libc::EIO),
+                        format!(
+                            "writeback: writing block {block} of {}: {e}",
+                            backing.dev().describe()
+                        ),
+                    ));
+                }
+                backing.release(block);
+                self.clear_pp(index);
+            } else if self.complete_writeback(index, block) {
+                report.written += 1;
+            } else {
+                backing.release(block);
+            }
+        }
+    }
+
+    /// The slots `req` chooses, marked `PP_SLOT`, each as one word whose
+    /// ascending order is the kernel's (see [`by_bucket`](crate::postprocess::by_bucket)): the stored
+    /// length's bucket, largest first, above the index (one word a page, so
+    /// that a whole disk's list stays small: 2 MiB for 1 GiB of 4 KiB
+    /// pages).
+    fn choose_for_writeback(&self, req: &WritebackRequest) -> Vec<u64> {
         let whole = 0..self.disk_pages();
         let ranges = if req.ranges.is_empty() {
             std::slice::from_ref(&whole)
@@ -364,7 +547,7 @@ impl Store {
                     continue;
                 }
                 guard.update_flags(slot::PP_SLOT, 0);
-                chosen.push((index, content.stored_bytes(self.page_size)));
+                chosen.push(bucket_key(index, content.stored_bytes(self.page_size)));
             }
         }
         chosen
@@ -408,6 +591,18 @@ mod tests {
 
     fn errno(r: Result<WritebackRequest, StoreError>) -> i32 {
         r.unwrap_err().errno()
+    }
+
+    #[test]
+    fn bucket_keys_sort_as_the_kernel_takes_candidates() {
+        let mut c = vec![(0, 100), (1, 4096), (2, 70), (3, 127), (4, 200), (5, 65536)];
+        let mut keys: Vec<u64> = c.iter().map(|&(i, s)| bucket_key(i, s)).collect();
+        crate::postprocess::by_bucket(&mut c);
+        keys.sort_unstable();
+        let by_key: Vec<u64> = keys.iter().map(|k| k & INDEX_MASK).collect();
+        let by_pairs: Vec<u64> = c.iter().map(|x| x.0).collect();
+        assert_eq!(by_key, by_pairs);
+        assert_eq!(by_key, vec![5, 1, 4, 0, 2, 3]);
     }
 
     #[test]

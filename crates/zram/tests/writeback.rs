@@ -332,6 +332,169 @@ fn a_failing_backing_store_loses_nothing() {
     check(&s, &model);
 }
 
+/// A backing file that counts the write calls it gets.
+#[derive(Debug)]
+struct Counting {
+    file: BackingFile,
+    /// Calls of `write_blocks` and the pages they carried.
+    calls: AtomicU64,
+    pages: AtomicU64,
+}
+
+impl BackingStore for Counting {
+    fn describe(&self) -> String {
+        self.file.describe()
+    }
+    fn blocks(&self) -> u64 {
+        self.file.blocks()
+    }
+    fn write_block(&self, block: u64, page: &[u8]) -> io::Result<()> {
+        self.write_blocks(block, page, PAGE)
+    }
+    fn write_blocks(&self, first: u64, pages: &[u8], page_size: usize) -> io::Result<()> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.pages
+            .fetch_add((pages.len() / page_size) as u64, Ordering::Relaxed);
+        self.file.write_blocks(first, pages, page_size)
+    }
+    fn read_block(&self, block: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.file.read_block(block, buf)
+    }
+    fn discard_block(&self, block: u64) {
+        self.file.discard_block(block)
+    }
+}
+
+#[test]
+fn batched_writeback_writes_runs_of_adjacent_blocks_with_one_call() {
+    for (batch, calls) in [(1u64, 60u64), (16, 4), (32, 2), (256, 1)] {
+        let s = store(64);
+        assert_eq!(s.writeback_batch_size(), 32, "the default");
+        s.set_writeback_batch_size(batch).unwrap();
+        assert_eq!(s.writeback_batch_size(), batch as usize);
+        let dev = Arc::new(Counting {
+            file: BackingFile::open(&backing_file(&format!("batch{batch}"), 64), PAGE).unwrap(),
+            calls: AtomicU64::new(0),
+            pages: AtomicU64::new(0),
+        });
+        s.set_backing_store(dev.clone()).unwrap();
+        let mut model = vec![None; 64];
+        // 60 pages of text and noise (4 same-filled are never written).
+        for i in 0..64u64 {
+            let p = page(if i % 16 == 0 { 0 } else { 1 + i % 2 }, i);
+            s.write_page(i, &p).unwrap();
+            model[i as usize] = Some(p);
+        }
+        s.mark_idle(IdleCutoff::All);
+        let r = wb(&s, "idle").unwrap();
+        assert_eq!(
+            (r.chosen, r.written, r.failed),
+            (60, 60, 0),
+            "batch {batch}"
+        );
+        assert_eq!(dev.calls.load(Ordering::Relaxed), calls, "batch {batch}");
+        assert_eq!(dev.pages.load(Ordering::Relaxed), 60);
+        assert_eq!(s.bd_stat().bd_count, 60);
+        assert_eq!(s.bd_stat().bd_writes, 60);
+        // Blocks 0..60 in the order the pages were taken.
+        let blocks: Vec<u64> = (0..64)
+            .filter_map(|i| match s.slot_info(i).unwrap().state {
+                SlotState::WrittenBack(block) => Some(block),
+                _ => None,
+            })
+            .collect();
+        let mut sorted = blocks.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..60).collect::<Vec<_>>());
+        check(&s, &model);
+    }
+    let s = store(4);
+    for bad in [0, 257] {
+        assert_eq!(
+            s.set_writeback_batch_size(bad).unwrap_err().errno(),
+            libc::EINVAL
+        );
+    }
+}
+
+#[test]
+fn algorithm_params_per_priority_reach_recompression() {
+    // The same idle pages recompressed with zstd at level -5 and at 19:
+    // the level given with algorithm_params is the one used, whether it
+    // was set before recomp_algorithm or after.
+    let words = [
+        "zram ", "keeps ", "idle ", "pages ", "in ", "memory ", "until ", "the ", "backing ",
+        "store ", "takes ", "them; ",
+    ];
+    let mut r = Rng(7);
+    let text: Vec<Vec<u8>> = (0..64)
+        .map(|_| {
+            let mut p = Vec::new();
+            while p.len() < PAGE {
+                p.extend_from_slice(words[(r.next() % 12) as usize].as_bytes());
+            }
+            p.truncate(PAGE);
+            p
+        })
+        .collect();
+    let params = [
+        "priority=1 level=-5",
+        "priority=1 level=19",
+        "algo=zstd level=19",
+    ];
+    let sizes: Vec<u64> = params
+        .iter()
+        .enumerate()
+        .map(|(k, params)| {
+            let s = store(64);
+            if k == 2 {
+                s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
+                s.set_algorithm_params(params).unwrap();
+            } else {
+                s.set_algorithm_params(params).unwrap();
+                s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
+            }
+            assert!(s.secondary_params(1).level.is_some());
+            for (i, p) in text.iter().enumerate() {
+                s.write_page(i as u64, p).unwrap();
+            }
+            s.mark_idle(IdleCutoff::All);
+            s.recompress(&RecompressRequest::parse("type=idle").unwrap())
+                .unwrap();
+            s.mm_stat().compr_data_size
+        })
+        .collect();
+    assert!(sizes[1] < sizes[0], "level 19 beats level -5: {sizes:?}");
+    assert_eq!(sizes[1], sizes[2], "algo=zstd names the same compressor");
+    let s = store(8);
+    s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
+    let errno = |t: &str| s.set_algorithm_params(t).unwrap_err().errno();
+    assert_eq!(errno("priority=4 level=3"), libc::EINVAL);
+    assert_eq!(errno("priority=1 colour=red"), libc::EINVAL);
+    assert_eq!(errno("priority=1 level"), libc::EINVAL);
+    assert_eq!(
+        errno("algo=deflate level=3"),
+        libc::EINVAL,
+        "no such secondary"
+    );
+    assert_eq!(
+        errno("priority=1 algo=deflate"),
+        libc::EINVAL,
+        "not priority 1's"
+    );
+    assert_eq!(
+        errno("level=3"),
+        libc::EBUSY,
+        "the primary's are the store's"
+    );
+    s.write_page(0, &page(1, 0)).unwrap();
+    assert_eq!(
+        errno("priority=1 level=3"),
+        libc::EBUSY,
+        "after the first write"
+    );
+}
+
 #[test]
 fn bad_requests_get_the_kernels_errnos() {
     let s = store(16);

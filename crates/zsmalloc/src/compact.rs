@@ -506,7 +506,10 @@ impl Pool {
             // Pauses let others in: the class may have changed since the
             // plan was made. A released source is skipped; once nothing can
             // be freed, the rest of the plan would only move objects.
-            if inner.metas[src as usize].run.is_none() || can_compact(class, inner) == 0 {
+            // A class that emptied meanwhile gave its descriptors back
+            // (`metas` is empty): its sources are gone too.
+            let released = |z: u32| inner.metas.get(z as usize).is_none_or(|m| m.run.is_none());
+            if released(src) || can_compact(class, inner) == 0 {
                 plan.sources.pop();
                 if can_compact(class, inner) == 0 {
                     plan.sources.clear();
@@ -517,7 +520,10 @@ impl Pool {
             let mut alive = true;
             while alive {
                 let Some(&d) = plan.dsts.last() else { break };
-                if d == src || inner.metas[d as usize].run.is_none() || is_full(class, inner, d) {
+                if d == src
+                    || inner.metas.get(d as usize).is_none_or(|m| m.run.is_none())
+                    || is_full(class, inner, d)
+                {
                     plan.dsts.pop();
                     continue;
                 }

@@ -3,12 +3,16 @@
 //!
 //! This module owns the command: its flags, the order of the stages it asks
 //! for (fill; discard with `--free-fraction F --seed S` or
-//! `--discard-pages FILE`; `--compact`; verify unless `--no-verify`) and the
+//! `--discard-pages FILE`; `--compact`; `--mark-idle all|SECONDS`;
+//! `--recompress REQUEST`; `--writeback TYPE`, with the pages marked idle
+//! again first when `--mark-idle` and `--recompress` both ran, since
+//! recompression takes the mark off; verify unless `--no-verify`) and the
 //! report. The stages themselves are the lab's replay engine
 //! ([`lab::replay::Replay`]), which the experiments run too.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 use lab::corpus::Corpus;
@@ -16,6 +20,7 @@ use lab::output::{write_json, write_stdout, Format, FormatArg};
 use lab::replay::{stage_table, Replay, Stage};
 use lab::store_spec::{StoreArgs, StoreSpec};
 use serde::Serialize;
+use zram::{IdleCutoff, RecompressRequest, WritebackRequest};
 
 use crate::error::CliError;
 
@@ -55,6 +60,32 @@ pub struct ReplayArgs {
     /// Compact after the fill and discards.
     #[arg(long)]
     compact: bool,
+    /// After the fill (and discards and compaction), mark pages idle as
+    /// `echo all > idle` or `echo SECONDS > idle` does: `all`, or the pages
+    /// not written for at least SECONDS (0 to 4294967295; 0 is every page).
+    #[arg(long, value_name = "all|SECONDS", value_parser = parse_idle)]
+    mark_idle: Option<IdleCutoff>,
+    /// Then recompress pages as `echo REQUEST > recompress` does, e.g.
+    /// "type=idle" or "type=huge_idle threshold=3000 algo=zstd" (needs
+    /// --recomp-algorithm).
+    #[arg(long, value_name = "REQUEST")]
+    recompress: Option<String>,
+    /// A secondary compressor for --recompress, "algo=NAME priority=N"
+    /// with N from 1 to 3 (zram's `recomp_algorithm`); repeatable, for
+    /// every configuration.
+    #[arg(long = "recomp-algorithm", value_name = "\"algo=NAME priority=N\"")]
+    recomp_algorithms: Vec<String>,
+    /// Then write pages back to a backing file as `echo TYPE > writeback`
+    /// does: idle, huge, huge_idle or incompressible (or any writeback
+    /// request, e.g. "page_indexes=0-99").
+    #[arg(long, value_name = "TYPE")]
+    writeback: Option<String>,
+    /// The backing file or block device of --writeback (zram's
+    /// `backing_dev`), one per configuration in order. Without it a
+    /// temporary sparse file per configuration, the size of its disk, is
+    /// used (in $TMPDIR or /tmp, removed at once; the output says so).
+    #[arg(long = "backing-dev", value_name = "PATH")]
+    backing_devs: Vec<PathBuf>,
     /// Do not read back and verify every page at the end.
     #[arg(long)]
     no_verify: bool,
@@ -71,6 +102,17 @@ pub struct ReplayArgs {
 
 /// The largest process ID Linux allows (PID_MAX_LIMIT, 2^22).
 const PID_MAX: u32 = 1 << 22;
+
+/// `--mark-idle`: `all`, or whole seconds (what zram's `idle` attribute
+/// takes).
+fn parse_idle(s: &str) -> Result<IdleCutoff, String> {
+    if s == "all" {
+        return Ok(IdleCutoff::All);
+    }
+    let secs = lab::flags::whole::<u64>(0, u32::MAX.into())(s)
+        .map_err(|e| format!("{e} and not 'all'"))?;
+    Ok(IdleCutoff::OlderThan(Duration::from_secs(secs)))
+}
 
 fn read_page_list(path: &PathBuf) -> Result<Vec<u64>, CliError> {
     let text = std::fs::read_to_string(path)
@@ -97,6 +139,10 @@ struct Report<'a> {
     read: String,
     corpus_bytes: u64,
     configs: &'a [StoreSpec],
+    /// The backing files, one per configuration, when --writeback ran.
+    backing_devs: &'a [PathBuf],
+    /// Whether they were temporary files made for the run.
+    backing_devs_temporary: bool,
     stages: &'a [Stage],
     verified_pages: Option<u64>,
 }
@@ -114,13 +160,58 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
         Some(p) => Some(read_page_list(p)?),
         None => None,
     };
+    // The requests' own syntax is checked before the (maybe long) fill.
+    let recompress = match &args.recompress {
+        Some(text) => {
+            if args.recomp_algorithms.is_empty() {
+                return Err(CliError::Usage(
+                    "--recompress needs a --recomp-algorithm \"algo=NAME priority=N\"".into(),
+                ));
+            }
+            Some(
+                RecompressRequest::parse(text)
+                    .map_err(|e| CliError::Usage(format!("--recompress {text:?}: {e}")))?,
+            )
+        }
+        None => None,
+    };
+    if let Some(text) = &args.writeback {
+        WritebackRequest::parse(text, u64::MAX)
+            .map_err(|e| CliError::Usage(format!("--writeback {text:?}: {e}")))?;
+    } else if !args.backing_devs.is_empty() {
+        return Err(CliError::Usage(
+            "--backing-dev is for --writeback, which was not given".into(),
+        ));
+    }
     let progress = !args.quiet && std::io::stderr().is_terminal();
     let mut replay = Replay::new(specs.clone(), corpus, progress)?;
+    replay.set_recomp_algorithms(&args.recomp_algorithms)?;
+    let temporary = args.writeback.is_some() && args.backing_devs.is_empty();
+    let backing_devs = if args.writeback.is_none() {
+        Vec::new()
+    } else if temporary {
+        replay.set_temporary_backing_devs(&std::env::temp_dir())?
+    } else {
+        replay.set_backing_devs(&args.backing_devs)?;
+        args.backing_devs.clone()
+    };
     if args.format.get() == Format::Table {
         write_stdout(&format!(
             "{read}\ncorpus: {}\n",
             replay.corpus().description
         ))?;
+        for (spec, path) in specs.iter().zip(&backing_devs) {
+            let how = if temporary {
+                " (a temporary sparse file the size of the disk, no --backing-dev given; removed)"
+            } else {
+                ""
+            };
+            write_stdout(&format!(
+                "backing_dev {}: {}{how}\n",
+                spec.label(),
+                path.display()
+            ))?;
+        }
     }
     let mut stages = Vec::new();
     let emit = |stage: &Stage| -> Result<(), CliError> {
@@ -157,6 +248,27 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
         stages.push(replay.snapshot("compact"));
         emit(&stages[stages.len() - 1])?;
     }
+    if let Some(cutoff) = args.mark_idle {
+        replay.mark_idle(cutoff);
+        stages.push(replay.snapshot("mark-idle"));
+        emit(&stages[stages.len() - 1])?;
+    }
+    if let Some(req) = &recompress {
+        replay.recompress(req)?;
+        stages.push(replay.snapshot("recompress"));
+        emit(&stages[stages.len() - 1])?;
+    }
+    if let Some(text) = &args.writeback {
+        if let (Some(cutoff), Some(_)) = (args.mark_idle, &recompress) {
+            // Recompression takes the idle mark off the pages it tries.
+            replay.mark_idle(cutoff);
+            stages.push(replay.snapshot("mark-idle"));
+            emit(&stages[stages.len() - 1])?;
+        }
+        replay.writeback(text)?;
+        stages.push(replay.snapshot("writeback"));
+        emit(&stages[stages.len() - 1])?;
+    }
     let verified = if args.no_verify {
         None
     } else {
@@ -177,6 +289,8 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
                 read,
                 corpus_bytes: replay.corpus().bytes(),
                 configs: &specs,
+                backing_devs: &backing_devs,
+                backing_devs_temporary: temporary,
                 stages: &stages,
                 verified_pages: verified,
             };

@@ -111,6 +111,10 @@ pub struct ServeArgs {
     /// export order (repeatable).
     #[arg(long = "backing-dev", value_name = "PATH")]
     backing_devs: Vec<PathBuf>,
+    /// Pages written back with one write call (zram's
+    /// `writeback_batch_size`, 1 to 256; 32 by default), for every export.
+    #[arg(long, value_name = "PAGES", value_parser = lab::flags::whole::<u64>(1, 256))]
+    writeback_batch_size: Option<u64>,
     /// A secondary compressor for `zmem ctl recompress` (zram's
     /// `recomp_algorithm`), `"algo=NAME priority=N"` with N from 1 to 3, for
     /// every export (repeatable, up to three).
@@ -493,6 +497,8 @@ struct SpecFactory {
     recomp: Vec<String>,
     /// The timed policy and memory-aware rule, for every store.
     policy: PolicyFlags,
+    /// `--writeback-batch-size`, for every export.
+    writeback_batch: Option<u64>,
 }
 
 impl serve::StoreFactory for SpecFactory {
@@ -503,6 +509,7 @@ impl serve::StoreFactory for SpecFactory {
             mem_limit: self.spec.mem_limit,
             backing_dev: None,
             recomp: self.recomp.clone(),
+            recomp_params: Vec::new(),
         }
     }
 
@@ -516,6 +523,11 @@ impl serve::StoreFactory for SpecFactory {
             ..self.spec.clone()
         };
         let store = spec.open(disksize).map_err(|e| e.to_string())?;
+        if let Some(n) = self.writeback_batch {
+            store
+                .set_writeback_batch_size(n)
+                .map_err(|e| e.to_string())?;
+        }
         Ok((store, spec.label()))
     }
 
@@ -679,6 +691,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             spec: spec.clone(),
             recomp: args.recomp_algorithms.clone(),
             policy: policy.clone(),
+            writeback_batch: args.writeback_batch_size,
         });
         if *read_only {
             info!("export {name:?}: read-only");
@@ -699,6 +712,11 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
                 .set_backing_dev(path)
                 .map_err(|e| CliError::Usage(format!("--backing-dev: {e}")))?;
             info!("export {name:?}: backing_dev {}", path.display());
+        }
+        if let Some(n) = args.writeback_batch_size {
+            store
+                .set_writeback_batch_size(n)
+                .map_err(|e| CliError::Usage(format!("--writeback-batch-size: {e}")))?;
         }
         for algo in &args.recomp_algorithms {
             store
