@@ -1,11 +1,12 @@
 //! Fuzzes the LZO crate: every input is compressed in both variants and
 //! must decode to itself, and is decoded as a stream (into an output of a
 //! size taken from its first two bytes), which may fail but never panic,
-//! never claim more output than the buffer holds.
+//! never claim more output than the buffer holds, and must give what the
+//! checked decoder alone (no fast loop) gives: the same result and bytes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use lzo::{compress_bound, decompress, Compressor, Variant};
+use lzo::{compress_bound, decompress, decompress_checked, Compressor, Variant};
 
 fuzz_target!(|data: &[u8]| {
     let mut c = Compressor::new();
@@ -22,8 +23,12 @@ fuzz_target!(|data: &[u8]| {
     if data.len() >= 2 {
         let cap = usize::from(u16::from_le_bytes([data[0], data[1]])) % (64 * 1024 + 1);
         let mut out = vec![0u8; cap];
-        if let Ok(n) = decompress(&data[2..], &mut out) {
+        let mut checked = vec![0u8; cap];
+        let got = decompress(&data[2..], &mut out);
+        assert_eq!(got, decompress_checked(&data[2..], &mut checked));
+        if let Ok(n) = got {
             assert!(n <= cap);
+            assert!(out[..n] == checked[..n]);
         }
     }
 });

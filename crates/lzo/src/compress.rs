@@ -3,7 +3,8 @@
 //! This module owns the compressor's hash table ([`Compressor`]) and the
 //! encoder: the block loop over the input, the match search and the output
 //! of literal runs, matches and zero runs. It reads only its input slice and
-//! writes only its output slice (bounds-checked indexing, no `unsafe`), and
+//! writes only its output slice (bounds-checked indexing, except the search
+//! loop's unchecked loads, each with the bounds that make it sound), and
 //! it refuses an output buffer smaller than [`crate::compress_bound`] before
 //! it starts, so it never fails half-way. It knows nothing of decoding.
 //!
@@ -11,6 +12,7 @@
 //! where the kernel's 64-bit build compares eight bytes at a time, this one
 //! does too, because the point where a match search stops near the end of
 //! the input decides the output bytes.
+#![allow(unsafe_code)]
 
 use std::fmt;
 
@@ -257,7 +259,8 @@ impl Compressor {
             if ip >= search_end {
                 break;
             }
-            let dv = read_u32(src, ip);
+            // SAFETY: ip < search_end = end - 20 <= src.len() - 20.
+            let dv = unsafe { load_u32(src, ip) };
             let mut zero_run = 0;
             let mut m_pos = 0;
             if dv == 0 && rle {
@@ -267,7 +270,10 @@ impl Compressor {
                 let h = (dv.wrapping_mul(HASH_MULTIPLIER) >> (32 - HASH_BITS)) as usize;
                 m_pos = base + usize::from(table[h & (HASH_SIZE - 1)]);
                 table[h & (HASH_SIZE - 1)] = (ip - base) as u16;
-                if read_u32(src, m_pos) != dv {
+                // SAFETY: the table holds only positions of this block
+                // before `ip` (it is cleared for each block), or 0: so
+                // m_pos <= ip, and ip + 4 <= src.len() as above.
+                if unsafe { load_u32(src, m_pos) } != dv {
                     continue;
                 }
             }
@@ -331,24 +337,38 @@ impl Compressor {
     }
 }
 
+/// The little-endian u32 at `src[at..at + 4]`, without a bounds check:
+/// the search loop's two loads per position are most of its work.
+///
+/// # Safety
+/// `at + 4 <= src.len()`.
 #[inline(always)]
-fn read_u32(src: &[u8], at: usize) -> u32 {
-    let b: [u8; 4] = src[at..at + 4].try_into().expect("four bytes");
-    u32::from_le_bytes(b)
+unsafe fn load_u32(src: &[u8], at: usize) -> u32 {
+    debug_assert!(at + 4 <= src.len());
+    // SAFETY: the caller's contract keeps the 4 bytes inside `src`.
+    u32::from_le(unsafe { src.as_ptr().add(at).cast::<u32>().read_unaligned() })
 }
 
+/// The little-endian u64 at `src[at..at + 8]`, without a bounds check.
+///
+/// # Safety
+/// `at + 8 <= src.len()`.
 #[inline(always)]
-fn read_u64(src: &[u8], at: usize) -> u64 {
-    let b: [u8; 8] = src[at..at + 8].try_into().expect("eight bytes");
-    u64::from_le_bytes(b)
+unsafe fn load_u64(src: &[u8], at: usize) -> u64 {
+    debug_assert!(at + 8 <= src.len());
+    // SAFETY: the caller's contract keeps the 8 bytes inside `src`.
+    u64::from_le(unsafe { src.as_ptr().add(at).cast::<u64>().read_unaligned() })
 }
 
 /// The first position in `from..limit` whose byte is not zero, or `limit`.
 #[inline(always)]
 fn zeros_from(src: &[u8], from: usize, limit: usize) -> usize {
+    assert!(limit <= src.len());
     let mut at = from;
     while at + 8 <= limit {
-        let v = read_u64(src, at);
+        // SAFETY: at + 8 <= limit <= src.len() (the loop condition and
+        // the assertion above).
+        let v = unsafe { load_u64(src, at) };
         if v != 0 {
             return at + (v.trailing_zeros() / 8) as usize;
         }
@@ -364,14 +384,23 @@ fn zeros_from(src: &[u8], from: usize, limit: usize) -> usize {
 /// four bytes are equal, found as the kernel's 64-bit build finds it: eight
 /// bytes at a time, stopping without the last comparison's partial count
 /// once the scan reaches `search_end`.
+///
+/// Needs `m_pos < ip < search_end` and `search_end + 20 <= src.len()` (a
+/// block's search end), asserted: every load below then ends before
+/// `search_end + 12`, as each starts before `search_end + 4`.
 #[inline(always)]
 fn match_len(src: &[u8], ip: usize, m_pos: usize, search_end: usize) -> usize {
+    assert!(m_pos < ip && ip < search_end && search_end + BLOCK_TAIL <= src.len());
     let mut m_len = 4;
-    let mut v = read_u64(src, ip + m_len) ^ read_u64(src, m_pos + m_len);
+    // SAFETY: ip + 4 + 8 < search_end + 12 <= src.len(), and m_pos < ip.
+    let mut v = unsafe { load_u64(src, ip + m_len) ^ load_u64(src, m_pos + m_len) };
     if v == 0 {
         loop {
             m_len += 8;
-            v = read_u64(src, ip + m_len) ^ read_u64(src, m_pos + m_len);
+            // SAFETY: `ip + m_len - 8 < search_end` (else the loop had
+            // returned), so ip + m_len + 8 < search_end + 16 <= src.len()
+            // - 4; and m_pos < ip.
+            v = unsafe { load_u64(src, ip + m_len) ^ load_u64(src, m_pos + m_len) };
             if ip + m_len >= search_end {
                 return m_len;
             }

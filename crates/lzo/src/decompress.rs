@@ -29,6 +29,8 @@ use std::fmt;
 
 use crate::{MIN_ZERO_RUN, VERSION_MARKER};
 
+mod fast;
+
 /// Why a stream could not be decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DecodeError {
@@ -220,6 +222,21 @@ impl Decoder<'_, '_> {
 /// partial result. Copies go in whole 8- or 16-byte chunks where `dst` has
 /// room, so bytes of `dst` after the decoded length may be overwritten too.
 pub fn decompress(src: &[u8], dst: &mut [u8]) -> Result<usize, DecodeError> {
+    decode(src, dst, true)
+}
+
+/// [`decompress()`] without its fast loop: every instruction decoded by the
+/// checked code alone, which has no `unsafe`. The same result and the same
+/// decoded bytes as [`decompress()`] for every input (the tests and the
+/// fuzz target hold the two to that); slower.
+pub fn decompress_checked(src: &[u8], dst: &mut [u8]) -> Result<usize, DecodeError> {
+    decode(src, dst, false)
+}
+
+/// The decoder: `fast` lets the fast loop take every instruction it can
+/// (see the `fast` module); the rest, and every error, are decoded here.
+#[inline(always)]
+fn decode(src: &[u8], dst: &mut [u8], fast: bool) -> Result<usize, DecodeError> {
     if src.len() < 3 {
         return Err(DecodeError::Truncated);
     }
@@ -248,6 +265,10 @@ pub fn decompress(src: &[u8], dst: &mut [u8]) -> Result<usize, DecodeError> {
     }
 
     loop {
+        if fast {
+            let stop = fast::run(src, &mut *d.dst, rle, d.ip, d.op, state);
+            (d.ip, d.op, state) = (stop.ip, stop.op, stop.state);
+        }
         let t = d.byte()?;
         let next;
         if t >= 64 {

@@ -1,10 +1,13 @@
 //! Compress and decompress throughput, one thread, of zmem-lzo (lzo-rle and
-//! lzo) and of the `lzo1x` crate at level 1, page by page (4 KiB) over real
+//! lzo), of the `lzo1x` crate at level 1 and (when build.rs found a kernel
+//! source) of the Linux kernel's own lib/lzo C code built in user space,
+//! page by page (4 KiB) over real
 //! data: the first MIB (default 64) MiB of FILE if one is given (such as
 //! scripts/make-corpus's /var/tmp/zmem-data/linux256.bin), else of the files
 //! under /usr/lib and /usr/bin in sorted order. Each figure is the best of five passes, in MB/s
 //! of uncompressed data. It also checks that each decoder reads the other
-//! encoder's streams.
+//! encoders' streams, and that zmem-lzo's streams equal the kernel's byte
+//! for byte.
 //!
 //! This program owns only the measurement; it is not part of zmem.
 
@@ -14,6 +17,62 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 const PAGE: usize = 4096;
+
+/// The kernel's lib/lzo, renamed by build.rs (`kernel_` prefix).
+#[cfg(kernel_lzo)]
+mod kernel {
+    extern "C" {
+        fn kernel_lzo1x_decompress_safe(
+            src: *const u8,
+            src_len: usize,
+            dst: *mut u8,
+            dst_len: *mut usize,
+        ) -> i32;
+        fn kernel_lzorle1x_1_compress(
+            src: *const u8,
+            src_len: usize,
+            dst: *mut u8,
+            dst_len: *mut usize,
+            wrkmem: *mut u8,
+        ) -> i32;
+    }
+
+    /// The kernel's decoder: the decoded length, or its error code.
+    pub fn decompress(src: &[u8], dst: &mut [u8]) -> Result<usize, i32> {
+        let mut len = dst.len();
+        // SAFETY: both pointers and lengths come from live slices; the
+        // kernel's safe decoder reads and writes only within them.
+        let rc = unsafe {
+            kernel_lzo1x_decompress_safe(src.as_ptr(), src.len(), dst.as_mut_ptr(), &mut len)
+        };
+        if rc == 0 {
+            Ok(len)
+        } else {
+            Err(rc)
+        }
+    }
+
+    /// The kernel's lzo-rle compressor (`wrkmem` is its 16 KiB hash
+    /// table); `dst` must hold lzo1x_worst_compress(src.len()) bytes.
+    pub fn compress_rle(src: &[u8], dst: &mut [u8], wrkmem: &mut [u8; 16384]) -> usize {
+        assert!(dst.len() >= lzo::compress_bound(src.len()));
+        let mut len = dst.len();
+        // SAFETY: the slices are live; `dst` has the worst-case room the
+        // kernel's compressor assumes (checked above) and `wrkmem` its
+        // LZO1X_1_MEM_COMPRESS bytes.
+        let rc = unsafe {
+            kernel_lzorle1x_1_compress(
+                src.as_ptr(),
+                src.len(),
+                dst.as_mut_ptr(),
+                &mut len,
+                wrkmem.as_mut_ptr(),
+            )
+        };
+        assert_eq!(rc, 0, "kernel lzorle1x_1_compress");
+        len
+    }
+}
 const PASSES: usize = 5;
 
 fn real_data(len: usize) -> Vec<u8> {
@@ -55,10 +114,15 @@ fn thread_cpu_seconds() -> f64 {
 
 /// Best-of-PASSES MB/s of `f` over `bytes` bytes, by wall time, or by the
 /// thread's CPU time with ZMEM_SPEED_CPU_TIME=1 (for a busy machine).
-fn best(bytes: usize, mut f: impl FnMut()) -> f64 {
+fn best(bytes: usize, f: impl FnMut()) -> f64 {
+    best_of(PASSES, bytes, f)
+}
+
+/// Best-of-`passes` MB/s of `f`, timed as [`best`] says.
+fn best_of(passes: usize, bytes: usize, mut f: impl FnMut()) -> f64 {
     let cpu = std::env::var_os("ZMEM_SPEED_CPU_TIME").is_some_and(|v| v == "1");
     let mut best = f64::MAX;
-    for _ in 0..PASSES {
+    for _ in 0..passes {
         let (t, c) = (Instant::now(), thread_cpu_seconds());
         f();
         let s = if cpu {
@@ -69,6 +133,18 @@ fn best(bytes: usize, mut f: impl FnMut()) -> f64 {
         best = best.min(s);
     }
     bytes as f64 / best / 1e6
+}
+
+/// Best-of-PASSES MB/s of `f` and of `g`, timed as `best` times, the two
+/// run alternately (f, g, f, g, ...) so that a busy machine slows both.
+#[cfg(kernel_lzo)]
+fn best_pair(bytes: usize, mut f: impl FnMut(), mut g: impl FnMut()) -> (f64, f64) {
+    let (mut bf, mut bg) = (0f64, 0f64);
+    for _ in 0..PASSES {
+        bf = bf.max(best_of(1, bytes, &mut f));
+        bg = bg.max(best_of(1, bytes, &mut g));
+    }
+    (bf, bg)
 }
 
 fn main() {
@@ -156,6 +232,54 @@ fn main() {
             black_box(&out);
         }
     });
+    #[cfg(kernel_lzo)]
+    let kernel_row = {
+        // The kernel's streams equal zmem-lzo's byte for byte, and each
+        // decoder reads the other's.
+        let mut wrk = Box::new([0u8; 16384]);
+        let mut kbuf = vec![0u8; lzo::compress_bound(PAGE)];
+        for (i, p) in pages.iter().enumerate() {
+            let n = kernel::compress_rle(p, &mut kbuf, &mut wrk);
+            assert!(kbuf[..n] == rle[i][..], "page {i}: kernel's stream differs");
+            assert_eq!(kernel::decompress(&rle[i], &mut out), Ok(PAGE));
+            assert!(out == *p);
+            assert_eq!(kernel::decompress(&plain[i], &mut out), Ok(PAGE));
+            assert!(out == *p);
+        }
+        // Timed pass for pass against zmem-lzo's lzo-rle (zmem-lzo, then
+        // the kernel, five times), so that both see the same machine.
+        let kc = best_pair(
+            bytes,
+            || {
+                for p in &pages {
+                    black_box(
+                        c.compress(lzo::Variant::LzoRle, black_box(p), &mut buf)
+                            .unwrap(),
+                    );
+                }
+            },
+            || {
+                for p in &pages {
+                    black_box(kernel::compress_rle(black_box(p), &mut kbuf, &mut wrk));
+                }
+            },
+        );
+        let mut out2 = vec![0u8; PAGE];
+        let kd = best_pair(
+            bytes,
+            || {
+                for z in &rle {
+                    black_box(lzo::decompress(black_box(z), &mut out).unwrap());
+                }
+            },
+            || {
+                for z in &rle {
+                    black_box(kernel::decompress(black_box(z), &mut out2).unwrap());
+                }
+            },
+        );
+        (kc, kd)
+    };
     row("zmem-lzo lzo-rle", &rle, rle_c, rle_d);
     row("zmem-lzo lzo", &plain, plain_c, plain_d);
     row("lzo1x 0.2.2 level 1", &theirs, theirs_c, theirs_d);
@@ -166,4 +290,14 @@ fn main() {
         rle_d / theirs_d,
         plain_d / theirs_d
     );
+    #[cfg(kernel_lzo)]
+    {
+        let ((zc, kc), (zd, kd)) = kernel_row;
+        row("kernel lib/lzo lzo-rle", &rle, kc, kd);
+        println!(
+            "against the kernel's C, timed pass for pass: lzo-rle compress {zc:.0} / {kc:.0} = {:.2}x, decompress {zd:.0} / {kd:.0} = {:.2}x",
+            zc / kc,
+            zd / kd
+        );
+    }
 }

@@ -1,0 +1,1 @@
+/* Empty: kshim.h (force-included) has what lib/lzo needs from here. */
