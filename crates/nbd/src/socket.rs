@@ -56,6 +56,17 @@ impl Stream {
         };
     }
 
+    /// Asks for a send buffer of `bytes` (`SO_SNDBUF`; the kernel caps it
+    /// at `net.core.wmem_max`); errors are ignored. Whole read replies then
+    /// go into the socket in one `send` while the client is still reading
+    /// the ones before, instead of the writer sleeping partway through each.
+    pub(crate) fn set_send_buffer(&self, bytes: usize) {
+        let _ = match self {
+            Stream::Unix(s) => rustix::net::sockopt::set_socket_send_buffer_size(s, bytes),
+            Stream::Tcp(s) => rustix::net::sockopt::set_socket_send_buffer_size(s, bytes),
+        };
+    }
+
     /// Shuts down one or both directions; errors (already closed) are
     /// ignored.
     pub(crate) fn shutdown(&self, how: Shutdown) {
