@@ -562,14 +562,20 @@ fn bench_serve_runs_on_a_small_file() {
         assert!(s["write_mb_s"].as_f64().unwrap() > 0.0, "{s}");
         assert!(s["read_mb_s"].as_f64().unwrap() > 0.0, "{s}");
         assert!(s["client_write_cpu_s"].as_f64().unwrap() >= 0.0, "{s}");
+        assert!(s["client_read_cpu_s"].as_f64().unwrap() >= 0.0, "{s}");
         assert!(s["rss_growth_kib"].as_u64().is_some(), "{s}");
         assert!(s["anon_growth_kib"].as_u64().is_some(), "{s}");
     }
-    // The lz4 configuration's ceiling: the bare compression of the file.
+    // Each configuration's ceiling: the bare compression and decompression
+    // of the file with its compressor.
     let ceilings = v["ceilings"].as_array().unwrap();
-    assert_eq!(ceilings.len(), 1, "{ceilings:?}");
-    assert_eq!(ceilings[0]["setup"], "lz4-4k");
-    assert!(ceilings[0]["compress_cpu_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(ceilings.len(), 2, "{ceilings:?}");
+    assert_eq!(ceilings[0]["setup"], "zstd32k");
+    assert_eq!(ceilings[1]["setup"], "lz4-4k");
+    for c in ceilings {
+        assert!(c["compress_cpu_s"].as_f64().unwrap() > 0.0, "{c}");
+        assert!(c["decompress_cpu_s"].as_f64().unwrap() > 0.0, "{c}");
+    }
 }
 
 /// `zmem bench serve` once on `bytes` of real data with `flags`: its JSON.

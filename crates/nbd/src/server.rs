@@ -525,6 +525,10 @@ fn reap_loop(shared: &Shared) {
     }
 }
 
+/// Send buffer asked for each connection in transmission: room for a few
+/// large read replies in the kernel while the client reads earlier ones.
+const SEND_BUFFER: usize = 1 << 20;
+
 fn connection_main(shared: Arc<Shared>, id: u64, stream: Arc<Stream>, peer: String) {
     info!("conn {id}: accepted from {peer}");
     let s: &Stream = &stream;
@@ -537,6 +541,7 @@ fn connection_main(shared: Arc<Shared>, id: u64, stream: Arc<Stream>, peer: Stri
             let tick = (shared.config.stall_timeout / 4)
                 .clamp(Duration::from_millis(5), Duration::from_millis(250));
             s.set_write_timeout(tick);
+            s.set_send_buffer(SEND_BUFFER);
         }
         admitted
     };

@@ -4,7 +4,7 @@
 //! loopback only unless the configuration allows remote clients, and then
 //! with TLS required unless it says insecure), accepting, shutting a
 //! stream down so a thread blocked reading it wakes up, waking a blocked
-//! `accept`, giving a stream a send timeout, and removing a Unix socket file when its listener goes away. It
+//! `accept`, giving a stream a send timeout and a larger send buffer, and removing a Unix socket file when its listener goes away. It
 //! knows nothing of the protocol.
 
 use std::fmt;
@@ -53,6 +53,17 @@ impl Stream {
         let _ = match self {
             Stream::Unix(s) => s.set_write_timeout(Some(limit)),
             Stream::Tcp(s) => s.set_write_timeout(Some(limit)),
+        };
+    }
+
+    /// Asks for a send buffer of `bytes` (`SO_SNDBUF`; the kernel caps it
+    /// at `net.core.wmem_max`); errors are ignored. Whole read replies then
+    /// go into the socket in one `send` while the client is still reading
+    /// the ones before, instead of the writer sleeping partway through each.
+    pub(crate) fn set_send_buffer(&self, bytes: usize) {
+        let _ = match self {
+            Stream::Unix(s) => rustix::net::sockopt::set_socket_send_buffer_size(s, bytes),
+            Stream::Tcp(s) => rustix::net::sockopt::set_socket_send_buffer_size(s, bytes),
         };
     }
 

@@ -6,7 +6,10 @@
 //! capabilities, bounds, alignment, size cap) and hands it to a small pool of
 //! scoped worker threads; each worker calls the device and writes the whole
 //! reply under the connection's writer lock, so replies go out in completion
-//! order, never interleaved.
+//! order, never interleaved. When every worker is busy and their queue is
+//! full, the reading thread serves the request itself instead of sleeping
+//! until a worker takes one: on a busy connection that saves a sleep and a
+//! wake-up per request.
 //!
 //! Memory: a per-connection byte budget bounds the read data and write
 //! payloads in flight; the reader takes a request's bytes from it *before*
@@ -213,9 +216,15 @@ pub(crate) fn serve<R: Read, W: Write + Send>(
         let res = if spawned == 0 {
             read_loop(reader, &conn, &mut |job| conn.execute(job))
         } else {
-            read_loop(reader, &conn, &mut |job| {
-                if let Err(mpsc::SendError(job)) = tx.send(job) {
-                    conn.execute(job);
+            // A job goes to a worker if the queue has room; when every
+            // worker is busy and the queue is full, the reader serves it
+            // itself rather than sleeping until a worker takes one (a
+            // sleep and a wake-up per request on a busy connection, and no
+            // more requests could be read meanwhile anyway).
+            read_loop(reader, &conn, &mut |job| match tx.try_send(job) {
+                Ok(()) => {}
+                Err(mpsc::TrySendError::Full(job) | mpsc::TrySendError::Disconnected(job)) => {
+                    conn.execute(job)
                 }
             })
         };

@@ -427,9 +427,9 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), Error> {
                             f.kernel_read_2t.unwrap_or(f64::NAN),
                         );
                         s.push_str(&format!(
-                            "  kernel zram (direct I/O, 1 MiB requests):\n    write: 1 thread {:8.1}  ({:.2}x raw; store {:.2}x kernel)  2 threads {:8.1}  ({:.2}x one)\n    read:  1 thread {:8.1}  ({:.2}x raw; store {:.2}x kernel)  2 threads {:8.1}  ({:.2}x one)\n",
-                            w, w / f.raw_compress, f.store_write_1t / w, w2, w2 / w,
-                            r, r / f.raw_decompress, f.store_read_1t / r, r2, r2 / r
+                            "  kernel zram (direct I/O, 1 MiB requests):\n    write: 1 thread {:8.1}  ({:.2}x raw; store {:.2}x kernel)  2 threads {:8.1}  ({:.2}x one; store {:.2}x kernel)\n    read:  1 thread {:8.1}  ({:.2}x raw; store {:.2}x kernel)  2 threads {:8.1}  ({:.2}x one; store {:.2}x kernel)\n",
+                            w, w / f.raw_compress, f.store_write_1t / w, w2, w2 / w, f.store_write_2t / w2,
+                            r, r / f.raw_decompress, f.store_read_1t / r, r2, r2 / r, f.store_read_2t / r2
                         ))
                     }
                     (_, _, Some(why)) => s.push_str(&format!("  kernel zram: not run ({why})\n")),
