@@ -4,8 +4,9 @@
 //! loopback only unless the configuration allows remote clients, and then
 //! with TLS required unless it says insecure), accepting, shutting a
 //! stream down so a thread blocked reading it wakes up, waking a blocked
-//! `accept`, giving a stream a send timeout and a larger send buffer, and removing a Unix socket file when its listener goes away. It
-//! knows nothing of the protocol.
+//! `accept`, giving a stream a send timeout and a larger send buffer, and
+//! removing a Unix socket file when its listener goes away. It knows nothing
+//! of the protocol.
 
 use std::fmt;
 use std::io::{self, Read, Write};
