@@ -30,7 +30,7 @@ pub struct StoreArgs {
     pub alloc: Vec<String>,
     /// Compressor(s), by zram's names: lzo-rle, lzo, lz4, lz4hc, zstd, deflate, lz4-flex
     /// [default: the mode's: lzo-rle in kernel-compat, as zram's own default; lz4 in default
-    /// mode, whose reads are 2.6x faster for 1.2% more memory (BENCHMARKS.md)]
+    /// mode, whose store reads were 1.85x faster for 1.2% more memory (BENCHMARKS.md)]
     #[arg(long, value_delimiter = ',')]
     pub comp: Vec<String>,
     /// Compressor settings in zram's algorithm_params syntax ("level=3 dict=FILE").
@@ -176,8 +176,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 /// The compressor a mode uses when `--comp` is not given: kernel-compat
 /// takes zram's own default (CONFIG_ZRAM_DEF_COMP, lzo-rle); default mode
-/// takes lz4, which reads 2.6x faster than lzo-rle in `zmem bench store` for
-/// 1.2% more memory on the built-in corpus.
+/// takes lz4, whose store reads were 1.85x lzo-rle's in `zmem bench store`
+/// (2.6x before the lzo decoder was sped up) for 1.2% more memory on the
+/// built-in corpus.
 pub fn default_comp(mode: Mode) -> &'static str {
     match mode {
         Mode::KernelCompat => "lzo-rle",

@@ -32,6 +32,11 @@ COMMANDS (as zram's sysfs attributes; reads print the file's text)
   without SIZE the new export is uninitialised; ro serves it read-only)
   disksize SIZE | comp_algorithm NAME | algorithm_params 'level=N dict=FILE'
   (only while uninitialised, else EBUSY; disksize initialises it)
+  backing_dev PATH (before disksize) | writeback idle|huge|huge_idle|incompressible
+  | writeback page_index=N | writeback page_indexes=N-M | writeback_limit N
+  | writeback_limit_enable 0|1 | writeback_batch_size N | bd_stat | block_state
+  recomp_algorithm 'algo=NAME priority=N' | algorithm_params 'priority=N level=L'
+  | recompress 'type=idle|huge|huge_idle threshold=N max_pages=N algo=NAME'
   auto_compact (the background compactor's policy) | auto_compact 'on|off|shrinker
   [cpu=PCT] [min_gain=PAGES] [min_gain_percent=PCT] [limit=PCT] [pressure=AVG10]
   [postpone_ms=MS]'
