@@ -340,19 +340,11 @@ fn bad_page_sizes_and_export_sizes_are_one_line_usage_errors() {
 /// raw, "huge"), the rest text.
 fn mixed_pages(path: &Path) {
     let mut data = Vec::new();
-    let mut x = 0x9e37_79b9u32;
     for i in 0..240usize {
         let page: Vec<u8> = if i % 10 == 0 {
             vec![0; 4096]
         } else if i % 7 == 0 {
-            (0..4096)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 17;
-                    x ^= x << 5;
-                    x as u8
-                })
-                .collect()
+            testkit::noise(4096, 0x9e37_79b9 ^ i as u32)
         } else {
             (0..4096)
                 .map(|k| b"the quick brown fox, page "[(k * 3 + i) % 26])
