@@ -505,30 +505,51 @@ impl Store {
                 buf.copy_from_slice(&obj);
             }
             SlotContent::Compressed { handle, size } => {
-                let secondary;
-                let streams = match guard.priority() {
-                    0 => &self.streams,
-                    p => {
-                        secondary = self.post.secondary(p).ok_or(StoreError::Corrupt {
-                            index,
-                            reason: format!("no compressor of priority {p}"),
-                        })?;
-                        &*secondary
-                    }
-                };
                 let obj = ObjectRead::begin(&*self.pool, handle, size)?;
-                let mut stream = streams.get()?;
-                stream
-                    .context()
-                    .decompress(&obj, buf)
-                    .map_err(|e| StoreError::Corrupt {
-                        index,
-                        reason: e.to_string(),
-                    })?;
+                self.decompress(index, guard.priority(), &obj, buf)?;
             }
-            SlotContent::WrittenBack { block, .. } => self.read_back(index, block, buf)?,
+            SlotContent::WrittenBack {
+                block,
+                size,
+                packed,
+                ..
+            } => {
+                let object = packed.map(|at| (at as usize, size));
+                self.read_back(index, block, object, guard.priority(), buf)?
+            }
         }
         Ok(())
+    }
+
+    /// Decompresses the object `src` of page `index` into `buf` with the
+    /// compressor of `priority` (0: the primary).
+    pub(crate) fn decompress(
+        &self,
+        index: u64,
+        priority: usize,
+        src: &[u8],
+        buf: &mut [u8],
+    ) -> Result<(), StoreError> {
+        let secondary;
+        let streams = match priority {
+            0 => &self.streams,
+            p => {
+                secondary = self.post.secondary(p).ok_or(StoreError::Corrupt {
+                    index,
+                    reason: format!("no compressor of priority {p}"),
+                })?;
+                &*secondary
+            }
+        };
+        let mut stream = streams.get()?;
+        stream
+            .context()
+            .decompress(src, buf)
+            .map(|_| ())
+            .map_err(|e| StoreError::Corrupt {
+                index,
+                reason: e.to_string(),
+            })
     }
 
     /// Frees `count` pages from `first` (a discard or trim): they read as

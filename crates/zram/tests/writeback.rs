@@ -71,7 +71,7 @@ fn wb(s: &Store, text: &str) -> Result<zram::WritebackReport, StoreError> {
 fn check(s: &Store, model: &[Option<Vec<u8>>]) {
     let mut buf = vec![0u8; PAGE];
     let mut stored = 0u64;
-    let mut written_back = 0u64;
+    let mut blocks = std::collections::BTreeSet::new();
     for (i, want) in model.iter().enumerate() {
         s.read_page(i as u64, &mut buf).expect("read");
         match want {
@@ -81,7 +81,9 @@ fn check(s: &Store, model: &[Option<Vec<u8>>]) {
         match s.slot_info(i as u64).expect("slot").state {
             SlotState::Compressed(n) => stored += n as u64,
             SlotState::Huge => stored += PAGE as u64,
-            SlotState::WrittenBack(_) => written_back += 1,
+            SlotState::WrittenBack(block) => {
+                blocks.insert(block);
+            }
             SlotState::Empty | SlotState::Same(_) => {}
         }
     }
@@ -95,9 +97,20 @@ fn check(s: &Store, model: &[Option<Vec<u8>>]) {
     );
     assert_eq!(
         s.bd_stat().bd_count,
-        written_back,
-        "one block per written-back page"
+        blocks.len() as u64,
+        "one block per written-back page, or per block of packed objects"
     );
+}
+
+/// Distinct backing-store blocks the slots name.
+fn blocks_named(s: &Store) -> u64 {
+    let blocks: std::collections::BTreeSet<u64> = (0..s.disk_pages())
+        .filter_map(|j| match s.slot_info(j).unwrap().state {
+            SlotState::WrittenBack(block) => Some(block),
+            _ => None,
+        })
+        .collect();
+    blocks.len() as u64
 }
 
 #[test]
@@ -611,16 +624,21 @@ fn recompress_huge_idle_with_zstd_compresses_huge_pages() {
 /// slots and, every few steps, every page reads back.
 #[test]
 fn model_workload_with_writeback_recompression_and_faults() {
-    for seed in 1..=4u64 {
+    // Odd seeds write pages back decompressed, even ones compressed and
+    // packed (`writeback_compressed`).
+    for seed in 1..=8u64 {
         let pages = 96u64;
         let s = store(pages);
         let dev = flaky(&format!("model{seed}"), 48, 5, seed);
         s.set_backing_store(dev.clone()).unwrap();
+        s.set_writeback_compressed(seed % 2 == 0).unwrap();
         s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
         s.set_recomp_algorithm("algo=deflate priority=2").unwrap();
         let mut model: Vec<Option<Vec<u8>>> = vec![None; pages as usize];
         let mut rng = Rng(seed * 7919);
         let mut buf = vec![0; PAGE];
+        // Whether pages ever shared a block.
+        let mut packed_seen = false;
         for step in 0..600 {
             let i = rng.next() % pages;
             match rng.next() % 12 {
@@ -677,19 +695,25 @@ fn model_workload_with_writeback_recompression_and_faults() {
                     }
                 }
             }
-            let used = s.bd_stat().bd_count;
+            assert_eq!(
+                s.bd_stat().bd_count,
+                blocks_named(&s),
+                "seed {seed} step {step}: blocks and WB slots"
+            );
             let wb_slots = (0..pages)
                 .filter(|j| matches!(s.slot_info(*j).unwrap().state, SlotState::WrittenBack(_)))
                 .count() as u64;
-            assert_eq!(
-                used, wb_slots,
-                "seed {seed} step {step}: blocks and WB slots"
-            );
+            packed_seen |= wb_slots > s.bd_stat().bd_count;
             if step % 50 == 49 {
                 check(&s, &model);
             }
         }
         check(&s, &model);
+        assert_eq!(
+            packed_seen,
+            seed % 2 == 0,
+            "seed {seed}: pages share blocks exactly when written back compressed"
+        );
         s.reset();
         assert_eq!(s.bd_stat().bd_count, 0);
         assert_eq!(
@@ -698,4 +722,92 @@ fn model_workload_with_writeback_recompression_and_faults() {
             "seed {seed}: memory left after reset"
         );
     }
+}
+
+/// `writeback_compressed`: compressed pages go to the backing store as
+/// their objects, packed several to a block; they read back identical
+/// (with the compressor that made them, recompressed ones included), and a
+/// block is freed only when its last object is discarded or overwritten.
+#[test]
+fn compressed_writeback_packs_objects_and_frees_blocks_with_the_last() {
+    let s = store(64);
+    s.set_backing_dev(&backing_file("packed", 64)).unwrap();
+    assert!(!s.writeback_compressed(), "0 by default");
+    s.set_writeback_compressed(true).unwrap();
+    s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
+    let mut model = vec![None; 64];
+    // 40 text pages (small objects), 4 random (huge) and 4 same-filled.
+    for i in 0..48u64 {
+        let kind = match i {
+            0..=39 => 1,
+            40..=43 => 2,
+            _ => 0,
+        };
+        model[i as usize] = Some(page(kind, i));
+        s.write_page(i, &page(kind, i)).unwrap();
+    }
+    assert_eq!(
+        s.set_writeback_compressed(false).unwrap_err().errno(),
+        libc::EBUSY,
+        "set only before the store is initialised"
+    );
+    // Some pages compressed by the secondary: they must read back with it.
+    s.mark_idle(IdleCutoff::All);
+    let r = s
+        .recompress(&RecompressRequest::parse("type=idle max_pages=10 algo=zstd").unwrap())
+        .unwrap();
+    assert!(r.recompressed > 0, "{r:?}");
+    s.mark_idle(IdleCutoff::All);
+    let r = wb(&s, "idle").unwrap();
+    assert_eq!((r.written, r.failed), (44, 0), "same-filled pages stay");
+    let by_zstd = (0..40)
+        .filter(|&j| s.slot_info(j).unwrap().priority == 1)
+        .count();
+    assert!(by_zstd > 0, "written-back pages keep their priority");
+    let bd = s.bd_stat();
+    assert_eq!(
+        bd.bd_count,
+        blocks_named(&s),
+        "bd_count counts blocks, not pages"
+    );
+    assert!(
+        bd.bd_count <= 4 + 4,
+        "40 small objects fit in a few blocks beside the 4 huge pages: {bd:?}"
+    );
+    assert_eq!(bd.bd_writes, bd.bd_count);
+    assert_eq!(s.mm_stat().compr_data_size, 0);
+    check(&s, &model);
+    assert_eq!(s.bd_stat().bd_reads, 44, "one block read per page read");
+    // Free every packed page of one block but one: the block stays.
+    let block_of = |j: u64| match s.slot_info(j).unwrap().state {
+        SlotState::WrittenBack(b) => b,
+        other => panic!("page {j}: {other:?}"),
+    };
+    let first = block_of(0);
+    let sharing: Vec<u64> = (0..40).filter(|&j| block_of(j) == first).collect();
+    assert!(sharing.len() > 2, "{sharing:?}");
+    let before = s.bd_stat().bd_count;
+    let (last, rest) = sharing.split_last().unwrap();
+    for (n, &j) in rest.iter().enumerate() {
+        if n % 2 == 0 {
+            s.discard(j, 1).unwrap();
+            model[j as usize] = None;
+        } else {
+            s.write_page(j, &page(3, j)).unwrap();
+            model[j as usize] = Some(page(3, j));
+        }
+    }
+    assert_eq!(s.bd_stat().bd_count, before, "one object still lives there");
+    check(&s, &model);
+    s.discard(*last, 1).unwrap();
+    model[*last as usize] = None;
+    assert_eq!(
+        s.bd_stat().bd_count,
+        before - 1,
+        "freed with its last object"
+    );
+    check(&s, &model);
+    s.reset();
+    assert_eq!(s.bd_stat().bd_count, 0);
+    assert!(s.writeback_compressed(), "reset keeps the setting");
 }
