@@ -39,9 +39,10 @@ pub const INCOMPRESSIBLE: u32 = 1 << 6;
 const PRIORITY_SHIFT: u32 = 7;
 const PRIORITY_MASK: u32 = 0b11;
 /// A [`WB`] slot whose page was written back compressed, packed with other
-/// objects into its block (`writeback_compressed`): the handle word holds
-/// the block above the object's byte offset in it, the size field its
-/// length, and the priority bits the compressor that made it.
+/// objects (`writeback_compressed`): the handle word holds its first block
+/// above the object's byte offset in it, the size field its length (an
+/// object reaching past the block runs on into the next), and the priority
+/// bits the compressor that made it.
 pub const WB_PACKED: u32 = 1 << 9;
 
 /// Where a store keeps pages that do not compress (what the handle word of

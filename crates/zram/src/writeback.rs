@@ -28,15 +28,19 @@
 //!   The kernel's patch writes each object into a block of its own, so it
 //!   saves the decompression but not one byte of the backing store. zmem
 //!   packs instead (issue 16 asks for at least 2x fewer bytes written):
-//!   a batch fills its blocks with objects back to back, an object never
-//!   spanning two blocks; the slot records block, byte offset and length
-//!   ([`slot::WB_PACKED`]), and the block keeps a count of the objects
-//!   living in it ([`Blocks::share`]), so that it is freed (bit cleared,
-//!   hole punched) when its last object is overwritten or discarded. A
-//!   huge (raw) page still takes a whole block. `writeback_batch_size`
+//!   a batch fills its run of blocks with objects back to back, an object
+//!   that does not fit in the rest of a block running on into the next
+//!   block of the run (never past the run: it waits for the next batch);
+//!   the slot records first block, byte offset and length
+//!   ([`slot::WB_PACKED`]), and each block keeps a count of the objects
+//!   living in it, a running-on object counting in both
+//!   ([`Blocks::share`]), so that a block is freed (bit cleared, hole
+//!   punched) when its last object is overwritten or discarded. A huge
+//!   (raw) page still takes a whole block of its own. `writeback_batch_size`
 //!   then counts blocks, and `bd_stat` counts blocks, as always: `bd_count`
 //!   the blocks in use, `bd_writes` and `bd_reads` the blocks written and
-//!   read (a read of a packed page reads its one block).
+//!   read (a read of a packed page reads its block, and the next if its
+//!   object runs on).
 //! - **Failures**: a backing store that fails a write leaves the pages of
 //!   the block in memory, frees the block, gives the budget back and counts
 //!   a failed writeback per page; the other pages are still tried and the
@@ -77,11 +81,14 @@ fn bucket_key(index: u64, stored: usize) -> u64 {
 }
 
 /// One page of a batch: its slot, the block it goes to (counted from the
-/// batch's first), and for a packed object its byte offset in that block,
+/// batch's first) and whether it runs on into the next, and for a packed
+/// object its byte offset in that block,
 /// and the priority of the compressor that made it.
 struct Placed {
     index: u64,
     block: usize,
+    /// A packed object that runs on into the next block.
+    spans: bool,
     packed: Option<(u32, usize)>,
 }
 
@@ -332,14 +339,21 @@ impl Store {
         let Some((offset, len)) = object else {
             return backing.dev().read_block(block, buf).map_err(io_error);
         };
-        let mut whole = vec![0u8; self.page_size];
-        backing
-            .dev()
-            .read_block(block, &mut whole)
-            .map_err(io_error)?;
+        // The object's block, and the next one if it runs on into it.
+        let blocks = if offset + len > self.page_size { 2 } else { 1 };
+        let mut whole = vec![0u8; blocks * self.page_size];
+        for (k, part) in whole.chunks_exact_mut(self.page_size).enumerate() {
+            if k > 0 {
+                self.counters.add(Counter::BdReads, 1);
+            }
+            backing
+                .dev()
+                .read_block(block + k as u64, part)
+                .map_err(io_error)?;
+        }
         let src = whole.get(offset..offset + len).ok_or(StoreError::Corrupt {
             index,
-            reason: format!("object at {offset}+{len} is past its block"),
+            reason: format!("object at {offset}+{len} is past its blocks"),
         })?;
         self.decompress(index, priority, src, buf)
     }
@@ -528,11 +542,13 @@ impl Store {
                 SlotContent::Compressed { handle, size } if pack => Some((handle, size)),
                 _ => None,
             };
-            let need = object.map_or(page_size, |(_, size)| size);
-            if at + need > page_size {
+            if object.is_none() && at > 0 {
+                // A whole page starts a block of its own.
                 (block, at) = (block + 1, 0);
             }
-            if block >= count {
+            let need = object.map_or(page_size, |(_, size)| size);
+            // An object may run on into the next block of the run.
+            if block * page_size + at + need > count * page_size {
                 // The run is full: this page starts the next batch.
                 break;
             }
@@ -557,28 +573,37 @@ impl Store {
                 self.clear_pp(index);
                 continue;
             }
+            let spans = at + need > page_size;
             job.pages.push(Placed {
                 index,
                 block,
+                spans,
                 packed: object.map(|_| (at as u32, guard.priority())),
             });
             at += need;
+            while at >= page_size {
+                (block, at) = (block + 1, at - page_size);
+            }
         }
-        let used = job.pages.last().map_or(0, |p| p.block + 1);
+        let used = job
+            .pages
+            .last()
+            .map_or(0, |p| p.block + 1 + usize::from(p.spans));
         job.blocks = used;
         for b in used..count {
             backing.release(first + b as u64);
         }
-        // A block holding packed objects is shared by them.
-        let mut k = 0;
-        while k < job.pages.len() {
-            let b = job.pages[k].block;
-            let mut n = 0;
-            while k < job.pages.len() && job.pages[k].block == b {
-                n += 1;
-                k += 1;
+        // A block holding packed objects is shared by them (an object
+        // running on into the next block holds both).
+        let mut holders = vec![0u32; used];
+        for p in job.pages.iter().filter(|p| p.packed.is_some()) {
+            holders[p.block] += 1;
+            if p.spans {
+                holders[p.block + 1] += 1;
             }
-            if job.pages[k - 1].packed.is_some() {
+        }
+        for (b, &n) in holders.iter().enumerate() {
+            if n > 0 {
                 backing.share(first + b as u64, n);
             }
         }
@@ -612,34 +637,35 @@ impl Store {
         }
         self.counters
             .add(Counter::BdWrites, job.blocks as u64 - failed_blocks);
-        let mut failures = failures.into_iter().peekable();
-        let mut failed_block = None;
+        let mut failed = vec![false; job.blocks];
+        for (at, e) in failures {
+            failed[at] = true;
+            let block = job.first + at as u64;
+            *error = Some(StoreError::os(
+                e.raw_os_error().unwrap_or(libc::EIO),
+                format!(
+                    "writeback: writing block {block} of {}: {e}",
+                    backing.dev().describe()
+                ),
+            ));
+        }
         for page in &job.pages {
             let block = job.first + page.block as u64;
-            while failures.peek().is_some_and(|(at, _)| *at < page.block) {
-                failures.next();
-            }
-            if failures.peek().is_some_and(|(at, _)| *at == page.block) {
-                if let Some((_, e)) = failures.next() {
-                    *error = Some(StoreError::os(
-                        e.raw_os_error().unwrap_or(libc::EIO),
-                        format!(
-                            "writeback: writing block {block} of {}: {e}",
-                            backing.dev().describe()
-                        ),
-                    ));
+            let release = || {
+                backing.release(block);
+                if page.spans {
+                    backing.release(block + 1);
                 }
-                failed_block = Some(page.block);
-            }
-            if failed_block == Some(page.block) {
+            };
+            if failed[page.block] || (page.spans && failed[page.block + 1]) {
                 self.counters.add(Counter::FailedWritebacks, 1);
                 report.failed += 1;
-                backing.release(block);
+                release();
                 self.clear_pp(page.index);
             } else if self.complete_writeback(page, block) {
                 report.written += 1;
             } else {
-                backing.release(block);
+                release();
             }
         }
     }
