@@ -94,6 +94,7 @@ pub struct SlotInfo {
     /// For a page written back compressed (`writeback_compressed`): the
     /// byte offset of its object in its block and the object's length (an
     /// object reaching past its block runs on into the next).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub packed: Option<(u32, usize)>,
 }
 

@@ -512,10 +512,12 @@ impl Store {
             }
         };
         let pack = self.post.compressed();
-        let mut want = (job.run.len() / self.page_size).min(budget);
-        if !pack {
-            want = want.min(chosen.len() - *next);
-        }
+        // Each page opens at most one block (a packed object runs on into
+        // one more at most, and all of them are shorter than a block), so
+        // the pages left need no more blocks than there are of them.
+        let want = (job.run.len() / self.page_size)
+            .min(budget)
+            .min(chosen.len() - *next);
         let Some((first, count)) = backing.reserve_run(want) else {
             return Err(StoreError::os(
                 libc::ENOSPC,
