@@ -412,6 +412,59 @@ fn writeback_idle_takes_every_idle_page_that_is_not_same_filled() {
 }
 
 #[test]
+fn writeback_compressed_side_by_side_writes_fewer_blocks_and_reads_back() {
+    let dir = tmp("wbc");
+    let f = dir.path().join("mixed");
+    mixed_pages(&f);
+    let r = report(&[
+        "replay",
+        f.to_str().unwrap(),
+        "--comp",
+        "lz4",
+        "--mark-idle",
+        "all",
+        "--writeback",
+        "idle",
+        "--writeback-compressed",
+        "0,1",
+    ]);
+    let fill = &stage(&r, "fill", 0)["results"];
+    let wb = &stage(&r, "writeback", 0)["results"];
+    assert_eq!(
+        wb.as_array().unwrap().len(),
+        2,
+        "each configuration both ways"
+    );
+    let plain = &wb[0];
+    let packed = &wb[1];
+    assert!(
+        packed["config"]
+            .as_str()
+            .unwrap()
+            .ends_with("/wb-compressed"),
+        "{packed}"
+    );
+    assert!(!plain["config"].as_str().unwrap().contains("wb-compressed"));
+    assert_eq!(plain["pages"]["written"], packed["pages"]["written"]);
+    let count = |w: &serde_json::Value| w["bd_stat"]["bd_count"].as_u64().unwrap();
+    let huge = fill[1]["mm_stat"]["huge_pages"].as_u64().unwrap();
+    let compressed_bytes = fill[1]["mm_stat"]["compr_data_size"].as_u64().unwrap() - huge * 4096;
+    // Huge pages take a block each; the objects are packed back to back
+    // (a block more per batch of 32 at most).
+    let least = huge + compressed_bytes.div_ceil(4096);
+    assert!(
+        (least..=least + count(plain).div_ceil(32)).contains(&count(packed)),
+        "{packed} against {least}"
+    );
+    assert!(count(packed) < count(plain), "{packed} {plain}");
+    assert_eq!(
+        packed["bd_stat"]["bd_writes"],
+        packed["bd_stat"]["bd_count"]
+    );
+    assert_eq!(r["verified_pages"], 240);
+}
+
+#[test]
 fn recompress_then_writeback_huge_and_the_table_says_what_it_used() {
     let dir = tmp("recomp");
     let f = dir.path().join("mixed");
@@ -477,7 +530,7 @@ fn bad_writeback_and_recompress_flags_get_one_clear_error() {
     let f = dir.path().join("f");
     fs::write(&f, vec![1u8; 10000]).unwrap();
     let f = f.to_str().unwrap();
-    let cases: [(&[&str], i32, &str); 6] = [
+    let cases: [(&[&str], i32, &str); 8] = [
         (
             &["replay", f, "--recompress", "type=idle"],
             2,
@@ -510,6 +563,23 @@ fn bad_writeback_and_recompress_flags_get_one_clear_error() {
         (&["replay", f, "--writeback", "sleepy"], 2, "sleepy"),
         (&["replay", f, "--backing-dev", "/tmp/x"], 2, "--writeback"),
         (&["replay", f, "--mark-idle", "soon"], 2, "all"),
+        (
+            &["replay", f, "--writeback-compressed", "1"],
+            2,
+            "--writeback",
+        ),
+        (
+            &[
+                "replay",
+                f,
+                "--writeback",
+                "idle",
+                "--writeback-compressed",
+                "2",
+            ],
+            2,
+            "0 or 1",
+        ),
     ];
     for (args, code, needle) in cases {
         let out = zmem(args);

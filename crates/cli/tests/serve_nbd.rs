@@ -719,6 +719,60 @@ fn a_config_file_sets_the_flags_and_the_command_line_overrides_it() {
 }
 
 #[test]
+fn serve_writeback_compressed_packs_pages_and_reads_them_back() {
+    require_tools!("nbdcopy");
+    let dir = std::env::temp_dir().join(format!("zmem-serve-wbc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let backing = dir.join("backing.img");
+    std::fs::File::create(&backing)
+        .unwrap()
+        .set_len(16 * MIB as u64)
+        .unwrap();
+    let backing = backing.to_string_lossy().into_owned();
+    let z = Zmem::start(&[
+        "--export",
+        "w:8M",
+        "--backing-dev",
+        &backing,
+        "--writeback-compressed",
+    ]);
+    assert_eq!(z.ctl_ok(&["writeback_compressed"]), "1\n");
+    let data = no_same_pages(real_data(4 * MIB));
+    let src = write_file(&z, "src.raw", &data);
+    run_ok("nbdcopy", &[&src, &z.uri("w")]);
+    let stored = z.mm_stat("w");
+    z.ctl_ok(&["idle", "all"]);
+    z.ctl_ok(&["writeback", "idle"]);
+    assert_eq!(z.mm_stat("w")[1], 0, "every page was idle");
+    let bd = |z: &Zmem| -> Vec<u64> {
+        z.ctl_ok(&["bd_stat"])
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect()
+    };
+    let pages = (4 * MIB / 4096) as u64;
+    let written = bd(&z);
+    // The compressed objects back to back (huge pages a block each): about
+    // compr_data_size in blocks, not a block per page.
+    assert!(
+        written[0] <= stored[1].div_ceil(4096) + pages / 32 + 1 && written[0] < pages,
+        "{written:?} for {stored:?}"
+    );
+    assert_eq!(written[2], written[0]);
+    let back = read_export(&z, &z.uri("w"));
+    assert!(
+        back[..data.len()] == data[..],
+        "data differs after writeback"
+    );
+    assert!(bd(&z)[1] >= pages, "every page read from the backing file");
+    let o = z.ctl(&["writeback_compressed", "0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("EBUSY"));
+    drop(z);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn writeback_and_recompression_through_ctl_read_back_identical() {
     require_tools!("nbdcopy");
     let dir = std::env::temp_dir().join(format!("zmem-serve-wb-{}", std::process::id()));

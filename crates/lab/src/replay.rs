@@ -160,6 +160,19 @@ impl Replay {
         Ok(())
     }
 
+    /// Sets `writeback_compressed` of each store, one value per
+    /// configuration in order (before the fill, as the kernel allows it
+    /// only before the disk holds data). A store with it on is labelled
+    /// with `/wb-compressed` after its configuration.
+    pub fn set_writeback_compressed(&mut self, on: &[bool]) -> Result<(), Error> {
+        for ((spec, store), &on) in self.specs.iter().zip(&self.stores).zip(on) {
+            store.set_writeback_compressed(on).map_err(|e| {
+                Error::Usage(format!("--writeback-compressed: {}: {e}", spec.label()))
+            })?;
+        }
+        Ok(())
+    }
+
     /// Sets each store's backing file (`backing_dev`), one path per
     /// configuration in order; before the fill.
     pub fn set_backing_devs(&mut self, paths: &[PathBuf]) -> Result<(), Error> {
@@ -422,8 +435,12 @@ impl Replay {
             .map(|(((spec, store), secs), (pages, error))| {
                 let mm = store.mm_stat();
                 let pool = store.allocator().stats();
+                let mut config = spec.label();
+                if store.writeback_compressed() {
+                    config.push_str("/wb-compressed");
+                }
                 let r = StageResult {
-                    config: spec.label(),
+                    config,
                     mm_stat: mm,
                     io_stat: store.io_stat(),
                     overhead_ratio: mm.overhead_ratio(),

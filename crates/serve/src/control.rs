@@ -26,6 +26,7 @@
 //! | `writeback MODE` | `writeback` | `idle`, `huge`, `huge_idle`, `incompressible`, `type=...`, `page_index=N`, `page_indexes=N-M`; `ENODEV` without a backing_dev |
 //! | `writeback_limit [N]`, `writeback_limit_enable [0/1]` | same | the writeback budget in 4 KiB units |
 //! | `writeback_batch_size [N]` | same (Linux 7.0) | pages written back with one call, 1 to 256 (32 by default) |
+//! | `writeback_compressed [0/1]` | same (Linux 7.0) | write pages back compressed (zmem packs several objects into a block); set only before the store holds data (`EBUSY`) |
 //! | `bd_stat` | `bd_stat` | `bd_count bd_reads bd_writes` in 4 KiB units |
 //! | `recomp_algorithm ["algo=NAME priority=N"]` | `recomp_algorithm` | secondary compressors, `#N: [name]` lines |
 //! | `recompress PARAMS` | `recompress` | `type=idle\|huge\|huge_idle threshold=N max_pages=N algo=NAME priority=N` |
@@ -83,7 +84,7 @@ impl fmt::Display for CtlError {
 impl std::error::Error for CtlError {}
 
 /// Every command name, for `help` and error messages.
-pub const COMMANDS: [&str; 28] = [
+pub const COMMANDS: [&str; 29] = [
     "mm_stat",
     "io_stat",
     "debug_stat",
@@ -105,6 +106,7 @@ pub const COMMANDS: [&str; 28] = [
     "writeback_limit",
     "writeback_limit_enable",
     "writeback_batch_size",
+    "writeback_compressed",
     "bd_stat",
     "recomp_algorithm",
     "recompress",
@@ -272,7 +274,12 @@ pub fn execute(reg: &Registry, export: Option<&str>, line: &str) -> Result<Strin
     }
     let setting = matches!(
         cmd,
-        "comp_algorithm" | "algorithm_params" | "mem_limit" | "backing_dev" | "recomp_algorithm"
+        "comp_algorithm"
+            | "algorithm_params"
+            | "mem_limit"
+            | "backing_dev"
+            | "writeback_compressed"
+            | "recomp_algorithm"
     );
     // A setting of an uninitialised export; an initialised one answers
     // below, from its store.
@@ -395,6 +402,7 @@ fn set(settings: &mut Settings, cmd: &str, v: &str) -> Result<(), CtlError> {
                 })?;
             settings.backing_dev = Some(v.into());
         }
+        "writeback_compressed" => settings.writeback_compressed = kstrtobool(cmd, v)?,
         "recomp_algorithm" => {
             recomp_entry(v)?;
             settings.recomp.push(v.to_string());
@@ -440,6 +448,7 @@ fn run_uninitialised(
                 .as_ref()
                 .map_or_else(|| "none".to_string(), |p| p.display().to_string()),
         ),
+        "writeback_compressed" => read(u8::from(settings.writeback_compressed).to_string()),
         "recomp_algorithm" => {
             no_value(cmd, arg)?;
             let mut slots: [Option<String>; 4] = Default::default();
@@ -467,6 +476,16 @@ fn run_uninitialised(
             "unknown command {other:?}; commands: {}",
             COMMANDS.join(" ")
         ))),
+    }
+}
+
+/// A boolean as the kernel's `kstrtobool` reads one: `1`, `y`, `on` (any
+/// case) or `0`, `n`, `off`; anything else is `EINVAL`.
+fn kstrtobool(cmd: &str, v: &str) -> Result<bool, CtlError> {
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "y" | "yes" | "on" => Ok(true),
+        "0" | "n" | "no" | "off" => Ok(false),
+        _ => Err(CtlError::inval(format!("{cmd} takes 0 or 1, not {v:?}"))),
     }
 }
 
@@ -643,6 +662,16 @@ fn run(s: &Served, cmd: &str, arg: Option<&str>) -> Result<String, CtlError> {
                 store
                     .set_writeback_batch_size(n)
                     .map_err(|e| store_error(&e))?;
+                Ok(String::new())
+            }
+        },
+        "writeback_compressed" => match arg {
+            None => Ok(format!("{}\n", u8::from(store.writeback_compressed()))),
+            Some(v) => {
+                store
+                    .set_writeback_compressed(kstrtobool(cmd, v)?)
+                    .map_err(|e| store_error(&e))?;
+                log::info!("ctl: {}: writeback_compressed {v}", s.name);
                 Ok(String::new())
             }
         },
@@ -872,6 +901,47 @@ mod tests {
             ("bd_stat 1", "EINVAL"),
         ] {
             assert_eq!(run(bad).unwrap_err().errno, errno, "{bad}");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn writeback_compressed_is_a_setting_before_the_first_write() {
+        let reg = registry();
+        let dir = std::env::temp_dir().join(format!("zmem-ctl-wbc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("backing");
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(64 * 4096)
+            .unwrap();
+        let run = |line: &str| execute(&reg, None, line);
+        assert_eq!(run("writeback_compressed").unwrap(), "0\n");
+        assert_eq!(
+            run("writeback_compressed maybe").unwrap_err().errno,
+            "EINVAL"
+        );
+        run("writeback_compressed 1").unwrap();
+        assert_eq!(run("writeback_compressed").unwrap(), "1\n");
+        run(&format!("backing_dev {}", path.display())).unwrap();
+        let store = &reg.get(None).unwrap().store;
+        let page: Vec<u8> = (0..4096).map(|i| b"zmem packs objects "[i % 19]).collect();
+        for i in 0..8 {
+            store.write_page(i, &page).unwrap();
+        }
+        assert_eq!(
+            run("writeback_compressed 0").unwrap_err().errno,
+            "EBUSY",
+            "set only before the store holds data"
+        );
+        run("idle all").unwrap();
+        run("writeback idle").unwrap();
+        // Eight small objects share one block.
+        assert_eq!(run("bd_stat").unwrap(), "       1        0        1\n");
+        let mut back = vec![0; 4096];
+        for i in 0..8 {
+            store.read_page(i, &mut back).unwrap();
+            assert!(back == page, "page {i}");
         }
         std::fs::remove_dir_all(dir).unwrap();
     }

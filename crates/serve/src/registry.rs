@@ -10,7 +10,7 @@
 //!   hot_add NAME ──> uninitialised ──disksize SIZE──> initialised
 //!   (initstate 0,    (no store; comp_algorithm,      (a store and its
 //!    disksize 0)      algorithm_params, mem_limit,    NBD device)
-//!                     backing_dev, recomp_algorithm
+//!                     backing_dev, writeback_compressed, recomp_algorithm
 //!                     are settings)        <──reset── (EBUSY while a client
 //!                                                      is connected)
 //!   hot_add NAME SIZE: straight to initialised.  hot_remove NAME: from
@@ -81,6 +81,8 @@ pub struct Settings {
     pub mem_limit: u64,
     /// `backing_dev`, if set.
     pub backing_dev: Option<PathBuf>,
+    /// `writeback_compressed`: write pages back compressed, packed.
+    pub writeback_compressed: bool,
     /// `recomp_algorithm` values (`algo=NAME priority=N`), in the order
     /// written; a later one for the same priority wins, as in the store.
     pub recomp: Vec<String>,
@@ -613,6 +615,9 @@ fn make_store(
             .set_backing_dev(path)
             .map_err(|e| crate::control::store_error(&e))?;
     }
+    store
+        .set_writeback_compressed(settings.writeback_compressed)
+        .map_err(|e| crate::control::store_error(&e))?;
     for algo in &settings.recomp {
         store
             .set_recomp_algorithm(algo)

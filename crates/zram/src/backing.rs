@@ -7,7 +7,10 @@
 //! them) and with `O_DIRECT` where the file system allows it, so that pages
 //! written back do not come back into memory as page cache. [`Blocks`] keeps
 //! which blocks hold a page: one bit per block, the lowest free block taken
-//! first, as the kernel's bitmap. A freed block of a file is given back to
+//! first, as the kernel's bitmap. A block may also be shared by several
+//! compressed objects (`writeback_compressed` packs them): it then has a
+//! count of the objects living in it, and is freed when the last goes. A
+//! freed block of a file is given back to
 //! the file system by punching a hole (`FALLOC_FL_PUNCH_HOLE |
 //! FALLOC_FL_KEEP_SIZE`; on a block device the same call discards it).
 //!
@@ -17,6 +20,7 @@
 //! This module owns the file and the bitmap. It never looks at a slot: the
 //! store decides which page goes to which block and records it in the slot.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -286,6 +290,36 @@ struct Bitmap {
     blocks: u64,
     /// No word below this one has a free bit.
     first_free_word: usize,
+    /// Blocks shared by packed objects, and how many objects live in each
+    /// (a block not here holds one page).
+    shared: HashMap<u64, u32>,
+}
+
+impl Bitmap {
+    /// One holder of `block` lets it go; returns whether the block is now
+    /// free (its bit cleared).
+    fn drop_holder(&mut self, block: u64) -> bool {
+        if let Some(n) = self.shared.get_mut(&block) {
+            *n -= 1;
+            if *n > 0 {
+                return false;
+            }
+            self.shared.remove(&block);
+        }
+        let w = (block / 64) as usize;
+        let bit = 1u64 << (block % 64);
+        let Some(word) = self.words.get_mut(w) else {
+            debug_assert!(false, "block {block} is past the backing store");
+            return false;
+        };
+        if *word & bit == 0 {
+            debug_assert!(false, "block {block} was free");
+            return false;
+        }
+        *word &= !bit;
+        self.first_free_word = self.first_free_word.min(w);
+        true
+    }
 }
 
 impl Blocks {
@@ -297,6 +331,7 @@ impl Blocks {
                 words: vec![0; blocks.div_ceil(64) as usize],
                 blocks,
                 first_free_word: 0,
+                shared: HashMap::new(),
             }),
             dev,
             used: AtomicU64::new(0),
@@ -361,43 +396,34 @@ impl Blocks {
         Some((first, count))
     }
 
-    /// Frees `block` and gives its space back (see
-    /// [`BackingStore::discard_block`]).
+    /// Makes the reserved `block` shared by `objects` packed objects (at
+    /// least 1): it is freed when [`Blocks::release`] has been called once
+    /// for each of them.
+    pub fn share(&self, block: u64, objects: u32) {
+        debug_assert!(objects > 0);
+        self.bitmap().shared.insert(block, objects);
+    }
+
+    /// Lets one holder of `block` go: a block of one page is freed at once,
+    /// a shared block when its last object goes; a freed block gives its
+    /// space back (see [`BackingStore::discard_block`]).
     pub fn release(&self, block: u64) {
-        {
-            let mut map = self.bitmap();
-            let w = (block / 64) as usize;
-            let bit = 1u64 << (block % 64);
-            let Some(word) = map.words.get_mut(w) else {
-                debug_assert!(false, "block {block} is past the backing store");
-                return;
-            };
-            if *word & bit == 0 {
-                debug_assert!(false, "block {block} was free");
-                return;
-            }
-            *word &= !bit;
-            map.first_free_word = map.first_free_word.min(w);
+        if !self.bitmap().drop_holder(block) {
+            return;
         }
         self.used.fetch_sub(1, Ordering::Relaxed);
         self.dev.discard_block(block);
     }
 
-    /// Frees every block in `blocks` (sorted here), giving their space
-    /// back with one [`BackingStore::discard_blocks`] per run of adjacent
-    /// blocks (reset frees a whole disk's blocks this way).
-    pub fn release_many(&self, blocks: &mut [u64]) {
+    /// [`Blocks::release`] for every entry of `blocks` (sorted here; a
+    /// shared block appears once per object), giving the space of the
+    /// blocks freed back with one [`BackingStore::discard_blocks`] per run
+    /// of adjacent blocks (reset frees a whole disk's blocks this way).
+    pub fn release_many(&self, blocks: &mut Vec<u64>) {
         blocks.sort_unstable();
         {
             let mut map = self.bitmap();
-            for &block in blocks.iter() {
-                let w = (block / 64) as usize;
-                if let Some(word) = map.words.get_mut(w) {
-                    debug_assert!(*word & (1 << (block % 64)) != 0, "block {block} was free");
-                    *word &= !(1u64 << (block % 64));
-                }
-                map.first_free_word = map.first_free_word.min(w);
-            }
+            blocks.retain(|&block| map.drop_holder(block));
         }
         self.used.fetch_sub(blocks.len() as u64, Ordering::Relaxed);
         let mut i = 0;
@@ -445,10 +471,30 @@ mod tests {
         assert_eq!(blocks.reserve(), Some(3));
         assert_eq!(blocks.reserve(), Some(65));
         assert_eq!(blocks.reserve(), None);
-        blocks.release_many(&mut [9, 2, 8, 64, 7]);
+        blocks.release_many(&mut vec![9, 2, 8, 64, 7]);
         assert_eq!(blocks.used(), 65);
         let again: Vec<u64> = (0..5).map(|_| blocks.reserve().unwrap()).collect();
         assert_eq!(again, vec![2, 7, 8, 9, 64]);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn a_shared_block_is_freed_with_its_last_object() {
+        let path = temp_file("shared", 4 * 4096);
+        let blocks = Blocks::new(Arc::new(BackingFile::open(&path, 4096).unwrap()));
+        assert_eq!(blocks.reserve_run(2), Some((0, 2)));
+        blocks.share(0, 3);
+        blocks.release(0);
+        blocks.release(0);
+        assert_eq!(blocks.used(), 2, "one object still lives in block 0");
+        assert_eq!(blocks.reserve(), Some(2));
+        blocks.release(0);
+        assert_eq!(blocks.used(), 2);
+        assert_eq!(blocks.reserve(), Some(0), "freed with its last object");
+        blocks.share(0, 2);
+        // Reset lists a shared block once per object.
+        blocks.release_many(&mut vec![0, 1, 0, 2]);
+        assert_eq!(blocks.used(), 0);
         std::fs::remove_file(path).unwrap();
     }
 

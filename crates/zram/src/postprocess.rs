@@ -48,6 +48,9 @@ pub struct PostProcess {
     limit: Mutex<WritebackLimit>,
     /// `writeback_batch_size` (0: [`DEFAULT_WRITEBACK_BATCH`]).
     batch: AtomicUsize,
+    /// `writeback_compressed`: write compressed objects, packed, instead of
+    /// decompressed pages.
+    compressed: AtomicBool,
     /// Streams of priorities 1..=3 (index 0 is priority 1).
     secondaries: RwLock<[Option<Arc<Streams>>; MAX_SECONDARIES]>,
     /// `algorithm_params` of priorities 1..=3, kept whether or not that
@@ -113,6 +116,17 @@ impl PostProcess {
     /// Sets `writeback_batch_size` (the caller checks the range).
     pub fn set_batch(&self, pages: usize) {
         self.batch.store(pages, Ordering::Relaxed);
+    }
+
+    /// Whether writeback writes compressed objects (`writeback_compressed`).
+    pub fn compressed(&self) -> bool {
+        self.compressed.load(Ordering::Relaxed)
+    }
+
+    /// Sets `writeback_compressed` (the caller checks the store is not
+    /// initialised).
+    pub fn set_compressed(&self, on: bool) {
+        self.compressed.store(on, Ordering::Relaxed);
     }
 
     /// The streams of `priority` (0 is the caller's primary: `None`).

@@ -38,6 +38,12 @@ pub const INCOMPRESSIBLE: u32 = 1 << 6;
 /// the page (the kernel's `ZRAM_COMP_PRIORITY_BIT1/BIT2`).
 const PRIORITY_SHIFT: u32 = 7;
 const PRIORITY_MASK: u32 = 0b11;
+/// A [`WB`] slot whose page was written back compressed, packed with other
+/// objects (`writeback_compressed`): the handle word holds its first block
+/// above the object's byte offset in it, the size field its length (an
+/// object reaching past the block runs on into the next), and the priority
+/// bits the compressor that made it.
+pub const WB_PACKED: u32 = 1 << 9;
 
 /// Where a store keeps pages that do not compress (what the handle word of
 /// a [`HUGE`] slot names).
@@ -80,6 +86,10 @@ pub enum SlotContent {
         size: usize,
         /// Whether it was stored raw.
         huge: bool,
+        /// `None`: the block holds the whole page, as it reads. `Some(n)`:
+        /// the block holds the page's compressed object (`size` bytes) at
+        /// byte `n`, beside other objects ([`WB_PACKED`]).
+        packed: Option<u32>,
     },
 }
 
@@ -165,10 +175,17 @@ impl Layout {
             return SlotContent::SameFilled(handle);
         }
         if flags & WB != 0 {
+            let (block, packed) = if flags & WB_PACKED != 0 {
+                let offset = handle & ((1 << self.size_bits) - 1);
+                (handle >> self.size_bits, Some(offset as u32))
+            } else {
+                (handle, None)
+            };
             return SlotContent::WrittenBack {
-                block: handle,
+                block,
                 size,
                 huge: flags & HUGE != 0,
+                packed,
             };
         }
         let raw = flags & HUGE != 0;
@@ -200,8 +217,24 @@ impl Layout {
                 debug_assert_eq!(self.huge, HugeHome::BesideAllocator);
                 (id.to_raw(), self.page_size(), HUGE)
             }
-            SlotContent::WrittenBack { block, size, huge } => {
-                (block, size, WB | if huge { HUGE } else { 0 })
+            SlotContent::WrittenBack {
+                block,
+                size,
+                huge,
+                packed,
+            } => {
+                let flags = WB | if huge { HUGE } else { 0 };
+                match packed {
+                    None => (block, size, flags),
+                    Some(offset) => {
+                        debug_assert!((offset as usize) < self.page_size());
+                        (
+                            (block << self.size_bits) | u64::from(offset),
+                            size,
+                            flags | WB_PACKED,
+                        )
+                    }
+                }
             }
         }
     }
@@ -364,6 +397,26 @@ mod tests {
             ),
             (in_pool, SlotContent::RawObject(handle(7)), (7, page, HUGE)),
             (beside, raw_page, (3, page, HUGE)),
+            (
+                in_pool,
+                SlotContent::WrittenBack {
+                    block: 5,
+                    size: 77,
+                    huge: false,
+                    packed: None,
+                },
+                (5, 77, WB),
+            ),
+            (
+                in_pool,
+                SlotContent::WrittenBack {
+                    block: 5,
+                    size: 77,
+                    huge: false,
+                    packed: Some(4000),
+                },
+                ((5 << 13) | 4000, 77, WB | WB_PACKED),
+            ),
         ] {
             assert_eq!(layout.encode(content), words, "{content:?}");
             assert_eq!(layout.decode(words.0, words.1, words.2), content);

@@ -91,6 +91,11 @@ pub struct SlotInfo {
     pub incompressible: bool,
     /// The priority of the compressor that compressed it (0: the primary).
     pub priority: usize,
+    /// For a page written back compressed (`writeback_compressed`): the
+    /// byte offset of its object in its block and the object's length (an
+    /// object reaching past its block runs on into the next).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packed: Option<(u32, usize)>,
 }
 
 /// Which slots [`Store::mark_idle`] marks.
@@ -390,10 +395,12 @@ impl Store {
 
     /// Frees a slot's former contents and takes them out of the counters.
     pub(crate) fn release(&self, old: SlotContent) {
-        let mut block = Vec::new();
-        self.release_into(old, &mut block);
-        if let (Some(backing), Some(&b)) = (self.post.backing(), block.first()) {
-            backing.release(b);
+        let mut blocks = Vec::new();
+        self.release_into(old, &mut blocks);
+        if let Some(backing) = self.post.backing() {
+            for b in blocks {
+                backing.release(b);
+            }
         }
     }
 
@@ -402,10 +409,19 @@ impl Store {
     fn release_into(&self, old: SlotContent, blocks: &mut Vec<u64>) {
         match old {
             SlotContent::Empty => {}
-            SlotContent::WrittenBack { block, .. } => {
+            SlotContent::WrittenBack {
+                block,
+                size,
+                packed,
+                ..
+            } => {
                 // Its length and huge_pages share left the counters when
                 // it was written back.
                 blocks.push(block);
+                // A packed object may run on into the next block.
+                if packed.is_some_and(|at| at as usize + size > self.page_size) {
+                    blocks.push(block + 1);
+                }
                 self.counters.sub(Counter::PagesStored, 1);
             }
             SlotContent::SameFilled(_) => {
@@ -505,30 +521,51 @@ impl Store {
                 buf.copy_from_slice(&obj);
             }
             SlotContent::Compressed { handle, size } => {
-                let secondary;
-                let streams = match guard.priority() {
-                    0 => &self.streams,
-                    p => {
-                        secondary = self.post.secondary(p).ok_or(StoreError::Corrupt {
-                            index,
-                            reason: format!("no compressor of priority {p}"),
-                        })?;
-                        &*secondary
-                    }
-                };
                 let obj = ObjectRead::begin(&*self.pool, handle, size)?;
-                let mut stream = streams.get()?;
-                stream
-                    .context()
-                    .decompress(&obj, buf)
-                    .map_err(|e| StoreError::Corrupt {
-                        index,
-                        reason: e.to_string(),
-                    })?;
+                self.decompress(index, guard.priority(), &obj, buf)?;
             }
-            SlotContent::WrittenBack { block, .. } => self.read_back(index, block, buf)?,
+            SlotContent::WrittenBack {
+                block,
+                size,
+                packed,
+                ..
+            } => {
+                let object = packed.map(|at| (at as usize, size));
+                self.read_back(index, block, object, guard.priority(), buf)?
+            }
         }
         Ok(())
+    }
+
+    /// Decompresses the object `src` of page `index` into `buf` with the
+    /// compressor of `priority` (0: the primary).
+    pub(crate) fn decompress(
+        &self,
+        index: u64,
+        priority: usize,
+        src: &[u8],
+        buf: &mut [u8],
+    ) -> Result<(), StoreError> {
+        let secondary;
+        let streams = match priority {
+            0 => &self.streams,
+            p => {
+                secondary = self.post.secondary(p).ok_or(StoreError::Corrupt {
+                    index,
+                    reason: format!("no compressor of priority {p}"),
+                })?;
+                &*secondary
+            }
+        };
+        let mut stream = streams.get()?;
+        stream
+            .context()
+            .decompress(src, buf)
+            .map(|_| ())
+            .map_err(|e| StoreError::Corrupt {
+                index,
+                reason: e.to_string(),
+            })
     }
 
     /// Frees `count` pages from `first` (a discard or trim): they read as
@@ -689,6 +726,14 @@ impl Store {
             huge: guard.has(slot::HUGE),
             incompressible: guard.has(slot::INCOMPRESSIBLE),
             priority: guard.priority(),
+            packed: match guard.content() {
+                SlotContent::WrittenBack {
+                    size,
+                    packed: Some(at),
+                    ..
+                } => Some((at, size)),
+                _ => None,
+            },
         })
     }
 

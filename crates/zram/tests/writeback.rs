@@ -71,7 +71,6 @@ fn wb(s: &Store, text: &str) -> Result<zram::WritebackReport, StoreError> {
 fn check(s: &Store, model: &[Option<Vec<u8>>]) {
     let mut buf = vec![0u8; PAGE];
     let mut stored = 0u64;
-    let mut written_back = 0u64;
     for (i, want) in model.iter().enumerate() {
         s.read_page(i as u64, &mut buf).expect("read");
         match want {
@@ -81,7 +80,7 @@ fn check(s: &Store, model: &[Option<Vec<u8>>]) {
         match s.slot_info(i as u64).expect("slot").state {
             SlotState::Compressed(n) => stored += n as u64,
             SlotState::Huge => stored += PAGE as u64,
-            SlotState::WrittenBack(_) => written_back += 1,
+            SlotState::WrittenBack(_) => {}
             SlotState::Empty | SlotState::Same(_) => {}
         }
     }
@@ -95,9 +94,28 @@ fn check(s: &Store, model: &[Option<Vec<u8>>]) {
     );
     assert_eq!(
         s.bd_stat().bd_count,
-        written_back,
-        "one block per written-back page"
+        blocks_named(s),
+        "one block per written-back page, or per block of packed objects"
     );
+}
+
+/// Distinct backing-store blocks the slots hold (a packed object reaching
+/// past its block holds the next one too).
+fn blocks_named(s: &Store) -> u64 {
+    let mut blocks = std::collections::BTreeSet::new();
+    for j in 0..s.disk_pages() {
+        let info = s.slot_info(j).unwrap();
+        if let SlotState::WrittenBack(block) = info.state {
+            blocks.insert(block);
+            if info
+                .packed
+                .is_some_and(|(at, len)| at as usize + len > PAGE)
+            {
+                blocks.insert(block + 1);
+            }
+        }
+    }
+    blocks.len() as u64
 }
 
 #[test]
@@ -611,16 +629,21 @@ fn recompress_huge_idle_with_zstd_compresses_huge_pages() {
 /// slots and, every few steps, every page reads back.
 #[test]
 fn model_workload_with_writeback_recompression_and_faults() {
-    for seed in 1..=4u64 {
+    // Odd seeds write pages back decompressed, even ones compressed and
+    // packed (`writeback_compressed`).
+    for seed in 1..=8u64 {
         let pages = 96u64;
         let s = store(pages);
         let dev = flaky(&format!("model{seed}"), 48, 5, seed);
         s.set_backing_store(dev.clone()).unwrap();
+        s.set_writeback_compressed(seed % 2 == 0).unwrap();
         s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
         s.set_recomp_algorithm("algo=deflate priority=2").unwrap();
         let mut model: Vec<Option<Vec<u8>>> = vec![None; pages as usize];
         let mut rng = Rng(seed * 7919);
         let mut buf = vec![0; PAGE];
+        // Whether pages ever shared a block.
+        let mut packed_seen = false;
         for step in 0..600 {
             let i = rng.next() % pages;
             match rng.next() % 12 {
@@ -677,19 +700,25 @@ fn model_workload_with_writeback_recompression_and_faults() {
                     }
                 }
             }
-            let used = s.bd_stat().bd_count;
+            assert_eq!(
+                s.bd_stat().bd_count,
+                blocks_named(&s),
+                "seed {seed} step {step}: blocks and WB slots"
+            );
             let wb_slots = (0..pages)
                 .filter(|j| matches!(s.slot_info(*j).unwrap().state, SlotState::WrittenBack(_)))
                 .count() as u64;
-            assert_eq!(
-                used, wb_slots,
-                "seed {seed} step {step}: blocks and WB slots"
-            );
+            packed_seen |= wb_slots > s.bd_stat().bd_count;
             if step % 50 == 49 {
                 check(&s, &model);
             }
         }
         check(&s, &model);
+        assert_eq!(
+            packed_seen,
+            seed % 2 == 0,
+            "seed {seed}: pages share blocks exactly when written back compressed"
+        );
         s.reset();
         assert_eq!(s.bd_stat().bd_count, 0);
         assert_eq!(
@@ -698,4 +727,120 @@ fn model_workload_with_writeback_recompression_and_faults() {
             "seed {seed}: memory left after reset"
         );
     }
+}
+
+/// A page whose first `random` bytes are random and the rest text: lz4
+/// makes an object a little over `random` bytes.
+fn mixed(seed: u64, random: usize) -> Vec<u8> {
+    let mut p = page(1, seed);
+    let mut r = Rng(seed | 1);
+    p[..random].iter_mut().for_each(|b| *b = r.next() as u8);
+    p
+}
+
+/// `writeback_compressed`: compressed pages go to the backing store as
+/// their objects, packed back to back (one running on into the next block
+/// where it does not fit); they read back identical (with the compressor
+/// that made them, recompressed ones included), and a block is freed only
+/// when its last object is discarded or overwritten.
+#[test]
+fn compressed_writeback_packs_objects_and_frees_blocks_with_the_last() {
+    let s = store(64);
+    s.set_backing_dev(&backing_file("packed", 64)).unwrap();
+    assert!(!s.writeback_compressed(), "0 by default");
+    s.set_writeback_compressed(true).unwrap();
+    s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
+    let mut model = vec![None; 64];
+    // 40 pages of 600 to 1800-byte objects, 4 random (huge) and 4
+    // same-filled.
+    for i in 0..48u64 {
+        let p = match i {
+            0..=39 => mixed(i, 600 + (i as usize * 37) % 1200),
+            40..=43 => page(2, i),
+            _ => page(0, i),
+        };
+        s.write_page(i, &p).unwrap();
+        model[i as usize] = Some(p);
+    }
+    assert_eq!(
+        s.set_writeback_compressed(false).unwrap_err().errno(),
+        libc::EBUSY,
+        "set only before the store is initialised"
+    );
+    // Some pages compressed by the secondary: they must read back with it.
+    s.mark_idle(IdleCutoff::All);
+    let r = s
+        .recompress(&RecompressRequest::parse("type=idle algo=zstd").unwrap())
+        .unwrap();
+    assert!(r.recompressed > 0, "{r:?}");
+    s.mark_idle(IdleCutoff::All);
+    let objects: u64 = (0..40)
+        .map(|j| match s.slot_info(j).unwrap().state {
+            SlotState::Compressed(n) => n as u64,
+            other => panic!("page {j}: {other:?}"),
+        })
+        .sum();
+    let r = wb(&s, "idle").unwrap();
+    assert_eq!((r.written, r.failed), (44, 0), "same-filled pages stay");
+    let infos: Vec<_> = (0..40).map(|j| s.slot_info(j).unwrap()).collect();
+    assert!(
+        infos.iter().any(|i| i.priority == 1),
+        "written-back pages keep their priority"
+    );
+    let bd = s.bd_stat();
+    assert_eq!(bd.bd_count, blocks_named(&s), "bd_count counts blocks");
+    assert_eq!(
+        bd.bd_count,
+        4 + objects.div_ceil(PAGE as u64),
+        "the 4 huge pages a block each, the objects back to back: {bd:?}"
+    );
+    assert_eq!(bd.bd_writes, bd.bd_count);
+    assert_eq!(s.mm_stat().compr_data_size, 0);
+    let spanning = infos
+        .iter()
+        .filter(|i| i.packed.is_some_and(|(at, len)| at as usize + len > PAGE))
+        .count() as u64;
+    assert!(spanning > 0, "some objects run on into the next block");
+    check(&s, &model);
+    assert_eq!(
+        s.bd_stat().bd_reads,
+        44 + spanning,
+        "a page read reads its block, and the next if its object runs on"
+    );
+    // The first block of packed objects (the huge pages went first, so no
+    // object runs on into it): free every page starting there but one,
+    // by discards and overwrites, and it stays.
+    let block_of = |j: u64| match s.slot_info(j).unwrap().state {
+        SlotState::WrittenBack(b) => b,
+        other => panic!("page {j}: {other:?}"),
+    };
+    let first = (0..40).map(block_of).min().unwrap();
+    let mut sharing: Vec<u64> = (0..40).filter(|&j| block_of(j) == first).collect();
+    sharing.sort_by_key(|&j| s.slot_info(j).unwrap().packed);
+    assert!(sharing.len() >= 2, "{sharing:?}");
+    let before = s.bd_stat().bd_count;
+    // The first object of the block is the one kept: it does not run on.
+    let (keep, rest) = sharing.split_first().unwrap();
+    for (n, &j) in rest.iter().enumerate() {
+        if n % 2 == 0 {
+            s.discard(j, 1).unwrap();
+            model[j as usize] = None;
+        } else {
+            s.write_page(j, &page(3, j)).unwrap();
+            model[j as usize] = Some(page(3, j));
+        }
+    }
+    assert_eq!(s.bd_stat().bd_count, before, "one object still lives there");
+    check(&s, &model);
+    s.discard(*keep, 1).unwrap();
+    model[*keep as usize] = None;
+    assert_eq!(
+        s.bd_stat().bd_count,
+        before - 1,
+        "freed with its last object"
+    );
+    check(&s, &model);
+    s.reset();
+    assert_eq!(s.bd_stat().bd_count, 0);
+    assert!(s.writeback_compressed(), "reset keeps the setting");
 }

@@ -4,7 +4,8 @@
 //! This module owns the command: its flags, the order of the stages it asks
 //! for (fill; discard with `--free-fraction F --seed S` or
 //! `--discard-pages FILE`; `--compact`; `--mark-idle all|SECONDS`;
-//! `--recompress REQUEST`; `--writeback TYPE`, with the pages marked idle
+//! `--recompress REQUEST`; `--writeback TYPE` (`--writeback-compressed`
+//! 1, or 0,1 for both side by side), with the pages marked idle
 //! again first when `--mark-idle` and `--recompress` both ran, since
 //! recompression takes the mark off; verify unless `--no-verify`) and the
 //! report. The stages themselves are the lab's replay engine
@@ -86,6 +87,20 @@ pub struct ReplayArgs {
     /// used (in $TMPDIR or /tmp, removed at once; the output says so).
     #[arg(long = "backing-dev", value_name = "PATH")]
     backing_devs: Vec<PathBuf>,
+    /// With --writeback: write pages back compressed, several objects
+    /// packed into each block (zram's `writeback_compressed`, Linux 7.0).
+    /// Alone it means 1 for every configuration; "0,1" replays each
+    /// configuration both ways, side by side (those written back
+    /// compressed are labelled /wb-compressed).
+    #[arg(
+        long,
+        value_name = "0|1",
+        num_args = 0..=1,
+        default_missing_value = "1",
+        value_delimiter = ',',
+        value_parser = parse_bool01
+    )]
+    writeback_compressed: Vec<bool>,
     /// Do not read back and verify every page at the end.
     #[arg(long)]
     no_verify: bool,
@@ -112,6 +127,15 @@ fn parse_idle(s: &str) -> Result<IdleCutoff, String> {
     let secs = lab::flags::whole::<u64>(0, u32::MAX.into())(s)
         .map_err(|e| format!("{e} and not 'all'"))?;
     Ok(IdleCutoff::OlderThan(Duration::from_secs(secs)))
+}
+
+/// A value of `--writeback-compressed`: 0 or 1, as the sysfs attribute.
+fn parse_bool01(s: &str) -> Result<bool, String> {
+    match s {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        other => Err(format!("{other:?} is not 0 or 1")),
+    }
 }
 
 fn read_page_list(path: &PathBuf) -> Result<Vec<u64>, CliError> {
@@ -182,10 +206,27 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
         return Err(CliError::Usage(
             "--backing-dev is for --writeback, which was not given".into(),
         ));
+    } else if !args.writeback_compressed.is_empty() {
+        return Err(CliError::Usage(
+            "--writeback-compressed is for --writeback, which was not given".into(),
+        ));
     }
+    // Each configuration once per --writeback-compressed value (0 and 1:
+    // both, side by side).
+    let mut compressed = args.writeback_compressed.clone();
+    compressed.sort_unstable();
+    compressed.dedup();
+    if compressed.is_empty() {
+        compressed.push(false);
+    }
+    let (specs, per_store): (Vec<_>, Vec<bool>) = specs
+        .iter()
+        .flat_map(|spec| compressed.iter().map(move |&on| (spec.clone(), on)))
+        .unzip();
     let progress = !args.quiet && std::io::stderr().is_terminal();
     let mut replay = Replay::new(specs.clone(), corpus, progress)?;
     replay.set_recomp_algorithms(&args.recomp_algorithms)?;
+    replay.set_writeback_compressed(&per_store)?;
     let temporary = args.writeback.is_some() && args.backing_devs.is_empty();
     let backing_devs = if args.writeback.is_none() {
         Vec::new()

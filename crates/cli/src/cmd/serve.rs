@@ -115,6 +115,11 @@ pub struct ServeArgs {
     /// `writeback_batch_size`, 1 to 256; 32 by default), for every export.
     #[arg(long, value_name = "PAGES", value_parser = lab::flags::whole::<u64>(1, 256))]
     writeback_batch_size: Option<u64>,
+    /// Write pages back compressed, several objects packed into each
+    /// block, instead of decompressed (zram's `writeback_compressed`,
+    /// Linux 7.0), for every export.
+    #[arg(long)]
+    writeback_compressed: bool,
     /// A secondary compressor for `zmem ctl recompress` (zram's
     /// `recomp_algorithm`), `"algo=NAME priority=N"` with N from 1 to 3, for
     /// every export (repeatable, up to three).
@@ -499,6 +504,8 @@ struct SpecFactory {
     policy: PolicyFlags,
     /// `--writeback-batch-size`, for every export.
     writeback_batch: Option<u64>,
+    /// `--writeback-compressed`, for every export.
+    writeback_compressed: bool,
 }
 
 impl serve::StoreFactory for SpecFactory {
@@ -508,6 +515,7 @@ impl serve::StoreFactory for SpecFactory {
             comp_params: self.spec.comp_params.clone(),
             mem_limit: self.spec.mem_limit,
             backing_dev: None,
+            writeback_compressed: self.writeback_compressed,
             recomp: self.recomp.clone(),
             recomp_params: Vec::new(),
         }
@@ -692,6 +700,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             recomp: args.recomp_algorithms.clone(),
             policy: policy.clone(),
             writeback_batch: args.writeback_batch_size,
+            writeback_compressed: args.writeback_compressed,
         });
         if *read_only {
             info!("export {name:?}: read-only");
@@ -718,6 +727,9 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
                 .set_writeback_batch_size(n)
                 .map_err(|e| CliError::Usage(format!("--writeback-batch-size: {e}")))?;
         }
+        store
+            .set_writeback_compressed(args.writeback_compressed)
+            .map_err(|e| CliError::Usage(format!("--writeback-compressed: {e}")))?;
         for algo in &args.recomp_algorithms {
             store
                 .set_recomp_algorithm(algo)
