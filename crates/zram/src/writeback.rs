@@ -32,7 +32,7 @@
 //!   that does not fit in the rest of a block running on into the next
 //!   block of the run (never past the run: it waits for the next batch);
 //!   the slot records first block, byte offset and length
-//!   ([`slot::WB_PACKED`]), and each block keeps a count of the objects
+//!   (`WB_PACKED` in `slot`), and each block keeps a count of the objects
 //!   living in it, a running-on object counting in both
 //!   ([`Blocks::share`]), so that a block is freed (bit cleared, hole
 //!   punched) when its last object is overwritten or discarded. A huge
