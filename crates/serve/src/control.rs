@@ -25,7 +25,7 @@
 //! | `backing_dev [PATH]` | `backing_dev` | the backing file or block device (`none`); set only before the store holds data (`EBUSY`) |
 //! | `writeback MODE` | `writeback` | `idle`, `huge`, `huge_idle`, `incompressible`, `type=...`, `page_index=N`, `page_indexes=N-M`; `ENODEV` without a backing_dev |
 //! | `writeback_limit [N]`, `writeback_limit_enable [0/1]` | same | the writeback budget in 4 KiB units |
-//! | `writeback_batch_size [N]` | same (Linux 7.0) | pages written back with one call, 1 to 256 (32 by default) |
+//! | `writeback_batch_size [N]` | same (Linux 7.0) | pages written back with one call, 1 to 256 (32 by default); also a setting before init, as in the kernel |
 //! | `writeback_compressed [0/1]` | same (Linux 7.0) | write pages back compressed (zmem packs several objects into a block); set only before the store holds data (`EBUSY`) |
 //! | `bd_stat` | `bd_stat` | `bd_count bd_reads bd_writes` in 4 KiB units |
 //! | `recomp_algorithm ["algo=NAME priority=N"]` | `recomp_algorithm` | secondary compressors, `#N: [name]` lines |
@@ -279,6 +279,7 @@ pub fn execute(reg: &Registry, export: Option<&str>, line: &str) -> Result<Strin
             | "mem_limit"
             | "backing_dev"
             | "writeback_compressed"
+            | "writeback_batch_size"
             | "recomp_algorithm"
     );
     // A setting of an uninitialised export; an initialised one answers
@@ -403,6 +404,17 @@ fn set(settings: &mut Settings, cmd: &str, v: &str) -> Result<(), CtlError> {
             settings.backing_dev = Some(v.into());
         }
         "writeback_compressed" => settings.writeback_compressed = kstrtobool(cmd, v)?,
+        "writeback_batch_size" => {
+            let max = zram::MAX_WRITEBACK_BATCH as u64;
+            match v.parse::<u64>() {
+                Ok(n) if (1..=max).contains(&n) => settings.writeback_batch_size = Some(n),
+                _ => {
+                    return Err(CtlError::inval(format!(
+                        "writeback_batch_size takes a number of pages from 1 to {max}, not {v:?}"
+                    )))
+                }
+            }
+        }
         "recomp_algorithm" => {
             recomp_entry(v)?;
             settings.recomp.push(v.to_string());
@@ -449,6 +461,12 @@ fn run_uninitialised(
                 .map_or_else(|| "none".to_string(), |p| p.display().to_string()),
         ),
         "writeback_compressed" => read(u8::from(settings.writeback_compressed).to_string()),
+        "writeback_batch_size" => read(
+            settings
+                .writeback_batch_size
+                .unwrap_or(zram::DEFAULT_WRITEBACK_BATCH as u64)
+                .to_string(),
+        ),
         "recomp_algorithm" => {
             no_value(cmd, arg)?;
             let mut slots: [Option<String>; 4] = Default::default();

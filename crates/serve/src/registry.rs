@@ -10,7 +10,8 @@
 //!   hot_add NAME ──> uninitialised ──disksize SIZE──> initialised
 //!   (initstate 0,    (no store; comp_algorithm,      (a store and its
 //!    disksize 0)      algorithm_params, mem_limit,    NBD device)
-//!                     backing_dev, writeback_compressed, recomp_algorithm
+//!                     backing_dev, writeback_compressed,
+//!                     writeback_batch_size, recomp_algorithm
 //!                     are settings)        <──reset── (EBUSY while a client
 //!                                                      is connected)
 //!   hot_add NAME SIZE: straight to initialised.  hot_remove NAME: from
@@ -83,6 +84,9 @@ pub struct Settings {
     pub backing_dev: Option<PathBuf>,
     /// `writeback_compressed`: write pages back compressed, packed.
     pub writeback_compressed: bool,
+    /// `writeback_batch_size`, if written before init (the store's own
+    /// default, or the server's flag, otherwise).
+    pub writeback_batch_size: Option<u64>,
     /// `recomp_algorithm` values (`algo=NAME priority=N`), in the order
     /// written; a later one for the same priority wins, as in the store.
     pub recomp: Vec<String>,
@@ -618,6 +622,11 @@ fn make_store(
     store
         .set_writeback_compressed(settings.writeback_compressed)
         .map_err(|e| crate::control::store_error(&e))?;
+    if let Some(pages) = settings.writeback_batch_size {
+        store
+            .set_writeback_batch_size(pages)
+            .map_err(|e| crate::control::store_error(&e))?;
+    }
     for algo in &settings.recomp {
         store
             .set_recomp_algorithm(algo)
@@ -675,6 +684,27 @@ mod tests {
 
     fn errno(reg: &Registry, export: Option<&str>, line: &str) -> &'static str {
         execute(reg, export, line).unwrap_err().errno
+    }
+
+    #[test]
+    fn writeback_batch_size_is_a_setting_before_init_as_in_the_kernel() {
+        let reg = registry();
+        reg.hot_add("u", None, false).unwrap();
+        let run = |line: &str| execute(&reg, Some("u"), line);
+        assert_eq!(run("writeback_batch_size").unwrap(), "32\n");
+        for bad in ["0", "257", "x"] {
+            let line = format!("writeback_batch_size {bad}");
+            assert_eq!(errno(&reg, Some("u"), &line), "EINVAL", "{line}");
+        }
+        run("writeback_batch_size 8").unwrap();
+        assert_eq!(run("writeback_batch_size").unwrap(), "8\n");
+        // The store made on disksize takes it.
+        run("disksize 1M").unwrap();
+        assert_eq!(reg.get(Some("u")).unwrap().store.writeback_batch_size(), 8);
+        assert_eq!(run("writeback_batch_size").unwrap(), "8\n");
+        // A reset returns to the factory's defaults.
+        run("reset").unwrap();
+        assert_eq!(run("writeback_batch_size").unwrap(), "32\n");
     }
 
     #[test]

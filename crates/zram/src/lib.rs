@@ -64,7 +64,7 @@ pub use backing::{BackingFile, BackingStore};
 pub use compactor::{AutoCompactMode, AutoCompactPolicy, AutoCompactStats};
 pub use error::StoreError;
 pub use policy::{PolicyConfig, PolicyRunner, PolicyStats};
-pub use postprocess::WritebackLimit;
+pub use postprocess::{WritebackLimit, DEFAULT_WRITEBACK_BATCH, MAX_WRITEBACK_BATCH};
 pub use recompress::RecompressRequest;
 pub use stats::{
     BdStat, DebugStat, IoStat, MmStat, BD_STAT_COLUMNS, IO_STAT_COLUMNS, MM_STAT_COLUMNS,

@@ -516,6 +516,7 @@ impl serve::StoreFactory for SpecFactory {
             mem_limit: self.spec.mem_limit,
             backing_dev: None,
             writeback_compressed: self.writeback_compressed,
+            writeback_batch_size: self.writeback_batch,
             recomp: self.recomp.clone(),
             recomp_params: Vec::new(),
         }
