@@ -844,16 +844,22 @@ mod tests {
         );
     }
 
-    #[test]
-    fn writeback_and_recompression_commands_use_the_sysfs_names() {
-        let reg = registry();
-        let dir = std::env::temp_dir().join(format!("zmem-ctl-wb-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("backing");
+    /// A sparse 64-page backing file in a temporary directory, removed with
+    /// the directory guard (also when a test fails).
+    fn backing_file() -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("backing");
         std::fs::File::create(&path)
             .unwrap()
             .set_len(64 * 4096)
             .unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn writeback_and_recompression_commands_use_the_sysfs_names() {
+        let reg = registry();
+        let (_dir, path) = backing_file();
         let run = |line: &str| execute(&reg, None, line);
         assert_eq!(run("backing_dev").unwrap(), "none\n");
         assert_eq!(run("writeback idle").unwrap_err().errno, "ENODEV");
@@ -920,19 +926,12 @@ mod tests {
         ] {
             assert_eq!(run(bad).unwrap_err().errno, errno, "{bad}");
         }
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn writeback_compressed_is_a_setting_before_the_first_write() {
         let reg = registry();
-        let dir = std::env::temp_dir().join(format!("zmem-ctl-wbc-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("backing");
-        std::fs::File::create(&path)
-            .unwrap()
-            .set_len(64 * 4096)
-            .unwrap();
+        let (_dir, path) = backing_file();
         let run = |line: &str| execute(&reg, None, line);
         assert_eq!(run("writeback_compressed").unwrap(), "0\n");
         assert_eq!(
@@ -961,7 +960,6 @@ mod tests {
             store.read_page(i, &mut back).unwrap();
             assert!(back == page, "page {i}");
         }
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
