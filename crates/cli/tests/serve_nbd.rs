@@ -718,17 +718,22 @@ fn a_config_file_sets_the_flags_and_the_command_line_overrides_it() {
     assert!(err.contains("--max-connections"), "{err}");
 }
 
-#[test]
-fn serve_writeback_compressed_packs_pages_and_reads_them_back() {
-    require_tools!("nbdcopy");
-    let dir = std::env::temp_dir().join(format!("zmem-serve-wbc-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let backing = dir.join("backing.img");
-    std::fs::File::create(&backing)
+/// A sparse 16 MiB backing file in a temporary directory (removed with the
+/// guard, also when a test fails), and its path as text for the flags.
+fn backing_file() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("backing.img");
+    std::fs::File::create(&path)
         .unwrap()
         .set_len(16 * MIB as u64)
         .unwrap();
-    let backing = backing.to_string_lossy().into_owned();
+    (dir, path.to_string_lossy().into_owned())
+}
+
+#[test]
+fn serve_writeback_compressed_packs_pages_and_reads_them_back() {
+    require_tools!("nbdcopy");
+    let (_dir, backing) = backing_file();
     let z = Zmem::start(&[
         "--export",
         "w:8M",
@@ -769,20 +774,12 @@ fn serve_writeback_compressed_packs_pages_and_reads_them_back() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("EBUSY"));
     drop(z);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn writeback_and_recompression_through_ctl_read_back_identical() {
     require_tools!("nbdcopy");
-    let dir = std::env::temp_dir().join(format!("zmem-serve-wb-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let backing = dir.join("backing.img");
-    std::fs::File::create(&backing)
-        .unwrap()
-        .set_len(16 * MIB as u64)
-        .unwrap();
-    let backing = backing.to_string_lossy().into_owned();
+    let (_dir, backing) = backing_file();
     let z = Zmem::start(&[
         "--export",
         "w:8M",
@@ -857,7 +854,6 @@ fn writeback_and_recompression_through_ctl_read_back_identical() {
         assert!(err.contains(errno), "{bad:?}: {err}");
     }
     drop(z);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
