@@ -270,7 +270,8 @@ pub struct AutoCompactStats {
     /// Time spent waiting for the CPU budget, nanoseconds.
     pub budget_wait_ns: u64,
     /// The longest single step, wall nanoseconds: the most a step held the
-    /// compaction (others wait at most one source zspage of it).
+    /// compaction (others wait for at most one object's move of it, one
+    /// source zspage's with the kernel's algorithms).
     pub longest_step_ns: u64,
 }
 

@@ -43,6 +43,16 @@ pub(crate) enum ClassFull {
     Pages(PagesError),
 }
 
+/// How long compaction, having released a class lock for a waiter, waits
+/// for it to take the lock before carrying on (a waiter that is not
+/// running then gets it at compaction's next pause).
+pub(crate) const HANDOFF_LIMIT: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Busy checks before compaction, waiting for a waiter to take the lock,
+/// yields its CPU instead: a waiter still spinning in the lock takes it
+/// within a few hundred nanoseconds.
+const HANDOFF_SPINS: u32 = 256;
+
 /// The class-locked state.
 pub(crate) struct ClassInner {
     pub(crate) metas: Vec<ZsPageMeta>,
@@ -83,8 +93,12 @@ pub(crate) struct Class {
     pub(crate) bases: SegVec<ZsPageBase>,
     inner: Mutex<ClassInner>,
     /// Threads waiting for the lock after finding it taken (the kernel's
-    /// `spin_is_contended`): compaction lets them in at the next zspage.
+    /// `spin_is_contended`): compaction lets them in after the object it is
+    /// moving (the kernel's algorithms: after the source zspage).
     waiters: AtomicU32,
+    /// Times a waiter got the lock (wrapping): compaction, having let
+    /// waiters in, waits for this to change before it locks again.
+    granted: AtomicU32,
 }
 
 impl Class {
@@ -106,6 +120,7 @@ impl Class {
             handles: SegVec::new(),
             bases: SegVec::new(),
             waiters: AtomicU32::new(0),
+            granted: AtomicU32::new(0),
             inner: Mutex::new(ClassInner {
                 metas: Vec::new(),
                 vacant: Vec::new(),
@@ -139,6 +154,7 @@ impl Class {
                 // costs what it did.
                 self.waiters.fetch_add(1, Ordering::Relaxed);
                 let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+                self.granted.fetch_add(1, Ordering::Release);
                 self.waiters.fetch_sub(1, Ordering::Relaxed);
                 guard
             }
@@ -148,6 +164,34 @@ impl Class {
     /// True if a thread is waiting for the class lock.
     pub(crate) fn contended(&self) -> bool {
         self.waiters.load(Ordering::Relaxed) > 0
+    }
+
+    /// How many waiters have got the lock so far (wrapping); read before
+    /// unlocking for [`Class::let_waiters_in`].
+    pub(crate) fn grants(&self) -> u32 {
+        self.granted.load(Ordering::Acquire)
+    }
+
+    /// Called by compaction with the lock released (it was held when
+    /// `before` was read from [`Class::grants`]) because a thread waits for
+    /// it: returns once a waiter has taken the lock, nobody waits any more,
+    /// or [`HANDOFF_LIMIT`] has passed. Without this the compactor, still
+    /// running, would usually take the lock back before the waiter, woken
+    /// from its sleep, got to it, and the waiter would sleep again.
+    pub(crate) fn let_waiters_in(&self, before: u32) {
+        let start = std::time::Instant::now();
+        let mut spins = 0u32;
+        while self.contended() && self.grants() == before {
+            if spins < HANDOFF_SPINS {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                if start.elapsed() >= HANDOFF_LIMIT {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// Counts (or uncounts) a waiter that never comes: tests use it to make

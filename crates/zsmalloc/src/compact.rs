@@ -27,18 +27,25 @@
 //! old slot. Only one compaction runs per pool at a time.
 //!
 //! Letting others in: compaction holds the class lock, so a `malloc` or
-//! `free` in the class waits for it. As the kernel does (`spin_is_contended`
-//! in `__zs_compact`), it checks after each source zspage whether a thread
-//! found the lock taken; if so it puts every zspage it holds back in the
-//! lists, unlocks, yields, locks again and carries on from where it was
-//! (keep-destination and legacy pick their next zspages afresh; the optimal plan is
-//! kept and each zspage re-checked). A waiter thus waits for at most one
-//! source zspage's moves, not a whole class's compaction.
+//! `free` in the class waits for it. It checks whether a thread found the
+//! lock taken: the kernel's algorithms after each source zspage, as the
+//! kernel does (`spin_is_contended` in `__zs_compact`); the optimal
+//! algorithm and the trim after every object moved. If so it puts every
+//! zspage it holds back in the lists, unlocks, waits until a waiter has
+//! taken the lock (at most 50 µs: without it compaction, still running,
+//! would usually retake the lock before the woken waiter got there), locks
+//! again and carries on from where it was (keep-destination and legacy pick
+//! their next zspages afresh; the optimal plan and the trim's target are
+//! kept and each zspage re-checked). A waiter thus waits for one object's
+//! move in default mode, one source zspage's moves in kernel-compat, not a
+//! whole class's compaction. The optimal plan is sorted with the lock
+//! released.
 //!
 //! This module owns the choice of source and destination zspages; placing and
 //! freeing slots is `class.rs`'s.
 
 use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
 
 use serde::Serialize;
 
@@ -58,8 +65,9 @@ pub struct CompactResult {
     /// Of `objs_moved`, those moved by default mode's trim (to give back
     /// pages of zspages that stay), not to free whole zspages.
     pub objs_moved_trim: u64,
-    /// Times compaction unlocked a class between two source zspages to let
-    /// a waiting thread in.
+    /// Times compaction unlocked a class to let a waiting thread in
+    /// (between two objects, or two source zspages with the kernel's
+    /// algorithms).
     pub pauses: u64,
 }
 
@@ -157,8 +165,8 @@ struct Tally {
     pages: i64,
 }
 
-/// Whether an algorithm finished or stopped at a zspage boundary to let a
-/// waiting thread take the lock.
+/// Whether an algorithm finished or stopped (after an object, or at a
+/// zspage boundary) to let a waiting thread take the lock.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Step {
     Done,
@@ -173,9 +181,20 @@ fn step_after_source(class: &Class) -> Step {
     }
 }
 
+/// What [`migrate`] did.
+struct Migrated {
+    /// Objects moved.
+    moved: u64,
+    /// `src` still exists (it is released when emptied).
+    src_alive: bool,
+    /// It stopped early, after a move, because a thread waits for the
+    /// class lock (only when asked to yield per object).
+    paused: bool,
+}
+
 /// Moves live objects of `src` into `dst`, in slot order, until `dst` is full
-/// or `src` has none left. Returns the objects moved and whether `src` still
-/// exists (it is released when emptied).
+/// or `src` has none left, or, with `yield_per_object`, until a thread waits
+/// for the class lock (checked after every move).
 fn migrate(
     pool: &Pool,
     class: &Class,
@@ -183,7 +202,8 @@ fn migrate(
     src: u32,
     dst: u32,
     tally: &mut Tally,
-) -> (u64, bool) {
+    yield_per_object: bool,
+) -> Migrated {
     let mut moved = 0;
     // `src` only loses objects here, so its live slots stay below this.
     for idx in 0..class.slot_end(inner, src) {
@@ -197,66 +217,101 @@ fn migrate(
         if move_object(pool, class, inner, src, idx, dst, tally) {
             moved += 1;
             if last {
-                return (moved, false);
+                return Migrated {
+                    moved,
+                    src_alive: false,
+                    paused: false,
+                };
+            }
+            if yield_per_object && class.contended() {
+                return Migrated {
+                    moved,
+                    src_alive: true,
+                    paused: true,
+                };
             }
         }
     }
-    (moved, true)
+    Migrated {
+        moved,
+        src_alive: true,
+        paused: false,
+    }
 }
 
 /// Default mode, after the zspages that can be freed are: gathers the class's
 /// remaining free slots into the end of one zspage so its pages there go back
-/// to the OS. The zspage with the fewest live objects fills the holes of the
-/// others from its highest slots, then packs what is left to its front.
-/// Returns the objects moved.
-fn trim(pool: &Pool, class: &Class, inner: &mut ClassInner, tally: &mut Tally) -> u64 {
+/// to the OS. The zspage with the fewest live objects (the *target*, chosen
+/// on the first call and kept in `target` across pauses while it lives)
+/// fills the holes of the others from its highest slots, then packs what is
+/// left to its front. After every move it stops if a thread waits for the
+/// class lock ([`Step::Paused`]); called again, it carries on.
+fn trim(
+    pool: &Pool,
+    class: &Class,
+    inner: &mut ClassInner,
+    tally: &mut Tally,
+    target: &mut Option<u32>,
+) -> Step {
     let objs = class.objs();
-    let Some(target) = (0..inner.metas.len() as u32)
-        .filter(|&z| inner.metas[z as usize].run.is_some())
-        .min_by_key(|&z| inner.metas[z as usize].inuse)
-    else {
-        return 0;
+    let live =
+        |inner: &ClassInner, z: u32| inner.metas.get(z as usize).is_some_and(|m| m.run.is_some());
+    let t = match *target {
+        Some(t) if live(inner, t) => t,
+        _ => {
+            let Some(t) = (0..inner.metas.len() as u32)
+                .filter(|&z| inner.metas[z as usize].run.is_some())
+                .min_by_key(|&z| inner.metas[z as usize].inuse)
+            else {
+                return Step::Done;
+            };
+            *target = Some(t);
+            t
+        }
     };
-    let mut moved = 0;
     let others: Vec<u32> = (0..inner.metas.len() as u32)
-        .filter(|&z| z != target && inner.metas[z as usize].run.is_some())
+        .filter(|&z| z != t && inner.metas[z as usize].run.is_some())
         .filter(|&z| inner.metas[z as usize].inuse < objs)
         .collect();
     // Highest live slot of the target first; a held object is skipped.
-    let mut next = class.slot_end(inner, target);
+    let mut next = class.slot_end(inner, t);
     'fill: for z in others {
         while inner.metas[z as usize].inuse < objs {
             let Some(idx) = (0..next)
                 .rev()
-                .find(|&i| inner.metas[target as usize].is_live(i))
+                .find(|&i| inner.metas[t as usize].is_live(i))
             else {
                 break 'fill;
             };
             next = idx;
-            let last = inner.metas[target as usize].inuse == 1;
-            if move_object(pool, class, inner, target, idx, z, tally) {
-                moved += 1;
+            let last = inner.metas[t as usize].inuse == 1;
+            if move_object(pool, class, inner, t, idx, z, tally) {
                 if last {
-                    return moved; // the target emptied and was released
+                    return Step::Done; // the target emptied and was released
+                }
+                if class.contended() {
+                    return Step::Paused;
                 }
             }
         }
     }
     // Pack the target: its highest live objects into its lowest free slots.
     loop {
-        let m = &inner.metas[target as usize];
+        let m = &inner.metas[t as usize];
         let Some(free) = m.lowest_free(objs) else {
             break;
         };
         let Some(high) = (free + 1..m.slots()).rev().find(|&i| m.is_live(i)) else {
             break;
         };
-        if !move_object(pool, class, inner, target, high, target, tally) {
+        if !move_object(pool, class, inner, t, high, t, tally) {
             break;
         }
-        moved += 1;
+        if class.contended() {
+            return Step::Paused;
+        }
     }
-    moved
+    Step::Done
 }
 
 /// Takes the first zspage of the first non-empty group in `groups` out of
@@ -375,35 +430,46 @@ impl Pool {
 
     fn compact_class_locked(&self, class_id: usize) -> CompactResult {
         let class = &self.classes[class_id];
-        let mut inner = class.lock();
         let mut tally = Tally::default();
         let algo = self.config().compaction;
-        let mut plan = None;
         let mut pauses = 0;
+        let (mut inner, mut plan) = if algo == CompactionAlgo::Optimal {
+            let (plan, inner) = OptimalPlan::new(class);
+            (inner, Some(plan))
+        } else {
+            (class.lock(), None)
+        };
+        // Every zspage is back in the lists: let the waiter in.
+        let pause = |inner: MutexGuard<'_, ClassInner>| {
+            let grants = class.grants();
+            drop(inner);
+            class.let_waiters_in(grants);
+            class.lock()
+        };
         loop {
-            let step = match algo {
-                CompactionAlgo::Legacy => self.compact_legacy(class, &mut inner, &mut tally),
-                CompactionAlgo::KeepDestination => {
-                    self.compact_keep_destination(class, &mut inner, &mut tally)
-                }
-                CompactionAlgo::Optimal => {
-                    let plan = plan.get_or_insert_with(|| OptimalPlan::new(class, &inner));
+            let step = match (algo, plan.as_mut()) {
+                (CompactionAlgo::Optimal, Some(plan)) => {
                     self.compact_optimal(class, &mut inner, plan, &mut tally)
                 }
+                (CompactionAlgo::KeepDestination, _) => {
+                    self.compact_keep_destination(class, &mut inner, &mut tally)
+                }
+                _ => self.compact_legacy(class, &mut inner, &mut tally),
             };
             if step == Step::Done {
                 break;
             }
-            // Every zspage is back in the lists: let the waiter in.
             pauses += 1;
-            drop(inner);
-            std::thread::yield_now();
-            inner = class.lock();
+            inner = pause(inner);
         }
         let mut trimmed = 0;
         if algo == CompactionAlgo::Optimal && !class.in_object_list() {
             let before = tally.moved;
-            trim(self, class, &mut inner, &mut tally);
+            let mut target = None;
+            while trim(self, class, &mut inner, &mut tally, &mut target) == Step::Paused {
+                pauses += 1;
+                inner = pause(inner);
+            }
             trimmed = tally.moved - before;
         }
         let freed = u64::try_from(-tally.pages).unwrap_or(0);
@@ -437,7 +503,11 @@ impl Pool {
             let Some(src) = isolate(class, inner, partial.clone()) else {
                 break;
             };
-            let (n, src_alive) = migrate(self, class, inner, src, d, tally);
+            let Migrated {
+                moved: n,
+                src_alive,
+                ..
+            } = migrate(self, class, inner, src, d, tally, false);
             if src_alive {
                 class.putback(inner, src);
             }
@@ -474,7 +544,11 @@ impl Pool {
                     out_of_dst = true;
                     break;
                 };
-                let (n, alive) = migrate(self, class, inner, src, d, tally);
+                let Migrated {
+                    moved: n,
+                    src_alive: alive,
+                    ..
+                } = migrate(self, class, inner, src, d, tally, false);
                 round += n;
                 src_alive = alive;
                 class.putback(inner, d);
@@ -528,13 +602,20 @@ impl Pool {
                     continue;
                 }
                 class.isolate(inner, d);
-                let (_, a) = migrate(self, class, inner, src, d, tally);
-                alive = a;
+                let m = migrate(self, class, inner, src, d, tally, true);
+                alive = m.src_alive;
                 let full = is_full(class, inner, d);
                 class.putback(inner, d);
                 if full {
                     plan.dsts.pop();
-                } else if alive {
+                }
+                if m.paused {
+                    // The source stays last in the plan: carried on after
+                    // the pause.
+                    class.putback(inner, src);
+                    return Step::Paused;
+                }
+                if !full && alive {
                     break; // the rest of the source is held by somebody
                 }
             }
@@ -561,14 +642,21 @@ struct OptimalPlan {
 }
 
 impl OptimalPlan {
-    fn new(class: &Class, inner: &ClassInner) -> OptimalPlan {
+    /// Takes the class lock, notes every zspage's objects in use, and makes
+    /// the plan with the lock released (sorting thousands of zspages takes
+    /// tens of microseconds); returns it with the lock taken again. The plan
+    /// is checked zspage by zspage as it is carried out, as after a pause,
+    /// so changes made meanwhile cost at most some optimality.
+    fn new(class: &Class) -> (OptimalPlan, MutexGuard<'_, ClassInner>) {
+        let inner = class.lock();
         let freeable =
-            (can_compact(class, inner) / u64::from(class.info.pages_per_zspage)) as usize;
+            (can_compact(class, &inner) / u64::from(class.info.pages_per_zspage)) as usize;
         if freeable == 0 {
-            return OptimalPlan {
+            let plan = OptimalPlan {
                 sources: Vec::new(),
                 dsts: Vec::new(),
             };
+            return (plan, inner);
         }
         let mut live: Vec<(u32, u32)> = inner
             .metas
@@ -577,16 +665,18 @@ impl OptimalPlan {
             .filter(|(_, m)| m.run.is_some())
             .map(|(z, m)| (m.inuse, z as u32))
             .collect();
+        drop(inner);
         live.sort_unstable();
         let (sources, rest) = live.split_at(freeable);
-        OptimalPlan {
+        let plan = OptimalPlan {
             sources: sources.iter().rev().map(|&(_, z)| z).collect(),
             dsts: rest
                 .iter()
                 .filter(|&&(n, _)| n < class.objs())
                 .map(|&(_, z)| z)
                 .collect(),
-        }
+        };
+        (plan, class.lock())
     }
 }
 
@@ -672,7 +762,7 @@ mod tests {
     }
 
     #[test]
-    fn a_waiter_makes_compaction_pause_at_every_source_and_lose_nothing() {
+    fn a_waiter_makes_compaction_pause_at_every_step_and_lose_nothing() {
         for (mode, fullness, algo) in [
             (
                 Mode::KernelCompat,
@@ -722,8 +812,13 @@ mod tests {
             );
             assert_eq!(r.pages_freed, quiet.pages_freed, "{label}");
             if algo == CompactionAlgo::Optimal {
-                // The plan is kept across pauses: the very same moves.
+                // The plan and the trim's target are kept across pauses:
+                // the very same moves.
                 assert_eq!(r.objs_moved, quiet.objs_moved, "{label}");
+                // A pause after every object moved, but the one that
+                // empties the trim's target (a source emptied pauses at the
+                // zspage boundary instead).
+                assert!(r.pauses + 1 >= r.objs_moved, "{label}: {r:?}");
             }
             busy.check_invariants().unwrap();
         }
