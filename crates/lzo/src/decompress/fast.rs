@@ -26,7 +26,8 @@
 //! down to three facts checked before use: `ip + IN_ROOM <= ip_end` at the
 //! top of each instruction, `op + OUT_ROOM <= op_end` likewise, and for
 //! runs and matches longer than those rooms, `ip + n + 16 <= ip_end` /
-//! `op + n + 16 <= op_end` checked against the decoded length `n`.
+//! `op + n + 16 <= op_end` (32 for a long literal run, copied 32 bytes at
+//! a time) checked against the decoded length `n`.
 #![allow(unsafe_code)]
 
 use crate::MIN_ZERO_RUN;
@@ -350,8 +351,20 @@ pub(super) fn run(
                         state,
                     };
                 }
-                // SAFETY: `op + len + 4 <= out_len`, checked just above.
-                unsafe { out.add(op).write_bytes(0, len) };
+                // SAFETY: `op + len + 4 <= out_len`, checked just above;
+                // a run of up to 32 bytes is written as two 16-byte
+                // stores, which end at op + 32 <= op + OUT_ROOM <= out_len
+                // (the loop condition). Longer ones: `write_bytes` (a
+                // call to memset costs more than two stores).
+                unsafe {
+                    let o = out.add(op);
+                    if len <= 32 {
+                        o.cast::<[u8; 16]>().write_unaligned([0; 16]);
+                        o.add(16).cast::<[u8; 16]>().write_unaligned([0; 16]);
+                    } else {
+                        o.write_bytes(0, len);
+                    }
+                }
                 ip += 4;
                 op += len;
                 next = dd & 3;
@@ -408,22 +421,23 @@ pub(super) fn run(
                 n = l;
                 ip = at;
             }
-            if ip + n + 16 > in_len || op + n + 16 > out_len {
+            if ip + n + 32 > in_len || op + n + 32 > out_len {
                 return Stop {
                     ip: start,
                     op,
                     state,
                 };
             }
-            // SAFETY: `ip + n + 16 <= in_len` and `op + n + 16 <= out_len`
-            // (checked just above), so each 16-byte chunk, starting before
+            // SAFETY: `ip + n + 32 <= in_len` and `op + n + 32 <= out_len`
+            // (checked just above), so each 32-byte piece, starting before
             // `n`, is inside both slices; `src` and `dst` do not overlap.
             unsafe {
                 let (s, d) = (inp.add(ip), out.add(op));
                 let mut i = 0;
                 loop {
                     copy16(d.add(i), s.add(i));
-                    i += 16;
+                    copy16(d.add(i + 16), s.add(i + 16));
+                    i += 32;
                     if i >= n {
                         break;
                     }
