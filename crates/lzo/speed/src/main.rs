@@ -7,7 +7,9 @@
 //! under /usr/lib and /usr/bin in sorted order. Each figure is the best of five passes, in MB/s
 //! of uncompressed data. It also checks that each decoder reads the other
 //! encoders' streams, and that zmem-lzo's streams equal the kernel's byte
-//! for byte.
+//! for byte. ZMEM_SPEED_CPU_TIME=1 times by the thread's CPU time instead of
+//! wall time; ZMEM_SPEED_KERNEL_ONLY=1 runs only the timing against the
+//! kernel's C (after the same checks), for quick A/B runs.
 //!
 //! This program owns only the measurement; it is not part of zmem.
 
