@@ -40,7 +40,9 @@ fn shapes() -> Vec<Vec<u8>> {
         p.extend_from_slice(&p.clone()[..lit.min(40)]);
         v.push(p);
     }
-    for run in [3, 4, 5, 11, 12, 2050, 2051, 2052, 4000, 5000] {
+    for run in [
+        3, 4, 5, 11, 12, 31, 32, 33, 36, 2050, 2051, 2052, 4000, 5000,
+    ] {
         for at in [0, 1, 100] {
             let mut p = rng.bytes(at);
             p.extend(vec![0u8; run]);
@@ -49,7 +51,9 @@ fn shapes() -> Vec<Vec<u8>> {
         }
     }
     for len in [3, 8, 9, 33, 34, 260, 261, 264, 265, 300, 1000] {
-        for dist in [1, 2, 7, 2048, 2049, 16384, 16385, 20000, 49151] {
+        for dist in [
+            1, 2, 7, 8, 9, 15, 16, 17, 2048, 2049, 16384, 16385, 20000, 49151,
+        ] {
             let mut p = rng.bytes(dist.max(len) + 8);
             let start = p.len() - dist;
             let copy: Vec<u8> = (0..len).map(|i| p[start + i % dist]).collect();

@@ -7,7 +7,9 @@
 //! under /usr/lib and /usr/bin in sorted order. Each figure is the best of five passes, in MB/s
 //! of uncompressed data. It also checks that each decoder reads the other
 //! encoders' streams, and that zmem-lzo's streams equal the kernel's byte
-//! for byte.
+//! for byte. ZMEM_SPEED_CPU_TIME=1 times by the thread's CPU time instead of
+//! wall time; ZMEM_SPEED_KERNEL_ONLY=1 runs only the timing against the
+//! kernel's C (after the same checks), for quick A/B runs.
 //!
 //! This program owns only the measurement; it is not part of zmem.
 
@@ -112,13 +114,8 @@ fn thread_cpu_seconds() -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
 
-/// Best-of-PASSES MB/s of `f` over `bytes` bytes, by wall time, or by the
-/// thread's CPU time with ZMEM_SPEED_CPU_TIME=1 (for a busy machine).
-fn best(bytes: usize, f: impl FnMut()) -> f64 {
-    best_of(PASSES, bytes, f)
-}
-
-/// Best-of-`passes` MB/s of `f`, timed as [`best`] says.
+/// Best-of-`passes` MB/s of `f` over `bytes` bytes, by wall time, or by
+/// the thread's CPU time with ZMEM_SPEED_CPU_TIME=1 (for a busy machine).
 fn best_of(passes: usize, bytes: usize, mut f: impl FnMut()) -> f64 {
     let cpu = std::env::var_os("ZMEM_SPEED_CPU_TIME").is_some_and(|v| v == "1");
     let mut best = f64::MAX;
@@ -135,7 +132,7 @@ fn best_of(passes: usize, bytes: usize, mut f: impl FnMut()) -> f64 {
     bytes as f64 / best / 1e6
 }
 
-/// Best-of-PASSES MB/s of `f` and of `g`, timed as `best` times, the two
+/// Best-of-PASSES MB/s of `f` and of `g`, timed as `best_of` times, the two
 /// run alternately (f, g, f, g, ...) so that a busy machine slows both.
 #[cfg(kernel_lzo)]
 fn best_pair(bytes: usize, mut f: impl FnMut(), mut g: impl FnMut()) -> (f64, f64) {
@@ -203,8 +200,12 @@ fn main() {
         );
     };
 
+    // ZMEM_SPEED_KERNEL_ONLY=1: only the pass-for-pass timing against the
+    // kernel's C (the checks above still run), for quick A/B runs.
+    let kernel_only = std::env::var_os("ZMEM_SPEED_KERNEL_ONLY").is_some_and(|v| v == "1");
+    let passes = if kernel_only { 0 } else { PASSES };
     let mut comp_speed = |v| {
-        best(bytes, || {
+        best_of(passes, bytes, || {
             for p in &pages {
                 black_box(c.compress(v, black_box(p), &mut buf).unwrap());
             }
@@ -212,13 +213,13 @@ fn main() {
     };
     let rle_c = comp_speed(lzo::Variant::LzoRle);
     let plain_c = comp_speed(lzo::Variant::Lzo);
-    let theirs_c = best(bytes, || {
+    let theirs_c = best_of(passes, bytes, || {
         for p in &pages {
             black_box(lzo1x::compress(black_box(p), level1));
         }
     });
     let mut decomp_speed = |streams: &[Vec<u8>]| {
-        best(bytes, || {
+        best_of(passes, bytes, || {
             for z in streams {
                 black_box(lzo::decompress(black_box(z), &mut out).unwrap());
             }
@@ -226,7 +227,7 @@ fn main() {
     };
     let rle_d = decomp_speed(&rle);
     let plain_d = decomp_speed(&plain);
-    let theirs_d = best(bytes, || {
+    let theirs_d = best_of(passes, bytes, || {
         for z in &theirs {
             lzo1x::decompress(black_box(z), &mut out).unwrap();
             black_box(&out);
@@ -280,16 +281,18 @@ fn main() {
         );
         (kc, kd)
     };
-    row("zmem-lzo lzo-rle", &rle, rle_c, rle_d);
-    row("zmem-lzo lzo", &plain, plain_c, plain_d);
-    row("lzo1x 0.2.2 level 1", &theirs, theirs_c, theirs_d);
-    println!(
-        "compress: lzo-rle {:.2}x, lzo {:.2}x lzo1x level 1; decompress: {:.2}x, {:.2}x",
-        rle_c / theirs_c,
-        plain_c / theirs_c,
-        rle_d / theirs_d,
-        plain_d / theirs_d
-    );
+    if !kernel_only {
+        row("zmem-lzo lzo-rle", &rle, rle_c, rle_d);
+        row("zmem-lzo lzo", &plain, plain_c, plain_d);
+        row("lzo1x 0.2.2 level 1", &theirs, theirs_c, theirs_d);
+        println!(
+            "compress: lzo-rle {:.2}x, lzo {:.2}x lzo1x level 1; decompress: {:.2}x, {:.2}x",
+            rle_c / theirs_c,
+            plain_c / theirs_c,
+            rle_d / theirs_d,
+            plain_d / theirs_d
+        );
+    }
     #[cfg(kernel_lzo)]
     {
         let ((zc, kc), (zd, kd)) = kernel_row;

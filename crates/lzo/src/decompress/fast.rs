@@ -11,24 +11,37 @@
 //! the checked decoder's; this loop only makes the common case cheap, with
 //! one room check per instruction instead of one per byte read or copied.
 //!
+//! The common instructions (a short literal run, an M2 match, an M3 match
+//! with its length in its first byte, from 8 or more back: 90-93% of the
+//! instructions in the three data sets of BENCHMARKS.md) take one path, which reads what each
+//! needs from a table indexed by the first byte ([`COMMON`]) and chooses
+//! the source of the copy, the distance and the lengths with conditional
+//! moves, not branches: which of the three comes next is what no branch
+//! predictor can learn, and a mispredicted branch per instruction was most
+//! of the decoder's time. Every other instruction takes the branches below
+//! it.
+//!
 //! Bounds: every pointer it reads or writes through is proven inside its
 //! slice by the checks named in each `// SAFETY:` comment, all of which come
 //! down to three facts checked before use: `ip + IN_ROOM <= ip_end` at the
 //! top of each instruction, `op + OUT_ROOM <= op_end` likewise, and for
 //! runs and matches longer than those rooms, `ip + n + 16 <= ip_end` /
-//! `op + n + 16 <= op_end` checked against the decoded length `n`.
+//! `op + n + 16 <= op_end` (32 for a long literal run, copied 32 bytes at
+//! a time) checked against the decoded length `n`.
 #![allow(unsafe_code)]
 
 use crate::MIN_ZERO_RUN;
 
-/// Input bytes every instruction may read without a further check: its
-/// first byte, up to three more of its own, and four state-bit literals
-/// (copied as one 4-byte load whatever their number).
-const IN_ROOM: usize = 8;
+/// Input bytes every instruction may read without a further check: a
+/// short literal run's first byte and up to 18 literals, copied as 32 bytes
+/// from the byte after the first, then four state-bit literals (copied as
+/// one 4-byte load whatever their number); a match reads less.
+const IN_ROOM: usize = 40;
 /// Output bytes every instruction may write without a further check: a
-/// match of up to 8 bytes copied as one 8-byte store, then the 4-byte
-/// store of its state literals. Longer runs check their own length.
-const OUT_ROOM: usize = 16;
+/// match of up to 33 bytes copied as five 8-byte stores, or a shorter run
+/// or match as four, then the 4-byte store of its state literals. Longer
+/// runs and matches check their own length.
+const OUT_ROOM: usize = 48;
 
 /// Where [`run`] stopped: the cursors and the literal state (0..=4) at the
 /// start of the instruction it did not decode.
@@ -117,6 +130,69 @@ unsafe fn copy_match(op: *mut u8, dist: usize, len: usize) {
     }
 }
 
+/// What the fast path needs of an instruction's first byte: its length,
+/// its own bytes and where its state bits are.
+#[derive(Clone, Copy)]
+struct Common {
+    /// Bytes it copies; 0 for a first byte the fast path leaves alone.
+    len: u8,
+    /// Bytes of input it takes (its literals too, for a run).
+    adv: u8,
+    /// Where its state bits are in the little-endian u32 from its start.
+    state_shift: u8,
+    /// 3, or 0 for a literal run (no state bits).
+    state_mask: u8,
+}
+
+/// [`Common`] for each first byte: a literal run of 4 to 18 (1..=15, read
+/// only after a match without state literals), an M3 match of 3 to 33
+/// bytes with its length in the first byte (33..=63), an M2 match (64..).
+const COMMON: [Common; 256] = {
+    let none = Common {
+        len: 0,
+        adv: 0,
+        state_shift: 0,
+        state_mask: 0,
+    };
+    let mut k = [none; 256];
+    let mut t = 1;
+    while t < 256 {
+        k[t] = if t < 16 {
+            Common {
+                len: t as u8 + 3,
+                adv: t as u8 + 4,
+                state_shift: 0,
+                state_mask: 0,
+            }
+        } else if t < 33 {
+            none
+        } else if t < 64 {
+            Common {
+                len: (t & 31) as u8 + 2,
+                adv: 3,
+                state_shift: 8,
+                state_mask: 3,
+            }
+        } else {
+            Common {
+                len: (t >> 5) as u8 + 1,
+                adv: 2,
+                state_shift: 0,
+                state_mask: 3,
+            }
+        };
+        t += 1;
+    }
+    k
+};
+
+/// `a` if `c`, else `b`, computed without a branch (both are at hand).
+#[inline(always)]
+fn pick(c: bool, a: usize, b: usize) -> usize {
+    let mask = usize::from(c).wrapping_neg();
+    (a & mask) | (b & !mask)
+}
+
 /// For a distance `d` of 1 to 7, the smallest multiple of `d` that is at
 /// least 8.
 const STEP: [usize; 8] = [0, 8, 8, 9, 8, 10, 12, 14];
@@ -147,59 +223,105 @@ pub(super) fn run(
         // SAFETY: `ip + IN_ROOM <= in_len` by the loop condition (which
         // also covers the instruction's next 3 bytes read below).
         let t = usize::from(unsafe { *inp.add(ip) });
+        // The common instructions, decoded together without a branch on
+        // which one it is: a short literal run (after a match without state
+        // literals), an M2 match or an M3 match with its length in the
+        // first byte (a match from 8 or more back). Its kind comes from a
+        // table, so the only branch here is whether it is one of them,
+        // which nearly always holds.
+        {
+            let k = COMMON[t];
+            // SAFETY: ip + 4 <= ip + IN_ROOM <= in_len.
+            let w = u32::from_le(unsafe { inp.add(ip).cast::<u32>().read_unaligned() }) as usize;
+            let m2 = t >= 64;
+            let lit = t < 16;
+            let dist = 1 + pick(m2, ((w >> 2) & 7) | ((w >> 5) & 0x7f8), (w >> 10) & 0x3fff);
+            // A run reads no distance: 8 stands for it, which passes.
+            let dist = pick(lit, 8, dist);
+            let ok = k.len != 0 && (state == 0 || !lit);
+            // `8 <= dist <= op` in one comparison (false while op < 8).
+            if ok & (dist.wrapping_sub(8) < op.saturating_sub(7)) {
+                let len = usize::from(k.len);
+                let from = if lit {
+                    inp.wrapping_add(ip + 1)
+                } else {
+                    out.wrapping_add(op).wrapping_sub(dist)
+                };
+                // SAFETY: a run (len <= 18, so four chunks): `from` is
+                // ip + 1 and the 32 bytes read end at ip + 33 <= ip +
+                // IN_ROOM <= in_len; `src` and `dst` do not overlap. A
+                // match: 8 <= dist <= op (checked), so `from` is in the
+                // output, and each 8-byte chunk reads bytes at least 8
+                // before the ones it writes, already final. Writes end at
+                // op + 40 <= op + OUT_ROOM <= out_len.
+                unsafe {
+                    let o = out.add(op);
+                    copy8(o, from);
+                    copy8(o.add(8), from.add(8));
+                    copy8(o.add(16), from.add(16));
+                    copy8(o.add(24), from.add(24));
+                    if len > 32 {
+                        copy8(o.add(32), from.add(32));
+                    }
+                }
+                ip += usize::from(k.adv);
+                op += len;
+                let next = (w >> k.state_shift) & usize::from(k.state_mask);
+                // SAFETY: a run took at most 19 bytes of input and wrote
+                // 18; a match took at most 3 and wrote 33: from IN_ROOM =
+                // 40 and OUT_ROOM = 48, ip + 4 <= in_len and op + 4 <=
+                // out_len either way.
+                unsafe {
+                    out.add(op)
+                        .cast::<u32>()
+                        .write_unaligned(inp.add(ip).cast::<u32>().read_unaligned())
+                };
+                ip += next;
+                op += next;
+                state = pick(lit, 4, next);
+                continue;
+            }
+        }
         let next;
-        if t >= 64 {
-            // 3 to 8 bytes from up to 2 KiB back.
-            // SAFETY: ip + 1 < ip + IN_ROOM <= in_len.
-            let b = usize::from(unsafe { *inp.add(ip + 1) });
-            let dist = 1 + ((t >> 2) & 7) + (b << 3);
-            if dist > op {
+        if t >= 32 && (t >= 64 || t & 31 != 0) {
+            // An M2 or short M3 match the fast path above left: one from
+            // under 8 back, or one reaching before the output's start.
+            // SAFETY: ip + 4 <= ip + IN_ROOM <= in_len.
+            let w = u32::from_le(unsafe { inp.add(ip).cast::<u32>().read_unaligned() }) as usize;
+            let m2 = t >= 64;
+            let len = pick(m2, (t >> 5) + 1, (t & 31) + 2);
+            let dist = 1 + pick(m2, ((w >> 2) & 7) | ((w >> 5) & 0x7f8), (w >> 10) & 0x3fff);
+            if dist > op || op + len + 16 > out_len {
                 return Stop {
                     ip: start,
                     op,
                     state,
                 };
             }
-            let len = (t >> 5) + 1;
-            // SAFETY: `dist <= op` (checked) and `op + 8 + 4 <= op + OUT_ROOM
-            // <= out_len` (the loop condition), so an 8-byte chunk fits.
-            unsafe {
-                let o = out.add(op);
-                if dist >= 8 {
-                    copy8(o, o.sub(dist));
-                } else {
-                    let from = o.sub(dist);
-                    for i in 0..len {
-                        *o.add(i) = *from.add(i);
-                    }
-                }
-            }
-            ip += 2;
+            // SAFETY: both conditions of `copy_match`, checked just above.
+            unsafe { copy_match(out.add(op), dist, len) };
+            ip += 3 - usize::from(m2);
             op += len;
-            next = t & 3;
+            next = pick(m2, w, w >> 8) & 3;
         } else if t >= 32 {
-            // A match from up to 16 KiB back.
-            let mut len = (t & 31) + 2;
+            // A match from up to 16 KiB back with a long length.
             ip += 1;
-            if len == 2 {
-                let Some((n, at)) = long_length(src, ip, 33) else {
-                    return Stop {
-                        ip: start,
-                        op,
-                        state,
-                    };
+            let Some((len, at)) = long_length(src, ip, 33) else {
+                return Stop {
+                    ip: start,
+                    op,
+                    state,
                 };
-                len = n;
-                ip = at;
-                if ip + 6 > in_len {
-                    return Stop {
-                        ip: start,
-                        op,
-                        state,
-                    };
-                }
+            };
+            ip = at;
+            if ip + 6 > in_len {
+                return Stop {
+                    ip: start,
+                    op,
+                    state,
+                };
             }
-            // SAFETY: ip + 2 <= in_len (the room, or checked just above).
+            // SAFETY: ip + 2 <= in_len (checked just above).
             let dd = usize::from(unsafe { inp.add(ip).cast::<u16>().read_unaligned() }.to_le());
             let dist = 1 + (dd >> 2);
             if dist > op || op + len + 16 > out_len {
@@ -229,8 +351,20 @@ pub(super) fn run(
                         state,
                     };
                 }
-                // SAFETY: `op + len + 4 <= out_len`, checked just above.
-                unsafe { out.add(op).write_bytes(0, len) };
+                // SAFETY: `op + len + 4 <= out_len`, checked just above;
+                // a run of up to 32 bytes is written as two 16-byte
+                // stores, which end at op + 32 <= op + OUT_ROOM <= out_len
+                // (the loop condition). Longer ones: `write_bytes` (a
+                // call to memset costs more than two stores).
+                unsafe {
+                    let o = out.add(op);
+                    if len <= 32 {
+                        o.cast::<[u8; 16]>().write_unaligned([0; 16]);
+                        o.add(16).cast::<[u8; 16]>().write_unaligned([0; 16]);
+                    } else {
+                        o.write_bytes(0, len);
+                    }
+                }
                 ip += 4;
                 op += len;
                 next = dd & 3;
@@ -287,22 +421,23 @@ pub(super) fn run(
                 n = l;
                 ip = at;
             }
-            if ip + n + 16 > in_len || op + n + 16 > out_len {
+            if ip + n + 32 > in_len || op + n + 32 > out_len {
                 return Stop {
                     ip: start,
                     op,
                     state,
                 };
             }
-            // SAFETY: `ip + n + 16 <= in_len` and `op + n + 16 <= out_len`
-            // (checked just above), so each 16-byte chunk, starting before
+            // SAFETY: `ip + n + 32 <= in_len` and `op + n + 32 <= out_len`
+            // (checked just above), so each 32-byte piece, starting before
             // `n`, is inside both slices; `src` and `dst` do not overlap.
             unsafe {
                 let (s, d) = (inp.add(ip), out.add(op));
                 let mut i = 0;
                 loop {
                     copy16(d.add(i), s.add(i));
-                    i += 16;
+                    copy16(d.add(i + 16), s.add(i + 16));
+                    i += 32;
                     if i >= n {
                         break;
                     }
