@@ -24,7 +24,8 @@ use crate::pool::Pool;
 /// Pool-wide counters (the kernel's `zs_pool_stats` plus totals).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct PoolStats {
-    /// Pages the pool holds.
+    /// Pages the pool holds (in a framed pool, the system pages holding a
+    /// frame, read after the rows; not their sum, which counts frames).
     pub total_pages: u64,
     /// Live objects.
     pub objs_used: u64,
@@ -55,7 +56,8 @@ pub struct ClassStats {
     pub obj_allocated: u64,
     /// Live objects.
     pub obj_used: u64,
-    /// Pages counted for the class.
+    /// Pages counted for the class (4 KiB frames in a framed pool: default
+    /// mode on system pages above 4 KiB).
     pub pages_used: u64,
     /// Pages per zspage.
     pub pages_per_zspage: u32,
@@ -110,6 +112,9 @@ impl Pool {
             s.zspages += row.zspages;
             s.pages_compacted += row.pages_compacted;
             s.objs_moved += row.objs_moved;
+        }
+        if let Some(arena) = &self.frames {
+            s.total_pages = arena.used_pages();
         }
         s
     }

@@ -113,20 +113,32 @@ impl ZPool for Pool {
         Pool::can_compact(self)
     }
 
+    // One step per class, and in a framed pool a last one that empties
+    // sparsely used system pages.
     fn compaction_steps(&self) -> usize {
-        self.geometry().classes().len()
+        self.geometry().classes().len() + usize::from(self.is_framed())
     }
 
     fn step_can_compact(&self, step: usize) -> u64 {
+        if step == self.geometry().classes().len() {
+            return Pool::system_pages_reclaimable(self);
+        }
         Pool::class_reclaimable(self, step)
     }
 
     fn step_lower_bound(&self, step: usize) -> Option<u64> {
-        Some(Pool::class_compaction_lower_bound(self, step))
+        // The system-page step moves frames, not a count of objects one
+        // can bound by the class's fullness.
+        (step < self.geometry().classes().len())
+            .then(|| Pool::class_compaction_lower_bound(self, step))
     }
 
     fn compact_step(&self, step: usize) -> ZCompacted {
-        let r = Pool::compact_class(self, step);
+        let r = if step == self.geometry().classes().len() {
+            Pool::compact_system_pages(self)
+        } else {
+            Pool::compact_class(self, step)
+        };
         ZCompacted {
             pages_freed: r.pages_freed,
             objs_moved: r.objs_moved,
