@@ -108,11 +108,11 @@ fn reclaimable(pool: &Pool, class: &Class, inner: &ClassInner) -> u64 {
     let (full, rest) = (inner.objs_used / objs, inner.objs_used % objs);
     let fewest = full * (objs * size).div_ceil(page) + (rest * size).div_ceil(page);
     let reclaimable = inner.pages.saturating_sub(fewest);
-    // A framed class counts frames; what freeing them gives back in system
-    // pages is, at most, whole pages' worth (the system-page step gathers
-    // them).
+    // A framed class counts frames: in system pages, what they add up to,
+    // rounded up so that a class with any frame to give back is compacted
+    // (the system-page step then gathers the freed frames into pages).
     match &pool.frames {
-        Some(arena) => reclaimable / u64::from(arena.per_page()),
+        Some(arena) => reclaimable.div_ceil(u64::from(arena.per_page())),
         None => reclaimable,
     }
 }
@@ -309,8 +309,10 @@ impl Pool {
     /// Pages [`Pool::compact_class`] would give back now (0 if there is no
     /// such class): the class's `zs_can_compact`, plus, in default mode with
     /// the optimal algorithm, what its trim gives back (the class's counted
-    /// pages over the fewest that can hold its live objects). The measure the
-    /// store's background compactor decides on.
+    /// pages over the fewest that can hold its live objects). In a framed
+    /// pool, the frames it would give back, in system pages rounded up (the
+    /// pages come back through [`Pool::compact_system_pages`]). The measure
+    /// the store's background compactor decides on.
     pub fn class_reclaimable(&self, class_id: usize) -> u64 {
         self.classes
             .get(class_id)
@@ -437,6 +439,12 @@ impl Pool {
                 tried.push(page);
             }
         }
+        arena
+            .pages_compacted
+            .fetch_add(result.pages_freed, Ordering::Relaxed);
+        arena
+            .objs_moved
+            .fetch_add(result.objs_moved, Ordering::Relaxed);
         result
     }
 

@@ -84,6 +84,10 @@ pub(crate) struct FrameArena {
     state: Mutex<State>,
     /// System pages holding a taken frame (read without the mutex).
     used_pages: AtomicU64,
+    /// System pages freed, and objects moved, by emptying sparse pages
+    /// (the pool's statistics add them to the classes').
+    pub(crate) pages_compacted: AtomicU64,
+    pub(crate) objs_moved: AtomicU64,
 }
 
 impl FrameArena {
@@ -101,6 +105,8 @@ impl FrameArena {
                 frames: 0,
             }),
             used_pages: AtomicU64::new(0),
+            pages_compacted: AtomicU64::new(0),
+            objs_moved: AtomicU64::new(0),
         }
     }
 

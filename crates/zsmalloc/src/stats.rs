@@ -15,6 +15,7 @@
 //! running page counter, which is updated after the class lock is dropped.
 
 use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 
@@ -33,7 +34,8 @@ pub struct PoolStats {
     pub objs_allocated: u64,
     /// Live zspages.
     pub zspages: u64,
-    /// Pages freed by compaction since the pool was made.
+    /// Pages freed by compaction since the pool was made (in a framed pool
+    /// also the system pages emptied, which belong to no class's row).
     pub pages_compacted: u64,
     /// Objects moved by compaction since the pool was made (a counter
     /// the fine-grained fullness series, seed 001, added).
@@ -115,6 +117,9 @@ impl Pool {
         }
         if let Some(arena) = &self.frames {
             s.total_pages = arena.used_pages();
+            // Emptying sparse system pages belongs to no class.
+            s.pages_compacted += arena.pages_compacted.load(Ordering::Relaxed);
+            s.objs_moved += arena.objs_moved.load(Ordering::Relaxed);
         }
         s
     }
