@@ -586,11 +586,14 @@ pub struct ObjectRef<'a> {
 /// Sharded by handle so that readers of different objects rarely meet.
 #[derive(Default)]
 struct KeptCopies {
-    shards: [Mutex<HashMap<u64, (u32, Vec<Box<[u8]>>)>>; 16],
+    shards: [Mutex<KeptShard>; 16],
 }
 
+/// One shard of [`KeptCopies`]: by raw handle, the kept holds and copies.
+type KeptShard = HashMap<u64, (u32, Vec<Box<[u8]>>)>;
+
 impl KeptCopies {
-    fn shard(&self, key: u64) -> std::sync::MutexGuard<'_, HashMap<u64, (u32, Vec<Box<[u8]>>)>> {
+    fn shard(&self, key: u64) -> std::sync::MutexGuard<'_, KeptShard> {
         let i = (key ^ key >> 17) as usize % self.shards.len();
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
