@@ -301,9 +301,15 @@ impl Pool {
     }
 
     /// Pages compaction could free now, over all classes (the kernel's
-    /// shrinker count: the sum of `zs_can_compact`).
+    /// shrinker count: the sum of `zs_can_compact`). In a framed pool the
+    /// classes count frames: their sum in system pages (rounded up), plus
+    /// the sparsely used system pages compaction would empty.
     pub fn can_compact(&self) -> u64 {
-        self.classes.iter().map(|c| can_compact(c, &c.lock())).sum()
+        let sum = self.classes.iter().map(|c| can_compact(c, &c.lock())).sum();
+        match &self.frames {
+            Some(arena) => u64::div_ceil(sum, u64::from(arena.per_page())) + arena.reclaimable(),
+            None => sum,
+        }
     }
 
     /// Pages [`Pool::compact_class`] would give back now (0 if there is no
