@@ -6,13 +6,17 @@
 //! configuration (4, 16 and 64 KiB pages; 16 and 64 KiB compression units
 //! on 4 KiB pages; default and kernel-compat modes), and splits the memory
 //! over `compr_data_size` into: rounding up to the class (with
-//! kernel-compat's 8-byte header), the tails of full zspages, and the
-//! partly filled last zspage of each class. It then frees a seeded half,
+//! kernel-compat's 8-byte header), the tails of full zspages, the partly
+//! filled last zspage of each class, and, in a framed pool (default mode on
+//! pages above 4 KiB, whose zspages are 4 KiB frames of shared system
+//! pages), the free frames of the system pages it counts. It then frees a seeded half,
 //! compacts, and prints the overhead again. Only the pool is used: no
 //! store, no bytes written, so the figures are the geometry's and the
 //! placement's alone. The pool's metadata (handle table, owner arrays,
 //! zspage records) is outside `mem_used_total`, as in the kernel, and is
-//! not counted here. It owns nothing but its own output.
+//! not counted here. Compressed lengths are cached in the temporary
+//! directory, by file, size, modification time, block and compressor. It
+//! owns nothing but its own output and that cache.
 
 use std::path::PathBuf;
 
@@ -32,6 +36,8 @@ struct Waste {
     rounding: u64,
     tails: u64,
     partial: u64,
+    /// Framed pools: free frames of the system pages counted.
+    shared: u64,
     huge: u64,
     half: f64,
 }
@@ -78,13 +84,17 @@ fn measure(c: &Config, lens: &[usize]) -> Waste {
     }
     let ps = c.page as u64;
     let mem = pool.total_pages() as u64 * ps;
+    // A class counts pages of its geometry: 4 KiB frames in a framed pool.
+    let class_page = u64::from(pool.geometry().page_size());
     let mut tails = 0;
     let mut partial = 0;
+    let mut counted = 0;
     for (row, info) in pool.class_stats().iter().zip(pool.geometry().classes()) {
+        counted += row.pages_used * class_page;
         if row.obj_used == 0 {
             continue;
         }
-        let slack = row.pages_used * ps - row.obj_used * u64::from(row.size);
+        let slack = row.pages_used * class_page - row.obj_used * u64::from(row.size);
         let full = row.obj_used / u64::from(info.objs_per_zspage);
         let t = (full * u64::from(info.tail_waste)).min(slack);
         tails += t;
@@ -111,6 +121,7 @@ fn measure(c: &Config, lens: &[usize]) -> Waste {
         rounding,
         tails,
         partial,
+        shared: mem - counted,
         huge,
         half: pct(after, left),
     }
@@ -121,6 +132,33 @@ fn pct(mem: u64, compr: u64) -> f64 {
 }
 
 fn lengths(path: &PathBuf, block: usize, comp: &str) -> Vec<usize> {
+    let meta = std::fs::metadata(path).expect("input");
+    let stamp = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs());
+    let name = path
+        .file_name()
+        .map_or(String::new(), |s| s.to_string_lossy().into_owned());
+    let cache = std::env::temp_dir().join(format!(
+        "zmem-waste-{name}-{}-{stamp}-{block}-{comp}.lens",
+        meta.len()
+    ));
+    if let Ok(text) = std::fs::read_to_string(&cache) {
+        return text
+            .lines()
+            .map(|l| l.parse().expect("cached length"))
+            .collect();
+    }
+    let out = compressed_lengths(path, block, comp);
+    let text: String = out.iter().map(|l| format!("{l}\n")).collect();
+    // The cache only saves time: a failed write changes no figure.
+    let _ = std::fs::write(&cache, text);
+    out
+}
+
+fn compressed_lengths(path: &PathBuf, block: usize, comp: &str) -> Vec<usize> {
     let corpus = lab::corpus::Corpus::from_paths(std::slice::from_ref(path), true).expect("input");
     let compressor = zcomp::Compressor::parse(comp, "").expect("compressor");
     let mut ctx = compressor.context().expect("context");
@@ -147,8 +185,8 @@ fn main() {
         (4096, 16384),
         (4096, 65536),
     ];
-    println!("| input | comp | configuration | mode | over compr | rounding | full-zspage tails | partial zspages | huge | half + compact |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| input | comp | configuration | mode | over compr | rounding | full-zspage tails | partial zspages | free frames | huge | half + compact |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for path in &paths {
         let name = path
             .file_stem()
@@ -166,11 +204,12 @@ fn main() {
                     };
                     let share = |b: u64| format!("{:.2}%", b as f64 / w.compr as f64 * 100.0);
                     println!(
-                        "| {name} | {comp} | {label} | {mode} | {:.2}% | {} | {} | {} | {} | {:.2}% |",
+                        "| {name} | {comp} | {label} | {mode} | {:.2}% | {} | {} | {} | {} | {} | {:.2}% |",
                         pct(w.mem, w.compr),
                         share(w.rounding),
                         share(w.tails),
                         share(w.partial),
+                        share(w.shared),
                         w.huge,
                         w.half,
                     );

@@ -68,7 +68,7 @@ pub struct AllocOptions {
     pub chain: Option<u32>,
     /// zsmalloc: fixed step in bytes between size classes (a multiple of
     /// 8); `None` keeps the mode's (kernel-compat `max(PAGE_SIZE >> 8, 16)`,
-    /// default 16 on 4 KiB pages, `page_size / 128` on larger ones).
+    /// default 16 up to 8 KiB pages, `page_size / 512` on larger ones).
     pub delta: Option<u32>,
     /// zsmalloc: merge classes with the same pages and objects per zspage
     /// (the class-merging patch, seed 003); both modes merge by default.

@@ -18,11 +18,17 @@
 //!   the highest live object in default mode);
 //! - the handle table: allocated entries are exactly the live slots, free
 //!   entries form one acyclic list, and nobody holds an object;
-//! - class and pool totals equal the sums.
+//! - class and pool totals equal the sums;
+//! - framed pools (`frames.rs`): each zspage has a frame for each of its
+//!   populated frames and none above, published as its frame entries; the
+//!   arena's taken frames are exactly those, each naming its zspage and
+//!   index; the pool counts the system pages holding a frame, which are
+//!   the page source's pages out.
 
 use std::collections::HashSet;
 
 use crate::class::{Class, ClassInner};
+use crate::frames::{FrameId, FrameOwner, NO_FRAME};
 use crate::handle::{Entry, NO_SLOT};
 use crate::pool::Pool;
 use crate::zspage::{END_OF_LIST, NO_LINK, NO_OWNER};
@@ -32,11 +38,15 @@ impl Pool {
     /// first violation found. Call it while no other thread uses the pool.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut pages_total = 0u64;
+        let mut frames = Vec::new();
         for (cid, class) in self.classes.iter().enumerate() {
             let inner = class.lock();
-            check_class(class, &inner)
+            check_class(class, &inner, &mut frames)
                 .map_err(|e| format!("class {cid} (size {}): {e}", class.info.size))?;
             pages_total += inner.pages;
+        }
+        if let Some(arena) = &self.frames {
+            return check_frames(self, arena, frames);
         }
         if pages_total != self.total_pages() as u64 {
             return Err(format!(
@@ -60,7 +70,47 @@ impl Pool {
     }
 }
 
-fn check_class(class: &Class, inner: &ClassInner) -> Result<(), String> {
+/// Framed pools: the frames the classes hold (`held`: frame, owner, first
+/// byte) are exactly the arena's taken frames, and the pool's count is the
+/// arena's system pages, which are the page source's pages out.
+fn check_frames(
+    pool: &Pool,
+    arena: &crate::frames::FrameArena,
+    mut held: Vec<(FrameId, FrameOwner, *mut u8)>,
+) -> Result<(), String> {
+    let mut taken = arena.check(pool.pages.pages_out())?;
+    if pool.total_pages() as u64 != arena.used_pages() {
+        return Err(format!(
+            "pool counts {} pages, {} system pages hold frames",
+            pool.total_pages(),
+            arena.used_pages()
+        ));
+    }
+    held.sort_unstable_by_key(|h| h.0);
+    taken.sort_unstable_by_key(|t| t.0);
+    if held.len() != taken.len() {
+        return Err(format!(
+            "zspages hold {} frames, the arena has {} taken",
+            held.len(),
+            taken.len()
+        ));
+    }
+    for (h, t) in held.iter().zip(&taken) {
+        if h != t {
+            return Err(format!(
+                "a zspage holds frame {} ({:?}), the arena says frame {} ({:?})",
+                h.0, h.1, t.0, t.1
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_class(
+    class: &Class,
+    inner: &ClassInner,
+    frames: &mut Vec<(FrameId, FrameOwner, *mut u8)>,
+) -> Result<(), String> {
     let objs = class.objs();
     let scheme = class.scheme;
     let ps = u64::from(class.page_size);
@@ -114,27 +164,58 @@ fn check_class(class: &Class, inner: &ClassInner) -> Result<(), String> {
     let mut live_slots: HashSet<(u32, u32)> = HashSet::new();
     for (zid, m) in inner.metas.iter().enumerate() {
         let zid = zid as u32;
-        let Some(run) = m.run.as_ref() else {
+        if !m.holds_zspage() {
             if !vacant.contains(&zid) || listed[zid as usize] {
                 return Err(format!("zspage {zid} has no run but is not just vacant"));
             }
             continue;
-        };
+        }
         if m.isolated {
             return Err(format!("zspage {zid} is still isolated"));
         }
         if vacant.contains(&zid) || !listed[zid as usize] {
             return Err(format!("live zspage {zid} is vacant or unlisted"));
         }
-        if run.pages() != class.info.pages_per_zspage {
-            return Err(format!("zspage {zid} run has {} pages", run.pages()));
-        }
-        let base = class
-            .bases
-            .get(zid as usize)
-            .map(|b| b.load(std::sync::atomic::Ordering::Acquire));
-        if base != Some(run.as_ptr()) {
-            return Err(format!("zspage {zid}: published base differs from its run"));
+        match (m.run.as_ref(), class.frames.is_some()) {
+            (Some(run), false) => {
+                if run.pages() != class.info.pages_per_zspage {
+                    return Err(format!("zspage {zid} run has {} pages", run.pages()));
+                }
+                let base = class
+                    .bases
+                    .get(zid as usize)
+                    .map(|b| b.load(std::sync::atomic::Ordering::Acquire));
+                if base != Some(run.as_ptr()) {
+                    return Err(format!("zspage {zid}: published base differs from its run"));
+                }
+            }
+            (None, true) => {
+                // A frame for each populated frame, none above, published.
+                let per = class.info.pages_per_zspage;
+                for f in 0..per {
+                    let at = (zid * per + f) as usize;
+                    let id = inner.frame_ids.get(at).copied().unwrap_or(NO_FRAME);
+                    let ptr = class.frame_ptrs.get(at).map_or(std::ptr::null_mut(), |p| {
+                        p.load(std::sync::atomic::Ordering::Acquire)
+                    });
+                    let populated = f < m.populated();
+                    if populated != (id != NO_FRAME) || populated == ptr.is_null() {
+                        return Err(format!(
+                            "zspage {zid} frame {f}: frame {id:#x} at {ptr:?}, {} populated",
+                            m.populated()
+                        ));
+                    }
+                    if populated {
+                        let owner = FrameOwner {
+                            class: class.id,
+                            zspage: zid,
+                            index: f,
+                        };
+                        frames.push((id, owner, ptr));
+                    }
+                }
+            }
+            _ => return Err(format!("zspage {zid}: a run in a framed class or none")),
         }
         if m.inuse == 0 {
             return Err(format!("zspage {zid} is live but empty"));

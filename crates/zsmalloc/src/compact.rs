@@ -41,8 +41,19 @@
 //! whole class's compaction. The optimal plan is sorted with the lock
 //! released.
 //!
-//! This module owns the choice of source and destination zspages; placing and
-//! freeing slots is `class.rs`'s.
+//! Framed pools (default mode on system pages above 4 KiB, `frames.rs`):
+//! after the classes, compaction empties sparsely used system pages. It
+//! takes the most sparsely used one whose frames the other partly used
+//! pages have room for, and moves each of its frames into the fullest of
+//! them: with the frame's class lock held it *tries* the exclusive hold of
+//! every object on the frame (one held by a reader or writer keeps the
+//! frame, and the page, where they are), copies the frame, republishes the
+//! zspage's frame entry and drops the holds. A page with a frame it could
+//! not move is not tried again in that compaction.
+//!
+//! This module owns the choice of source and destination zspages (and
+//! system pages); placing and freeing slots is `class.rs`'s, which frame a
+//! zspage gets is `frames.rs`'s.
 
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
@@ -51,6 +62,7 @@ use serde::Serialize;
 
 use crate::class::{Class, ClassInner};
 use crate::config::CompactionAlgo;
+use crate::frames::{FrameArena, FrameId, FrameOwner, FRAME_SIZE};
 use crate::handle::Entry;
 use crate::pool::Pool;
 use crate::zspage::NO_LINK;
@@ -103,7 +115,14 @@ fn reclaimable(pool: &Pool, class: &Class, inner: &ClassInner) -> u64 {
     );
     let (full, rest) = (inner.objs_used / objs, inner.objs_used % objs);
     let fewest = full * (objs * size).div_ceil(page) + (rest * size).div_ceil(page);
-    inner.pages.saturating_sub(fewest)
+    let reclaimable = inner.pages.saturating_sub(fewest);
+    // A framed class counts frames: in system pages, what they add up to,
+    // rounded up so that a class with any frame to give back is compacted
+    // (the system-page step then gathers the freed frames into pages).
+    match &pool.frames {
+        Some(arena) => reclaimable.div_ceil(u64::from(arena.per_page())),
+        None => reclaimable,
+    }
 }
 
 fn is_full(class: &Class, inner: &ClassInner, zid: u32) -> bool {
@@ -132,12 +151,16 @@ fn move_object(
     };
     debug_assert_eq!((loc.zspage, loc.obj), (src, idx));
     let generation = cell.load().generation();
-    let (new_idx, delta) = class.place(inner, dst, owner, &pool.pages);
+    let Ok((new_idx, delta)) = class.place(inner, dst, owner, &pool.pages) else {
+        // A framed destination could not have a frame: the object stays.
+        cell.unlock_exclusive();
+        return false;
+    };
     debug_assert!(src != dst || new_idx != idx);
     pool.add_pages(delta);
     tally.pages += delta;
-    let from = class.memory(inner, src);
-    let to = class.memory(inner, dst);
+    let from = class.slot_memory(inner, src);
+    let to = class.slot_memory(inner, dst);
     // SAFETY: the source object is held exclusive, so nobody reads or writes
     // it; the destination slot was just taken from the free slots under the
     // class lock and no entry points at it yet; the two slots are distinct.
@@ -254,13 +277,17 @@ fn trim(
     target: &mut Option<u32>,
 ) -> Step {
     let objs = class.objs();
-    let live =
-        |inner: &ClassInner, z: u32| inner.metas.get(z as usize).is_some_and(|m| m.run.is_some());
+    let live = |inner: &ClassInner, z: u32| {
+        inner
+            .metas
+            .get(z as usize)
+            .is_some_and(|m| m.holds_zspage())
+    };
     let t = match *target {
         Some(t) if live(inner, t) => t,
         _ => {
             let Some(t) = (0..inner.metas.len() as u32)
-                .filter(|&z| inner.metas[z as usize].run.is_some())
+                .filter(|&z| inner.metas[z as usize].holds_zspage())
                 .min_by_key(|&z| inner.metas[z as usize].inuse)
             else {
                 return Step::Done;
@@ -270,7 +297,7 @@ fn trim(
         }
     };
     let others: Vec<u32> = (0..inner.metas.len() as u32)
-        .filter(|&z| z != t && inner.metas[z as usize].run.is_some())
+        .filter(|&z| z != t && inner.metas[z as usize].holds_zspage())
         .filter(|&z| inner.metas[z as usize].inuse < objs)
         .collect();
     // Highest live slot of the target first; a held object is skipped.
@@ -333,16 +360,24 @@ impl Pool {
     }
 
     /// Pages compaction could free now, over all classes (the kernel's
-    /// shrinker count: the sum of `zs_can_compact`).
+    /// shrinker count: the sum of `zs_can_compact`). In a framed pool the
+    /// classes count frames: their sum in system pages (rounded up), plus
+    /// the sparsely used system pages compaction would empty.
     pub fn can_compact(&self) -> u64 {
-        self.classes.iter().map(|c| can_compact(c, &c.lock())).sum()
+        let sum = self.classes.iter().map(|c| can_compact(c, &c.lock())).sum();
+        match &self.frames {
+            Some(arena) => u64::div_ceil(sum, u64::from(arena.per_page())) + arena.reclaimable(),
+            None => sum,
+        }
     }
 
     /// Pages [`Pool::compact_class`] would give back now (0 if there is no
     /// such class): the class's `zs_can_compact`, plus, in default mode with
     /// the optimal algorithm, what its trim gives back (the class's counted
-    /// pages over the fewest that can hold its live objects). The measure the
-    /// store's background compactor decides on.
+    /// pages over the fewest that can hold its live objects). In a framed
+    /// pool, the frames it would give back, in system pages rounded up (the
+    /// pages come back through [`Pool::compact_system_pages`]). The measure
+    /// the store's background compactor decides on.
     pub fn class_reclaimable(&self, class_id: usize) -> u64 {
         self.classes
             .get(class_id)
@@ -377,7 +412,7 @@ impl Pool {
         let mut inuse: Vec<u32> = inner
             .metas
             .iter()
-            .filter(|m| m.run.is_some())
+            .filter(|m| m.holds_zspage())
             .map(|m| m.inuse)
             .collect();
         inuse.sort_unstable();
@@ -399,6 +434,7 @@ impl Pool {
         for id in (0..self.classes.len()).rev() {
             total.add(self.compact_class_locked(id));
         }
+        total.add(self.compact_system_pages_locked());
         drop(hold);
         self.pages.flush();
         total
@@ -419,6 +455,119 @@ impl Pool {
         drop(hold);
         self.pages.flush();
         result
+    }
+
+    /// Framed pools: empties sparsely used system pages by moving their
+    /// frames into fuller ones (see the module's comment). Returns nothing
+    /// done if another compaction is running or the pool is not framed.
+    pub fn compact_system_pages(&self) -> CompactResult {
+        let Some(_token) = self.compaction_token() else {
+            return CompactResult::default();
+        };
+        let hold = self.pages.hold();
+        let result = self.compact_system_pages_locked();
+        drop(hold);
+        self.pages.flush();
+        result
+    }
+
+    /// Framed pools: system pages [`Pool::compact_system_pages`] would give
+    /// back now (those in use over the fewest that hold every frame); 0 for
+    /// other pools.
+    pub fn system_pages_reclaimable(&self) -> u64 {
+        self.frames.as_ref().map_or(0, |arena| arena.reclaimable())
+    }
+
+    fn compact_system_pages_locked(&self) -> CompactResult {
+        let mut result = CompactResult::default();
+        let Some(arena) = self.frames.as_ref() else {
+            return result;
+        };
+        let mut tried = Vec::new();
+        while let Some(frames) = arena.start_drain(&tried) {
+            let page = FrameArena::page_of(frames[0].0);
+            let mut emptied = true;
+            for (id, owner) in frames {
+                match self.move_frame(arena, id, owner) {
+                    Some((moved, delta)) => {
+                        result.objs_moved += moved;
+                        result.pages_freed += u64::try_from(-delta).unwrap_or(0);
+                    }
+                    None => {
+                        emptied = false;
+                        break;
+                    }
+                }
+            }
+            arena.end_drain();
+            if !emptied {
+                tried.push(page);
+            }
+        }
+        arena
+            .pages_compacted
+            .fetch_add(result.pages_freed, Ordering::Relaxed);
+        arena
+            .objs_moved
+            .fetch_add(result.objs_moved, Ordering::Relaxed);
+        result
+    }
+
+    /// Moves frame `id` of zspage `owner` to the fullest other partly used
+    /// system page. Returns the objects it carried and the change in
+    /// system pages, or `None` if it could not move (an object on it is
+    /// held, or no other page has room); `Some((0, 0))` if the frame is no
+    /// longer the zspage's (freed meanwhile).
+    fn move_frame(&self, arena: &FrameArena, id: FrameId, owner: FrameOwner) -> Option<(u64, i64)> {
+        let class = &self.classes[owner.class as usize];
+        let mut inner = class.lock();
+        let (zid, f) = (owner.zspage, owner.index);
+        let at = zid as usize * class.info.pages_per_zspage as usize + f as usize;
+        if inner.frame_ids.get(at) != Some(&id) {
+            return Some((0, 0));
+        }
+        // Every slot with a byte on the frame.
+        let size = class.info.size;
+        let first = f * FRAME_SIZE / size;
+        let last =
+            (((f + 1) * FRAME_SIZE - 1) / size).min(class.slot_end(&inner, zid).saturating_sub(1));
+        let mut held = Vec::new();
+        let release =
+            |held: &[&crate::handle::EntryCell]| held.iter().for_each(|c| c.unlock_exclusive());
+        for idx in first..=last {
+            if !class.is_live(&inner, zid, idx) {
+                continue;
+            }
+            let cell = class
+                .handles
+                .get(class.owner(&inner, zid, idx) as usize)
+                .expect("owners name table slots");
+            if cell.try_lock_exclusive().is_none() {
+                release(&held);
+                return None; // held by a reader or writer: the frame stays
+            }
+            held.push(cell);
+        }
+        let Some((new_id, ptr)) = arena.take_shared(owner) else {
+            release(&held);
+            return None;
+        };
+        let old = class
+            .frame_ptrs
+            .get(at)
+            .expect("published with the zspage")
+            .load(Ordering::Acquire);
+        // SAFETY: every live object with a byte on the old frame is held
+        // exclusive, so no one reads or writes them; its free slots are
+        // touched only under the class lock held here; the new frame was
+        // just taken and nothing points at it yet. Frames never overlap.
+        unsafe { std::ptr::copy_nonoverlapping(old, ptr, FRAME_SIZE as usize) };
+        let replaced = class.swap_frame(&mut inner, zid, f, new_id, ptr);
+        debug_assert_eq!(replaced, id);
+        let delta = arena.give_back(&self.pages, replaced);
+        release(&held);
+        self.add_pages(delta);
+        Some((held.len() as u64, delta))
     }
 
     fn compaction_token(&self) -> Option<CompactionToken<'_>> {
@@ -582,7 +731,12 @@ impl Pool {
             // be freed, the rest of the plan would only move objects.
             // A class that emptied meanwhile gave its descriptors back
             // (`metas` is empty): its sources are gone too.
-            let released = |z: u32| inner.metas.get(z as usize).is_none_or(|m| m.run.is_none());
+            let released = |z: u32| {
+                inner
+                    .metas
+                    .get(z as usize)
+                    .is_none_or(|m| !m.holds_zspage())
+            };
             if released(src) || can_compact(class, inner) == 0 {
                 plan.sources.pop();
                 if can_compact(class, inner) == 0 {
@@ -595,7 +749,10 @@ impl Pool {
             while alive {
                 let Some(&d) = plan.dsts.last() else { break };
                 if d == src
-                    || inner.metas.get(d as usize).is_none_or(|m| m.run.is_none())
+                    || inner
+                        .metas
+                        .get(d as usize)
+                        .is_none_or(|m| !m.holds_zspage())
                     || is_full(class, inner, d)
                 {
                     plan.dsts.pop();
@@ -662,7 +819,7 @@ impl OptimalPlan {
             .metas
             .iter()
             .enumerate()
-            .filter(|(_, m)| m.run.is_some())
+            .filter(|(_, m)| m.holds_zspage())
             .map(|(z, m)| (m.inuse, z as u32))
             .collect();
         drop(inner);

@@ -84,13 +84,16 @@ impl PoolConfig {
     }
 
     /// zmem's default pool on pages of `page_size` bytes: chain 16, classes
-    /// 16 bytes apart on 4 KiB pages and `page_size / 128` apart on larger
-    /// ones (128 bytes on 16 KiB, 512 on 64 KiB), min-waste, merged.
+    /// 16 bytes apart on 4 KiB pages and `page_size / 512` apart on larger
+    /// ones (32 bytes on 16 KiB, 128 on 64 KiB), min-waste, merged.
     ///
-    /// On large pages the partly filled last zspage of each class costs up
-    /// to a page per class, so fewer, wider classes waste less than fine
-    /// ones ("Dense at every page size and unit" in BENCHMARKS.md: 19.7% ->
-    /// 4.1% over the compressed bytes on 64 KiB pages with lz4).
+    /// On pages above 4 KiB the pool is framed: its zspages are 4 KiB frames
+    /// of shared system pages, laid out as a unit of `page_size` on 4 KiB
+    /// pages, so its class step is that unit's
+    /// ([`PoolConfig::default_mode_for_unit`]). Measured ("Dense at every
+    /// page size and compression unit" in BENCHMARKS.md, three corpora, lz4
+    /// and zstd): with `page_size / 128`, 1.34-2.55% over the compressed
+    /// bytes after a fill; with `page_size / 512` the unit rows' 1.04-1.64%.
     pub fn default_mode(page_size: u32) -> PoolConfig {
         PoolConfig {
             geometry: GeometryConfig {
@@ -129,18 +132,14 @@ impl PoolConfig {
 }
 
 /// Default mode's class step on pages of `page_size` bytes: 16 bytes up to
-/// 4 KiB pages, `page_size / 128` above (see [`PoolConfig::default_mode`]).
+/// 8 KiB pages, `page_size / 512` above (see [`PoolConfig::default_mode`]).
 pub fn default_delta(page_size: u32) -> u32 {
-    if page_size <= 4096 {
-        16
-    } else {
-        page_size / 128
-    }
+    (page_size / UNIT_DELTA_DIVISOR).max(16)
 }
 
 /// Default mode's class step for compression units of `unit` bytes on pages
 /// of `page_size` bytes: default mode's step for the page (16 bytes up to
-/// 4 KiB pages, `page_size / 128` above), or `unit / 512` if that is wider
+/// 8 KiB pages, `page_size / 512` above), or `unit / 512` if that is wider
 /// (32 bytes for 16 KiB units, 128 for 64 KiB; unchanged for units up to
 /// 8 KiB). See [`PoolConfig::default_mode_for_unit`].
 pub fn default_unit_delta(page_size: u32, unit: u32) -> u32 {
@@ -203,9 +202,10 @@ mod tests {
             (4096, 16384, 32),
             (4096, 32768, 64),
             (4096, 65536, 128),
-            (16384, 16384, 128),
+            (8192, 8192, 16),
+            (16384, 16384, 32),
             (16384, 65536, 128),
-            (65536, 65536, 512),
+            (65536, 65536, 128),
         ] {
             let config = PoolConfig::default_mode_for_unit(page, unit);
             assert_eq!(

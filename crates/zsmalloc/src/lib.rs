@@ -22,6 +22,8 @@
 //! - `segvec`: append-only tables readable without a lock;
 //! - `handle`: handles, handle-table entries, and the per-object lock;
 //! - `zspage`: zspage bookkeeping and raw object memory;
+//! - `frames`: default mode's 4 KiB frames of shared system pages on pages
+//!   above 4 KiB (which system page a zspage's next frame comes from);
 //! - [`fullness`]: fullness groups and allocation order;
 //! - `class`: one size class, its zspages and lists (under the class lock);
 //! - `config`: what a pool is made from: mode, compaction algorithm, policy;
@@ -38,6 +40,7 @@ mod check;
 mod class;
 mod compact;
 mod config;
+mod frames;
 pub mod fullness;
 pub mod geometry;
 mod handle;

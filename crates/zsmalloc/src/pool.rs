@@ -43,23 +43,29 @@
 //!   lock order of the whole stack. Every class owns whole pages, so what
 //!   default mode keeps over the objects' bytes is mostly each occupied
 //!   class's partly filled last page: with units above 8 KiB the class
-//!   step widens to `unit / 512` to have fewer classes, and on 16 and
-//!   64 KiB system pages that last page is what keeps default mode above
-//!   2% (docs/design.md, "Default mode's density on large pages and
-//!   units": measured, and what going below would take).
+//!   step widens to `unit / 512` to have fewer classes. On system pages
+//!   above 4 KiB the pool is *framed* (`frames.rs`): its classes are laid
+//!   out on 4 KiB frames with the system page as the unit, zspages take
+//!   frames of shared system pages, and the pool counts system pages; an
+//!   object across two frames is copied out to be read (docs/design.md,
+//!   "Default mode's density on large pages and units").
 
+use std::collections::HashMap;
 use std::fmt;
 use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use pages::{PageSource, PagesError};
 use zpool::ErrorKind;
 
 use crate::class::{Class, ClassFull, ListInsertion};
 use crate::config::{CompactionAlgo, Mode, PoolConfig};
-use crate::geometry::{Geometry, GeometryError, ZS_HANDLE_SIZE};
+use crate::frames::{FrameArena, FRAME_SIZE};
+use crate::geometry::{ClassDelta, Geometry, GeometryConfig, GeometryError, ZS_HANDLE_SIZE};
 use crate::handle::{EntryCell, Handle, Refusal, MAX_CLASSES};
+use crate::zspage::SlotMemory;
 
 /// Why a pool call failed. Every failure leaves the pool and every other
 /// object as they were.
@@ -178,6 +184,32 @@ pub struct Pool {
     tag: u8,
     /// Set while a compaction runs (one at a time).
     pub(crate) compacting: AtomicBool,
+    /// Framed pools: the system pages their frames come from.
+    pub(crate) frames: Option<Arc<FrameArena>>,
+    /// Framed pools: copies of objects across frames whose reads were kept
+    /// with [`ObjectRef::into_raw`], until [`Pool::release_read`].
+    kept: KeptCopies,
+}
+
+/// The geometry a pool lays its classes out in: the configured one, or for
+/// a framed pool (default mode on pages above 4 KiB) the same classes on
+/// 4 KiB frames with the system page (or the larger unit) as the unit.
+fn layout(config: &PoolConfig) -> GeometryConfig {
+    let g = config.geometry;
+    if !is_framed(config) {
+        return g;
+    }
+    GeometryConfig {
+        page_size: FRAME_SIZE,
+        delta: ClassDelta::Fixed(g.delta.bytes(g.page_size)),
+        unit: g.unit_bytes(),
+        ..g
+    }
+}
+
+/// True if a pool of this configuration is framed.
+fn is_framed(config: &PoolConfig) -> bool {
+    config.mode == Mode::Default && config.geometry.page_size > FRAME_SIZE
 }
 
 impl fmt::Debug for Pool {
@@ -206,7 +238,8 @@ fn pool_tag() -> u8 {
 impl Pool {
     /// Creates an empty pool.
     pub fn new(config: PoolConfig) -> Result<Pool, PoolError> {
-        let geometry = Geometry::new(config.geometry).map_err(PoolError::Geometry)?;
+        config.geometry.validate().map_err(PoolError::Geometry)?;
+        let geometry = Geometry::new(layout(&config)).map_err(PoolError::Geometry)?;
         if geometry.classes().len() > MAX_CLASSES {
             return Err(PoolError::Geometry(GeometryError::Delta(geometry.delta())));
         }
@@ -219,21 +252,25 @@ impl Pool {
             CompactionAlgo::Legacy => ListInsertion::FullerFirst,
             CompactionAlgo::KeepDestination | CompactionAlgo::Optimal => ListInsertion::Head,
         };
+        let frames = is_framed(&config).then(|| Arc::new(FrameArena::new(page_size)));
         let classes = geometry
             .classes()
             .iter()
-            .map(|info| {
+            .enumerate()
+            .map(|(id, info)| {
                 let header = match config.mode {
                     Mode::KernelCompat if !info.huge => ZS_HANDLE_SIZE,
                     Mode::KernelCompat | Mode::Default => 0,
                 };
                 Class::new(
+                    id as u32,
                     *info,
-                    page_size,
+                    geometry.page_size(),
                     header,
                     config.mode,
                     config.fullness,
                     insertion,
+                    frames.clone(),
                 )
             })
             .collect();
@@ -247,6 +284,8 @@ impl Pool {
             total_pages: AtomicI64::new(0),
             tag: pool_tag(),
             compacting: AtomicBool::new(false),
+            frames,
+            kept: KeptCopies::default(),
         })
     }
 
@@ -255,7 +294,8 @@ impl Pool {
         &self.config
     }
 
-    /// The size-class table.
+    /// The size-class table: the configured geometry, or for a framed pool
+    /// (default mode on pages above 4 KiB) its classes on 4 KiB frames.
     pub fn geometry(&self) -> &Geometry {
         &self.geometry
     }
@@ -294,9 +334,16 @@ impl Pool {
         self.pages.stats()
     }
 
-    /// Pages the pool holds (the kernel's `zs_get_total_pages`).
+    /// Pages the pool holds (the kernel's `zs_get_total_pages`): in a
+    /// framed pool, the system pages holding a frame of any zspage.
     pub fn total_pages(&self) -> usize {
         self.total_pages.load(Ordering::Relaxed).max(0) as usize
+    }
+
+    /// True if the pool is framed: default mode on system pages above 4 KiB,
+    /// its zspages made of 4 KiB frames of shared system pages.
+    pub fn is_framed(&self) -> bool {
+        self.frames.is_some()
     }
 
     pub(crate) fn add_pages(&self, delta: i64) {
@@ -374,7 +421,18 @@ impl Pool {
                 }
             },
         };
-        let (obj, delta) = class.place(&mut inner, zid, slot, &self.pages);
+        let (obj, delta) = match class.place(&mut inner, zid, slot, &self.pages) {
+            Ok(placed) => placed,
+            Err(e) => {
+                // A framed zspage could not have the frame: a new, empty one goes.
+                if inner.metas[zid as usize].inuse == 0 {
+                    let delta = class.release_zspage(&mut inner, zid, &self.pages);
+                    self.add_pages(delta);
+                }
+                class.return_handle_slot(&mut inner, slot, generation);
+                return Err(e.into());
+            }
+        };
         self.add_pages(delta);
         class.handles.get(slot as usize).expect("taken slot").store(
             crate::handle::Entry::Allocated {
@@ -473,12 +531,33 @@ impl Pool {
             return Err(PoolError::TooLong { len, capacity });
         }
         let loc = cell.lock_shared(handle.generation())?;
-        let mem = class.memory_unlocked(loc.zspage);
-        // SAFETY: the object is live and held shared until the guard drops, so
-        // its zspage stays mapped and nobody writes these bytes (writers hold
-        // the object exclusive); `header + len` is within the slot.
-        let bytes = unsafe { mem.bytes(loc.obj, class.header, len) };
-        Ok(ObjectRef { cell, bytes })
+        let (bytes, copy) = match class.memory_unlocked(loc.zspage) {
+            // SAFETY: the object is live and held shared until the guard
+            // drops, so its zspage stays mapped and nobody writes these bytes
+            // (writers hold the object exclusive); `header + len` is within
+            // the slot.
+            SlotMemory::Run(mem) => (unsafe { mem.bytes(loc.obj, class.header, len) }, None),
+            // SAFETY: as above; the object's frames stay taken while held.
+            SlotMemory::Frames(mem) => match unsafe { mem.bytes(loc.obj, class.header, len) } {
+                Some(bytes) => (bytes, None),
+                None => {
+                    let mut copy = vec![0u8; len].into_boxed_slice();
+                    // SAFETY: as above.
+                    unsafe { mem.copy_out(loc.obj, class.header, &mut copy) };
+                    (&[][..], Some(copy))
+                }
+            },
+        };
+        let kept = self
+            .frames
+            .is_some()
+            .then_some((&self.kept, handle.to_raw()));
+        Ok(ObjectRef {
+            cell,
+            bytes,
+            copy,
+            kept,
+        })
     }
 
     /// Copies the first `buf.len()` bytes of the object into `buf`.
@@ -493,6 +572,50 @@ impl Pool {
 pub struct ObjectRef<'a> {
     cell: &'a EntryCell,
     bytes: &'a [u8],
+    /// Framed pools: the object's bytes copied out of its frames, when they
+    /// cross frames (`bytes` is then empty).
+    copy: Option<Box<[u8]>>,
+    /// Framed pools: where [`Self::into_raw`] keeps the copy, and the key.
+    kept: Option<(&'a KeptCopies, u64)>,
+}
+
+/// Framed pools: copies read with [`ObjectRef::into_raw`], by raw handle:
+/// how many kept holds the handle has and the copies made for them, all
+/// dropped when its last kept hold is released (holds of one object may
+/// read different lengths, and a release does not say which hold it ends).
+/// Sharded by handle so that readers of different objects rarely meet.
+#[derive(Default)]
+struct KeptCopies {
+    shards: [Mutex<KeptShard>; 16],
+}
+
+/// One shard of [`KeptCopies`]: by raw handle, the kept holds and copies.
+type KeptShard = HashMap<u64, (u32, Vec<Box<[u8]>>)>;
+
+impl KeptCopies {
+    fn shard(&self, key: u64) -> std::sync::MutexGuard<'_, KeptShard> {
+        let i = (key ^ key >> 17) as usize % self.shards.len();
+        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts a kept hold of `key` and keeps its copy, if any.
+    fn keep(&self, key: u64, copy: Option<Box<[u8]>>) {
+        let mut shard = self.shard(key);
+        let entry = shard.entry(key).or_default();
+        entry.0 += 1;
+        entry.1.extend(copy);
+    }
+
+    /// Ends a kept hold of `key`: the copies go with the last.
+    fn release(&self, key: u64) {
+        let mut shard = self.shard(key);
+        if let Some(entry) = shard.get_mut(&key) {
+            entry.0 -= 1;
+            if entry.0 == 0 {
+                shard.remove(&key);
+            }
+        }
+    }
 }
 
 impl ObjectRef<'_> {
@@ -507,8 +630,12 @@ impl ObjectRef<'_> {
     /// and the returned bytes stay valid, until [`Pool::release_read`] is
     /// called for its handle. A hold never released keeps the object pinned
     /// (and `free` of it waiting) for the pool's life.
-    pub fn into_raw(self) -> NonNull<[u8]> {
-        let bytes = NonNull::from(self.bytes);
+    pub fn into_raw(mut self) -> NonNull<[u8]> {
+        let bytes = NonNull::from(&*self);
+        if let Some((kept, key)) = self.kept {
+            // The copy's heap bytes do not move with the box.
+            kept.keep(key, self.copy.take());
+        }
         std::mem::forget(self);
         bytes
     }
@@ -525,7 +652,12 @@ impl Pool {
     /// `into_raw` returned must not be used after their hold is released.
     pub unsafe fn release_read(&self, handle: Handle) {
         match self.resolve(handle) {
-            Ok((_, _, cell)) => cell.unlock_shared(),
+            Ok((_, _, cell)) => {
+                if self.frames.is_some() {
+                    self.kept.release(handle.to_raw());
+                }
+                cell.unlock_shared()
+            }
             Err(e) => debug_assert!(false, "release_read of a handle never held: {e}"),
         }
     }
@@ -535,7 +667,7 @@ impl Deref for ObjectRef<'_> {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        self.bytes
+        self.copy.as_deref().unwrap_or(self.bytes)
     }
 }
 

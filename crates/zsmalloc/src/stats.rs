@@ -15,6 +15,7 @@
 //! running page counter, which is updated after the class lock is dropped.
 
 use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 
@@ -24,7 +25,8 @@ use crate::pool::Pool;
 /// Pool-wide counters (the kernel's `zs_pool_stats` plus totals).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct PoolStats {
-    /// Pages the pool holds.
+    /// Pages the pool holds (in a framed pool, the system pages holding a
+    /// frame, read after the rows; not their sum, which counts frames).
     pub total_pages: u64,
     /// Live objects.
     pub objs_used: u64,
@@ -32,7 +34,8 @@ pub struct PoolStats {
     pub objs_allocated: u64,
     /// Live zspages.
     pub zspages: u64,
-    /// Pages freed by compaction since the pool was made.
+    /// Pages freed by compaction since the pool was made (in a framed pool
+    /// also the system pages emptied, which belong to no class's row).
     pub pages_compacted: u64,
     /// Objects moved by compaction since the pool was made (a counter
     /// the fine-grained fullness series, seed 001, added).
@@ -55,7 +58,8 @@ pub struct ClassStats {
     pub obj_allocated: u64,
     /// Live objects.
     pub obj_used: u64,
-    /// Pages counted for the class.
+    /// Pages counted for the class (4 KiB frames in a framed pool: default
+    /// mode on system pages above 4 KiB).
     pub pages_used: u64,
     /// Pages per zspage.
     pub pages_per_zspage: u32,
@@ -110,6 +114,12 @@ impl Pool {
             s.zspages += row.zspages;
             s.pages_compacted += row.pages_compacted;
             s.objs_moved += row.objs_moved;
+        }
+        if let Some(arena) = &self.frames {
+            s.total_pages = arena.used_pages();
+            // Emptying sparse system pages belongs to no class.
+            s.pages_compacted += arena.pages_compacted.load(Ordering::Relaxed);
+            s.objs_moved += arena.objs_moved.load(Ordering::Relaxed);
         }
         s
     }

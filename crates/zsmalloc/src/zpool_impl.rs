@@ -113,20 +113,35 @@ impl ZPool for Pool {
         Pool::can_compact(self)
     }
 
+    // One step per class, and in a framed pool one more that empties
+    // sparsely used system pages: step 0, so that a compactor going from the
+    // last step down (largest classes first) runs it after the classes have
+    // given their frames back.
     fn compaction_steps(&self) -> usize {
-        self.geometry().classes().len()
+        self.geometry().classes().len() + usize::from(self.is_framed())
     }
 
     fn step_can_compact(&self, step: usize) -> u64 {
-        Pool::class_reclaimable(self, step)
+        match step_target(self, step) {
+            Step::SystemPages => Pool::system_pages_reclaimable(self),
+            Step::Class(id) => Pool::class_reclaimable(self, id),
+        }
     }
 
     fn step_lower_bound(&self, step: usize) -> Option<u64> {
-        Some(Pool::class_compaction_lower_bound(self, step))
+        // The system-page step moves frames, not a count of objects one
+        // can bound by the class's fullness.
+        match step_target(self, step) {
+            Step::SystemPages => None,
+            Step::Class(id) => Some(Pool::class_compaction_lower_bound(self, id)),
+        }
     }
 
     fn compact_step(&self, step: usize) -> ZCompacted {
-        let r = Pool::compact_class(self, step);
+        let r = match step_target(self, step) {
+            Step::SystemPages => Pool::compact_system_pages(self),
+            Step::Class(id) => Pool::compact_class(self, id),
+        };
         ZCompacted {
             pages_freed: r.pages_freed,
             objs_moved: r.objs_moved,
@@ -140,5 +155,23 @@ impl ZPool for Pool {
 
     fn check_invariants(&self) -> Result<(), String> {
         Pool::check_invariants(self)
+    }
+}
+
+/// What one compaction step of the shared trait compacts.
+enum Step {
+    /// A framed pool's sparsely used system pages.
+    SystemPages,
+    /// One physical class.
+    Class(usize),
+}
+
+/// Step `step`: in a framed pool, step 0 is the system pages and step `n`
+/// class `n - 1`; otherwise step `n` is class `n`.
+fn step_target(pool: &Pool, step: usize) -> Step {
+    match (pool.is_framed(), step) {
+        (true, 0) => Step::SystemPages,
+        (true, n) => Step::Class(n - 1),
+        (false, n) => Step::Class(n),
     }
 }

@@ -29,16 +29,25 @@
 //! kernel-compat mode (the only ones there with no in-object header) get their
 //! owner array whole at creation, and no bitmap.
 //!
+//! In a *framed* pool (default mode on system pages above 4 KiB, see
+//! `frames.rs`) a zspage has no run: its memory is 4 KiB frames of shared
+//! system pages, taken as objects reach them (the `populated` count is then
+//! in frames), and [`FramedMemory`] finds an object's bytes frame by frame.
+//! An object inside one frame is still one slice; one that crosses frames
+//! is copied out to be read, as the kernel does for objects across pages.
+//!
 //! This module owns the memory layout of objects. It does not decide which
 //! zspage an object goes to (that is `class.rs`) and takes no lock: who may
 //! touch which bytes is the contract of each `unsafe fn` here, kept by `pool.rs`.
 
-use std::sync::atomic::AtomicPtr;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pages::Run;
 
 use crate::config::Mode;
+use crate::frames::FRAME_SIZE;
 use crate::geometry::MAX_ZSPAGE_PAGES;
+use crate::segvec::SegVec;
 
 /// The kernel's end-of-free-list index.
 pub(crate) const END_OF_LIST: u32 = u32::MAX >> 1;
@@ -117,6 +126,14 @@ impl ZsPageMeta {
             isolated: false,
             tail_pending: false,
         }
+    }
+
+    /// True if the id holds a zspage: it has a run, or (framed pools,
+    /// whose zspages have none) live objects. A zspage is created and given
+    /// its first object under one class lock hold, and released when its
+    /// last object goes, so no one sees a live zspage without either.
+    pub(crate) fn holds_zspage(&self) -> bool {
+        self.run.is_some() || self.inuse > 0
     }
 
     /// Pages counted for this zspage.
@@ -326,6 +343,159 @@ impl ObjectMemory {
                 to.base.add(to.offset(into)),
                 self.size as usize,
             );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Object memory of a framed zspage.
+
+/// Address arithmetic over one framed zspage: objects of `size` bytes back
+/// to back over its frames, whose first bytes are the zspage's entries of
+/// the class's frame table (`first` is the zspage's first entry). An entry
+/// is set under the class lock before any object reaches its frame, and
+/// changed only by compaction, with every object on the frame held
+/// exclusive; a holder of an object therefore reads the entries of its
+/// object's frames without the class lock.
+#[derive(Clone, Copy)]
+pub(crate) struct FramedMemory<'a> {
+    pub(crate) frames: &'a SegVec<AtomicPtr<u8>>,
+    pub(crate) first: usize,
+    pub(crate) size: u32,
+}
+
+impl FramedMemory<'_> {
+    /// The first byte of frame `f`.
+    fn frame(self, f: usize) -> *mut u8 {
+        let ptr = self
+            .frames
+            .get(self.first + f)
+            .expect("a zspage's frame entries are published with it")
+            .load(Ordering::Acquire);
+        debug_assert!(!ptr.is_null(), "frame {f} of a live object is taken");
+        ptr
+    }
+
+    /// Calls `visit(frame pointer at the piece, offset in the range, piece
+    /// length)` for each frame piece of bytes `offset..offset + len`.
+    fn pieces(self, offset: usize, len: usize, mut visit: impl FnMut(*mut u8, usize, usize)) {
+        let frame = FRAME_SIZE as usize;
+        let mut done = 0;
+        while done < len {
+            let at = offset + done;
+            let n = (frame - at % frame).min(len - done);
+            // SAFETY: `at % frame < frame`: inside the frame.
+            let ptr = unsafe { self.frame(at / frame).add(at % frame) };
+            visit(ptr, done, n);
+            done += n;
+        }
+    }
+
+    /// The bytes of object `idx` from `skip`, `len` long, if they lie in one
+    /// frame (`None`: they cross frames; see [`Self::copy_out`]).
+    ///
+    /// # Safety
+    /// `skip + len <= size`, the object is live and held shared for `'b`
+    /// (so its frames stay taken and unwritten).
+    pub(crate) unsafe fn bytes<'b>(self, idx: u32, skip: u32, len: usize) -> Option<&'b [u8]> {
+        debug_assert!(skip as usize + len <= self.size as usize);
+        let frame = FRAME_SIZE as usize;
+        let at = idx as usize * self.size as usize + skip as usize;
+        if len > 0 && at / frame != (at + len - 1) / frame {
+            return None;
+        }
+        // SAFETY: the range lies inside one frame of the live object, which
+        // stays taken and unwritten for `'b` by the caller's contract.
+        Some(unsafe { std::slice::from_raw_parts(self.frame(at / frame).add(at % frame), len) })
+    }
+
+    /// Copies the bytes of object `idx` from `skip` into `buf`.
+    ///
+    /// # Safety
+    /// As for [`Self::bytes`] with `len = buf.len()`.
+    pub(crate) unsafe fn copy_out(self, idx: u32, skip: u32, buf: &mut [u8]) {
+        debug_assert!(skip as usize + buf.len() <= self.size as usize);
+        let at = idx as usize * self.size as usize + skip as usize;
+        self.pieces(at, buf.len(), |ptr, done, n| {
+            // SAFETY: the piece lies in a frame of the held object; `buf` is
+            // the caller's own memory.
+            unsafe { std::ptr::copy_nonoverlapping(ptr, buf[done..].as_mut_ptr(), n) }
+        });
+    }
+
+    /// Copies `data` into object `idx` at byte `skip`.
+    ///
+    /// # Safety
+    /// `skip + data.len() <= size`, and the caller holds the object
+    /// exclusive (or the slot is free and unreachable by readers).
+    pub(crate) unsafe fn write_bytes(self, idx: u32, skip: u32, data: &[u8]) {
+        debug_assert!(skip as usize + data.len() <= self.size as usize);
+        let at = idx as usize * self.size as usize + skip as usize;
+        self.pieces(at, data.len(), |ptr, done, n| {
+            // SAFETY: the piece lies in a frame of the object, which no one
+            // else accesses (caller's contract); `data` is distinct memory.
+            unsafe { std::ptr::copy_nonoverlapping(data[done..].as_ptr(), ptr, n) }
+        });
+    }
+
+    /// Copies a whole slot from `self` at `from` to `to` at `into`
+    /// (compaction).
+    ///
+    /// # Safety
+    /// As for [`ObjectMemory::copy_slot`]: the source object is held
+    /// exclusive, the destination slot is free and unreachable by readers,
+    /// and the frames of both are taken.
+    pub(crate) unsafe fn copy_slot(self, from: u32, to: FramedMemory<'_>, into: u32) {
+        debug_assert_eq!(self.size, to.size);
+        let at = from as usize * self.size as usize;
+        let dst = into as usize * to.size as usize;
+        self.pieces(at, self.size as usize, |src, done, n| {
+            to.pieces(dst + done, n, |d, sub, m| {
+                // SAFETY: `src..src + n` lies in one frame of the source slot
+                // and `sub + m <= n`; `d..d + m` in one frame of the
+                // destination slot; distinct slots never share bytes.
+                unsafe { std::ptr::copy_nonoverlapping(src.add(sub), d, m) }
+            });
+        });
+    }
+}
+
+/// The object memory of a zspage of either kind, for the accesses both
+/// kinds have: a run (kernel-compat, and default mode on 4 KiB pages) or
+/// frames (a framed pool).
+#[derive(Clone, Copy)]
+pub(crate) enum SlotMemory<'a> {
+    /// One virtually contiguous run.
+    Run(ObjectMemory),
+    /// Frames of shared system pages.
+    Frames(FramedMemory<'a>),
+}
+
+impl SlotMemory<'_> {
+    /// Copies `data` into object `idx` at byte `skip`.
+    ///
+    /// # Safety
+    /// As for [`ObjectMemory::write_bytes`].
+    pub(crate) unsafe fn write_bytes(self, idx: u32, skip: u32, data: &[u8]) {
+        match self {
+            // SAFETY: the caller's contract is the callee's.
+            SlotMemory::Run(m) => unsafe { m.write_bytes(idx, skip, data) },
+            // SAFETY: the caller's contract is the callee's.
+            SlotMemory::Frames(m) => unsafe { m.write_bytes(idx, skip, data) },
+        }
+    }
+
+    /// Copies a whole slot to another zspage of the same pool (compaction).
+    ///
+    /// # Safety
+    /// As for [`ObjectMemory::copy_slot`].
+    pub(crate) unsafe fn copy_slot(self, from: u32, to: SlotMemory<'_>, into: u32) {
+        match (self, to) {
+            // SAFETY: the caller's contract is the callee's.
+            (SlotMemory::Run(a), SlotMemory::Run(b)) => unsafe { a.copy_slot(from, b, into) },
+            // SAFETY: the caller's contract is the callee's.
+            (SlotMemory::Frames(a), SlotMemory::Frames(b)) => unsafe { a.copy_slot(from, b, into) },
+            _ => unreachable!("the zspages of one class are of one kind"),
         }
     }
 }

@@ -186,6 +186,24 @@ fn a_held_object_keeps_its_zspage_and_compaction_does_not_wait() {
 fn compaction_under_load_from_four_threads() {
     for (mode, fullness, algo) in variants() {
         let pool = Arc::new(pool_for(mode, fullness, algo));
+        under_load(pool, &format!("{mode:?} {algo:?}"));
+    }
+}
+
+/// Framed pools (default mode on 16 and 64 KiB pages): compaction also
+/// moves frames out of sparse system pages while four threads read, write,
+/// keep reads (`into_raw`) and free; every object keeps its bytes.
+#[test]
+fn framed_compaction_under_load_from_four_threads() {
+    for page in [16384u32, 65536] {
+        let pool = Arc::new(Pool::new(PoolConfig::default_mode(page)).unwrap());
+        assert!(pool.is_framed());
+        under_load(pool, &format!("framed {page}"));
+    }
+}
+
+fn under_load(pool: Arc<Pool>, label: &str) {
+    {
         let stable = fragment(&pool, 99, 8_000, 50);
         let stop = Arc::new(AtomicBool::new(false));
         let workers: Vec<_> = (0..4u64)
@@ -207,6 +225,17 @@ fn compaction_under_load_from_four_threads() {
                         } else {
                             let i = rng.next_u64() as usize % mine.len();
                             let (h, id, len) = mine[i];
+                            if r % 5 == 0 {
+                                // A kept read, as the C API and the store
+                                // make: its bytes stay until released.
+                                let raw = pool.read(h, len).unwrap().into_raw();
+                                std::thread::yield_now();
+                                // SAFETY: the hold kept by `into_raw` is
+                                // outstanding until `release_read` below.
+                                assert_eq!(unsafe { raw.as_ref() }, &pattern(id, len)[..]);
+                                // SAFETY: released once; `raw` is not used after.
+                                unsafe { pool.release_read(h) };
+                            }
                             assert_eq!(&*pool.read(h, len).unwrap(), &pattern(id, len)[..]);
                             if r % 3 == 0 {
                                 // Rewrite in place while compaction may move it.
@@ -236,10 +265,7 @@ fn compaction_under_load_from_four_threads() {
             .into_iter()
             .flat_map(|w| w.join().unwrap())
             .collect();
-        assert!(
-            moved > 0,
-            "{mode:?} {algo:?}: compaction moved nothing under load"
-        );
+        assert!(moved > 0, "{label}: compaction moved nothing under load");
         pool.check_invariants().unwrap();
         all.extend(stable);
         verify(&pool, &all);

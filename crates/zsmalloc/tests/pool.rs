@@ -248,6 +248,106 @@ fn default_mode_counts_only_pages_in_use() {
     pool.check_invariants().unwrap();
 }
 
+/// Frames counted over all classes (a framed pool's rows count frames).
+fn frames_used(pool: &Pool) -> usize {
+    pool.class_stats()
+        .iter()
+        .map(|r| r.pages_used as usize)
+        .sum()
+}
+
+#[test]
+fn a_framed_pool_shares_system_pages_between_classes_and_empties_sparse_ones() {
+    for page in [8192u32, 16384, 65536] {
+        let pool = Pool::new(PoolConfig::default_mode(page)).unwrap();
+        assert!(pool.is_framed());
+        let per_page = (page / 4096) as usize;
+        // One object in each of many classes: one 4 KiB frame each, and the
+        // frames of all classes share system pages.
+        let mut live: Vec<(Handle, Vec<u8>)> = (1..=40)
+            .map(|k| {
+                let len = k * 97;
+                let h = pool.malloc(len).unwrap();
+                let data = pattern(k as u64, len);
+                pool.write(h, &data).unwrap();
+                (h, data)
+            })
+            .collect();
+        let frames = frames_used(&pool);
+        assert!(frames >= 20, "{page}: objects of {frames} classes");
+        assert_eq!(pool.total_pages(), frames.div_ceil(per_page), "{page}");
+        pool.check_invariants().unwrap();
+        // Free two in three: the system pages left are sparsely used until
+        // compaction moves their frames together.
+        let mut k = 0;
+        live.retain(|(h, _)| {
+            k += 1;
+            k % 3 != 0 || {
+                pool.free(*h).unwrap();
+                false
+            }
+        });
+        let (mut k, mut gone) = (0, Vec::new());
+        live.retain(|(h, _)| {
+            k += 1;
+            k % 2 == 0 || {
+                gone.push(*h);
+                false
+            }
+        });
+        for h in gone {
+            pool.free(h).unwrap();
+        }
+        pool.check_invariants().unwrap();
+        let before = pool.total_pages();
+        let r = pool.compact();
+        let frames = frames_used(&pool);
+        assert_eq!(
+            pool.total_pages(),
+            frames.div_ceil(per_page),
+            "{page}: {r:?}"
+        );
+        assert!(pool.total_pages() < before || before == frames.div_ceil(per_page));
+        assert_eq!(pool.system_pages_reclaimable(), 0);
+        pool.check_invariants().unwrap();
+        for (h, data) in &live {
+            assert_eq!(&*pool.read(*h, data.len()).unwrap(), &data[..]);
+        }
+        for (h, _) in live {
+            pool.free(h).unwrap();
+        }
+        assert_eq!(pool.total_pages(), 0);
+        pool.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn a_framed_pool_copies_only_objects_across_frames_and_keeps_held_frames() {
+    let pool = Pool::new(PoolConfig::default_mode(65536)).unwrap();
+    // Three 3000-byte objects of one class: the second crosses from the
+    // first frame into the second.
+    let objs: Vec<(Handle, Vec<u8>)> = (0..3)
+        .map(|i| {
+            let h = pool.malloc(3000).unwrap();
+            let data = pattern(i, 3000);
+            pool.write(h, &data).unwrap();
+            (h, data)
+        })
+        .collect();
+    for (h, data) in &objs {
+        let a = pool.read(*h, data.len()).unwrap();
+        assert_eq!(&*a, &data[..]);
+        // A kept hold's bytes stay valid until released, copied or not.
+        let raw = pool.read(*h, data.len()).unwrap().into_raw();
+        drop(a);
+        // SAFETY: the hold kept by `into_raw` is outstanding.
+        assert_eq!(unsafe { raw.as_ref() }, &data[..]);
+        // SAFETY: released once, and `raw` is not used after.
+        unsafe { pool.release_read(*h) };
+    }
+    pool.check_invariants().unwrap();
+}
+
 #[test]
 fn bad_input_is_refused_and_harms_nothing() {
     for mode in [Mode::KernelCompat, Mode::Default] {
@@ -475,6 +575,9 @@ enum Op {
     Compact,
     /// Compacts one class (the store's background compactor's step).
     CompactClass(usize),
+    /// Compacts while one object is read (held shared): it stays where it
+    /// is, and so does its zspage's frame or page.
+    CompactWhileRead(usize),
 }
 
 fn any_pool_config() -> impl Strategy<Value = PoolConfig> {
@@ -562,8 +665,17 @@ fn any_ops() -> impl Strategy<Value = Vec<Op>> {
         3 => any::<usize>().prop_map(Op::Free),
         1 => Just(Op::Compact),
         1 => any::<usize>().prop_map(Op::CompactClass),
+        1 => any::<usize>().prop_map(Op::CompactWhileRead),
     ];
     prop::collection::vec(op, 1..120)
+}
+
+/// The invariant walk, as a property-test failure.
+fn continue_checks(pool: &Pool) -> Result<(), TestCaseError> {
+    if let Err(e) = pool.check_invariants() {
+        prop_assert!(false, "invariant broken: {}", e);
+    }
+    Ok(())
 }
 
 proptest! {
@@ -603,10 +715,33 @@ proptest! {
                     let before = pool.total_pages();
                     pool.compact();
                     prop_assert_eq!(pool.can_compact(), 0);
+                    // Framed pools: no sparsely used system page is left.
+                    prop_assert_eq!(pool.system_pages_reclaimable(), 0);
                     prop_assert!(pool.total_pages() <= before, "compaction added pages");
                 }
+                Op::CompactWhileRead(i) if !order.is_empty() => {
+                    let (h, data) = &model[&order[i % order.len()]];
+                    let guard = pool.read(*h, data.len()).unwrap();
+                    let before = pool.total_pages();
+                    pool.compact();
+                    prop_assert_eq!(&*guard, &data[..]);
+                    drop(guard);
+                    prop_assert!(pool.total_pages() <= before, "compaction added pages");
+                    prop_assert_eq!(&*pool.read(*h, data.len()).unwrap(), &data[..]);
+                }
                 Op::CompactClass(i) => {
-                    let id = i % pool.geometry().classes().len();
+                    // As the store's compactor: the classes, and in a framed
+                    // pool a last step that empties sparse system pages.
+                    let steps = pool.geometry().classes().len();
+                    if pool.is_framed() && i % (steps + 1) == steps {
+                        let before = pool.total_pages();
+                        pool.compact_system_pages();
+                        prop_assert_eq!(pool.system_pages_reclaimable(), 0);
+                        prop_assert!(pool.total_pages() <= before, "compaction added pages");
+                        continue_checks(&pool)?;
+                        continue;
+                    }
+                    let id = i % steps;
                     let before = pool.total_pages();
                     pool.compact_class(id);
                     prop_assert_eq!(pool.class_reclaimable(id), 0, "class {} left reclaimable pages", id);

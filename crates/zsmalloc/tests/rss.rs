@@ -1,5 +1,7 @@
 //! The process's resident set follows the pool: pages come from the OS when
-//! zspages are made and go back when they are freed or compacted away.
+//! zspages are made and go back when they are freed or compacted away. In a
+//! framed pool (default mode on 64 KiB pages) the system page is the unit:
+//! it is resident while any frame of it is taken.
 //!
 //! One test per binary so nothing else allocates while RSS is read.
 
@@ -25,22 +27,27 @@ fn fill(pool: &Pool, bytes: usize, seed: u64, handles: &mut Vec<Handle>) {
 #[test]
 fn rss_follows_the_pool() {
     const MIB: u64 = 1024;
-    for mode in [Mode::KernelCompat, Mode::Default] {
+    for (mode, page) in [
+        (Mode::KernelCompat, 4096u64),
+        (Mode::Default, 4096),
+        (Mode::Default, 65536),
+    ] {
         let config = match mode {
             Mode::KernelCompat => PoolConfig::kernel_compat(),
-            Mode::Default => PoolConfig::default_mode(4096),
+            Mode::Default => PoolConfig::default_mode(page as u32),
         };
         let pool = Pool::new(config).unwrap();
+        let page_kib = page / 1024;
         // The test's own handle list is made (and its pages touched) before
         // the first reading, so only the pool's memory is measured.
         let mut handles = vec![Handle::from_raw(1).unwrap(); 200_000];
         handles.clear();
         let start = rss_kib();
         fill(&pool, 256 << 20, 7, &mut handles);
-        let pool_kib = pool.total_pages() as u64 * 4;
+        let pool_kib = pool.total_pages() as u64 * page_kib;
         let full = rss_kib();
         let grew = full - start;
-        eprintln!("{mode:?}: pool {pool_kib} KiB, RSS {start} -> {full} KiB");
+        eprintln!("{mode:?} {page}: pool {pool_kib} KiB, RSS {start} -> {full} KiB");
         assert!(pool_kib > 250 * MIB);
         // RSS grows by the pool's pages plus a little metadata.
         assert!(
@@ -55,10 +62,10 @@ fn rss_follows_the_pool() {
         // Free every other object and compact: RSS follows the pool down.
         free_every_other(&mut handles, |h| pool.free(h).unwrap());
         pool.compact();
-        let half_kib = pool.total_pages() as u64 * 4;
+        let half_kib = pool.total_pages() as u64 * page_kib;
         let half = rss_kib();
         eprintln!(
-            "{mode:?}: after freeing half and compacting: pool {half_kib} KiB, RSS {half} KiB"
+            "{mode:?} {page}: after freeing half and compacting: pool {half_kib} KiB, RSS {half} KiB"
         );
         assert!(half_kib < pool_kib * 6 / 10);
         assert!(
@@ -74,7 +81,7 @@ fn rss_follows_the_pool() {
         let cache = pool.page_stats();
         assert_eq!((cache.cached_pages, cache.pending_pages), (0, 0));
         let end = rss_kib();
-        eprintln!("{mode:?}: all freed: RSS {end} KiB (started at {start})");
+        eprintln!("{mode:?} {page}: all freed: RSS {end} KiB (started at {start})");
         if std::env::var_os("ZMEM_RSS_DEBUG").is_some() {
             let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
             let mut cur = String::new();
