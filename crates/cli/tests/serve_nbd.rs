@@ -576,6 +576,53 @@ fn bench_serve_runs_on_a_small_file() {
         assert!(c["compress_cpu_s"].as_f64().unwrap() > 0.0, "{c}");
         assert!(c["decompress_cpu_s"].as_f64().unwrap() > 0.0, "{c}");
     }
+    // Issue 21's four throughput targets, each with its ceiling: lz4
+    // writes against the ceiling, the others against nbdkit.
+    let targets = v["targets"].as_array().unwrap();
+    let names: Vec<(String, String, String)> = targets
+        .iter()
+        .map(|t| {
+            let f = |k: &str| t[k].as_str().unwrap().to_string();
+            (f("setup"), f("phase"), f("basis"))
+        })
+        .collect();
+    let want = [
+        ("zstd32k", "write", "nbdkit"),
+        ("zstd32k", "read", "nbdkit"),
+        ("lz4-4k", "write", "ceiling"),
+        ("lz4-4k", "read", "nbdkit"),
+    ];
+    let want: Vec<(String, String, String)> = want
+        .iter()
+        .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+        .collect();
+    assert_eq!(names, want);
+    for t in targets {
+        let g = |k: &str| t[k].as_f64().unwrap();
+        assert!(
+            g("ceiling_mb_s") > 0.0 && g("zmem_cpu_s_per_gib") >= 0.0,
+            "{t}"
+        );
+        let base = if t["basis"] == "ceiling" {
+            g("ceiling_mb_s")
+        } else {
+            g("nbdkit_mb_s")
+        };
+        assert!((g("ratio") - g("zmem_mb_s") / base).abs() < 1e-9, "{t}");
+        assert_eq!(
+            t["met"].as_bool().unwrap(),
+            g("ratio") >= g("target"),
+            "{t}"
+        );
+        assert_eq!(
+            t["within_ceiling"].as_bool().unwrap(),
+            g("needed_mb_s") <= g("ceiling_mb_s"),
+            "{t}"
+        );
+    }
+    // Reads against sparse count sparse's own CPU in the ceiling.
+    assert_eq!(targets[3]["ceiling_counts_nbdkit"], true);
+    assert_eq!(targets[1]["ceiling_counts_nbdkit"], false);
 }
 
 /// `zmem bench serve` once on `bytes` of real data with `flags`: its JSON.

@@ -1,6 +1,7 @@
 //! One client connection, from greeting to close.
 //!
-//! This module owns the life of a connection: it buffers the reading side,
+//! This module owns the life of a connection: it puts a read-ahead buffer in
+//! front of the reading side (`readahead`),
 //! runs the handshake, then the transmission phase on the session the
 //! handshake produced, and logs how it ended. It works on any `Read` and
 //! `Write` pair, so the server runs it on sockets (or on a TLS session's two
@@ -8,7 +9,7 @@
 //! returns, and the server calls it again over TLS. Every failure ends only this connection; nothing here can affect
 //! another connection or the device beyond the requests it sent.
 
-use std::io::{BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -17,11 +18,8 @@ use log::{debug, info, warn};
 use crate::budget::ServerBudget;
 use crate::export::{Config, Export, Exports};
 use crate::handshake::{self, Outcome, Start};
+use crate::readahead::ReadAhead;
 use crate::transmission;
-
-/// Size of the read buffer in front of the stream: a burst of request
-/// headers costs one system call.
-const READ_BUFFER: usize = 128 * 1024;
 
 /// The hooks a connection calls into its server.
 pub(crate) struct Hooks<'a> {
@@ -91,7 +89,7 @@ pub(crate) fn run<R: Read, W: Write + Send>(
     start: Start,
     id: u64,
 ) -> Option<(Start, Exports)> {
-    let mut reader = BufReader::with_capacity(READ_BUFFER, reader);
+    let mut reader = ReadAhead::new(reader);
     let session = match handshake::negotiate(
         &mut reader,
         &mut writer,

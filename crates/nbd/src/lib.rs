@@ -64,6 +64,7 @@ mod export;
 pub mod fuzzing;
 mod handshake;
 pub mod mem;
+mod readahead;
 mod server;
 mod socket;
 mod tls;

@@ -85,6 +85,14 @@ impl Read for &Stream {
             Stream::Tcp(s) => (&mut &*s).read(buf),
         }
     }
+
+    /// One `readv`: the rest of a payload and the read-ahead after it.
+    fn read_vectored(&mut self, bufs: &mut [io::IoSliceMut<'_>]) -> io::Result<usize> {
+        match *self {
+            Stream::Unix(s) => (&mut &*s).read_vectored(bufs),
+            Stream::Tcp(s) => (&mut &*s).read_vectored(bufs),
+        }
+    }
 }
 
 impl Write for &Stream {

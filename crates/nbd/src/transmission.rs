@@ -1,8 +1,8 @@
 //! The transmission phase: requests in, replies out, many in flight.
 //!
 //! This module owns the request loop of one connection after the handshake.
-//! The connection's thread reads request headers (and WRITE payloads) off the
-//! stream, checks each request against the negotiated [`Session`] (flags,
+//! The connection's thread reads request headers (and WRITE payloads,
+//! straight into the buffer the device is given) off the stream, checks each request against the negotiated [`Session`] (flags,
 //! capabilities, bounds, alignment, size cap) and hands it to a small pool of
 //! scoped worker threads; each worker calls the device and writes the whole
 //! reply under the connection's writer lock, so replies go out in completion
@@ -57,6 +57,7 @@ use crate::device::{BlockDevice, Extent};
 use crate::error::{DeviceError, DeviceResult};
 use crate::export::Config;
 use crate::handshake::Session;
+use crate::readahead::ReadAhead;
 use crate::wire::{
     self, cf, chunk, cmd, tf, ChunkHeader, ExtendedChunkHeader, ExtendedRequestHeader,
     RequestHeader, SimpleReply,
@@ -179,7 +180,7 @@ struct Conn<'a, W> {
 /// Payload memory is counted in the connection's own budget (from
 /// `config`) and in `server`'s.
 pub(crate) fn serve<R: Read, W: Write + Send>(
-    reader: &mut R,
+    reader: &mut ReadAhead<R>,
     writer: W,
     session: &Session,
     config: &Config,
@@ -250,7 +251,7 @@ fn read_header<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<bool> {
 }
 
 fn read_loop<'c, R: Read, W: Write>(
-    r: &mut R,
+    r: &mut ReadAhead<R>,
     conn: &'c Conn<'_, W>,
     submit: &mut dyn FnMut(Job<'c>),
 ) -> Result<End, ConnError> {
@@ -383,7 +384,11 @@ impl<W: Write> Conn<'_, W> {
     }
 
     /// Turns a header into a job, reading (or skipping) a WRITE payload.
-    fn decode<R: Read>(&self, r: &mut R, req: ExtendedRequestHeader) -> Result<Job<'_>, ConnError> {
+    fn decode<R: Read>(
+        &self,
+        r: &mut ReadAhead<R>,
+        req: ExtendedRequestHeader,
+    ) -> Result<Job<'_>, ConnError> {
         let job = |op, charge| Job {
             cookie: req.cookie,
             offset: req.offset,
@@ -427,8 +432,10 @@ impl<W: Write> Conn<'_, W> {
             }
             cmd::WRITE => {
                 self.budget.acquire(len);
+                // Straight from the socket into the buffer the device
+                // reads, without a pass through the read-ahead buffer.
                 let mut data = self.buffers.take(len as usize);
-                if let Err(e) = r.read_exact(&mut data) {
+                if let Err(e) = r.read_payload(&mut data) {
                     self.budget.release(len);
                     return Err(e.into());
                 }

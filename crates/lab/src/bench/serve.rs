@@ -23,7 +23,12 @@
 //! that, so if the ceiling is under a target's throughput the target cannot
 //! be met here. Targets are issue 21's: lz4 writes at 0.85x the ceiling and
 //! reads at 1x sparse's; zstd writes at 2x and reads at 3x nbdkit zstd's,
-//! with no more RSS growth. The configurations are the
+//! with no more RSS growth. Each target gets a line (and a `targets` entry
+//! in JSON) with zmem's ratio, the in-run ceiling for that phase (writes:
+//! compressing every page once; reads: decompressing every page once, plus
+//! sparse's own read CPU when that is the peer; each plus the client's CPU,
+//! over every CPU), whether the target lies within it, and both servers' CPU
+//! per GiB. The configurations are the
 //! issue's: zstd on 32 KiB pages (nbdkit's page size) against
 //! `allocator=zstd`, and lz4 on 4 KiB pages against `allocator=sparse`.
 //! nbdcopy uses its defaults (4 connections when the server allows
@@ -622,6 +627,50 @@ struct Ceiling {
 struct Report<'a> {
     samples: &'a [Sample],
     ceilings: &'a [Ceiling],
+    targets: &'a [Target],
+}
+
+/// One of issue 21's throughput targets for one configuration and data
+/// set, from the medians: where zmem stands, the in-run ceiling that bounds
+/// any server (so a target above it is out of reach on this machine), and
+/// each server's CPU per GiB for the phase.
+#[derive(Serialize, Debug, Clone)]
+struct Target {
+    setup: String,
+    data: String,
+    /// "write" or "read".
+    phase: &'static str,
+    zmem_mb_s: f64,
+    nbdkit_mb_s: f64,
+    /// What the target is a multiple of: "nbdkit" (its throughput) or
+    /// "ceiling" (the in-run ceiling's).
+    basis: &'static str,
+    /// The multiple zmem must reach.
+    target: f64,
+    /// zmem's throughput over the basis's.
+    ratio: f64,
+    met: bool,
+    /// The throughput the target asks for, MB/s.
+    needed_mb_s: f64,
+    /// Throughput of a server that spends only the ceiling's CPU, with
+    /// every CPU busy: the ceiling's CPU seconds (below) plus the client's,
+    /// over the CPUs.
+    ceiling_mb_s: f64,
+    /// The server CPU the ceiling counts: compressing (writes) or
+    /// decompressing (reads) every page once on one context, plus for
+    /// reads against `sparse` that server's own CPU for the read.
+    ceiling_server_cpu_s: f64,
+    /// Whether `ceiling_server_cpu_s` includes nbdkit's own read CPU (a
+    /// `sparse` nbdkit, which only copies).
+    ceiling_counts_nbdkit: bool,
+    /// The client's CPU in the phase (median over both servers' runs).
+    client_cpu_s: f64,
+    cpus: usize,
+    /// Whether `needed_mb_s` is at most `ceiling_mb_s`.
+    within_ceiling: bool,
+    /// Server CPU seconds per GiB (2^30 bytes) in the phase, medians.
+    zmem_cpu_s_per_gib: f64,
+    nbdkit_cpu_s_per_gib: f64,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -705,15 +754,156 @@ pub fn run(args: &ServeBenchArgs) -> Result<(), Error> {
         }
     }
     let text = if args.format.get() == Format::Json {
+        let targets = targets(&samples, &setups, &ceilings);
         let report = Report {
             samples: &samples,
             ceilings: &ceilings,
+            targets: &targets,
         };
         serde_json::to_string_pretty(&report).map_err(|e| failed(e.to_string()))? + "\n"
     } else {
         table(&samples, &setups, &ceilings)
     };
     crate::output::write_stdout(&text)
+}
+
+/// Issue 21's throughput targets for every configuration and data set run,
+/// each with its in-run ceiling (see [`Target`]).
+fn targets(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> Vec<Target> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for s in samples {
+        let k = (s.setup.clone(), s.data.clone());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let mut out = Vec::new();
+    for (setup, data) in keys {
+        let Some(st) = setups.iter().find(|s| s.name == setup) else {
+            continue;
+        };
+        let Some(c) = ceilings.iter().find(|c| c.setup == setup && c.data == data) else {
+            continue;
+        };
+        let of = |server: Option<&str>, f: fn(&Sample) -> f64| {
+            median(
+                samples
+                    .iter()
+                    .filter(|s| s.setup == setup && s.data == data)
+                    .filter(|s| server.is_none_or(|n| s.server == n))
+                    .map(f)
+                    .collect(),
+            )
+        };
+        let mb = of(None, |s| s.data_mb);
+        let gib = mb * 1e6 / (1u64 << 30) as f64;
+        let kit_read_cpu = of(Some("nbdkit"), |s| s.read_cpu_s);
+        let phases = [
+            (
+                "write",
+                st.ceiling_target.or(st.target.0),
+                st.ceiling_target.is_some(),
+                c.compress_cpu_s,
+                of(None, |s| s.client_write_cpu_s),
+                of(Some("zmem"), |s| s.write_mb_s),
+                of(Some("nbdkit"), |s| s.write_mb_s),
+                of(Some("zmem"), |s| s.write_cpu_s),
+                of(Some("nbdkit"), |s| s.write_cpu_s),
+            ),
+            (
+                "read",
+                st.target.1,
+                false,
+                // A server that only copies (sparse) plus one decompression
+                // of every page; against a compressing nbdkit, the
+                // decompression alone.
+                c.decompress_cpu_s
+                    + if st.nbdkit_allocator == "sparse" {
+                        kit_read_cpu
+                    } else {
+                        0.0
+                    },
+                of(None, |s| s.client_read_cpu_s),
+                of(Some("zmem"), |s| s.read_mb_s),
+                of(Some("nbdkit"), |s| s.read_mb_s),
+                of(Some("zmem"), |s| s.read_cpu_s),
+                kit_read_cpu,
+            ),
+        ];
+        for (phase, target, of_ceiling, server_cpu, client, zmem, kit, zcpu, kcpu) in phases {
+            let counts_nbdkit = phase == "read" && st.nbdkit_allocator == "sparse";
+            let Some(target) = target else {
+                continue;
+            };
+            let ceiling = mb / ((server_cpu + client) / cpus as f64);
+            let (basis, base) = if of_ceiling {
+                ("ceiling", ceiling)
+            } else {
+                ("nbdkit", kit)
+            };
+            let needed = target * base;
+            out.push(Target {
+                setup: setup.clone(),
+                data: data.clone(),
+                phase,
+                zmem_mb_s: zmem,
+                nbdkit_mb_s: kit,
+                basis,
+                target,
+                ratio: zmem / base,
+                met: zmem >= needed,
+                needed_mb_s: needed,
+                ceiling_mb_s: ceiling,
+                ceiling_server_cpu_s: server_cpu,
+                ceiling_counts_nbdkit: counts_nbdkit,
+                client_cpu_s: client,
+                cpus,
+                within_ceiling: needed <= ceiling,
+                zmem_cpu_s_per_gib: zcpu / gib,
+                nbdkit_cpu_s_per_gib: kcpu / gib,
+            });
+        }
+    }
+    out
+}
+
+/// One line for a target: the ratio and verdict, the ceiling and whether
+/// the target lies within it, and both servers' CPU per GiB.
+fn target_line(t: &Target) -> String {
+    let server_cpu = match (t.phase, t.ceiling_counts_nbdkit) {
+        ("write", _) => format!("compress {:.3} s", t.ceiling_server_cpu_s),
+        (_, false) => format!("decompress {:.3} s", t.ceiling_server_cpu_s),
+        (_, true) => format!("nbdkit's read + decompress {:.3} s", t.ceiling_server_cpu_s),
+    };
+    let (basis, reach) = if t.basis == "ceiling" {
+        ("the ceiling", String::new())
+    } else {
+        (
+            "nbdkit",
+            format!(
+                ", {}x nbdkit ({:.0} MB/s) is {} it",
+                t.target,
+                t.needed_mb_s,
+                if t.within_ceiling { "within" } else { "above" }
+            ),
+        )
+    };
+    format!(
+        "{} {} {}: zmem {:.0} MB/s = {:.2}x {basis} (target {}x: {}); ceiling ({server_cpu} + client {:.3} s CPU) / {} CPUs = {:.0} MB/s{reach}; server CPU per GiB zmem {:.2} s, nbdkit {:.2} s",
+        t.setup,
+        t.data,
+        t.phase,
+        t.zmem_mb_s,
+        t.ratio,
+        t.target,
+        if t.met { "met" } else { "NOT met" },
+        t.client_cpu_s,
+        t.cpus,
+        t.ceiling_mb_s,
+        t.zmem_cpu_s_per_gib,
+        t.nbdkit_cpu_s_per_gib,
+    )
 }
 
 fn table(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> String {
@@ -887,6 +1077,16 @@ fn table(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> String 
     }
     out.push('\n');
     out.push_str(&verdicts);
+    let targets = targets(samples, setups, ceilings);
+    if !targets.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nissue 21's targets, each with the in-run ceiling of any server (its server CPU plus the client's, over every CPU busy) and each server's CPU per GiB:"
+        );
+        for t in &targets {
+            let _ = writeln!(out, "{}", target_line(t));
+        }
+    }
     out
 }
 
