@@ -48,6 +48,7 @@ pub fn render(reg: &Registry) -> String {
         wb_limit: zram::WritebackLimit,
         wb_batch: u64,
         wb_compressed: u64,
+        wb_ceiling: u64,
         policy: zram::PolicyStats,
     }
     let samples: Vec<(String, Sample)> = reg
@@ -69,12 +70,17 @@ pub fn render(reg: &Registry) -> String {
                     wb_limit: s.store.writeback_limit(),
                     wb_batch: s.store.writeback_batch_size() as u64,
                     wb_compressed: u64::from(s.store.writeback_compressed()),
+                    wb_ceiling: if s.store.writeback_near_limit() == 0 {
+                        0
+                    } else {
+                        s.store.writeback_ceiling()
+                    },
                     policy: s.store.policy_stats(),
                 },
             )
         })
         .collect();
-    let metrics: [(&str, &str, &str, Get); 38] = [
+    let metrics: [(&str, &str, &str, Get); 39] = [
         ("zmem_disksize_bytes", "gauge", "Size of the export.", |s| {
             s.disksize
         }),
@@ -299,6 +305,12 @@ pub fn render(reg: &Registry) -> String {
             "counter",
             "Writes that failed mem_limit although the memory-aware rule was on.",
             |s| s.policy.limit_failures,
+        ),
+        (
+            "zmem_policy_ceiling_bytes",
+            "gauge",
+            "What the memory-aware rule keeps mem_used_total within: mem_limit minus the store's own metadata (0: rule off or no limit).",
+            |s| s.wb_ceiling,
         ),
     ];
     let mut out = String::new();

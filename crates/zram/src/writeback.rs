@@ -246,6 +246,7 @@ impl Store {
     pub fn set_backing_store(&self, dev: Arc<dyn BackingStore>) -> Result<(), StoreError> {
         self.refuse_if_initialised("backing_dev")?;
         self.post.set_backing(Some(Arc::new(Blocks::new(dev))));
+        self.refresh_metadata_pages();
         Ok(())
     }
 
