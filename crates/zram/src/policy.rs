@@ -9,8 +9,9 @@
 //! - **The memory-aware rule** ([`Store::set_writeback_near_limit`]): when
 //!   a write takes `mem_used_total` past `high` percent of the rule's
 //!   ceiling ([`Store::writeback_ceiling`]: `mem_limit` minus the store's
-//!   own metadata, the slot table and block bitmap, so that the store as a
-//!   whole keeps within `mem_limit`), the policy thread is woken and writes
+//!   own metadata, the slot table and block bitmap, and the writeback's
+//!   batch buffers, so that the store as a whole keeps within
+//!   `mem_limit`), the policy thread is woken and writes
 //!   back pages until memory is [`LOW_GAP_PERCENT`] below `high`; a write
 //!   that would pass the ceiling first does the same synchronously, then
 //!   tries once more, failing only past `mem_limit` itself. The
@@ -171,8 +172,9 @@ pub(crate) struct Policy {
     /// Whether a policy was ever configured (debug_stat shows its line).
     configured: AtomicBool,
     /// The store's own metadata in allocator pages (the slot table and the
-    /// backing store's block bitmap), which the rule leaves room for below
-    /// `mem_limit`; see [`Policy::ceiling_pages`].
+    /// backing store's block bitmap) and the writeback's batch buffers,
+    /// which the rule leaves room for below `mem_limit`; see
+    /// [`Policy::ceiling_pages`].
     metadata_pages: AtomicU64,
     signal: Arc<Signal>,
     reclaiming: Mutex<()>,
@@ -296,10 +298,13 @@ impl Store {
         table + bitmap
     }
 
-    /// Recomputes the metadata the rule leaves room for (after the
-    /// backing store or the rule is set).
+    /// Recomputes what the rule leaves room for below `mem_limit` (after
+    /// the backing store, the batch size or the rule is set): the metadata
+    /// and the writeback's own batch buffers, which are alive exactly when
+    /// the rule reclaims.
     pub(crate) fn refresh_metadata_pages(&self) {
-        let pages = self.metadata_bytes().div_ceil(self.mem_page_size() as u64);
+        let bytes = self.metadata_bytes() + self.writeback_buffer_bytes();
+        let pages = bytes.div_ceil(self.mem_page_size() as u64);
         self.post
             .policy
             .metadata_pages
@@ -307,8 +312,9 @@ impl Store {
     }
 
     /// What the memory-aware rule keeps `mem_used_total` within, in bytes:
-    /// `mem_limit` minus [`Store::metadata_bytes`] (never below half the
-    /// limit); 0 without a limit.
+    /// `mem_limit` minus [`Store::metadata_bytes`] and the writeback's batch
+    /// buffers ([`Store::writeback_buffer_bytes`]), never below half the
+    /// limit; 0 without a limit.
     pub fn writeback_ceiling(&self) -> u64 {
         let page = self.mem_page_size() as u64;
         self.post.policy.ceiling_pages(self.mem_limit() / page) * page

@@ -77,7 +77,7 @@ const WRITEBACK_WRITERS: usize = 2;
 
 /// Batch buffers of one writeback: one per writer, one being filled and
 /// one queued, so that neither writer waits for the decompression.
-const WRITEBACK_BUFFERS: usize = WRITEBACK_WRITERS + 2;
+pub(crate) const WRITEBACK_BUFFERS: usize = WRITEBACK_WRITERS + 2;
 
 /// Bits of a [`bucket_key`] that hold the index (a disk has at most 2^28
 /// pages).
@@ -385,7 +385,14 @@ impl Store {
             ));
         }
         self.post.set_batch(pages as usize);
+        self.refresh_metadata_pages();
         Ok(())
+    }
+
+    /// Bytes of the batch buffers a writeback holds while it runs (up to
+    /// four of `writeback_batch_size` pages each).
+    pub fn writeback_buffer_bytes(&self) -> u64 {
+        (WRITEBACK_BUFFERS * self.post.batch() * self.page_size) as u64
     }
 
     /// Writes the pages `req` chooses to the backing store (`echo ... >

@@ -147,7 +147,8 @@ pub struct ServeArgs {
     /// accessed, until it is 10 points lower; a write that would pass the
     /// ceiling does so first instead of failing (needs --backing-dev). The
     /// ceiling is mem_limit minus the store's own metadata (the slot table,
-    /// 16 bytes a page of the disk, and the backing file's block bitmap),
+    /// 16 bytes a page of the disk, and the backing file's block bitmap)
+    /// and the writeback's buffers (4 x --writeback-batch-size pages),
     /// never below half of mem_limit, so that the store as a whole stays
     /// within mem_limit; a write still fails only past mem_limit itself,
     /// as in the kernel.
