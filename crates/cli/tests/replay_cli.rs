@@ -461,6 +461,14 @@ fn writeback_compressed_side_by_side_writes_fewer_blocks_and_reads_back() {
         packed["bd_stat"]["bd_writes"],
         packed["bd_stat"]["bd_count"]
     );
+    // The settings each store wrote back with, beside the backing files.
+    assert_eq!(
+        r["writeback"],
+        serde_json::json!([
+            {"writeback_compressed": false, "writeback_batch_size": 32},
+            {"writeback_compressed": true, "writeback_batch_size": 32},
+        ])
+    );
     assert_eq!(r["verified_pages"], 240);
 }
 

@@ -66,6 +66,16 @@ pub struct StageResult {
     pub error: Option<String>,
 }
 
+/// One store's writeback settings, as its sysfs-named attributes show them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct WritebackSettings {
+    /// `writeback_compressed`: pages go to the backing store as their
+    /// compressed objects, packed into blocks.
+    pub writeback_compressed: bool,
+    /// `writeback_batch_size`: pages (blocks) written with one call.
+    pub writeback_batch_size: usize,
+}
+
 /// All configurations after one stage.
 #[derive(Clone, Debug, Serialize)]
 pub struct Stage {
@@ -171,6 +181,17 @@ impl Replay {
             })?;
         }
         Ok(())
+    }
+
+    /// Each store's writeback settings, in configuration order.
+    pub fn writeback_settings(&self) -> Vec<WritebackSettings> {
+        self.stores
+            .iter()
+            .map(|store| WritebackSettings {
+                writeback_compressed: store.writeback_compressed(),
+                writeback_batch_size: store.writeback_batch_size(),
+            })
+            .collect()
     }
 
     /// Sets each store's backing file (`backing_dev`), one path per

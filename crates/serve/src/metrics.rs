@@ -1,6 +1,7 @@
 //! A Prometheus `/metrics` endpoint: every export's mm_stat and io_stat,
 //! its background compactor's counters (`zmem_auto_compact_*`) and its
-//! policies' (`zmem_policy_*`).
+//! policies' (`zmem_policy_*`), bd_stat and the writeback settings
+//! (`zmem_writeback_*`: limit, batch size, compressed).
 //!
 //! This module owns the text exposition ([`render`]) and a deliberately
 //! tiny HTTP/1.0 server ([`MetricsServer`]) on one thread: it reads one
@@ -44,6 +45,10 @@ pub fn render(reg: &Registry) -> String {
         auto: zram::AutoCompactStats,
         auto_on: u64,
         bd: zram::BdStat,
+        wb_limit: zram::WritebackLimit,
+        wb_batch: u64,
+        wb_compressed: u64,
+        wb_ceiling: u64,
         policy: zram::PolicyStats,
     }
     let samples: Vec<(String, Sample)> = reg
@@ -62,12 +67,20 @@ pub fn render(reg: &Registry) -> String {
                     auto: s.store.auto_compact_stats(),
                     auto_on: u64::from(s.store.auto_compact_running()),
                     bd: s.store.bd_stat(),
+                    wb_limit: s.store.writeback_limit(),
+                    wb_batch: s.store.writeback_batch_size() as u64,
+                    wb_compressed: u64::from(s.store.writeback_compressed()),
+                    wb_ceiling: if s.store.writeback_near_limit() == 0 {
+                        0
+                    } else {
+                        s.store.writeback_ceiling()
+                    },
                     policy: s.store.policy_stats(),
                 },
             )
         })
         .collect();
-    let metrics: [(&str, &str, &str, Get); 34] = [
+    let metrics: [(&str, &str, &str, Get); 39] = [
         ("zmem_disksize_bytes", "gauge", "Size of the export.", |s| {
             s.disksize
         }),
@@ -240,6 +253,30 @@ pub fn render(reg: &Registry) -> String {
             |s| s.bd.failed_writebacks,
         ),
         (
+            "zmem_writeback_limit_enabled",
+            "gauge",
+            "writeback_limit_enable: 1 while writeback_limit caps writeback.",
+            |s| u64::from(s.wb_limit.enabled),
+        ),
+        (
+            "zmem_writeback_limit",
+            "gauge",
+            "writeback_limit: 4 KiB units writeback may still write (with writeback_limit_enable).",
+            |s| s.wb_limit.limit,
+        ),
+        (
+            "zmem_writeback_batch_size_pages",
+            "gauge",
+            "writeback_batch_size: pages (blocks) writeback writes with one call.",
+            |s| s.wb_batch,
+        ),
+        (
+            "zmem_writeback_compressed",
+            "gauge",
+            "writeback_compressed: 1 if pages are written back as their compressed objects, packed into blocks.",
+            |s| s.wb_compressed,
+        ),
+        (
             "zmem_policy_ticks_total",
             "counter",
             "Runs of the timed policy (mark idle, recompress, write back).",
@@ -268,6 +305,12 @@ pub fn render(reg: &Registry) -> String {
             "counter",
             "Writes that failed mem_limit although the memory-aware rule was on.",
             |s| s.policy.limit_failures,
+        ),
+        (
+            "zmem_policy_ceiling_bytes",
+            "gauge",
+            "What the memory-aware rule keeps mem_used_total within: mem_limit minus the store's own metadata (0: rule off or no limit).",
+            |s| s.wb_ceiling,
         ),
     ];
     let mut out = String::new();
@@ -496,7 +539,8 @@ mod tests {
             store,
             policy: None,
         }]));
-        let m = MetricsServer::bind("127.0.0.1:0".parse().unwrap(), false, reg).unwrap();
+        let m =
+            MetricsServer::bind("127.0.0.1:0".parse().unwrap(), false, Arc::clone(&reg)).unwrap();
         let get = |req: &str| {
             let mut c = TcpStream::connect(m.local_addr()).unwrap();
             c.write_all(req.as_bytes()).unwrap();
@@ -515,6 +559,22 @@ mod tests {
         assert!(out.contains("zmem_auto_compact_enabled{export=\"d\\\"q\"} 0\n"));
         assert!(out.contains("# TYPE zmem_bd_writes_total counter\n"));
         assert!(out.contains("zmem_bd_count{export=\"d\\\"q\"} 0\n"));
+        // The writeback settings, beside bd_stat: the defaults, then the
+        // values a control command set.
+        assert!(out.contains("# TYPE zmem_writeback_compressed gauge\n"));
+        assert!(out.contains("zmem_writeback_compressed{export=\"d\\\"q\"} 0\n"));
+        assert!(out.contains("zmem_writeback_batch_size_pages{export=\"d\\\"q\"} 32\n"));
+        assert!(out.contains("zmem_writeback_limit_enabled{export=\"d\\\"q\"} 0\n"));
+        reg.served()[0].store.set_writeback_batch_size(8).unwrap();
+        reg.served()[0].store.set_writeback_limit_enable(true);
+        reg.served()[0].store.set_writeback_limit(12);
+        let out = get("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(
+            out.contains("zmem_writeback_batch_size_pages{export=\"d\\\"q\"} 8\n"),
+            "{out}"
+        );
+        assert!(out.contains("zmem_writeback_limit_enabled{export=\"d\\\"q\"} 1\n"));
+        assert!(out.contains("zmem_writeback_limit{export=\"d\\\"q\"} 12\n"));
         assert!(out.contains("# TYPE zmem_auto_compact_runs_total counter\n"));
         assert!(get("GET / HTTP/1.0\r\n\r\n").starts_with("HTTP/1.0 404"));
         assert!(get("POST /metrics HTTP/1.0\r\n\r\n").starts_with("HTTP/1.0 405"));

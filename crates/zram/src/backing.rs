@@ -407,24 +407,30 @@ impl Blocks {
     /// Lets one holder of `block` go: a block of one page is freed at once,
     /// a shared block when its last object goes; a freed block gives its
     /// space back (see [`BackingStore::discard_block`]).
+    ///
+    /// The space is given back before the bitmap mutex is let go: a block
+    /// whose bit is clear may be reserved and written at once (by another
+    /// writeback thread, say), and a hole punched after that write would
+    /// lose its page.
     pub fn release(&self, block: u64) {
-        if !self.bitmap().drop_holder(block) {
+        let mut map = self.bitmap();
+        if !map.drop_holder(block) {
             return;
         }
         self.used.fetch_sub(1, Ordering::Relaxed);
         self.dev.discard_block(block);
+        drop(map);
     }
 
     /// [`Blocks::release`] for every entry of `blocks` (sorted here; a
     /// shared block appears once per object), giving the space of the
     /// blocks freed back with one [`BackingStore::discard_blocks`] per run
     /// of adjacent blocks (reset frees a whole disk's blocks this way).
+    /// As there, the space is given back under the bitmap mutex.
     pub fn release_many(&self, blocks: &mut Vec<u64>) {
         blocks.sort_unstable();
-        {
-            let mut map = self.bitmap();
-            blocks.retain(|&block| map.drop_holder(block));
-        }
+        let mut map = self.bitmap();
+        blocks.retain(|&block| map.drop_holder(block));
         self.used.fetch_sub(blocks.len() as u64, Ordering::Relaxed);
         let mut i = 0;
         while i < blocks.len() {
@@ -435,6 +441,7 @@ impl Blocks {
             self.dev.discard_blocks(blocks[i], (j - i) as u64);
             i = j;
         }
+        drop(map);
     }
 
     /// Blocks holding a page.

@@ -7,10 +7,14 @@
 //!   when asked, recompressed (`recompress type=idle`) and written back
 //!   (`writeback TYPE`), exactly as those commands would.
 //! - **The memory-aware rule** ([`Store::set_writeback_near_limit`]): when
-//!   a write takes `mem_used_total` past `high` percent of `mem_limit`, the
-//!   policy thread is woken and writes back pages until memory is
-//!   [`LOW_GAP_PERCENT`] below `high`; a write that would pass the limit
-//!   itself first does the same synchronously, then tries once more. The
+//!   a write takes `mem_used_total` past `high` percent of the rule's
+//!   ceiling ([`Store::writeback_ceiling`]: `mem_limit` minus the store's
+//!   own metadata, the slot table and block bitmap, and the writeback's
+//!   batch buffers, so that the store as a whole keeps within
+//!   `mem_limit`), the policy thread is woken and writes
+//!   back pages until memory is [`LOW_GAP_PERCENT`] below `high`; a write
+//!   that would pass the ceiling first does the same synchronously, then
+//!   tries once more, failing only past `mem_limit` itself. The
 //!   pages written back are the idle ones first, then the least recently
 //!   accessed (oldest access time, then lowest index), and the allocator is
 //!   compacted after each round, so the freed objects become free pages.
@@ -29,6 +33,7 @@
 //! policy counters; it reaches pages only through the store's own
 //! `mark_idle`, `recompress`, `writeback` and `compact`.
 
+use std::collections::BinaryHeap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -166,6 +171,11 @@ pub(crate) struct Policy {
     pressure_sent: AtomicBool,
     /// Whether a policy was ever configured (debug_stat shows its line).
     configured: AtomicBool,
+    /// The store's own metadata in allocator pages (the slot table and the
+    /// backing store's block bitmap) and the writeback's batch buffers,
+    /// which the rule leaves room for below `mem_limit`; see
+    /// [`Policy::ceiling_pages`].
+    metadata_pages: AtomicU64,
     signal: Arc<Signal>,
     reclaiming: Mutex<()>,
     tally: Tally,
@@ -189,10 +199,20 @@ impl Policy {
         }
     }
 
-    /// The high mark in pages for a limit of `limit_pages` (0: rule off).
+    /// What the rule keeps the allocator's memory within, in pages, for
+    /// a limit of `limit_pages`: the limit minus the store's own metadata
+    /// (so that the store as a whole stays within `mem_limit`), but never
+    /// below half the limit.
+    pub(crate) fn ceiling_pages(&self, limit_pages: u64) -> u64 {
+        let meta = self.metadata_pages.load(Ordering::Relaxed);
+        limit_pages.saturating_sub(meta).max(limit_pages / 2)
+    }
+
+    /// The high mark in pages for a limit of `limit_pages` (0: rule off):
+    /// the rule's percent of its ceiling.
     fn high_pages(&self, limit_pages: u64) -> u64 {
         let pct = u64::from(self.high_percent.load(Ordering::Relaxed));
-        limit_pages * pct / 100
+        self.ceiling_pages(limit_pages) * pct / 100
     }
 
     /// Whether the memory-aware rule is on.
@@ -240,6 +260,7 @@ impl Store {
             ));
         }
         let policy = &self.post.policy;
+        self.refresh_metadata_pages();
         policy.high_percent.store(high_percent, Ordering::Relaxed);
         if high_percent != 0 {
             policy.configured.store(true, Ordering::Relaxed);
@@ -263,20 +284,59 @@ impl Store {
         self.post.policy.configured.load(Ordering::Relaxed)
     }
 
-    /// The target of a reclaim: `LOW_GAP_PERCENT` below the high mark.
-    fn reclaim_target(&self, limit_pages: u64) -> u64 {
-        let high = u64::from(self.writeback_near_limit());
-        limit_pages * high.saturating_sub(u64::from(LOW_GAP_PERCENT)) / 100
+    /// Bytes of the store's own metadata that the memory-aware rule leaves
+    /// room for below `mem_limit`: the slot table (16 bytes a page of the
+    /// disk, the kernel's `zram_table_entry`) and the backing store's block
+    /// bitmap (a bit a block). Both are fixed by the sizes of the disk and
+    /// the backing store, and outside `mem_limit`, as in the kernel.
+    pub fn metadata_bytes(&self) -> u64 {
+        let table = std::mem::size_of_val(&*self.slots) as u64;
+        let bitmap = self
+            .post
+            .backing()
+            .map_or(0, |b| b.dev().blocks().div_ceil(64) * 8);
+        table + bitmap
     }
 
-    /// The write path's reclaim: a write would pass the limit, so pages are
-    /// written back first. Returns whether memory is now below the limit.
-    pub(crate) fn reclaim_for_write(&self, limit_pages: u64) -> bool {
+    /// Recomputes what the rule leaves room for below `mem_limit` (after
+    /// the backing store, the batch size or the rule is set): the metadata
+    /// and the writeback's own batch buffers, which are alive exactly when
+    /// the rule reclaims.
+    pub(crate) fn refresh_metadata_pages(&self) {
+        let bytes = self.metadata_bytes() + self.writeback_buffer_bytes();
+        let pages = bytes.div_ceil(self.mem_page_size() as u64);
+        self.post
+            .policy
+            .metadata_pages
+            .store(pages, Ordering::Relaxed);
+    }
+
+    /// What the memory-aware rule keeps `mem_used_total` within, in bytes:
+    /// `mem_limit` minus [`Store::metadata_bytes`] and the writeback's batch
+    /// buffers ([`Store::writeback_buffer_bytes`]), never below half the
+    /// limit; 0 without a limit.
+    pub fn writeback_ceiling(&self) -> u64 {
+        let page = self.mem_page_size() as u64;
+        self.post.policy.ceiling_pages(self.mem_limit() / page) * page
+    }
+
+    /// The target of a reclaim: `LOW_GAP_PERCENT` of the ceiling below the
+    /// high mark.
+    fn reclaim_target(&self, limit_pages: u64) -> u64 {
+        let high = u64::from(self.writeback_near_limit());
+        self.post.policy.ceiling_pages(limit_pages)
+            * high.saturating_sub(u64::from(LOW_GAP_PERCENT))
+            / 100
+    }
+
+    /// The write path's reclaim: a write would pass the rule's ceiling, so
+    /// pages are written back first.
+    pub(crate) fn reclaim_for_write(&self, limit_pages: u64) {
         let policy = &self.post.policy;
         bump(&policy.tally.write_reclaims, 1);
         let target = self.reclaim_target(limit_pages);
-        let report = self.reclaim_to(target, (target + limit_pages) / 2);
-        report.reached || self.used_pages() < limit_pages
+        let ceiling = policy.ceiling_pages(limit_pages);
+        self.reclaim_to(target, (target + ceiling) / 2);
     }
 
     /// Writes back pages (idle ones first, then by least recent access)
@@ -324,37 +384,54 @@ impl Store {
     /// A writeback request for the pages holding memory, idle ones first,
     /// then by oldest access time and lowest index, whose stored bytes add
     /// up to `bytes`; and how many of them are not idle.
+    ///
+    /// The slots are streamed through a bounded selection: a max-heap of
+    /// the best candidates seen so far that drops its worst as soon as the
+    /// others still add up to `bytes`, so the memory it takes is one entry
+    /// per page the reclaim needs (about 100 KiB for a reclaim of 10% of a
+    /// 90 MiB limit), not one per page of the disk.
     fn oldest_pages(&self, bytes: u64) -> (WritebackRequest, u64) {
-        // One word per candidate, so that a large disk's scan stays small
-        // (2 MiB for 1 GiB of 4 KiB pages): not idle (bit 63), access time
-        // (31 bits), index (32 bits; a disk has at most 2^28 pages).
+        // Each candidate as one word that sorts in the order pages are
+        // taken: not idle (bit 63), access time (31 bits), index (32 bits;
+        // a disk has at most 2^28 pages); beside it its stored bytes.
         const NOT_IDLE: u64 = 1 << 63;
-        let mut candidates: Vec<u64> = Vec::new();
+        const INDEX: u64 = u32::MAX as u64;
+        let mut best: BinaryHeap<(u64, u32)> = BinaryHeap::new();
+        let mut sum = 0u64;
         for (index, s) in self.slots.iter().enumerate() {
-            let guard = s.lock(self.layout);
-            if !guard.content().holds_memory() || guard.has(slot::PP_SLOT) {
+            let (key, size) = {
+                let guard = s.lock(self.layout);
+                let content = guard.content();
+                if !content.holds_memory() || guard.has(slot::PP_SLOT) {
+                    continue;
+                }
+                let not_idle = if guard.has(slot::IDLE) { 0 } else { NOT_IDLE };
+                let at = u64::from(s.ac_time().min(u32::MAX >> 1));
+                let size = content.stored_bytes(self.page_size) as u32;
+                (not_idle | at << 32 | index as u64, size)
+            };
+            if sum >= bytes && best.peek().is_some_and(|&(worst, _)| key > worst) {
                 continue;
             }
-            let not_idle = if guard.has(slot::IDLE) { 0 } else { NOT_IDLE };
-            let at = u64::from(s.ac_time().min(u32::MAX >> 1));
-            candidates.push(not_idle | at << 32 | index as u64);
-        }
-        candidates.sort_unstable();
-        let mut req = WritebackRequest::default();
-        let (mut sum, mut not_idle) = (0u64, 0u64);
-        for key in candidates {
-            if sum >= bytes {
-                break;
+            best.push((key, size));
+            sum += u64::from(size);
+            // Drop the worst while the rest still reach `bytes`.
+            while let Some(&(_, worst_size)) = best.peek() {
+                if sum - u64::from(worst_size) < bytes {
+                    break;
+                }
+                best.pop();
+                sum -= u64::from(worst_size);
             }
-            let index = key & u64::from(u32::MAX);
-            // The slot may have changed since the scan: it is counted as it
-            // is now, and writeback looks at it again.
-            let size = {
-                let guard = self.slots[index as usize].lock(self.layout);
-                guard.content().stored_bytes(self.page_size)
-            };
-            sum += size as u64;
-            not_idle += u64::from(key & NOT_IDLE != 0);
+        }
+        let mut keys: Vec<u64> = best.into_iter().map(|(key, _)| key).collect();
+        let not_idle = keys.iter().filter(|&&k| k & NOT_IDLE != 0).count() as u64;
+        // The slots may have changed since the scan: writeback looks at
+        // each again. In index order, so adjacent pages make one range.
+        keys.sort_unstable_by_key(|&k| k & INDEX);
+        let mut req = WritebackRequest::default();
+        for key in keys {
+            let index = key & INDEX;
             match req.ranges.last_mut() {
                 Some(r) if r.end == index => r.end += 1,
                 _ => req.ranges.push(index..index + 1),

@@ -346,13 +346,20 @@ impl Store {
         };
         let total = self.used_pages();
         let limit = self.limit_pages.load(Ordering::Relaxed);
+        let rule = limit != 0 && self.post.policy.near_limit_on();
+        if rule && may_reclaim && total > self.post.policy.ceiling_pages(limit) {
+            // The memory-aware rule keeps memory within its ceiling
+            // (mem_limit minus the store's metadata): pages are written
+            // back first, with no lock held, and the write tried once more;
+            // that try fails only past mem_limit itself, as in the kernel.
+            self.free_content(content);
+            drop(stream);
+            self.reclaim_for_write(limit);
+            return self.store_once(index, page, false);
+        }
         if limit != 0 && total > limit {
             self.free_content(content);
-            if self.post.policy.near_limit_on() {
-                drop(stream);
-                if may_reclaim && self.reclaim_for_write(limit) {
-                    return self.store_once(index, page, false);
-                }
+            if rule {
                 self.post.policy.note_limit_failure();
             }
             self.compactor.note_limit_hit();

@@ -12,9 +12,10 @@
 //!   attribute; 32 by default): a run of adjacent free blocks is reserved
 //!   (none free: `ENOSPC`, stop), each page is read (decompressed) into one
 //!   aligned buffer under its slot lock, the lock is dropped, and the run
-//!   is written with one call (one `pwrite`) by a writer thread while the
-//!   next batch is read into a second buffer; a failed run is retried page
-//!   by page. Then, under the lock again,
+//!   is written with one call (one `pwrite`) by one of two writer threads
+//!   (two writes in flight) while this thread reads the next batch into
+//!   another buffer; a failed run is retried page by page. Then the writer,
+//!   under each slot's lock again,
 //!   if the slot still has `PP_SLOT` (nobody read, wrote or freed it
 //!   meanwhile) its object is freed: `compr_data_size` loses its length,
 //!   `huge_pages` loses a raw page, `pages_stored` stays, and the slot holds
@@ -59,7 +60,7 @@
 use std::io;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 
 use crate::backing::{BackingFile, BackingStore, Blocks, PageRun};
 use crate::error::StoreError;
@@ -68,6 +69,15 @@ use crate::slot::{self, SlotContent};
 use crate::stats::{BdStat, Counter};
 use crate::store::Store;
 use zpool::ObjectRead;
+
+/// Writer threads of one writeback, each with one batch in flight: the
+/// backing store sees up to this many writes at once (a queue depth of
+/// two; one left the disk idle while each write's completion came back).
+const WRITEBACK_WRITERS: usize = 2;
+
+/// Batch buffers of one writeback: one per writer, one being filled and
+/// one queued, so that neither writer waits for the decompression.
+pub(crate) const WRITEBACK_BUFFERS: usize = WRITEBACK_WRITERS + 2;
 
 /// Bits of a [`bucket_key`] that hold the index (a disk has at most 2^28
 /// pages).
@@ -246,6 +256,7 @@ impl Store {
     pub fn set_backing_store(&self, dev: Arc<dyn BackingStore>) -> Result<(), StoreError> {
         self.refuse_if_initialised("backing_dev")?;
         self.post.set_backing(Some(Arc::new(Blocks::new(dev))));
+        self.refresh_metadata_pages();
         Ok(())
     }
 
@@ -374,7 +385,14 @@ impl Store {
             ));
         }
         self.post.set_batch(pages as usize);
+        self.refresh_metadata_pages();
         Ok(())
+    }
+
+    /// Bytes of the batch buffers a writeback holds while it runs (up to
+    /// four of `writeback_batch_size` pages each).
+    pub fn writeback_buffer_bytes(&self) -> u64 {
+        (WRITEBACK_BUFFERS * self.post.batch() * self.page_size) as u64
     }
 
     /// Writes the pages `req` chooses to the backing store (`echo ... >
@@ -385,9 +403,10 @@ impl Store {
     /// Pages go out in batches of `writeback_batch_size`: a run of adjacent
     /// free blocks is reserved, the pages are read into one aligned buffer
     /// (each under its own slot lock, held only for the copy) and written
-    /// with one call by a writer thread, while this thread reads the next
-    /// batch into a second buffer; then each slot that nobody touched
-    /// meanwhile takes its block. A failed batch is written again page by page, so a bad
+    /// with one call by one of two writer threads, while this thread reads
+    /// the next batch into another buffer (up to four); then the writer
+    /// gives each slot that nobody touched meanwhile its block and frees
+    /// its object. A failed batch is written again page by page, so a bad
     /// block keeps only its own page in memory.
     pub fn writeback(&self, req: &WritebackRequest) -> Result<WritebackReport, StoreError> {
         let backing = self
@@ -404,40 +423,54 @@ impl Store {
         let batch = self.post.batch();
         let mut error = None;
         let mut next = 0;
-        // Two buffers: one filled (pages decompressed) here while the other
-        // is written by the writer thread.
-        let mut free: Vec<Batch> = (0..2)
-            .map(|_| Batch {
-                run: PageRun::new(batch * self.page_size),
-                first: 0,
-                blocks: 0,
-                pages: Vec::with_capacity(batch),
-            })
-            .collect();
+        // Buffers are made as they are needed, up to WRITEBACK_BUFFERS: one
+        // being filled (pages decompressed) here while the writers write
+        // and finish the others.
+        let mut free: Vec<Batch> = Vec::new();
+        let mut made = 0;
+        let (to_writer, jobs) = mpsc::sync_channel::<Batch>(WRITEBACK_BUFFERS);
+        let jobs = Mutex::new(jobs);
+        let (written, done) = mpsc::channel::<Batch>();
         std::thread::scope(|scope| {
-            let (to_writer, jobs) = mpsc::sync_channel::<Batch>(1);
-            let (written, done) = mpsc::channel::<(Batch, Vec<(usize, io::Error)>)>();
+            let to_writer = to_writer;
             let dev = backing.dev();
             let page_size = self.page_size;
-            scope.spawn(move || {
-                for mut job in jobs {
-                    let failures = write_run(dev, &mut job, page_size);
-                    if written.send((job, failures)).is_err() {
-                        break;
-                    }
-                }
-            });
-            let mut in_flight = 0;
-            while next < chosen.len() {
-                let mut job = match free.pop() {
-                    Some(job) => job,
-                    None => match done.recv() {
-                        Ok((job, failures)) => {
-                            in_flight -= 1;
-                            self.finish_batch(&backing, &job, failures, &mut report, &mut error);
-                            job
+            let writers: Vec<_> = (0..WRITEBACK_WRITERS)
+                .map(|_| {
+                    let (jobs, written, backing) = (&jobs, written.clone(), &backing);
+                    scope.spawn(move || {
+                        let mut report = WritebackReport::default();
+                        let mut error = None;
+                        loop {
+                            // The queue's mutex is a leaf, held only to take a job.
+                            let job = jobs.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                            let Ok(mut job) = job else { break };
+                            let failures = write_run(dev, &mut job, page_size);
+                            self.finish_batch(backing, &job, failures, &mut report, &mut error);
+                            if written.send(job).is_err() {
+                                break;
+                            }
                         }
-                        // The writer is gone (it cannot be while jobs
+                        (report, error)
+                    })
+                })
+                .collect();
+            drop(written);
+            while next < chosen.len() {
+                let mut job = match free.pop().or_else(|| done.try_recv().ok()) {
+                    Some(job) => job,
+                    None if made < WRITEBACK_BUFFERS => {
+                        made += 1;
+                        Batch {
+                            run: PageRun::new(batch * self.page_size),
+                            first: 0,
+                            blocks: 0,
+                            pages: Vec::with_capacity(batch),
+                        }
+                    }
+                    None => match done.recv() {
+                        Ok(job) => job,
+                        // The writers are gone (they cannot be while jobs
                         // are in flight): stop taking pages.
                         Err(_) => break,
                     },
@@ -448,7 +481,6 @@ impl Store {
                         if to_writer.send(job).is_err() {
                             break;
                         }
-                        in_flight += 1;
                     }
                     Err(e) => {
                         error = Some(e);
@@ -457,12 +489,17 @@ impl Store {
                 }
             }
             drop(to_writer);
-            while in_flight > 0 {
-                let Ok((job, failures)) = done.recv() else {
-                    break;
-                };
-                in_flight -= 1;
-                self.finish_batch(&backing, &job, failures, &mut report, &mut error);
+            for writer in writers {
+                match writer.join() {
+                    Ok((r, e)) => {
+                        report.written += r.written;
+                        report.failed += r.failed;
+                        if e.is_some() {
+                            error = e;
+                        }
+                    }
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
             }
         });
         // Slots not reached keep their data and lose the mark.

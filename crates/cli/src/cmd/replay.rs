@@ -18,7 +18,7 @@ use std::time::Duration;
 use clap::Args;
 use lab::corpus::Corpus;
 use lab::output::{write_json, write_stdout, Format, FormatArg};
-use lab::replay::{stage_table, Replay, Stage};
+use lab::replay::{stage_table, Replay, Stage, WritebackSettings};
 use lab::store_spec::{StoreArgs, StoreSpec};
 use serde::Serialize;
 use zram::{IdleCutoff, RecompressRequest, WritebackRequest};
@@ -167,6 +167,8 @@ struct Report<'a> {
     backing_devs: &'a [PathBuf],
     /// Whether they were temporary files made for the run.
     backing_devs_temporary: bool,
+    /// Each configuration's writeback settings, when --writeback ran.
+    writeback: &'a [WritebackSettings],
     stages: &'a [Stage],
     verified_pages: Option<u64>,
 }
@@ -325,6 +327,11 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
             Ok(())
         }
         Format::Json => {
+            let writeback = if args.writeback.is_some() {
+                replay.writeback_settings()
+            } else {
+                Vec::new()
+            };
             let report = Report {
                 corpus: &replay.corpus().description,
                 read,
@@ -332,6 +339,7 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
                 configs: &specs,
                 backing_devs: &backing_devs,
                 backing_devs_temporary: temporary,
+                writeback: &writeback,
                 stages: &stages,
                 verified_pages: verified,
             };

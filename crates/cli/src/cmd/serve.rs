@@ -142,10 +142,16 @@ pub struct ServeArgs {
     /// TYPE`: idle, huge, huge_idle or incompressible; needs --backing-dev).
     #[arg(long, value_name = "TYPE", value_parser = check_writeback_type)]
     auto_writeback: Option<String>,
-    /// The memory-aware rule: when mem_used_total passes PERCENT of
-    /// mem_limit (50 to 99), write back idle pages, then the least recently
+    /// The memory-aware rule: when mem_used_total passes PERCENT of its
+    /// ceiling (50 to 99), write back idle pages, then the least recently
     /// accessed, until it is 10 points lower; a write that would pass the
-    /// limit does so first instead of failing (needs --backing-dev).
+    /// ceiling does so first instead of failing (needs --backing-dev). The
+    /// ceiling is mem_limit minus the store's own metadata (the slot table,
+    /// 16 bytes a page of the disk, and the backing file's block bitmap)
+    /// and the writeback's buffers (4 x --writeback-batch-size pages),
+    /// never below half of mem_limit, so that the store as a whole stays
+    /// within mem_limit; a write still fails only past mem_limit itself,
+    /// as in the kernel.
     #[arg(long, value_name = "PERCENT", value_parser = lab::flags::whole::<u32>(50, 99))]
     writeback_near_limit: Option<u32>,
     /// Unix socket for NBD clients.
