@@ -768,10 +768,9 @@ pub fn run(args: &ServeBenchArgs) -> Result<(), Error> {
     crate::output::write_stdout(&text)
 }
 
-/// Issue 21's throughput targets for every configuration and data set run,
-/// each with its in-run ceiling (see [`Target`]).
-fn targets(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> Vec<Target> {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+/// The (configuration, data set) pairs the samples cover, in the order
+/// they were first run.
+fn setup_data_pairs(samples: &[Sample]) -> Vec<(String, String)> {
     let mut keys: Vec<(String, String)> = Vec::new();
     for s in samples {
         let k = (s.setup.clone(), s.data.clone());
@@ -779,6 +778,14 @@ fn targets(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> Vec<T
             keys.push(k);
         }
     }
+    keys
+}
+
+/// Issue 21's throughput targets for every configuration and data set run,
+/// each with its in-run ceiling (see [`Target`]).
+fn targets(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> Vec<Target> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let keys = setup_data_pairs(samples);
     let mut out = Vec::new();
     for (setup, data) in keys {
         let Some(st) = setups.iter().find(|s| s.name == setup) else {
@@ -930,13 +937,7 @@ fn table(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> String 
         "after rd",
         "VmHWM"
     );
-    let mut keys: Vec<(String, String)> = Vec::new();
-    for s in samples {
-        let k = (s.setup.clone(), s.data.clone());
-        if !keys.contains(&k) {
-            keys.push(k);
-        }
-    }
+    let keys = setup_data_pairs(samples);
     let mut verdicts = String::new();
     for (setup, data) in &keys {
         let med = |server: &str, f: fn(&Sample) -> f64| {
