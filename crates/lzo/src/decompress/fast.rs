@@ -262,12 +262,15 @@ pub(super) fn run(
             let m2 = t >= 64;
             let lit = t < 16;
             let dist = 1 + pick(m2, ((w >> 2) & 7) | ((w >> 5) & 0x7f8), (w >> 10) & 0x3fff);
-            // A run reads no distance: 8 stands for it, which passes.
-            let dist = pick(lit, 8, dist);
-            let ok = k.len != 0 && (state == 0 || !lit);
+            // A run reads no distance. One that may start here (state 0)
+            // takes 8, which passes the check below; after 1 to 4 literals
+            // the first byte is a match's instead, and the run takes a
+            // distance of half the address space or more, which fails it
+            // (no output is that long): one comparison for both.
+            let dist = pick(lit, 8 + (state.wrapping_neg() >> 1), dist);
             // `8 <= dist <= op - out` in one comparison (false while fewer
             // than 8 bytes are written).
-            if ok & (dist.wrapping_sub(8) < left(out, op).saturating_sub(7)) {
+            if (k.len != 0) & (dist.wrapping_sub(8) < left(out, op).saturating_sub(7)) {
                 let len = usize::from(k.len);
                 let from = if lit {
                     ip.wrapping_add(1)
