@@ -138,10 +138,12 @@ struct Common {
     len: u8,
     /// Bytes of input it takes (its literals too, for a run).
     adv: u8,
-    /// Where its state bits are in the little-endian u32 from its start.
+    /// Where its state bits are in the little-endian u32 from its start,
+    /// as a u64: 32 for a literal run, which has none (the shift leaves 0).
     state_shift: u8,
-    /// 3, or 0 for a literal run (no state bits).
-    state_mask: u8,
+    /// The state after it, ORed with its state bits: 4 for a literal run
+    /// (no state bits; what follows a run of 4 or more), 0 for a match.
+    state_or: u8,
 }
 
 /// [`Common`] for each first byte: a literal run of 4 to 18 (1..=15, read
@@ -152,7 +154,7 @@ const COMMON: [Common; 256] = {
         len: 0,
         adv: 0,
         state_shift: 0,
-        state_mask: 0,
+        state_or: 0,
     };
     let mut k = [none; 256];
     let mut t = 1;
@@ -161,8 +163,8 @@ const COMMON: [Common; 256] = {
             Common {
                 len: t as u8 + 3,
                 adv: t as u8 + 4,
-                state_shift: 0,
-                state_mask: 0,
+                state_shift: 32,
+                state_or: 4,
             }
         } else if t < 33 {
             none
@@ -171,14 +173,14 @@ const COMMON: [Common; 256] = {
                 len: (t & 31) as u8 + 2,
                 adv: 3,
                 state_shift: 8,
-                state_mask: 3,
+                state_or: 0,
             }
         } else {
             Common {
                 len: (t >> 5) as u8 + 1,
                 adv: 2,
                 state_shift: 0,
-                state_mask: 3,
+                state_or: 0,
             }
         };
         t += 1;
@@ -293,7 +295,8 @@ pub(super) fn run(
                         copy8(op.add(32), from.add(32));
                     }
                 }
-                let next = (w >> k.state_shift) & usize::from(k.state_mask);
+                // The state bits (0 for a run, shifted out of the u64).
+                let next = ((w as u64 >> k.state_shift) & 3) as usize;
                 // SAFETY: a run took at most 19 bytes of input and wrote
                 // 18; a match took at most 3 and wrote 33: from IN_ROOM =
                 // 40 and OUT_ROOM = 48, ip + 4 <= in_end and op + 4 <=
@@ -307,7 +310,7 @@ pub(super) fn run(
                     ip = ip.add(next);
                     op = op.add(next);
                 }
-                state = pick(lit, 4, next);
+                state = next | usize::from(k.state_or);
                 continue;
             }
         }
