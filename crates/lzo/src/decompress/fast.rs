@@ -23,11 +23,14 @@
 //!
 //! Bounds: every pointer it reads or writes through is proven inside its
 //! slice by the checks named in each `// SAFETY:` comment, all of which come
-//! down to three facts checked before use: `ip + IN_ROOM <= ip_end` at the
-//! top of each instruction, `op + OUT_ROOM <= op_end` likewise, and for
-//! runs and matches longer than those rooms, `ip + n + 16 <= ip_end` /
-//! `op + n + 16 <= op_end` (32 for a long literal run, copied 32 bytes at
-//! a time) checked against the decoded length `n`.
+//! down to three facts checked before use: `ip + IN_ROOM <= in_end` at the
+//! top of each instruction, `op + OUT_ROOM <= out_end` likewise, and for
+//! runs and matches longer than those rooms, `ip + n + 16 <= in_end` /
+//! `op + n + 16 <= out_end` (32 for a long literal run, copied 32 bytes at
+//! a time) checked against the decoded length `n`. The cursors `ip` and
+//! `op` are pointers into the two slices (not indices beside their base
+//! pointers, which would keep two more values live in the loop), and
+//! `in_end` / `out_end` point one past the slices' ends.
 #![allow(unsafe_code)]
 
 use crate::MIN_ZERO_RUN;
@@ -224,22 +227,28 @@ pub(super) fn run(
     mut state: usize,
 ) -> Stop {
     let (in_len, out_len) = (src.len(), dst.len());
-    // The last instruction starts from which the rooms hold.
     if in_len < IN_ROOM || out_len < OUT_ROOM || ip > in_len || op > out_len {
         return Stop { ip, op, state };
     }
     let inp = src.as_ptr();
     let out = dst.as_mut_ptr();
-    // SAFETY (all four): offsets at most the slices' lengths (checked
-    // just above), so each pointer is inside its slice or one past it.
-    let (in_end, out_end) = (unsafe { inp.add(in_len) }, unsafe { out.add(out_len) });
-    let (in_last, out_last) = (unsafe { in_end.sub(IN_ROOM) }, unsafe {
-        out_end.sub(OUT_ROOM)
-    });
-    // The cursors: `inp <= ip <= in_end` and `out <= op <= out_end` hold
-    // throughout (each step below moves them only by what its checks
+    // The ends, the last instruction starts from which the rooms hold, and
+    // the cursors: `inp <= ip <= in_end` and `out <= op <= out_end` hold
+    // throughout (each step below moves them up only by what its checks
     // proved is inside the slices).
-    let (mut ip, mut op) = (unsafe { inp.add(ip) }, unsafe { out.add(op) });
+    // SAFETY: every offset is at most its slice's length (the rooms and
+    // the cursors checked just above), so each pointer is inside its slice
+    // or one past its end.
+    let (in_end, out_end, in_last, out_last, mut ip, mut op) = unsafe {
+        (
+            inp.add(in_len),
+            out.add(out_len),
+            inp.add(in_len - IN_ROOM),
+            out.add(out_len - OUT_ROOM),
+            inp.add(ip),
+            out.add(op),
+        )
+    };
     // What `run` hands back: the cursors as offsets.
     let stop = |ip: *const u8, op: *mut u8, state: usize| Stop {
         ip: left(inp, ip),
