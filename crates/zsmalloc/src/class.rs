@@ -533,10 +533,23 @@ impl Class {
     /// populated count (which the caller then lowers to `keep`). Returns the
     /// change in the pool's system pages.
     fn drop_frames(&self, inner: &mut ClassInner, zid: u32, keep: u32, pages: &PageSource) -> i64 {
+        let populated = inner.metas[zid as usize].populated();
+        self.give_back_frames(inner, zid, keep..populated, pages)
+    }
+
+    /// Framed zspage `zid`: unpublishes its frames `frames` and gives them
+    /// back to the arena. Returns the change in the pool's system pages.
+    fn give_back_frames(
+        &self,
+        inner: &mut ClassInner,
+        zid: u32,
+        frames: std::ops::Range<u32>,
+        pages: &PageSource,
+    ) -> i64 {
         let arena = self.frames.as_ref().expect("a framed class");
         let first = zid as usize * self.info.pages_per_zspage as usize;
         let mut delta = 0;
-        for f in keep..inner.metas[zid as usize].populated() {
+        for f in frames {
             let at = first + f as usize;
             self.frame_ptrs
                 .get(at)
@@ -580,15 +593,7 @@ impl Class {
                 }
                 Err(e) => {
                     // Back to where it was: the frames taken so far go.
-                    for g in from..f {
-                        let at = first + g as usize;
-                        self.frame_ptrs
-                            .get(at)
-                            .expect("published with the zspage")
-                            .store(std::ptr::null_mut(), Ordering::Release);
-                        let id = std::mem::replace(&mut inner.frame_ids[at], NO_FRAME);
-                        arena.give_back(pages, id);
-                    }
+                    self.give_back_frames(inner, zid, from..f, pages);
                     return Err(ClassFull::Pages(e));
                 }
             }
