@@ -142,6 +142,48 @@ fn exact(algorithm: Algorithm, expected: usize, actual: usize) -> Result<usize> 
     }
 }
 
+/// Decompresses `src` into all of `dst` for the algorithms whose decoder
+/// keeps no state between calls (lzo, lzo-rle, lz4, lz4hc, lz4-flex), so
+/// that a reader needs no context; `None` for the others (zstd's DCtx,
+/// zlib's inflate stream).
+pub(crate) fn decompress_stateless(
+    p: &Prepared,
+    src: &[u8],
+    dst: &mut [u8],
+) -> Option<Result<usize>> {
+    let algorithm = p.algorithm;
+    let expected = dst.len();
+    Some(match algorithm {
+        Algorithm::LzoRle | Algorithm::Lzo => lzo::decompress(src, dst)
+            .map_err(|e| corrupt(algorithm, e))
+            .and_then(|n| exact(algorithm, expected, n)),
+        Algorithm::Lz4 | Algorithm::Lz4Hc => {
+            let Some(size) = i32::try_from(expected)
+                .ok()
+                .filter(|&n| n as usize <= LZ4_MAX_INPUT_SIZE)
+            else {
+                return Some(Err(Error::InputTooLarge {
+                    algorithm,
+                    len: expected,
+                }));
+            };
+            lz4::block::decompress_to_buffer(src, Some(size), dst)
+                .map_err(|e| corrupt(algorithm, e))
+                .and_then(|n| exact(algorithm, expected, n))
+        }
+        Algorithm::Lz4Flex => {
+            let result = match &p.dict {
+                Some(d) => lz4_flex::block::decompress_into_with_dict(src, dst, d.bytes()),
+                None => lz4_flex::block::decompress_into(src, dst),
+            };
+            result
+                .map_err(|e| corrupt(algorithm, e))
+                .and_then(|n| exact(algorithm, expected, n))
+        }
+        Algorithm::Zstd | Algorithm::Deflate => return None,
+    })
+}
+
 impl State {
     /// A fresh state for the compressor `p`.
     pub(crate) fn new(p: &Prepared) -> Result<State> {
@@ -239,31 +281,9 @@ impl State {
         let algorithm = p.algorithm;
         let expected = dst.len();
         match self {
-            State::Lzo(_) => {
-                let n = lzo::decompress(src, dst).map_err(|e| corrupt(algorithm, e))?;
-                exact(algorithm, expected, n)
-            }
-            State::Lz4 | State::Lz4Hc => {
-                let Some(size) = i32::try_from(expected)
-                    .ok()
-                    .filter(|&n| n as usize <= LZ4_MAX_INPUT_SIZE)
-                else {
-                    return Err(Error::InputTooLarge {
-                        algorithm,
-                        len: expected,
-                    });
-                };
-                let n = lz4::block::decompress_to_buffer(src, Some(size), dst)
-                    .map_err(|e| corrupt(algorithm, e))?;
-                exact(algorithm, expected, n)
-            }
-            State::Lz4Flex(_) => {
-                let result = match &p.dict {
-                    Some(d) => lz4_flex::block::decompress_into_with_dict(src, dst, d.bytes()),
-                    None => lz4_flex::block::decompress_into(src, dst),
-                };
-                let n = result.map_err(|e| corrupt(algorithm, e))?;
-                exact(algorithm, expected, n)
+            State::Lzo(_) | State::Lz4 | State::Lz4Hc | State::Lz4Flex(_) => {
+                decompress_stateless(p, src, dst)
+                    .expect("these algorithms decompress without a context")
             }
             State::Zstd { dctx, .. } => {
                 let result = match &p.zstd {

@@ -106,6 +106,15 @@ impl Compressor {
         Compressor::new(algorithm, &parsed.params)
     }
 
+    /// Decompresses `src` into `dst` without a [`Context`], for the
+    /// algorithms whose decoder keeps no state between calls (lzo, lzo-rle,
+    /// lz4, lz4hc, lz4-flex): the same checks, result and errors as
+    /// [`Context::decompress`], with no stream to take. `None` for the
+    /// algorithms that need a context to decompress (zstd, deflate).
+    pub fn decompress_stateless(&self, src: &[u8], dst: &mut [u8]) -> Option<Result<usize>> {
+        backend::decompress_stateless(&self.prepared, src, dst)
+    }
+
     /// A new per-thread context.
     pub fn context(&self) -> Result<Context> {
         Ok(Context {

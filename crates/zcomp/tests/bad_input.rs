@@ -198,3 +198,46 @@ fn small_compress_buffers_are_errors() {
         }
     }
 }
+
+#[test]
+fn stateless_decompression_matches_the_contexts() {
+    // Without a context where the decoder keeps no state, and with the same
+    // result, bytes and error as the context, for good, cut, corrupt and
+    // foreign input and wrong output sizes.
+    let mut rng = Rng(17);
+    for c in compressors() {
+        let stateless = matches!(
+            c.algorithm(),
+            Algorithm::LzoRle
+                | Algorithm::Lzo
+                | Algorithm::Lz4
+                | Algorithm::Lz4Hc
+                | Algorithm::Lz4Flex
+        );
+        let mut ctx = c.context().unwrap();
+        let mut inputs = Vec::new();
+        for (_, z) in samples(&mut ctx) {
+            let mut bad = z.clone();
+            let i = rng.below(bad.len());
+            bad[i] ^= 1 + rng.below(255) as u8;
+            inputs.extend([z[..z.len() / 2].to_vec(), bad, z]);
+        }
+        inputs.push(random_bytes(5, 300));
+        for src in &inputs {
+            for len in [PAGE, PAGE - 1, PAGE + 1, 7] {
+                let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
+                let with_context = ctx.decompress(src, &mut a);
+                match c.decompress_stateless(src, &mut b) {
+                    None => assert!(!stateless, "{c:?} needs no context"),
+                    Some(without) => {
+                        assert!(stateless, "{c:?} decoded without its context");
+                        assert_eq!(without, with_context, "{c:?}");
+                        if with_context.is_ok() {
+                            assert_eq!(a, b, "{c:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

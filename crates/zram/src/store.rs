@@ -36,7 +36,8 @@
 //! different pages share no written cache line in the store.
 //!
 //! The write path takes a stream and the allocator before the slot lock,
-//! never while holding it; the read path takes them inside it. Neither holds
+//! never while holding it; the read path takes them inside it (a stream
+//! only for a compressor whose decoder keeps state: zstd, deflate). Neither holds
 //! a stream while waiting for a slot, so the order has no cycle.
 //!
 //! This module owns the slot table and the counters; it reaches memory only
@@ -46,7 +47,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 use zcomp::Compressor;
@@ -126,7 +127,8 @@ pub struct Store {
     pub(crate) counters: Arc<Counters>,
     /// Backing store, writeback budget and secondary compressors.
     pub(crate) post: PostProcess,
-    born: Instant,
+    /// When the store was made, on [`coarse_clock_ns`]'s clock.
+    born: u64,
     /// The allocator's (pages_compacted, objs_moved) at the last reset: the
     /// kernel makes a new pool on reset, so its counters start again at 0.
     pool_base: [AtomicU64; 2],
@@ -243,7 +245,7 @@ impl Store {
             mem_page,
             limit_pages: Arc::new(AtomicU64::new(0)),
             counters: Arc::new(Counters::default()),
-            born: Instant::now(),
+            born: coarse_clock_ns(),
             pool_base: [AtomicU64::new(0), AtomicU64::new(0)],
             post: PostProcess::default(),
             pool,
@@ -281,8 +283,12 @@ impl Store {
         self.huge_class_size
     }
 
+    /// Whole seconds since the store was made: a slot's access time. Every
+    /// read and write takes it, so it comes from the coarse clock (see
+    /// [`coarse_clock_ns`]).
     pub(crate) fn now(&self) -> u32 {
-        u32::try_from(self.born.elapsed().as_secs()).unwrap_or(u32::MAX)
+        let secs = coarse_clock_ns().saturating_sub(self.born) / 1_000_000_000;
+        u32::try_from(secs).unwrap_or(u32::MAX)
     }
 
     pub(crate) fn check_range(&self, first: u64, count: u64) -> Result<(), StoreError> {
@@ -555,7 +561,17 @@ impl Store {
     ) -> Result<(), StoreError> {
         let secondary;
         let streams = match priority {
-            0 => &self.streams,
+            // A decoder that keeps no state needs no stream (lzo, lz4: the
+            // store's default compressors), so a read takes no lock for it.
+            0 => match self.streams.compressor().decompress_stateless(src, buf) {
+                Some(result) => {
+                    return result.map(|_| ()).map_err(|e| StoreError::Corrupt {
+                        index,
+                        reason: e.to_string(),
+                    })
+                }
+                None => &self.streams,
+            },
             p => {
                 secondary = self.post.secondary(p).ok_or(StoreError::Corrupt {
                     index,
@@ -802,7 +818,8 @@ impl Store {
     /// Gives back the compression contexts no thread is using (see the
     /// `streams` module: zstd's are about 0.5 MiB each); the next page
     /// written or read makes one again. For a caller that knows the store is
-    /// idle, such as a server after a quiet spell. Returns how many were
+    /// idle, such as a server after a quiet spell (reads with lzo, lzo-rle
+    /// or lz4, whose decoders keep no state, take none). Returns how many were
     /// released.
     pub fn release_idle_streams(&self) -> usize {
         self.streams.release_idle()
@@ -829,4 +846,27 @@ impl Drop for Store {
         // Give the allocator's memory back even if it outlives the store.
         self.reset();
     }
+}
+
+/// The monotonic clock in nanoseconds, at the resolution of the kernel's
+/// tick (`CLOCK_MONOTONIC_COARSE`): enough for access times in whole
+/// seconds, and read from the vDSO's data without reading the hardware
+/// clock, so it costs a few nanoseconds where `Instant::now` cost a read
+/// of the store's page about 40 (measured in BENCHMARKS.md, issue 17).
+fn coarse_clock_ns() -> u64 {
+    #[cfg(target_os = "linux")]
+    const CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC_COARSE;
+    #[cfg(not(target_os = "linux"))]
+    const CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration;
+    // the clock exists on every system the store builds for, so the call
+    // cannot fail (and on failure `ts` stays 0, an access time of 0).
+    unsafe { libc::clock_gettime(CLOCK, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }
