@@ -401,3 +401,47 @@ proptest! {
         prop_assert!(s.check(&*pool).is_ok());
     }
 }
+
+#[test]
+fn read_with_sees_the_bytes_and_ends_its_read() {
+    for s in SUBJECTS {
+        for ps in PAGE_SIZES {
+            let pool = s.open(ps);
+            let max = pool.max_object_size();
+            let mut live = Vec::new();
+            for (id, len) in (0u64..).zip([1, 37, ps / 3, max]) {
+                let h = pool.malloc(len).unwrap();
+                pool.write(h, &pattern(id, len)).unwrap();
+                live.push((h, id, len));
+            }
+            for &(h, id, len) in &live {
+                for want in [len, len / 2] {
+                    let mut seen = Vec::new();
+                    pool.read_with(h, want, &mut |b| seen.extend_from_slice(b))
+                        .unwrap();
+                    assert_eq!(seen, pattern(id, len)[..want], "{} {ps} len {len}", s.label);
+                }
+                // A read longer than the object is refused and calls nothing.
+                let mut called = false;
+                let too_long = pool.read_with(h, ps + 1, &mut |_| called = true);
+                assert!(too_long.is_err() && !called, "{} {ps}", s.label);
+                // A read that panics still ends.
+                let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    pool.read_with(h, len, &mut |_| panic!("reader panics"))
+                }));
+                assert!(caught.is_err());
+            }
+            // Every read ended: the objects can be rewritten and freed (each
+            // would wait for a read still held).
+            for (h, id, len) in live {
+                pool.write(h, &pattern(id + 100, len)).unwrap();
+                assert_eq!(read_vec(&*pool, h, len), pattern(id + 100, len));
+                pool.free(h).unwrap();
+                let mut called = false;
+                let freed = pool.read_with(h, len, &mut |_| called = true);
+                assert!(freed.is_err() && !called, "{} {ps}", s.label);
+            }
+            s.check(&*pool).unwrap();
+        }
+    }
+}

@@ -227,6 +227,34 @@ pub trait ZPool: Send + Sync {
     /// afterwards.
     unsafe fn read_end(&self, handle: ZHandle);
 
+    /// Calls `f` with the object's first `len` bytes, held as between
+    /// [`ZPool::read_begin`] and [`ZPool::read_end`], and ends the read when
+    /// `f` returns (or panics). The same as [`ObjectRead`], for a reader
+    /// whose read ends where it began (a store reading a page), which lets an
+    /// allocator end it without looking the handle up a second time.
+    fn read_with(
+        &self,
+        handle: ZHandle,
+        len: usize,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), ZPoolError> {
+        /// Ends the read when dropped, also if `f` panics.
+        struct End<'a, P: ZPool + ?Sized>(&'a P, ZHandle);
+        impl<P: ZPool + ?Sized> Drop for End<'_, P> {
+            fn drop(&mut self) {
+                // SAFETY: the read begun just before this guard was made is
+                // outstanding and ended only here.
+                unsafe { self.0.read_end(self.1) }
+            }
+        }
+        let bytes = self.read_begin(handle, len)?;
+        let _end = End(self, handle);
+        // SAFETY: `read_begin` promised these bytes stay valid and unchanged
+        // until `read_end`, which `_end` calls after `f` has returned.
+        f(unsafe { bytes.as_ref() });
+        Ok(())
+    }
+
     /// Pages held now.
     fn total_pages(&self) -> usize;
 

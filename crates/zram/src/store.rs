@@ -534,8 +534,11 @@ impl Store {
                 buf.copy_from_slice(&obj);
             }
             SlotContent::Compressed { handle, size } => {
-                let obj = ObjectRead::begin(&*self.pool, handle, size)?;
-                self.decompress(index, guard.priority(), &obj, buf)?;
+                let mut decoded = Ok(());
+                self.pool.read_with(handle, size, &mut |obj| {
+                    decoded = self.decompress(index, guard.priority(), obj, buf);
+                })?;
+                decoded?;
             }
             SlotContent::WrittenBack {
                 block,

@@ -78,6 +78,19 @@ impl ZPool for Pool {
         Ok(Pool::read(self, handle(h)?, len)?.into_raw())
     }
 
+    // The guard's drop ends the hold through the cell it already has (no
+    // second lookup of the handle, nothing kept for a framed pool).
+    fn read_with(
+        &self,
+        h: ZHandle,
+        len: usize,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), ZPoolError> {
+        let obj = Pool::read(self, handle(h)?, len)?;
+        f(&obj);
+        Ok(())
+    }
+
     unsafe fn read_end(&self, h: ZHandle) {
         if let Ok(h) = handle(h) {
             // SAFETY: the caller has an outstanding read of `h`, begun by
