@@ -304,18 +304,15 @@ pub(super) fn run(
                         copy8(op.add(32), from.add(32));
                     }
                 }
-                // The state bits (0 for a run) and the input taken, from
-                // the first bytes rather than the table: the next
-                // instruction's address then waits on one load, not two.
-                let next = pick(m2, t & 3, (w >> 8) & 3) & usize::from(!lit).wrapping_neg();
-                let adv = pick(m2, 2, pick(lit, t + 4, 3));
+                // The state bits (0 for a run, shifted out of the u64).
+                let next = ((w as u64 >> k.state_shift) & 3) as usize;
                 // SAFETY: a run took at most 19 bytes of input and wrote
                 // 18; a match took at most 3 and wrote 33: from IN_ROOM =
                 // 40 and OUT_ROOM = 48, ip + 4 <= in_end and op + 4 <=
                 // out_end after the step, and then the state's 0 to 3
                 // literals keep both inside their slices.
                 unsafe {
-                    ip = ip.add(adv);
+                    ip = ip.add(usize::from(k.adv));
                     op = op.add(len);
                     op.cast::<u32>()
                         .write_unaligned(ip.cast::<u32>().read_unaligned());
