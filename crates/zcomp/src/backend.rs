@@ -146,6 +146,7 @@ fn exact(algorithm: Algorithm, expected: usize, actual: usize) -> Result<usize> 
 /// keeps no state between calls (lzo, lzo-rle, lz4, lz4hc, lz4-flex), so
 /// that a reader needs no context; `None` for the others (zstd's DCtx,
 /// zlib's inflate stream).
+#[inline]
 pub(crate) fn decompress_stateless(
     p: &Prepared,
     src: &[u8],
