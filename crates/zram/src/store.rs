@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use zcomp::Compressor;
-use zpool::{ObjectRead, ZCompacted, ZPool};
+use zpool::{ZCompacted, ZPool};
 
 use crate::compactor::{AutoCompactPolicy, AutoCompactStats, Compactor, Watched};
 use crate::error::StoreError;
@@ -530,8 +530,8 @@ impl Store {
                 huge.load(id, buf)?;
             }
             SlotContent::RawObject(handle) => {
-                let obj = ObjectRead::begin(&*self.pool, handle, self.page_size)?;
-                buf.copy_from_slice(&obj);
+                self.pool
+                    .read_with(handle, self.page_size, &mut |obj| buf.copy_from_slice(obj))?;
             }
             SlotContent::Compressed { handle, size } => {
                 let mut decoded = Ok(());
