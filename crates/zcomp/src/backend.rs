@@ -10,9 +10,7 @@
 //! [`compress_bound`] bytes to [`State::compress`]; it does not check sizes
 //! against the caller's expectations beyond what decompression needs.
 //!
-//! One `unsafe` call: liblz4's `LZ4_compress_fast_extState_fastReset`, which
-//! lz4-sys does not bind; everything else goes through the libraries' safe
-//! Rust APIs. One-shot
+//! No `unsafe` here: the libraries' safe Rust APIs are enough. One-shot
 //! calls with a prepared dictionary (`ZSTD_compress_usingCDict`) borrow the
 //! shared dictionary per call, so a context needs no self-reference.
 
@@ -27,27 +25,6 @@ use crate::params::Dictionary;
 
 /// liblz4's `LZ4_MAX_INPUT_SIZE`.
 const LZ4_MAX_INPUT_SIZE: usize = 0x7E00_0000;
-
-/// 64-bit words of liblz4's `LZ4_stream_t` (`LZ4_STREAM_MINSIZE`, 16,416
-/// bytes: the 16 KiB hash table and the stream's fields).
-const LZ4_STATE_WORDS: usize = ((1 << 14) + 32) / 8;
-
-/// liblz4's compression state, as `LZ4_stream_t` lays it out: pointer-aligned.
-pub(crate) struct Lz4State([u64; LZ4_STATE_WORDS]);
-
-extern "C" {
-    // liblz4 1.10's `LZ4_compress_fast_extState_fastReset` (lz4.h, under
-    // LZ4_STATIC_LINKING_ONLY), in the static library lz4-sys builds; lz4-sys
-    // does not declare it.
-    fn LZ4_compress_fast_extState_fastReset(
-        state: *mut std::ffi::c_void,
-        src: *const std::ffi::c_char,
-        dst: *mut std::ffi::c_char,
-        src_size: i32,
-        dst_capacity: i32,
-        acceleration: i32,
-    ) -> i32;
-}
 
 /// The largest output `algorithm` can produce from `len` input bytes.
 pub(crate) fn compress_bound(algorithm: Algorithm, len: usize) -> usize {
@@ -120,9 +97,8 @@ impl Prepared {
 pub(crate) enum State {
     /// LZO1X-1's hash table (lzo and lzo-rle).
     Lzo(Box<lzo::Compressor>),
-    /// liblz4's 16 KiB compression state, kept from call to call so that
-    /// each call can reset it with `LZ4_compress_fast_extState_fastReset`.
-    Lz4(Box<Lz4State>),
+    /// liblz4 keeps its 16 KiB state on the stack of each call.
+    Lz4,
     /// liblz4's HC state is allocated by each call (LZ4HC_HEAPMODE).
     Lz4Hc,
     /// The reusable hash table (dictionary-less compression only).
@@ -171,7 +147,7 @@ impl State {
     pub(crate) fn new(p: &Prepared) -> Result<State> {
         Ok(match p.algorithm {
             Algorithm::LzoRle | Algorithm::Lzo => State::Lzo(Box::default()),
-            Algorithm::Lz4 => State::Lz4(Box::new(Lz4State([0; LZ4_STATE_WORDS]))),
+            Algorithm::Lz4 => State::Lz4,
             Algorithm::Lz4Hc => State::Lz4Hc,
             Algorithm::Lz4Flex => State::Lz4Flex(Box::default()),
             Algorithm::Zstd => State::Zstd {
@@ -214,44 +190,18 @@ impl State {
                         capacity: e.capacity,
                     })
             }
-            State::Lz4(state) => {
+            State::Lz4 | State::Lz4Hc => {
                 if src.len() > LZ4_MAX_INPUT_SIZE {
                     return Err(Error::InputTooLarge {
                         algorithm,
                         len: src.len(),
                     });
                 }
-                let bound = compress_bound(algorithm, src.len());
-                let capacity = i32::try_from(bound.min(dst.len())).unwrap_or(i32::MAX);
-                // SAFETY: `state` is LZ4_STREAM_MINSIZE bytes, aligned for
-                // pointers and initialised (zeroed at creation, then only
-                // written by liblz4), and this context holds it alone;
-                // `src` is readable for its length (at most
-                // LZ4_MAX_INPUT_SIZE, so it fits an i32) and `dst` writable
-                // for `capacity` bytes; liblz4 never writes past `capacity`.
-                let n = unsafe {
-                    LZ4_compress_fast_extState_fastReset(
-                        state.0.as_mut_ptr().cast(),
-                        src.as_ptr().cast(),
-                        dst.as_mut_ptr().cast(),
-                        src.len() as i32,
-                        capacity,
-                        p.level,
-                    )
+                let mode = if algorithm == Algorithm::Lz4 {
+                    CompressionMode::FAST(p.level)
+                } else {
+                    CompressionMode::HIGHCOMPRESSION(p.level)
                 };
-                if n <= 0 {
-                    return Err(failed("liblz4 could not compress the input".to_string()));
-                }
-                Ok(n as usize)
-            }
-            State::Lz4Hc => {
-                if src.len() > LZ4_MAX_INPUT_SIZE {
-                    return Err(Error::InputTooLarge {
-                        algorithm,
-                        len: src.len(),
-                    });
-                }
-                let mode = CompressionMode::HIGHCOMPRESSION(p.level);
                 let bound = compress_bound(algorithm, src.len());
                 lz4::block::compress_to_buffer(src, Some(mode), false, &mut dst[..bound])
                     .map_err(|e| failed(e.to_string()))
@@ -293,7 +243,7 @@ impl State {
                 let n = lzo::decompress(src, dst).map_err(|e| corrupt(algorithm, e))?;
                 exact(algorithm, expected, n)
             }
-            State::Lz4(_) | State::Lz4Hc => {
+            State::Lz4 | State::Lz4Hc => {
                 let Some(size) = i32::try_from(expected)
                     .ok()
                     .filter(|&n| n as usize <= LZ4_MAX_INPUT_SIZE)
