@@ -31,9 +31,11 @@ struct Cli {
 }
 
 fn cpu_ns() -> u64 {
-    // SAFETY: getrusage writes one rusage into the zeroed value we own.
+    // SAFETY: rusage is plain data (integers and timevals), for which all
+    // zero bytes are a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; RUSAGE_SELF is always valid.
+    // SAFETY: getrusage writes one rusage into `ru`, which we own;
+    // RUSAGE_SELF is always valid.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let t = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1000;
     t(ru.ru_utime) + t(ru.ru_stime)
@@ -47,6 +49,10 @@ fn measure(f: impl FnOnce()) -> (u64, u64) {
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
+    if a.len() < 4 {
+        eprintln!("usage: store_write_cpu FILE MODE COMP [ROUNDS] [MIB]");
+        std::process::exit(2);
+    }
     let file = &a[1];
     let cli = Cli::parse_from(["x", "--mode", &a[2], "--comp", &a[3]]);
     let rounds: usize = a.get(4).map_or(5, |s| s.parse().unwrap());
