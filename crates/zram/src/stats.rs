@@ -74,14 +74,16 @@ pub const CUMULATIVE: [Counter; 10] = [
 pub struct Counters {
     shards: Box<[Padded<[AtomicI64; NR_COUNTERS]>]>,
     /// Most pages the allocator has held (reset by `reset_mem_used_max`).
-    max_used_pages: AtomicU64,
+    /// On a line of its own: a filling store raises it often, and every
+    /// update of a counter reads `shards` beside it.
+    max_used_pages: Padded<AtomicU64>,
 }
 
 impl Default for Counters {
     fn default() -> Self {
         Counters {
             shards: (0..shard_count()).map(|_| Padded::default()).collect(),
-            max_used_pages: AtomicU64::new(0),
+            max_used_pages: Padded(AtomicU64::new(0)),
         }
     }
 }

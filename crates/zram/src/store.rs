@@ -410,6 +410,12 @@ impl Store {
     pub(crate) fn release(&self, old: SlotContent) {
         let mut blocks = Vec::new();
         self.release_into(old, &mut blocks);
+        // Only a written-back page frees blocks: every other write skips the
+        // backing store's lock, whose word every writing thread would
+        // otherwise take and release in turn.
+        if blocks.is_empty() {
+            return;
+        }
         if let Some(backing) = self.post.backing() {
             for b in blocks {
                 backing.release(b);

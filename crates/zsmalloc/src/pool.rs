@@ -178,8 +178,9 @@ pub struct Pool {
     /// Physical class of each logical class.
     logical: Box<[u16]>,
     pub(crate) pages: PageSource,
-    /// Pages counted over all classes.
-    pub(crate) total_pages: AtomicI64,
+    /// Pages counted over all classes. On lines of its own: writers raise
+    /// it at every new zspage, and every call reads the fields beside it.
+    pub(crate) total_pages: OwnLines<AtomicI64>,
     /// Tag in every handle, to catch handles of another pool.
     tag: u8,
     /// Set while a compaction runs (one at a time).
@@ -189,6 +190,21 @@ pub struct Pool {
     /// Framed pools: copies of objects across frames whose reads were kept
     /// with [`ObjectRef::into_raw`], until [`Pool::release_read`].
     kept: KeptCopies,
+}
+
+/// A value alone on its cache lines (two: the adjacent-line prefetcher
+/// moves lines in pairs), so that writing it does not take the lines of
+/// the fields beside it away from other threads.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct OwnLines<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for OwnLines<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 /// The geometry a pool lays its classes out in: the configured one, or for
@@ -281,7 +297,7 @@ impl Pool {
             classes,
             logical,
             pages,
-            total_pages: AtomicI64::new(0),
+            total_pages: OwnLines(AtomicI64::new(0)),
             tag: pool_tag(),
             compacting: AtomicBool::new(false),
             frames,
