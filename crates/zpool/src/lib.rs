@@ -281,6 +281,13 @@ pub trait ZPool: Send + Sync {
         let _ = divisor;
     }
 
+    /// Ends an epoch of the pages kept for reuse: gives back those not
+    /// reused since the previous call (a background compactor calls it at
+    /// each look). Returns the pages released.
+    fn decay_retained_pages(&self) -> usize {
+        0
+    }
+
     /// Gives every page kept for reuse back to the OS now (memory is
     /// tight). Returns the pages released.
     fn release_retained_pages(&self) -> usize {

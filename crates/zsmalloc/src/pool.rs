@@ -330,6 +330,18 @@ impl Pool {
         self.pages.set_retain_divisor(divisor);
     }
 
+    /// With a retained share, ends the page source's epoch: the pages not
+    /// reused since the previous one go back to the OS (see
+    /// [`Pool::set_page_retain_divisor`]; [`Pool::compact_background`] does
+    /// this at its end). Without one, nothing. Returns the pages released.
+    pub fn decay_page_cache(&self) -> usize {
+        if self.pages.retain_divisor() == 0 {
+            0
+        } else {
+            self.pages.decay()
+        }
+    }
+
     /// The retained share's divisor (0: none; see
     /// [`Pool::set_page_retain_divisor`]).
     pub fn page_retain_divisor(&self) -> usize {

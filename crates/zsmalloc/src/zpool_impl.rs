@@ -135,6 +135,10 @@ impl ZPool for Pool {
         Pool::set_page_retain_divisor(self, divisor);
     }
 
+    fn decay_retained_pages(&self) -> usize {
+        Pool::decay_page_cache(self)
+    }
+
     fn release_retained_pages(&self) -> usize {
         // Without a retained share, only the fixed cache is kept, released
         // by its own bound as before retention existed.

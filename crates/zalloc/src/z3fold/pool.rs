@@ -535,6 +535,14 @@ impl ZPool for Z3Fold {
         self.source.set_retain_divisor(divisor);
     }
 
+    fn decay_retained_pages(&self) -> usize {
+        if self.source.retain_divisor() == 0 {
+            0
+        } else {
+            self.source.decay()
+        }
+    }
+
     fn release_retained_pages(&self) -> usize {
         crate::bookkeeping::release_retained(&self.source)
     }
