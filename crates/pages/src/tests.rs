@@ -644,3 +644,47 @@ fn a_retaining_source_splits_a_longer_cached_run() {
     assert_eq!(plain.stats().cache_hits, 0);
     src.free(short);
 }
+
+#[test]
+fn reclaimed_pages_are_never_dropped_by_a_decay_or_a_partial_batch() {
+    // As above, with a retained share: one thread gives up a run's tail and
+    // reclaims it to write a pattern; another decays all the time, and
+    // frees and allocates runs that take the source over its bound (partial
+    // batches, oldest first). A reclaimed page keeps what is written to it.
+    let src = std::sync::Arc::new(PageSource::new(PS, None).unwrap());
+    src.set_cache_limit(4);
+    src.set_retain_divisor(2);
+    src.set_decay_interval(std::time::Duration::ZERO);
+    let run = src.alloc(8).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let other = {
+        let (src, stop) = (src.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let runs: Vec<Run> = (0..4).map(|_| src.alloc(3).unwrap()).collect();
+                for r in runs {
+                    fill(&r, 5);
+                    src.free(r);
+                }
+                src.decay();
+            }
+        })
+    };
+    for round in 0..20_000u32 {
+        let value = (round % 250) as u8 + 1;
+        src.discard_later(&run, 2, 6);
+        if round % 2 == 0 {
+            std::thread::yield_now(); // a window for the other thread
+        }
+        src.reclaim(&run, 8);
+        // SAFETY: pages 2..8 were reclaimed and the run is ours.
+        unsafe { std::ptr::write_bytes(run.as_ptr().add(2 * PS), value, 6 * PS) };
+        for page in 2..8 {
+            assert_eq!(byte_at(&run, page * PS + 17), value, "round {round}");
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    other.join().unwrap();
+    let st = src.stats();
+    assert!(st.decays > 0 && st.batches > 0, "{st:?}");
+}
