@@ -1,6 +1,7 @@
 //! Unit tests of the page source through its public API (and the frontier's
 //! view of huge pages): residency, the cache and pending discards, limits,
-//! holds and batches. Tests only; they hold every run they touch.
+//! holds and batches, the retained share and its decay. Tests only; they
+//! hold every run they touch.
 
 use std::sync::atomic::Ordering;
 
