@@ -658,8 +658,11 @@ fn reclaimed_pages_are_never_dropped_by_a_decay_or_a_partial_batch() {
     src.set_decay_interval(std::time::Duration::ZERO);
     let run = src.alloc(8).unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The other thread's passes: the writer goes on until there were some,
+    // however the scheduler runs the two threads.
+    let passes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let other = {
-        let (src, stop) = (src.clone(), stop.clone());
+        let (src, stop, passes) = (src.clone(), stop.clone(), passes.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 let runs: Vec<Run> = (0..4).map(|_| src.alloc(3).unwrap()).collect();
@@ -668,10 +671,13 @@ fn reclaimed_pages_are_never_dropped_by_a_decay_or_a_partial_batch() {
                     src.free(r);
                 }
                 src.decay();
+                passes.fetch_add(1, Ordering::Relaxed);
             }
         })
     };
-    for round in 0..20_000u32 {
+    let mut round = 0u32;
+    while round < 20_000 || passes.load(Ordering::Relaxed) < 100 {
+        round += 1;
         let value = (round % 250) as u8 + 1;
         src.discard_later(&run, 2, 6);
         if round % 2 == 0 {
