@@ -49,6 +49,8 @@ const RANGES: &[(&str, bool, &[&str])] = &[
     ("exp latency --rounds", false, &["101"]),
     ("exp latency --page-size", false, &["12K", "128K"]),
     ("exp latency --compact-ms", true, &["60001"]),
+    ("exp latency --compact-every-ops", false, &["99"]),
+    ("exp latency --retain-divisor", true, &["1048577"]),
     ("exp latency --seed", true, &[]),
     ("bench alloc --threads", false, &["1025", "1,1025"]),
     ("bench read-latency --seconds", false, &["3601", "nan"]),

@@ -106,6 +106,85 @@ fn no_compaction_when_it_is_turned_off() {
 }
 
 #[test]
+fn compaction_every_n_operations_runs_exactly_that_many() {
+    // 10,000 operations, one compaction asked for every 1,000: ten a round
+    // whatever the machine's speed, plus the driven one after each round.
+    let r = report(&[
+        "exp",
+        "latency",
+        "--synthetic",
+        "--alloc",
+        "zsmalloc,zbud",
+        "--pages",
+        "512",
+        "--ops",
+        "10000",
+        "--rounds",
+        "2",
+        "--compact-every-ops",
+        "1000",
+        "--no-plot",
+    ]);
+    assert_eq!(r["compact_every_ops"].as_u64(), Some(1000));
+    for a in r["allocators"].as_array().unwrap() {
+        let c = &a["compaction"];
+        assert_eq!(c["background_runs"].as_u64(), Some(20), "{c}");
+        assert_eq!(c["driven_runs"].as_u64(), Some(2), "{c}");
+        let m = &a["memory"];
+        assert!(m["rss_over_used"].as_f64().unwrap() > 0.0, "{m}");
+        // zsmalloc in default mode keeps a retained share; zbud only its
+        // fixed cache unless asked (--retain-others).
+        let divisor = m["retain_divisor"].as_u64().unwrap();
+        match a["name"].as_str().unwrap() {
+            "zsmalloc" => assert_eq!(divisor, 32),
+            _ => assert_eq!(divisor, 0),
+        }
+    }
+    // The random frees fragment zsmalloc's zspages: compaction moves objects.
+    assert!(
+        r["allocators"][0]["compaction"]["objs_moved"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+}
+
+#[test]
+fn the_retained_share_is_set_per_allocator() {
+    let r = report(&[
+        "exp",
+        "latency",
+        "--synthetic",
+        "--alloc",
+        "zsmalloc,zbud",
+        "--pages",
+        "256",
+        "--ops",
+        "2000",
+        "--retain-divisor",
+        "16",
+        "--retain-others",
+        "--compact-every-ops",
+        "500",
+        "--no-plot",
+    ]);
+    for a in r["allocators"].as_array().unwrap() {
+        assert_eq!(a["memory"]["retain_divisor"].as_u64(), Some(16), "{a}");
+    }
+    let out = zmem(&[
+        "exp",
+        "latency",
+        "--synthetic",
+        "--compact-ms",
+        "5",
+        "--compact-every-ops",
+        "500",
+        "--no-plot",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "the two timings conflict");
+}
+
+#[test]
 fn unknown_allocators_are_usage_errors() {
     let out = zmem(&[
         "exp",

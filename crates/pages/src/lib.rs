@@ -50,9 +50,20 @@
 //!   one batch.
 //! - [`PageSource::flush`] releases everything cached and pending now (an
 //!   allocator calls it after compaction and when it holds nothing).
+//! - [`PageSource::set_retain_divisor`] adds a *retained share* to the
+//!   bound: pages out over the divisor, so the pages kept grow with what the
+//!   holders use, as the kernel's free page lists keep what one allocator
+//!   frees for the next (zsmalloc's default mode keeps 1/32: a churning
+//!   workload's stores then take the pages compaction and the trim gave up
+//!   without a page fault). With a share, a batch over the bound releases the
+//!   oldest pages first and keeps the newest three quarters of the bound, a
+//!   longer cached run is split for a shorter request, and pages *decay*:
+//!   [`PageSource::decay`] (an allocator's background compaction calls it
+//!   at its end), or [`DEFAULT_DECAY_MS`] without one, noticed at the next
+//!   free, releases what was not reused since the previous decay.
 //!
 //! So the resident set exceeds what the holders use by at most the bound
-//! (the hold limit during a hold), and the number of shootdowns falls from
+//! (the fixed part plus the retained share; the hold limit during a hold), and the number of shootdowns falls from
 //! one per run to one per batch. [`PageSource::discard`] remains for an
 //! immediate release (one call).
 //!
@@ -107,6 +118,11 @@ pub const DEFAULT_CACHE_BYTES: usize = 1 << 20;
 
 /// The default bound while a [`Hold`] is taken, in bytes.
 pub const DEFAULT_HOLD_BYTES: usize = 16 << 20;
+
+/// The default time, in milliseconds, after which cached and pending pages a
+/// retaining source kept through a whole epoch are released without a call
+/// to [`PageSource::decay`] (see [`PageSource::set_decay_interval`]).
+pub const DEFAULT_DECAY_MS: u64 = 1000;
 
 /// A failure to provide pages.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,6 +1,8 @@
 //! The [`PageSource`] facade: one mutex over the free runs, the resident
 //! cache with the pending discards and the two frontiers; the page limit and
-//! the bound on cached plus pending pages; [`Hold`]; the counters.
+//! the bound on cached plus pending pages (with its share that scales with
+//! the pages out, the retained pages, and their decay by epochs); [`Hold`];
+//! the counters.
 //!
 //! This module decides which mechanism serves an allocation and when a batch
 //! is released. It may not keep runs itself (`free_runs.rs` and `cache.rs`
@@ -9,15 +11,17 @@
 //! memory it hands out.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use crate::cache::ResidentCache;
 use crate::free_runs::FreeRuns;
 use crate::frontier::{Chunk, Frontier, Use};
 use crate::release::{self, Counters, Range};
 use crate::{
-    os_page_size, PagesError, Run, DEFAULT_CACHE_BYTES, DEFAULT_HOLD_BYTES, MAX_RUN_PAGES,
+    os_page_size, PagesError, Run, DEFAULT_CACHE_BYTES, DEFAULT_DECAY_MS, DEFAULT_HOLD_BYTES,
+    MAX_RUN_PAGES,
 };
 
 /// How an allocation may be served (see [`PageSource::alloc`],
@@ -54,6 +58,16 @@ struct Inner {
     batches: u64,
     /// [`Hold`]s taken and not dropped.
     holds: usize,
+    /// The next stamp: cached runs and pending pages are stamped when given
+    /// up, so that batches can release the oldest first.
+    stamp: u64,
+    /// The stamp when the current epoch began (the last decay): a decay
+    /// releases what was given up before it.
+    epoch_start: u64,
+    /// When the last decay ran (or the source was made).
+    last_decay: Instant,
+    /// Decays run ([`PageSource::decay`], or due by time).
+    decays: u64,
 }
 
 /// Counters of a [`PageSource`], for tests and benchmarks.
@@ -65,8 +79,17 @@ pub struct SourceStats {
     pub cached_pages: usize,
     /// Pages given up by [`PageSource::discard_later`] and not yet released.
     pub pending_pages: usize,
-    /// The bound on cached plus pending pages.
+    /// The fixed part of the bound on cached plus pending pages
+    /// ([`PageSource::set_cache_limit`]).
     pub cache_limit_pages: usize,
+    /// The retained share's divisor ([`PageSource::set_retain_divisor`]; 0:
+    /// none).
+    pub retain_divisor: usize,
+    /// The bound on cached plus pending pages now, outside a [`Hold`]: the
+    /// fixed part plus pages out over the divisor.
+    pub bound_pages: usize,
+    /// Decays run (each releases what was not reused for a whole epoch).
+    pub decays: u64,
     /// Allocations served from the cache (no system call, no page fault).
     pub cache_hits: u64,
     /// Freed runs given back to the kernel (in batches).
@@ -90,8 +113,26 @@ pub struct PageSource {
     cache_limit: AtomicUsize,
     /// The bound while a [`Hold`] is taken.
     hold_limit: AtomicUsize,
+    /// Pages out over this are added to the bound (0: nothing added).
+    retain_divisor: AtomicUsize,
+    /// Milliseconds after which a decay is due without a call to
+    /// [`PageSource::decay`] (0: only by calls).
+    decay_ms: AtomicU64,
     counters: Counters,
     inner: Mutex<Inner>,
+}
+
+impl Inner {
+    /// Cached plus pending pages.
+    fn held(&self) -> usize {
+        self.cache.cached_pages() + self.cache.pending_pages()
+    }
+
+    /// A new stamp, later than every one before.
+    fn next_stamp(&mut self) -> u64 {
+        self.stamp += 1;
+        self.stamp
+    }
 }
 
 // SAFETY: the raw pointers in `Inner` are only touched under the mutex, and
@@ -127,6 +168,8 @@ impl PageSource {
                 (DEFAULT_CACHE_BYTES / page_size).max(MAX_RUN_PAGES as usize),
             ),
             hold_limit: AtomicUsize::new(DEFAULT_HOLD_BYTES / page_size),
+            retain_divisor: AtomicUsize::new(0),
+            decay_ms: AtomicU64::new(DEFAULT_DECAY_MS),
             counters: Counters::default(),
             inner: Mutex::new(Inner {
                 chunks: Vec::new(),
@@ -139,6 +182,10 @@ impl PageSource {
                 runs_released: 0,
                 batches: 0,
                 holds: 0,
+                stamp: 0,
+                epoch_start: 0,
+                last_decay: Instant::now(),
+                decays: 0,
             }),
         })
     }
@@ -192,6 +239,9 @@ impl PageSource {
             cached_pages: inner.cache.cached_pages(),
             pending_pages: inner.cache.pending_pages(),
             cache_limit_pages: self.cache_limit(),
+            retain_divisor: self.retain_divisor(),
+            bound_pages: self.cache_limit() + self.retained_share(&inner),
+            decays: inner.decays,
             cache_hits: inner.cache_hits,
             runs_released: inner.runs_released,
             batches: inner.batches,
@@ -246,7 +296,9 @@ impl PageSource {
         if how != Fresh::Clean {
             // From cached to pending for `Fresh::Pending`: the bound counts
             // both alike.
-            if let Some(ptr) = inner.cache.take(pages, how == Fresh::Pending) {
+            let stamp = inner.next_stamp();
+            let split = (self.retain_divisor() != 0).then_some(self.page_size);
+            if let Some(ptr) = inner.cache.take(pages, how == Fresh::Pending, stamp, split) {
                 inner.cache_hits += 1;
                 inner.pages_out += want;
                 return Ok(Run { ptr, pages });
@@ -305,7 +357,8 @@ impl PageSource {
             inner.free.push(run.pages, run.ptr);
             return;
         }
-        inner.cache.put(run.ptr, run.pages, resident);
+        let stamp = inner.next_stamp();
+        inner.cache.put(run.ptr, run.pages, resident, stamp);
         self.release_if_over(&mut inner);
     }
 
@@ -325,7 +378,8 @@ impl PageSource {
         }
         let key = run.ptr.as_ptr() as usize;
         let mut inner = self.lock();
-        if !inner.cache.add_pending(key, first, end) {
+        let stamp = inner.next_stamp();
+        if !inner.cache.add_pending(key, first, end, stamp) {
             drop(inner);
             self.discard(run, first, count);
             return;
@@ -372,21 +426,121 @@ impl PageSource {
         Hold(self)
     }
 
+    /// Adds pages out over `divisor` to the bound on cached plus pending
+    /// pages (0: nothing added, the default): the *retained* share, which
+    /// scales with what the holders use, as the kernel's free page lists
+    /// keep pages a freeing allocator gives back for the next one that asks.
+    /// What is over the new bound is released now.
+    ///
+    /// With a divisor, releases go by epochs: what is over the bound is
+    /// released oldest epoch first (everything only if that is not enough),
+    /// and [`PageSource::decay`] (or the time set by
+    /// [`PageSource::set_decay_interval`], checked at the next free) releases
+    /// what was not reused since the previous decay. So the resident set
+    /// exceeds the pages out by at most the fixed bound plus pages out over
+    /// `divisor` (the hold limit during a [`Hold`]).
+    pub fn set_retain_divisor(&self, divisor: usize) {
+        self.retain_divisor.store(divisor, Ordering::Relaxed);
+        let mut inner = self.lock();
+        self.release_if_over(&mut inner);
+    }
+
+    /// The retained share's divisor (0: none).
+    pub fn retain_divisor(&self) -> usize {
+        self.retain_divisor.load(Ordering::Relaxed)
+    }
+
+    /// Sets how long pages may stay cached or pending without a decay call
+    /// when retention is on ([`PageSource::set_retain_divisor`]; default
+    /// [`DEFAULT_DECAY_MS`]; zero: only [`PageSource::decay`] calls decay).
+    /// Checked when pages are freed or given up, not by a thread: a source
+    /// nobody frees into keeps what it holds, within the bound.
+    pub fn set_decay_interval(&self, interval: Duration) {
+        let ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
+        self.decay_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Ends an epoch: releases, in one batch, every cached run and pending
+    /// page given up before the epoch now ending began (not reused for a
+    /// whole epoch), then starts a new one. Returns the pages released. An
+    /// allocator calls it at the end of a background compaction, so that
+    /// pages a compaction gives back stay resident until the next one, for
+    /// the stores that fill them again in between.
+    pub fn decay(&self) -> usize {
+        let mut inner = self.lock();
+        self.decay_locked(&mut inner)
+    }
+
+    fn decay_locked(&self, inner: &mut Inner) -> usize {
+        let held = inner.held();
+        let before = inner.epoch_start;
+        self.release_before(inner, before);
+        // Every stamp given so far is below it.
+        inner.epoch_start = inner.stamp + 1;
+        inner.last_decay = Instant::now();
+        inner.decays += 1;
+        // What a compaction freed under its hold may be over the bound.
+        self.release_if_over(inner);
+        held - inner.held()
+    }
+
+    /// Pages out over the retained share's divisor (0 without one).
+    fn retained_share(&self, inner: &Inner) -> usize {
+        match self.retain_divisor() {
+            0 => 0,
+            d => inner.pages_out / d,
+        }
+    }
+
     fn release_if_over(&self, inner: &mut Inner) {
-        let mut limit = self.cache_limit();
+        let retaining = self.retain_divisor() != 0;
+        if retaining {
+            let ms = self.decay_ms.load(Ordering::Relaxed);
+            if ms != 0 && inner.last_decay.elapsed() >= Duration::from_millis(ms) {
+                self.decay_locked(inner);
+            }
+        }
+        let mut limit = self.cache_limit() + self.retained_share(inner);
         if inner.holds > 0 {
             limit = limit.max(self.hold_limit.load(Ordering::Relaxed));
         }
-        if inner.cache.cached_pages() + inner.cache.pending_pages() > limit {
-            self.release_all(inner);
+        if inner.held() <= limit {
+            return;
         }
+        if !retaining {
+            self.release_all(inner);
+            return;
+        }
+        // Keep the newest (what the stores are likeliest to take again) up
+        // to three quarters of the bound, so that the next batch is not due
+        // at the next free; release the rest, oldest first, in one batch.
+        let keep = limit - limit / 4;
+        let mut stamps = inner.cache.stamps();
+        stamps.sort_unstable_by_key(|&(stamp, _)| std::cmp::Reverse(stamp));
+        let mut kept = 0;
+        let mut cutoff = 0;
+        for (stamp, pages) in stamps {
+            if kept + pages > keep {
+                cutoff = stamp + 1;
+                break;
+            }
+            kept += pages;
+        }
+        self.release_before(inner, cutoff);
     }
 
     /// Releases the cache and the pending pages as one batch, with the lock
     /// held (see the lock order in the module documentation), and puts the
     /// cached runs in the free lists.
     fn release_all(&self, inner: &mut Inner) {
-        let mut ranges = inner.cache.ranges(self.page_size);
+        self.release_before(inner, u64::MAX);
+    }
+
+    /// Releases, as one batch, the cached runs and pending pages given up
+    /// before epoch `before`, with the lock held, and puts those cached runs
+    /// in the free lists.
+    fn release_before(&self, inner: &mut Inner, before: u64) {
+        let mut ranges = inner.cache.ranges(self.page_size, before);
         if ranges.is_empty() {
             return;
         }
@@ -400,7 +554,7 @@ impl PageSource {
         // entries cleared.
         unsafe { release::advise_dontneed(&ranges, &self.counters) };
         inner.batches += 1;
-        inner.runs_released += inner.cache.released(&mut inner.free);
+        inner.runs_released += inner.cache.released(&mut inner.free, before);
     }
 
     /// Returns pages `first..first + count` of `run` to the kernel at once

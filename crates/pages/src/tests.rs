@@ -1,6 +1,7 @@
 //! Unit tests of the page source through its public API (and the frontier's
 //! view of huge pages): residency, the cache and pending discards, limits,
-//! holds and batches. Tests only; they hold every run they touch.
+//! holds and batches, the retained share and its decay. Tests only; they
+//! hold every run they touch.
 
 use std::sync::atomic::Ordering;
 
@@ -513,4 +514,184 @@ fn many_chunks() {
     }
     assert_eq!(src.pages_out(), 0);
     assert!(src.cached_pages() <= src.cache_limit());
+}
+
+/// A source with a fixed bound of `fixed` pages, a retained share of one
+/// page in `divisor` of the pages out, no decay by time, and `out` pages out
+/// in runs of 4 (kept by the caller).
+fn retaining(fixed: usize, divisor: usize, out: usize) -> (PageSource, Vec<Run>) {
+    let src = PageSource::new(PS, None).unwrap();
+    src.set_cache_limit(fixed);
+    src.set_retain_divisor(divisor);
+    src.set_decay_interval(std::time::Duration::ZERO);
+    let held: Vec<Run> = (0..out / 4).map(|_| src.alloc(4).unwrap()).collect();
+    (src, held)
+}
+
+#[test]
+fn the_retained_share_scales_the_bound_with_the_pages_out() {
+    let (src, held) = retaining(4, 8, 64);
+    let st = src.stats();
+    assert_eq!((st.retain_divisor, st.bound_pages), (8, 4 + 64 / 8));
+    // 12 pages cached fit the bound: no batch.
+    let freed: Vec<Run> = (0..3).map(|_| src.alloc(4).unwrap()).collect();
+    for r in &freed {
+        fill(r, 1);
+    }
+    for r in freed {
+        src.free(r);
+    }
+    let st = src.stats();
+    assert_eq!((st.cached_pages, st.batches), (12, 0));
+    // Without the share, the same pages are over the fixed bound.
+    src.set_retain_divisor(0);
+    let st = src.stats();
+    assert_eq!((st.cached_pages, st.batches, st.bound_pages), (0, 1, 4));
+    drop(held);
+}
+
+#[test]
+fn over_the_bound_the_oldest_go_first_and_the_newest_stay() {
+    let (src, _held) = retaining(0, 4, 64);
+    // Bound 16 pages: free five runs of 4, oldest first.
+    let runs: Vec<Run> = (0..5).map(|_| src.alloc(4).unwrap()).collect();
+    let addrs: Vec<*mut u8> = runs.iter().map(Run::as_ptr).collect();
+    for r in &runs {
+        fill(r, 7);
+    }
+    for r in runs {
+        src.free(r);
+    }
+    // The fifth took 20 pages over the bound of 16 (pages out back at 64):
+    // one batch released the oldest, down to three quarters of the bound.
+    let st = src.stats();
+    assert_eq!((st.batches, st.cached_pages), (1, 12));
+    for (i, &a) in addrs.iter().enumerate() {
+        let want = if i < 2 { 0 } else { 4 };
+        assert_eq!(resident(a, 4), want, "run {i}");
+    }
+}
+
+#[test]
+fn a_decay_releases_what_was_not_reused_since_the_previous_one() {
+    let (src, _held) = retaining(0, 2, 64);
+    let a = src.alloc(4).unwrap();
+    let b = src.alloc(4).unwrap();
+    fill(&a, 1);
+    fill(&b, 2);
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    src.free(a);
+    // The first decay ends the epoch `a` was freed in: nothing was given up
+    // before it, so nothing goes.
+    assert_eq!(src.decay(), 0);
+    src.free(b);
+    assert_eq!(src.stats().cached_pages, 8);
+    // The second releases `a` (not reused for a whole epoch) and keeps `b`.
+    assert_eq!(src.decay(), 4);
+    assert_eq!((resident(pa, 4), resident(pb, 4)), (0, 4));
+    let st = src.stats();
+    assert_eq!((st.decays, st.cached_pages), (2, 4));
+    // A flush still releases everything.
+    assert_eq!(src.flush(), 4);
+    assert_eq!(resident(pb, 4), 0);
+}
+
+#[test]
+fn pending_tails_decay_like_cached_runs() {
+    let (src, _held) = retaining(0, 2, 64);
+    let run = src.alloc(4).unwrap();
+    fill(&run, 3);
+    src.discard_later(&run, 2, 2);
+    assert_eq!(src.decay(), 0);
+    assert_eq!(resident(run.as_ptr(), 4), 4, "kept through its own epoch");
+    assert_eq!(src.decay(), 2);
+    assert_eq!(resident(run.as_ptr(), 4), 2);
+    assert!(!src.reclaim(&run, 4), "nothing pending any more");
+    src.free(run);
+}
+
+#[test]
+fn a_retaining_source_splits_a_longer_cached_run() {
+    let (src, _held) = retaining(0, 1, 64);
+    let long = src.alloc(6).unwrap();
+    fill(&long, 9);
+    let addr = long.as_ptr();
+    src.free(long);
+    let short = src.alloc_pending(4).unwrap();
+    assert_eq!(short.as_ptr(), addr, "the front of the cached run");
+    let st = src.stats();
+    assert_eq!(
+        (st.cache_hits, st.cached_pages, st.pending_pages),
+        (1, 2, 4)
+    );
+    // Its pages are pending until reclaimed, and keep their bytes.
+    assert!(!src.reclaim(&short, 4));
+    assert_eq!(byte_at(&short, 3 * PS), 9);
+    // The rest is a cached run of 2 the next request of 2 takes.
+    let rest = src.alloc(2).unwrap();
+    // SAFETY: both runs lie in one mapping of the source.
+    assert_eq!(rest.as_ptr(), unsafe { addr.add(4 * PS) });
+    assert_eq!(byte_at(&rest, PS), 9);
+    // Without a retained share, lengths must match (as before).
+    src.free(rest);
+    src.set_retain_divisor(0);
+    let plain = PageSource::new(PS, None).unwrap();
+    let l = plain.alloc(6).unwrap();
+    fill(&l, 1);
+    let la = l.as_ptr();
+    plain.free(l);
+    let s = plain.alloc_pending(4).unwrap();
+    assert_ne!(s.as_ptr(), la);
+    assert_eq!(plain.stats().cache_hits, 0);
+    src.free(short);
+}
+
+#[test]
+fn reclaimed_pages_are_never_dropped_by_a_decay_or_a_partial_batch() {
+    // As above, with a retained share: one thread gives up a run's tail and
+    // reclaims it to write a pattern; another decays all the time, and
+    // frees and allocates runs that take the source over its bound (partial
+    // batches, oldest first). A reclaimed page keeps what is written to it.
+    let src = std::sync::Arc::new(PageSource::new(PS, None).unwrap());
+    src.set_cache_limit(4);
+    src.set_retain_divisor(2);
+    src.set_decay_interval(std::time::Duration::ZERO);
+    let run = src.alloc(8).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The other thread's passes: the writer goes on until there were some,
+    // however the scheduler runs the two threads.
+    let passes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let other = {
+        let (src, stop, passes) = (src.clone(), stop.clone(), passes.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let runs: Vec<Run> = (0..4).map(|_| src.alloc(3).unwrap()).collect();
+                for r in runs {
+                    fill(&r, 5);
+                    src.free(r);
+                }
+                src.decay();
+                passes.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let mut round = 0u32;
+    while round < 20_000 || passes.load(Ordering::Relaxed) < 100 {
+        round += 1;
+        let value = (round % 250) as u8 + 1;
+        src.discard_later(&run, 2, 6);
+        if round % 2 == 0 {
+            std::thread::yield_now(); // a window for the other thread
+        }
+        src.reclaim(&run, 8);
+        // SAFETY: pages 2..8 were reclaimed and the run is ours.
+        unsafe { std::ptr::write_bytes(run.as_ptr().add(2 * PS), value, 6 * PS) };
+        for page in 2..8 {
+            assert_eq!(byte_at(&run, page * PS + 17), value, "round {round}");
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    other.join().unwrap();
+    let st = src.stats();
+    assert!(st.decays > 0 && st.batches > 0, "{st:?}");
 }

@@ -50,6 +50,7 @@ pub fn render(reg: &Registry) -> String {
         wb_compressed: u64,
         wb_ceiling: u64,
         policy: zram::PolicyStats,
+        retained: (u64, u64),
     }
     let samples: Vec<(String, Sample)> = reg
         .served()
@@ -76,11 +77,12 @@ pub fn render(reg: &Registry) -> String {
                         s.store.writeback_ceiling()
                     },
                     policy: s.store.policy_stats(),
+                    retained: s.store.retained_bytes(),
                 },
             )
         })
         .collect();
-    let metrics: [(&str, &str, &str, Get); 39] = [
+    let metrics: [(&str, &str, &str, Get); 41] = [
         ("zmem_disksize_bytes", "gauge", "Size of the export.", |s| {
             s.disksize
         }),
@@ -113,6 +115,18 @@ pub fn render(reg: &Registry) -> String {
             "gauge",
             "mm_stat mem_used_max.",
             |s| s.mm.mem_used_max,
+        ),
+        (
+            "zmem_retained_bytes",
+            "gauge",
+            "Freed allocator pages kept resident for reuse, not in mem_used_total.",
+            |s| s.retained.0,
+        ),
+        (
+            "zmem_retained_bound_bytes",
+            "gauge",
+            "The most freed pages kept resident for reuse now: the resident set may exceed mem_used_total by this.",
+            |s| s.retained.1,
         ),
         (
             "zmem_same_pages",

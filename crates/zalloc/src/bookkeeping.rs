@@ -29,6 +29,27 @@ pub(crate) fn source_and_tag(
     Ok((source, next_pool_tag()))
 }
 
+/// What `source` keeps resident for reuse, for [`zpool::ZPool::retained_pages`].
+pub(crate) fn retained_pages(source: &PageSource) -> zpool::RetainedPages {
+    let s = source.stats();
+    zpool::RetainedPages {
+        pages: s.cached_pages + s.pending_pages,
+        bound: s.bound_pages,
+        divisor: s.retain_divisor,
+    }
+}
+
+/// [`zpool::ZPool::release_retained_pages`] for `source`: everything it
+/// keeps if it has a retained share, nothing otherwise (its fixed cache is
+/// released by its own bound, as before retention existed).
+pub(crate) fn release_retained(source: &PageSource) -> usize {
+    if source.retain_divisor() == 0 {
+        0
+    } else {
+        source.flush()
+    }
+}
+
 /// A fresh tag for a new allocator instance, in `1..=126`.
 ///
 /// Allocators put it in the top bits of their handles so that a handle of

@@ -173,6 +173,20 @@ pub struct ZCompacted {
     pub objs_moved_trim: u64,
 }
 
+/// Pages an allocator gave back and keeps resident for its next
+/// allocations ([`ZPool::retained_pages`]): the resident set may exceed
+/// [`ZPool::total_pages`] by up to `bound` pages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RetainedPages {
+    /// Pages kept now (freed runs and given-up tails not yet released).
+    pub pages: usize,
+    /// The most it keeps now: the fixed cache plus the pages held over
+    /// `divisor`.
+    pub bound: usize,
+    /// The retained share's divisor (0: only the fixed cache).
+    pub divisor: usize,
+}
+
 /// An allocator of compressed objects (the kernel's former `zpool_driver`).
 ///
 /// All methods take `&self`: implementations are safe to share between
@@ -266,8 +280,45 @@ pub trait ZPool: Send + Sync {
         ZCompacted::default()
     }
 
+    /// As [`ZPool::compact`], for a compaction nobody waits on the memory
+    /// of (periodic or background): the allocator may keep the pages it
+    /// frees resident for reuse, within its retained share (see
+    /// [`ZPool::retained_pages`]), where [`ZPool::compact`] gives every one
+    /// back. By default, [`ZPool::compact`].
+    fn compact_background(&self) -> ZCompacted {
+        self.compact()
+    }
+
     /// Pages [`ZPool::compact`] could give back now.
     fn can_compact(&self) -> u64 {
+        0
+    }
+
+    /// Pages the allocator gave back to its page source and keeps resident
+    /// for reuse (not counted in [`ZPool::total_pages`]), and their bound.
+    /// Zero for an allocator that keeps none.
+    fn retained_pages(&self) -> RetainedPages {
+        RetainedPages::default()
+    }
+
+    /// Sets the retained share: freed pages up to one in `divisor` of the
+    /// pages held stay resident for reuse, on top of the page source's fixed
+    /// cache (0: none). For allocators that take pages from a
+    /// `pages::PageSource`; a no-op for others.
+    fn set_page_retain_divisor(&self, divisor: usize) {
+        let _ = divisor;
+    }
+
+    /// Ends an epoch of the pages kept for reuse: gives back those not
+    /// reused since the previous call (a background compactor calls it at
+    /// each look). Returns the pages released.
+    fn decay_retained_pages(&self) -> usize {
+        0
+    }
+
+    /// Gives every page kept for reuse back to the OS now (memory is
+    /// tight). Returns the pages released.
+    fn release_retained_pages(&self) -> usize {
         0
     }
 

@@ -669,6 +669,9 @@ fn run(shared: &Shared, w: &Watched) {
             (c.policy, std::mem::take(&mut c.limit_hit))
         };
         poll = None;
+        // Each look ends an epoch of the pages the allocator keeps resident
+        // for reuse: what no store took since the previous look goes back.
+        w.pool.decay_retained_pages();
         let share = policy.cpu_percent / 100.0;
         let steps: Vec<(usize, u64)> = (0..w.pool.compaction_steps())
             .rev()

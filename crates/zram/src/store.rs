@@ -11,8 +11,10 @@
 //!   (SAME, no allocator memory). Otherwise it is compressed with this
 //!   thread's stream; if the result reaches `huge_class_size` the raw page is
 //!   stored instead (HUGE). The object is allocated, the memory limit checked
-//!   (over it: the object is freed and the write fails, the old page stays),
-//!   and written; only then is the slot locked and its old contents swapped
+//!   (over it: the object is freed and the write fails, the old page stays;
+//!   within 1/16 of it, the pages the allocator keeps resident for reuse,
+//!   which `mem_used_total` does not count, go back to the OS first), and
+//!   written; only then is the slot locked and its old contents swapped
 //!   out, to be freed after the unlock.
 //! - **read**: under the slot lock: empty slots read as zeros, SAME slots as
 //!   their word, HUGE slots are copied, others decompressed straight from the
@@ -362,6 +364,11 @@ impl Store {
             drop(stream);
             self.reclaim_for_write(limit);
             return self.store_once(index, page, false);
+        }
+        if limit != 0 && total >= limit - limit / 16 {
+            // Memory is tight: pages the allocator kept resident for reuse
+            // (not counted in mem_used) go back to the OS.
+            self.pool.release_retained_pages();
         }
         if limit != 0 && total > limit {
             self.free_content(content);
@@ -803,6 +810,16 @@ impl Store {
             failed_writes: self.counters.get(Counter::FailedWrites),
             notify_free: self.counters.get(Counter::NotifyFree),
         }
+    }
+
+    /// Bytes the allocator gave back to its page source and keeps resident
+    /// for reuse (not in `mem_used_total`), and their bound now: the
+    /// resident set may exceed `mem_used_total` by up to the bound (see
+    /// `zpool::ZPool::retained_pages`).
+    pub fn retained_bytes(&self) -> (u64, u64) {
+        let r = self.pool.retained_pages();
+        let page = self.pool.page_size() as u64;
+        (r.pages as u64 * page, r.bound as u64 * page)
     }
 
     /// `debug_stat` now.

@@ -708,3 +708,32 @@ fn mm_stat_is_consistent_while_threads_write_discard_and_compact() {
         });
     }
 }
+
+/// Default mode's pool keeps freed pages resident for reuse, outside
+/// `mem_used_total` and within the bound the store reports; a write near
+/// `mem_limit` gives them back first.
+#[test]
+fn kept_pages_are_given_back_near_the_memory_limit() {
+    let s = store(Mode::Default, 4096, 8192, "lz4");
+    for i in 0..8192 {
+        s.write_page(i, &page(4096, 3, i)).unwrap();
+    }
+    // Whole runs of pages freed: their zspages empty and are kept.
+    s.discard(0, 4096).unwrap();
+    let (kept, bound) = s.retained_bytes();
+    assert!(kept > 0, "freed zspages kept for reuse");
+    assert!(kept <= bound, "{kept} kept over the bound {bound}");
+    let used = s.mm_stat().mem_used_total;
+    // A limit just above what is used: the next write is within 1/16 of it.
+    s.set_mem_limit(used + 4096);
+    let _ = s.write_page(0, &page(4096, 3, 0));
+    assert_eq!(s.retained_bytes().0, 0, "kept pages given back");
+    // kernel-compat keeps only the fixed cache, and no retained share.
+    let k = store(Mode::KernelCompat, 4096, 1024, "lz4");
+    for i in 0..1024 {
+        k.write_page(i, &page(4096, 3, i)).unwrap();
+    }
+    k.discard(0, 1024).unwrap();
+    let (kept, bound) = k.retained_bytes();
+    assert!(kept <= bound && bound <= 1 << 20, "{kept} / {bound}");
+}

@@ -421,7 +421,40 @@ impl Pool {
 
     /// Compacts every class, largest first, with the pool's algorithm.
     /// Returns at once with nothing done if another compaction is running.
+    /// Every page it frees, and every page the page source kept for reuse,
+    /// goes back to the OS at its end (an operator who compacts expects the
+    /// memory back).
     pub fn compact(&self) -> CompactResult {
+        self.compact_all(Release::Flush)
+    }
+
+    /// As [`Pool::compact`], for a compaction nobody waits on the memory of
+    /// (periodic or background): with a retained share
+    /// ([`Pool::set_page_retain_divisor`]) the pages it frees stay resident
+    /// until the next such compaction, for the stores that fill them again,
+    /// and what was not reused since the previous one goes back to the OS
+    /// (`PageSource::decay`). Without one, exactly [`Pool::compact`].
+    pub fn compact_background(&self) -> CompactResult {
+        self.compact_all(Release::Decay)
+    }
+
+    /// What the end of a compaction does with the page source's cached and
+    /// pending pages.
+    fn end_compaction(&self, release: Release) {
+        match release {
+            Release::Decay if self.pages.retain_divisor() != 0 => {
+                self.pages.decay();
+            }
+            // A step of a background compactor: the pages wait for the
+            // bound, or for the decay due by time.
+            Release::Keep if self.pages.retain_divisor() != 0 => {}
+            Release::Flush | Release::Decay | Release::Keep => {
+                self.pages.flush();
+            }
+        }
+    }
+
+    fn compact_all(&self, release: Release) -> CompactResult {
         let Some(_token) = self.compaction_token() else {
             return CompactResult::default();
         };
@@ -436,7 +469,7 @@ impl Pool {
         }
         total.add(self.compact_system_pages_locked());
         drop(hold);
-        self.pages.flush();
+        self.end_compaction(release);
         total
     }
 
@@ -444,6 +477,17 @@ impl Pool {
     /// [`Geometry::classes`](crate::Geometry::classes)). Returns nothing done
     /// if another compaction is running or there is no such class.
     pub fn compact_class(&self, class_id: usize) -> CompactResult {
+        self.compact_class_releasing(class_id, Release::Flush)
+    }
+
+    /// [`Pool::compact_class`] as one step of a background compactor: with
+    /// a retained share, the pages it frees stay in the page source within
+    /// its bound (released by the bound or the decay due by time).
+    pub fn compact_class_background(&self, class_id: usize) -> CompactResult {
+        self.compact_class_releasing(class_id, Release::Keep)
+    }
+
+    fn compact_class_releasing(&self, class_id: usize, release: Release) -> CompactResult {
         if class_id >= self.classes.len() {
             return CompactResult::default();
         }
@@ -453,7 +497,7 @@ impl Pool {
         let hold = self.pages.hold();
         let result = self.compact_class_locked(class_id);
         drop(hold);
-        self.pages.flush();
+        self.end_compaction(release);
         result
     }
 
@@ -461,13 +505,23 @@ impl Pool {
     /// frames into fuller ones (see the module's comment). Returns nothing
     /// done if another compaction is running or the pool is not framed.
     pub fn compact_system_pages(&self) -> CompactResult {
+        self.compact_system_pages_releasing(Release::Flush)
+    }
+
+    /// [`Pool::compact_system_pages`] as one step of a background
+    /// compactor (see [`Pool::compact_class_background`]).
+    pub fn compact_system_pages_background(&self) -> CompactResult {
+        self.compact_system_pages_releasing(Release::Keep)
+    }
+
+    fn compact_system_pages_releasing(&self, release: Release) -> CompactResult {
         let Some(_token) = self.compaction_token() else {
             return CompactResult::default();
         };
         let hold = self.pages.hold();
         let result = self.compact_system_pages_locked();
         drop(hold);
-        self.pages.flush();
+        self.end_compaction(release);
         result
     }
 
@@ -835,6 +889,19 @@ impl OptimalPlan {
         };
         (plan, class.lock())
     }
+}
+
+/// What a compaction does at its end with the pages the page source keeps.
+#[derive(Clone, Copy)]
+enum Release {
+    /// Gives them all back (a manual compaction).
+    Flush,
+    /// With a retained share, ends the page source's epoch
+    /// (`PageSource::decay`); without, as `Flush`.
+    Decay,
+    /// With a retained share, nothing (one step of a background compactor);
+    /// without, as `Flush`.
+    Keep,
 }
 
 /// Proof of being the pool's one compactor; releases the flag when dropped.

@@ -52,6 +52,17 @@ impl std::str::FromStr for Mode {
     }
 }
 
+/// Default mode's retained share of freed pages: up to one page in this
+/// many of the pages out stays resident in the page source, on top of its
+/// fixed 1 MiB cache, after compaction, the trim or a free gives it back, so
+/// that the next zspage or store takes it without a page fault (the user
+/// space analogue of the kernel's free page lists; `Pool::set_page_retain_divisor`).
+/// Not counted in `mem_used_total`. kernel-compat keeps none. By 1/32,
+/// `zmem exp latency`'s p99.9 gain is all there; 1/16 halves the page faults
+/// left but doubles the resident cost for the same p99.9 (BENCHMARKS.md, "A
+/// retained share of freed pages").
+pub const DEFAULT_RETAIN_DIVISOR: usize = 32;
+
 /// Everything a pool is created from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct PoolConfig {

@@ -51,7 +51,9 @@ mod zpool_impl;
 mod zspage;
 
 pub use compact::CompactResult;
-pub use config::{default_unit_delta, AutoCompact, CompactionAlgo, Mode, PoolConfig};
+pub use config::{
+    default_unit_delta, AutoCompact, CompactionAlgo, Mode, PoolConfig, DEFAULT_RETAIN_DIVISOR,
+};
 pub use fullness::FullnessScheme;
 pub use geometry::{
     ChainRule, ClassDelta, Geometry, GeometryConfig, GeometryError, LogicalClass, RequestRow,

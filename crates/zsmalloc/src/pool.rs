@@ -61,7 +61,7 @@ use pages::{PageSource, PagesError};
 use zpool::ErrorKind;
 
 use crate::class::{Class, ClassFull, ListInsertion};
-use crate::config::{CompactionAlgo, Mode, PoolConfig};
+use crate::config::{CompactionAlgo, Mode, PoolConfig, DEFAULT_RETAIN_DIVISOR};
 use crate::frames::{FrameArena, FRAME_SIZE};
 use crate::geometry::{ClassDelta, Geometry, GeometryConfig, GeometryError, ZS_HANDLE_SIZE};
 use crate::handle::{EntryCell, Handle, Refusal, MAX_CLASSES};
@@ -262,6 +262,9 @@ impl Pool {
         let page_size = config.geometry.page_size;
         let pages =
             PageSource::new(page_size as usize, config.page_limit).map_err(PoolError::Pages)?;
+        if config.mode == Mode::Default {
+            pages.set_retain_divisor(DEFAULT_RETAIN_DIVISOR);
+        }
         // The legacy algorithm runs with the kernel of its time, whose list
         // insertion kept fuller zspages first.
         let insertion = match config.compaction {
@@ -327,6 +330,38 @@ impl Pool {
     /// pages released.
     pub fn flush_page_cache(&self) -> usize {
         self.pages.flush()
+    }
+
+    /// Keeps up to `1 / divisor` of the pages out, on top of the cache's
+    /// bound, resident in the page source after they are freed or trimmed,
+    /// for the next zspage or store to take without a page fault (0: none,
+    /// kernel-compat's setting; default mode's is
+    /// [`DEFAULT_RETAIN_DIVISOR`]). They are not counted in
+    /// [`Pool::total_pages`]; background compaction
+    /// ([`Pool::compact_background`]) releases those not reused since the
+    /// one before, and a manual [`Pool::compact`], an empty pool and
+    /// [`Pool::flush_page_cache`] release them all. See [`pages`]'s
+    /// `PageSource::set_retain_divisor`.
+    pub fn set_page_retain_divisor(&self, divisor: usize) {
+        self.pages.set_retain_divisor(divisor);
+    }
+
+    /// With a retained share, ends the page source's epoch: the pages not
+    /// reused since the previous one go back to the OS (see
+    /// [`Pool::set_page_retain_divisor`]; [`Pool::compact_background`] does
+    /// this at its end). Without one, nothing. Returns the pages released.
+    pub fn decay_page_cache(&self) -> usize {
+        if self.pages.retain_divisor() == 0 {
+            0
+        } else {
+            self.pages.decay()
+        }
+    }
+
+    /// The retained share's divisor (0: none; see
+    /// [`Pool::set_page_retain_divisor`]).
+    pub fn page_retain_divisor(&self) -> usize {
+        self.pages.retain_divisor()
     }
 
     /// Bounds the page source's cache of freed zspages, in pages (0: every

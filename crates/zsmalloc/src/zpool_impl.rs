@@ -5,7 +5,7 @@
 
 use std::ptr::NonNull;
 
-use zpool::{ZCompacted, ZHandle, ZPool, ZPoolError, ZPoolStats};
+use zpool::{RetainedPages, ZCompacted, ZHandle, ZPool, ZPoolError, ZPoolStats};
 
 use crate::handle::Handle;
 use crate::pool::{Pool, PoolError};
@@ -122,8 +122,44 @@ impl ZPool for Pool {
         }
     }
 
+    fn compact_background(&self) -> ZCompacted {
+        let r = Pool::compact_background(self);
+        ZCompacted {
+            pages_freed: r.pages_freed,
+            objs_moved: r.objs_moved,
+            objs_moved_trim: r.objs_moved_trim,
+        }
+    }
+
     fn can_compact(&self) -> u64 {
         Pool::can_compact(self)
+    }
+
+    fn retained_pages(&self) -> RetainedPages {
+        let s = self.page_stats();
+        RetainedPages {
+            pages: s.cached_pages + s.pending_pages,
+            bound: s.bound_pages,
+            divisor: s.retain_divisor,
+        }
+    }
+
+    fn set_page_retain_divisor(&self, divisor: usize) {
+        Pool::set_page_retain_divisor(self, divisor);
+    }
+
+    fn decay_retained_pages(&self) -> usize {
+        Pool::decay_page_cache(self)
+    }
+
+    fn release_retained_pages(&self) -> usize {
+        // Without a retained share, only the fixed cache is kept, released
+        // by its own bound as before retention existed.
+        if self.page_retain_divisor() == 0 {
+            0
+        } else {
+            self.flush_page_cache()
+        }
     }
 
     // One step per class, and in a framed pool one more that empties
@@ -152,8 +188,8 @@ impl ZPool for Pool {
 
     fn compact_step(&self, step: usize) -> ZCompacted {
         let r = match step_target(self, step) {
-            Step::SystemPages => Pool::compact_system_pages(self),
-            Step::Class(id) => Pool::compact_class(self, id),
+            Step::SystemPages => Pool::compact_system_pages_background(self),
+            Step::Class(id) => Pool::compact_class_background(self, id),
         };
         ZCompacted {
             pages_freed: r.pages_freed,

@@ -464,3 +464,53 @@ fn statistics_stay_consistent_while_other_threads_write_free_and_compact() {
         verify(&pool, &stable);
     }
 }
+
+/// A background compaction frees exactly what a manual one does and counts
+/// the same pages; only what happens to the freed pages differs: default
+/// mode keeps some resident for reuse (within its bound, not counted), a
+/// manual compaction and kernel-compat keep none.
+#[test]
+fn background_compaction_counts_like_a_manual_one_and_keeps_within_the_bound() {
+    for mode in [Mode::KernelCompat, Mode::Default] {
+        let manual = pool_for(mode, FullnessScheme::InuseRatio, CompactionAlgo::Optimal);
+        let background = pool_for(mode, FullnessScheme::InuseRatio, CompactionAlgo::Optimal);
+        manual.set_page_cache_limit(0);
+        background.set_page_cache_limit(0);
+        let live_m = fragment(&manual, 11, 20_000, 70);
+        let live_b = fragment(&background, 11, 20_000, 70);
+        assert_eq!(manual.total_pages(), background.total_pages());
+        let rm = manual.compact();
+        let rb = background.compact_background();
+        assert_eq!(
+            (rm.pages_freed, rm.objs_moved),
+            (rb.pages_freed, rb.objs_moved),
+            "{mode:?}"
+        );
+        assert!(rb.pages_freed > 0, "{mode:?}: the workload fragments");
+        assert_eq!(manual.total_pages(), background.total_pages(), "{mode:?}");
+        let m = manual.page_stats();
+        assert_eq!((m.cached_pages, m.pending_pages), (0, 0), "{mode:?}");
+        let b = background.page_stats();
+        let kept = b.cached_pages + b.pending_pages;
+        match mode {
+            Mode::KernelCompat => assert_eq!((kept, b.retain_divisor), (0, 0)),
+            Mode::Default => {
+                assert_eq!(b.retain_divisor, zsmalloc::DEFAULT_RETAIN_DIVISOR);
+                assert!(kept > 0, "freed pages kept for reuse");
+                assert!(
+                    kept <= b.bound_pages,
+                    "{kept} kept, bound {}",
+                    b.bound_pages
+                );
+                assert_eq!(b.bound_pages, b.pages_out / b.retain_divisor);
+            }
+        }
+        verify(&manual, &live_m);
+        verify(&background, &live_b);
+        background.check_invariants().unwrap();
+        // A manual compaction after it gives the kept pages back.
+        background.compact();
+        let b = background.page_stats();
+        assert_eq!((b.cached_pages, b.pending_pages), (0, 0), "{mode:?}");
+    }
+}

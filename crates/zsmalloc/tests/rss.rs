@@ -59,9 +59,39 @@ fn rss_follows_the_pool() {
             "RSS grew {grew} KiB for a {pool_kib} KiB pool"
         );
 
-        // Free every other object and compact: RSS follows the pool down.
+        // Free every other object and compact in the background: the pages
+        // the compaction frees may stay resident for reuse, within the
+        // retained share's bound (default mode: 1 MiB plus 1/32 of the
+        // pool's pages; kernel-compat: 1 MiB).
         free_every_other(&mut handles, |h| pool.free(h).unwrap());
+        pool.compact_background();
+        let kept = pool.page_stats();
+        let bound_kib = kept.bound_pages as u64 * page_kib;
+        let kept_kib = (kept.cached_pages + kept.pending_pages) as u64 * page_kib;
+        let bg_kib = pool.total_pages() as u64 * page_kib;
+        let bg = rss_kib();
+        eprintln!(
+            "{mode:?} {page}: after freeing half and a background compaction: pool {bg_kib} KiB, RSS {bg} KiB, kept {kept_kib} KiB (bound {bound_kib} KiB)"
+        );
+        assert!(
+            kept_kib <= bound_kib,
+            "{kept_kib} KiB kept over {bound_kib}"
+        );
+        let expect = match mode {
+            Mode::KernelCompat => 0,
+            Mode::Default => zsmalloc::DEFAULT_RETAIN_DIVISOR,
+        };
+        assert_eq!(kept.retain_divisor, expect);
+        assert!(
+            bg <= start + bg_kib + bound_kib + 8 * MIB,
+            "RSS {bg} KiB for a {bg_kib} KiB pool keeping up to {bound_kib} KiB"
+        );
+
+        // A manual compaction gives every kept page back: RSS follows the
+        // pool down.
         pool.compact();
+        let cache = pool.page_stats();
+        assert_eq!((cache.cached_pages, cache.pending_pages), (0, 0));
         let half_kib = pool.total_pages() as u64 * page_kib;
         let half = rss_kib();
         eprintln!(

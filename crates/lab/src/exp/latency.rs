@@ -33,6 +33,17 @@
 //!   `--compact-ms 0`): the end figures are after a compaction whatever the
 //!   machine's load, and the report counts the two kinds of runs apart
 //!   (`background_runs`, `driven_runs`).
+//!   `--compact-every-ops N` asks for a compaction every N operations
+//!   instead, and the thread runs every one asked for: the same number of
+//!   compactions in every run, so page-fault counts compare between runs
+//!   and machines (the wall-clock default gave 81 to 297 per run on one
+//!   machine under varying load). The thread's compactions are background
+//!   ones (`ZPool::compact_background`): zsmalloc in default mode keeps the
+//!   pages they free resident for reuse within its retained share
+//!   (`--retain-divisor`; `--retain-others` gives zbud, z3fold and zblock
+//!   the same share), the driven one is manual and gives everything back.
+//!   The report shows each allocator's resident-set growth over its pool's
+//!   bytes and the pages kept for reuse.
 //!
 //! Each operation's time (allocator work only: compression happens before
 //! the run and is the same for every allocator) goes into an HDR histogram
@@ -44,7 +55,7 @@
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -97,6 +108,25 @@ pub struct LatencyArgs {
     /// compaction; the only flag here where 0 is valid, with --seed).
     #[arg(long, default_value_t = 20, value_parser = crate::flags::whole::<u64>(0, 60_000))]
     compact_ms: u64,
+    /// Compact every N operations of the timed phase instead of every
+    /// `--compact-ms` milliseconds: the workload asks the background thread
+    /// for a compaction every N operations, and the thread runs every one
+    /// asked for (late ones too), so each round has exactly `ops / N` of
+    /// them whatever the machine's speed and load, and page-fault counts
+    /// compare between runs.
+    #[arg(long, value_parser = crate::flags::whole::<u64>(100, u64::MAX), conflicts_with = "compact_ms")]
+    compact_every_ops: Option<u64>,
+    /// zsmalloc's retained share of freed pages: up to one page in N of the
+    /// pages it holds stays resident for reuse after compaction, the trim or
+    /// a free gives it back (0: none; default: the mode's, 32 in default
+    /// mode, 0 in kernel-compat).
+    #[arg(long, value_parser = crate::flags::whole::<u32>(0, 1 << 20))]
+    retain_divisor: Option<u32>,
+    /// Give zbud, z3fold and zblock zsmalloc's retained share too (their page
+    /// sources keep freed pages the same way; they have no compaction, so
+    /// only the bound and the decay by time release them).
+    #[arg(long)]
+    retain_others: bool,
     /// Seed of the workload (any whole number, 0 too).
     #[arg(long, default_value_t = 4, value_parser = crate::flags::whole::<u64>(0, u64::MAX))]
     seed: u64,
@@ -167,6 +197,15 @@ struct Memory {
     /// Pool bytes over stored bytes, mean over the timed phase (1.0 = no
     /// overhead).
     used_over_stored: f64,
+    /// Mean pages kept resident for reuse by the page source (not in the
+    /// pool's pages) over the timed phase.
+    mean_retained_pages: f64,
+    /// The retained share's divisor (0: only the fixed cache).
+    retain_divisor: usize,
+    /// The process's resident set growth since the allocator was opened
+    /// over the pool's bytes, mean over the timed phase (1.0: the resident
+    /// set follows the pool exactly).
+    rss_over_used: f64,
 }
 
 /// What compaction did (sums over rounds).
@@ -230,6 +269,9 @@ struct Report {
     rounds: u32,
     seed: u64,
     compact_ms: u64,
+    /// Operations between compactions (`--compact-every-ops`); null when
+    /// compaction is timed by `compact_ms`.
+    compact_every_ops: Option<u64>,
     allocators: Vec<AllocReport>,
     goal: Option<Goal>,
     plot: Option<(PathBuf, PathBuf)>,
@@ -402,6 +444,9 @@ struct Run {
     objects_after_fill: u64,
     pages_sum: f64,
     stored_sum: f64,
+    retained_sum: f64,
+    rss_sum: f64,
+    retain_divisor: usize,
     samples: u64,
     pages_at_end: u64,
     objects_at_end: u64,
@@ -439,22 +484,39 @@ fn run_one(
     args: &LatencyArgs,
     round: u32,
 ) -> Result<Run, Error> {
-    let pool: Arc<dyn ZPool> = zalloc::open(name, opts).map_err(failed)?;
     let n = objects.spans.len();
-    // Slot -> (handle, object index).
-    let mut slots: Vec<Option<(ZHandle, usize)>> = Vec::with_capacity(n);
+    // Slot -> (handle, object index), touched before the resident set's
+    // base is read, so that its growth is the pool's (and the histograms'
+    // few touched pages).
+    let mut slots: Vec<Option<(ZHandle, usize)>> = vec![None; n];
+    let hist = [histogram()?, histogram()?, histogram()?, histogram()?];
+    let rss_base = rss_bytes();
+    let pool: Arc<dyn ZPool> = zalloc::open(name, opts).map_err(failed)?;
+    if name == "zsmalloc" || args.retain_others {
+        let divisor = args.retain_divisor.map_or(
+            match opts.mode {
+                Mode::Default => zsmalloc::DEFAULT_RETAIN_DIVISOR,
+                Mode::KernelCompat => 0,
+            },
+            |d| d as usize,
+        );
+        pool.set_page_retain_divisor(divisor);
+    }
     let mut stored: u64 = 0;
-    for i in 0..n {
-        slots.push(Some((store(&*pool, objects.get(i))?, i)));
+    for (i, slot) in slots.iter_mut().enumerate() {
+        *slot = Some((store(&*pool, objects.get(i))?, i));
         stored += objects.spans[i].1 as u64;
     }
     let mut run = Run {
-        hist: [histogram()?, histogram()?, histogram()?, histogram()?],
+        hist,
         round_max: Vec::new(),
         pages_after_fill: pool.total_pages() as u64,
         objects_after_fill: pool.stats().objects,
         pages_sum: 0.0,
         stored_sum: 0.0,
+        retained_sum: 0.0,
+        rss_sum: 0.0,
+        retain_divisor: pool.retained_pages().divisor,
         samples: 0,
         pages_at_end: 0,
         objects_at_end: 0,
@@ -466,26 +528,40 @@ fn run_one(
     };
 
     let stop = Arc::new(AtomicBool::new(false));
+    // Compactions the workload asked for (`--compact-every-ops`).
+    let asked = Arc::new(AtomicU64::new(0));
     let compactor = {
-        let (pool, stop) = (pool.clone(), stop.clone());
+        let (pool, stop, asked) = (pool.clone(), stop.clone(), asked.clone());
         let every = Duration::from_millis(args.compact_ms);
+        let by_ops = args.compact_every_ops.is_some();
         std::thread::spawn(move || {
             let (mut runs, mut moved, mut freed, mut longest) = (0u64, 0u64, 0u64, 0u64);
             loop {
-                // Woken early by `unpark` when the run ends.
-                if every.is_zero() {
-                    std::thread::park();
+                // Woken early by `unpark` when the run ends, or when the
+                // workload asks for a compaction.
+                if by_ops {
+                    if runs >= asked.load(Ordering::Acquire) {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        std::thread::park();
+                        continue;
+                    }
                 } else {
-                    std::thread::park_timeout(every);
-                }
-                if stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                if every.is_zero() {
-                    continue;
+                    if every.is_zero() {
+                        std::thread::park();
+                    } else {
+                        std::thread::park_timeout(every);
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if every.is_zero() {
+                        continue;
+                    }
                 }
                 let t = Instant::now();
-                let r = pool.compact();
+                let r = pool.compact_background();
                 longest = longest.max(t.elapsed().as_nanos() as u64);
                 runs += 1;
                 moved += r.objs_moved;
@@ -501,10 +577,17 @@ fn run_one(
     let burst_len = (n / 32).max(1);
     let pick = |rng: &mut Rng| (rng.next_u64() % n as u64) as usize;
     let mut result = Ok(());
+    let ask_every = args.compact_every_ops.unwrap_or(u64::MAX);
     for op in 0..args.ops {
+        if op % ask_every == ask_every - 1 {
+            asked.fetch_add(1, Ordering::Release);
+            compactor.thread().unpark();
+        }
         if op % 4096 == 0 {
             run.pages_sum += pool.total_pages() as f64;
             run.stored_sum += stored as f64;
+            run.retained_sum += pool.retained_pages().pages as f64;
+            run.rss_sum += rss_bytes().saturating_sub(rss_base) as f64;
             run.samples += 1;
         }
         if op % burst_every == burst_every - 1 {
@@ -575,7 +658,7 @@ fn run_one(
     run.objs_moved = moved;
     run.pages_freed = freed;
     run.longest_compaction = longest;
-    if args.compact_ms > 0 {
+    if compaction_on(args) {
         // One compaction by construction, whatever the scheduler allowed
         // the thread: the end figures are after a compaction.
         let r = pool.compact();
@@ -605,6 +688,19 @@ fn run_one(
         )));
     }
     Ok(run)
+}
+
+/// The process's resident set in bytes (`/proc/self/statm`; 0 where it
+/// cannot be read).
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| {
+            // SAFETY: sysconf has no preconditions; it only reads a constant.
+            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+            pages * page
+        })
 }
 
 /// Runs `zmem exp latency`.
@@ -641,6 +737,8 @@ pub fn run(args: &LatencyArgs) -> Result<(), Error> {
                     acc.objects_after_fill += r.objects_after_fill;
                     acc.pages_sum += r.pages_sum;
                     acc.stored_sum += r.stored_sum;
+                    acc.retained_sum += r.retained_sum;
+                    acc.rss_sum += r.rss_sum;
                     acc.samples += r.samples;
                     acc.pages_at_end += r.pages_at_end;
                     acc.objects_at_end += r.objects_at_end;
@@ -686,6 +784,9 @@ pub fn run(args: &LatencyArgs) -> Result<(), Error> {
                     objects_at_end,
                     objects_per_page: objects_at_end / pages_at_end.max(1.0),
                     used_over_stored: mean_pages * ps / mean_stored.max(1.0),
+                    mean_retained_pages: r.retained_sum / samples,
+                    retain_divisor: r.retain_divisor,
+                    rss_over_used: r.rss_sum / samples / (mean_pages * ps).max(1.0),
                 },
                 compaction: Compaction {
                     runs: r.compactions + r.driven_compactions,
@@ -738,6 +839,7 @@ pub fn run(args: &LatencyArgs) -> Result<(), Error> {
         rounds: args.rounds,
         seed: args.seed,
         compact_ms: args.compact_ms,
+        compact_every_ops: args.compact_every_ops,
         allocators,
         goal,
         plot,
@@ -777,7 +879,7 @@ fn draw(
         "Per-operation latency, stores + loads + frees ({} ops x {} rounds, {})",
         args.ops,
         args.rounds,
-        compaction_text(args.compact_ms)
+        compaction_text(args.compact_ms, args.compact_every_ops)
     );
     plot::line_chart_log_y(
         &args.plot,
@@ -791,12 +893,18 @@ fn draw(
     )
 }
 
-fn compaction_text(ms: u64) -> String {
-    if ms == 0 {
-        "no compaction".into()
-    } else {
-        format!("compaction every {ms} ms")
+fn compaction_text(ms: u64, every_ops: Option<u64>) -> String {
+    match every_ops {
+        Some(n) => format!("compaction every {n} operations"),
+        None if ms == 0 => "no compaction".into(),
+        None => format!("compaction every {ms} ms"),
     }
+}
+
+/// Whether the background thread compacts at all (`--compact-ms 0` without
+/// `--compact-every-ops` turns it off).
+fn compaction_on(args: &LatencyArgs) -> bool {
+    args.compact_every_ops.is_some() || args.compact_ms > 0
 }
 
 fn table(r: &Report) -> String {
@@ -811,7 +919,7 @@ fn table(r: &Report) -> String {
         r.ops,
         r.rounds,
         r.seed,
-        compaction_text(r.compact_ms),
+        compaction_text(r.compact_ms, r.compact_every_ops),
         r.zsmalloc_mode.name()
     );
     let _ = writeln!(
@@ -878,6 +986,19 @@ fn table(r: &Report) -> String {
             a.compaction.runs,
             a.compaction.objs_moved,
             a.compaction.longest_ns as f64 / 1e6
+        );
+    }
+    let _ = writeln!(out);
+    for a in &r.allocators {
+        let m = &a.memory;
+        let share = match m.retain_divisor {
+            0 => "fixed cache only".to_string(),
+            d => format!("share 1/{d} of the pool"),
+        };
+        let _ = writeln!(
+            out,
+            "{:<10} resident: {:.3}x the pool's bytes; kept for reuse, not counted: mean {:.0} pages ({share})",
+            a.name, m.rss_over_used, m.mean_retained_pages
         );
     }
     let _ = writeln!(out);

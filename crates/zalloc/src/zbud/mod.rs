@@ -458,6 +458,26 @@ impl ZPool for ZBud {
         }
     }
 
+    fn retained_pages(&self) -> zpool::RetainedPages {
+        crate::bookkeeping::retained_pages(&self.source)
+    }
+
+    fn set_page_retain_divisor(&self, divisor: usize) {
+        self.source.set_retain_divisor(divisor);
+    }
+
+    fn decay_retained_pages(&self) -> usize {
+        if self.source.retain_divisor() == 0 {
+            0
+        } else {
+            self.source.decay()
+        }
+    }
+
+    fn release_retained_pages(&self) -> usize {
+        crate::bookkeeping::release_retained(&self.source)
+    }
+
     fn total_pages(&self) -> usize {
         self.inner.lock().live_pages
     }
