@@ -48,12 +48,11 @@
 //! a truncated header or payload) end the connection after the requests
 //! already read are answered.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::io::{self, IoSlice, Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, TryLockError};
+use std::sync::{mpsc, Mutex, MutexGuard, TryLockError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -209,91 +208,6 @@ impl<'b> Outbox<'b> {
     }
 }
 
-/// The jobs the reading thread hands to the workers: at most `cap` wait.
-/// Its mutex is a leaf, held only to add or take a job. A worker with
-/// nothing to do sleeps on the condition variable, and the reader wakes
-/// one only when one sleeps (a worker is never woken just to sleep again,
-/// as workers sharing one channel receiver behind a mutex were).
-struct JobQueue<'b> {
-    state: Mutex<Jobs<'b>>,
-    ready: Condvar,
-    cap: usize,
-}
-
-struct Jobs<'b> {
-    waiting: VecDeque<Job<'b>>,
-    /// Workers asleep on `ready`.
-    idle: usize,
-    /// The reader reads no more requests: workers finish what waits, then
-    /// return.
-    closed: bool,
-}
-
-impl<'b> JobQueue<'b> {
-    fn new(cap: usize) -> JobQueue<'b> {
-        JobQueue {
-            state: Mutex::new(Jobs {
-                waiting: VecDeque::with_capacity(cap),
-                idle: 0,
-                closed: false,
-            }),
-            ready: Condvar::new(),
-            cap,
-        }
-    }
-
-    fn state(&self) -> MutexGuard<'_, Jobs<'b>> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Queues `job`, or gives it back if `cap` jobs already wait.
-    fn offer(&self, job: Job<'b>) -> Result<(), Job<'b>> {
-        let mut s = self.state();
-        if s.waiting.len() >= self.cap {
-            return Err(job);
-        }
-        s.waiting.push_back(job);
-        let wake = s.idle > 0;
-        drop(s);
-        if wake {
-            self.ready.notify_one();
-        }
-        Ok(())
-    }
-
-    /// The next job, waiting for one; `None` once the queue is closed and
-    /// empty.
-    fn take(&self) -> Option<Job<'b>> {
-        let mut s = self.state();
-        loop {
-            if let Some(job) = s.waiting.pop_front() {
-                return Some(job);
-            }
-            if s.closed {
-                return None;
-            }
-            s.idle += 1;
-            s = self.ready.wait(s).unwrap_or_else(|e| e.into_inner());
-            s.idle -= 1;
-        }
-    }
-
-    fn close(&self) {
-        self.state().closed = true;
-        self.ready.notify_all();
-    }
-}
-
-/// Closes a job queue when dropped, also when the reading thread unwinds,
-/// so that the workers always return.
-struct CloseOnDrop<'q, 'b>(&'q JobQueue<'b>);
-
-impl Drop for CloseOnDrop<'_, '_> {
-    fn drop(&mut self) {
-        self.0.close();
-    }
-}
-
 /// Shared state of one connection in transmission.
 struct Conn<'a, W> {
     session: &'a Session,
@@ -334,15 +248,14 @@ pub(crate) fn serve<R: Read, W: Write + Send>(
     if config.workers == 0 {
         return read_loop(reader, &conn, &mut |job| conn.execute(job, &outbox));
     }
-    let jobs = JobQueue::new(config.workers * 4);
+    let (tx, rx) = mpsc::sync_channel::<Job>(config.workers * 4);
+    let rx = Mutex::new(rx);
     thread::scope(|s| {
-        // Workers finish what is queued, then see the queue closed.
-        let _close = CloseOnDrop(&jobs);
         let mut spawned = 0;
         for i in 0..config.workers {
-            let (conn, jobs, outbox) = (&conn, &jobs, &outbox);
+            let (conn, rx, outbox) = (&conn, &rx, &outbox);
             let b = thread::Builder::new().name(format!("nbd-{id}-w{i}"));
-            match b.spawn_scoped(s, move || conn.work(jobs, outbox)) {
+            match b.spawn_scoped(s, move || conn.work(rx, outbox)) {
                 Ok(_) => spawned += 1,
                 Err(e) => warn!("conn {id}: cannot start worker {i}: {e}"),
             }
@@ -355,12 +268,15 @@ pub(crate) fn serve<R: Read, W: Write + Send>(
             // itself rather than sleeping until a worker takes one (a
             // sleep and a wake-up per request on a busy connection, and no
             // more requests could be read meanwhile anyway).
-            read_loop(reader, &conn, &mut |job| {
-                if let Err(job) = jobs.offer(job) {
+            read_loop(reader, &conn, &mut |job| match tx.try_send(job) {
+                Ok(()) => {}
+                Err(mpsc::TrySendError::Full(job) | mpsc::TrySendError::Disconnected(job)) => {
                     conn.execute(job, &outbox)
                 }
             })
         };
+        // Workers finish what is queued, then see the channel closed.
+        drop(tx);
         res
     })
 }
@@ -592,9 +508,13 @@ impl<W: Write> Conn<'_, W> {
     }
 
     /// A worker: serves jobs until the reader closes the queue.
-    fn work<'c>(&'c self, jobs: &JobQueue<'c>, outbox: &Outbox<'c>) {
-        while let Some(job) = jobs.take() {
-            self.execute(job, outbox);
+    fn work<'c>(&'c self, rx: &Mutex<mpsc::Receiver<Job<'c>>>, outbox: &Outbox<'c>) {
+        loop {
+            let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+            match job {
+                Ok(job) => self.execute(job, outbox),
+                Err(_) => return,
+            }
         }
     }
 
