@@ -103,15 +103,6 @@ impl Write for &Stream {
         }
     }
 
-    /// One `writev`: replies that were ready together go out in one
-    /// system call.
-    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        match *self {
-            Stream::Unix(s) => (&mut &*s).write_vectored(bufs),
-            Stream::Tcp(s) => (&mut &*s).write_vectored(bufs),
-        }
-    }
-
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }

@@ -11,14 +11,6 @@
 //! until a worker takes one: on a busy connection that saves a sleep and a
 //! wake-up per request.
 //!
-//! Nobody sleeps on the writer lock either: a thread whose reply is ready
-//! while another thread is writing leaves it in the connection's outbox
-//! and goes back to work; the thread holding the lock sends what the
-//! outbox holds after its own reply, all of it in one vectored write, and
-//! looks once more after letting go of the lock (so no reply is left
-//! behind). A reply's payload buffer and budget bytes go back once it is
-//! sent.
-//!
 //! Memory: a per-connection byte budget bounds the read data and write
 //! payloads in flight; the reader takes a request's bytes from it *before*
 //! reading the payload or queueing the READ, and waits while it is used up,
@@ -49,10 +41,10 @@
 //! already read are answered.
 
 use std::fmt;
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Mutex, MutexGuard, TryLockError};
+use std::sync::{mpsc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -78,13 +70,6 @@ use crate::wire::{
 const READ_ROOM: usize = ExtendedChunkHeader::LEN + 8;
 /// Most block status descriptors in one reply.
 const MAX_DESCRIPTORS: usize = 4096;
-/// Most replies one vectored write sends (well under `IOV_MAX`).
-const BATCH_SLICES: usize = 64;
-/// Most replies left waiting in the outbox before the next thread with a
-/// reply waits for the writer lock instead: workers do not run further
-/// ahead of a client that reads slowly than they did when each waited, so
-/// no more payload buffers are out at once.
-const OUTBOX_WAITING: usize = 4;
 
 /// How the transmission phase ended without an error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,36 +163,6 @@ impl std::ops::Deref for ReplyBuf<'_> {
     }
 }
 
-/// A reply ready to send, and the budget bytes its request holds until then.
-struct Ready<'b> {
-    reply: Reply<'b>,
-    charge: u64,
-}
-
-/// Replies that finished while another thread held the writer lock. The
-/// queue's mutex is a leaf: taken alone by a thread leaving its reply, or
-/// inside the writer lock by the thread that sends.
-struct Outbox<'b> {
-    queue: Mutex<Vec<Ready<'b>>>,
-    /// The replies being sent: touched only under the writer lock (its own
-    /// mutex is never contended); kept here so that neither vector is
-    /// allocated again for every batch.
-    sending: Mutex<Vec<Ready<'b>>>,
-}
-
-impl<'b> Outbox<'b> {
-    fn new() -> Outbox<'b> {
-        Outbox {
-            queue: Mutex::new(Vec::new()),
-            sending: Mutex::new(Vec::new()),
-        }
-    }
-
-    fn queue(&self) -> MutexGuard<'_, Vec<Ready<'b>>> {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
 /// Shared state of one connection in transmission.
 struct Conn<'a, W> {
     session: &'a Session,
@@ -244,24 +199,23 @@ pub(crate) fn serve<R: Read, W: Write + Send>(
         on_dead,
         id,
     };
-    let outbox = Outbox::new();
     if config.workers == 0 {
-        return read_loop(reader, &conn, &mut |job| conn.execute(job, &outbox));
+        return read_loop(reader, &conn, &mut |job| conn.execute(job));
     }
     let (tx, rx) = mpsc::sync_channel::<Job>(config.workers * 4);
     let rx = Mutex::new(rx);
     thread::scope(|s| {
         let mut spawned = 0;
         for i in 0..config.workers {
-            let (conn, rx, outbox) = (&conn, &rx, &outbox);
+            let (conn, rx) = (&conn, &rx);
             let b = thread::Builder::new().name(format!("nbd-{id}-w{i}"));
-            match b.spawn_scoped(s, move || conn.work(rx, outbox)) {
+            match b.spawn_scoped(s, move || conn.work(rx)) {
                 Ok(_) => spawned += 1,
                 Err(e) => warn!("conn {id}: cannot start worker {i}: {e}"),
             }
         }
         let res = if spawned == 0 {
-            read_loop(reader, &conn, &mut |job| conn.execute(job, &outbox))
+            read_loop(reader, &conn, &mut |job| conn.execute(job))
         } else {
             // A job goes to a worker if the queue has room; when every
             // worker is busy and the queue is full, the reader serves it
@@ -271,7 +225,7 @@ pub(crate) fn serve<R: Read, W: Write + Send>(
             read_loop(reader, &conn, &mut |job| match tx.try_send(job) {
                 Ok(()) => {}
                 Err(mpsc::TrySendError::Full(job) | mpsc::TrySendError::Disconnected(job)) => {
-                    conn.execute(job, &outbox)
+                    conn.execute(job)
                 }
             })
         };
@@ -508,17 +462,17 @@ impl<W: Write> Conn<'_, W> {
     }
 
     /// A worker: serves jobs until the reader closes the queue.
-    fn work<'c>(&'c self, rx: &Mutex<mpsc::Receiver<Job<'c>>>, outbox: &Outbox<'c>) {
+    fn work<'c>(&'c self, rx: &Mutex<mpsc::Receiver<Job<'c>>>) {
         loop {
             let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
             match job {
-                Ok(job) => self.execute(job, outbox),
+                Ok(job) => self.execute(job),
                 Err(_) => return,
             }
         }
     }
 
-    fn execute<'c>(&'c self, job: Job<'c>, outbox: &Outbox<'c>) {
+    fn execute(&self, job: Job<'_>) {
         let charge = job.charge;
         if self.dead.load(Ordering::Relaxed) && matches!(job.op, Op::Read { .. }) {
             // Nobody will read the data: do not allocate it.
@@ -527,7 +481,11 @@ impl<W: Write> Conn<'_, W> {
             return;
         }
         let reply = self.perform(job);
-        self.send(outbox, Ready { reply, charge });
+        self.send(&reply);
+        // The payload buffer goes back before the budget, so a reader that
+        // was waiting for room finds it to reuse.
+        drop(reply);
+        self.budget.release(charge);
     }
 
     fn perform(&self, job: Job<'_>) -> Reply<'_> {
@@ -737,105 +695,46 @@ impl<W: Write> Conn<'_, W> {
         }
     }
 
-    /// Sends a reply (unless the connection is already dead), then gives
-    /// its payload buffer and budget bytes back. If another thread holds the
-    /// writer lock, the reply waits in `outbox` and that thread sends it;
-    /// this one goes back to work at once. On a failed write the connection
-    /// is marked dead and the owner closes the stream.
-    fn send<'c>(&self, outbox: &Outbox<'c>, ready: Ready<'c>) {
-        let mut wait = {
-            let mut queue = outbox.queue();
-            queue.push(ready);
-            queue.len() > OUTBOX_WAITING
+    /// Writes a reply unless the connection is already dead; on failure marks
+    /// it dead and lets the owner close the stream.
+    fn send(&self, reply: &Reply<'_>) {
+        if self.dead.load(Ordering::Relaxed) {
+            return;
+        }
+        let res = {
+            let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+            self.write_reply(&mut *w, &reply.buf[reply.start..])
         };
-        loop {
-            let lock = if wait {
-                self.writer.lock().map_err(TryLockError::from)
-            } else {
-                self.writer.try_lock()
-            };
-            wait = false;
-            let mut w = match lock {
-                Ok(w) => w,
-                Err(TryLockError::Poisoned(e)) => e.into_inner(),
-                // The holder sends it: it looks at the outbox again after
-                // letting go of the lock, which happens after this attempt.
-                Err(TryLockError::WouldBlock) => return,
-            };
-            let mut sending = outbox.sending.lock().unwrap_or_else(|e| e.into_inner());
-            let mut killed = false;
-            loop {
-                std::mem::swap(&mut *outbox.queue(), &mut *sending);
-                if sending.is_empty() {
-                    break;
+        if let Err(e) = res {
+            if !self.dead.swap(true, Ordering::Relaxed) {
+                if e.kind() == io::ErrorKind::TimedOut {
+                    self.server.count_stalled_close();
+                    warn!("conn {}: closed: {e}", self.id);
+                } else {
+                    debug!("conn {}: cannot send a reply: {e}", self.id);
                 }
-                killed |= self.send_batch(&mut w, &mut sending);
-            }
-            drop(sending);
-            drop(w);
-            if killed {
                 (self.on_dead)();
             }
-            // A reply left after the last look but before the lock was let
-            // go found the lock held: send it.
-            if outbox.queue().is_empty() {
-                return;
-            }
         }
     }
 
-    /// Writes `batch` in order (nothing, if the connection is dead), then
-    /// empties it: each payload buffer goes back before its budget bytes,
-    /// so a reader waiting for room finds the buffer to reuse. True if this
-    /// write failed and marked the connection dead: the caller then lets
-    /// the owner close the stream, once it holds no lock.
-    fn send_batch(&self, w: &mut W, batch: &mut Vec<Ready<'_>>) -> bool {
-        let mut killed = false;
-        if !self.dead.load(Ordering::Relaxed) {
-            if let Err(e) = self.write_replies(w, batch) {
-                if !self.dead.swap(true, Ordering::Relaxed) {
-                    if e.kind() == io::ErrorKind::TimedOut {
-                        self.server.count_stalled_close();
-                        warn!("conn {}: closed: {e}", self.id);
-                    } else {
-                        debug!("conn {}: cannot send a reply: {e}", self.id);
-                    }
-                    killed = true;
-                }
-            }
-        }
-        for Ready { reply, charge } in batch.drain(..) {
-            drop(reply);
-            self.budget.release(charge);
-        }
-        killed
-    }
-
-    /// Writes every reply of `batch`, up to [`BATCH_SLICES`] at a time with
-    /// one vectored write, then flushes (a TLS writer sends the ciphertext
-    /// it kept; a socket has nothing to flush). The server gives the socket
-    /// a short send timeout, so a write to a client that reads nothing
-    /// returns `WouldBlock` now and then; it is retried, unless nothing at
-    /// all was sent for `stall_timeout` while other requests wait for the
-    /// server-wide budget: then the connection ends (`TimedOut`) and gives
-    /// its memory back.
-    fn write_replies(&self, w: &mut W, batch: &[Ready<'_>]) -> io::Result<()> {
+    /// Writes all of `buf`, then flushes (a TLS writer sends the
+    /// ciphertext it kept; a socket has nothing to flush). The server gives
+    /// the socket a short send timeout, so a write to a client that reads
+    /// nothing returns `WouldBlock` now and then; it is retried, unless
+    /// nothing at all was sent for `stall_timeout` while other requests
+    /// wait for the server-wide budget: then the connection ends
+    /// (`TimedOut`) and gives its memory back.
+    fn write_reply(&self, w: &mut W, mut buf: &[u8]) -> io::Result<()> {
         let mut progress = Instant::now();
-        for chunk in batch.chunks(BATCH_SLICES) {
-            let mut iov = [IoSlice::new(&[]); BATCH_SLICES];
-            for (slot, r) in iov.iter_mut().zip(chunk) {
-                *slot = IoSlice::new(&r.reply.buf[r.reply.start..]);
-            }
-            let mut left = &mut iov[..chunk.len()];
-            while !left.is_empty() {
-                match w.write_vectored(left) {
-                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                    Ok(n) => {
-                        IoSlice::advance_slices(&mut left, n);
-                        progress = Instant::now();
-                    }
-                    Err(e) => self.retry_or_fail(e, progress)?,
+        while !buf.is_empty() {
+            match w.write(buf) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    buf = &buf[n..];
+                    progress = Instant::now();
                 }
+                Err(e) => self.retry_or_fail(e, progress)?,
             }
         }
         loop {
@@ -872,6 +771,7 @@ impl<W: Write> Conn<'_, W> {
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
+    use std::io::IoSlice;
     use std::sync::Arc;
 
     use super::*;
@@ -991,9 +891,9 @@ mod tests {
     #[test]
     fn every_reply_arrives_once_and_whole_whoever_sends_it() {
         for workers in [0, 1, 4] {
-            // 40 writes of 4 KiB, a flush, 40 reads of them back, 40
-            // flushes: replies finish in any order on any thread, and a
-            // reply left in the outbox must still go out, whole.
+            // 40 writes of 4 KiB and a flush: replies finish in any order
+            // on any thread, and each must go out once and whole through a
+            // writer that takes a few bytes at a time.
             let mut input = Vec::new();
             for i in 0..40u64 {
                 let offset = i * 8192;
