@@ -190,16 +190,27 @@ impl ServerBudget {
 /// One connection's budget: bytes its requests claim until their replies
 /// are sent.
 pub(crate) struct ConnBudget<'s> {
-    avail: Mutex<u64>,
+    state: Mutex<ConnState>,
     freed: Condvar,
     server: &'s ServerBudget,
+}
+
+struct ConnState {
+    avail: u64,
+    /// Threads asleep on `freed` (the reading thread, or none): a release
+    /// wakes them only if there are any (a wake-up is a system call even
+    /// with nobody asleep, and every reply releases).
+    sleepers: usize,
 }
 
 impl<'s> ConnBudget<'s> {
     /// A budget of `total` bytes; waits are counted in `server`'s stats.
     pub(crate) fn new(total: u64, server: &'s ServerBudget) -> ConnBudget<'s> {
         ConnBudget {
-            avail: Mutex::new(total),
+            state: Mutex::new(ConnState {
+                avail: total,
+                sleepers: 0,
+            }),
             freed: Condvar::new(),
             server,
         }
@@ -208,14 +219,16 @@ impl<'s> ConnBudget<'s> {
     /// Waits until `n` bytes are free and takes them. `n` never exceeds the
     /// total (requests are capped at `max_request <= budget`).
     pub(crate) fn acquire(&self, n: u64) {
-        let mut a = lock(&self.avail);
-        if *a < n {
+        let mut s = lock(&self.state);
+        if s.avail < n {
             self.server.count_connection_wait();
         }
-        while *a < n {
-            a = self.freed.wait(a).unwrap_or_else(|e| e.into_inner());
+        while s.avail < n {
+            s.sleepers += 1;
+            s = self.freed.wait(s).unwrap_or_else(|e| e.into_inner());
+            s.sleepers -= 1;
         }
-        *a -= n;
+        s.avail -= n;
     }
 
     /// Gives `n` bytes back.
@@ -223,8 +236,13 @@ impl<'s> ConnBudget<'s> {
         if n == 0 {
             return;
         }
-        *lock(&self.avail) += n;
-        self.freed.notify_all();
+        let mut s = lock(&self.state);
+        s.avail += n;
+        let wake = s.sleepers > 0;
+        drop(s);
+        if wake {
+            self.freed.notify_all();
+        }
     }
 }
 

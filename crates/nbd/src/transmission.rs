@@ -767,3 +767,176 @@ impl<W: Write> Conn<'_, W> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::io::IoSlice;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::device::BlockSize;
+    use crate::export::Export;
+    use crate::MemDevice;
+
+    /// A client's side of the stream: takes at most 7 bytes per call,
+    /// across as many slices as it is given, and says `WouldBlock` on every
+    /// third call (a send timeout), so replies go out in many pieces.
+    #[derive(Default)]
+    struct Narrow {
+        out: Vec<u8>,
+        calls: usize,
+    }
+
+    impl Write for Narrow {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.write_vectored(&[IoSlice::new(buf)])
+        }
+
+        fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+            self.calls += 1;
+            if self.calls % 3 == 0 {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let mut n = 0;
+            for b in bufs {
+                let k = b.len().min(7 - n);
+                self.out.extend_from_slice(&b[..k]);
+                n += k;
+                if n == 7 {
+                    break;
+                }
+            }
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn request(command: u16, cookie: u64, offset: u64, length: u32) -> Vec<u8> {
+        RequestHeader {
+            flags: 0,
+            command,
+            cookie,
+            offset,
+            length,
+        }
+        .encode()
+        .to_vec()
+    }
+
+    /// Serves `input` on `device` with `workers` workers; returns how it
+    /// ended and every byte the client received.
+    fn run(device: &Arc<MemDevice>, input: &[u8], workers: usize) -> (End, Vec<u8>) {
+        let device = device.clone();
+        let session = Session {
+            export: Arc::new(Export::new("", device)),
+            structured: false,
+            extended: false,
+            meta_context: None,
+            flags: tf::HAS_FLAGS | tf::SEND_FLUSH,
+            block: BlockSize {
+                minimum: 1,
+                preferred: 4096,
+                maximum: 64 * 1024,
+            },
+        };
+        let config = Config {
+            workers,
+            ..Config::default()
+        };
+        let server = ServerBudget::unlimited();
+        let writer = Arc::new(Mutex::new(Narrow::default()));
+        let end = serve(
+            &mut ReadAhead::new(input),
+            Client(writer.clone()),
+            &session,
+            &config,
+            &server,
+            &|| {},
+            0,
+        )
+        .unwrap();
+        assert_eq!(server.stats().in_use, 0, "every buffer went back");
+        let out = std::mem::take(&mut writer.lock().unwrap().out);
+        (end, out)
+    }
+
+    /// The server's end of the stream, which the test reads afterwards.
+    struct Client(Arc<Mutex<Narrow>>);
+
+    impl Write for Client {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().write(buf)
+        }
+
+        fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+            self.0.lock().unwrap().write_vectored(bufs)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The data written at `offset` by the test below.
+    fn block(offset: u64, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| (offset as usize / 512 + i * 3) as u8)
+            .collect()
+    }
+
+    #[test]
+    fn every_reply_arrives_once_and_whole_whoever_sends_it() {
+        for workers in [0, 1, 4] {
+            // 40 writes of 4 KiB and a flush: replies finish in any order
+            // on any thread, and each must go out once and whole through a
+            // writer that takes a few bytes at a time.
+            let mut input = Vec::new();
+            for i in 0..40u64 {
+                let offset = i * 8192;
+                input.extend(request(cmd::WRITE, 1000 + i, offset, 4096));
+                input.extend(block(offset, 4096));
+            }
+            input.extend(request(cmd::FLUSH, 1, 0, 0));
+            let device = Arc::new(MemDevice::new(1 << 20));
+            let (end, out) = run(&device, &input, workers);
+            assert_eq!(end, End::Eof);
+            assert_eq!(out.len(), 41 * SimpleReply::LEN);
+            let mut seen = HashMap::new();
+            for r in out.chunks(SimpleReply::LEN) {
+                let reply = SimpleReply::parse(r).unwrap();
+                assert_eq!(reply.error, 0, "workers {workers}");
+                *seen.entry(reply.cookie).or_insert(0) += 1;
+            }
+            assert_eq!(seen.len(), 41, "workers {workers}");
+            assert!(seen.values().all(|&n| n == 1), "workers {workers}");
+
+            // A second connection reads them back: each read's data
+            // follows its own reply header, whichever thread sent it.
+            let mut input = Vec::new();
+            for i in 0..40u64 {
+                input.extend(request(cmd::READ, 2000 + i, i * 8192, 4096));
+            }
+            input.extend(request(cmd::DISC, 0, 0, 0));
+            let (end, out) = run(&device, &input, workers);
+            assert_eq!(end, End::Disconnect);
+            assert_eq!(out.len(), 40 * (SimpleReply::LEN + 4096));
+            let mut seen = 0;
+            for r in out.chunks(SimpleReply::LEN + 4096) {
+                let reply = SimpleReply::parse(&r[..SimpleReply::LEN]).unwrap();
+                assert_eq!(reply.error, 0);
+                let i = reply.cookie - 2000;
+                assert!(i < 40, "workers {workers}: cookie {}", reply.cookie);
+                assert!(
+                    r[SimpleReply::LEN..] == block(i * 8192, 4096)[..],
+                    "workers {workers}: read {i}"
+                );
+                seen |= 1u64 << i;
+            }
+            assert_eq!(seen, (1u64 << 40) - 1, "workers {workers}: every read once");
+        }
+    }
+}
