@@ -553,6 +553,22 @@ fn a_second_server_on_a_live_socket_is_refused_and_a_stale_one_replaced() {
 }
 
 #[test]
+fn sigterm_shuts_down_after_the_socket_files_were_removed() {
+    // Something (a tmp cleaner, a script) removed both socket files: the
+    // server cannot be woken by connecting to them any more, and must still
+    // stop on a signal.
+    let mut z = Zmem::start(&["--size", "1M"]);
+    std::fs::remove_file(&z.sock).unwrap();
+    std::fs::remove_file(&z.ctl).unwrap();
+    z.signal(libc::SIGTERM);
+    let st = z.wait_exit(Duration::from_secs(60));
+    assert!(st.success(), "exit status {st}: {}", z.log());
+    let log = z.log();
+    assert!(log.contains("stopped"), "{log}");
+    assert!(!z.pid_file.exists(), "PID file left behind");
+}
+
+#[test]
 fn bench_serve_runs_on_a_small_file() {
     require_tools!("nbdkit", "nbdcopy");
     let v = bench_serve_json(4 * MIB, &[]);

@@ -80,5 +80,5 @@ pub use export::{Config, Export, ExportError, Exports};
 pub use handshake::{BASE_ALLOCATION, BASE_ALLOCATION_ID};
 pub use mem::MemDevice;
 pub use server::{Server, ShutdownHandle};
-pub use socket::{InheritedListener, ListenAddr, DEFAULT_TCP_ADDR};
+pub use socket::{AcceptStopper, InheritedListener, ListenAddr, DEFAULT_TCP_ADDR};
 pub use tls::{Tls, TlsMode, CA_CERT, SERVER_CERT, SERVER_KEY};

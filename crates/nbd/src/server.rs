@@ -51,7 +51,7 @@ use crate::budget::{BudgetStats, ServerBudget};
 use crate::connection::{self, SessionCounters, SessionStats};
 use crate::export::{Config, Export, ExportError, Exports};
 use crate::handshake::Start;
-use crate::socket::{self, InheritedListener, ListenAddr, Listener, Stream};
+use crate::socket::{self, AcceptStopper, InheritedListener, ListenAddr, Listener, Stream};
 use crate::tls;
 
 /// Where an open connection is in its life.
@@ -82,6 +82,9 @@ struct Shared {
     /// Payload memory over all connections.
     budget: ServerBudget,
     addr: ListenAddr,
+    /// Stops the listener at shutdown; `None` for an inherited listener,
+    /// whose acceptor is woken by connecting to it.
+    stopper: Option<AcceptStopper>,
     stopping: AtomicBool,
     /// Open connections by id and their phase (streams are thread-safe
     /// themselves).
@@ -237,7 +240,11 @@ impl ShutdownHandle {
             return;
         }
         info!("nbd: shutting down the server on {}", self.shared.addr);
-        if let Err(e) = socket::wake(&self.shared.addr) {
+        let woken = match &self.shared.stopper {
+            Some(stopper) => stopper.stop(),
+            None => socket::wake(&self.shared.addr),
+        };
+        if let Err(e) = woken {
             error!("nbd: cannot wake the acceptor on {}: {e}", self.shared.addr);
         }
     }
@@ -262,7 +269,8 @@ impl Server {
             ));
         }
         let (listener, bound) = Listener::bind(&addr, &config)?;
-        Server::start(listener, bound, exports, config)
+        let stopper = listener.stopper()?;
+        Server::start(listener, bound, exports, config, Some(stopper))
     }
 
     /// Starts serving `exports` on a listener made by someone else (a
@@ -280,7 +288,7 @@ impl Server {
             ));
         }
         let (listener, bound) = Listener::inherit(inherited, &config)?;
-        Server::start(listener, bound, exports, config)
+        Server::start(listener, bound, exports, config, None)
     }
 
     fn start(
@@ -288,8 +296,10 @@ impl Server {
         bound: ListenAddr,
         exports: Exports,
         config: Config,
+        stopper: Option<AcceptStopper>,
     ) -> io::Result<Server> {
         let shared = Arc::new(Shared {
+            stopper,
             exports: RwLock::new(exports),
             budget: ServerBudget::new(config.total_budget()),
             config,

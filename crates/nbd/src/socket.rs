@@ -225,6 +225,40 @@ impl Drop for Listener {
     }
 }
 
+/// Stops a listening socket this process made, so that a thread blocked in
+/// `accept` on it returns at once (Linux answers `EINVAL`), also when its
+/// Unix socket file was removed behind the server's back and connecting to
+/// the path can no longer wake it. It holds a duplicate of the listener's
+/// descriptor, so the descriptor it shuts down is never one reused for
+/// something else. Not for a socket inherited from a service manager:
+/// shutting that down would stop the manager's socket too.
+#[derive(Debug)]
+pub struct AcceptStopper(std::os::fd::OwnedFd);
+
+impl AcceptStopper {
+    /// A stopper for `listener` (a duplicate of its descriptor).
+    pub fn new(listener: &impl std::os::fd::AsFd) -> io::Result<AcceptStopper> {
+        Ok(AcceptStopper(listener.as_fd().try_clone_to_owned()?))
+    }
+
+    /// Shuts the socket down for both directions: it stops listening and a
+    /// blocked `accept` returns.
+    pub fn stop(&self) -> io::Result<()> {
+        rustix::net::shutdown(&self.0, rustix::net::Shutdown::Both).map_err(io::Error::from)
+    }
+}
+
+impl Listener {
+    /// A stopper for this listener; only for one this process bound (see
+    /// [`AcceptStopper`]).
+    pub(crate) fn stopper(&self) -> io::Result<AcceptStopper> {
+        match self {
+            Listener::Unix(l, _) => AcceptStopper::new(l),
+            Listener::Tcp(l) => AcceptStopper::new(l),
+        }
+    }
+}
+
 /// Connects to a listener of ours to wake a thread blocked in `accept`.
 pub(crate) fn wake(addr: &ListenAddr) -> io::Result<()> {
     match addr {

@@ -86,6 +86,8 @@ struct Client {
 struct Shared {
     registry: Arc<Registry>,
     path: PathBuf,
+    /// Stops the listener at shutdown, also when its file was removed.
+    stopper: nbd::AcceptStopper,
     stopping: AtomicBool,
     clients: Mutex<HashMap<u64, Client>>,
 }
@@ -149,9 +151,11 @@ impl CtlServer {
         let path = path.into();
         claim_socket_path(&path)?;
         let listener = UnixListener::bind(&path)?;
+        let stopper = nbd::AcceptStopper::new(&listener)?;
         let shared = Arc::new(Shared {
             registry,
             path,
+            stopper,
             stopping: AtomicBool::new(false),
             clients: Mutex::new(HashMap::new()),
         });
@@ -182,8 +186,11 @@ impl CtlServer {
             return;
         };
         self.shared.stopping.store(true, Ordering::SeqCst);
-        // Wake the acceptor; if that fails it is already gone.
-        let _ = UnixStream::connect(&self.shared.path);
+        // Wake the acceptor: stop its socket, or connect to it should that
+        // fail; if both fail it is already gone.
+        if self.shared.stopper.stop().is_err() {
+            let _ = UnixStream::connect(&self.shared.path);
+        }
         if acceptor.join().is_err() {
             warn!("ctl: the acceptor thread panicked");
         }
