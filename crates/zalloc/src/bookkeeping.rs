@@ -50,6 +50,17 @@ pub(crate) fn release_retained(source: &PageSource) -> usize {
     }
 }
 
+/// [`zpool::ZPool::decay_retained_pages`] for `source`: with a retained
+/// share, ends its epoch (the pages not reused since the previous one go
+/// back to the OS); without one, nothing.
+pub(crate) fn decay_retained(source: &PageSource) -> usize {
+    if source.retain_divisor() == 0 {
+        0
+    } else {
+        source.decay()
+    }
+}
+
 /// A fresh tag for a new allocator instance, in `1..=126`.
 ///
 /// Allocators put it in the top bits of their handles so that a handle of

@@ -557,11 +557,7 @@ impl ZPool for ZBlock {
     }
 
     fn decay_retained_pages(&self) -> usize {
-        if self.source.retain_divisor() == 0 {
-            0
-        } else {
-            self.source.decay()
-        }
+        crate::bookkeeping::decay_retained(&self.source)
     }
 
     fn release_retained_pages(&self) -> usize {
