@@ -636,6 +636,28 @@ fn bench_serve_runs_on_a_small_file() {
             "{t}"
         );
     }
+    // lz4 writes (against sparse) also get the ceiling with sparse's own
+    // write CPU added to the server's; the others have none.
+    let t = &targets[2];
+    let g = |k: &str| t[k].as_f64().unwrap();
+    let (server, kit, client) = (
+        g("ceiling_server_cpu_s"),
+        g("receiving_nbdkit_cpu_s"),
+        g("client_cpu_s"),
+    );
+    assert!(kit >= 0.0, "{t}");
+    let expect = g("ceiling_mb_s") * (server + client) / (server + kit + client);
+    assert!(
+        (g("receiving_ceiling_mb_s") - expect).abs() <= 1e-9 * expect,
+        "{t}"
+    );
+    for i in [0, 1, 3] {
+        assert!(
+            targets[i]["receiving_ceiling_mb_s"].is_null(),
+            "{}",
+            targets[i]
+        );
+    }
     // Reads against sparse count sparse's own CPU in the ceiling.
     assert_eq!(targets[3]["ceiling_counts_nbdkit"], true);
     assert_eq!(targets[1]["ceiling_counts_nbdkit"], false);
