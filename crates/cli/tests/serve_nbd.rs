@@ -568,6 +568,42 @@ fn sigterm_shuts_down_after_the_socket_files_were_removed() {
     assert!(!z.pid_file.exists(), "PID file left behind");
 }
 
+/// `zmem_retained_bound_bytes` of export zram0 from a server's /metrics.
+fn retained_bound(metrics: &str) -> u64 {
+    let mut c = TcpStream::connect(metrics).unwrap();
+    c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut text = String::new();
+    c.read_to_string(&mut text).unwrap();
+    let key = "zmem_retained_bound_bytes{export=\"zram0\"} ";
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+}
+
+#[test]
+fn retain_divisor_sets_the_share_of_freed_pages_kept() {
+    require_tools!("nbdcopy");
+    // 4 MiB of real files: a pool of some hundreds of pages.
+    let data = real_data(4 * MIB);
+    let mut bounds = Vec::new();
+    for flags in [&[][..], &["--retain-divisor", "0"][..]] {
+        let mut args = vec!["--size", "8M", "--metrics", "127.0.0.1:0"];
+        args.extend_from_slice(flags);
+        let z = Zmem::start(&args);
+        let src = z.file("data.bin");
+        std::fs::write(&src, &data).unwrap();
+        run_ok("nbdcopy", &[&src.to_string_lossy(), &z.uri("zram0")]);
+        let used = z.mm_stat("zram0")[2];
+        assert!(used > 64 * 4096, "mem_used_total {used}");
+        bounds.push(retained_bound(&logged_addr(&z.log(), "metrics: http://")));
+    }
+    // Default mode keeps 1 MiB plus a share of the pool; 0 keeps the fixed
+    // 1 MiB cache alone.
+    assert!(bounds[0] > MIB as u64, "{bounds:?}");
+    assert_eq!(bounds[1], MIB as u64, "{bounds:?}");
+}
+
 #[test]
 fn bench_serve_runs_on_a_small_file() {
     require_tools!("nbdkit", "nbdcopy");

@@ -612,6 +612,7 @@ fn spec_for(c: &Candidate, alloc: &str, mode: Mode, page_size: usize) -> StoreSp
         mem_limit: 0,
         // Only a fill is measured: nothing for a compactor to do.
         auto_compact: zram::AutoCompactPolicy::new(zram::AutoCompactMode::Off),
+        retain_divisor: None,
     }
 }
 

@@ -76,6 +76,14 @@ pub struct StoreArgs {
     /// 2^30), nor less than 0.5% of compr_data_size.
     #[arg(long, value_name = "PAGES", default_value_t = 32, value_parser = crate::flags::whole::<u64>(1, 1 << 30))]
     pub compact_min_gain: u64,
+    /// zsmalloc's retained share of freed pages: up to one page in N of
+    /// those the pool holds stays resident for reuse after compaction or a
+    /// free gives it back, so a churning store faults fewer pages in; the
+    /// resident set may exceed mem_used_total by that share plus 1 MiB.
+    /// 0 turns it off [default: the mode's: 32 in default mode, 0 in
+    /// kernel-compat]
+    #[arg(long, value_name = "N", value_parser = crate::flags::whole_usize(0, 1 << 20))]
+    pub retain_divisor: Option<usize>,
 }
 
 /// Parses `--auto-compact`.
@@ -119,6 +127,10 @@ pub struct StoreSpec {
     pub mem_limit: u64,
     /// The background compactor's policy.
     pub auto_compact: AutoCompactPolicy,
+    /// zsmalloc's retained share of freed pages, as a divisor, if set (see
+    /// `zalloc::AllocOptions::retain_divisor`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retain_divisor: Option<usize>,
 }
 
 /// The background compaction a mode gets when `--auto-compact` is not
@@ -281,6 +293,7 @@ impl StoreArgs {
                                     merge: !self.no_merge,
                                     mem_limit: self.mem_limit,
                                     auto_compact,
+                                    retain_divisor: self.retain_divisor,
                                 });
                             }
                         }
@@ -344,6 +357,7 @@ impl StoreSpec {
             chain: self.chain,
             delta: self.delta,
             merge: self.merge,
+            retain_divisor: self.retain_divisor,
         }
     }
 

@@ -73,6 +73,13 @@ pub struct AllocOptions {
     /// zsmalloc: merge classes with the same pages and objects per zspage
     /// (the class-merging patch, seed 003); both modes merge by default.
     pub merge: bool,
+    /// zsmalloc: the retained share of freed pages, as a divisor: up to one
+    /// page in N of those the pool holds (plus the page source's fixed
+    /// 1 MiB) stays resident for reuse, not counted in the pool's pages;
+    /// `Some(0)` turns it off, so the resident set follows the pool as
+    /// closely as the fixed cache allows; `None` keeps the mode's (default
+    /// mode 32, kernel-compat 0).
+    pub retain_divisor: Option<usize>,
 }
 
 impl Default for AllocOptions {
@@ -85,6 +92,7 @@ impl Default for AllocOptions {
             chain: None,
             delta: None,
             merge: true,
+            retain_divisor: None,
         }
     }
 }
@@ -151,6 +159,9 @@ pub fn open(name: &str, opts: &AllocOptions) -> Result<Arc<dyn ZPool>, ZPoolErro
     match name {
         "zsmalloc" => {
             let pool = Pool::new(opts.zsmalloc_config()?).map_err(ZPoolError::from)?;
+            if let Some(divisor) = opts.retain_divisor {
+                pool.set_page_retain_divisor(divisor);
+            }
             Ok(Arc::new(pool))
         }
         "zbud" => Ok(Arc::new(zbud::ZBud::new(opts.page_size, None)?)),
@@ -180,6 +191,24 @@ mod tests {
                 assert_eq!(pool.name(), "zsmalloc");
                 assert_eq!(pool.page_size(), page_size);
             }
+        }
+    }
+
+    #[test]
+    fn the_retained_share_is_the_modes_unless_set() {
+        for (mode, set, want) in [
+            (Mode::Default, None, zsmalloc::DEFAULT_RETAIN_DIVISOR),
+            (Mode::KernelCompat, None, 0),
+            (Mode::Default, Some(0), 0),
+            (Mode::KernelCompat, Some(16), 16),
+        ] {
+            let opts = AllocOptions {
+                mode,
+                retain_divisor: set,
+                ..AllocOptions::default()
+            };
+            let pool = open("zsmalloc", &opts).unwrap();
+            assert_eq!(pool.retained_pages().divisor, want, "{mode:?} {set:?}");
         }
     }
 

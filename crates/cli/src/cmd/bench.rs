@@ -16,7 +16,7 @@ pub enum BenchCommand {
     ReadLatency(read_latency::ReadLatencyArgs),
     /// The store's write and read speed against raw compression, on one and
     /// two threads.
-    Store(store::StoreBenchArgs),
+    Store(Box<store::StoreBenchArgs>),
     /// `zmem serve` beside nbdkit's memory plugin: throughput and RSS.
     Serve(serve::ServeBenchArgs),
     /// Each compressor's speed on one core and ratio, page by page, beside

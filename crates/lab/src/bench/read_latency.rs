@@ -125,6 +125,7 @@ fn store_phase(
         merge: true,
         mem_limit: 0,
         auto_compact: zram::AutoCompactPolicy::new(mode),
+        retain_divisor: None,
         unit: None,
     };
     let store = spec.open(pages.len() as u64)?;

@@ -141,6 +141,7 @@ pub fn run(args: &ChainArgs) -> Result<(), Error> {
             merge: true,
             mem_limit: 0,
             auto_compact: zram::AutoCompactPolicy::new(zram::AutoCompactMode::Off),
+            retain_divisor: None,
         })
         .collect();
     let description = corpus.description.clone();

@@ -125,6 +125,7 @@ pub fn run(args: &MergeArgs) -> Result<(), Error> {
         merge,
         mem_limit: 0,
         auto_compact: AutoCompactPolicy::new(auto),
+        retain_divisor: None,
     };
     let off = AutoCompactMode::Off;
     let specs = vec![
