@@ -465,10 +465,26 @@ impl PageSource {
     /// whole epoch), then starts a new one. Returns the pages released. An
     /// allocator calls it at the end of a background compaction, so that
     /// pages a compaction gives back stay resident until the next one, for
-    /// the stores that fill them again in between.
+    /// the stores that fill them again in between. Without a retained share
+    /// ([`PageSource::set_retain_divisor`]) there are no epochs: it does
+    /// nothing and returns 0.
     pub fn decay(&self) -> usize {
+        if self.retain_divisor() == 0 {
+            return 0;
+        }
         let mut inner = self.lock();
         self.decay_locked(&mut inner)
+    }
+
+    /// With a retained share, [`PageSource::flush`] (memory is tight: every
+    /// page kept goes back now). Without one, nothing (returns 0): the fixed
+    /// cache alone is released by its own bound.
+    pub fn release_retained(&self) -> usize {
+        if self.retain_divisor() == 0 {
+            0
+        } else {
+            self.flush()
+        }
     }
 
     fn decay_locked(&self, inner: &mut Inner) -> usize {

@@ -39,28 +39,6 @@ pub(crate) fn retained_pages(source: &PageSource) -> zpool::RetainedPages {
     }
 }
 
-/// [`zpool::ZPool::release_retained_pages`] for `source`: everything it
-/// keeps if it has a retained share, nothing otherwise (its fixed cache is
-/// released by its own bound, as before retention existed).
-pub(crate) fn release_retained(source: &PageSource) -> usize {
-    if source.retain_divisor() == 0 {
-        0
-    } else {
-        source.flush()
-    }
-}
-
-/// [`zpool::ZPool::decay_retained_pages`] for `source`: with a retained
-/// share, ends its epoch (the pages not reused since the previous one go
-/// back to the OS); without one, nothing.
-pub(crate) fn decay_retained(source: &PageSource) -> usize {
-    if source.retain_divisor() == 0 {
-        0
-    } else {
-        source.decay()
-    }
-}
-
 /// A fresh tag for a new allocator instance, in `1..=126`.
 ///
 /// Allocators put it in the top bits of their handles so that a handle of

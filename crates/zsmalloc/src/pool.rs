@@ -351,11 +351,7 @@ impl Pool {
     /// [`Pool::set_page_retain_divisor`]; [`Pool::compact_background`] does
     /// this at its end). Without one, nothing. Returns the pages released.
     pub fn decay_page_cache(&self) -> usize {
-        if self.pages.retain_divisor() == 0 {
-            0
-        } else {
-            self.pages.decay()
-        }
+        self.pages.decay()
     }
 
     /// The retained share's divisor (0: none; see

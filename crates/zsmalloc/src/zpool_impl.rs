@@ -153,13 +153,7 @@ impl ZPool for Pool {
     }
 
     fn release_retained_pages(&self) -> usize {
-        // Without a retained share, only the fixed cache is kept, released
-        // by its own bound as before retention existed.
-        if self.page_retain_divisor() == 0 {
-            0
-        } else {
-            self.flush_page_cache()
-        }
+        self.pages.release_retained()
     }
 
     // One step per class, and in a framed pool one more that empties

@@ -557,11 +557,11 @@ impl ZPool for ZBlock {
     }
 
     fn decay_retained_pages(&self) -> usize {
-        crate::bookkeeping::decay_retained(&self.source)
+        self.source.decay()
     }
 
     fn release_retained_pages(&self) -> usize {
-        crate::bookkeeping::release_retained(&self.source)
+        self.source.release_retained()
     }
 
     fn total_pages(&self) -> usize {
