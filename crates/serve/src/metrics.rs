@@ -82,7 +82,7 @@ pub fn render(reg: &Registry) -> String {
             )
         })
         .collect();
-    let metrics: [(&str, &str, &str, Get); 41] = [
+    let metrics: [(&str, &str, &str, Get); 42] = [
         ("zmem_disksize_bytes", "gauge", "Size of the export.", |s| {
             s.disksize
         }),
@@ -235,6 +235,12 @@ pub fn render(reg: &Registry) -> String {
             "counter",
             "CPU time of the background compactor's thread.",
             |s| s.auto.cpu_ns,
+        ),
+        (
+            "zmem_auto_compact_idle_decays_total",
+            "counter",
+            "Epochs of the pages kept for reuse that the background compactor ended while idle.",
+            |s| s.auto.idle_decays,
         ),
         (
             "zmem_auto_compact_longest_step_nanoseconds",

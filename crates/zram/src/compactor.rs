@@ -36,6 +36,13 @@
 //! `some avg10` at `pressure_avg10` or more (polled each second while there
 //! is enough to free), as the kernel compacts zsmalloc only from its shrinker.
 //!
+//! # Kept pages
+//! Each look ends an epoch of the pages the allocator keeps resident for
+//! reuse (`ZPool::decay_retained_pages`: what no store took since the
+//! previous epoch goes back to the OS). While the thread sits idle with
+//! pages kept, it ends one every [`IDLE_EPOCH`] too, so an idle store gives
+//! every kept page back within two of them without waiting for a free.
+//!
 //! # The CPU budget
 //! The thread's own CPU time (`CLOCK_THREAD_CPUTIME_ID`), evaluations
 //! included, is charged against a bucket that fills at `cpu_percent` % of
@@ -61,6 +68,12 @@ use crate::stats::{Counter, Counters};
 
 /// The most CPU time the budget lets the compactor spend at once.
 pub const BURST: Duration = Duration::from_millis(2);
+
+/// How long the thread, idle, lets the pages the allocator keeps for reuse
+/// sit before it ends their epoch (the page source's own decay time,
+/// `pages::DEFAULT_DECAY_MS`): what no store took back goes to the OS, so
+/// an idle store gives back every kept page within two of these.
+const IDLE_EPOCH: Duration = Duration::from_secs(1);
 
 /// How long the compactor waits after the first free before it looks, so a
 /// burst of frees is handled by one evaluation.
@@ -273,6 +286,10 @@ pub struct AutoCompactStats {
     /// compaction (others wait for at most one object's move of it, one
     /// source zspage's with the kernel's algorithms).
     pub longest_step_ns: u64,
+    /// Epochs of the pages the allocator keeps for reuse ended while the
+    /// thread was idle (each gives back what no store took since the
+    /// previous one).
+    pub idle_decays: u64,
 }
 
 impl fmt::Display for AutoCompactStats {
@@ -280,7 +297,7 @@ impl fmt::Display for AutoCompactStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "auto_compact: wakeups {} skipped {} postponed {} runs {} steps {} pages_freed {} objs_moved {} objs_lower_bound {} objs_moved_trim {} cpu_us {} budget_wait_us {} longest_step_us {}",
+            "auto_compact: wakeups {} skipped {} postponed {} runs {} steps {} pages_freed {} objs_moved {} objs_lower_bound {} objs_moved_trim {} cpu_us {} budget_wait_us {} longest_step_us {} idle_decays {}",
             self.wakeups,
             self.skipped,
             self.postponed,
@@ -292,7 +309,8 @@ impl fmt::Display for AutoCompactStats {
             self.objs_moved_trim,
             self.cpu_ns / 1000,
             self.budget_wait_ns / 1000,
-            self.longest_step_ns / 1000
+            self.longest_step_ns / 1000,
+            self.idle_decays
         )
     }
 }
@@ -312,6 +330,7 @@ struct Tally {
     cpu_ns: AtomicU64,
     budget_wait_ns: AtomicU64,
     longest_step_ns: AtomicU64,
+    idle_decays: AtomicU64,
 }
 
 /// What the thread needs to see of the store.
@@ -421,6 +440,7 @@ impl Compactor {
             cpu_ns: g(&t.cpu_ns),
             budget_wait_ns: g(&t.budget_wait_ns),
             longest_step_ns: g(&t.longest_step_ns),
+            idle_decays: g(&t.idle_decays),
         }
     }
 
@@ -610,7 +630,7 @@ fn run(shared: &Shared, w: &Watched) {
     let mut budget = Budget::new();
     let page = w.pool.page_size() as f64;
     // Look once at start: the store may already be fragmented.
-    let mut poll = None;
+    let mut poll: Option<Duration> = None;
     loop {
         {
             // Wait for a free, a policy change or a stop; the shrinker also
@@ -628,16 +648,32 @@ fn run(shared: &Shared, w: &Watched) {
                 }
                 c.idle = true;
                 shared.went_idle.notify_all();
-                c = match poll {
+                // Pages the allocator keeps for reuse go back after two idle
+                // epochs: an idle store keeps nothing it does not count.
+                let kept = w.pool.retained_pages();
+                let decay = (kept.divisor != 0 && kept.pages > 0).then_some(IDLE_EPOCH);
+                let timeout = match (poll, decay) {
+                    (Some(p), Some(d)) => Some(p.min(d)),
+                    (p, d) => p.or(d),
+                };
+                c = match timeout {
                     Some(d) => {
                         let (c, r) = shared
                             .wake
                             .wait_timeout(c, d)
                             .unwrap_or_else(|e| e.into_inner());
-                        if r.timed_out() {
+                        if !r.timed_out() {
+                            c
+                        } else if poll == Some(d) {
                             shared.armed.store(false, Ordering::Release);
+                            c
+                        } else {
+                            // The allocator is called with the mutex let go.
+                            drop(c);
+                            w.pool.decay_retained_pages();
+                            t.idle_decays.fetch_add(1, Ordering::Relaxed);
+                            shared.control()
                         }
-                        c
                     }
                     None => shared.wake.wait(c).unwrap_or_else(|e| e.into_inner()),
                 };

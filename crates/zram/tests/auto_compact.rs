@@ -365,3 +365,41 @@ fn racing_writes_discards_resets_and_limits_loses_nothing() {
     s.reset();
     assert_eq!(p.total_pages(), 0);
 }
+
+/// Default mode's pool keeps pages it frees for reuse (its retained share);
+/// an idle store gives every one of them back within two idle epochs of
+/// the compactor, with no write, free or `compact` to prompt it.
+#[test]
+fn an_idle_store_gives_back_the_pages_kept_for_reuse() {
+    let p = pool(Mode::Default);
+    let s = store(&p, 8192);
+    // A minimum gain no run reaches: only the looks and the idle epochs act.
+    s.set_auto_compact(policy(AutoCompactMode::On, "min_gain=100000"))
+        .unwrap();
+    for i in 0..8192 {
+        s.write_page(i, &page(i)).unwrap();
+    }
+    // Whole runs of pages freed: their zspages empty and are kept.
+    s.discard(0, 4096).unwrap();
+    assert!(s.retained_bytes().0 > 0, "freed zspages kept for reuse");
+    let idle_since = Instant::now();
+    assert!(
+        eventually(|| s.retained_bytes().0 == 0),
+        "{} bytes still kept after {:?} idle: {:?}",
+        s.retained_bytes().0,
+        idle_since.elapsed(),
+        s.auto_compact_stats()
+    );
+    let st = s.auto_compact_stats();
+    assert!(st.idle_decays >= 1, "{st:?}");
+    assert_eq!(st.runs, 0, "{st:?}");
+    // Idle with nothing kept: no more epochs.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(s.auto_compact_stats().idle_decays, st.idle_decays);
+    // Everything still reads back.
+    let mut buf = vec![0u8; 4096];
+    for i in (4096..8192).step_by(97) {
+        s.read_page(i, &mut buf).unwrap();
+        assert_eq!(buf, page(i), "page {i}");
+    }
+}
