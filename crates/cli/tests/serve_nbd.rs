@@ -596,7 +596,15 @@ fn retain_divisor_sets_the_share_of_freed_pages_kept() {
         run_ok("nbdcopy", &[&src.to_string_lossy(), &z.uri("zram0")]);
         let used = z.mm_stat("zram0")[2];
         assert!(used > 64 * 4096, "mem_used_total {used}");
-        bounds.push(retained_bound(&logged_addr(&z.log(), "metrics: http://")));
+        let metrics = logged_addr(&z.log(), "metrics: http://");
+        bounds.push(retained_bound(&metrics));
+        if flags.is_empty() {
+            // Changed on the running export, and read back.
+            assert_eq!(z.ctl_ok(&["retain_divisor"]), "32\n");
+            z.ctl_ok(&["retain_divisor", "0"]);
+            assert_eq!(z.ctl_ok(&["retain_divisor"]), "0\n");
+            assert_eq!(retained_bound(&metrics), MIB as u64);
+        }
     }
     // Default mode keeps 1 MiB plus a share of the pool; 0 keeps the fixed
     // 1 MiB cache alone.

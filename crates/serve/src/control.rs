@@ -17,6 +17,7 @@
 //! | `objs_moved` | (zmem's; from the fine-grained fullness series) | objects moved by compaction |
 //! | `compact` | `compact` | compacts the allocator |
 //! | `auto_compact [WORDS]` | (zmem's) | reads the background compactor's policy (`on cpu=5 min_gain=32 ...`); writes `on`, `off`, `shrinker` and/or `cpu=PCT min_gain=PAGES min_gain_percent=PCT limit=PCT pressure=AVG10 postpone_ms=MS` |
+//! | `retain_divisor [N]` | (zmem's) | the allocator's retained share: freed pages up to one in N of the pages it holds stay resident for reuse (0: only the 1 MiB cache); writing lowers or raises it at once, until `reset` |
 //! | `idle all`, `idle N` | `idle` | marks slots idle (all, or unused for N s) |
 //! | `reset [1]` | `reset` | frees the store and returns the export to uninitialised with the server's default settings; `EBUSY` while a client is connected to it |
 //! | `mem_limit SIZE` | `mem_limit` | K/M/G/T suffixes (memparse); 0 removes it |
@@ -37,7 +38,8 @@
 //! (the file must open for reading and writing now; it is set up on
 //! `disksize`) and `recomp_algorithm` as settings, and refuses what needs a
 //! store (`compact`, `idle`, `writeback`, `recompress`, `classes`,
-//! `block_state`, `auto_compact`, the writeback limits) with `EINVAL`. On an
+//! `block_state`, `auto_compact`, `retain_divisor`, the writeback limits)
+//! with `EINVAL`. On an
 //! initialised export, `backing_dev` and `recomp_algorithm` stay writable
 //! until its first page write, as zmem's stores allow. The life itself
 //! (`hot_add`, `disksize`, `reset`, `hot_remove`) is in [`crate::registry`].
@@ -84,7 +86,7 @@ impl fmt::Display for CtlError {
 impl std::error::Error for CtlError {}
 
 /// Every command name, for `help` and error messages.
-pub const COMMANDS: [&str; 29] = [
+pub const COMMANDS: [&str; 30] = [
     "mm_stat",
     "io_stat",
     "debug_stat",
@@ -96,6 +98,7 @@ pub const COMMANDS: [&str; 29] = [
     "objs_moved",
     "compact",
     "auto_compact",
+    "retain_divisor",
     "idle",
     "reset",
     "mem_limit",
@@ -295,6 +298,9 @@ pub fn execute(reg: &Registry, export: Option<&str>, line: &str) -> Result<Strin
         ExportView::Uninitialised(settings) => run_uninitialised(name, settings, cmd, arg),
     })
 }
+
+/// The largest retained-share divisor (as `--retain-divisor` takes).
+const MAX_RETAIN_DIVISOR: usize = 1 << 20;
 
 /// The longest compressor name zram takes (`CRYPTO_MAX_ALG_NAME` less one).
 const MAX_ALGO_NAME: usize = 127;
@@ -595,6 +601,23 @@ fn run(s: &Served, cmd: &str, arg: Option<&str>) -> Result<String, CtlError> {
                 Ok(String::new())
             }
         },
+        "retain_divisor" => match arg {
+            None => read(store.retain_divisor().to_string()),
+            Some(v) => {
+                let divisor = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&d| d <= MAX_RETAIN_DIVISOR)
+                    .ok_or_else(|| {
+                        CtlError::inval(format!(
+                            "retain_divisor takes 0 to {MAX_RETAIN_DIVISOR}, not {v:?}"
+                        ))
+                    })?;
+                store.set_retain_divisor(divisor);
+                log::info!("ctl: {}: retain_divisor {divisor}", s.name);
+                Ok(String::new())
+            }
+        },
         "idle" => {
             let cutoff = match arg {
                 Some("all") => IdleCutoff::All,
@@ -819,6 +842,15 @@ mod tests {
             .contains("\nauto_compact: wakeups "));
         assert_eq!(execute(&reg, None, "auto_compact off").unwrap(), "");
         assert!(!store.auto_compact_running());
+        // The retained share: default mode keeps 1/32 of its pages.
+        assert_eq!(execute(&reg, None, "retain_divisor").unwrap(), "32\n");
+        let (_, bound) = store.retained_bytes();
+        assert_eq!(execute(&reg, None, "retain_divisor 0").unwrap(), "");
+        assert_eq!(store.retain_divisor(), 0);
+        assert_eq!(store.retained_bytes().1, 1 << 20, "the fixed cache only");
+        assert!(bound >= 1 << 20);
+        assert_eq!(execute(&reg, None, "retain_divisor 8").unwrap(), "");
+        assert_eq!(execute(&reg, None, "retain_divisor").unwrap(), "8\n");
         assert_eq!(execute(&reg, None, "mem_used_max 0").unwrap(), "");
         assert_eq!(execute(&reg, None, "reset").unwrap(), "");
         assert_eq!(store.mm_stat().orig_data_size, 0);
@@ -833,6 +865,9 @@ mod tests {
             "auto_compact sometimes",
             "auto_compact cpu=0",
             "auto_compact min_gain=0",
+            "retain_divisor -1",
+            "retain_divisor 1048577",
+            "retain_divisor some",
             "frobnicate",
         ] {
             let e = execute(&reg, None, bad).unwrap_err();

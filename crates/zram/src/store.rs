@@ -822,6 +822,21 @@ impl Store {
         (r.pages as u64 * page, r.bound as u64 * page)
     }
 
+    /// The divisor of the allocator's retained share: freed pages up to one
+    /// in this many of the pages it holds stay resident for reuse, on top of
+    /// its page source's fixed cache (0: the fixed cache only, or an
+    /// allocator that keeps none).
+    pub fn retain_divisor(&self) -> usize {
+        self.pool.retained_pages().divisor
+    }
+
+    /// Sets the retained share's divisor on the running store (see
+    /// [`Store::retain_divisor`]); what is kept over the new bound goes back
+    /// to the OS now.
+    pub fn set_retain_divisor(&self, divisor: usize) {
+        self.pool.set_page_retain_divisor(divisor);
+    }
+
     /// `debug_stat` now.
     pub fn debug_stat(&self) -> DebugStat {
         let stats = self.compactor.stats();

@@ -41,6 +41,8 @@ COMMANDS (as zram's sysfs attributes; reads print the file's text)
   auto_compact (the background compactor's policy) | auto_compact 'on|off|shrinker
   [cpu=PCT] [min_gain=PAGES] [min_gain_percent=PCT] [limit=PCT] [pressure=AVG10]
   [postpone_ms=MS]'
+  retain_divisor | retain_divisor N (freed pages kept resident for reuse, up to
+  one in N of the pages held, over a 1 MiB cache; 0: the cache only)
   (one quoted value)
   (reset returns the export to uninitialised; it and hot_remove are refused
   with EBUSY while NBD clients are connected to it, as zram's are while the
