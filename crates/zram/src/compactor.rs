@@ -649,8 +649,15 @@ fn run(shared: &Shared, w: &Watched) {
                 c.idle = true;
                 shared.went_idle.notify_all();
                 // Pages the allocator keeps for reuse go back after two idle
-                // epochs: an idle store keeps nothing it does not count.
+                // epochs: an idle store keeps nothing it does not count. The
+                // allocator is asked with the mutex let go (it is a leaf), so
+                // a free or a stop meanwhile is looked at again first.
+                drop(c);
                 let kept = w.pool.retained_pages();
+                c = shared.control();
+                if c.stop || !shared.armed.load(Ordering::Acquire) {
+                    continue;
+                }
                 let decay = (kept.divisor != 0 && kept.pages > 0).then_some(IDLE_EPOCH);
                 let timeout = match (poll, decay) {
                     (Some(p), Some(d)) => Some(p.min(d)),
@@ -668,7 +675,6 @@ fn run(shared: &Shared, w: &Watched) {
                             shared.armed.store(false, Ordering::Release);
                             c
                         } else {
-                            // The allocator is called with the mutex let go.
                             drop(c);
                             w.pool.decay_retained_pages();
                             t.idle_decays.fetch_add(1, Ordering::Relaxed);
