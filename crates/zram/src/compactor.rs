@@ -40,8 +40,9 @@
 //! Each look ends an epoch of the pages the allocator keeps resident for
 //! reuse (`ZPool::decay_retained_pages`: what no store took since the
 //! previous epoch goes back to the OS). While the thread sits idle with
-//! pages kept, it ends one every second (`IDLE_EPOCH`) too, so an idle store gives
-//! every kept page back within two of them without waiting for a free.
+//! pages kept, it ends one every second (`IDLE_EPOCH`) too, so an idle
+//! store gives every kept page back within two seconds, without waiting
+//! for a free.
 //!
 //! # The CPU budget
 //! The thread's own CPU time (`CLOCK_THREAD_CPUTIME_ID`), evaluations
