@@ -1,6 +1,7 @@
 //! Bookkeeping zbud, z3fold and zblock do the same way, besides read holds
 //! and the unbuddied lists: the page source and tag a new pool starts with,
-//! the refusals of a bad handle and the last step of an invariant check.
+//! the refusals of a bad handle, the last step of an invariant check, and
+//! the methods on the pages their page source keeps for reuse.
 //!
 //! This module owns the process-wide tag sequence. It may not look at any
 //! allocator's records: callers pass in what they counted.
@@ -38,6 +39,29 @@ pub(crate) fn retained_pages(source: &PageSource) -> zpool::RetainedPages {
         divisor: s.retain_divisor,
     }
 }
+
+/// The [`zpool::ZPool`] methods on the pages kept for reuse, inside an
+/// allocator's `impl ZPool`: all four are its page source's (`self.$source`).
+macro_rules! retained_page_methods {
+    ($source:ident) => {
+        fn retained_pages(&self) -> zpool::RetainedPages {
+            crate::bookkeeping::retained_pages(&self.$source)
+        }
+
+        fn set_page_retain_divisor(&self, divisor: usize) {
+            self.$source.set_retain_divisor(divisor);
+        }
+
+        fn decay_retained_pages(&self) -> usize {
+            self.$source.decay()
+        }
+
+        fn release_retained_pages(&self) -> usize {
+            self.$source.release_retained()
+        }
+    };
+}
+pub(crate) use retained_page_methods;
 
 /// A fresh tag for a new allocator instance, in `1..=126`.
 ///

@@ -548,21 +548,7 @@ impl ZPool for ZBlock {
         }
     }
 
-    fn retained_pages(&self) -> zpool::RetainedPages {
-        crate::bookkeeping::retained_pages(&self.source)
-    }
-
-    fn set_page_retain_divisor(&self, divisor: usize) {
-        self.source.set_retain_divisor(divisor);
-    }
-
-    fn decay_retained_pages(&self) -> usize {
-        self.source.decay()
-    }
-
-    fn release_retained_pages(&self) -> usize {
-        self.source.release_retained()
-    }
+    crate::bookkeeping::retained_page_methods!(source);
 
     fn total_pages(&self) -> usize {
         self.total_pages.load(Ordering::Relaxed)
