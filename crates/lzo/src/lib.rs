@@ -21,8 +21,8 @@
 //! Modules: [`mod@compress`] (the compressor), [`mod@decompress`] (the decoder).
 //! This file owns the shared constants, [`Variant`] and [`compress_bound`].
 //! `unsafe` only in the decoder's fast loop (decompress/fast.rs) and the
-//! compressor's unchecked input loads (compress.rs), every
-//! block with the bounds that make it sound.
+//! compressor's unchecked input loads and room-checked instruction writes
+//! (compress.rs), every block with the bounds that make it sound.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
