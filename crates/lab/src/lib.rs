@@ -16,7 +16,8 @@
 //!   a sample of the user's data, and the advice;
 //! - [`mod@bench`]: the benchmarks (`zmem bench alloc|read-latency|store|serve`);
 //! - [`kernel_zram`]: a hot-added device of the kernel's own zram, the peer
-//!   the store is measured against;
+//!   the store is measured against; [`fresh_memory`]: untouched anonymous
+//!   memory, for the store benchmark's write ceilings;
 //! - `plot` (feature `plot`), [`ministat`], [`rng`]: figures, Student's t, the
 //!   seeded generator;
 //! - [`flags`]: the value parsers of numeric flags, each with its range;
@@ -38,6 +39,7 @@ pub mod error;
 #[cfg(feature = "plot")]
 pub mod exp;
 pub mod flags;
+pub mod fresh_memory;
 pub mod kernel_zram;
 pub mod ministat;
 pub mod output;

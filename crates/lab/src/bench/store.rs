@@ -4,6 +4,17 @@
 //! noisy machine affects both sides alike:
 //! - raw compression of every page with one context (the floor a store
 //!   cannot beat) against `Store::write_page` of every page on one thread;
+//! - raw compression plus one copy of the compressed bytes into memory
+//!   that is already resident, on one and on two threads: the ceiling of
+//!   any store that places objects by their compressed size (it must
+//!   compress before it knows where the bytes go, so it copies them once,
+//!   as the kernel's zram does), and the best case of that copy, since
+//!   the bytes land side by side and no page is faulted in;
+//!   The same on one thread into fresh memory (a new mapping each round,
+//!   faulted in by the copies, 4 KiB pages or transparent huge pages): the
+//!   ceiling of a user-space store filling new pool pages, which the
+//!   kernel zeroes and maps for it where the kernel's zram takes pages
+//!   from its own allocator unzeroed;
 //! - raw decompression against `Store::read_page`;
 //! - the store's writes and reads on two threads (each its own half of the
 //!   pages) against one;
@@ -31,6 +42,7 @@ use zram::{AutoCompactMode, AutoCompactPolicy, Store};
 use crate::kernel_zram::{KernelZram, PageBuffer};
 
 use crate::corpus::Corpus;
+use crate::fresh_memory::{Backing, FreshMemory};
 use crate::output::{write_stdout, Format, FormatArg};
 use crate::store_spec::{StoreArgs, StoreSpec};
 use crate::Error;
@@ -95,6 +107,14 @@ struct Figures {
     raw_compress: f64,
     /// Raw compression on two threads against one: the machine's ceiling.
     raw_compress_2t_vs_1t: f64,
+    /// Raw compression plus one copy of the compressed bytes into resident
+    /// memory, one thread and two (MiB/s of pages, medians): the write
+    /// ceiling of a store that places objects by their compressed size.
+    compress_copy_1t: f64,
+    compress_copy_2t: f64,
+    /// The same, one thread, into fresh memory: 4 KiB pages, huge pages.
+    compress_copy_fresh_small: f64,
+    compress_copy_fresh_huge: f64,
     store_write_1t: f64,
     store_write_2t: f64,
     /// Writing every page again into the filled store (memory recycled).
@@ -175,7 +195,11 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), Error> {
         let (mut churn, mut churn_off) = (vec![], vec![]);
         let mut auto = None;
         let (mut kw, mut kr, mut kw2, mut kr2) = (vec![], vec![], vec![], vec![]);
-        let mut rc2 = vec![];
+        let (mut rc2, mut cc1, mut cc2) = (vec![], vec![], vec![]);
+        let (mut ccs, mut cch) = (vec![], vec![]);
+        // Where the ceiling's copies go: written once here, so resident.
+        let total: usize = compressed.iter().map(Vec::len).sum();
+        let mut arena = vec![1u8; total + 2 * ps];
         let kernel = kernel_peer(args, &spec, data.len() as u64);
         let aligned = kernel.is_ok().then(|| PageBuffer::copy_of(&data));
         for _ in 0..args.rounds.max(1) {
@@ -260,6 +284,71 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), Error> {
                 }
             });
             rc2.push(mib / t.elapsed().as_secs_f64());
+            // The ceiling: compression and the one copy, one thread...
+            let t = Instant::now();
+            let mut at = 0;
+            for p in data.chunks_exact(ps) {
+                let z = ctx
+                    .compress_buffered(p)
+                    .map_err(|e| Error::Failed(e.to_string()))?;
+                arena
+                    .get_mut(at..at + z.len())
+                    .ok_or_else(|| Error::Failed("compression output changed size".into()))?
+                    .copy_from_slice(z);
+                at += z.len();
+            }
+            cc1.push(mib / t.elapsed().as_secs_f64());
+            std::hint::black_box(&arena);
+            // ...and two, each its own context, half of the pages and half
+            // of the arena.
+            let half_pages = pages.div_ceil(2);
+            let split = compressed[..half_pages].iter().map(Vec::len).sum::<usize>() + ps;
+            let (lo, hi) = arena.split_at_mut(split);
+            let t = Instant::now();
+            std::thread::scope(|sc| {
+                for (range, out) in [(0..half_pages, lo), (half_pages..pages, hi)] {
+                    let (comp, data) = (&comp, &data);
+                    sc.spawn(move || {
+                        if let Ok(mut c) = comp.context() {
+                            let mut at = 0;
+                            for i in range {
+                                let z = c.compress_buffered(&data[i * ps..(i + 1) * ps]);
+                                if let Some((z, to)) = z.ok().and_then(|z| {
+                                    let n = z.len();
+                                    out.get_mut(at..at + n).map(|to| (z, to))
+                                }) {
+                                    to.copy_from_slice(z);
+                                    at += z.len();
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+            cc2.push(mib / t.elapsed().as_secs_f64());
+            std::hint::black_box(&arena);
+            // ...and one thread into fresh memory, mapped outside the timing.
+            for (backing, v) in [
+                (Backing::SmallPages, &mut ccs),
+                (Backing::HugePages, &mut cch),
+            ] {
+                let mut fresh = FreshMemory::map(total + 2 * ps, backing)
+                    .map_err(|e| Error::Failed(format!("fresh memory: {e}")))?;
+                let out = fresh.as_mut_slice();
+                let t = Instant::now();
+                let mut at = 0;
+                for p in data.chunks_exact(ps) {
+                    let z = ctx
+                        .compress_buffered(p)
+                        .map_err(|e| Error::Failed(e.to_string()))?;
+                    out.get_mut(at..at + z.len())
+                        .ok_or_else(|| Error::Failed("compression output changed size".into()))?
+                        .copy_from_slice(z);
+                    at += z.len();
+                }
+                v.push(mib / t.elapsed().as_secs_f64());
+                std::hint::black_box(&out);
+            }
             // Churn, on a filled store with the configuration's background
             // compaction and, in the same round, with it off.
             let off = AutoCompactPolicy::new(AutoCompactMode::Off);
@@ -370,6 +459,10 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), Error> {
             pages,
             raw_compress: rc,
             raw_compress_2t_vs_1t: median(&mut rc2) / rc,
+            compress_copy_1t: median(&mut cc1),
+            compress_copy_2t: median(&mut cc2),
+            compress_copy_fresh_small: median(&mut ccs),
+            compress_copy_fresh_huge: median(&mut cch),
             store_write_1t: w1,
             store_write_2t: w2,
             store_overwrite_1t: median(&mut o1),
@@ -402,8 +495,11 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), Error> {
             );
             for f in &out {
                 s.push_str(&format!(
-                    "\n{} ({} pages)\n  write: raw compress {:8.1}  store 1 thread {:8.1}  ({:.2}x raw)  2 threads {:8.1}  ({:.2}x one; raw compression {:.2}x one)\n  overwrite of a full store, 1 thread {:8.1}  ({:.2}x raw)  churn (discard and rewrite half, twice) {:8.1}\n  read:  raw decompress {:6.1}  store 1 thread {:8.1}  ({:.2}x raw)  2 threads {:8.1}  ({:.2}x one)\n",
+                    "\n{} ({} pages)\n  write: raw compress {:8.1}  store 1 thread {:8.1}  ({:.2}x raw)  2 threads {:8.1}  ({:.2}x one; raw compression {:.2}x one)\n  ceiling: compress + one copy into resident memory {:8.1}  ({:.2}x raw)  2 threads {:8.1}\n           into fresh memory, 4 KiB pages {:8.1}  ({:.2}x raw)  huge pages {:8.1}  ({:.2}x raw)\n  overwrite of a full store, 1 thread {:8.1}  ({:.2}x raw)  churn (discard and rewrite half, twice) {:8.1}\n  read:  raw decompress {:6.1}  store 1 thread {:8.1}  ({:.2}x raw)  2 threads {:8.1}  ({:.2}x one)\n",
                     f.config, f.pages, f.raw_compress, f.store_write_1t, f.write_vs_raw, f.store_write_2t, f.write_2t_vs_1t, f.raw_compress_2t_vs_1t,
+                    f.compress_copy_1t, f.compress_copy_1t / f.raw_compress, f.compress_copy_2t,
+                    f.compress_copy_fresh_small, f.compress_copy_fresh_small / f.raw_compress,
+                    f.compress_copy_fresh_huge, f.compress_copy_fresh_huge / f.raw_compress,
                     f.store_overwrite_1t, f.overwrite_vs_raw, f.store_churn_1t,
                     f.raw_decompress, f.store_read_1t, f.read_vs_raw, f.store_read_2t, f.read_2t_vs_1t
                 ));
@@ -427,9 +523,16 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), Error> {
                             f.kernel_read_2t.unwrap_or(f64::NAN),
                         );
                         s.push_str(&format!(
-                            "  kernel zram (direct I/O, 1 MiB requests):\n    write: 1 thread {:8.1}  ({:.2}x raw; store {:.2}x kernel)  2 threads {:8.1}  ({:.2}x one; store {:.2}x kernel)\n    read:  1 thread {:8.1}  ({:.2}x raw; store {:.2}x kernel)  2 threads {:8.1}  ({:.2}x one; store {:.2}x kernel)\n",
-                            w, w / f.raw_compress, f.store_write_1t / w, w2, w2 / w, f.store_write_2t / w2,
+                            "  kernel zram (direct I/O, 1 MiB requests):\n    write: 1 thread {:8.1}  ({:.2}x raw; store {:.2}x kernel, ceiling {:.2}x)  2 threads {:8.1}  ({:.2}x one; store {:.2}x kernel, ceiling {:.2}x)\n    read:  1 thread {:8.1}  ({:.2}x raw; store {:.2}x kernel)  2 threads {:8.1}  ({:.2}x one; store {:.2}x kernel)\n",
+                            w, w / f.raw_compress, f.store_write_1t / w, f.compress_copy_1t / w,
+                            w2, w2 / w, f.store_write_2t / w2, f.compress_copy_2t / w2,
                             r, r / f.raw_decompress, f.store_read_1t / r, r2, r2 / r, f.store_read_2t / r2
+                        ));
+                        s.push_str(&format!(
+                            "    write ceilings against the kernel, 1 thread: resident {:.2}x, fresh 4 KiB pages {:.2}x, fresh huge pages {:.2}x\n",
+                            f.compress_copy_1t / w,
+                            f.compress_copy_fresh_small / w,
+                            f.compress_copy_fresh_huge / w
                         ))
                     }
                     (_, _, Some(why)) => s.push_str(&format!("  kernel zram: not run ({why})\n")),

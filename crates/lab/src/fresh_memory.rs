@@ -1,0 +1,125 @@
+//! Fresh anonymous memory: a private mapping none of whose pages has been
+//! touched, so the first write to each faults it in and the kernel zeroes
+//! it, as it does for a user-space store's new pool pages. `zmem bench
+//! store` copies compressed pages into it to measure the write ceiling of
+//! any store that keeps its objects in memory it asked the kernel for.
+//!
+//! Owns the mapping (unmapped on drop); knows nothing of stores.
+
+use std::ptr::NonNull;
+
+/// How the kernel backs a [`FreshMemory`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backing {
+    /// 4 KiB pages, one fault each (`MADV_NOHUGEPAGE`).
+    SmallPages,
+    /// Transparent huge pages where the kernel gives them (`MADV_HUGEPAGE`
+    /// on a 2 MiB-aligned range): one fault per 2 MiB.
+    HugePages,
+}
+
+/// Size and alignment of a transparent huge page on x86-64 and arm64
+/// (4 KiB base pages).
+const HUGE: usize = 2 << 20;
+
+/// An untouched anonymous mapping of at least the length asked for.
+pub struct FreshMemory {
+    /// The whole mapping (what `munmap` is given).
+    map: NonNull<u8>,
+    map_len: usize,
+    /// The usable part: `len` bytes from `start`, 2 MiB-aligned.
+    start: usize,
+    len: usize,
+}
+
+impl FreshMemory {
+    /// Maps `len` bytes (more than 0) of fresh memory backed as `backing`
+    /// asks; no page is touched.
+    pub fn map(len: usize, backing: Backing) -> std::io::Result<FreshMemory> {
+        let map_len = len.max(1).div_ceil(HUGE) * HUGE + HUGE;
+        // SAFETY: an anonymous private mapping at an address the kernel
+        // chooses; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let map = NonNull::new(p.cast::<u8>()).expect("mmap returns a non-null address");
+        let fresh = FreshMemory {
+            map,
+            map_len,
+            start: (p as usize).next_multiple_of(HUGE) - p as usize,
+            len,
+        };
+        let advice = match backing {
+            Backing::SmallPages => libc::MADV_NOHUGEPAGE,
+            Backing::HugePages => libc::MADV_HUGEPAGE,
+        };
+        // SAFETY: the range is inside the mapping made above.
+        let rc = unsafe { libc::madvise(p, map_len, advice) };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(fresh)
+    }
+
+    /// The usable bytes (zero until written; each page is faulted in by
+    /// its first access).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `start + len <= map_len` (the mapping has a spare 2 MiB
+        // for the alignment), the mapping lives as long as `self`, its
+        // anonymous pages read as zero before they are written, and
+        // `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_ptr().add(self.start), self.len) }
+    }
+}
+
+impl Drop for FreshMemory {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped once; no slice of it
+        // outlives `self`.
+        unsafe { libc::munmap(self.map.as_ptr().cast(), self.map_len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Resident pages of the process, from /proc/self/statm.
+    fn resident_pages() -> usize {
+        let s = std::fs::read_to_string("/proc/self/statm").unwrap();
+        s.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn untouched_until_written_then_resident() {
+        for backing in [Backing::SmallPages, Backing::HugePages] {
+            let len = 8 << 20;
+            let before = resident_pages();
+            let mut m = FreshMemory::map(len, backing).unwrap();
+            let s = m.as_mut_slice();
+            assert_eq!(s.len(), len);
+            assert_eq!(s.as_ptr() as usize % HUGE, 0);
+            let mapped = resident_pages();
+            // Mapping touches nothing (other threads of the test binary
+            // may fault a few pages meanwhile).
+            assert!(mapped < before + 256, "{backing:?}: {before} -> {mapped}");
+            assert!(s.iter().step_by(4096).all(|&b| b == 0));
+            s.iter_mut().step_by(4096).for_each(|b| *b = 1);
+            let written = resident_pages();
+            assert!(
+                written >= mapped + len / 4096 - 256,
+                "{backing:?}: {mapped} -> {written}"
+            );
+        }
+    }
+}
