@@ -705,6 +705,29 @@ fn bench_serve_runs_on_a_small_file() {
     // Reads against sparse count sparse's own CPU in the ceiling.
     assert_eq!(targets[3]["ceiling_counts_nbdkit"], true);
     assert_eq!(targets[1]["ceiling_counts_nbdkit"], false);
+    // Writes, and reads against a compressing nbdkit, also get the ceiling
+    // with the socket's copy: the same CPUs, the socket's CPU added.
+    for i in [0, 1, 2] {
+        let t = &targets[i];
+        let g = |k: &str| t[k].as_f64().unwrap();
+        let (server, socket, client) = (
+            g("ceiling_server_cpu_s"),
+            g("socket_cpu_s"),
+            g("client_cpu_s"),
+        );
+        assert!(socket > 0.0, "{t}");
+        let expect = g("ceiling_mb_s") * (server + client) / (server + socket + client);
+        assert!(
+            (g("socket_ceiling_mb_s") - expect).abs() <= 1e-9 * expect,
+            "{t}"
+        );
+    }
+    assert!(targets[3]["socket_ceiling_mb_s"].is_null(), "{}", targets[3]);
+    // The socket's CPU is the ceilings' entry's: receiving for writes,
+    // sending for reads.
+    let c = &v["ceilings"][0];
+    assert_eq!(targets[0]["socket_cpu_s"], c["socket_recv_cpu_s"], "{c}");
+    assert_eq!(targets[1]["socket_cpu_s"], c["socket_send_cpu_s"], "{c}");
 }
 
 /// `zmem bench serve` once on `bytes` of real data with `flags`: its JSON.

@@ -31,7 +31,12 @@
 //! per GiB. lz4 writes also get a second reference: a server that spends
 //! sparse's own write CPU (receiving the data and storing it) on top of the
 //! compression, which is what the receive path every server pays leaves of
-//! the ceiling here. The configurations are the
+//! the ceiling here. Every write target, and reads against a compressing
+//! nbdkit, also get the ceiling with the socket's own copy of the data
+//! added to the server's CPU, timed in the same run on a Unix socket pair
+//! (receiving, which every server must do to compress the payloads; and
+//! sending with `write(2)`, which a server splicing its replies could
+//! avoid). The configurations are the
 //! issue's: zstd on 32 KiB pages (nbdkit's page size) against
 //! `allocator=zstd`, and lz4 on 4 KiB pages against `allocator=sparse`.
 //! nbdcopy uses its defaults (4 connections when the server allows
@@ -263,6 +268,55 @@ fn codec_cpu_s(comp: &str, data: &[u8], page: usize) -> Result<(f64, f64), Error
     let compress = best(&mut ctx, &mut packed, false)?;
     let decompress = best(&mut ctx, &mut packed, true)?;
     Ok((compress, decompress))
+}
+
+/// CPU seconds a sending and a receiving thread take to move `bytes`
+/// bytes through a Unix stream socket pair in 256 KiB requests (nbdcopy's
+/// request size), each the best of three passes: the copy of the data
+/// through the socket that a server's `read(2)` of WRITE payloads and its
+/// `write(2)` of READ replies make, whatever else it does.
+fn socket_cpu_s(bytes: usize) -> Result<(f64, f64), Error> {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    const REQUEST: usize = 256 << 10;
+    let (mut send, mut recv) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..3 {
+        let (mut a, mut b) = UnixStream::pair().map_err(|e| failed(e.to_string()))?;
+        let sender = std::thread::spawn(move || -> std::io::Result<f64> {
+            let buf = vec![0x5au8; REQUEST];
+            let t = thread_cpu_s();
+            let mut left = bytes;
+            while left > 0 {
+                let n = left.min(REQUEST);
+                a.write_all(&buf[..n])?;
+                left -= n;
+            }
+            Ok(thread_cpu_s() - t)
+        });
+        let mut buf = vec![0u8; REQUEST];
+        let t = thread_cpu_s();
+        let mut got = 0;
+        while got < bytes {
+            match b.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(failed(format!("socket floor: {e}"))),
+            }
+        }
+        recv = recv.min(thread_cpu_s() - t);
+        let s = sender
+            .join()
+            .map_err(|_| failed("socket floor: the sender panicked"))?
+            .map_err(|e| failed(format!("socket floor: {e}")))?;
+        send = send.min(s);
+        if got != bytes {
+            return Err(failed(format!(
+                "socket floor: {got} of {bytes} bytes arrived"
+            )));
+        }
+    }
+    Ok((send, recv))
 }
 
 /// A server under test; stopped (SIGTERM, then SIGKILL) when dropped.
@@ -624,6 +678,11 @@ struct Ceiling {
     compress_cpu_s: f64,
     /// CPU seconds to decompress every page once on one context.
     decompress_cpu_s: f64,
+    /// CPU seconds of the thread that sends the data set's bytes through a
+    /// Unix socket pair, and of the thread that receives them (see
+    /// `socket_cpu_s`).
+    socket_send_cpu_s: f64,
+    socket_recv_cpu_s: f64,
 }
 
 /// What `--format json` prints.
@@ -681,6 +740,16 @@ struct Target {
     receiving_ceiling_mb_s: Option<f64>,
     /// The sparse write CPU that `receiving_ceiling_mb_s` adds, seconds.
     receiving_nbdkit_cpu_s: Option<f64>,
+    /// The ceiling with the socket's copy added to the server's CPU: for
+    /// writes, receiving the data (every server must get the payloads out
+    /// of the socket to compress them, so this bounds any server); for
+    /// reads against a compressing nbdkit, sending it with `write(2)` (a
+    /// server splicing its replies into the socket could avoid that copy,
+    /// so for reads it bounds only servers that write their replies). None
+    /// for reads against `sparse`, whose ceiling has nbdkit's own read CPU.
+    socket_ceiling_mb_s: Option<f64>,
+    /// The socket CPU that `socket_ceiling_mb_s` adds, seconds.
+    socket_cpu_s: Option<f64>,
     /// Server CPU seconds per GiB (2^30 bytes) in the phase, medians.
     zmem_cpu_s_per_gib: f64,
     nbdkit_cpu_s_per_gib: f64,
@@ -742,11 +811,14 @@ pub fn run(args: &ServeBenchArgs) -> Result<(), Error> {
         for setup in &setups {
             if let Some(comp) = setup.ceiling {
                 let (compress, decompress) = codec_cpu_s(comp, &data, setup.page as usize)?;
+                let (send, recv) = socket_cpu_s(data.len())?;
                 ceilings.push(Ceiling {
                     setup: setup.name.to_string(),
                     data: file_name(file),
                     compress_cpu_s: compress,
                     decompress_cpu_s: decompress,
+                    socket_send_cpu_s: send,
+                    socket_recv_cpu_s: recv,
                 });
             }
             for run in 0..args.runs {
@@ -866,6 +938,12 @@ fn targets(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> Vec<T
             let needed = target * base;
             let receiving_ceiling = (phase == "write" && st.nbdkit_allocator == "sparse")
                 .then(|| mb / ((server_cpu + kcpu + client) / cpus as f64));
+            let socket = match phase {
+                "write" => Some(c.socket_recv_cpu_s),
+                _ if !counts_nbdkit => Some(c.socket_send_cpu_s),
+                _ => None,
+            };
+            let socket_ceiling = socket.map(|k| mb / ((server_cpu + k + client) / cpus as f64));
             out.push(Target {
                 setup: setup.clone(),
                 data: data.clone(),
@@ -885,6 +963,8 @@ fn targets(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> Vec<T
                 within_ceiling: needed <= ceiling,
                 receiving_ceiling_mb_s: receiving_ceiling,
                 receiving_nbdkit_cpu_s: receiving_ceiling.map(|_| kcpu),
+                socket_ceiling_mb_s: socket_ceiling,
+                socket_cpu_s: socket,
                 zmem_cpu_s_per_gib: zcpu / gib,
                 nbdkit_cpu_s_per_gib: kcpu / gib,
             });
@@ -924,8 +1004,18 @@ fn target_line(t: &Target) -> String {
         ),
         _ => String::new(),
     };
+    let socket = match (t.socket_ceiling_mb_s, t.socket_cpu_s) {
+        (Some(c), Some(k)) => format!(
+            "; with the socket's copy ({} {k:.3} s) the ceiling is {c:.0} MB/s, zmem {:.2}x that, the target ({:.0} MB/s) {} it",
+            if t.phase == "write" { "receiving" } else { "write(2) of the replies" },
+            t.zmem_mb_s / c,
+            t.needed_mb_s,
+            if t.needed_mb_s <= c { "within" } else { "above" }
+        ),
+        _ => String::new(),
+    };
     format!(
-        "{} {} {}: zmem {:.0} MB/s = {:.2}x {basis} (target {}x: {}); ceiling ({server_cpu} + client {:.3} s CPU) / {} CPUs = {:.0} MB/s{reach}{receiving}; server CPU per GiB zmem {:.2} s, nbdkit {:.2} s",
+        "{} {} {}: zmem {:.0} MB/s = {:.2}x {basis} (target {}x: {}); ceiling ({server_cpu} + client {:.3} s CPU) / {} CPUs = {:.0} MB/s{reach}{receiving}{socket}; server CPU per GiB zmem {:.2} s, nbdkit {:.2} s",
         t.setup,
         t.data,
         t.phase,
