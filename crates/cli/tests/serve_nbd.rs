@@ -722,7 +722,11 @@ fn bench_serve_runs_on_a_small_file() {
             "{t}"
         );
     }
-    assert!(targets[3]["socket_ceiling_mb_s"].is_null(), "{}", targets[3]);
+    assert!(
+        targets[3]["socket_ceiling_mb_s"].is_null(),
+        "{}",
+        targets[3]
+    );
     // The socket's CPU is the ceilings' entry's: receiving for writes,
     // sending for reads.
     let c = &v["ceilings"][0];

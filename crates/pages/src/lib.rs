@@ -39,9 +39,10 @@
 //! - Cached and pending pages share one bound ([`PageSource::set_cache_limit`],
 //!   default [`DEFAULT_CACHE_BYTES`]). When they pass it, all of them are
 //!   released in one batch: the ranges sorted by address, adjacent ones
-//!   coalesced, and all given to the kernel by one `process_madvise` call,
-//!   which recent kernels (6.16+) turn into a single TLB shootdown (one
-//!   `madvise` per range where that call is refused; see `release.rs`).
+//!   coalesced, and given to the kernel by one `process_madvise` call per
+//!   chunk of at most 256 pages (see the lock order below), which recent
+//!   kernels (6.16+) turn into a single TLB shootdown (one `madvise` per
+//!   range where that call is refused; see `release.rs`).
 //!   Released runs join the free lists.
 //! - [`PageSource::hold`] raises the bound (to [`DEFAULT_HOLD_BYTES`] by
 //!   default) for a burst of frees such as a compaction: the runs it frees
@@ -83,8 +84,12 @@
 //! caller's business and its own `unsafe`.
 //!
 //! Lock order: the source's mutex is a leaf; nothing is locked under it. A
-//! batch is released with the mutex held, so that [`PageSource::reclaim`]
-//! (which takes it) cannot return while pages it reclaims are being dropped.
+//! batch is released oldest first in chunks of at most 256 pages, each with
+//! the mutex held, so that [`PageSource::reclaim`] (which takes it) cannot
+//! return while pages it reclaims are being dropped; between two chunks the
+//! releasing thread lets the threads waiting for the mutex take it (up to
+//! 50 µs), so an allocation, free or reclaim waits for one chunk, not for a
+//! whole batch (a compaction's hold is up to 16 MiB).
 //!
 //! # Files
 //!

@@ -12,7 +12,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use crate::cache::ResidentCache;
@@ -119,8 +119,24 @@ pub struct PageSource {
     /// [`PageSource::decay`] (0: only by calls).
     decay_ms: AtomicU64,
     counters: Counters,
+    /// Threads waiting for `inner` (counted only when the lock was taken):
+    /// a release in progress lets them in between its chunks.
+    waiting: AtomicUsize,
     inner: Mutex<Inner>,
 }
+
+/// The most pages one chunk of a batch releases under the mutex. A batch of
+/// a compaction's hold (up to 16 MiB) took 1-3 ms under the mutex in one
+/// call, and every allocation, free and reclaim of the source waited for it.
+/// Released a chunk at a time, with waiters let in between, they wait for
+/// one chunk at most.
+const RELEASE_CHUNK_PAGES: usize = 256;
+
+/// How long a release in progress waits, between two chunks, for the
+/// threads waiting for the mutex to take it.
+const LET_IN: Duration = Duration::from_micros(50);
+
+type Guard<'a> = MutexGuard<'a, Inner>;
 
 impl Inner {
     /// Cached plus pending pages.
@@ -171,6 +187,7 @@ impl PageSource {
             retain_divisor: AtomicUsize::new(0),
             decay_ms: AtomicU64::new(DEFAULT_DECAY_MS),
             counters: Counters::default(),
+            waiting: AtomicUsize::new(0),
             inner: Mutex::new(Inner {
                 chunks: Vec::new(),
                 free: FreeRuns::new(),
@@ -190,10 +207,19 @@ impl PageSource {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    fn lock(&self) -> Guard<'_> {
         // A panic under this lock leaves `Inner` consistent (every update is a
         // single push, pop or add), so a poisoned lock is still usable.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        match self.inner.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                self.waiting.fetch_add(1, Ordering::Relaxed);
+                let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+                self.waiting.fetch_sub(1, Ordering::Relaxed);
+                g
+            }
+        }
     }
 
     /// Bytes per page.
@@ -227,8 +253,7 @@ impl PageSource {
     /// bound is released now.
     pub fn set_cache_limit(&self, pages: usize) {
         self.cache_limit.store(pages, Ordering::Relaxed);
-        let mut inner = self.lock();
-        self.release_if_over(&mut inner);
+        drop(self.release_if_over(self.lock()));
     }
 
     /// The source's counters.
@@ -309,7 +334,11 @@ impl PageSource {
             // limit: give the cache back first.
             let cached = inner.cache.cached_pages();
             if cached > 0 && inner.pages_out + cached + want > limit {
-                self.release_all(&mut inner);
+                inner = self.release_all(inner);
+                // Others may have taken pages while the lock was let go.
+                if inner.pages_out + want > limit {
+                    return Err(PagesError::LimitReached { limit });
+                }
             }
         }
         let ptr = match inner.free.take(pages, self.page_size) {
@@ -359,7 +388,7 @@ impl PageSource {
         }
         let stamp = inner.next_stamp();
         inner.cache.put(run.ptr, run.pages, resident, stamp);
-        self.release_if_over(&mut inner);
+        drop(self.release_if_over(inner));
     }
 
     /// Gives up pages `first..first + count` of `run`, which stays out,
@@ -384,7 +413,7 @@ impl PageSource {
             self.discard(run, first, count);
             return;
         }
-        self.release_if_over(&mut inner);
+        drop(self.release_if_over(inner));
     }
 
     /// Takes back pages below `upto` of `run` that were given up with
@@ -401,9 +430,9 @@ impl PageSource {
     /// (one batch). Returns the pages released (those that may have been
     /// resident).
     pub fn flush(&self) -> usize {
-        let mut inner = self.lock();
+        let inner = self.lock();
         let pages = inner.cache.cached_pages() + inner.cache.pending_pages();
-        self.release_all(&mut inner);
+        drop(self.release_all(inner));
         pages
     }
 
@@ -441,8 +470,7 @@ impl PageSource {
     /// `divisor` (the hold limit during a [`Hold`]).
     pub fn set_retain_divisor(&self, divisor: usize) {
         self.retain_divisor.store(divisor, Ordering::Relaxed);
-        let mut inner = self.lock();
-        self.release_if_over(&mut inner);
+        drop(self.release_if_over(self.lock()));
     }
 
     /// The retained share's divisor (0: none).
@@ -472,8 +500,7 @@ impl PageSource {
         if self.retain_divisor() == 0 {
             return 0;
         }
-        let mut inner = self.lock();
-        self.decay_locked(&mut inner)
+        self.decay_locked(self.lock()).1
     }
 
     /// With a retained share, [`PageSource::flush`] (memory is tight: every
@@ -487,17 +514,19 @@ impl PageSource {
         }
     }
 
-    fn decay_locked(&self, inner: &mut Inner) -> usize {
+    fn decay_locked<'a>(&'a self, mut inner: Guard<'a>) -> (Guard<'a>, usize) {
         let held = inner.held();
         let before = inner.epoch_start;
-        self.release_before(inner, before);
+        inner = self.release_before(inner, before);
         // Every stamp given so far is below it.
         inner.epoch_start = inner.stamp + 1;
         inner.last_decay = Instant::now();
         inner.decays += 1;
         // What a compaction freed under its hold may be over the bound.
-        self.release_if_over(inner);
-        held - inner.held()
+        inner = self.release_if_over(inner);
+        // Others may have given up pages while the lock was let go.
+        let released = held.saturating_sub(inner.held());
+        (inner, released)
     }
 
     /// Pages out over the retained share's divisor (0 without one).
@@ -508,24 +537,23 @@ impl PageSource {
         }
     }
 
-    fn release_if_over(&self, inner: &mut Inner) {
+    fn release_if_over<'a>(&'a self, mut inner: Guard<'a>) -> Guard<'a> {
         let retaining = self.retain_divisor() != 0;
         if retaining {
             let ms = self.decay_ms.load(Ordering::Relaxed);
             if ms != 0 && inner.last_decay.elapsed() >= Duration::from_millis(ms) {
-                self.decay_locked(inner);
+                inner = self.decay_locked(inner).0;
             }
         }
-        let mut limit = self.cache_limit() + self.retained_share(inner);
+        let mut limit = self.cache_limit() + self.retained_share(&inner);
         if inner.holds > 0 {
             limit = limit.max(self.hold_limit.load(Ordering::Relaxed));
         }
         if inner.held() <= limit {
-            return;
+            return inner;
         }
         if !retaining {
-            self.release_all(inner);
-            return;
+            return self.release_all(inner);
         }
         // Keep the newest (what the stores are likeliest to take again) up
         // to three quarters of the bound, so that the next batch is not due
@@ -542,20 +570,69 @@ impl PageSource {
             }
             kept += pages;
         }
-        self.release_before(inner, cutoff);
+        self.release_before(inner, cutoff)
     }
 
-    /// Releases the cache and the pending pages as one batch, with the lock
-    /// held (see the lock order in the module documentation), and puts the
-    /// cached runs in the free lists.
-    fn release_all(&self, inner: &mut Inner) {
-        self.release_before(inner, u64::MAX);
+    /// Releases the cache and the pending pages as one batch (see
+    /// `release_before`), and puts the cached runs in the free lists.
+    fn release_all<'a>(&'a self, inner: Guard<'a>) -> Guard<'a> {
+        self.release_before(inner, u64::MAX)
     }
 
     /// Releases, as one batch, the cached runs and pending pages given up
-    /// before epoch `before`, with the lock held, and puts those cached runs
-    /// in the free lists.
-    fn release_before(&self, inner: &mut Inner, before: u64) {
+    /// before stamp `before` (and before this call), and puts those cached
+    /// runs in the free lists. The batch goes oldest first, in chunks of at
+    /// most [`RELEASE_CHUNK_PAGES`], each released with the lock held (see
+    /// the lock order in the crate documentation); between two chunks,
+    /// threads waiting for the lock are let in.
+    fn release_before<'a>(&'a self, mut inner: Guard<'a>, before: u64) -> Guard<'a> {
+        // Only what was given up before the batch began, so that pages given
+        // up while the lock is let go do not keep it going.
+        let before = before.min(inner.stamp + 1);
+        let mut first = true;
+        loop {
+            let mut stamps: Vec<(u64, usize)> = inner
+                .cache
+                .stamps()
+                .into_iter()
+                .filter(|&(stamp, _)| stamp < before)
+                .collect();
+            if stamps.is_empty() {
+                return inner;
+            }
+            if first {
+                inner.batches += 1;
+                first = false;
+            }
+            stamps.sort_unstable();
+            let mut pages = 0;
+            let mut cutoff = before;
+            for &(stamp, n) in &stamps {
+                if pages > 0 && pages + n > RELEASE_CHUNK_PAGES {
+                    cutoff = stamp;
+                    break;
+                }
+                pages += n;
+            }
+            self.release_chunk(&mut inner, cutoff);
+            if cutoff == before {
+                return inner;
+            }
+            if self.waiting.load(Ordering::Relaxed) > 0 {
+                drop(inner);
+                let start = Instant::now();
+                while self.waiting.load(Ordering::Relaxed) > 0 && start.elapsed() < LET_IN {
+                    std::thread::yield_now();
+                }
+                inner = self.lock();
+            }
+        }
+    }
+
+    /// Releases, with the lock held, the cached runs and pending pages given
+    /// up before stamp `before`, and puts those cached runs in the free
+    /// lists.
+    fn release_chunk(&self, inner: &mut Inner, before: u64) {
         let mut ranges = inner.cache.ranges(self.page_size, before);
         if ranges.is_empty() {
             return;
@@ -569,7 +646,6 @@ impl PageSource {
         // for this lock, held until the pages are dropped and the pending
         // entries cleared.
         unsafe { release::advise_dontneed(&ranges, &self.counters) };
-        inner.batches += 1;
         inner.runs_released += inner.cache.released(&mut inner.free, before);
     }
 
@@ -607,7 +683,7 @@ impl Drop for Hold<'_> {
     fn drop(&mut self) {
         let mut inner = self.0.lock();
         inner.holds -= 1;
-        self.0.release_if_over(&mut inner);
+        drop(self.0.release_if_over(inner));
     }
 }
 

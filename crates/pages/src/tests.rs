@@ -505,6 +505,70 @@ fn reclaimed_pages_are_never_dropped_under_a_writer() {
 }
 
 #[test]
+fn a_large_batch_is_one_batch_released_in_chunks() {
+    let src = PageSource::new(PS, None).unwrap();
+    src.set_cache_limit(1 << 20);
+    let runs: Vec<Run> = (0..64).map(|_| src.alloc(16).unwrap()).collect();
+    let spans: Vec<(*mut u8, u32)> = runs.iter().map(|r| (r.as_ptr(), r.pages())).collect();
+    for r in &runs {
+        fill(r, 9);
+    }
+    for r in runs {
+        src.free(r);
+    }
+    assert_eq!(src.cached_pages(), 1024);
+    let before = src.stats();
+    assert_eq!(src.flush(), 1024);
+    let after = src.stats();
+    assert_eq!(after.cached_pages, 0);
+    assert!(spans.iter().all(|&(p, n)| resident(p, n) == 0));
+    assert_eq!(after.batches, before.batches + 1, "one batch");
+    // Adjacent runs coalesce into one range, yet the batch takes a system
+    // call per chunk of at most RELEASE_CHUNK_PAGES pages.
+    let calls = after.advise_calls - before.advise_calls;
+    assert!(calls >= 1024 / 256, "{calls} calls");
+    assert_eq!(after.runs_released - before.runs_released, 64);
+}
+
+#[test]
+fn reclaimed_pages_are_never_dropped_by_a_batch_in_chunks() {
+    // Many runs give up their tails at once, more pages than one chunk, and
+    // are reclaimed one by one while another thread flushes all the time:
+    // the flush lets the reclaiming thread in between its chunks, and a
+    // reclaimed page keeps what is written to it.
+    let src = std::sync::Arc::new(PageSource::new(PS, None).unwrap());
+    src.set_cache_limit(1 << 20);
+    let runs: Vec<Run> = (0..48).map(|_| src.alloc(16).unwrap()).collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flusher = {
+        let (src, stop) = (src.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                src.flush();
+            }
+        })
+    };
+    for round in 0..300u32 {
+        let value = (round % 250) as u8 + 1;
+        for run in &runs {
+            src.discard_later(run, 1, 15);
+        }
+        for run in &runs {
+            src.reclaim(run, 16);
+            // SAFETY: pages 1..16 were reclaimed and the run is ours.
+            unsafe { std::ptr::write_bytes(run.as_ptr().add(PS), value, 15 * PS) };
+        }
+        for run in &runs {
+            for page in 1..16 {
+                assert_eq!(byte_at(run, page * PS + 33), value, "round {round}");
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    flusher.join().unwrap();
+}
+
+#[test]
 fn many_chunks() {
     let src = PageSource::new(65536, None).unwrap();
     let runs: Vec<Run> = (0..100).map(|_| src.alloc(16).unwrap()).collect();
