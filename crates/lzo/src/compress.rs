@@ -602,6 +602,17 @@ mod tests {
             all.push(random);
             all.push(mixed);
         }
+        // An M4 match whose length byte and first distance byte would read
+        // as a zero run in lzo-rle (distance 0x803f, 262 bytes long), which
+        // the encoder shortens to 260: a 262-byte pattern after a zero run,
+        // zeros, the pattern again right after a zero run, then noise.
+        let pattern: Vec<u8> = (0..262).map(|_| next() as u8 | 1).collect();
+        let mut m4 = vec![0u8; 64];
+        m4.extend(&pattern);
+        m4.resize(64 + 0x803f, 0);
+        m4.extend(&pattern);
+        m4.extend((0..64).map(|_| next() as u8 | 1));
+        all.push(m4);
         all
     }
 

@@ -89,7 +89,10 @@
 //! return while pages it reclaims are being dropped; between two chunks the
 //! releasing thread lets the threads waiting for the mutex take it (up to
 //! 50 µs), so an allocation, free or reclaim waits for one chunk, not for a
-//! whole batch (a compaction's hold is up to 16 MiB).
+//! whole batch (a compaction's hold is up to 16 MiB). A free let in does not
+//! start a batch of its own (the releasing thread checks the bound again
+//! when its batch ends), and a decay starts its new epoch before it
+//! releases, so one let in never finds a decay due again.
 //!
 //! # Files
 //!

@@ -56,6 +56,9 @@ struct Inner {
     runs_released: u64,
     /// Batches released (cache and pending pages together).
     batches: u64,
+    /// Batches being released by threads that let the lock go between two
+    /// chunks: while one is, a free does not start another.
+    releasing: usize,
     /// [`Hold`]s taken and not dropped.
     holds: usize,
     /// The next stamp: cached runs and pending pages are stamped when given
@@ -198,6 +201,7 @@ impl PageSource {
                 cache_hits: 0,
                 runs_released: 0,
                 batches: 0,
+                releasing: 0,
                 holds: 0,
                 stamp: 0,
                 epoch_start: 0,
@@ -253,7 +257,7 @@ impl PageSource {
     /// bound is released now.
     pub fn set_cache_limit(&self, pages: usize) {
         self.cache_limit.store(pages, Ordering::Relaxed);
-        drop(self.release_if_over(self.lock()));
+        drop(self.release_if_over(self.lock()).0);
     }
 
     /// The source's counters.
@@ -332,13 +336,17 @@ impl PageSource {
         if let Some(limit) = self.limit_pages {
             // Fresh pages would take pages out plus cached pages over the
             // limit: give the cache back first.
-            let cached = inner.cache.cached_pages();
-            if cached > 0 && inner.pages_out + cached + want > limit {
-                inner = self.release_all(inner);
-                // Others may have taken pages while the lock was let go.
-                if inner.pages_out + want > limit {
-                    return Err(PagesError::LimitReached { limit });
+            // The batch may let the lock go between chunks, and others may
+            // take or free pages meanwhile: check again after it.
+            loop {
+                let cached = inner.cache.cached_pages();
+                if cached == 0 || inner.pages_out + cached + want <= limit {
+                    break;
                 }
+                inner = self.release_all(inner).0;
+            }
+            if inner.pages_out + want > limit {
+                return Err(PagesError::LimitReached { limit });
             }
         }
         let ptr = match inner.free.take(pages, self.page_size) {
@@ -388,7 +396,7 @@ impl PageSource {
         }
         let stamp = inner.next_stamp();
         inner.cache.put(run.ptr, run.pages, resident, stamp);
-        drop(self.release_if_over(inner));
+        drop(self.release_if_over(inner).0);
     }
 
     /// Gives up pages `first..first + count` of `run`, which stays out,
@@ -413,7 +421,7 @@ impl PageSource {
             self.discard(run, first, count);
             return;
         }
-        drop(self.release_if_over(inner));
+        drop(self.release_if_over(inner).0);
     }
 
     /// Takes back pages below `upto` of `run` that were given up with
@@ -430,10 +438,7 @@ impl PageSource {
     /// (one batch). Returns the pages released (those that may have been
     /// resident).
     pub fn flush(&self) -> usize {
-        let inner = self.lock();
-        let pages = inner.cache.cached_pages() + inner.cache.pending_pages();
-        drop(self.release_all(inner));
-        pages
+        self.release_all(self.lock()).1
     }
 
     /// Sets the bound on cached plus pending pages while a [`Hold`] is
@@ -470,7 +475,7 @@ impl PageSource {
     /// `divisor` (the hold limit during a [`Hold`]).
     pub fn set_retain_divisor(&self, divisor: usize) {
         self.retain_divisor.store(divisor, Ordering::Relaxed);
-        drop(self.release_if_over(self.lock()));
+        drop(self.release_if_over(self.lock()).0);
     }
 
     /// The retained share's divisor (0: none).
@@ -515,17 +520,16 @@ impl PageSource {
     }
 
     fn decay_locked<'a>(&'a self, mut inner: Guard<'a>) -> (Guard<'a>, usize) {
-        let held = inner.held();
         let before = inner.epoch_start;
-        inner = self.release_before(inner, before);
-        // Every stamp given so far is below it.
+        // The new epoch begins before the release, which may let the lock
+        // go: a free meanwhile must not find a decay due again.
         inner.epoch_start = inner.stamp + 1;
         inner.last_decay = Instant::now();
         inner.decays += 1;
+        let (inner, mut released) = self.release_before(inner, before);
         // What a compaction freed under its hold may be over the bound.
-        inner = self.release_if_over(inner);
-        // Others may have given up pages while the lock was let go.
-        let released = held.saturating_sub(inner.held());
+        let (inner, over) = self.release_if_over(inner);
+        released += over;
         (inner, released)
     }
 
@@ -537,59 +541,85 @@ impl PageSource {
         }
     }
 
-    fn release_if_over<'a>(&'a self, mut inner: Guard<'a>) -> Guard<'a> {
-        let retaining = self.retain_divisor() != 0;
-        if retaining {
-            let ms = self.decay_ms.load(Ordering::Relaxed);
-            if ms != 0 && inner.last_decay.elapsed() >= Duration::from_millis(ms) {
-                inner = self.decay_locked(inner).0;
+    /// Releases what is over the bound (see [`PageSource::set_retain_divisor`]
+    /// for which pages go first), and the decay if one is due. Returns the
+    /// pages released. While another thread is releasing a batch (it let
+    /// the lock go between two chunks), does nothing: that thread checks the
+    /// bound again when its batch ends.
+    fn release_if_over<'a>(&'a self, mut inner: Guard<'a>) -> (Guard<'a>, usize) {
+        let mut released = 0;
+        loop {
+            if inner.releasing > 0 {
+                return (inner, released);
             }
-        }
-        let mut limit = self.cache_limit() + self.retained_share(&inner);
-        if inner.holds > 0 {
-            limit = limit.max(self.hold_limit.load(Ordering::Relaxed));
-        }
-        if inner.held() <= limit {
-            return inner;
-        }
-        if !retaining {
-            return self.release_all(inner);
-        }
-        // Keep the newest (what the stores are likeliest to take again) up
-        // to three quarters of the bound, so that the next batch is not due
-        // at the next free; release the rest, oldest first, in one batch.
-        let keep = limit - limit / 4;
-        let mut stamps = inner.cache.stamps();
-        stamps.sort_unstable_by_key(|&(stamp, _)| std::cmp::Reverse(stamp));
-        let mut kept = 0;
-        let mut cutoff = 0;
-        for (stamp, pages) in stamps {
-            if kept + pages > keep {
-                cutoff = stamp + 1;
-                break;
+            let retaining = self.retain_divisor() != 0;
+            if retaining {
+                let ms = self.decay_ms.load(Ordering::Relaxed);
+                if ms != 0 && inner.last_decay.elapsed() >= Duration::from_millis(ms) {
+                    let (g, n) = self.decay_locked(inner);
+                    inner = g;
+                    released += n;
+                    continue;
+                }
             }
-            kept += pages;
+            let mut limit = self.cache_limit() + self.retained_share(&inner);
+            if inner.holds > 0 {
+                limit = limit.max(self.hold_limit.load(Ordering::Relaxed));
+            }
+            if inner.held() <= limit {
+                return (inner, released);
+            }
+            let cutoff = if retaining {
+                // Keep the newest (what the stores are likeliest to take
+                // again) up to three quarters of the bound, so that the next
+                // batch is not due at the next free; release the rest,
+                // oldest first, in one batch.
+                let keep = limit - limit / 4;
+                let mut stamps = inner.cache.stamps();
+                stamps.sort_unstable_by_key(|&(stamp, _)| std::cmp::Reverse(stamp));
+                let mut kept = 0;
+                let mut cutoff = 0;
+                for (stamp, pages) in stamps {
+                    if kept + pages > keep {
+                        cutoff = stamp + 1;
+                        break;
+                    }
+                    kept += pages;
+                }
+                cutoff
+            } else {
+                u64::MAX
+            };
+            let (g, n) = self.release_before(inner, cutoff);
+            inner = g;
+            released += n;
+            // Pages given up while the batch let the lock go may have taken
+            // the source over its bound again: check once more.
         }
-        self.release_before(inner, cutoff)
     }
 
     /// Releases the cache and the pending pages as one batch (see
     /// `release_before`), and puts the cached runs in the free lists.
-    fn release_all<'a>(&'a self, inner: Guard<'a>) -> Guard<'a> {
+    fn release_all<'a>(&'a self, inner: Guard<'a>) -> (Guard<'a>, usize) {
         self.release_before(inner, u64::MAX)
     }
 
     /// Releases, as one batch, the cached runs and pending pages given up
     /// before stamp `before` (and before this call), and puts those cached
-    /// runs in the free lists. The batch goes oldest first, in chunks of at
-    /// most [`RELEASE_CHUNK_PAGES`], each released with the lock held (see
-    /// the lock order in the crate documentation); between two chunks,
-    /// threads waiting for the lock are let in.
-    fn release_before<'a>(&'a self, mut inner: Guard<'a>, before: u64) -> Guard<'a> {
+    /// runs in the free lists; returns the pages released (those that may
+    /// have been resident). The batch goes oldest first, in chunks of at
+    /// most [`RELEASE_CHUNK_PAGES`] pages that may be resident (a cached
+    /// run is advised whole, its pages past those that may be resident
+    /// included), each released with the lock held (see the lock order in
+    /// the crate documentation); between two chunks, threads waiting for
+    /// the lock are let in.
+    fn release_before<'a>(&'a self, mut inner: Guard<'a>, before: u64) -> (Guard<'a>, usize) {
         // Only what was given up before the batch began, so that pages given
         // up while the lock is let go do not keep it going.
         let before = before.min(inner.stamp + 1);
+        let mut released = 0;
         let mut first = true;
+        inner.releasing += 1;
         loop {
             let mut stamps: Vec<(u64, usize)> = inner
                 .cache
@@ -598,12 +628,14 @@ impl PageSource {
                 .filter(|&(stamp, _)| stamp < before)
                 .collect();
             if stamps.is_empty() {
-                return inner;
+                break;
             }
             if first {
                 inner.batches += 1;
                 first = false;
             }
+            // Stamps are unique (one per page give-up), so every chunk
+            // releases at least the oldest entry left, and the loop ends.
             stamps.sort_unstable();
             let mut pages = 0;
             let mut cutoff = before;
@@ -614,9 +646,11 @@ impl PageSource {
                 }
                 pages += n;
             }
+            let held = inner.held();
             self.release_chunk(&mut inner, cutoff);
+            released += held - inner.held();
             if cutoff == before {
-                return inner;
+                break;
             }
             if self.waiting.load(Ordering::Relaxed) > 0 {
                 drop(inner);
@@ -627,6 +661,8 @@ impl PageSource {
                 inner = self.lock();
             }
         }
+        inner.releasing -= 1;
+        (inner, released)
     }
 
     /// Releases, with the lock held, the cached runs and pending pages given
@@ -683,7 +719,7 @@ impl Drop for Hold<'_> {
     fn drop(&mut self) {
         let mut inner = self.0.lock();
         inner.holds -= 1;
-        drop(self.0.release_if_over(inner));
+        drop(self.0.release_if_over(inner).0);
     }
 }
 

@@ -524,7 +524,9 @@ fn a_large_batch_is_one_batch_released_in_chunks() {
     assert!(spans.iter().all(|&(p, n)| resident(p, n) == 0));
     assert_eq!(after.batches, before.batches + 1, "one batch");
     // Adjacent runs coalesce into one range, yet the batch takes a system
-    // call per chunk of at most RELEASE_CHUNK_PAGES pages.
+    // call per chunk of at most RELEASE_CHUNK_PAGES pages (the old single
+    // call made 1 here: `process_madvise` is taken on this kernel and the
+    // runs are adjacent).
     let calls = after.advise_calls - before.advise_calls;
     assert!(calls >= 1024 / 256, "{calls} calls");
     assert_eq!(after.runs_released - before.runs_released, 64);
@@ -566,6 +568,55 @@ fn reclaimed_pages_are_never_dropped_by_a_batch_in_chunks() {
     }
     stop.store(true, Ordering::Relaxed);
     flusher.join().unwrap();
+}
+
+#[test]
+fn a_decay_by_time_is_not_due_again_while_a_decay_lets_a_free_in() {
+    // A decay releases a batch larger than a chunk while its interval has
+    // passed; a free that gets the lock between two chunks must neither
+    // find a decay due again nor start a batch of its own.
+    let src = std::sync::Arc::new(PageSource::new(PS, None).unwrap());
+    src.set_retain_divisor(32);
+    // Long enough that the decay's own batch never takes it.
+    let interval = std::time::Duration::from_millis(300);
+    src.set_decay_interval(interval);
+    for _ in 0..3 {
+        let runs: Vec<Run> = (0..256).map(|_| src.alloc(16).unwrap()).collect();
+        for r in &runs {
+            fill(r, 1);
+        }
+        let hold = src.hold();
+        for r in runs {
+            src.free(r);
+        }
+        // A new epoch: the pages just freed are older than it, so the next
+        // decay releases them (4,096 pages: 16 chunks).
+        src.decay();
+        let mine = src.alloc_clean(4).unwrap();
+        fill(&mine, 1);
+        std::thread::sleep(interval + std::time::Duration::from_millis(10));
+        let st = src.stats();
+        let go = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let freer = {
+            let (src, go) = (src.clone(), go.clone());
+            std::thread::spawn(move || {
+                go.wait();
+                // Wait (on the lock) until the decay's batch has begun, then
+                // free a run between two of its chunks.
+                while src.stats().batches == st.batches {
+                    std::hint::spin_loop();
+                }
+                src.free(mine);
+            })
+        };
+        go.wait();
+        src.decay();
+        freer.join().unwrap();
+        let now = src.stats();
+        assert_eq!(now.decays, st.decays + 1, "{now:?}");
+        drop(hold);
+        src.flush();
+    }
 }
 
 #[test]
