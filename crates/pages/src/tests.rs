@@ -470,6 +470,30 @@ fn a_freed_run_takes_its_pending_tail_along() {
     assert_eq!(src.cached_pages(), 10);
 }
 
+/// A thread that flushes a source all the time, until stopped.
+struct Flusher {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Flusher {
+    fn start(src: &std::sync::Arc<PageSource>) -> Flusher {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (src, flag) = (src.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                src.flush();
+            }
+        });
+        Flusher { stop, thread }
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap();
+    }
+}
+
 #[test]
 fn reclaimed_pages_are_never_dropped_under_a_writer() {
     // One thread gives up a run's tail and reclaims it to write a pattern,
@@ -478,15 +502,7 @@ fn reclaimed_pages_are_never_dropped_under_a_writer() {
     let src = std::sync::Arc::new(PageSource::new(PS, None).unwrap());
     src.set_cache_limit(1 << 20);
     let run = src.alloc(8).unwrap();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flusher = {
-        let (src, stop) = (src.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                src.flush();
-            }
-        })
-    };
+    let flusher = Flusher::start(&src);
     for round in 0..20_000u32 {
         let value = (round % 250) as u8 + 1;
         src.discard_later(&run, 2, 6);
@@ -500,8 +516,7 @@ fn reclaimed_pages_are_never_dropped_under_a_writer() {
             assert_eq!(byte_at(&run, page * PS + 17), value, "round {round}");
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    flusher.join().unwrap();
+    flusher.stop();
 }
 
 #[test]
@@ -541,15 +556,7 @@ fn reclaimed_pages_are_never_dropped_by_a_batch_in_chunks() {
     let src = std::sync::Arc::new(PageSource::new(PS, None).unwrap());
     src.set_cache_limit(1 << 20);
     let runs: Vec<Run> = (0..48).map(|_| src.alloc(16).unwrap()).collect();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flusher = {
-        let (src, stop) = (src.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                src.flush();
-            }
-        })
-    };
+    let flusher = Flusher::start(&src);
     for round in 0..300u32 {
         let value = (round % 250) as u8 + 1;
         for run in &runs {
@@ -566,8 +573,7 @@ fn reclaimed_pages_are_never_dropped_by_a_batch_in_chunks() {
             }
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    flusher.join().unwrap();
+    flusher.stop();
 }
 
 #[test]

@@ -159,6 +159,29 @@ fn parallel(threads: usize, pages: usize, f: impl Fn(std::ops::Range<usize>) + S
     });
 }
 
+/// Compresses every `ps`-byte page of `data` with `ctx` and copies each
+/// result right after the previous one in `out`: the work of the write
+/// ceilings. Returns the seconds it took.
+fn compress_and_copy(
+    ctx: &mut zcomp::Context,
+    data: &[u8],
+    ps: usize,
+    out: &mut [u8],
+) -> Result<f64, Error> {
+    let t = Instant::now();
+    let mut at = 0;
+    for p in data.chunks_exact(ps) {
+        let z = ctx
+            .compress_buffered(p)
+            .map_err(|e| Error::Failed(e.to_string()))?;
+        out.get_mut(at..at + z.len())
+            .ok_or_else(|| Error::Failed("compression output changed size".into()))?
+            .copy_from_slice(z);
+        at += z.len();
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
 /// Runs `zmem bench store`.
 pub fn run(args: &StoreBenchArgs) -> Result<(), Error> {
     let corpus = if args.paths.is_empty() {
@@ -285,46 +308,33 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), Error> {
             });
             rc2.push(mib / t.elapsed().as_secs_f64());
             // The ceiling: compression and the one copy, one thread...
-            let t = Instant::now();
-            let mut at = 0;
-            for p in data.chunks_exact(ps) {
-                let z = ctx
-                    .compress_buffered(p)
-                    .map_err(|e| Error::Failed(e.to_string()))?;
-                arena
-                    .get_mut(at..at + z.len())
-                    .ok_or_else(|| Error::Failed("compression output changed size".into()))?
-                    .copy_from_slice(z);
-                at += z.len();
-            }
-            cc1.push(mib / t.elapsed().as_secs_f64());
+            cc1.push(mib / compress_and_copy(&mut ctx, &data, ps, &mut arena)?);
             std::hint::black_box(&arena);
             // ...and two, each its own context, half of the pages and half
             // of the arena.
-            let half_pages = pages.div_ceil(2);
-            let split = compressed[..half_pages].iter().map(Vec::len).sum::<usize>() + ps;
+            let half = pages.div_ceil(2) * ps;
+            let split = compressed[..pages.div_ceil(2)]
+                .iter()
+                .map(Vec::len)
+                .sum::<usize>()
+                + ps;
             let (lo, hi) = arena.split_at_mut(split);
             let t = Instant::now();
-            std::thread::scope(|sc| {
-                for (range, out) in [(0..half_pages, lo), (half_pages..pages, hi)] {
-                    let (comp, data) = (&comp, &data);
+            let copied: Vec<Result<f64, Error>> = std::thread::scope(|sc| {
+                let jobs = [(&data[..half], lo), (&data[half..], hi)].map(|(pages, out)| {
+                    let comp = &comp;
                     sc.spawn(move || {
-                        if let Ok(mut c) = comp.context() {
-                            let mut at = 0;
-                            for i in range {
-                                let z = c.compress_buffered(&data[i * ps..(i + 1) * ps]);
-                                if let Some((z, to)) = z.ok().and_then(|z| {
-                                    let n = z.len();
-                                    out.get_mut(at..at + n).map(|to| (z, to))
-                                }) {
-                                    to.copy_from_slice(z);
-                                    at += z.len();
-                                }
-                            }
-                        }
-                    });
-                }
+                        let mut c = comp.context().map_err(|e| Error::Failed(e.to_string()))?;
+                        compress_and_copy(&mut c, pages, ps, out)
+                    })
+                });
+                jobs.map(|j| {
+                    j.join()
+                        .unwrap_or_else(|_| Err(Error::Failed("a ceiling thread panicked".into())))
+                })
+                .into()
             });
+            copied.into_iter().collect::<Result<Vec<f64>, Error>>()?;
             cc2.push(mib / t.elapsed().as_secs_f64());
             std::hint::black_box(&arena);
             // ...and one thread into fresh memory, mapped outside the timing.
@@ -335,18 +345,7 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), Error> {
                 let mut fresh = FreshMemory::map(total + 2 * ps, backing)
                     .map_err(|e| Error::Failed(format!("fresh memory: {e}")))?;
                 let out = fresh.as_mut_slice();
-                let t = Instant::now();
-                let mut at = 0;
-                for p in data.chunks_exact(ps) {
-                    let z = ctx
-                        .compress_buffered(p)
-                        .map_err(|e| Error::Failed(e.to_string()))?;
-                    out.get_mut(at..at + z.len())
-                        .ok_or_else(|| Error::Failed("compression output changed size".into()))?
-                        .copy_from_slice(z);
-                    at += z.len();
-                }
-                v.push(mib / t.elapsed().as_secs_f64());
+                v.push(mib / compress_and_copy(&mut ctx, &data, ps, out)?);
                 std::hint::black_box(&out);
             }
             // Churn, on a filled store with the configuration's background
