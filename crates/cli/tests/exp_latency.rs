@@ -136,7 +136,7 @@ fn compaction_every_n_operations_runs_exactly_that_many() {
         // fixed cache unless asked (--retain-others).
         let divisor = m["retain_divisor"].as_u64().unwrap();
         match a["name"].as_str().unwrap() {
-            "zsmalloc" => assert_eq!(divisor, 32),
+            "zsmalloc" => assert_eq!(divisor, zsmalloc::DEFAULT_RETAIN_DIVISOR as u64),
             _ => assert_eq!(divisor, 0),
         }
     }

@@ -600,7 +600,7 @@ fn retain_divisor_sets_the_share_of_freed_pages_kept() {
         bounds.push(retained_bound(&metrics));
         if flags.is_empty() {
             // Changed on the running export, and read back.
-            assert_eq!(z.ctl_ok(&["retain_divisor"]), "32\n");
+            assert_eq!(z.ctl_ok(&["retain_divisor"]), "8\n");
             z.ctl_ok(&["retain_divisor", "0"]);
             assert_eq!(z.ctl_ok(&["retain_divisor"]), "0\n");
             assert_eq!(retained_bound(&metrics), MIB as u64);

@@ -80,7 +80,7 @@ pub struct StoreArgs {
     /// those the pool holds stays resident for reuse after compaction or a
     /// free gives it back, so a churning store faults fewer pages in; the
     /// resident set may exceed mem_used_total by that share plus 1 MiB.
-    /// 0 turns it off [default: the mode's: 32 in default mode, 0 in
+    /// 0 turns it off [default: the mode's: 8 in default mode, 0 in
     /// kernel-compat]
     #[arg(long, value_name = "N", value_parser = crate::flags::whole_usize(0, 1 << 20))]
     pub retain_divisor: Option<usize>,

@@ -54,7 +54,7 @@
 //! - [`PageSource::set_retain_divisor`] adds a *retained share* to the
 //!   bound: pages out over the divisor, so the pages kept grow with what the
 //!   holders use, as the kernel's free page lists keep what one allocator
-//!   frees for the next (zsmalloc's default mode keeps 1/32: a churning
+//!   frees for the next (zsmalloc's default mode keeps 1/8: a churning
 //!   workload's stores then take the pages compaction and the trim gave up
 //!   without a page fault). With a share, a batch over the bound releases the
 //!   oldest pages first and keeps the newest three quarters of the bound, a

@@ -842,8 +842,8 @@ mod tests {
             .contains("\nauto_compact: wakeups "));
         assert_eq!(execute(&reg, None, "auto_compact off").unwrap(), "");
         assert!(!store.auto_compact_running());
-        // The retained share: default mode keeps 1/32 of its pages.
-        assert_eq!(execute(&reg, None, "retain_divisor").unwrap(), "32\n");
+        // The retained share: default mode keeps 1/8 of its pages.
+        assert_eq!(execute(&reg, None, "retain_divisor").unwrap(), "8\n");
         let (_, bound) = store.retained_bytes();
         assert_eq!(execute(&reg, None, "retain_divisor 0").unwrap(), "");
         assert_eq!(store.retain_divisor(), 0);

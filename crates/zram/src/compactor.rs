@@ -37,12 +37,16 @@
 //! is enough to free), as the kernel compacts zsmalloc only from its shrinker.
 //!
 //! # Kept pages
-//! Each look ends an epoch of the pages the allocator keeps resident for
-//! reuse (`ZPool::decay_retained_pages`: what no store took since the
-//! previous epoch goes back to the OS). While the thread sits idle with
-//! pages kept, it ends one every second (`IDLE_EPOCH`) too, so an idle
-//! store gives every kept page back within two seconds, without waiting
-//! for a free.
+//! The pages the allocator keeps resident for reuse go back to the OS by
+//! epochs: what no store took for a whole epoch is released when the next
+//! one ends. A busy store's epochs end by time, at the first free after the
+//! page source's decay interval (1 s); the looks of this thread do not end
+//! them, because a churning workload's stores take the kept pages again
+//! within tens of milliseconds, and epochs that short gave them back first
+//! (BENCHMARKS.md, session 11). While the thread sits idle with pages kept,
+//! it ends one every second (`IDLE_EPOCH`, `ZPool::decay_retained_pages`),
+//! so an idle store gives every kept page back within two seconds, without
+//! waiting for a free.
 //!
 //! # The CPU budget
 //! The thread's own CPU time (`CLOCK_THREAD_CPUTIME_ID`), evaluations
@@ -712,9 +716,6 @@ fn run(shared: &Shared, w: &Watched) {
             (c.policy, std::mem::take(&mut c.limit_hit))
         };
         poll = None;
-        // Each look ends an epoch of the pages the allocator keeps resident
-        // for reuse: what no store took since the previous look goes back.
-        w.pool.decay_retained_pages();
         let share = policy.cpu_percent / 100.0;
         let steps: Vec<(usize, u64)> = (0..w.pool.compaction_steps())
             .rev()

@@ -431,24 +431,23 @@ impl Pool {
     /// As [`Pool::compact`], for a compaction nobody waits on the memory of
     /// (periodic or background): with a retained share
     /// ([`Pool::set_page_retain_divisor`]) the pages it frees stay resident
-    /// until the next such compaction, for the stores that fill them again,
-    /// and what was not reused since the previous one goes back to the OS
-    /// (`PageSource::decay`). Without one, exactly [`Pool::compact`].
+    /// within the share's bound, for the stores that fill them again, and
+    /// go back to the OS by the bound or by the decay due by time (the
+    /// page source's epochs; [`Pool::decay_page_cache`]), as after the steps
+    /// of the store's background compactor. Without one, exactly
+    /// [`Pool::compact`].
     pub fn compact_background(&self) -> CompactResult {
-        self.compact_all(Release::Decay)
+        self.compact_all(Release::Keep)
     }
 
     /// What the end of a compaction does with the page source's cached and
     /// pending pages.
     fn end_compaction(&self, release: Release) {
         match release {
-            Release::Decay if self.pages.retain_divisor() != 0 => {
-                self.pages.decay();
-            }
-            // A step of a background compactor: the pages wait for the
-            // bound, or for the decay due by time.
+            // A background compaction or one of its steps: the pages wait
+            // for the bound, or for the decay due by time.
             Release::Keep if self.pages.retain_divisor() != 0 => {}
-            Release::Flush | Release::Decay | Release::Keep => {
+            Release::Flush | Release::Keep => {
                 self.pages.flush();
             }
         }
@@ -896,11 +895,8 @@ impl OptimalPlan {
 enum Release {
     /// Gives them all back (a manual compaction).
     Flush,
-    /// With a retained share, ends the page source's epoch
-    /// (`PageSource::decay`); without, as `Flush`.
-    Decay,
-    /// With a retained share, nothing (one step of a background compactor);
-    /// without, as `Flush`.
+    /// With a retained share, nothing (a background compaction or one of
+    /// its steps); without, as `Flush`.
     Keep,
 }
 

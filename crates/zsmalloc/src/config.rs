@@ -57,11 +57,13 @@ impl std::str::FromStr for Mode {
 /// fixed 1 MiB cache, after compaction, the trim or a free gives it back, so
 /// that the next zspage or store takes it without a page fault (the user
 /// space analogue of the kernel's free page lists; `Pool::set_page_retain_divisor`).
-/// Not counted in `mem_used_total`. kernel-compat keeps none. By 1/32,
-/// `zmem exp latency`'s p99.9 gain is all there; 1/16 halves the page faults
-/// left but doubles the resident cost for the same p99.9 (BENCHMARKS.md, "A
-/// retained share of freed pages").
-pub const DEFAULT_RETAIN_DIVISOR: usize = 32;
+/// Not counted in `mem_used_total`. kernel-compat keeps none. With kept
+/// pages released by time (not by every background compaction), 1/8 is the
+/// share at which `zmem exp latency`'s stores fault rarely enough for a p99.9
+/// under 1.2x zbud's, with the resident set 1.09x the pool during the churn
+/// and still under zbud's (1/16 and 1/32: 1.37-1.43x; BENCHMARKS.md, session
+/// 11). An idle store gives them back within seconds.
+pub const DEFAULT_RETAIN_DIVISOR: usize = 8;
 
 /// Everything a pool is created from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

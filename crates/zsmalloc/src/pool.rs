@@ -337,9 +337,9 @@ impl Pool {
     /// for the next zspage or store to take without a page fault (0: none,
     /// kernel-compat's setting; default mode's is
     /// [`DEFAULT_RETAIN_DIVISOR`]). They are not counted in
-    /// [`Pool::total_pages`]; background compaction
-    /// ([`Pool::compact_background`]) releases those not reused since the
-    /// one before, and a manual [`Pool::compact`], an empty pool and
+    /// [`Pool::total_pages`]; the decay due by time (or
+    /// [`Pool::decay_page_cache`]) releases those not reused for a whole
+    /// epoch, and a manual [`Pool::compact`], an empty pool and
     /// [`Pool::flush_page_cache`] release them all. See [`pages`]'s
     /// `PageSource::set_retain_divisor`.
     pub fn set_page_retain_divisor(&self, divisor: usize) {
@@ -348,8 +348,10 @@ impl Pool {
 
     /// With a retained share, ends the page source's epoch: the pages not
     /// reused since the previous one go back to the OS (see
-    /// [`Pool::set_page_retain_divisor`]; [`Pool::compact_background`] does
-    /// this at its end). Without one, nothing. Returns the pages released.
+    /// [`Pool::set_page_retain_divisor`]; the page source does this by
+    /// itself once an epoch has lasted its interval, at the next free, and
+    /// the store's compactor thread when the store is idle). Without one,
+    /// nothing. Returns the pages released.
     pub fn decay_page_cache(&self) -> usize {
         self.pages.decay()
     }

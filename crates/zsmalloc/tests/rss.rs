@@ -61,7 +61,7 @@ fn rss_follows_the_pool() {
 
         // Free every other object and compact in the background: the pages
         // the compaction frees may stay resident for reuse, within the
-        // retained share's bound (default mode: 1 MiB plus 1/32 of the
+        // retained share's bound (default mode: 1 MiB plus 1/8 of the
         // pool's pages; kernel-compat: 1 MiB).
         free_every_other(&mut handles, |h| pool.free(h).unwrap());
         pool.compact_background();

@@ -118,7 +118,7 @@ pub struct LatencyArgs {
     compact_every_ops: Option<u64>,
     /// zsmalloc's retained share of freed pages: up to one page in N of the
     /// pages it holds stays resident for reuse after compaction, the trim or
-    /// a free gives it back (0: none; default: the mode's, 32 in default
+    /// a free gives it back (0: none; default: the mode's, 8 in default
     /// mode, 0 in kernel-compat).
     #[arg(long, value_parser = crate::flags::whole::<u32>(0, 1 << 20))]
     retain_divisor: Option<u32>,
