@@ -310,8 +310,9 @@ pub trait ZPool: Send + Sync {
     }
 
     /// Ends an epoch of the pages kept for reuse: gives back those not
-    /// reused since the previous call (a background compactor calls it at
-    /// each look). Returns the pages released.
+    /// reused since the previous call (the store's background compactor
+    /// calls it each second it sits idle with pages kept). Returns the pages
+    /// released.
     fn decay_retained_pages(&self) -> usize {
         0
     }
