@@ -617,42 +617,35 @@ impl PageSource {
         // Only what was given up before the batch began, so that pages given
         // up while the lock is let go do not keep it going.
         let before = before.min(inner.stamp + 1);
+        let mut stamps: Vec<(u64, usize)> = inner
+            .cache
+            .stamps()
+            .into_iter()
+            .filter(|&(stamp, _)| stamp < before)
+            .collect();
+        if stamps.is_empty() {
+            return (inner, 0);
+        }
+        inner.batches += 1;
+        // The chunks' cutoffs, planned once, oldest first. While the lock is
+        // let go, entries given up before `before` can only be taken back,
+        // merged into newer ones or split (a split's rest keeps its stamp),
+        // never added, so each chunk releases at most what was planned.
+        stamps.sort_unstable();
+        let mut cutoffs = Vec::new();
+        let mut pages = 0;
+        for &(stamp, n) in &stamps {
+            if pages > 0 && pages + n > RELEASE_CHUNK_PAGES {
+                cutoffs.push(stamp);
+                pages = 0;
+            }
+            pages += n;
+        }
+        cutoffs.push(before);
         let mut released = 0;
-        let mut first = true;
         inner.releasing += 1;
-        loop {
-            let mut stamps: Vec<(u64, usize)> = inner
-                .cache
-                .stamps()
-                .into_iter()
-                .filter(|&(stamp, _)| stamp < before)
-                .collect();
-            if stamps.is_empty() {
-                break;
-            }
-            if first {
-                inner.batches += 1;
-                first = false;
-            }
-            // Stamps are unique (one per page give-up), so every chunk
-            // releases at least the oldest entry left, and the loop ends.
-            stamps.sort_unstable();
-            let mut pages = 0;
-            let mut cutoff = before;
-            for &(stamp, n) in &stamps {
-                if pages > 0 && pages + n > RELEASE_CHUNK_PAGES {
-                    cutoff = stamp;
-                    break;
-                }
-                pages += n;
-            }
-            let held = inner.held();
-            self.release_chunk(&mut inner, cutoff);
-            released += held - inner.held();
-            if cutoff == before {
-                break;
-            }
-            if self.waiting.load(Ordering::Relaxed) > 0 {
+        for (i, &cutoff) in cutoffs.iter().enumerate() {
+            if i > 0 && self.waiting.load(Ordering::Relaxed) > 0 {
                 drop(inner);
                 let start = Instant::now();
                 while self.waiting.load(Ordering::Relaxed) > 0 && start.elapsed() < LET_IN {
@@ -660,6 +653,9 @@ impl PageSource {
                 }
                 inner = self.lock();
             }
+            let held = inner.held();
+            self.release_chunk(&mut inner, cutoff);
+            released += held - inner.held();
         }
         inner.releasing -= 1;
         (inner, released)
