@@ -373,7 +373,7 @@ fn racing_writes_discards_resets_and_limits_loses_nothing() {
 fn an_idle_store_gives_back_the_pages_kept_for_reuse() {
     let p = pool(Mode::Default);
     let s = store(&p, 8192);
-    // A minimum gain no run reaches: only the looks and the idle epochs act.
+    // A minimum gain no run reaches: only the idle epochs give pages back.
     s.set_auto_compact(policy(AutoCompactMode::On, "min_gain=100000"))
         .unwrap();
     for i in 0..8192 {
