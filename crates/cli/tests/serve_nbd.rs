@@ -732,6 +732,38 @@ fn bench_serve_runs_on_a_small_file() {
     let c = &v["ceilings"][0];
     assert_eq!(targets[0]["socket_cpu_s"], c["socket_recv_cpu_s"], "{c}");
     assert_eq!(targets[1]["socket_cpu_s"], c["socket_send_cpu_s"], "{c}");
+    // Writes also get the ceilings with receiving and keeping the
+    // compressed bytes in fresh memory of each page size: the copies are
+    // the ceilings' entry's, timed (faulting pages in costs CPU), and add
+    // to the receiving ceiling's CPU; reads have none.
+    for (i, c) in [(0, &v["ceilings"][0]), (2, &v["ceilings"][1])] {
+        let t = &targets[i];
+        let g = |k: &str| t[k].as_f64().unwrap();
+        for (ceiling, copy, field) in [
+            (
+                "kept_ceiling_small_mb_s",
+                "kept_cpu_small_s",
+                "fresh_copy_small_cpu_s",
+            ),
+            (
+                "kept_ceiling_huge_mb_s",
+                "kept_cpu_huge_s",
+                "fresh_copy_huge_cpu_s",
+            ),
+        ] {
+            assert_eq!(t[copy], c[field], "{t} {c}");
+            assert!(g(copy) > 0.0, "{t}");
+            let before = g("ceiling_server_cpu_s") + g("socket_cpu_s") + g("client_cpu_s");
+            let expect = g("socket_ceiling_mb_s") * before / (before + g(copy));
+            assert!((g(ceiling) - expect).abs() <= 1e-9 * expect, "{t}");
+            assert!(g(ceiling) < g("socket_ceiling_mb_s"), "{t}");
+        }
+    }
+    for i in [1, 3] {
+        for k in ["kept_ceiling_small_mb_s", "kept_ceiling_huge_mb_s"] {
+            assert!(targets[i][k].is_null(), "{}", targets[i]);
+        }
+    }
 }
 
 /// `zmem bench serve` once on `bytes` of real data with `flags`: its JSON.

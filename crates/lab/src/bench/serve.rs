@@ -36,7 +36,10 @@
 //! added to the server's CPU, timed in the same run on a Unix socket pair
 //! (receiving, which every server must do to compress the payloads; and
 //! sending with `write(2)`, which a server splicing its replies could
-//! avoid). The configurations are the
+//! avoid). Write targets then add keeping the compressed bytes: a copy of
+//! them into fresh memory, faulted in as it is written, with 4 KiB pages
+//! and with huge pages (any server asks the kernel for the memory that
+//! holds what it receives). The configurations are the
 //! issue's: zstd on 32 KiB pages (nbdkit's page size) against
 //! `allocator=zstd`, and lz4 on 4 KiB pages against `allocator=sparse`.
 //! nbdcopy uses its defaults (4 connections when the server allows
@@ -53,6 +56,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde::Serialize;
 
+use crate::fresh_memory::{Backing, FreshMemory};
 use crate::output::{Format, FormatArg};
 use crate::Error;
 
@@ -231,8 +235,9 @@ fn thread_cpu_s() -> f64 {
 
 /// CPU seconds one context of `comp` takes to compress every `page`-byte
 /// page of `data`, and to decompress them all again (each the best of
-/// three passes after a warm-up pass).
-fn codec_cpu_s(comp: &str, data: &[u8], page: usize) -> Result<(f64, f64), Error> {
+/// three passes after a warm-up pass); and to copy the compressed pages
+/// into fresh memory of each page size.
+fn codec_cpu(comp: &str, data: &[u8], page: usize) -> Result<CodecCpu, Error> {
     let c = zcomp::Compressor::parse(comp, "").map_err(|e| failed(e.to_string()))?;
     let mut ctx = c.context().map_err(|e| failed(e.to_string()))?;
     let mut dst = vec![0u8; c.compress_bound(page)];
@@ -267,7 +272,46 @@ fn codec_cpu_s(comp: &str, data: &[u8], page: usize) -> Result<(f64, f64), Error
     };
     let compress = best(&mut ctx, &mut packed, false)?;
     let decompress = best(&mut ctx, &mut packed, true)?;
-    Ok((compress, decompress))
+    let fresh = |backing| fresh_copy_cpu_s(&packed, backing);
+    Ok(CodecCpu {
+        compress,
+        decompress,
+        fresh_small: fresh(Backing::SmallPages)?,
+        fresh_huge: fresh(Backing::HugePages)?,
+    })
+}
+
+/// CPU seconds, one context, of the work every page of a data set costs a
+/// server's codec, and of keeping its compressed bytes (see [`codec_cpu`]).
+struct CodecCpu {
+    compress: f64,
+    decompress: f64,
+    /// Copying every page's compressed bytes, one after another, into
+    /// fresh memory of 4 KiB pages, and of huge pages.
+    fresh_small: f64,
+    fresh_huge: f64,
+}
+
+/// CPU seconds one thread takes to copy `packed` end to end into memory it
+/// has just asked the kernel for, faulting each page in (best of three,
+/// each in a new mapping made and unmapped outside the timing): what any
+/// server that keeps the compressed bytes pays at least to store them.
+fn fresh_copy_cpu_s(packed: &[Vec<u8>], backing: Backing) -> Result<f64, Error> {
+    let total: usize = packed.iter().map(Vec::len).sum();
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let mut fresh =
+            FreshMemory::map(total, backing).map_err(|e| failed(format!("fresh memory: {e}")))?;
+        let out = fresh.as_mut_slice();
+        let t = thread_cpu_s();
+        let mut at = 0;
+        for z in packed {
+            out[at..at + z.len()].copy_from_slice(z);
+            at += z.len();
+        }
+        best = best.min(thread_cpu_s() - t);
+    }
+    Ok(best)
 }
 
 /// CPU seconds a sending and a receiving thread take to move `bytes`
@@ -683,6 +727,11 @@ struct Ceiling {
     /// `socket_cpu_s`).
     socket_send_cpu_s: f64,
     socket_recv_cpu_s: f64,
+    /// CPU seconds to copy every page's compressed bytes into fresh memory
+    /// of 4 KiB pages, and of transparent huge pages (see
+    /// `fresh_copy_cpu_s`).
+    fresh_copy_small_cpu_s: f64,
+    fresh_copy_huge_cpu_s: f64,
 }
 
 /// What `--format json` prints.
@@ -750,6 +799,16 @@ struct Target {
     socket_ceiling_mb_s: Option<f64>,
     /// The socket CPU that `socket_ceiling_mb_s` adds, seconds.
     socket_cpu_s: Option<f64>,
+    /// Writes only: the ceiling with receiving (as `socket_ceiling_mb_s`)
+    /// and with keeping the compressed bytes in fresh memory the server
+    /// faults in, with 4 KiB pages and with huge pages. A server holds its
+    /// data in memory it asks the kernel for during the write, so these
+    /// bound any server that does so with that page size.
+    kept_ceiling_small_mb_s: Option<f64>,
+    kept_ceiling_huge_mb_s: Option<f64>,
+    /// The fresh-memory copies those two add, seconds.
+    kept_cpu_small_s: Option<f64>,
+    kept_cpu_huge_s: Option<f64>,
     /// Server CPU seconds per GiB (2^30 bytes) in the phase, medians.
     zmem_cpu_s_per_gib: f64,
     nbdkit_cpu_s_per_gib: f64,
@@ -810,13 +869,15 @@ pub fn run(args: &ServeBenchArgs) -> Result<(), Error> {
             .map_err(|e| failed(format!("{e} (make the data sets with scripts/make-corpus)")))?;
         for setup in &setups {
             if let Some(comp) = setup.ceiling {
-                let (compress, decompress) = codec_cpu_s(comp, &data, setup.page as usize)?;
+                let codec = codec_cpu(comp, &data, setup.page as usize)?;
                 let (send, recv) = socket_cpu_s(data.len())?;
                 ceilings.push(Ceiling {
                     setup: setup.name.to_string(),
                     data: file_name(file),
-                    compress_cpu_s: compress,
-                    decompress_cpu_s: decompress,
+                    compress_cpu_s: codec.compress,
+                    decompress_cpu_s: codec.decompress,
+                    fresh_copy_small_cpu_s: codec.fresh_small,
+                    fresh_copy_huge_cpu_s: codec.fresh_huge,
                     socket_send_cpu_s: send,
                     socket_recv_cpu_s: recv,
                 });
@@ -944,6 +1005,12 @@ fn targets(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> Vec<T
                 _ => None,
             };
             let socket_ceiling = socket.map(|k| mb / ((server_cpu + k + client) / cpus as f64));
+            let is_write = phase == "write";
+            let kept = |copy: f64| {
+                is_write.then(|| {
+                    mb / ((server_cpu + c.socket_recv_cpu_s + copy + client) / cpus as f64)
+                })
+            };
             out.push(Target {
                 setup: setup.clone(),
                 data: data.clone(),
@@ -965,6 +1032,10 @@ fn targets(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> Vec<T
                 receiving_nbdkit_cpu_s: receiving_ceiling.map(|_| kcpu),
                 socket_ceiling_mb_s: socket_ceiling,
                 socket_cpu_s: socket,
+                kept_ceiling_small_mb_s: kept(c.fresh_copy_small_cpu_s),
+                kept_ceiling_huge_mb_s: kept(c.fresh_copy_huge_cpu_s),
+                kept_cpu_small_s: is_write.then_some(c.fresh_copy_small_cpu_s),
+                kept_cpu_huge_s: is_write.then_some(c.fresh_copy_huge_cpu_s),
                 zmem_cpu_s_per_gib: zcpu / gib,
                 nbdkit_cpu_s_per_gib: kcpu / gib,
             });
@@ -1014,8 +1085,30 @@ fn target_line(t: &Target) -> String {
         ),
         _ => String::new(),
     };
+    let within = |c: f64| {
+        if t.needed_mb_s <= c {
+            "within"
+        } else {
+            "above"
+        }
+    };
+    let kept = match (
+        t.kept_ceiling_small_mb_s,
+        t.kept_cpu_small_s,
+        t.kept_ceiling_huge_mb_s,
+        t.kept_cpu_huge_s,
+    ) {
+        (Some(s), Some(sc), Some(h), Some(hc)) => format!(
+            "; receiving and keeping the compressed bytes in fresh memory, the ceiling is {s:.0} MB/s with 4 KiB pages (copy {sc:.3} s; zmem {:.2}x that, the target {} it) and {h:.0} MB/s with huge pages (copy {hc:.3} s; zmem {:.2}x that, the target {} it)",
+            t.zmem_mb_s / s,
+            within(s),
+            t.zmem_mb_s / h,
+            within(h),
+        ),
+        _ => String::new(),
+    };
     format!(
-        "{} {} {}: zmem {:.0} MB/s = {:.2}x {basis} (target {}x: {}); ceiling ({server_cpu} + client {:.3} s CPU) / {} CPUs = {:.0} MB/s{reach}{receiving}{socket}; server CPU per GiB zmem {:.2} s, nbdkit {:.2} s",
+        "{} {} {}: zmem {:.0} MB/s = {:.2}x {basis} (target {}x: {}); ceiling ({server_cpu} + client {:.3} s CPU) / {} CPUs = {:.0} MB/s{reach}{receiving}{socket}{kept}; server CPU per GiB zmem {:.2} s, nbdkit {:.2} s",
         t.setup,
         t.data,
         t.phase,
