@@ -708,6 +708,7 @@ fn bench_serve_runs_on_a_small_file() {
     // Writes, and reads against a compressing nbdkit, also get the ceiling
     // with the socket's copy: the same CPUs, the socket's CPU added.
     for i in [0, 1, 2] {
+        assert!(targets[i]["codec_ceiling_mb_s"].is_null(), "{}", targets[i]);
         let t = &targets[i];
         let g = |k: &str| t[k].as_f64().unwrap();
         let (server, socket, client) = (
@@ -722,16 +723,34 @@ fn bench_serve_runs_on_a_small_file() {
             "{t}"
         );
     }
+    // Reads against sparse get the decompression alone with the client's
+    // CPU (no nbdkit read CPU), a ceiling above the one that counts it, and
+    // that with the socket's sending added.
+    let t = &targets[3];
+    let g = |k: &str| t[k].as_f64().unwrap();
+    let decompress = v["ceilings"][1]["decompress_cpu_s"].as_f64().unwrap();
+    assert_eq!(g("codec_cpu_s"), decompress, "{t}");
+    let per_cpu_s = g("ceiling_mb_s") * (g("ceiling_server_cpu_s") + g("client_cpu_s"));
+    let expect = per_cpu_s / (decompress + g("client_cpu_s"));
     assert!(
-        targets[3]["socket_ceiling_mb_s"].is_null(),
-        "{}",
-        targets[3]
+        (g("codec_ceiling_mb_s") - expect).abs() <= 1e-9 * expect,
+        "{t}"
+    );
+    assert!(g("codec_ceiling_mb_s") > g("ceiling_mb_s"), "{t}");
+    let expect = per_cpu_s / (decompress + g("socket_cpu_s") + g("client_cpu_s"));
+    assert!(
+        (g("socket_ceiling_mb_s") - expect).abs() <= 1e-9 * expect,
+        "{t}"
     );
     // The socket's CPU is the ceilings' entry's: receiving for writes,
     // sending for reads.
     let c = &v["ceilings"][0];
     assert_eq!(targets[0]["socket_cpu_s"], c["socket_recv_cpu_s"], "{c}");
     assert_eq!(targets[1]["socket_cpu_s"], c["socket_send_cpu_s"], "{c}");
+    assert_eq!(
+        targets[3]["socket_cpu_s"],
+        v["ceilings"][1]["socket_send_cpu_s"]
+    );
     // Writes also get the ceilings with receiving and keeping the
     // compressed bytes in fresh memory of each page size: the copies are
     // the ceilings' entry's, timed (faulting pages in costs CPU), and add

@@ -31,16 +31,17 @@
 //! per GiB. lz4 writes also get a second reference: a server that spends
 //! sparse's own write CPU (receiving the data and storing it) on top of the
 //! compression, which is what the receive path every server pays leaves of
-//! the ceiling here. Every write target, and reads against a compressing
-//! nbdkit, also get the ceiling with the socket's own copy of the data
-//! added to the server's CPU, timed in the same run on a Unix socket pair
-//! (receiving, which every server must do to compress the payloads; and
-//! sending with `write(2)`, which a server splicing its replies could
-//! avoid). Write targets then add keeping the compressed bytes: a copy of
-//! them into fresh memory, faulted in as it is written, with 4 KiB pages
-//! and with huge pages (any server asks the kernel for the memory that
-//! holds what it receives). The configurations are the
-//! issue's: zstd on 32 KiB pages (nbdkit's page size) against
+//! the ceiling here. Reads against `sparse` also get the ceiling without
+//! sparse's read CPU: decompressing every page once and the client alone,
+//! which bounds any server. Every target also gets the ceiling with the
+//! socket's own copy of the data added to the codec's CPU, timed in the
+//! same run on a Unix socket pair (receiving, which every server must do
+//! to compress the payloads; and sending with `write(2)`, which a server
+//! splicing its replies could avoid). Write targets then add keeping the
+//! compressed bytes: a copy of them into fresh memory, faulted in as it is
+//! written, with 4 KiB pages and with huge pages (any server asks the
+//! kernel for the memory that holds what it receives). The configurations
+//! are the issue's: zstd on 32 KiB pages (nbdkit's page size) against
 //! `allocator=zstd`, and lz4 on 4 KiB pages against `allocator=sparse`.
 //! nbdcopy uses its defaults (4 connections when the server allows
 //! multi-conn, as both do; 256 KiB requests).
@@ -792,13 +793,19 @@ struct Target {
     /// The ceiling with the socket's copy added to the server's CPU: for
     /// writes, receiving the data (every server must get the payloads out
     /// of the socket to compress them, so this bounds any server); for
-    /// reads against a compressing nbdkit, sending it with `write(2)` (a
-    /// server splicing its replies into the socket could avoid that copy,
-    /// so for reads it bounds only servers that write their replies). None
-    /// for reads against `sparse`, whose ceiling has nbdkit's own read CPU.
+    /// reads, sending it with `write(2)` (a server splicing its replies
+    /// into the socket could avoid that copy, so for reads it bounds only
+    /// servers that write their replies). It adds to the codec's CPU
+    /// alone: for reads against `sparse`, without nbdkit's read CPU.
     socket_ceiling_mb_s: Option<f64>,
     /// The socket CPU that `socket_ceiling_mb_s` adds, seconds.
     socket_cpu_s: Option<f64>,
+    /// Reads against `sparse` only: decompressing every page once plus
+    /// the client's CPU, over the CPUs, without nbdkit's read CPU: the
+    /// ceiling of any server, even one that splices its replies.
+    codec_ceiling_mb_s: Option<f64>,
+    /// The decompression CPU that `codec_ceiling_mb_s` counts, seconds.
+    codec_cpu_s: Option<f64>,
     /// Writes only: the ceiling with receiving (as `socket_ceiling_mb_s`)
     /// and with keeping the compressed bytes in fresh memory the server
     /// faults in, with 4 KiB pages and with huge pages. A server holds its
@@ -999,12 +1006,12 @@ fn targets(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> Vec<T
             let needed = target * base;
             let receiving_ceiling = (phase == "write" && st.nbdkit_allocator == "sparse")
                 .then(|| mb / ((server_cpu + kcpu + client) / cpus as f64));
-            let socket = match phase {
-                "write" => Some(c.socket_recv_cpu_s),
-                _ if !counts_nbdkit => Some(c.socket_send_cpu_s),
-                _ => None,
+            let (codec, socket) = match phase {
+                "write" => (c.compress_cpu_s, c.socket_recv_cpu_s),
+                _ => (c.decompress_cpu_s, c.socket_send_cpu_s),
             };
-            let socket_ceiling = socket.map(|k| mb / ((server_cpu + k + client) / cpus as f64));
+            let socket_ceiling = mb / ((codec + socket + client) / cpus as f64);
+            let codec_ceiling = counts_nbdkit.then(|| mb / ((codec + client) / cpus as f64));
             let is_write = phase == "write";
             let kept = |copy: f64| {
                 is_write.then(|| {
@@ -1030,8 +1037,10 @@ fn targets(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> Vec<T
                 within_ceiling: needed <= ceiling,
                 receiving_ceiling_mb_s: receiving_ceiling,
                 receiving_nbdkit_cpu_s: receiving_ceiling.map(|_| kcpu),
-                socket_ceiling_mb_s: socket_ceiling,
-                socket_cpu_s: socket,
+                socket_ceiling_mb_s: Some(socket_ceiling),
+                socket_cpu_s: Some(socket),
+                codec_ceiling_mb_s: codec_ceiling,
+                codec_cpu_s: codec_ceiling.map(|_| codec),
                 kept_ceiling_small_mb_s: kept(c.fresh_copy_small_cpu_s),
                 kept_ceiling_huge_mb_s: kept(c.fresh_copy_huge_cpu_s),
                 kept_cpu_small_s: is_write.then_some(c.fresh_copy_small_cpu_s),
@@ -1075,6 +1084,15 @@ fn target_line(t: &Target) -> String {
         ),
         _ => String::new(),
     };
+    let codec = match (t.codec_ceiling_mb_s, t.codec_cpu_s) {
+        (Some(c), Some(d)) => format!(
+            "; without nbdkit's read, decompressing ({d:.3} s) and the client alone give {c:.0} MB/s, the ceiling of any server (even one splicing its replies), zmem {:.2}x that, the target ({:.0} MB/s) {} it",
+            t.zmem_mb_s / c,
+            t.needed_mb_s,
+            if t.needed_mb_s <= c { "within" } else { "above" }
+        ),
+        _ => String::new(),
+    };
     let socket = match (t.socket_ceiling_mb_s, t.socket_cpu_s) {
         (Some(c), Some(k)) => format!(
             "; with the socket's copy ({} {k:.3} s) the ceiling is {c:.0} MB/s, zmem {:.2}x that, the target ({:.0} MB/s) {} it",
@@ -1108,7 +1126,7 @@ fn target_line(t: &Target) -> String {
         _ => String::new(),
     };
     format!(
-        "{} {} {}: zmem {:.0} MB/s = {:.2}x {basis} (target {}x: {}); ceiling ({server_cpu} + client {:.3} s CPU) / {} CPUs = {:.0} MB/s{reach}{receiving}{socket}{kept}; server CPU per GiB zmem {:.2} s, nbdkit {:.2} s",
+        "{} {} {}: zmem {:.0} MB/s = {:.2}x {basis} (target {}x: {}); ceiling ({server_cpu} + client {:.3} s CPU) / {} CPUs = {:.0} MB/s{reach}{receiving}{codec}{socket}{kept}; server CPU per GiB zmem {:.2} s, nbdkit {:.2} s",
         t.setup,
         t.data,
         t.phase,
