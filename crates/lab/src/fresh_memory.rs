@@ -18,6 +18,14 @@ pub enum Backing {
     HugePages,
 }
 
+/// Whether the system offers transparent huge pages to a range that asks
+/// for them (`enabled` is `always` or `madvise`). Where it does not,
+/// [`Backing::HugePages`] gets 4 KiB pages.
+pub fn huge_pages_offered() -> bool {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .is_ok_and(|s| s.contains("[always]") || s.contains("[madvise]"))
+}
+
 /// Size and alignment of a transparent huge page on x86-64 and arm64
 /// (4 KiB base pages).
 const HUGE: usize = 2 << 20;

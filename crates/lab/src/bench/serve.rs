@@ -38,9 +38,10 @@
 //! same run on a Unix socket pair (receiving, which every server must do
 //! to compress the payloads; and sending with `write(2)`, which a server
 //! splicing its replies could avoid). Write targets then add keeping the
-//! compressed bytes: a copy of them into fresh memory, faulted in as it is
-//! written, with 4 KiB pages and with huge pages (any server asks the
-//! kernel for the memory that holds what it receives). The configurations
+//! compressed bytes: faulting in fresh memory for them, one write per
+//! 4 KiB, with 4 KiB pages and with huge pages (any server asks the kernel
+//! for the memory that holds what it receives, even one that compresses
+//! straight into it). The configurations
 //! are the issue's: zstd on 32 KiB pages (nbdkit's page size) against
 //! `allocator=zstd`, and lz4 on 4 KiB pages against `allocator=sparse`.
 //! nbdcopy uses its defaults (4 connections when the server allows
@@ -188,8 +189,24 @@ fn status_kib(pid: u32, field: &str) -> Result<u64, Error> {
         .ok_or_else(|| failed(format!("no {field} in /proc/{pid}/status")))
 }
 
-/// CPU seconds a process has used (user + system, all threads).
+/// CPU seconds a process has used (all threads, those ended included),
+/// from its CPU-time clock (nanoseconds); where that cannot be read, from
+/// `/proc/PID/stat` in clock ticks (10 ms on most systems).
 fn cpu_s(pid: u32) -> Result<f64, Error> {
+    let mut clock: libc::clockid_t = 0;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: both pointers are to valid, writable locals; the pid is only
+    // a number to the kernel.
+    let read = unsafe {
+        libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) == 0
+            && libc::clock_gettime(clock, &mut ts) == 0
+    };
+    if read {
+        return Ok(ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9);
+    }
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map_err(|e| failed(format!("/proc/{pid}/stat: {e}")))?;
     // Fields after the ")" that ends the command name; utime and stime are
@@ -236,8 +253,8 @@ fn thread_cpu_s() -> f64 {
 
 /// CPU seconds one context of `comp` takes to compress every `page`-byte
 /// page of `data`, and to decompress them all again (each the best of
-/// three passes after a warm-up pass); and to copy the compressed pages
-/// into fresh memory of each page size.
+/// three passes after a warm-up pass); and to fault in fresh memory for
+/// the compressed pages with each page size.
 fn codec_cpu(comp: &str, data: &[u8], page: usize) -> Result<CodecCpu, Error> {
     let c = zcomp::Compressor::parse(comp, "").map_err(|e| failed(e.to_string()))?;
     let mut ctx = c.context().map_err(|e| failed(e.to_string()))?;
@@ -273,12 +290,16 @@ fn codec_cpu(comp: &str, data: &[u8], page: usize) -> Result<CodecCpu, Error> {
     };
     let compress = best(&mut ctx, &mut packed, false)?;
     let decompress = best(&mut ctx, &mut packed, true)?;
-    let fresh = |backing| fresh_copy_cpu_s(&packed, backing);
+    let bytes: usize = packed.iter().map(Vec::len).sum();
     Ok(CodecCpu {
         compress,
         decompress,
-        fresh_small: fresh(Backing::SmallPages)?,
-        fresh_huge: fresh(Backing::HugePages)?,
+        fresh_small: fresh_fault_cpu_s(bytes, Backing::SmallPages)?,
+        fresh_huge: if crate::fresh_memory::huge_pages_offered() {
+            Some(fresh_fault_cpu_s(bytes, Backing::HugePages)?)
+        } else {
+            None
+        },
     })
 }
 
@@ -287,28 +308,28 @@ fn codec_cpu(comp: &str, data: &[u8], page: usize) -> Result<CodecCpu, Error> {
 struct CodecCpu {
     compress: f64,
     decompress: f64,
-    /// Copying every page's compressed bytes, one after another, into
-    /// fresh memory of 4 KiB pages, and of huge pages.
+    /// Faulting in fresh memory for every page's compressed bytes, with
+    /// 4 KiB pages, and with huge pages where the system offers them.
     fresh_small: f64,
-    fresh_huge: f64,
+    fresh_huge: Option<f64>,
 }
 
-/// CPU seconds one thread takes to copy `packed` end to end into memory it
-/// has just asked the kernel for, faulting each page in (best of three,
-/// each in a new mapping made and unmapped outside the timing): what any
-/// server that keeps the compressed bytes pays at least to store them.
-fn fresh_copy_cpu_s(packed: &[Vec<u8>], backing: Backing) -> Result<f64, Error> {
-    let total: usize = packed.iter().map(Vec::len).sum();
+/// CPU seconds one thread takes to fault in `bytes` of memory it has just
+/// asked the kernel for, one write per 4 KiB (best of three, each in a new
+/// mapping made and unmapped outside the timing): what any server that
+/// keeps that many compressed bytes pays at least to hold them, even one
+/// that compresses straight into its fresh memory and copies nothing.
+fn fresh_fault_cpu_s(bytes: usize, backing: Backing) -> Result<f64, Error> {
     let mut best = f64::INFINITY;
     for _ in 0..3 {
         let mut fresh =
-            FreshMemory::map(total, backing).map_err(|e| failed(format!("fresh memory: {e}")))?;
+            FreshMemory::map(bytes, backing).map_err(|e| failed(format!("fresh memory: {e}")))?;
         let out = fresh.as_mut_slice();
         let t = thread_cpu_s();
-        let mut at = 0;
-        for z in packed {
-            out[at..at + z.len()].copy_from_slice(z);
-            at += z.len();
+        for b in out.iter_mut().step_by(4096) {
+            // A volatile write, so the loop is not folded away.
+            // SAFETY: `b` is a valid, exclusive reference into the mapping.
+            unsafe { std::ptr::write_volatile(b, 1) };
         }
         best = best.min(thread_cpu_s() - t);
     }
@@ -728,11 +749,11 @@ struct Ceiling {
     /// `socket_cpu_s`).
     socket_send_cpu_s: f64,
     socket_recv_cpu_s: f64,
-    /// CPU seconds to copy every page's compressed bytes into fresh memory
-    /// of 4 KiB pages, and of transparent huge pages (see
-    /// `fresh_copy_cpu_s`).
-    fresh_copy_small_cpu_s: f64,
-    fresh_copy_huge_cpu_s: f64,
+    /// CPU seconds to fault in fresh memory for every page's compressed
+    /// bytes, with 4 KiB pages, and with transparent huge pages (None
+    /// where the system offers none; see `fresh_fault_cpu_s`).
+    fresh_fault_small_cpu_s: f64,
+    fresh_fault_huge_cpu_s: Option<f64>,
 }
 
 /// What `--format json` prints.
@@ -807,13 +828,14 @@ struct Target {
     /// The decompression CPU that `codec_ceiling_mb_s` counts, seconds.
     codec_cpu_s: Option<f64>,
     /// Writes only: the ceiling with receiving (as `socket_ceiling_mb_s`)
-    /// and with keeping the compressed bytes in fresh memory the server
-    /// faults in, with 4 KiB pages and with huge pages. A server holds its
-    /// data in memory it asks the kernel for during the write, so these
-    /// bound any server that does so with that page size.
+    /// and with faulting in fresh memory for the compressed bytes, with
+    /// 4 KiB pages and with huge pages (None where the system offers
+    /// none). A server holds its data in memory it asks the kernel for
+    /// during the write, so these bound any server that does so with that
+    /// page size, even one that compresses straight into that memory.
     kept_ceiling_small_mb_s: Option<f64>,
     kept_ceiling_huge_mb_s: Option<f64>,
-    /// The fresh-memory copies those two add, seconds.
+    /// The faulting CPU those two add, seconds.
     kept_cpu_small_s: Option<f64>,
     kept_cpu_huge_s: Option<f64>,
     /// Server CPU seconds per GiB (2^30 bytes) in the phase, medians.
@@ -883,8 +905,8 @@ pub fn run(args: &ServeBenchArgs) -> Result<(), Error> {
                     data: file_name(file),
                     compress_cpu_s: codec.compress,
                     decompress_cpu_s: codec.decompress,
-                    fresh_copy_small_cpu_s: codec.fresh_small,
-                    fresh_copy_huge_cpu_s: codec.fresh_huge,
+                    fresh_fault_small_cpu_s: codec.fresh_small,
+                    fresh_fault_huge_cpu_s: codec.fresh_huge,
                     socket_send_cpu_s: send,
                     socket_recv_cpu_s: recv,
                 });
@@ -1013,10 +1035,10 @@ fn targets(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> Vec<T
             let socket_ceiling = mb / ((codec + socket + client) / cpus as f64);
             let codec_ceiling = counts_nbdkit.then(|| mb / ((codec + client) / cpus as f64));
             let is_write = phase == "write";
-            let kept = |copy: f64| {
-                is_write.then(|| {
-                    mb / ((server_cpu + c.socket_recv_cpu_s + copy + client) / cpus as f64)
-                })
+            let kept = |fault: Option<f64>| {
+                fault
+                    .filter(|_| is_write)
+                    .map(|f| mb / ((codec + socket + f + client) / cpus as f64))
             };
             out.push(Target {
                 setup: setup.clone(),
@@ -1041,10 +1063,10 @@ fn targets(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> Vec<T
                 socket_cpu_s: Some(socket),
                 codec_ceiling_mb_s: codec_ceiling,
                 codec_cpu_s: codec_ceiling.map(|_| codec),
-                kept_ceiling_small_mb_s: kept(c.fresh_copy_small_cpu_s),
-                kept_ceiling_huge_mb_s: kept(c.fresh_copy_huge_cpu_s),
-                kept_cpu_small_s: is_write.then_some(c.fresh_copy_small_cpu_s),
-                kept_cpu_huge_s: is_write.then_some(c.fresh_copy_huge_cpu_s),
+                kept_ceiling_small_mb_s: kept(Some(c.fresh_fault_small_cpu_s)),
+                kept_ceiling_huge_mb_s: kept(c.fresh_fault_huge_cpu_s),
+                kept_cpu_small_s: is_write.then_some(c.fresh_fault_small_cpu_s),
+                kept_cpu_huge_s: c.fresh_fault_huge_cpu_s.filter(|_| is_write),
                 zmem_cpu_s_per_gib: zcpu / gib,
                 nbdkit_cpu_s_per_gib: kcpu / gib,
             });
@@ -1110,20 +1132,22 @@ fn target_line(t: &Target) -> String {
             "above"
         }
     };
-    let kept = match (
-        t.kept_ceiling_small_mb_s,
-        t.kept_cpu_small_s,
-        t.kept_ceiling_huge_mb_s,
-        t.kept_cpu_huge_s,
-    ) {
-        (Some(s), Some(sc), Some(h), Some(hc)) => format!(
-            "; receiving and keeping the compressed bytes in fresh memory, the ceiling is {s:.0} MB/s with 4 KiB pages (copy {sc:.3} s; zmem {:.2}x that, the target {} it) and {h:.0} MB/s with huge pages (copy {hc:.3} s; zmem {:.2}x that, the target {} it)",
-            t.zmem_mb_s / s,
-            within(s),
-            t.zmem_mb_s / h,
-            within(h),
+    let kept_in = |pages: &str, c: Option<f64>, f: Option<f64>| match (c, f) {
+        (Some(c), Some(f)) => format!(
+            "{c:.0} MB/s with {pages} (faults {f:.3} s; zmem {:.2}x that, the target {} it)",
+            t.zmem_mb_s / c,
+            within(c),
         ),
-        _ => String::new(),
+        _ => format!("none with {pages} (the system offers none)"),
+    };
+    let kept = if t.kept_ceiling_small_mb_s.is_some() {
+        format!(
+            "; receiving and faulting in fresh memory for the compressed bytes, the ceiling is {} and {}",
+            kept_in("4 KiB pages", t.kept_ceiling_small_mb_s, t.kept_cpu_small_s),
+            kept_in("huge pages", t.kept_ceiling_huge_mb_s, t.kept_cpu_huge_s),
+        )
+    } else {
+        String::new()
     };
     format!(
         "{} {} {}: zmem {:.0} MB/s = {:.2}x {basis} (target {}x: {}); ceiling ({server_cpu} + client {:.3} s CPU) / {} CPUs = {:.0} MB/s{reach}{receiving}{codec}{socket}{kept}; server CPU per GiB zmem {:.2} s, nbdkit {:.2} s",
