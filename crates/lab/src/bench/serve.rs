@@ -1106,38 +1106,40 @@ fn target_line(t: &Target) -> String {
         ),
         _ => String::new(),
     };
-    let codec = match (t.codec_ceiling_mb_s, t.codec_cpu_s) {
-        (Some(c), Some(d)) => format!(
-            "; without nbdkit's read, decompressing ({d:.3} s) and the client alone give {c:.0} MB/s, the ceiling of any server (even one splicing its replies), zmem {:.2}x that, the target ({:.0} MB/s) {} it",
+    // Where zmem and the target stand against a ceiling of `c` MB/s.
+    let against = |c: f64| {
+        format!(
+            "zmem {:.2}x that, the target ({:.0} MB/s) {} it",
             t.zmem_mb_s / c,
             t.needed_mb_s,
-            if t.needed_mb_s <= c { "within" } else { "above" }
+            if t.needed_mb_s <= c {
+                "within"
+            } else {
+                "above"
+            }
+        )
+    };
+    let codec = match (t.codec_ceiling_mb_s, t.codec_cpu_s) {
+        (Some(c), Some(d)) => format!(
+            "; without nbdkit's read, decompressing ({d:.3} s) and the client alone give {c:.0} MB/s, the ceiling of any server (even one splicing its replies), {}",
+            against(c)
         ),
         _ => String::new(),
     };
     let socket = match (t.socket_ceiling_mb_s, t.socket_cpu_s) {
         (Some(c), Some(k)) => format!(
-            "; with the socket's copy ({} {k:.3} s) the ceiling is {c:.0} MB/s, zmem {:.2}x that, the target ({:.0} MB/s) {} it",
-            if t.phase == "write" { "receiving" } else { "write(2) of the replies" },
-            t.zmem_mb_s / c,
-            t.needed_mb_s,
-            if t.needed_mb_s <= c { "within" } else { "above" }
+            "; with the socket's copy ({} {k:.3} s) the ceiling is {c:.0} MB/s, {}",
+            if t.phase == "write" {
+                "receiving"
+            } else {
+                "write(2) of the replies"
+            },
+            against(c)
         ),
         _ => String::new(),
     };
-    let within = |c: f64| {
-        if t.needed_mb_s <= c {
-            "within"
-        } else {
-            "above"
-        }
-    };
     let kept_in = |pages: &str, c: Option<f64>, f: Option<f64>| match (c, f) {
-        (Some(c), Some(f)) => format!(
-            "{c:.0} MB/s with {pages} (faults {f:.3} s; zmem {:.2}x that, the target {} it)",
-            t.zmem_mb_s / c,
-            within(c),
-        ),
+        (Some(c), Some(f)) => format!("{c:.0} MB/s with {pages} (faults {f:.3} s; {})", against(c)),
         _ => format!("none with {pages} (the system offers none)"),
     };
     let kept = if t.kept_ceiling_small_mb_s.is_some() {
