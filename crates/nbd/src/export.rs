@@ -9,11 +9,13 @@
 //! can trust them. It does no I/O.
 
 use std::fmt;
+use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::device::BlockDevice;
-use crate::tls::Tls;
+use crate::tls::{Tls, TlsMode};
 use crate::wire::MAX_STRING;
 
 /// One device offered under a name.
@@ -335,6 +337,32 @@ impl Config {
 
     /// 10 seconds, as the handshake limit.
     pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// Whether a listener may serve `a`: a TCP address that is not
+    /// loopback needs `allow_remote`, and TLS required unless `insecure`.
+    pub(crate) fn check_listen_addr(&self, a: &SocketAddr) -> io::Result<()> {
+        if a.ip().is_loopback() {
+            return Ok(());
+        }
+        let tls_required = self
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.mode() == TlsMode::Require);
+        let refusal = if !self.allow_remote {
+            Some("set allow_remote to serve remote clients")
+        } else if !tls_required && !self.insecure {
+            Some("remote clients need TLS required, or insecure set")
+        } else {
+            None
+        };
+        match refusal {
+            Some(why) => Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("refusing to listen on {a}: not a loopback address ({why})"),
+            )),
+            None => Ok(()),
+        }
+    }
 
     /// `inflight_bytes`, raised to at least `max_request`.
     pub(crate) fn budget(&self) -> u64 {

@@ -268,7 +268,10 @@ impl Server {
                 "a server needs at least one export",
             ));
         }
-        let (listener, bound) = Listener::bind(&addr, &config)?;
+        if let ListenAddr::Tcp(a) = &addr {
+            config.check_listen_addr(a)?;
+        }
+        let (listener, bound) = Listener::bind(&addr)?;
         let stopper = listener.stopper()?;
         Server::start(listener, bound, exports, config, Some(stopper))
     }
@@ -287,7 +290,11 @@ impl Server {
                 "a server needs at least one export",
             ));
         }
-        let (listener, bound) = Listener::inherit(inherited, &config)?;
+        let (listener, bound) = Listener::inherit(inherited)?;
+        if let ListenAddr::Tcp(a) = &bound {
+            // An inherited TCP socket meets the same rule as one bound here.
+            config.check_listen_addr(a)?;
+        }
         Server::start(listener, bound, exports, config, None)
     }
 

@@ -1,12 +1,12 @@
 //! Sockets: Unix and TCP listeners and streams behind one type each.
 //!
-//! This module owns the operating-system side of the server: binding (TCP on
-//! loopback only unless the configuration allows remote clients, and then
-//! with TLS required unless it says insecure), accepting, shutting a
-//! stream down so a thread blocked reading it wakes up, waking a blocked
-//! `accept`, giving a stream a send timeout and a larger send buffer, and
-//! removing a Unix socket file when its listener goes away. It knows nothing
-//! of the protocol.
+//! This module owns the operating-system side of the server: binding,
+//! accepting, shutting a stream down so a thread blocked reading it wakes
+//! up, waking a blocked `accept`, giving a stream a send timeout and a
+//! larger send buffer, and removing a Unix socket file when its listener
+//! goes away. It knows nothing
+//! of the protocol, nor of the rule for remote addresses (the server checks
+//! it with `Config::check_listen_addr` before binding).
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -14,9 +14,6 @@ use std::net::{Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream}
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::time::Duration;
-
-use crate::export::Config;
-use crate::tls::TlsMode;
 
 /// The IANA port of NBD, on loopback: where a TCP server listens by default.
 pub const DEFAULT_TCP_ADDR: SocketAddr =
@@ -129,14 +126,13 @@ pub enum InheritedListener {
 
 impl Listener {
     /// Binds `addr`; returns the listener and the address actually bound.
-    pub(crate) fn bind(addr: &ListenAddr, config: &Config) -> io::Result<(Listener, ListenAddr)> {
+    pub(crate) fn bind(addr: &ListenAddr) -> io::Result<(Listener, ListenAddr)> {
         match addr {
             ListenAddr::Unix(path) => {
                 let l = UnixListener::bind(path)?;
                 Ok((Listener::Unix(l, Some(path.clone())), addr.clone()))
             }
             ListenAddr::Tcp(a) => {
-                check_remote(a, config)?;
                 let l = TcpListener::bind(a)?;
                 let bound = l.local_addr()?;
                 Ok((Listener::Tcp(l), ListenAddr::Tcp(bound)))
@@ -146,12 +142,8 @@ impl Listener {
 
     /// Takes over a listener someone else bound; returns it and its address.
     /// A Unix socket must have a path (the server connects to it to wake its
-    /// acceptor at shutdown) and is left in place at exit; a TCP one meets
-    /// the same rule for remote addresses as one bound here.
-    pub(crate) fn inherit(
-        inherited: InheritedListener,
-        config: &Config,
-    ) -> io::Result<(Listener, ListenAddr)> {
+    /// acceptor at shutdown) and is left in place at exit.
+    pub(crate) fn inherit(inherited: InheritedListener) -> io::Result<(Listener, ListenAddr)> {
         match inherited {
             InheritedListener::Unix(l) => {
                 let path = l
@@ -168,7 +160,6 @@ impl Listener {
             }
             InheritedListener::Tcp(l) => {
                 let a = l.local_addr()?;
-                check_remote(&a, config)?;
                 Ok((Listener::Tcp(l), ListenAddr::Tcp(a)))
             }
         }
@@ -188,32 +179,6 @@ impl Listener {
                 Ok((Stream::Tcp(s), peer.to_string()))
             }
         }
-    }
-}
-
-/// A TCP address that is not loopback needs `allow_remote`, and TLS
-/// required unless `insecure`.
-fn check_remote(a: &SocketAddr, config: &Config) -> io::Result<()> {
-    if a.ip().is_loopback() {
-        return Ok(());
-    }
-    let tls_required = config
-        .tls
-        .as_ref()
-        .is_some_and(|t| t.mode() == TlsMode::Require);
-    let refusal = if !config.allow_remote {
-        Some("set allow_remote to serve remote clients")
-    } else if !tls_required && !config.insecure {
-        Some("remote clients need TLS required, or insecure set")
-    } else {
-        None
-    };
-    match refusal {
-        Some(why) => Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("refusing to listen on {a}: not a loopback address ({why})"),
-        )),
-        None => Ok(()),
     }
 }
 
