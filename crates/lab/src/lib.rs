@@ -6,8 +6,6 @@
 //!   trees, tar members, block devices, pipes, FIFOs, standard input, ELF
 //!   core segments via [`elf_core`], a process's memory via
 //!   [`process_memory`]);
-//! - [`store_spec`]: the store flags (`--alloc`, `--comp`, `--page-size`, ...)
-//!   and the configurations they expand to;
 //! - [`replay`]: the stage engine (fill, discard, compact, verify) that
 //!   `zmem replay` and the experiments run;
 //! - `exp` (feature `plot`): the mailing-list experiments, each with a table,
@@ -20,9 +18,10 @@
 //!   memory, for the store benchmark's write ceilings;
 //! - `plot` (feature `plot`), [`ministat`], [`rng`]: figures, Student's t, the
 //!   seeded generator;
-//! - [`flags`]: the value parsers of numeric flags, each with its range;
-//! - [`output`] and [`mod@error`]: the `--format table|json` option, report
-//!   writing, and the error a run ends with.
+//! - [`Error`]: the error a run ends with (the recipe's, `recipe::Error`).
+//!
+//! The store flags and configurations, the flag value parsers and the
+//! report format are the recipe crate's (`recipe`).
 //!
 //! The layer rule: product crates (pages, zpool, zsmalloc, the allocators,
 //! zcomp, zram, nbd, serve, capi) never depend on this crate; it may depend
@@ -35,19 +34,15 @@ pub mod advise;
 pub mod bench;
 pub mod corpus;
 pub mod elf_core;
-pub mod error;
 #[cfg(feature = "plot")]
 pub mod exp;
-pub mod flags;
 pub mod fresh_memory;
 pub mod kernel_zram;
 pub mod ministat;
-pub mod output;
 #[cfg(feature = "plot")]
 pub mod plot;
 pub mod process_memory;
 pub mod replay;
 pub mod rng;
-pub mod store_spec;
 
-pub use error::Error;
+pub use recipe::Error;

@@ -25,6 +25,7 @@ const PRODUCT_AND_LAB: &[&str] = &[
     "zmem-zalloc",
     "zmem-zram",
     "zmem-capi",
+    "zmem-recipe",
     "zmem-serve",
     "zmem-lab",
 ];
@@ -53,8 +54,25 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
     ),
     ("zmem-capi", &["zmem-zpool", "zmem-zsmalloc"], &[]),
     (
+        "zmem-recipe",
+        &[
+            "zmem-zpool",
+            "zmem-zsmalloc",
+            "zmem-zalloc",
+            "zmem-zcomp",
+            "zmem-zram",
+        ],
+        &[],
+    ),
+    (
         "zmem-serve",
-        &["zmem-nbd", "zmem-zpool", "zmem-zcomp", "zmem-zram"],
+        &[
+            "zmem-nbd",
+            "zmem-zpool",
+            "zmem-zcomp",
+            "zmem-zram",
+            "zmem-recipe",
+        ],
         &["zmem-zsmalloc", "zmem-zalloc", "zmem-pages"],
     ),
     ("zmem-lab", PRODUCT, &[]),

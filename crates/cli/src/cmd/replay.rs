@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use clap::Args;
 use lab::corpus::Corpus;
-use lab::output::{write_json, write_stdout, Format, FormatArg};
 use lab::replay::{stage_table, Replay, Stage, WritebackSettings};
-use lab::store_spec::{StoreArgs, StoreSpec};
+use recipe::output::{write_json, write_stdout, Format, FormatArg};
+use recipe::spec::{StoreArgs, StoreSpec};
 use serde::Serialize;
 use zram::{IdleCutoff, RecompressRequest, WritebackRequest};
 
@@ -35,7 +35,7 @@ pub struct ReplayArgs {
     /// Also replay the private anonymous memory (heap, stacks, anonymous
     /// mappings) of process PID: its touched pages, read through
     /// /proc/PID/mem (needs ptrace access to it, or CAP_SYS_PTRACE).
-    #[arg(long, value_name = "PID", value_parser = lab::flags::whole::<u32>(1, PID_MAX))]
+    #[arg(long, value_name = "PID", value_parser = recipe::flags::whole::<u32>(1, PID_MAX))]
     pid: Vec<u32>,
     #[command(flatten)]
     store: StoreArgs,
@@ -45,10 +45,10 @@ pub struct ReplayArgs {
     raw: bool,
     /// After the fill, discard this fraction of the pages (0..=1), chosen
     /// with --seed.
-    #[arg(long, value_parser = lab::flags::real(0.0, 1.0, false))]
+    #[arg(long, value_parser = recipe::flags::real(0.0, 1.0, false))]
     free_fraction: Option<f64>,
     /// Seed of the --free-fraction choice (any whole number, 0 too).
-    #[arg(long, default_value_t = 1, value_parser = lab::flags::whole::<u64>(0, u64::MAX))]
+    #[arg(long, default_value_t = 1, value_parser = recipe::flags::whole::<u64>(0, u64::MAX))]
     seed: u64,
     /// After the fill, discard the page indexes in FILE (one per line, in
     /// units of each store's page size, applied in file order).
@@ -105,7 +105,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     no_verify: bool,
     /// Size of the built-in default corpus (4K to 1T).
-    #[arg(long, value_parser = lab::flags::size(4096, 1 << 40), default_value = "64M")]
+    #[arg(long, value_parser = recipe::flags::size(4096, 1 << 40), default_value = "64M")]
     default_size: u64,
     #[command(flatten)]
     format: FormatArg,
@@ -124,7 +124,7 @@ fn parse_idle(s: &str) -> Result<IdleCutoff, String> {
     if s == "all" {
         return Ok(IdleCutoff::All);
     }
-    let secs = lab::flags::whole::<u64>(0, u32::MAX.into())(s)
+    let secs = recipe::flags::whole::<u64>(0, u32::MAX.into())(s)
         .map_err(|e| format!("{e} and not 'all'"))?;
     Ok(IdleCutoff::OlderThan(Duration::from_secs(secs)))
 }
