@@ -27,6 +27,7 @@ const PRODUCT_AND_LAB: &[&str] = &[
     "zmem-capi",
     "zmem-recipe",
     "zmem-serve",
+    "zmem-tune",
     "zmem-lab",
 ];
 
@@ -61,6 +62,17 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
             "zmem-zalloc",
             "zmem-zcomp",
             "zmem-zram",
+        ],
+        &[],
+    ),
+    (
+        "zmem-tune",
+        &[
+            "zmem-zsmalloc",
+            "zmem-zalloc",
+            "zmem-zcomp",
+            "zmem-zram",
+            "zmem-recipe",
         ],
         &[],
     ),

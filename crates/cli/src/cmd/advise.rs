@@ -3,14 +3,15 @@
 //!
 //! This module owns the command: its flags (inputs as `zmem replay` takes
 //! them, the sample's size and seed, the candidates) and printing. The
-//! measurement and the advice are the lab's ([`lab::advise`]).
+//! measurement and the advice are the product's ([`tune::advise`]); the
+//! `--plot` figures are the lab's (feature `lab`).
 
 use std::path::PathBuf;
 
 use clap::Args;
-use lab::advise::{self, AdviseOptions, Candidate};
-use lab::corpus::Corpus;
 use recipe::output::{write_json, write_stdout, Format, FormatArg};
+use tune::advise::{self, AdviseOptions, Candidate};
+use tune::corpus::Corpus;
 
 use crate::error::CliError;
 
@@ -141,7 +142,7 @@ pub fn run(args: &AdviseArgs) -> Result<(), CliError> {
     let advice = advise::advise(read, &sample, &candidates, &opts)?;
     #[cfg(feature = "lab")]
     if let Some(stem) = &args.plot {
-        for f in advise::plot_fronts(&advice, stem)? {
+        for f in lab::advise_plot::plot_fronts(&advice, stem)? {
             eprintln!("wrote {}", f.display());
         }
     }

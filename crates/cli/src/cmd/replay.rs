@@ -8,19 +8,19 @@
 //! 1, or 0,1 for both side by side), with the pages marked idle
 //! again first when `--mark-idle` and `--recompress` both ran, since
 //! recompression takes the mark off; verify unless `--no-verify`) and the
-//! report. The stages themselves are the lab's replay engine
-//! ([`lab::replay::Replay`]), which the experiments run too.
+//! report. The stages themselves are the replay engine
+//! ([`tune::replay::Replay`]), which the experiments run too.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use lab::corpus::Corpus;
-use lab::replay::{stage_table, Replay, Stage, WritebackSettings};
 use recipe::output::{write_json, write_stdout, Format, FormatArg};
 use recipe::spec::{StoreArgs, StoreSpec};
 use serde::Serialize;
+use tune::corpus::Corpus;
+use tune::replay::{stage_table, Replay, Stage, WritebackSettings};
 use zram::{IdleCutoff, RecompressRequest, WritebackRequest};
 
 use crate::error::CliError;

@@ -98,14 +98,14 @@ fn parent(args: &AllocArgs) -> Result<(), Error> {
         args.data.clone()
     };
     for d in &data {
-        if d.as_os_str() == "-" || (d.exists() && !crate::corpus::is_rereadable(d)) {
+        if d.as_os_str() == "-" || (d.exists() && !tune::corpus::is_rereadable(d)) {
             return Err(Error::Usage(format!(
                 "--data {}: not a file or block device; each worker reads the data set again, \
                  so save a stream to a file first",
                 d.display()
             )));
         }
-        if !crate::corpus::is_rereadable(d) {
+        if !tune::corpus::is_rereadable(d) {
             return Err(Error::Failed(format!(
                 "{} is missing: make the data sets with scripts/make-corpus (Debian's linux-source-6.1 and /usr)",
                 d.display()

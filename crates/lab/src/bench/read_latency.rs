@@ -32,9 +32,9 @@ use serde::Serialize;
 use zsmalloc::{Handle, Mode, Pool, PoolConfig};
 
 use super::data::{compressed_pages, default_data};
-use crate::rng::Rng;
 use crate::Error;
 use recipe::output::{Format, FormatArg};
+use tune::rng::Rng;
 
 /// Arguments of `zmem bench read-latency`.
 #[derive(Args, Debug)]
@@ -394,7 +394,7 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), Error> {
     pool.check_invariants().map_err(Error::Failed)?;
 
     // The store phases, on the data's first 64 MiB of pages.
-    let raw = crate::corpus::read_input(&path)?;
+    let raw = tune::corpus::read_input(&path)?;
     let take = (raw.len() / 4096).min(STORE_PAGES) * 4096;
     let raw = &raw[..take];
     if raw.len() < 4 * 4096 {

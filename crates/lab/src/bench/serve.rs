@@ -894,7 +894,7 @@ pub fn run(args: &ServeBenchArgs) -> Result<(), Error> {
     let mut samples = Vec::new();
     let mut ceilings = Vec::new();
     for file in &files {
-        let data = crate::corpus::read_input(file)
+        let data = tune::corpus::read_input(file)
             .map_err(|e| failed(format!("{e} (make the data sets with scripts/make-corpus)")))?;
         for setup in &setups {
             if let Some(comp) = setup.ceiling {

@@ -41,11 +41,11 @@ use zram::{AutoCompactMode, AutoCompactPolicy, Store};
 
 use crate::kernel_zram::{KernelZram, PageBuffer};
 
-use crate::corpus::Corpus;
 use crate::fresh_memory::{Backing, FreshMemory};
 use crate::Error;
 use recipe::output::{write_stdout, Format, FormatArg};
 use recipe::spec::{StoreArgs, StoreSpec};
+use tune::corpus::Corpus;
 
 /// Arguments of `zmem bench store`.
 #[derive(Args, Debug)]

@@ -19,12 +19,12 @@ use serde::Serialize;
 use zram::MmStat;
 use zsmalloc::Mode;
 
-use crate::corpus::{self, Corpus};
 use crate::plot::Series;
-use crate::replay::Replay;
 use crate::Error;
 use recipe::output::FormatArg;
 use recipe::spec::StoreSpec;
+use tune::corpus::{self, Corpus};
+use tune::replay::Replay;
 
 /// A zmem source file, the fallback test text.
 const BUILT_IN: &str = include_str!("../../../zsmalloc/src/pool.rs");
@@ -77,7 +77,7 @@ struct ChainRow {
 fn source_text(args: &ChainArgs) -> Result<(Vec<u8>, String), Error> {
     if let Some(p) = &args.source {
         let data =
-            crate::corpus::read_input(p).map_err(|e| Error::Usage(format!("--source {e}")))?;
+            tune::corpus::read_input(p).map_err(|e| Error::Usage(format!("--source {e}")))?;
         return Ok((data, p.display().to_string()));
     }
     let tar = std::path::Path::new(corpus::LINUX_TAR);

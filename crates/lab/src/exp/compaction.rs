@@ -24,9 +24,9 @@ use zsmalloc::{CompactionAlgo, FullnessScheme, Mode, Pool, PoolConfig};
 
 use crate::ministat;
 use crate::plot::Series;
-use crate::rng::Rng;
 use crate::Error;
 use recipe::output::{Format, FormatArg};
+use tune::rng::Rng;
 
 /// Arguments of `zmem exp compaction`.
 #[derive(Args, Debug)]

@@ -67,9 +67,9 @@ use zpool::{ObjectRead, ZHandle, ZPool};
 use zsmalloc::Mode;
 
 use crate::plot::{self, Chart, Series};
-use crate::rng::Rng;
 use crate::Error;
 use recipe::output::{Format, FormatArg};
+use tune::rng::Rng;
 
 /// Arguments of `zmem exp latency`.
 #[derive(Args, Debug)]
@@ -385,7 +385,7 @@ fn load_objects(args: &LatencyArgs, limit: usize) -> Result<(String, Objects, u6
     };
     let mut raw_pages: Box<dyn Iterator<Item = Vec<u8>>> = match &path {
         Some(p) => {
-            let data = crate::corpus::read_input(p)?;
+            let data = tune::corpus::read_input(p)?;
             let pages: Vec<Vec<u8>> = data
                 .chunks_exact(ps)
                 .take(args.pages as usize)

@@ -22,12 +22,12 @@ use serde::Serialize;
 use zram::{AutoCompactMode, AutoCompactPolicy};
 use zsmalloc::Mode;
 
-use crate::corpus::{self, Corpus};
 use crate::plot::Series;
-use crate::replay::Replay;
 use crate::Error;
 use recipe::output::FormatArg;
 use recipe::spec::StoreSpec;
+use tune::corpus::{self, Corpus};
+use tune::replay::Replay;
 
 /// Arguments of `zmem exp merge`.
 #[derive(Args, Debug)]

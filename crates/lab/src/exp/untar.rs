@@ -50,11 +50,11 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use crate::corpus;
 use crate::kernel_zram::KernelZram;
 use crate::plot::Series;
 use crate::Error;
 use recipe::output::{write_json, write_stdout, Format, FormatArg};
+use tune::corpus;
 
 /// The directories removed, in the seed's order (firmware is absent from
 /// the 6.1 tar: that step changes nothing).

@@ -32,8 +32,8 @@ use zram::{
 
 use crate::corpus::Corpus;
 use crate::rng::Rng;
-use crate::Error;
 use recipe::spec::StoreSpec;
+use recipe::Error;
 
 /// One configuration's figures after one stage.
 #[derive(Clone, Debug, Serialize)]
