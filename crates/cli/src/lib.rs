@@ -34,7 +34,8 @@ struct Cli {
 enum Command {
     /// Store real data page by page in one or more zram-style stores and
     /// print the kernel's statistics after each stage (the default job: with
-    /// no PATH it replays a built-in corpus of real files).
+    /// no PATH it replays a built-in corpus of real files, in default mode
+    /// beside kernel-compat, and says how much memory each used).
     Replay(Box<cmd::replay::ReplayArgs>),
     /// Measure every compressor, level and allocator on your own data (a
     /// file, a block device, a core file, a live process) and say which to

@@ -45,8 +45,9 @@ pub struct StoreArgs {
     /// pages of one zspage [default: the page size]
     #[arg(long, value_delimiter = ',', value_name = "SIZE", value_parser = parse_unit)]
     pub unit: Vec<u64>,
-    /// zsmalloc mode(s): default or kernel-compat.
-    #[arg(long, value_delimiter = ',', default_values_t = [Mode::Default])]
+    /// zsmalloc mode(s): default or kernel-compat [default: default; `zmem
+    /// replay` puts kernel-compat beside it]
+    #[arg(long, value_delimiter = ',')]
     pub mode: Vec<Mode>,
     /// zsmalloc pages per zspage (1 to 16); default: the mode's.
     #[arg(long, value_delimiter = ',', value_parser = crate::flags::whole::<u32>(1, MAX_CHAIN))]
@@ -210,8 +211,20 @@ pub fn parse_page_size(s: &str) -> Result<u64, String> {
 }
 
 impl StoreArgs {
-    /// Every combination of the listed values, in flag order.
+    /// Every combination of the listed values, in flag order (default mode
+    /// when no `--mode` is given).
     pub fn specs(&self) -> Result<Vec<StoreSpec>, Error> {
+        self.specs_with_modes(&[Mode::Default])
+    }
+
+    /// Every combination of the listed values, in flag order, with
+    /// `modes` when no `--mode` is given.
+    pub fn specs_with_modes(&self, modes: &[Mode]) -> Result<Vec<StoreSpec>, Error> {
+        let modes = if self.mode.is_empty() {
+            modes
+        } else {
+            &self.mode
+        };
         let opt = |v: &[u32]| -> Vec<Option<u32>> {
             if v.is_empty() {
                 vec![None]
@@ -252,7 +265,7 @@ impl StoreArgs {
                     }
                     // A unit of one page is the page itself.
                     let unit = unit.filter(|&u| u > page_size).map(|u| u as usize);
-                    for &mode in &self.mode {
+                    for &mode in modes {
                         for chain in opt(&self.chain) {
                             for (delta, auto) in opt(&self.delta)
                                 .into_iter()
