@@ -74,6 +74,24 @@ pub fn size(
     }
 }
 
+/// A parser of disk sizes: a size as [`size`] reads it, rounded up to
+/// whole 4 KiB pages first ([`crate::size::round_up_to_page`]), as zram
+/// rounds what is written to `disksize` (`1000` gives 4096), then kept to
+/// `lo..=hi`.
+pub fn disk_size(
+    lo: u64,
+    hi: u64,
+) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    let inner = size(lo, hi);
+    move |s: &str| match crate::size::parse(s)
+        .ok()
+        .and_then(|n| crate::size::round_up_to_page(n, crate::size::PAGE_SIZE))
+    {
+        Some(n) => inner(&n.to_string()).map_err(|e| inner(s).err().unwrap_or(e)),
+        None => inner(s),
+    }
+}
+
 /// A parser of real numbers in `lo..=hi` (finite; `lo` itself excluded
 /// when `open_low`).
 pub fn real(
@@ -135,6 +153,21 @@ mod tests {
             .unwrap_err()
             .contains("at least 0"));
         assert_eq!(whole_usize(1, 8)("8"), Ok(8));
+    }
+
+    #[test]
+    fn disk_sizes_round_up_to_whole_pages_as_disksize_does() {
+        let d = disk_size(4096, 1 << 40);
+        assert_eq!(d("1000"), Ok(4096));
+        assert_eq!(d("4097"), Ok(8192));
+        assert_eq!(d("1G"), Ok(1 << 30));
+        for bad in ["0", "1099511627777", "2T", "-1", "", "x", "99999999999T"] {
+            let e = d(bad).unwrap_err();
+            assert!(
+                e.starts_with(&format!("'{bad}' is not a size from 4K to 1T")),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -14,6 +14,10 @@ use std::fmt;
 /// The suffixes [`parse`] takes, in words (for messages).
 pub const SUFFIXES: &str = "K, M, G, T, P or E";
 
+/// The page zram rounds `disksize` to (the kernel's `PAGE_SIZE` on the
+/// machines zmem models first).
+pub const PAGE_SIZE: u64 = 4096;
+
 /// A text that is no size, or a size that does not fit in 64 bits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SizeError {

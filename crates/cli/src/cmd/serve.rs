@@ -101,9 +101,10 @@ pub struct ServeArgs {
     /// still resets and compacts).
     #[arg(long)]
     read_only: bool,
-    /// Size of each export that does not give its own (K, M, G, T suffixes;
+    /// Size of each export that does not give its own (K, M, G, T, P, E
+    /// suffixes; rounded up to whole 4 KiB pages as zram's disksize is, then
     /// 4K to 1T).
-    #[arg(long, value_parser = recipe::flags::size(EXPORT_MIN, EXPORT_MAX), default_value = "1G")]
+    #[arg(long, value_parser = recipe::flags::disk_size(EXPORT_MIN, EXPORT_MAX), default_value = "1G")]
     size: u64,
     #[command(flatten)]
     store: StoreArgs,
@@ -348,7 +349,7 @@ fn parse_export(s: &str, default_size: u64) -> Result<ExportSpec, CliError> {
     if size == "0" {
         return Ok((name.to_string(), 0, read_only));
     }
-    match recipe::flags::size(EXPORT_MIN, EXPORT_MAX)(size) {
+    match recipe::flags::disk_size(EXPORT_MIN, EXPORT_MAX)(size) {
         Ok(bytes) => Ok((name.to_string(), bytes, read_only)),
         Err(e) => Err(CliError::Usage(format!(
             "--export {s}: {e} (NAME[:SIZE][:ro], SIZE 0 for uninitialised; a name has no colon)"
@@ -810,5 +811,10 @@ mod tests {
         assert_eq!(parse_export(":4K", 7).unwrap(), ("".into(), 4096, false));
         assert_eq!(parse_export("a:0", 7).unwrap(), ("a".into(), 0, false));
         assert_eq!(parse_export("a:0:ro", 7).unwrap(), ("a".into(), 0, true));
+        // Rounded up to a page, as zram's disksize.
+        assert_eq!(
+            parse_export("a:1000", 7).unwrap(),
+            ("a".into(), 4096, false)
+        );
     }
 }
