@@ -333,7 +333,7 @@ fn ctl_reads_and_writes_the_attributes() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    // reset returns it to uninitialised (issue 20); disksize brings it back
+    // reset returns it to uninitialised, as zram's; disksize brings it back
     // empty.
     assert_eq!(z.mm_stat("x"), vec![0; 9]);
     assert_eq!(z.ctl_ok(&["--export", "x", "initstate"]), "0\n");
@@ -636,7 +636,7 @@ fn bench_serve_runs_on_a_small_file() {
         assert!(c["compress_cpu_s"].as_f64().unwrap() > 0.0, "{c}");
         assert!(c["decompress_cpu_s"].as_f64().unwrap() > 0.0, "{c}");
     }
-    // Issue 21's four throughput targets, each with its ceiling: lz4
+    // The four throughput targets, each with its ceiling: lz4
     // writes against the ceiling, the others against nbdkit.
     let targets = v["targets"].as_array().unwrap();
     let names: Vec<(String, String, String)> = targets

@@ -44,7 +44,7 @@ pub struct StageResult {
     pub mm_stat: MmStat,
     /// `io_stat`.
     pub io_stat: IoStat,
-    /// The class-merging patch's (seed 003) overhead ratio,
+    /// The class-merging patch's overhead ratio,
     /// (mem_used_total - compr) / compr.
     pub overhead_ratio: f64,
     /// Live allocator objects per allocator page.

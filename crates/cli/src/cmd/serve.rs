@@ -15,7 +15,7 @@
 //! exports pair with the N configurations in order. `--export NAME:0`
 //! starts an export uninitialised (zram's disksize 0): `zmem ctl --export
 //! NAME disksize SIZE` initialises it. Each export's configuration is also
-//! its store factory (`serve::StoreFactory`): a reset export is made again
+//! its store factory (`recipe::SpecFactory`): a reset export is made again
 //! with it, and `zmem ctl hot_add` uses the first configuration.
 
 use std::io;
