@@ -377,7 +377,7 @@ fn bad_page_sizes_and_export_sizes_are_one_line_usage_errors() {
         (&["replay", "--page-size", "12K"][..], "--page-size"),
         (&["replay", "--unit", "12K"][..], "--unit"),
         (&["serve", "--export", "a:xx"][..], "--export"),
-        (&["serve", "--export", "a:2K"][..], "--export"),
+        (&["serve", "--export", "a:2T"][..], "--export"),
     ] {
         let out = zmem(args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -649,9 +649,12 @@ fn bad_writeback_and_recompress_flags_get_one_clear_error() {
         assert!(err.contains(needle), "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
     }
+    // One configuration (no kernel-compat beside it): one backing file.
     let out = zmem(&[
         "replay",
         f,
+        "--mode",
+        "default",
         "--writeback",
         "idle",
         "--backing-dev",

@@ -153,6 +153,14 @@ fn nbdinfo_shows_size_flags_and_exports() {
 }
 
 #[test]
+fn sizes_round_up_to_whole_pages_as_zram_disksize() {
+    // `echo 1000 > disksize` gives 4096: so do --size and NAME:SIZE.
+    let z = Zmem::start(&["--size", "1000", "--export", "a", "--export", "b:5000"]);
+    assert_eq!(z.ctl_ok(&["--export", "a", "disksize"]), "4096\n");
+    assert_eq!(z.ctl_ok(&["--export", "b", "disksize"]), "8192\n");
+}
+
+#[test]
 fn trim_and_zero_free_pages() {
     require_tools!("qemu-io", "nbdinfo", "nbdcopy");
     let z = Zmem::start(&["--size", "8M"]);
