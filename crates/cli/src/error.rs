@@ -1,8 +1,10 @@
 //! The error a `zmem` run ends with, and its exit code.
 //!
 //! This module owns the mapping from errors to exit codes: 2 when the
-//! arguments are wrong, 1 when the run failed. The lab's own error
-//! ([`lab::Error`]) has the same two kinds and converts one to one.
+//! arguments are wrong, 1 when the run failed. The recipe's error
+//! ([`recipe::Error`], which the lab's runs end with too) has the same two
+//! kinds and converts one to one; a store factory's
+//! ([`recipe::FactoryError`]) converts through it.
 
 use std::process::ExitCode;
 
@@ -27,11 +29,17 @@ impl CliError {
     }
 }
 
-impl From<lab::Error> for CliError {
-    fn from(e: lab::Error) -> CliError {
+impl From<recipe::Error> for CliError {
+    fn from(e: recipe::Error) -> CliError {
         match e {
-            lab::Error::Usage(msg) => CliError::Usage(msg),
-            lab::Error::Failed(msg) => CliError::Failed(msg),
+            recipe::Error::Usage(msg) => CliError::Usage(msg),
+            recipe::Error::Failed(msg) => CliError::Failed(msg),
         }
+    }
+}
+
+impl From<recipe::FactoryError> for CliError {
+    fn from(e: recipe::FactoryError) -> CliError {
+        recipe::Error::from(e).into()
     }
 }

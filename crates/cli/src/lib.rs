@@ -5,10 +5,11 @@
 //! tree and parses arguments (every flag that takes a value may take a
 //! negative number, so its own parser refuses it with the flag's range
 //! rather than clap mistaking it for a flag); `error` maps errors to exit codes (2 for bad
-//! usage, 1 for a failed run). The corpus, the replay engine, the
-//! experiments and the benchmarks are the lab crate's (`lab`); `exp` and
-//! `bench` are built with the `lab` feature (on by default), which also
-//! brings the figures' plotting library.
+//! usage, 1 for a failed run). The store recipe is the `recipe` crate's;
+//! the corpus, the replay engine and the advice are `tune`'s; the
+//! experiments, the benchmarks and the figures are the lab crate's (`lab`),
+//! an optional dependency: `exp`, `bench` and `advise --plot` are built with
+//! the `lab` feature (on by default) only.
 
 mod activation;
 mod cmd;
@@ -33,7 +34,8 @@ struct Cli {
 enum Command {
     /// Store real data page by page in one or more zram-style stores and
     /// print the kernel's statistics after each stage (the default job: with
-    /// no PATH it replays a built-in corpus of real files).
+    /// no PATH it replays a built-in corpus of real files, in default mode
+    /// beside kernel-compat, and says how much memory each used).
     Replay(Box<cmd::replay::ReplayArgs>),
     /// Measure every compressor, level and allocator on your own data (a
     /// file, a block device, a core file, a live process) and say which to

@@ -1,5 +1,5 @@
 //! `zmem exp compaction` end to end: the fine-grained fullness series'
-//! (seed 001) direction, equal pages freed,
+//! direction, equal pages freed,
 //! the lower bound met, and the plot drawn.
 
 mod common;

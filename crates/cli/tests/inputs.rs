@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::zmem;
-use lab::corpus::Corpus;
+use tune::corpus::Corpus;
 
 fn zmem_cmd() -> Command {
     Command::new(env!("CARGO_BIN_EXE_zmem"))

@@ -71,10 +71,61 @@ fn default_corpus_runs_and_says_what_it_used() {
         "{text}"
     );
     assert!(text.contains("mm_stat zsmalloc/default/lz4/4K:"), "{text}");
+    // Kernel-compat, what the kernel's zram would use, beside default mode,
+    // and the difference in one line.
+    assert!(
+        text.contains("mm_stat zsmalloc/kernel-compat/lzo-rle/4K:"),
+        "{text}"
+    );
     assert!(
         text.contains("verify: every page of every store read back identical"),
         "{text}"
     );
+    let last = text.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("default mode: mem_used_total ")
+            && last.contains(" MiB after fill, ")
+            && (last.contains("% less than kernel-compat's ")
+                || last.contains("% more than kernel-compat's ")),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_default_comparison_is_in_the_json_too_and_not_with_a_mode() {
+    let r = report(&["replay", "--default-size", "1M", "--no-verify"]);
+    let configs: Vec<&str> = r["stages"][0]["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["config"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        configs,
+        [
+            "zsmalloc/default/lz4/4K",
+            "zsmalloc/kernel-compat/lzo-rle/4K"
+        ]
+    );
+    let c = &r["vs_kernel_compat"][0];
+    assert_eq!(c["stage"], "fill");
+    assert_eq!(c["config"], configs[0]);
+    assert_eq!(c["kernel_compat_config"], configs[1]);
+    let fill = &r["stages"][0]["results"];
+    assert_eq!(c["mem_used_total"], fill[0]["mm_stat"]["mem_used_total"]);
+    assert_eq!(
+        c["kernel_compat_mem_used_total"],
+        fill[1]["mm_stat"]["mem_used_total"]
+    );
+    let (a, b) = (
+        c["mem_used_total"].as_f64().unwrap(),
+        c["kernel_compat_mem_used_total"].as_f64().unwrap(),
+    );
+    let pct = c["percent_less"].as_f64().unwrap();
+    assert!((pct - (1.0 - a / b) * 100.0).abs() < 1e-9, "{c}");
+    let one = report(&["replay", "--default-size", "1M", "--mode", "default"]);
+    assert_eq!(one["stages"][0]["results"].as_array().unwrap().len(), 1);
+    assert!(one.get("vs_kernel_compat").is_none(), "{one}");
 }
 
 #[test]
@@ -326,7 +377,7 @@ fn bad_page_sizes_and_export_sizes_are_one_line_usage_errors() {
         (&["replay", "--page-size", "12K"][..], "--page-size"),
         (&["replay", "--unit", "12K"][..], "--unit"),
         (&["serve", "--export", "a:xx"][..], "--export"),
-        (&["serve", "--export", "a:2K"][..], "--export"),
+        (&["serve", "--export", "a:2T"][..], "--export"),
     ] {
         let out = zmem(args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -421,6 +472,8 @@ fn writeback_compressed_side_by_side_writes_fewer_blocks_and_reads_back() {
         f.to_str().unwrap(),
         "--comp",
         "lz4",
+        "--mode",
+        "default",
         "--mark-idle",
         "all",
         "--writeback",
@@ -596,9 +649,12 @@ fn bad_writeback_and_recompress_flags_get_one_clear_error() {
         assert!(err.contains(needle), "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
     }
+    // One configuration (no kernel-compat beside it): one backing file.
     let out = zmem(&[
         "replay",
         f,
+        "--mode",
+        "default",
         "--writeback",
         "idle",
         "--backing-dev",

@@ -1,6 +1,6 @@
 //! Exports that come and go, and their life as zram disks, end to end: the
-//! real `zmem serve` and `zmem ctl`, with nbdcopy and nbdinfo as clients
-//! (issue 20). A test whose client is missing prints SKIP and passes.
+//! real `zmem serve` and `zmem ctl`, with nbdcopy and nbdinfo as clients.
+//! A test whose client is missing prints SKIP and passes.
 
 mod serve_common;
 

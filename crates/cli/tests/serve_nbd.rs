@@ -153,6 +153,14 @@ fn nbdinfo_shows_size_flags_and_exports() {
 }
 
 #[test]
+fn sizes_round_up_to_whole_pages_as_zram_disksize() {
+    // `echo 1000 > disksize` gives 4096: so do --size and NAME:SIZE.
+    let z = Zmem::start(&["--size", "1000", "--export", "a", "--export", "b:5000"]);
+    assert_eq!(z.ctl_ok(&["--export", "a", "disksize"]), "4096\n");
+    assert_eq!(z.ctl_ok(&["--export", "b", "disksize"]), "8192\n");
+}
+
+#[test]
 fn trim_and_zero_free_pages() {
     require_tools!("qemu-io", "nbdinfo", "nbdcopy");
     let z = Zmem::start(&["--size", "8M"]);
@@ -333,7 +341,7 @@ fn ctl_reads_and_writes_the_attributes() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    // reset returns it to uninitialised (issue 20); disksize brings it back
+    // reset returns it to uninitialised, as zram's; disksize brings it back
     // empty.
     assert_eq!(z.mm_stat("x"), vec![0; 9]);
     assert_eq!(z.ctl_ok(&["--export", "x", "initstate"]), "0\n");
@@ -636,7 +644,7 @@ fn bench_serve_runs_on_a_small_file() {
         assert!(c["compress_cpu_s"].as_f64().unwrap() > 0.0, "{c}");
         assert!(c["decompress_cpu_s"].as_f64().unwrap() > 0.0, "{c}");
     }
-    // Issue 21's four throughput targets, each with its ceiling: lz4
+    // The four throughput targets, each with its ceiling: lz4
     // writes against the ceiling, the others against nbdkit.
     let targets = v["targets"].as_array().unwrap();
     let names: Vec<(String, String, String)> = targets

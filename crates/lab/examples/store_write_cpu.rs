@@ -22,7 +22,7 @@ use std::io::Read;
 use std::time::Instant;
 
 use clap::Parser;
-use lab::store_spec::StoreArgs;
+use recipe::spec::StoreArgs;
 
 #[derive(Parser)]
 struct Cli {
@@ -66,7 +66,7 @@ fn main() {
         .unwrap();
     let ps = 4096;
     let pages = data.len() / ps;
-    let comp = zcomp::Compressor::parse(&spec.comp, "").unwrap();
+    let comp = zcomp::Compressor::new(spec.comp, &zcomp::Params::default()).unwrap();
     let mut ctx = comp.context().unwrap();
     let names = ["raw", "fresh1", "over1", "fresh2", "copy"];
     let mut cpu: Vec<Vec<u64>> = vec![vec![]; 5];

@@ -159,7 +159,7 @@ fn lengths(path: &PathBuf, block: usize, comp: &str) -> Vec<usize> {
 }
 
 fn compressed_lengths(path: &PathBuf, block: usize, comp: &str) -> Vec<usize> {
-    let corpus = lab::corpus::Corpus::from_paths(std::slice::from_ref(path), true).expect("input");
+    let corpus = tune::corpus::Corpus::from_paths(std::slice::from_ref(path), true).expect("input");
     let compressor = zcomp::Compressor::parse(comp, "").expect("compressor");
     let mut ctx = compressor.context().expect("context");
     let mut out = Vec::new();

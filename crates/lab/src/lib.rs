@@ -1,53 +1,39 @@
 //! zmem's lab: what measures the product rather than being it.
 //!
-//! This crate owns the data the measurements run on, the engines that run
-//! them and the reports they print:
-//! - [`corpus`]: input data laid out page by page, opened by kind (files,
-//!   trees, tar members, block devices, pipes, FIFOs, standard input, ELF
-//!   core segments via [`elf_core`], a process's memory via
-//!   [`process_memory`]);
-//! - [`store_spec`]: the store flags (`--alloc`, `--comp`, `--page-size`, ...)
-//!   and the configurations they expand to;
-//! - [`replay`]: the stage engine (fill, discard, compact, verify) that
-//!   `zmem replay` and the experiments run;
+//! This crate owns the experiments, the benchmarks, the figures and the
+//! peers the product is measured against:
 //! - `exp` (feature `plot`): the mailing-list experiments, each with a table,
 //!   JSON and a figure;
-//! - [`advise`]: `zmem advise`, every compressor and allocator measured on
-//!   a sample of the user's data, and the advice;
 //! - [`mod@bench`]: the benchmarks (`zmem bench alloc|read-latency|store|serve`);
 //! - [`kernel_zram`]: a hot-added device of the kernel's own zram, the peer
 //!   the store is measured against; [`fresh_memory`]: untouched anonymous
 //!   memory, for the store benchmark's write ceilings;
-//! - `plot` (feature `plot`), [`ministat`], [`rng`]: figures, Student's t, the
-//!   seeded generator;
-//! - [`flags`]: the value parsers of numeric flags, each with its range;
-//! - [`output`] and [`mod@error`]: the `--format table|json` option, report
-//!   writing, and the error a run ends with.
+//! - `plot` and `advise_plot` (feature `plot`), [`ministat`]: figures (among
+//!   them `zmem advise --plot`'s), Student's t;
+//! - [`Error`]: the error a run ends with (the recipe's, `recipe::Error`).
+//!
+//! The store flags and configurations, the flag value parsers and the
+//! report format are the recipe crate's (`recipe`); the corpus, the replay
+//! engine, the advice and the seeded generator are the product's measuring
+//! of a user's data (`tune`).
 //!
 //! The layer rule: product crates (pages, zpool, zsmalloc, the allocators,
-//! zcomp, zram, nbd, serve, capi) never depend on this crate; it may depend
-//! on them. The `zmem` command (crates/cli) holds the command tree and
-//! dispatches here. Where a subcommand's `clap::Args` struct lives in this
-//! crate, it sits beside the code that reads it: one place per option set,
-//! no field-by-field copy in the command tree.
+//! zcomp, zram, nbd, recipe, serve, tune, capi) never depend on this crate;
+//! it may depend on them. The `zmem` command (crates/cli) holds the command
+//! tree and dispatches here, with its `lab` feature only. Where a
+//! subcommand's `clap::Args` struct lives in this crate, it sits beside the
+//! code that reads it: one place per option set, no field-by-field copy in
+//! the command tree.
 
-pub mod advise;
+#[cfg(feature = "plot")]
+pub mod advise_plot;
 pub mod bench;
-pub mod corpus;
-pub mod elf_core;
-pub mod error;
 #[cfg(feature = "plot")]
 pub mod exp;
-pub mod flags;
 pub mod fresh_memory;
 pub mod kernel_zram;
 pub mod ministat;
-pub mod output;
 #[cfg(feature = "plot")]
 pub mod plot;
-pub mod process_memory;
-pub mod replay;
-pub mod rng;
-pub mod store_spec;
 
-pub use error::Error;
+pub use recipe::Error;

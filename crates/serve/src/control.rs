@@ -371,9 +371,10 @@ fn set(settings: &mut Settings, cmd: &str, v: &str) -> Result<(), CtlError> {
                     settings.comp_params
                 ))
             })?;
-            settings.comp = v.to_string();
+            settings.comp = zcomp::Algorithm::from_name(v)
+                .map_err(|e| CtlError::inval(format!("comp_algorithm: {e}")))?;
         }
-        "algorithm_params" if for_secondary(v, &settings.comp)? => {
+        "algorithm_params" if for_secondary(v, settings.comp.name())? => {
             // Checked for syntax, range and the algorithm's own limits when
             // the store is made (`disksize`), as the kernel applies them.
             let parsed = zcomp::AlgorithmParams::parse(v)
@@ -391,7 +392,7 @@ fn set(settings: &mut Settings, cmd: &str, v: &str) -> Result<(), CtlError> {
             settings.recomp_params.push(v.to_string());
         }
         "algorithm_params" => {
-            zcomp::Compressor::parse(&settings.comp, v)
+            zcomp::Compressor::parse(settings.comp.name(), v)
                 .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
             settings.comp_params = v.to_string();
         }

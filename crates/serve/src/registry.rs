@@ -36,11 +36,12 @@
 //! The NBD I/O path takes none of the first two.
 
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 use nbd::{BudgetStats, Export, ExportError, Exports, Server, SessionStats};
 use zram::{PolicyRunner, Store};
+
+pub use recipe::{Settings, StoreFactory};
 
 use crate::control::CtlError;
 use crate::device::export_device;
@@ -67,55 +68,6 @@ impl fmt::Debug for Served {
             .field("store", &self.store)
             .field("policy", &self.policy.is_some())
             .finish()
-    }
-}
-
-/// What an uninitialised export is set to: the attributes zram takes only
-/// before `disksize` (and `mem_limit`, which it takes at any time).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Settings {
-    /// `comp_algorithm`: the primary compressor's name.
-    pub comp: String,
-    /// `algorithm_params` of the primary compressor (`level=3 dict=FILE`).
-    pub comp_params: String,
-    /// `mem_limit` in bytes (0: none).
-    pub mem_limit: u64,
-    /// `backing_dev`, if set.
-    pub backing_dev: Option<PathBuf>,
-    /// `writeback_compressed`: write pages back compressed, packed.
-    pub writeback_compressed: bool,
-    /// `writeback_batch_size`, if written before init (the store's own
-    /// default, or the server's flag, otherwise).
-    pub writeback_batch_size: Option<u64>,
-    /// `recomp_algorithm` values (`algo=NAME priority=N`), in the order
-    /// written; a later one for the same priority wins, as in the store.
-    pub recomp: Vec<String>,
-    /// `algorithm_params` values for the secondary compressors
-    /// (`priority=N ...` or `algo=NAME ...`), in the order written.
-    pub recomp_params: Vec<String>,
-}
-
-/// Makes the stores of exports initialised while the server runs.
-pub trait StoreFactory: Send + Sync {
-    /// The settings a hot-added export starts with and a reset one returns
-    /// to (the server's own store flags, as a new zram disk starts with the
-    /// module's defaults).
-    fn defaults(&self) -> Settings;
-
-    /// A store of `disksize` bytes (rounded up to whole pages) compressing
-    /// with `comp` and `comp_params`, and the label naming its
-    /// configuration; `Err` says why not.
-    fn make(&self, comp: &str, comp_params: &str, disksize: u64)
-        -> Result<(Store, String), String>;
-
-    /// Starts what runs beside a store the registry just made for the
-    /// export `name` (the server's timed policy and memory-aware rule), so a
-    /// hot-added or re-initialised export runs as the ones given at start
-    /// do. The runner stops when the store is reset or removed. Default:
-    /// nothing.
-    fn start_policy(&self, name: &str, store: &Arc<Store>) -> Result<Option<PolicyRunner>, String> {
-        let _ = (name, store);
-        Ok(None)
     }
 }
 
@@ -611,7 +563,7 @@ fn make_store(
         return Err(CtlError::inval("disksize must be more than 0"));
     }
     let (store, label) = factory
-        .make(&settings.comp, &settings.comp_params, bytes)
+        .make(settings.comp, &settings.comp_params, bytes)
         .map_err(|m| CtlError::new("ENOMEM", format!("export {name:?}: {m}")))?;
     store.set_mem_limit(settings.mem_limit);
     if let Some(path) = &settings.backing_dev {
@@ -651,6 +603,8 @@ fn make_store(
 
 #[cfg(test)]
 mod tests {
+    use recipe::FactoryError;
+
     use super::*;
     use crate::control::execute;
 
@@ -660,18 +614,25 @@ mod tests {
     impl StoreFactory for Factory {
         fn defaults(&self) -> Settings {
             Settings {
-                comp: "lz4".into(),
+                comp: zcomp::Algorithm::Lz4,
                 ..Settings::default()
             }
         }
 
-        fn make(&self, comp: &str, params: &str, disksize: u64) -> Result<(Store, String), String> {
+        fn make(
+            &self,
+            comp: zcomp::Algorithm,
+            params: &str,
+            disksize: u64,
+        ) -> Result<(Store, String), FactoryError> {
+            let refused = |e: String| FactoryError::Spec(recipe::Error::Usage(e));
             let pool = zalloc::open("zsmalloc", &zalloc::AllocOptions::default())
-                .map_err(|e| e.to_string())?;
-            let comp = zcomp::Compressor::parse(comp, params).map_err(|e| e.to_string())?;
+                .map_err(|e| refused(e.to_string()))?;
+            let comp = zcomp::Compressor::parse(comp.name(), params)
+                .map_err(|e| refused(e.to_string()))?;
             let label = format!("zsmalloc/default/{}/4K", comp.algorithm().name());
-            let store =
-                Store::new(pool, comp, disksize.div_ceil(4096)).map_err(|e| e.to_string())?;
+            let store = Store::new(pool, comp, disksize.div_ceil(4096))
+                .map_err(|e| refused(e.to_string()))?;
             Ok((store, label))
         }
     }

@@ -4,8 +4,10 @@
 //! and build dependencies on another workspace package must be one its row
 //! allows. A dev-dependency may name `zmem-testkit` or any package its normal
 //! row allows, plus the ones listed as test-only. `zmem-testkit` is never a
-//! normal dependency. Changing a dependency between zmem crates means changing
-//! this table and the table in docs/design.md together.
+//! normal dependency. The dependencies in [`OPTIONAL_ONLY`] must be optional
+//! and turned on by their feature only: the CLI links the lab under its `lab`
+//! feature. Changing a dependency between zmem crates means changing this
+//! table and the table in docs/design.md together.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -25,7 +27,9 @@ const PRODUCT_AND_LAB: &[&str] = &[
     "zmem-zalloc",
     "zmem-zram",
     "zmem-capi",
+    "zmem-recipe",
     "zmem-serve",
+    "zmem-tune",
     "zmem-lab",
 ];
 
@@ -53,14 +57,46 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
     ),
     ("zmem-capi", &["zmem-zpool", "zmem-zsmalloc"], &[]),
     (
+        "zmem-recipe",
+        &[
+            "zmem-zpool",
+            "zmem-zsmalloc",
+            "zmem-zalloc",
+            "zmem-zcomp",
+            "zmem-zram",
+        ],
+        &[],
+    ),
+    (
+        "zmem-tune",
+        &[
+            "zmem-zsmalloc",
+            "zmem-zalloc",
+            "zmem-zcomp",
+            "zmem-zram",
+            "zmem-recipe",
+        ],
+        &[],
+    ),
+    (
         "zmem-serve",
-        &["zmem-nbd", "zmem-zpool", "zmem-zcomp", "zmem-zram"],
+        &[
+            "zmem-nbd",
+            "zmem-zpool",
+            "zmem-zcomp",
+            "zmem-zram",
+            "zmem-recipe",
+        ],
         &["zmem-zsmalloc", "zmem-zalloc", "zmem-pages"],
     ),
     ("zmem-lab", PRODUCT, &[]),
     ("zmem-cli", PRODUCT_AND_LAB, &[]),
     ("zmem-testkit", &[], &[]),
 ];
+
+/// Package, dependency and feature: the package may depend on it only
+/// optionally, with that feature turning it on (`dep:NAME`).
+const OPTIONAL_ONLY: &[(&str, &str, &str)] = &[("zmem-cli", "zmem-lab", "lab")];
 
 /// The stdout of `cargo ARGS` run at the workspace root, which must succeed
 /// (the test fails with its stderr otherwise).
@@ -80,9 +116,8 @@ fn cargo(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("cargo's stdout is UTF-8")
 }
 
-/// The workspace's packages and, for each, its dependencies on other
-/// workspace packages by kind ("normal", "dev", "build").
-fn workspace_edges() -> BTreeMap<String, Vec<(String, String)>> {
+/// `cargo metadata` of the workspace (without its dependencies).
+fn metadata() -> Value {
     let out = cargo(&[
         "metadata",
         "--format-version",
@@ -90,7 +125,63 @@ fn workspace_edges() -> BTreeMap<String, Vec<(String, String)>> {
         "--no-deps",
         "--offline",
     ]);
-    let meta: Value = serde_json::from_str(&out).expect("cargo metadata is JSON");
+    serde_json::from_str(&out).expect("cargo metadata is JSON")
+}
+
+/// Every breach of [`OPTIONAL_ONLY`] in `meta` (`cargo metadata`'s
+/// output), one line each: a dependency that is not optional, or that its
+/// feature does not turn on, or that another feature does.
+fn optional_violations(meta: &Value) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (package, dep, feature) in OPTIONAL_ONLY {
+        let Some(p) = meta["packages"]
+            .as_array()
+            .expect("packages")
+            .iter()
+            .find(|p| p["name"] == *package)
+        else {
+            bad.push(format!("{package}: not in the workspace"));
+            continue;
+        };
+        for d in p["dependencies"].as_array().expect("dependencies") {
+            let kind = d["kind"].as_str().unwrap_or("normal");
+            if d["name"] != *dep || kind == "dev" {
+                continue;
+            }
+            if d["optional"] != true {
+                bad.push(format!(
+                    "{package} -> {dep} ({kind}): must be optional (feature {feature})"
+                ));
+            }
+        }
+        let turn_on = format!("dep:{dep}");
+        let features = p["features"].as_object().expect("features");
+        let on = |f: &str| {
+            features
+                .get(f)
+                .and_then(Value::as_array)
+                .is_some_and(|v| v.iter().any(|x| x.as_str() == Some(turn_on.as_str())))
+        };
+        if !on(feature) {
+            bad.push(format!(
+                "{package}: feature {feature} does not turn on {turn_on}"
+            ));
+        }
+        for (name, _) in features {
+            if name != feature && on(name) {
+                bad.push(format!(
+                    "{package}: feature {name} turns on {turn_on} (only {feature} may)"
+                ));
+            }
+        }
+    }
+    bad
+}
+
+/// The workspace's packages and, for each, its dependencies on other
+/// workspace packages by kind ("normal", "dev", "build").
+fn workspace_edges() -> BTreeMap<String, Vec<(String, String)>> {
+    let meta = metadata();
     let packages = meta["packages"].as_array().expect("packages");
     let names: BTreeSet<String> = packages
         .iter()
@@ -162,6 +253,34 @@ fn workspace_follows_the_layer_rule() {
 }
 
 #[test]
+fn the_cli_links_the_lab_only_under_its_feature() {
+    let bad = optional_violations(&metadata());
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn the_optional_rule_rejects_a_lab_the_cli_always_links() {
+    let meta = serde_json::json!({
+        "packages": [{
+            "name": "zmem-cli",
+            "dependencies": [
+                {"name": "zmem-lab", "kind": null, "optional": false},
+                {"name": "zmem-lab", "kind": "dev", "optional": false},
+            ],
+            "features": {"default": ["dep:zmem-lab"], "lab": []},
+        }]
+    });
+    let bad = optional_violations(&meta);
+    assert_eq!(bad.len(), 3, "{bad:?}");
+    assert!(bad[0].contains("must be optional"), "{bad:?}");
+    assert!(
+        bad[1].contains("feature lab does not turn on dep:zmem-lab"),
+        "{bad:?}"
+    );
+    assert!(bad[2].contains("feature default turns on"), "{bad:?}");
+}
+
+#[test]
 fn the_product_build_has_no_plotting_or_font_crates() {
     // `zmem` without the lab's default feature: replay, classes, serve, ctl.
     let tree = |features: &[&str]| {
@@ -180,6 +299,11 @@ fn the_product_build_has_no_plotting_or_font_crates() {
     };
     let product = tree(&["--no-default-features"]);
     assert!(product.contains("zmem-serve"), "{product}");
+    assert!(product.contains("zmem-tune"), "{product}");
+    assert!(
+        !product.lines().any(|l| l.starts_with("zmem-lab")),
+        "the product build links the lab: {product}"
+    );
     let heavy: Vec<&str> = product
         .lines()
         .filter(|l| l.starts_with("plotters") || l.contains("font"))

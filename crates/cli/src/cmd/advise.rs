@@ -3,14 +3,15 @@
 //!
 //! This module owns the command: its flags (inputs as `zmem replay` takes
 //! them, the sample's size and seed, the candidates) and printing. The
-//! measurement and the advice are the lab's ([`lab::advise`]).
+//! measurement and the advice are the product's ([`tune::advise`]); the
+//! `--plot` figures are the lab's (feature `lab`).
 
 use std::path::PathBuf;
 
 use clap::Args;
-use lab::advise::{self, AdviseOptions, Candidate};
-use lab::corpus::Corpus;
-use lab::output::{write_json, write_stdout, Format, FormatArg};
+use recipe::output::{write_json, write_stdout, Format, FormatArg};
+use tune::advise::{self, AdviseOptions, Candidate};
+use tune::corpus::Corpus;
 
 use crate::error::CliError;
 
@@ -41,27 +42,27 @@ pub struct AdviseArgs {
     paths: Vec<PathBuf>,
     /// Also measure the private anonymous memory of process PID (needs
     /// ptrace access to it, or CAP_SYS_PTRACE).
-    #[arg(long, value_name = "PID", value_parser = lab::flags::whole::<u32>(1, 1 << 22))]
+    #[arg(long, value_name = "PID", value_parser = recipe::flags::whole::<u32>(1, 1 << 22))]
     pid: Vec<u32>,
     /// Read tar archives and ELF core files as raw bytes.
     #[arg(long)]
     raw: bool,
     /// Pages to measure at most (16 to 4194304; 16384 pages, 64 MiB, keep a
     /// 256 MiB input within about a minute on two cores).
-    #[arg(long, default_value_t = 16384, value_parser = lab::flags::whole::<u64>(16, 1 << 22))]
+    #[arg(long, default_value_t = 16384, value_parser = recipe::flags::whole::<u64>(16, 1 << 22))]
     sample_pages: u64,
     /// Seed of the sample's choice of runs (any whole number, 0 too).
-    #[arg(long, default_value_t = 1, value_parser = lab::flags::whole::<u64>(0, u64::MAX))]
+    #[arg(long, default_value_t = 1, value_parser = recipe::flags::whole::<u64>(0, u64::MAX))]
     seed: u64,
     /// Candidates to measure instead of the default set, comma-separated:
     /// NAME[:LEVEL][:dict] (e.g. lz4,zstd:-1,zstd:3:dict,lz4hc:9).
     #[arg(long, value_delimiter = ',', value_parser = parse_candidate)]
     comp: Vec<Candidate>,
     /// Candidates measured at once (1 to 64; each on one core).
-    #[arg(long, default_value_t = 2, value_parser = lab::flags::whole::<u32>(1, 64))]
+    #[arg(long, default_value_t = 2, value_parser = recipe::flags::whole::<u32>(1, 64))]
     threads: u32,
     /// Random 4 KiB reads timed per candidate (100 to 10000000).
-    #[arg(long, default_value_t = 20_000, value_parser = lab::flags::whole::<u32>(100, 10_000_000))]
+    #[arg(long, default_value_t = 20_000, value_parser = recipe::flags::whole::<u32>(100, 10_000_000))]
     latency_reads: u32,
     /// Which configuration to print as commands: the least memory, the
     /// fastest reads within 5% of that memory, or the fastest reads (all
@@ -69,7 +70,7 @@ pub struct AdviseArgs {
     #[arg(long, default_value = "balanced", value_parser = clap::builder::PossibleValuesParser::new(advise::GOALS))]
     goal: String,
     /// Size of the built-in default corpus (4K to 1T).
-    #[arg(long, value_parser = lab::flags::size(4096, 1 << 40), default_value = "64M")]
+    #[arg(long, value_parser = recipe::flags::size(4096, 1 << 40), default_value = "64M")]
     default_size: u64,
     /// Also draw the Pareto fronts: STEM-write.svg/.png (memory against
     /// compression speed) and STEM-read.svg/.png (memory against read
@@ -110,7 +111,7 @@ fn parse_candidate(s: &str) -> Result<Candidate, String> {
         }
     }
     Ok(Candidate {
-        comp: name.to_string(),
+        comp: algo,
         level,
         dictionary,
     })
@@ -141,7 +142,7 @@ pub fn run(args: &AdviseArgs) -> Result<(), CliError> {
     let advice = advise::advise(read, &sample, &candidates, &opts)?;
     #[cfg(feature = "lab")]
     if let Some(stem) = &args.plot {
-        for f in advise::plot_fronts(&advice, stem)? {
+        for f in lab::advise_plot::plot_fronts(&advice, stem)? {
             eprintln!("wrote {}", f.display());
         }
     }

@@ -33,7 +33,7 @@ pub struct ClassesArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_unit)]
     unit: Option<u32>,
     /// Most pages per zspage (CONFIG_ZSMALLOC_CHAIN_SIZE), 1 to 16.
-    #[arg(long, default_value_t = 8, value_parser = lab::flags::whole::<u32>(1, 16))]
+    #[arg(long, default_value_t = 8, value_parser = recipe::flags::whole::<u32>(1, 16))]
     chain: u32,
     /// Class step: `legacy` (max(PAGE_SIZE>>8, 16)) or a multiple of 8 in bytes.
     #[arg(long, value_name = "BYTES|legacy", default_value = "legacy", value_parser = parse_delta)]
@@ -49,17 +49,17 @@ pub struct ClassesArgs {
     #[arg(long, value_enum, default_value_t = ClassesFormat::Table)]
     format: ClassesFormat,
     /// The same as `--format json` (older spelling, kept for scripts; as
-    /// `lab::output::FormatArg` has it for the other subcommands).
+    /// `recipe::output::FormatArg` has it for the other subcommands).
     #[arg(long, hide = true, conflicts_with = "format")]
     json: bool,
 }
 
 fn parse_unit(s: &str) -> Result<u32, String> {
-    lab::store_spec::parse_unit(s).map(|n| n as u32)
+    recipe::spec::parse_unit(s).map(|n| n as u32)
 }
 
 fn parse_page_size(s: &str) -> Result<u32, String> {
-    lab::store_spec::parse_page_size(s).map(|n| n as u32)
+    recipe::spec::parse_page_size(s).map(|n| n as u32)
 }
 
 /// `legacy` or a multiple of 8 bytes from 8 to the largest page size (a
@@ -107,7 +107,7 @@ pub fn run(args: &ClassesArgs) -> Result<(), CliError> {
         ClassesFormat::Json => json(&geometry)?,
         ClassesFormat::Simzs => simzs(&geometry),
     };
-    Ok(lab::output::write_stdout(&text)?)
+    Ok(recipe::output::write_stdout(&text)?)
 }
 
 fn describe(config: &GeometryConfig, delta: u32) -> String {

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use clap::Args;
 use serde_json::{json, Map, Value};
 
-use lab::output::{Format, FormatArg};
+use recipe::output::{Format, FormatArg};
 use serve::paths::{ctl_path_for, default_socket};
 
 use crate::cmd::status::{self, Column, ColumnList, Style};
@@ -114,8 +114,11 @@ pub fn run(args: &CtlArgs) -> Result<(), CliError> {
     })?;
     match reply {
         Ok(body) => match args.format.get() {
-            Format::Table => Ok(lab::output::write_stdout(&body)?),
-            Format::Json => Ok(lab::output::write_json(&to_json(&args.command[0], &body))?),
+            Format::Table => Ok(recipe::output::write_stdout(&body)?),
+            Format::Json => Ok(recipe::output::write_json(&to_json(
+                &args.command[0],
+                &body,
+            ))?),
         },
         Err(e) => Err(CliError::Failed(format!("{line}: {e}"))),
     }
@@ -138,7 +141,7 @@ fn print_status(args: &CtlArgs, path: &std::path::Path) -> Result<(), CliError> 
         }
     }
     if args.format.get() == Format::Json {
-        return Ok(lab::output::write_json(&rows)?);
+        return Ok(recipe::output::write_json(&rows)?);
     }
     let cols: Vec<Column> = if args.output_all {
         status::ALL.to_vec()
@@ -152,7 +155,7 @@ fn print_status(args: &CtlArgs, path: &std::path::Path) -> Result<(), CliError> 
         raw: args.raw,
         noheadings: args.noheadings,
     };
-    Ok(lab::output::write_stdout(&status::format_table(
+    Ok(recipe::output::write_stdout(&status::format_table(
         &rows, &cols, style,
     ))?)
 }

@@ -44,7 +44,7 @@ pub fn completions(args: &CompletionsArgs, mut cmd: Command) -> Result<(), CliEr
     clap_complete::generate(args.shell, &mut cmd, "zmem", &mut out);
     let text = String::from_utf8(out)
         .map_err(|e| CliError::Failed(format!("completion script is not UTF-8: {e}")))?;
-    Ok(lab::output::write_stdout(&text)?)
+    Ok(recipe::output::write_stdout(&text)?)
 }
 
 /// Writes one man page per command into `args.dir` and lists them.
@@ -57,7 +57,7 @@ pub fn man(args: &ManArgs, cmd: Command) -> Result<(), CliError> {
         .iter()
         .map(|p| format!("{}\n", p.display()))
         .collect();
-    Ok(lab::output::write_stdout(&list)?)
+    Ok(recipe::output::write_stdout(&list)?)
 }
 
 /// Writes `cmd`'s page as `NAME.1`, then its subcommands' as

@@ -8,20 +8,24 @@
 //! 1, or 0,1 for both side by side), with the pages marked idle
 //! again first when `--mark-idle` and `--recompress` both ran, since
 //! recompression takes the mark off; verify unless `--no-verify`) and the
-//! report. The stages themselves are the lab's replay engine
-//! ([`lab::replay::Replay`]), which the experiments run too.
+//! report. With no `--mode` each configuration runs in default mode and in
+//! kernel-compat (what the kernel's zram would use, to the byte), and one
+//! line says how their `mem_used_total` differ. The stages themselves are
+//! the replay engine ([`tune::replay::Replay`]), which the experiments run
+//! too.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use lab::corpus::Corpus;
-use lab::output::{write_json, write_stdout, Format, FormatArg};
-use lab::replay::{stage_table, Replay, Stage, WritebackSettings};
-use lab::store_spec::{StoreArgs, StoreSpec};
+use recipe::output::{write_json, write_stdout, Format, FormatArg};
+use recipe::spec::{StoreArgs, StoreSpec};
 use serde::Serialize;
+use tune::corpus::Corpus;
+use tune::replay::{stage_table, Replay, Stage, WritebackSettings};
 use zram::{IdleCutoff, RecompressRequest, WritebackRequest};
+use zsmalloc::Mode;
 
 use crate::error::CliError;
 
@@ -35,7 +39,7 @@ pub struct ReplayArgs {
     /// Also replay the private anonymous memory (heap, stacks, anonymous
     /// mappings) of process PID: its touched pages, read through
     /// /proc/PID/mem (needs ptrace access to it, or CAP_SYS_PTRACE).
-    #[arg(long, value_name = "PID", value_parser = lab::flags::whole::<u32>(1, PID_MAX))]
+    #[arg(long, value_name = "PID", value_parser = recipe::flags::whole::<u32>(1, PID_MAX))]
     pid: Vec<u32>,
     #[command(flatten)]
     store: StoreArgs,
@@ -45,10 +49,10 @@ pub struct ReplayArgs {
     raw: bool,
     /// After the fill, discard this fraction of the pages (0..=1), chosen
     /// with --seed.
-    #[arg(long, value_parser = lab::flags::real(0.0, 1.0, false))]
+    #[arg(long, value_parser = recipe::flags::real(0.0, 1.0, false))]
     free_fraction: Option<f64>,
     /// Seed of the --free-fraction choice (any whole number, 0 too).
-    #[arg(long, default_value_t = 1, value_parser = lab::flags::whole::<u64>(0, u64::MAX))]
+    #[arg(long, default_value_t = 1, value_parser = recipe::flags::whole::<u64>(0, u64::MAX))]
     seed: u64,
     /// After the fill, discard the page indexes in FILE (one per line, in
     /// units of each store's page size, applied in file order).
@@ -105,7 +109,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     no_verify: bool,
     /// Size of the built-in default corpus (4K to 1T).
-    #[arg(long, value_parser = lab::flags::size(4096, 1 << 40), default_value = "64M")]
+    #[arg(long, value_parser = recipe::flags::size(4096, 1 << 40), default_value = "64M")]
     default_size: u64,
     #[command(flatten)]
     format: FormatArg,
@@ -124,7 +128,7 @@ fn parse_idle(s: &str) -> Result<IdleCutoff, String> {
     if s == "all" {
         return Ok(IdleCutoff::All);
     }
-    let secs = lab::flags::whole::<u64>(0, u32::MAX.into())(s)
+    let secs = recipe::flags::whole::<u64>(0, u32::MAX.into())(s)
         .map_err(|e| format!("{e} and not 'all'"))?;
     Ok(IdleCutoff::OlderThan(Duration::from_secs(secs)))
 }
@@ -171,11 +175,119 @@ struct Report<'a> {
     writeback: &'a [WritebackSettings],
     stages: &'a [Stage],
     verified_pages: Option<u64>,
+    /// Default mode beside kernel-compat after the last stage, when no
+    /// --mode was given.
+    #[serde(skip_serializing_if = "<[Comparison]>::is_empty")]
+    vs_kernel_compat: &'a [Comparison],
+}
+
+/// A default-mode store's memory beside its kernel-compat twin's (what the
+/// kernel's zram would use, to the byte) after one stage.
+#[derive(Serialize)]
+struct Comparison {
+    /// The stage.
+    stage: String,
+    /// The default-mode configuration.
+    config: String,
+    /// Its `mem_used_total`.
+    mem_used_total: u64,
+    /// The kernel-compat configuration.
+    kernel_compat_config: String,
+    /// Its `mem_used_total`.
+    kernel_compat_mem_used_total: u64,
+    /// How much less memory default mode used, in percent of
+    /// kernel-compat's (negative: more).
+    percent_less: f64,
+}
+
+/// The modes `zmem replay` compares when no --mode is given: zmem's own
+/// beside the kernel's.
+const DEFAULT_MODES: [Mode; 2] = [Mode::Default, Mode::KernelCompat];
+
+/// Each default-mode store beside its kernel-compat twin (the same
+/// settings but the mode and, when --comp is not given, each mode's own
+/// compressor) after `stage`.
+fn compare_modes(
+    args: &ReplayArgs,
+    specs: &[StoreSpec],
+    per_store: &[bool],
+    stage: &Stage,
+) -> Vec<Comparison> {
+    if !args.store.mode.is_empty() {
+        return Vec::new();
+    }
+    let twins = |d: &StoreSpec, k: &StoreSpec| {
+        d.alloc == k.alloc
+            && d.page_size == k.page_size
+            && d.unit == k.unit
+            && d.chain == k.chain
+            && d.delta == k.delta
+            && d.merge == k.merge
+            && (args.store.comp.is_empty() || d.comp == k.comp)
+    };
+    let mut out = Vec::new();
+    for (i, d) in specs.iter().enumerate() {
+        if d.mode != Mode::Default || d.alloc != "zsmalloc" {
+            continue;
+        }
+        let Some(j) = (0..specs.len()).find(|&j| {
+            specs[j].mode == Mode::KernelCompat
+                && per_store[j] == per_store[i]
+                && twins(d, &specs[j])
+        }) else {
+            continue;
+        };
+        let (Some(ours), Some(theirs)) = (stage.results.get(i), stage.results.get(j)) else {
+            continue;
+        };
+        let (a, b) = (ours.mm_stat.mem_used_total, theirs.mm_stat.mem_used_total);
+        out.push(Comparison {
+            stage: stage.name.clone(),
+            config: ours.config.clone(),
+            mem_used_total: a,
+            kernel_compat_config: theirs.config.clone(),
+            kernel_compat_mem_used_total: b,
+            percent_less: if b == 0 {
+                0.0
+            } else {
+                (1.0 - a as f64 / b as f64) * 100.0
+            },
+        });
+    }
+    out
+}
+
+/// One line per comparison: `default mode: mem_used_total 41.2 MiB after
+/// fill, 3.1% less than kernel-compat's 42.5 MiB` (with the configurations'
+/// labels when there are several).
+fn comparison_lines(comparisons: &[Comparison]) -> String {
+    let mib = |b: u64| b as f64 / 1048576.0;
+    comparisons
+        .iter()
+        .map(|c| {
+            let (ours, theirs) = if comparisons.len() == 1 {
+                ("default mode".to_string(), "kernel-compat's".to_string())
+            } else {
+                (c.config.clone(), format!("{}'s", c.kernel_compat_config))
+            };
+            let how = if c.percent_less >= 0.0 {
+                format!("{:.1}% less than", c.percent_less)
+            } else {
+                format!("{:.1}% more than", -c.percent_less)
+            };
+            format!(
+                "{ours}: mem_used_total {:.1} MiB after {}, {how} {theirs} {:.1} MiB\n",
+                mib(c.mem_used_total),
+                c.stage,
+                mib(c.kernel_compat_mem_used_total)
+            )
+        })
+        .collect()
 }
 
 /// Runs `zmem replay`.
 pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
-    let specs = args.store.specs()?;
+    let specs = args.store.specs_with_modes(&DEFAULT_MODES)?;
     let corpus = if args.paths.is_empty() && args.pid.is_empty() {
         Corpus::default_corpus(args.default_size)?
     } else {
@@ -317,6 +429,10 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
     } else {
         Some(replay.verify()?)
     };
+    let comparisons = match stages.last() {
+        Some(last) => compare_modes(args, &specs, &per_store, last),
+        None => Vec::new(),
+    };
     match args.format.get() {
         Format::Table => {
             if let Some(n) = verified {
@@ -324,6 +440,7 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
                     "verify: every page of every store read back identical ({n} pages per store)\n"
                 ))?;
             }
+            write_stdout(&comparison_lines(&comparisons))?;
             Ok(())
         }
         Format::Json => {
@@ -342,6 +459,7 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
                 writeback: &writeback,
                 stages: &stages,
                 verified_pages: verified,
+                vs_kernel_compat: &comparisons,
             };
             Ok(write_json(&report)?)
         }

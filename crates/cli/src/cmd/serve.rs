@@ -15,7 +15,7 @@
 //! exports pair with the N configurations in order. `--export NAME:0`
 //! starts an export uninitialised (zram's disksize 0): `zmem ctl --export
 //! NAME disksize SIZE` initialises it. Each export's configuration is also
-//! its store factory (`serve::StoreFactory`): a reset export is made again
+//! its store factory (`recipe::SpecFactory`): a reset export is made again
 //! with it, and `zmem ctl hot_add` uses the first configuration.
 
 use std::io;
@@ -24,12 +24,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use lab::store_spec::{StoreArgs, StoreSpec};
 use log::{error, info, LevelFilter};
 use nbd::{Config, InheritedListener, ListenAddr, Server};
+use recipe::{PolicyFlags, SpecFactory, StoreArgs, StoreFactory, StoreSpec};
 use serve::paths::{ctl_path_for, default_dir, default_socket, ensure_private_dir, tcp_ctl_path};
 use serve::{CtlServer, MetricsServer, Registry, Served};
-use zram::Store;
 
 use crate::error::CliError;
 use crate::{logger, signals};
@@ -102,9 +101,10 @@ pub struct ServeArgs {
     /// still resets and compacts).
     #[arg(long)]
     read_only: bool,
-    /// Size of each export that does not give its own (K, M, G, T suffixes;
+    /// Size of each export that does not give its own (K, M, G, T, P, E
+    /// suffixes; rounded up to whole 4 KiB pages as zram's disksize is, then
     /// 4K to 1T).
-    #[arg(long, value_parser = lab::flags::size(EXPORT_MIN, EXPORT_MAX), default_value = "1G")]
+    #[arg(long, value_parser = recipe::flags::disk_size(EXPORT_MIN, EXPORT_MAX), default_value = "1G")]
     size: u64,
     #[command(flatten)]
     store: StoreArgs,
@@ -115,7 +115,7 @@ pub struct ServeArgs {
     backing_devs: Vec<PathBuf>,
     /// Pages written back with one write call (zram's
     /// `writeback_batch_size`, 1 to 256; 32 by default), for every export.
-    #[arg(long, value_name = "PAGES", value_parser = lab::flags::whole::<u64>(1, 256))]
+    #[arg(long, value_name = "PAGES", value_parser = recipe::flags::whole::<u64>(1, 256))]
     writeback_batch_size: Option<u64>,
     /// Write pages back compressed, several objects packed into each
     /// block, instead of decompressed (zram's `writeback_compressed`,
@@ -130,11 +130,11 @@ pub struct ServeArgs {
     /// Every --policy-interval, mark pages idle that were not accessed for
     /// this many seconds (as `zmem ctl idle SECONDS`; 1 to 2592000); then
     /// --auto-recompress and --auto-writeback act on them.
-    #[arg(long, value_name = "SECONDS", value_parser = lab::flags::whole::<u32>(1, 30 * 86400))]
+    #[arg(long, value_name = "SECONDS", value_parser = recipe::flags::whole::<u32>(1, 30 * 86400))]
     idle_after: Option<u32>,
     /// Seconds between runs of the idle marking, --auto-recompress and
     /// --auto-writeback (default 60, range 1..86400).
-    #[arg(long, value_name = "SECONDS", value_parser = lab::flags::whole::<u32>(1, 86400))]
+    #[arg(long, value_name = "SECONDS", value_parser = recipe::flags::whole::<u32>(1, 86400))]
     policy_interval: Option<u32>,
     /// After each marking, recompress idle pages with the secondary
     /// compressors (`recompress type=idle`; needs --recomp-algorithm).
@@ -154,7 +154,7 @@ pub struct ServeArgs {
     /// never below half of mem_limit, so that the store as a whole stays
     /// within mem_limit; a write still fails only past mem_limit itself,
     /// as in the kernel.
-    #[arg(long, value_name = "PERCENT", value_parser = lab::flags::whole::<u32>(50, 99))]
+    #[arg(long, value_name = "PERCENT", value_parser = recipe::flags::whole::<u32>(50, 99))]
     writeback_near_limit: Option<u32>,
     /// Unix socket for NBD clients.
     #[arg(long, value_name = "PATH", conflicts_with = "tcp")]
@@ -197,37 +197,37 @@ pub struct ServeArgs {
     metrics: Option<SocketAddr>,
     /// Request worker threads per connection (default: one per CPU, at
     /// most 4).
-    #[arg(long, value_parser = lab::flags::whole::<u16>(1, 64))]
+    #[arg(long, value_parser = recipe::flags::whole::<u16>(1, 64))]
     workers: Option<u16>,
     /// Seconds a client may take to finish the NBD handshake before it is
     /// closed (as qemu-nbd's --handshake-limit; default 10).
-    #[arg(long, value_name = "SECONDS", value_parser = lab::flags::whole::<u32>(1, 3600))]
+    #[arg(long, value_name = "SECONDS", value_parser = recipe::flags::whole::<u32>(1, 3600))]
     handshake_limit: Option<u32>,
     /// Clients past the handshake served at once (default 64); a client
     /// beyond it is closed with a log line saying why.
-    #[arg(long, value_name = "N", value_parser = lab::flags::whole::<u32>(1, 4096))]
+    #[arg(long, value_name = "N", value_parser = recipe::flags::whole::<u32>(1, 4096))]
     max_connections: Option<u32>,
     /// Clients in the handshake at once (default 64), counted apart so that
     /// stalled handshakes never lock out clients that finished theirs; when
     /// full, the client that has negotiated longest is closed.
-    #[arg(long, value_name = "N", value_parser = lab::flags::whole::<u32>(1, 4096))]
+    #[arg(long, value_name = "N", value_parser = recipe::flags::whole::<u32>(1, 4096))]
     max_handshakes: Option<u32>,
     /// Bytes of request and reply data one connection may have in flight
     /// (default 32M, range 1M..1G); a client that does not read its replies
     /// stops being read at this bound. Below 32M it also lowers the largest
     /// request advertised.
-    #[arg(long, value_name = "SIZE", value_parser = lab::flags::size(1 << 20, 1 << 30))]
+    #[arg(long, value_name = "SIZE", value_parser = recipe::flags::size(1 << 20, 1 << 30))]
     inflight_per_conn: Option<u64>,
     /// Bytes of request and reply data all connections together may have in
     /// flight (default 256M, range 2M..64G, at least --inflight-per-conn
     /// plus 1M); requests beyond it wait their turn, first come first
     /// served.
-    #[arg(long, value_name = "SIZE", value_parser = lab::flags::size(2 << 20, 64 << 30))]
+    #[arg(long, value_name = "SIZE", value_parser = recipe::flags::size(2 << 20, 64 << 30))]
     inflight_total: Option<u64>,
     /// Seconds a client may read none of its replies while other clients
     /// wait for --inflight-total before it is closed (default 10, range
     /// 1..3600).
-    #[arg(long, value_name = "SECONDS", value_parser = lab::flags::whole::<u32>(1, 3600))]
+    #[arg(long, value_name = "SECONDS", value_parser = recipe::flags::whole::<u32>(1, 3600))]
     stall_limit: Option<u32>,
     /// Log level: off, error, warn, info, debug, trace (default: $ZMEM_LOG
     /// or info).
@@ -349,7 +349,7 @@ fn parse_export(s: &str, default_size: u64) -> Result<ExportSpec, CliError> {
     if size == "0" {
         return Ok((name.to_string(), 0, read_only));
     }
-    match lab::flags::size(EXPORT_MIN, EXPORT_MAX)(size) {
+    match recipe::flags::disk_size(EXPORT_MIN, EXPORT_MAX)(size) {
         Ok(bytes) => Ok((name.to_string(), bytes, read_only)),
         Err(e) => Err(CliError::Usage(format!(
             "--export {s}: {e} (NAME[:SIZE][:ro], SIZE 0 for uninitialised; a name has no colon)"
@@ -380,91 +380,21 @@ fn check_writeback_type(s: &str) -> Result<String, String> {
 }
 
 /// The policy flags, kept by the store factory so that every store it
-/// makes (at start, by `hot_add` or after a `reset`) runs the same rules.
-#[derive(Clone, Debug, Default)]
-struct PolicyFlags {
-    idle_after: Option<u32>,
-    interval: Option<u32>,
-    auto_recompress: bool,
-    auto_writeback: Option<String>,
-    writeback_near_limit: Option<u32>,
-}
-
-impl PolicyFlags {
-    /// The flags from the command line, checked against the others.
-    fn from_args(args: &ServeArgs) -> Result<PolicyFlags, CliError> {
-        if args.auto_recompress && args.recomp_algorithms.is_empty() {
-            return Err(CliError::Usage(
-                "--auto-recompress needs a --recomp-algorithm".into(),
-            ));
-        }
-        if (args.auto_writeback.is_some() || args.writeback_near_limit.is_some())
-            && args.backing_devs.is_empty()
-        {
-            return Err(CliError::Usage(
-                "--auto-writeback and --writeback-near-limit need a --backing-dev".into(),
-            ));
-        }
-        let flags = PolicyFlags {
-            idle_after: args.idle_after,
-            interval: args.policy_interval,
-            auto_recompress: args.auto_recompress,
-            auto_writeback: args.auto_writeback.clone(),
-            writeback_near_limit: args.writeback_near_limit,
-        };
-        flags.config(1)?;
-        Ok(flags)
-    }
-
-    /// The timed rule for a store of `pages` pages (`None`: no thread
-    /// needed).
-    fn config(&self, pages: u64) -> Result<Option<zram::PolicyConfig>, CliError> {
-        let recompress = self
-            .auto_recompress
-            .then(|| zram::RecompressRequest::parse("type=idle"))
-            .transpose()
-            .map_err(|e| CliError::Usage(e.to_string()))?;
-        let writeback = self
-            .auto_writeback
-            .as_deref()
-            .map(|t| zram::WritebackRequest::parse(t, pages))
-            .transpose()
-            .map_err(|e| CliError::Usage(format!("--auto-writeback: {e}")))?;
-        let config = zram::PolicyConfig {
-            interval: std::time::Duration::from_secs(u64::from(self.interval.unwrap_or(60))),
-            idle_after: self
-                .idle_after
-                .map(|s| std::time::Duration::from_secs(u64::from(s))),
-            recompress,
-            writeback,
-        };
-        Ok((config.timed() || self.writeback_near_limit.is_some()).then_some(config))
-    }
-
-    /// Starts the rules on `store` of the export `name`: the memory-aware
-    /// rule's mark and the policy thread, if the flags ask for either.
-    fn start(
-        &self,
-        name: &str,
-        store: &Arc<Store>,
-    ) -> Result<Option<zram::PolicyRunner>, CliError> {
-        let Some(config) = self.config(store.disk_pages())? else {
-            return Ok(None);
-        };
-        if store.backing_dev() == "none" {
-            if self.auto_writeback.is_some() || self.writeback_near_limit.is_some() {
-                log::warn!("export {name:?} has no backing_dev: it writes nothing back");
-            }
-        } else if let Some(pct) = self.writeback_near_limit {
-            store
-                .set_writeback_near_limit(pct)
-                .map_err(|e| CliError::Usage(format!("--writeback-near-limit: {e}")))?;
-        }
-        info!("export {name:?}: policy {config:?}");
-        zram::PolicyRunner::start(store, config)
-            .map(Some)
-            .map_err(|e| CliError::Failed(format!("cannot start a thread: {e}")))
-    }
+/// makes (at start, by `hot_add` or after a `reset`) runs the same rules;
+/// checked against the others.
+fn policy_flags(args: &ServeArgs) -> Result<PolicyFlags, CliError> {
+    let flags = PolicyFlags {
+        idle_after: args.idle_after,
+        interval: args.policy_interval,
+        auto_recompress: args.auto_recompress,
+        auto_writeback: args.auto_writeback.clone(),
+        writeback_near_limit: args.writeback_near_limit,
+    };
+    flags.check(
+        !args.recomp_algorithms.is_empty(),
+        !args.backing_devs.is_empty(),
+    )?;
+    Ok(flags)
 }
 
 /// The exports to make: (name, size, read-only, configuration).
@@ -501,62 +431,6 @@ fn plan(args: &ServeArgs) -> Result<Vec<(String, u64, bool, StoreSpec)>, CliErro
         .zip(specs)
         .map(|((n, s, ro), spec)| (n, s, ro || args.read_only, spec))
         .collect())
-}
-
-/// A store configuration as the factory of an export's stores.
-struct SpecFactory {
-    spec: StoreSpec,
-    /// `--recomp-algorithm` values, for every export.
-    recomp: Vec<String>,
-    /// The timed policy and memory-aware rule, for every store.
-    policy: PolicyFlags,
-    /// `--writeback-batch-size`, for every export.
-    writeback_batch: Option<u64>,
-    /// `--writeback-compressed`, for every export.
-    writeback_compressed: bool,
-}
-
-impl serve::StoreFactory for SpecFactory {
-    fn defaults(&self) -> serve::Settings {
-        serve::Settings {
-            comp: self.spec.comp.clone(),
-            comp_params: self.spec.comp_params.clone(),
-            mem_limit: self.spec.mem_limit,
-            backing_dev: None,
-            writeback_compressed: self.writeback_compressed,
-            writeback_batch_size: self.writeback_batch,
-            recomp: self.recomp.clone(),
-            recomp_params: Vec::new(),
-        }
-    }
-
-    fn make(&self, comp: &str, params: &str, disksize: u64) -> Result<(Store, String), String> {
-        if disksize > EXPORT_MAX {
-            return Err(format!("{disksize} bytes is more than 1T"));
-        }
-        let spec = StoreSpec {
-            comp: comp.to_string(),
-            comp_params: params.to_string(),
-            ..self.spec.clone()
-        };
-        let store = spec.open(disksize).map_err(|e| e.to_string())?;
-        if let Some(n) = self.writeback_batch {
-            store
-                .set_writeback_batch_size(n)
-                .map_err(|e| e.to_string())?;
-        }
-        Ok((store, spec.label()))
-    }
-
-    fn start_policy(
-        &self,
-        name: &str,
-        store: &Arc<Store>,
-    ) -> Result<Option<zram::PolicyRunner>, String> {
-        self.policy.start(name, store).map_err(|e| match e {
-            CliError::Usage(m) | CliError::Failed(m) => m,
-        })
-    }
 }
 
 /// Writes the PID file (via a temporary file and a rename, so readers never
@@ -687,7 +561,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     inflight_config(args, Config::default())?;
     check_remote(args)?;
     let tls = tls_config(args)?;
-    let policy = PolicyFlags::from_args(args)?;
+    let policy = policy_flags(args)?;
     logger::init(logger::level(args.log_level));
     // Before any thread exists: every thread inherits the blocked mask.
     let signals = signals::block_termination()
@@ -706,6 +580,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     for (i, (name, size, read_only, spec)) in plan.iter().enumerate() {
         let factory = Arc::new(SpecFactory {
             spec: spec.clone(),
+            max_disksize: EXPORT_MAX,
             recomp: args.recomp_algorithms.clone(),
             policy: policy.clone(),
             writeback_batch: args.writeback_batch_size,
@@ -718,7 +593,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             registry.set_factory(factory.clone());
         }
         if *size == 0 {
-            let mut settings = serve::StoreFactory::defaults(&*factory);
+            let mut settings = factory.defaults();
             settings.backing_dev = args.backing_devs.get(i).cloned();
             info!("export {name:?}: uninitialised, {}", spec.label());
             registry.push_uninitialised(name, settings, Some(factory), *read_only);
@@ -936,5 +811,10 @@ mod tests {
         assert_eq!(parse_export(":4K", 7).unwrap(), ("".into(), 4096, false));
         assert_eq!(parse_export("a:0", 7).unwrap(), ("a".into(), 0, false));
         assert_eq!(parse_export("a:0:ro", 7).unwrap(), ("a".into(), 0, true));
+        // Rounded up to a page, as zram's disksize.
+        assert_eq!(
+            parse_export("a:1000", 7).unwrap(),
+            ("a".into(), 4096, false)
+        );
     }
 }

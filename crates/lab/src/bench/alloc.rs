@@ -29,8 +29,8 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 use zsmalloc::{Handle, Pool, PoolConfig};
 
-use crate::output::{Format, FormatArg};
 use crate::Error;
+use recipe::output::{Format, FormatArg};
 
 use super::data::{compressed_pages, default_data};
 
@@ -43,7 +43,7 @@ pub struct AllocArgs {
     data: Vec<PathBuf>,
     /// Thread counts to run the churn with (1 to 1024 each).
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2],
-          value_parser = crate::flags::whole_usize(1, 1024))]
+          value_parser = recipe::flags::whole_usize(1, 1024))]
     threads: Vec<usize>,
     /// Allocators to compare (default: all built in).
     #[arg(long, value_delimiter = ',')]
@@ -98,14 +98,14 @@ fn parent(args: &AllocArgs) -> Result<(), Error> {
         args.data.clone()
     };
     for d in &data {
-        if d.as_os_str() == "-" || (d.exists() && !crate::corpus::is_rereadable(d)) {
+        if d.as_os_str() == "-" || (d.exists() && !tune::corpus::is_rereadable(d)) {
             return Err(Error::Usage(format!(
                 "--data {}: not a file or block device; each worker reads the data set again, \
                  so save a stream to a file first",
                 d.display()
             )));
         }
-        if !crate::corpus::is_rereadable(d) {
+        if !tune::corpus::is_rereadable(d) {
             return Err(Error::Failed(format!(
                 "{} is missing: make the data sets with scripts/make-corpus (Debian's linux-source-6.1 and /usr)",
                 d.display()
@@ -165,7 +165,7 @@ fn parent(args: &AllocArgs) -> Result<(), Error> {
     } else {
         table(&reports)
     };
-    crate::output::write_stdout(&text)
+    recipe::output::write_stdout(&text)
 }
 
 fn table(reports: &[WorkerReport]) -> String {
@@ -455,7 +455,7 @@ fn worker(args: &AllocArgs, name: &str) -> Result<(), Error> {
         half_overhead_pct,
         churn_ops_per_s: done_ops as f64 / churn_s,
     };
-    crate::output::write_stdout(
+    recipe::output::write_stdout(
         &(serde_json::to_string(&report).map_err(|e| Error::Failed(e.to_string()))? + "\n"),
     )
 }

@@ -30,8 +30,8 @@ use serde::Serialize;
 
 use super::data::all_data;
 use crate::kernel_zram::{KernelZram, PageBuffer};
-use crate::output::{write_json, write_stdout, Format, FormatArg};
 use crate::Error;
+use recipe::output::{write_json, write_stdout, Format, FormatArg};
 
 /// The page size every compressor is measured at: the kernel zram's.
 const PAGE: usize = 4096;
@@ -57,10 +57,10 @@ pub struct CompressorsArgs {
     #[arg(long, value_delimiter = ',')]
     comp: Vec<String>,
     /// Bytes of each file used, from its start (4K to 1T; default: all of it).
-    #[arg(long, value_parser = crate::flags::size(4096, 1 << 40))]
+    #[arg(long, value_parser = recipe::flags::size(4096, 1 << 40))]
     size: Option<u64>,
     /// Rounds; each speed is the median (1 to 1000).
-    #[arg(long, default_value_t = 5, value_parser = crate::flags::whole_usize(1, 1000))]
+    #[arg(long, default_value_t = 5, value_parser = recipe::flags::whole_usize(1, 1000))]
     rounds: usize,
     /// Do not run the kernel's zram beside the compressors.
     #[arg(long)]

@@ -41,7 +41,7 @@ const KERNEL_HUGE_CLASS_SIZE: usize = 3625;
 /// The lz4-compressed pages of a file, same-filled pages skipped, as one
 /// buffer with offsets (so the worker's own memory is made before measuring).
 pub fn compressed_pages(path: &std::path::Path) -> Result<(Vec<u8>, Vec<Span>), Error> {
-    let data = crate::corpus::read_input(path)?;
+    let data = tune::corpus::read_input(path)?;
     let lz4 = zcomp::Compressor::with_defaults(zcomp::Algorithm::Lz4);
     let mut ctx = lz4.context().map_err(|e| Error::Failed(e.to_string()))?;
     let mut buf = Vec::with_capacity(data.len() / 2);

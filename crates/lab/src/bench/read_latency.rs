@@ -32,9 +32,9 @@ use serde::Serialize;
 use zsmalloc::{Handle, Mode, Pool, PoolConfig};
 
 use super::data::{compressed_pages, default_data};
-use crate::output::{Format, FormatArg};
-use crate::rng::Rng;
 use crate::Error;
+use recipe::output::{Format, FormatArg};
+use tune::rng::Rng;
 
 /// Arguments of `zmem bench read-latency`.
 #[derive(Args, Debug)]
@@ -43,7 +43,7 @@ pub struct ReadLatencyArgs {
     #[arg(long)]
     data: Option<PathBuf>,
     /// Seconds per phase (above 0, at most 3600).
-    #[arg(long, default_value_t = 3.0, value_parser = crate::flags::real(0.0, 3600.0, true))]
+    #[arg(long, default_value_t = 3.0, value_parser = recipe::flags::real(0.0, 3600.0, true))]
     seconds: f64,
     /// Pool mode.
     #[arg(long, default_value = "kernel-compat", value_parser = parse_mode)]
@@ -51,11 +51,11 @@ pub struct ReadLatencyArgs {
     /// Bound of the page source's cache of freed zspages, in KiB (0: every
     /// freed zspage goes back to the OS at once; at most 64 GiB; default: the
     /// pages crate's).
-    #[arg(long, value_parser = crate::flags::whole_usize(0, 1 << 26))]
+    #[arg(long, value_parser = recipe::flags::whole_usize(0, 1 << 26))]
     page_cache_kib: Option<usize>,
     /// Bound of that cache while compaction runs, in KiB (0: none held; at
     /// most 64 GiB; default: the pages crate's).
-    #[arg(long, value_parser = crate::flags::whole_usize(0, 1 << 26))]
+    #[arg(long, value_parser = recipe::flags::whole_usize(0, 1 << 26))]
     page_hold_kib: Option<usize>,
     #[command(flatten)]
     format: FormatArg,
@@ -112,11 +112,11 @@ fn store_phase(
     mode: zram::AutoCompactMode,
     seconds: f64,
 ) -> Result<Phase, Error> {
-    use crate::store_spec::StoreSpec;
+    use recipe::spec::StoreSpec;
     let n = pages.len() / 4096;
     let spec = StoreSpec {
         alloc: "zsmalloc".into(),
-        comp: "lz4".into(),
+        comp: zcomp::Algorithm::Lz4,
         comp_params: String::new(),
         page_size: 4096,
         mode: Mode::Default,
@@ -394,7 +394,7 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), Error> {
     pool.check_invariants().map_err(Error::Failed)?;
 
     // The store phases, on the data's first 64 MiB of pages.
-    let raw = crate::corpus::read_input(&path)?;
+    let raw = tune::corpus::read_input(&path)?;
     let take = (raw.len() / 4096).min(STORE_PAGES) * 4096;
     let raw = &raw[..take];
     if raw.len() < 4 * 4096 {
@@ -482,5 +482,5 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), Error> {
         );
         out
     };
-    crate::output::write_stdout(&text)
+    recipe::output::write_stdout(&text)
 }

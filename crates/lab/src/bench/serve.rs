@@ -59,8 +59,8 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::fresh_memory::{Backing, FreshMemory};
-use crate::output::{Format, FormatArg};
 use crate::Error;
+use recipe::output::{Format, FormatArg};
 
 /// Arguments of `zmem bench serve`.
 #[derive(Args, Debug)]
@@ -70,7 +70,7 @@ pub struct ServeBenchArgs {
     #[arg(long = "data")]
     data: Vec<PathBuf>,
     /// Repetitions per server (medians are shown; 1 to 100).
-    #[arg(long, default_value_t = 3, value_parser = crate::flags::whole_usize(1, 100))]
+    #[arg(long, default_value_t = 3, value_parser = recipe::flags::whole_usize(1, 100))]
     runs: usize,
     /// Configurations to run: zstd32k, lz4-4k (default both).
     #[arg(long, value_delimiter = ',')]
@@ -82,7 +82,7 @@ pub struct ServeBenchArgs {
     /// Seconds to wait after a client ends before reading VmRSS (both
     /// servers; zmem gives idle request buffers back after 0.25-0.5 s; 0 to
     /// 60, 0 reads at once).
-    #[arg(long, default_value_t = 1.0, value_parser = crate::flags::real(0.0, 60.0, false))]
+    #[arg(long, default_value_t = 1.0, value_parser = recipe::flags::real(0.0, 60.0, false))]
     settle: f64,
     /// Both servers require TLS (zmem `--tls require`, nbdkit `--tls=require`)
     /// with the same certificates, made here with openssl; nbdcopy connects
@@ -894,7 +894,7 @@ pub fn run(args: &ServeBenchArgs) -> Result<(), Error> {
     let mut samples = Vec::new();
     let mut ceilings = Vec::new();
     for file in &files {
-        let data = crate::corpus::read_input(file)
+        let data = tune::corpus::read_input(file)
             .map_err(|e| failed(format!("{e} (make the data sets with scripts/make-corpus)")))?;
         for setup in &setups {
             if let Some(comp) = setup.ceiling {
@@ -939,7 +939,7 @@ pub fn run(args: &ServeBenchArgs) -> Result<(), Error> {
     } else {
         table(&samples, &setups, &ceilings)
     };
-    crate::output::write_stdout(&text)
+    recipe::output::write_stdout(&text)
 }
 
 /// The (configuration, data set) pairs the samples cover, in the order

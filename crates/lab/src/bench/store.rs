@@ -41,11 +41,11 @@ use zram::{AutoCompactMode, AutoCompactPolicy, Store};
 
 use crate::kernel_zram::{KernelZram, PageBuffer};
 
-use crate::corpus::Corpus;
 use crate::fresh_memory::{Backing, FreshMemory};
-use crate::output::{write_stdout, Format, FormatArg};
-use crate::store_spec::{StoreArgs, StoreSpec};
 use crate::Error;
+use recipe::output::{write_stdout, Format, FormatArg};
+use recipe::spec::{StoreArgs, StoreSpec};
+use tune::corpus::Corpus;
 
 /// Arguments of `zmem bench store`.
 #[derive(Args, Debug)]
@@ -55,10 +55,10 @@ pub struct StoreBenchArgs {
     #[command(flatten)]
     store: StoreArgs,
     /// Bytes of input used (4K to 1T).
-    #[arg(long, value_parser = crate::flags::size(4096, 1 << 40), default_value = "64M")]
+    #[arg(long, value_parser = recipe::flags::size(4096, 1 << 40), default_value = "64M")]
     size: u64,
     /// Rounds; each figure is the median (1 to 1000).
-    #[arg(long, default_value_t = 5, value_parser = crate::flags::whole_usize(1, 1000))]
+    #[arg(long, default_value_t = 5, value_parser = recipe::flags::whole_usize(1, 1000))]
     rounds: usize,
     #[command(flatten)]
     format: FormatArg,
@@ -90,10 +90,10 @@ fn kernel_peer(
         return Err("compressor settings are not passed to the kernel".into());
     }
     // lz4-flex is zmem's second lz4 implementation; the kernel has one.
-    let comp = if spec.comp == "lz4-flex" {
+    let comp = if spec.comp == zcomp::Algorithm::Lz4Flex {
         "lz4"
     } else {
-        spec.comp.as_str()
+        spec.comp.name()
     };
     Ok((KernelZram::create(comp, bytes)?, comp.to_string()))
 }
@@ -204,7 +204,7 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), Error> {
             return Err(Error::Usage("no input pages".into()));
         }
         let mib = data.len() as f64 / 1048576.0;
-        let comp = zcomp::Compressor::parse(&spec.comp, &spec.comp_params)
+        let comp = zcomp::Compressor::parse(spec.comp.name(), &spec.comp_params)
             .map_err(|e| Error::Usage(e.to_string()))?;
         let mut ctx = comp.context().map_err(|e| Error::Failed(e.to_string()))?;
         let compressed: Vec<Vec<u8>> = data

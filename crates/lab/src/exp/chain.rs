@@ -19,12 +19,12 @@ use serde::Serialize;
 use zram::MmStat;
 use zsmalloc::Mode;
 
-use crate::corpus::{self, Corpus};
-use crate::output::FormatArg;
 use crate::plot::Series;
-use crate::replay::Replay;
-use crate::store_spec::StoreSpec;
 use crate::Error;
+use recipe::output::FormatArg;
+use recipe::spec::StoreSpec;
+use tune::corpus::{self, Corpus};
+use tune::replay::Replay;
 
 /// A zmem source file, the fallback test text.
 const BUILT_IN: &str = include_str!("../../../zsmalloc/src/pool.rs");
@@ -37,24 +37,24 @@ pub struct ChainArgs {
     #[arg(long)]
     source: Option<PathBuf>,
     /// Times the source is repeated (1 to 100000).
-    #[arg(long, default_value_t = 200, value_parser = crate::flags::whole_usize(1, 100_000))]
+    #[arg(long, default_value_t = 200, value_parser = recipe::flags::whole_usize(1, 100_000))]
     repeat: usize,
     /// Rounds of files (1 to 1000).
-    #[arg(long, default_value_t = 3, value_parser = crate::flags::whole::<u32>(1, 1000))]
+    #[arg(long, default_value_t = 3, value_parser = recipe::flags::whole::<u32>(1, 1000))]
     rounds: u32,
     /// Files are shorter than this (1 to 1G).
-    #[arg(long, value_parser = crate::flags::size(1, 1 << 30), default_value = "1M")]
+    #[arg(long, value_parser = recipe::flags::size(1, 1 << 30), default_value = "1M")]
     max_size: u64,
     /// Step between file sizes (1 to 1G).
-    #[arg(long, value_parser = crate::flags::size(1, 1 << 30), default_value = "512")]
+    #[arg(long, value_parser = recipe::flags::size(1, 1 << 30), default_value = "512")]
     step: u64,
     /// Chain sizes (most pages per zspage, 1 to 16) compared.
     #[arg(long, value_delimiter = ',', default_values_t = [4u32, 5, 6, 8],
-          value_parser = crate::flags::whole::<u32>(1, crate::store_spec::MAX_CHAIN))]
+          value_parser = recipe::flags::whole::<u32>(1, recipe::spec::MAX_CHAIN))]
     chains: Vec<u32>,
     /// Compressor.
-    #[arg(long, default_value = "lz4")]
-    comp: String,
+    #[arg(long, default_value = "lz4", value_parser = recipe::spec::parse_comp)]
+    comp: zcomp::Algorithm,
     #[command(flatten)]
     format: FormatArg,
     /// Path stem of the plot (`.svg` and `.png` are added).
@@ -77,7 +77,7 @@ struct ChainRow {
 fn source_text(args: &ChainArgs) -> Result<(Vec<u8>, String), Error> {
     if let Some(p) = &args.source {
         let data =
-            crate::corpus::read_input(p).map_err(|e| Error::Usage(format!("--source {e}")))?;
+            tune::corpus::read_input(p).map_err(|e| Error::Usage(format!("--source {e}")))?;
         return Ok((data, p.display().to_string()));
     }
     let tar = std::path::Path::new(corpus::LINUX_TAR);
@@ -131,7 +131,7 @@ pub fn run(args: &ChainArgs) -> Result<(), Error> {
         .iter()
         .map(|&c| StoreSpec {
             alloc: "zsmalloc".into(),
-            comp: args.comp.clone(),
+            comp: args.comp,
             comp_params: String::new(),
             page_size: 4096,
             unit: None,

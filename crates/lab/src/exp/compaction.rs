@@ -23,19 +23,19 @@ use serde::Serialize;
 use zsmalloc::{CompactionAlgo, FullnessScheme, Mode, Pool, PoolConfig};
 
 use crate::ministat;
-use crate::output::{Format, FormatArg};
 use crate::plot::Series;
-use crate::rng::Rng;
 use crate::Error;
+use recipe::output::{Format, FormatArg};
+use tune::rng::Rng;
 
 /// Arguments of `zmem exp compaction`.
 #[derive(Args, Debug)]
 pub struct CompactionArgs {
     /// Seed of the fragmentation generator (any whole number, 0 too).
-    #[arg(long, default_value_t = 1, value_parser = crate::flags::whole::<u64>(0, u64::MAX))]
+    #[arg(long, default_value_t = 1, value_parser = recipe::flags::whole::<u64>(0, u64::MAX))]
     seed: u64,
     /// Zspages' worth of objects allocated per class before the frees.
-    #[arg(long = "zspages", default_value_t = 128, value_parser = crate::flags::whole::<u32>(2, 4096))]
+    #[arg(long = "zspages", default_value_t = 128, value_parser = recipe::flags::whole::<u32>(2, 4096))]
     zspages: u32,
     #[command(flatten)]
     format: FormatArg,
@@ -293,7 +293,7 @@ pub fn run(args: &CompactionArgs) -> Result<(), Error> {
         }
         Format::Table => table(&report),
     };
-    crate::output::write_stdout(&text)
+    recipe::output::write_stdout(&text)
 }
 
 fn table(r: &Report) -> String {

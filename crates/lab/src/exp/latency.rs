@@ -66,10 +66,10 @@ use zalloc::AllocOptions;
 use zpool::{ObjectRead, ZHandle, ZPool};
 use zsmalloc::Mode;
 
-use crate::output::{Format, FormatArg};
 use crate::plot::{self, Chart, Series};
-use crate::rng::Rng;
 use crate::Error;
+use recipe::output::{Format, FormatArg};
+use tune::rng::Rng;
 
 /// Arguments of `zmem exp latency`.
 #[derive(Args, Debug)]
@@ -90,23 +90,23 @@ pub struct LatencyArgs {
     #[arg(long, conflicts_with = "data")]
     synthetic: bool,
     /// Pages (and zram slots) in the workload.
-    #[arg(long, default_value_t = 65536, value_parser = crate::flags::whole::<u64>(64, 16_777_216))]
+    #[arg(long, default_value_t = 65536, value_parser = recipe::flags::whole::<u64>(64, 16_777_216))]
     pages: u64,
     /// Operations in the timed phase, per allocator and round.
-    #[arg(long, default_value_t = 2_000_000, value_parser = crate::flags::whole::<u64>(1000, u64::MAX))]
+    #[arg(long, default_value_t = 2_000_000, value_parser = recipe::flags::whole::<u64>(1000, u64::MAX))]
     ops: u64,
     /// Rounds (allocators take turns; histograms merge).
-    #[arg(long, default_value_t = 1, value_parser = crate::flags::whole::<u32>(1, 100))]
+    #[arg(long, default_value_t = 1, value_parser = recipe::flags::whole::<u32>(1, 100))]
     rounds: u32,
     /// Bytes per page: 4096, 8192, 16384, 32768 or 65536 (or 4K ... 64K).
     #[arg(long, default_value_t = 4096, value_parser = parse_page_size)]
     page_size: usize,
     /// Compressor (as zram's comp_algorithm: lzo-rle, lzo, lz4, lz4hc, zstd, deflate).
-    #[arg(long, default_value = "lz4")]
-    comp: String,
+    #[arg(long, default_value = "lz4", value_parser = recipe::spec::parse_comp)]
+    comp: zcomp::Algorithm,
     /// Milliseconds between the background thread's compactions (0: no
     /// compaction; the only flag here where 0 is valid, with --seed).
-    #[arg(long, default_value_t = 20, value_parser = crate::flags::whole::<u64>(0, 60_000))]
+    #[arg(long, default_value_t = 20, value_parser = recipe::flags::whole::<u64>(0, 60_000))]
     compact_ms: u64,
     /// Compact every N operations of the timed phase instead of every
     /// `--compact-ms` milliseconds: the workload asks the background thread
@@ -114,13 +114,13 @@ pub struct LatencyArgs {
     /// asked for (late ones too), so each round has exactly `ops / N` of
     /// them whatever the machine's speed and load, and page-fault counts
     /// compare between runs.
-    #[arg(long, value_parser = crate::flags::whole::<u64>(100, u64::MAX), conflicts_with = "compact_ms")]
+    #[arg(long, value_parser = recipe::flags::whole::<u64>(100, u64::MAX), conflicts_with = "compact_ms")]
     compact_every_ops: Option<u64>,
     /// zsmalloc's retained share of freed pages: up to one page in N of the
     /// pages it holds stays resident for reuse after compaction, the trim or
     /// a free gives it back (0: none; default: the mode's, 8 in default
     /// mode, 0 in kernel-compat).
-    #[arg(long, value_parser = crate::flags::whole::<u32>(0, 1 << 20))]
+    #[arg(long, value_parser = recipe::flags::whole::<u32>(0, 1 << 20))]
     retain_divisor: Option<u32>,
     /// Give zbud, z3fold and zblock zsmalloc's retained share too (their page
     /// sources keep freed pages the same way; they have no compaction, so
@@ -128,7 +128,7 @@ pub struct LatencyArgs {
     #[arg(long)]
     retain_others: bool,
     /// Seed of the workload (any whole number, 0 too).
-    #[arg(long, default_value_t = 4, value_parser = crate::flags::whole::<u64>(0, u64::MAX))]
+    #[arg(long, default_value_t = 4, value_parser = recipe::flags::whole::<u64>(0, u64::MAX))]
     seed: u64,
     #[command(flatten)]
     format: FormatArg,
@@ -296,7 +296,7 @@ fn failed(e: impl std::fmt::Display) -> Error {
 
 /// `--page-size`: one of the sizes zsmalloc's geometry takes.
 fn parse_page_size(s: &str) -> Result<usize, String> {
-    crate::store_spec::parse_page_size(s).map(|n| n as usize)
+    recipe::spec::parse_page_size(s).map(|n| n as usize)
 }
 
 fn default_data() -> PathBuf {
@@ -385,7 +385,7 @@ fn load_objects(args: &LatencyArgs, limit: usize) -> Result<(String, Objects, u6
     };
     let mut raw_pages: Box<dyn Iterator<Item = Vec<u8>>> = match &path {
         Some(p) => {
-            let data = crate::corpus::read_input(p)?;
+            let data = tune::corpus::read_input(p)?;
             let pages: Vec<Vec<u8>> = data
                 .chunks_exact(ps)
                 .take(args.pages as usize)
@@ -403,7 +403,8 @@ fn load_objects(args: &LatencyArgs, limit: usize) -> Result<(String, Objects, u6
         || "built-in generator (no data file; make one with scripts/make-corpus)".to_string(),
         |p| p.display().to_string(),
     );
-    let comp = zcomp::Compressor::parse(&args.comp, "").map_err(|e| Error::Usage(e.to_string()))?;
+    let comp = zcomp::Compressor::new(args.comp, &zcomp::Params::default())
+        .map_err(|e| Error::Usage(e.to_string()))?;
     let mut ctx = comp.context().map_err(failed)?;
     let mut objects = Objects {
         bytes: Vec::new(),
@@ -828,7 +829,7 @@ pub fn run(args: &LatencyArgs) -> Result<(), Error> {
     let report = Report {
         data,
         page_size: args.page_size,
-        comp: args.comp.clone(),
+        comp: args.comp.name().to_string(),
         zsmalloc_mode: args.mode,
         pages: args.pages,
         same_filled,
@@ -848,7 +849,7 @@ pub fn run(args: &LatencyArgs) -> Result<(), Error> {
         Format::Json => serde_json::to_string_pretty(&report).map_err(failed)? + "\n",
         Format::Table => table(&report),
     };
-    crate::output::write_stdout(&text)
+    recipe::output::write_stdout(&text)
 }
 
 /// Latency against percentile (in nines) for every allocator, all operations.

@@ -22,12 +22,12 @@ use serde::Serialize;
 use zram::{AutoCompactMode, AutoCompactPolicy};
 use zsmalloc::Mode;
 
-use crate::corpus::{self, Corpus};
-use crate::output::FormatArg;
 use crate::plot::Series;
-use crate::replay::Replay;
-use crate::store_spec::StoreSpec;
 use crate::Error;
+use recipe::output::FormatArg;
+use recipe::spec::StoreSpec;
+use tune::corpus::{self, Corpus};
+use tune::replay::Replay;
 
 /// Arguments of `zmem exp merge`.
 #[derive(Args, Debug)]
@@ -37,14 +37,14 @@ pub struct MergeArgs {
     #[arg(long, default_value = corpus::LINUX_TAR)]
     tar: PathBuf,
     /// zsmalloc chain of the kernel-compat stores (the patch's kernel had 4).
-    #[arg(long, default_value_t = 4, value_parser = crate::flags::whole::<u32>(1, crate::store_spec::MAX_CHAIN))]
+    #[arg(long, default_value_t = 4, value_parser = recipe::flags::whole::<u32>(1, recipe::spec::MAX_CHAIN))]
     chain: u32,
     /// Directories to remove, largest first (1 to 1000).
-    #[arg(long, default_value_t = 10, value_parser = crate::flags::whole_usize(1, 1000))]
+    #[arg(long, default_value_t = 10, value_parser = recipe::flags::whole_usize(1, 1000))]
     dirs: usize,
     /// Compressor.
-    #[arg(long, default_value = "lz4")]
-    comp: String,
+    #[arg(long, default_value = "lz4", value_parser = recipe::spec::parse_comp)]
+    comp: zcomp::Algorithm,
     #[command(flatten)]
     format: FormatArg,
     /// Path stem of the plot (`.svg` and `.png` are added).
@@ -115,7 +115,7 @@ pub fn run(args: &MergeArgs) -> Result<(), Error> {
     let corpus = Corpus::from_paths(&[tar], false)?;
     let spec = |mode: Mode, chain: Option<u32>, merge: bool, auto: AutoCompactMode| StoreSpec {
         alloc: "zsmalloc".into(),
-        comp: args.comp.clone(),
+        comp: args.comp,
         comp_params: String::new(),
         page_size: 4096,
         unit: None,

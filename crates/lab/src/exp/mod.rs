@@ -21,9 +21,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::output::{write_json, write_stdout, Format};
 use crate::plot::{self, Chart, Series};
 use crate::Error;
+use recipe::output::{write_json, write_stdout, Format};
 
 /// An experiment's figure: unless `no_plot`, a line chart of the lines
 /// `series` makes, titled and labelled `[title, x label, y label]`, written

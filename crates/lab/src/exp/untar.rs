@@ -50,11 +50,11 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use crate::corpus;
 use crate::kernel_zram::KernelZram;
-use crate::output::{write_json, write_stdout, Format, FormatArg};
 use crate::plot::Series;
 use crate::Error;
+use recipe::output::{write_json, write_stdout, Format, FormatArg};
+use tune::corpus;
 
 /// The directories removed, in the seed's order (firmware is absent from
 /// the 6.1 tar: that step changes nothing).
@@ -98,11 +98,11 @@ pub struct UntarArgs {
     )]
     config: Vec<Config>,
     /// Size of each device (K, M, G, T suffixes; 64M to 1T).
-    #[arg(long, default_value = "4G", value_parser = crate::flags::size(64 << 20, 1 << 40))]
+    #[arg(long, default_value = "4G", value_parser = recipe::flags::size(64 << 20, 1 << 40))]
     size: u64,
     /// Milliseconds mm_stat must stay unchanged after a step's `sync` for
     /// the step to count as settled (100 to 60000).
-    #[arg(long, default_value_t = 2000, value_parser = crate::flags::whole::<u64>(100, 60_000))]
+    #[arg(long, default_value_t = 2000, value_parser = recipe::flags::whole::<u64>(100, 60_000))]
     settle_ms: u64,
     #[command(flatten)]
     format: FormatArg,

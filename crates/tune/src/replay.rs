@@ -32,8 +32,8 @@ use zram::{
 
 use crate::corpus::Corpus;
 use crate::rng::Rng;
-use crate::store_spec::StoreSpec;
-use crate::Error;
+use recipe::spec::StoreSpec;
+use recipe::Error;
 
 /// One configuration's figures after one stage.
 #[derive(Clone, Debug, Serialize)]
@@ -44,7 +44,7 @@ pub struct StageResult {
     pub mm_stat: MmStat,
     /// `io_stat`.
     pub io_stat: IoStat,
-    /// The class-merging patch's (seed 003) overhead ratio,
+    /// The class-merging patch's overhead ratio,
     /// (mem_used_total - compr) / compr.
     pub overhead_ratio: f64,
     /// Live allocator objects per allocator page.

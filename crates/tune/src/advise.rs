@@ -22,8 +22,8 @@ use zsmalloc::Mode;
 
 use crate::corpus::Corpus;
 use crate::rng::Rng;
-use crate::store_spec::StoreSpec;
-use crate::Error;
+use recipe::spec::StoreSpec;
+use recipe::Error;
 
 /// Pages a sample takes from one place: runs keep the neighbourhood that
 /// real workloads (and compression units, later) see.
@@ -169,8 +169,9 @@ pub fn sample(corpus: &Corpus, opts: &AdviseOptions) -> Result<Sample, Error> {
 /// One compressor setting to try.
 #[derive(Clone, Debug, Serialize)]
 pub struct Candidate {
-    /// Algorithm name, as `--comp` takes it.
-    pub comp: String,
+    /// Algorithm (serialised by the name `--comp` takes).
+    #[serde(serialize_with = "recipe::spec::algorithm_name")]
+    pub comp: Algorithm,
     /// Level (`level=` of `--comp-params`).
     pub level: i32,
     /// Whether a zstd dictionary trained on the sample is used.
@@ -178,9 +179,9 @@ pub struct Candidate {
 }
 
 impl Candidate {
-    fn new(comp: &str, level: i32) -> Candidate {
+    fn new(comp: Algorithm, level: i32) -> Candidate {
         Candidate {
-            comp: comp.into(),
+            comp,
             level,
             dictionary: false,
         }
@@ -188,9 +189,9 @@ impl Candidate {
 
     /// `zstd -3`, `lz4hc 9`, `zstd 3 +dict`, `lz4`.
     pub fn label(&self) -> String {
-        let algo = Algorithm::from_name(&self.comp).ok();
-        let mut s = self.comp.clone();
-        if algo.is_some_and(|a| a.level_range().start() != a.level_range().end()) {
+        let algo = self.comp;
+        let mut s = algo.name().to_string();
+        if algo.level_range().start() != algo.level_range().end() {
             s.push_str(&format!(" {}", self.level));
         }
         if self.dictionary {
@@ -200,8 +201,7 @@ impl Candidate {
     }
 
     fn compressor(&self, dict: Option<&Dictionary>) -> Result<Compressor, Error> {
-        let algo = Algorithm::from_name(&self.comp)
-            .map_err(|e| Error::Usage(format!("--comp {}: {e}", self.comp)))?;
+        let algo = self.comp;
         let params = Params {
             level: Some(self.level),
             dict: if self.dictionary { dict.cloned() } else { None },
@@ -221,23 +221,23 @@ impl Candidate {
 /// levels people use, negative zstd levels, and zstd with a dictionary.
 pub fn default_candidates() -> Vec<Candidate> {
     let mut v = vec![
-        Candidate::new("lzo-rle", 1),
-        Candidate::new("lzo", 1),
-        Candidate::new("lz4", 1),
-        Candidate::new("lz4hc", 3),
-        Candidate::new("lz4hc", 9),
-        Candidate::new("zstd", -5),
-        Candidate::new("zstd", -1),
-        Candidate::new("zstd", 1),
-        Candidate::new("zstd", 3),
-        Candidate::new("zstd", 7),
-        Candidate::new("deflate", 1),
-        Candidate::new("deflate", 6),
+        Candidate::new(Algorithm::LzoRle, 1),
+        Candidate::new(Algorithm::Lzo, 1),
+        Candidate::new(Algorithm::Lz4, 1),
+        Candidate::new(Algorithm::Lz4Hc, 3),
+        Candidate::new(Algorithm::Lz4Hc, 9),
+        Candidate::new(Algorithm::Zstd, -5),
+        Candidate::new(Algorithm::Zstd, -1),
+        Candidate::new(Algorithm::Zstd, 1),
+        Candidate::new(Algorithm::Zstd, 3),
+        Candidate::new(Algorithm::Zstd, 7),
+        Candidate::new(Algorithm::Deflate, 1),
+        Candidate::new(Algorithm::Deflate, 6),
     ];
     for level in [1, 3] {
         v.push(Candidate {
             dictionary: true,
-            ..Candidate::new("zstd", level)
+            ..Candidate::new(Algorithm::Zstd, level)
         });
     }
     v
@@ -444,7 +444,10 @@ pub fn advise(
 
     // Allocators: with the least-memory candidate and with zram's default.
     let mut leaders: Vec<&CandidateResult> = vec![&measured[0]];
-    if let Some(def) = measured.iter().find(|r| r.candidate.comp == "lzo-rle") {
+    if let Some(def) = measured
+        .iter()
+        .find(|r| r.candidate.comp == Algorithm::LzoRle)
+    {
         if def.label != measured[0].label {
             leaders.push(def);
         }
@@ -478,7 +481,10 @@ pub fn advise(
     if let Some(best) = measured.iter().find(|r| !r.candidate.dictionary) {
         unit_leads.push(best);
     }
-    if let Some(def) = measured.iter().find(|r| r.candidate.comp == "lzo-rle") {
+    if let Some(def) = measured
+        .iter()
+        .find(|r| r.candidate.comp == Algorithm::LzoRle)
+    {
         if unit_leads.iter().all(|l| l.label != def.label) {
             unit_leads.push(def);
         }
@@ -510,12 +516,14 @@ pub fn advise(
     let mut recompression = Vec::new();
     for primary in measured
         .iter()
-        .filter(|r| ["lzo-rle", "lz4"].contains(&r.candidate.comp.as_str()))
+        .filter(|r| [Algorithm::LzoRle, Algorithm::Lz4].contains(&r.candidate.comp))
     {
         for secondary in measured.iter().filter(|r| {
-            (r.candidate.comp == "zstd" && r.candidate.level >= 3 && !r.candidate.dictionary)
-                || (r.candidate.comp == "deflate" && r.candidate.level == 6)
-                || (r.candidate.comp == "lz4hc" && r.candidate.level == 9)
+            (r.candidate.comp == Algorithm::Zstd
+                && r.candidate.level >= 3
+                && !r.candidate.dictionary)
+                || (r.candidate.comp == Algorithm::Deflate && r.candidate.level == 6)
+                || (r.candidate.comp == Algorithm::Lz4Hc && r.candidate.level == 9)
         }) {
             let (mut recompressed, mut moved) = (0u64, 0u64);
             for (&p, &s) in primary.sizes.iter().zip(&secondary.sizes) {
@@ -601,7 +609,7 @@ fn train_dictionary(sample: &Sample) -> Result<Dictionary, Error> {
 fn spec_for(c: &Candidate, alloc: &str, mode: Mode, page_size: usize) -> StoreSpec {
     StoreSpec {
         alloc: alloc.into(),
-        comp: c.comp.clone(),
+        comp: c.comp,
         comp_params: c.store_params(),
         page_size,
         unit: None,
@@ -915,7 +923,10 @@ fn write_advice(
             ));
         }
     }
-    if let Some(def) = measured.iter().find(|r| r.candidate.comp == "lzo-rle") {
+    if let Some(def) = measured
+        .iter()
+        .find(|r| r.candidate.comp == Algorithm::LzoRle)
+    {
         advice.push(format!(
             "zram's default lzo-rle would use {:.1} MiB, {:+.1}% against the least",
             mib(def.predicted_mem_used_total),
@@ -941,60 +952,6 @@ fn write_advice(
         ));
     }
     advice
-}
-
-/// Draws the two Pareto fronts as line charts: `STEM-write.{svg,png}`
-/// (memory against compression speed) and `STEM-read.{svg,png}` (memory
-/// against read latency), each front's candidates joined in order of
-/// memory. Returns the files written.
-#[cfg(feature = "plot")]
-pub fn plot_fronts(a: &Advice, stem: &std::path::Path) -> Result<Vec<std::path::PathBuf>, Error> {
-    use crate::plot::{line_chart, Chart, Series};
-    let front = |labels: &[String], y: fn(&CandidateResult) -> f64| -> Vec<(f64, f64)> {
-        let mut pts: Vec<(f64, f64)> = a
-            .candidates
-            .iter()
-            .filter(|r| labels.contains(&r.label))
-            .map(|r| (mib(r.predicted_mem_used_total), y(r)))
-            .collect();
-        pts.sort_by(|p, q| p.0.total_cmp(&q.0));
-        pts
-    };
-    let name = |suffix: &str| {
-        let mut s = stem.as_os_str().to_owned();
-        s.push(suffix);
-        std::path::PathBuf::from(s)
-    };
-    let mut files = Vec::new();
-    let write = [Series {
-        name: format!("front: {}", a.pareto_memory_write.join(", ")),
-        points: front(&a.pareto_memory_write, |r| r.compress_mbps),
-    }];
-    let (svg, png) = line_chart(
-        &name("-write"),
-        &Chart {
-            title: "zmem advise: memory against compression speed (Pareto front)",
-            x_label: "mem_used_total for the whole input (MiB)",
-            y_label: "compression, one core (MB/s)",
-            series: &write,
-        },
-    )?;
-    files.extend([svg, png]);
-    let read = [Series {
-        name: format!("front: {}", a.pareto_memory_read.join(", ")),
-        points: front(&a.pareto_memory_read, |r| r.read_p50_us),
-    }];
-    let (svg, png) = line_chart(
-        &name("-read"),
-        &Chart {
-            title: "zmem advise: memory against 4 KiB read latency (Pareto front)",
-            x_label: "mem_used_total for the whole input (MiB)",
-            y_label: "random 4 KiB read, median (us)",
-            series: &read,
-        },
-    )?;
-    files.extend([svg, png]);
-    Ok(files)
 }
 
 /// The report as tables.
@@ -1186,9 +1143,9 @@ mod tests {
         };
         let s = sample(&c, &opts).unwrap();
         let cands = vec![
-            Candidate::new("lz4", 1),
-            Candidate::new("lzo-rle", 1),
-            Candidate::new("zstd", 3),
+            Candidate::new(Algorithm::Lz4, 1),
+            Candidate::new(Algorithm::LzoRle, 1),
+            Candidate::new(Algorithm::Zstd, 3),
         ];
         let a = advise("test".into(), &s, &cands, &opts).unwrap();
         assert_eq!(a.candidates.len(), 3);
@@ -1213,7 +1170,7 @@ mod tests {
             assert!((p - m).abs() <= 1, "{}: {p} vs {m}", r.label);
         }
         // zstd compresses this text best.
-        assert_eq!(a.candidates[0].candidate.comp, "zstd");
+        assert_eq!(a.candidates[0].candidate.comp, Algorithm::Zstd);
         // Five allocators for the leader and five for lzo-rle.
         assert_eq!(a.allocators.len(), 10);
         // 4, 16 and 64 KiB units for zstd 3 and lzo-rle (the sample of 256
@@ -1255,11 +1212,18 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_compressor_is_a_usage_error() {
+    fn a_level_the_compressor_lacks_is_a_usage_error() {
         let c = corpus(32);
         let opts = AdviseOptions::default();
         let s = sample(&c, &opts).unwrap();
-        let e = advise("t".into(), &s, &[Candidate::new("lzma", 1)], &opts).unwrap_err();
-        assert!(e.to_string().contains("lzma"), "{e}");
+        let e = advise(
+            "t".into(),
+            &s,
+            &[Candidate::new(Algorithm::Lz4Hc, 99)],
+            &opts,
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::Usage(_)), "{e:?}");
+        assert!(e.to_string().contains("lz4hc 99"), "{e}");
     }
 }

@@ -1,4 +1,4 @@
-//! The error a lab run ends with.
+//! The error a run ends with (a replay, an advice, a report, an experiment).
 //!
 //! This module owns the two ways a run can end badly: the arguments are
 //! wrong, or the run failed. It knows nothing of exit codes; the `zmem`

@@ -12,7 +12,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
-use crate::Error;
+use recipe::Error;
 
 /// `e_type` of a core file.
 const ET_CORE: u16 = 4;

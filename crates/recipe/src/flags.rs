@@ -2,7 +2,7 @@
 //! each within a range, whose error names the range.
 //!
 //! Every numeric flag of every subcommand takes one of these (or
-//! [`crate::store_spec::parse_page_size`]), so zero, negative, overflowing,
+//! [`crate::spec::parse_page_size`]), so zero, negative, overflowing,
 //! non-numeric and out-of-range values are refused while the arguments are
 //! parsed, with one line that clap prefixes with the flag's name, e.g.
 //! `error: invalid value '17' for '--chain <CHAIN>': 17 is not a whole
@@ -11,7 +11,7 @@
 
 use std::fmt::Display;
 
-use crate::store_spec::parse_size;
+use crate::size;
 
 /// The accepted range of a whole number, in words.
 fn range_words(lo: u64, hi: u64) -> String {
@@ -54,32 +54,41 @@ pub fn whole_usize(
     move |s: &str| inner(s).map(|n| n as usize)
 }
 
-/// Bytes in words: `4096`, `4K`, `1G`.
-fn size_words(n: u64) -> String {
-    for (shift, suffix) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
-        if n >= 1 << shift && n % (1 << shift) == 0 {
-            return format!("{}{suffix}", n >> shift);
-        }
-    }
-    n.to_string()
-}
-
-/// A parser of sizes in bytes (digits with an optional K, M, G or T
-/// suffix, powers of 1024) in `lo..=hi`.
+/// A parser of sizes in bytes ([`crate::size::parse`]: digits with an
+/// optional K, M, G, T, P or E suffix, powers of 1024) in `lo..=hi`.
 pub fn size(
     lo: u64,
     hi: u64,
 ) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
     move |s: &str| {
         let accepted = format!(
-            "a size from {} to {} (bytes, or with a K, M, G or T suffix)",
-            size_words(lo),
-            size_words(hi)
+            "a size from {} to {} (bytes, or with a {} suffix)",
+            size::words(lo),
+            size::words(hi),
+            size::SUFFIXES
         );
-        match parse_size(s) {
+        match size::parse(s) {
             Ok(n) if (lo..=hi).contains(&n) => Ok(n),
             _ => Err(format!("'{s}' is not {accepted}")),
         }
+    }
+}
+
+/// A parser of disk sizes: a size as [`size`] reads it, rounded up to
+/// whole 4 KiB pages first ([`crate::size::round_up_to_page`]), as zram
+/// rounds what is written to `disksize` (`1000` gives 4096), then kept to
+/// `lo..=hi`.
+pub fn disk_size(
+    lo: u64,
+    hi: u64,
+) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    let inner = size(lo, hi);
+    move |s: &str| match crate::size::parse(s)
+        .ok()
+        .and_then(|n| crate::size::round_up_to_page(n, crate::size::PAGE_SIZE))
+    {
+        Some(n) => inner(&n.to_string()).map_err(|e| inner(s).err().unwrap_or(e)),
+        None => inner(s),
     }
 }
 
@@ -144,6 +153,21 @@ mod tests {
             .unwrap_err()
             .contains("at least 0"));
         assert_eq!(whole_usize(1, 8)("8"), Ok(8));
+    }
+
+    #[test]
+    fn disk_sizes_round_up_to_whole_pages_as_disksize_does() {
+        let d = disk_size(4096, 1 << 40);
+        assert_eq!(d("1000"), Ok(4096));
+        assert_eq!(d("4097"), Ok(8192));
+        assert_eq!(d("1G"), Ok(1 << 30));
+        for bad in ["0", "1099511627777", "2T", "-1", "", "x", "99999999999T"] {
+            let e = d(bad).unwrap_err();
+            assert!(
+                e.starts_with(&format!("'{bad}' is not a size from 4K to 1T")),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::fs::File;
 use std::io::{ErrorKind, Write};
 use std::os::unix::fs::FileExt;
 
-use crate::Error;
+use recipe::Error;
 
 /// `/proc/PID/pagemap`: the page is present in RAM.
 const PM_PRESENT: u64 = 1 << 63;

@@ -32,7 +32,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{elf_core, process_memory, Error};
+use recipe::Error;
+
+use crate::{elf_core, process_memory};
 
 /// Where an item's bytes come from.
 #[derive(Clone, Debug)]

@@ -7,10 +7,9 @@
 //! comma-separated list, and [`StoreArgs::specs`] expands them into every
 //! combination, so one `zmem replay` can compare configurations side by side.
 //! A [`StoreSpec`] is one configuration; [`StoreSpec::open`] makes its store.
-//! Sizes take the kernel's `memparse` suffixes (K, M, G, T).
-//!
-//! It lives in the lab because the replay engine's configurations are
-//! [`StoreSpec`]s; `zmem serve` takes the same flags from here.
+//! Sizes are read by [`crate::size::parse`] (the kernel's `memparse`).
+//! `--comp` is parsed here, once, into a [`zcomp::Algorithm`] (zcomp owns
+//! the names); nothing above this module handles a compressor's name.
 
 use std::sync::Arc;
 
@@ -19,6 +18,8 @@ use serde::Serialize;
 use zalloc::AllocOptions;
 use zram::{AutoCompactMode, AutoCompactPolicy, Store};
 use zsmalloc::Mode;
+
+use zcomp::Algorithm;
 
 use crate::Error;
 
@@ -31,8 +32,8 @@ pub struct StoreArgs {
     /// Compressor(s), by zram's names: lzo-rle, lzo, lz4, lz4hc, zstd, deflate, lz4-flex
     /// [default: the mode's: lzo-rle in kernel-compat, as zram's own default; lz4 in default
     /// mode, whose store reads were 1.85x faster for 1.2% more memory (BENCHMARKS.md)]
-    #[arg(long, value_delimiter = ',')]
-    pub comp: Vec<String>,
+    #[arg(long, value_delimiter = ',', value_parser = parse_comp)]
+    pub comp: Vec<Algorithm>,
     /// Compressor settings in zram's algorithm_params syntax ("level=3 dict=FILE").
     #[arg(long, default_value = "")]
     pub comp_params: String,
@@ -44,8 +45,9 @@ pub struct StoreArgs {
     /// pages of one zspage [default: the page size]
     #[arg(long, value_delimiter = ',', value_name = "SIZE", value_parser = parse_unit)]
     pub unit: Vec<u64>,
-    /// zsmalloc mode(s): default or kernel-compat.
-    #[arg(long, value_delimiter = ',', default_values_t = [Mode::Default])]
+    /// zsmalloc mode(s): default or kernel-compat [default: default; `zmem
+    /// replay` puts kernel-compat beside it]
+    #[arg(long, value_delimiter = ',')]
     pub mode: Vec<Mode>,
     /// zsmalloc pages per zspage (1 to 16); default: the mode's.
     #[arg(long, value_delimiter = ',', value_parser = crate::flags::whole::<u32>(1, MAX_CHAIN))]
@@ -54,8 +56,8 @@ pub struct StoreArgs {
     /// size); default: the mode's.
     #[arg(long, value_delimiter = ',', value_parser = parse_delta)]
     pub delta: Vec<u32>,
-    /// zsmalloc: do not merge size classes (the class-merging experiment,
-    /// seed 003, compares both).
+    /// zsmalloc: do not merge size classes (the class-merging experiment
+    /// compares both).
     #[arg(long)]
     pub no_merge: bool,
     /// Memory limit (mem_limit) per store, e.g. 64M; 0 for none (the only
@@ -86,6 +88,11 @@ pub struct StoreArgs {
     pub retain_divisor: Option<usize>,
 }
 
+/// Parses `--comp`: a compressor by zram's name (zcomp judges the name).
+pub fn parse_comp(s: &str) -> Result<Algorithm, String> {
+    Algorithm::from_name(s).map_err(|e| e.to_string())
+}
+
 /// Parses `--auto-compact`.
 pub fn parse_auto_compact(s: &str) -> Result<AutoCompactMode, String> {
     s.parse()
@@ -106,8 +113,9 @@ pub fn parse_cpu_percent(s: &str) -> Result<f64, String> {
 pub struct StoreSpec {
     /// Allocator name.
     pub alloc: String,
-    /// Compressor name.
-    pub comp: String,
+    /// Compressor (serialised by its zram name).
+    #[serde(serialize_with = "algorithm_name")]
+    pub comp: Algorithm,
     /// Compressor settings.
     pub comp_params: String,
     /// Bytes per page (the allocator's page, the unit memory is counted in).
@@ -131,6 +139,12 @@ pub struct StoreSpec {
     /// `zalloc::AllocOptions::retain_divisor`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retain_divisor: Option<usize>,
+}
+
+/// Serialises an algorithm as its zram name (`"lz4"`), for
+/// `#[serde(serialize_with = "recipe::spec::algorithm_name")]`.
+pub fn algorithm_name<S: serde::Serializer>(a: &Algorithm, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(a.name())
 }
 
 /// The background compaction a mode gets when `--auto-compact` is not
@@ -159,42 +173,15 @@ pub fn parse_delta(s: &str) -> Result<u32, String> {
     }
 }
 
-/// Parses a size with an optional K/M/G/T suffix (powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (digits, shift) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let shift = match c.to_ascii_uppercase() {
-                'K' => 10,
-                'M' => 20,
-                'G' => 30,
-                'T' => 40,
-                _ => {
-                    return Err(format!(
-                        "'{s}': unknown size suffix '{c}' (use K, M, G or T)"
-                    ))
-                }
-            };
-            (&s[..i], shift)
-        }
-        _ => (s, 0),
-    };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size (a number with an optional K, M, G or T)"))?;
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("'{s}' is too large"))
-}
-
 /// The compressor a mode uses when `--comp` is not given: kernel-compat
 /// takes zram's own default (CONFIG_ZRAM_DEF_COMP, lzo-rle); default mode
 /// takes lz4, whose store reads were 1.85x lzo-rle's in `zmem bench store`
 /// (2.6x before the lzo decoder was sped up) for 1.2% more memory on the
 /// built-in corpus.
-pub fn default_comp(mode: Mode) -> &'static str {
+pub fn default_comp(mode: Mode) -> Algorithm {
     match mode {
-        Mode::KernelCompat => "lzo-rle",
-        Mode::Default => "lz4",
+        Mode::KernelCompat => Algorithm::LzoRle,
+        Mode::Default => Algorithm::Lz4,
     }
 }
 
@@ -202,7 +189,7 @@ pub fn default_comp(mode: Mode) -> &'static str {
 /// page size, which [`StoreArgs::specs`] checks with the page size it is
 /// paired with).
 pub fn parse_unit(s: &str) -> Result<u64, String> {
-    match parse_size(s) {
+    match crate::size::parse(s) {
         Ok(n) if n.is_power_of_two() && (4096..=65536).contains(&n) => Ok(n),
         _ => Err(format!(
             "'{s}' is not a compression unit (4K, 8K, 16K, 32K or 64K)"
@@ -213,7 +200,7 @@ pub fn parse_unit(s: &str) -> Result<u64, String> {
 /// Parses a page size: one of the sizes zsmalloc's geometry accepts (4K, 8K,
 /// 16K, 32K, 64K).
 pub fn parse_page_size(s: &str) -> Result<u64, String> {
-    let n = parse_size(s)?;
+    let n = crate::size::parse(s).map_err(|e| e.to_string())?;
     if zsmalloc::geometry::PAGE_SIZES.contains(&u32::try_from(n).unwrap_or(0)) {
         Ok(n)
     } else {
@@ -224,8 +211,20 @@ pub fn parse_page_size(s: &str) -> Result<u64, String> {
 }
 
 impl StoreArgs {
-    /// Every combination of the listed values, in flag order.
+    /// Every combination of the listed values, in flag order (default mode
+    /// when no `--mode` is given).
     pub fn specs(&self) -> Result<Vec<StoreSpec>, Error> {
+        self.specs_with_modes(&[Mode::Default])
+    }
+
+    /// Every combination of the listed values, in flag order, with
+    /// `modes` when no `--mode` is given.
+    pub fn specs_with_modes(&self, modes: &[Mode]) -> Result<Vec<StoreSpec>, Error> {
+        let modes = if self.mode.is_empty() {
+            modes
+        } else {
+            &self.mode
+        };
         let opt = |v: &[u32]| -> Vec<Option<u32>> {
             if v.is_empty() {
                 vec![None]
@@ -234,10 +233,10 @@ impl StoreArgs {
             }
         };
         // No --comp: one pass with each mode's own compressor.
-        let comps: Vec<Option<&str>> = if self.comp.is_empty() {
+        let comps: Vec<Option<Algorithm>> = if self.comp.is_empty() {
             vec![None]
         } else {
-            self.comp.iter().map(|c| Some(c.as_str())).collect()
+            self.comp.iter().copied().map(Some).collect()
         };
         let autos: Vec<Option<AutoCompactMode>> = if self.auto_compact.is_empty() {
             vec![None]
@@ -266,7 +265,7 @@ impl StoreArgs {
                     }
                     // A unit of one page is the page itself.
                     let unit = unit.filter(|&u| u > page_size).map(|u| u as usize);
-                    for &mode in &self.mode {
+                    for &mode in modes {
                         for chain in opt(&self.chain) {
                             for (delta, auto) in opt(&self.delta)
                                 .into_iter()
@@ -283,7 +282,7 @@ impl StoreArgs {
                                 auto_compact.validate().map_err(Error::Usage)?;
                                 specs.push(StoreSpec {
                                     alloc: alloc.clone(),
-                                    comp: comp.unwrap_or(default_comp(mode)).to_string(),
+                                    comp: comp.unwrap_or(default_comp(mode)),
                                     comp_params: self.comp_params.clone(),
                                     page_size,
                                     unit,
@@ -367,7 +366,7 @@ impl StoreSpec {
     pub fn open(&self, disk_bytes: u64) -> Result<Store, Error> {
         let pool = zalloc::open(&self.alloc, &self.alloc_options())
             .map_err(|e| Error::Usage(format!("{}: {e}", self.label())))?;
-        let comp = zcomp::Compressor::parse(&self.comp, &self.comp_params)
+        let comp = zcomp::Compressor::parse(self.comp.name(), &self.comp_params)
             .map_err(|e| Error::Usage(format!("--comp {}: {e}", self.comp)))?;
         let block = self.block_size();
         let pages = disk_bytes.div_ceil(block as u64);
@@ -393,24 +392,13 @@ mod tests {
         }
     }
 
-    #[test]
-    fn sizes_take_kernel_suffixes() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("16K"), Ok(16384));
-        assert_eq!(parse_size("1m"), Ok(1 << 20));
-        assert_eq!(parse_size("2G"), Ok(2 << 30));
-        assert!(parse_size("12Q").is_err());
-        assert!(parse_size("x").is_err());
-        assert!(parse_size("99999999999T").is_err());
-    }
-
     #[derive(clap::Parser)]
     struct Flags {
         #[command(flatten)]
         store: StoreArgs,
     }
 
-    fn comps(args: &[&str]) -> Vec<(Mode, String)> {
+    fn comps(args: &[&str]) -> Vec<(Mode, Algorithm)> {
         use clap::Parser;
         let flags = Flags::try_parse_from([&["zmem"], args].concat()).unwrap();
         flags
@@ -500,16 +488,39 @@ mod tests {
         assert_eq!(
             comps(&["--mode", "default,kernel-compat"]),
             [
-                (Mode::Default, "lz4".to_string()),
-                (Mode::KernelCompat, "lzo-rle".to_string())
+                (Mode::Default, Algorithm::Lz4),
+                (Mode::KernelCompat, Algorithm::LzoRle)
             ]
         );
         assert_eq!(
             comps(&["--mode", "kernel-compat", "--comp", "lz4,zstd"]),
             [
-                (Mode::KernelCompat, "lz4".to_string()),
-                (Mode::KernelCompat, "zstd".to_string())
+                (Mode::KernelCompat, Algorithm::Lz4),
+                (Mode::KernelCompat, Algorithm::Zstd)
             ]
         );
+        use clap::Parser;
+        let e = Flags::try_parse_from(["zmem", "--comp", "lz5"])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("unknown compression algorithm 'lz5'"), "{e}");
+    }
+
+    #[test]
+    fn a_spec_serialises_its_compressor_by_name() {
+        let spec = &comps_specs(&["--comp", "zstd"])[0];
+        let json = serde_json::to_value(spec).unwrap();
+        assert_eq!(json["comp"], "zstd");
+        assert_eq!(spec.label(), "zsmalloc/default/zstd/4K");
+    }
+
+    fn comps_specs(args: &[&str]) -> Vec<StoreSpec> {
+        use clap::Parser;
+        Flags::try_parse_from([&["zmem"], args].concat())
+            .unwrap()
+            .store
+            .specs()
+            .unwrap()
     }
 }

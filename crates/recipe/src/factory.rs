@@ -1,0 +1,413 @@
+//! What a served export is made of before and after `disksize`.
+//!
+//! This module owns the [`Settings`] an uninitialised export holds (the
+//! attributes zram takes only before `disksize`), the [`StoreFactory`]
+//! trait the server's registry makes stores with, and its implementation,
+//! [`SpecFactory`]: one [`StoreSpec`] with the server's writeback,
+//! recompression and policy flags ([`PolicyFlags`]), so that every store it
+//! makes (at start, by `hot_add` or after a `reset`) runs the same rules. Its
+//! errors are a [`FactoryError`]. It does no I/O besides what a store does
+//! when it is made.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use zcomp::Algorithm;
+use zram::{PolicyConfig, PolicyRunner, RecompressRequest, Store, StoreError, WritebackRequest};
+
+use crate::spec::StoreSpec;
+
+/// What an uninitialised export is set to: the attributes zram takes only
+/// before `disksize` (and `mem_limit`, which it takes at any time).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// `comp_algorithm`: the primary compressor.
+    pub comp: Algorithm,
+    /// `algorithm_params` of the primary compressor (`level=3 dict=FILE`),
+    /// as written.
+    pub comp_params: String,
+    /// `mem_limit` in bytes (0: none).
+    pub mem_limit: u64,
+    /// `backing_dev`, if set.
+    pub backing_dev: Option<PathBuf>,
+    /// `writeback_compressed`: write pages back compressed, packed.
+    pub writeback_compressed: bool,
+    /// `writeback_batch_size`, if written before init (the store's own
+    /// default, or the server's flag, otherwise).
+    pub writeback_batch_size: Option<u64>,
+    /// `recomp_algorithm` values (`algo=NAME priority=N`), in the order
+    /// written; a later one for the same priority wins, as in the store.
+    pub recomp: Vec<String>,
+    /// `algorithm_params` values for the secondary compressors
+    /// (`priority=N ...` or `algo=NAME ...`), in the order written.
+    pub recomp_params: Vec<String>,
+}
+
+impl Default for Settings {
+    /// A new zram disk's: lzo-rle (the kernel's `CONFIG_ZRAM_DEF_COMP`),
+    /// nothing else set.
+    fn default() -> Settings {
+        Settings {
+            comp: Algorithm::LzoRle,
+            comp_params: String::new(),
+            mem_limit: 0,
+            backing_dev: None,
+            writeback_compressed: false,
+            writeback_batch_size: None,
+            recomp: Vec::new(),
+            recomp_params: Vec::new(),
+        }
+    }
+}
+
+/// Makes the stores of exports initialised while the server runs.
+pub trait StoreFactory: Send + Sync {
+    /// The settings a hot-added export starts with and a reset one returns
+    /// to (the server's own store flags, as a new zram disk starts with the
+    /// module's defaults).
+    fn defaults(&self) -> Settings;
+
+    /// A store of `disksize` bytes (rounded up to whole pages) compressing
+    /// with `comp` and `comp_params`, and the label naming its
+    /// configuration; `Err` says why not.
+    fn make(
+        &self,
+        comp: Algorithm,
+        comp_params: &str,
+        disksize: u64,
+    ) -> Result<(Store, String), FactoryError>;
+
+    /// Starts what runs beside a store the registry just made for the
+    /// export `name` (the server's timed policy and memory-aware rule), so a
+    /// hot-added or re-initialised export runs as the ones given at start
+    /// do. The runner stops when the store is reset or removed. Default:
+    /// nothing.
+    fn start_policy(
+        &self,
+        name: &str,
+        store: &Arc<Store>,
+    ) -> Result<Option<PolicyRunner>, FactoryError> {
+        let _ = (name, store);
+        Ok(None)
+    }
+}
+
+/// Why a factory made no store, or could not start its policy.
+#[derive(Debug)]
+pub enum FactoryError {
+    /// The disk asked for is larger than the factory makes.
+    TooLarge {
+        /// The size asked for, in bytes.
+        bytes: u64,
+        /// The largest the factory makes.
+        max: u64,
+    },
+    /// The configuration makes no store (an allocator, page size or
+    /// compressor setting refused).
+    Spec(crate::Error),
+    /// The store refused one of the factory's settings, named by its flag.
+    Setting {
+        /// The flag (`--writeback-batch-size`, `--auto-writeback`, ...).
+        flag: &'static str,
+        /// What the store said.
+        error: StoreError,
+    },
+    /// `--auto-recompress` without a `--recomp-algorithm`.
+    NeedsRecompAlgorithm,
+    /// `--auto-writeback` or `--writeback-near-limit` without a
+    /// `--backing-dev`.
+    NeedsBackingDev,
+    /// The policy thread could not be started.
+    Thread(std::io::Error),
+}
+
+impl FactoryError {
+    /// Whether the flags are at fault (a usage error), rather than the
+    /// system (a failed run).
+    pub fn is_usage(&self) -> bool {
+        !matches!(
+            self,
+            FactoryError::Thread(_) | FactoryError::Spec(crate::Error::Failed(_))
+        )
+    }
+}
+
+impl fmt::Display for FactoryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FactoryError::TooLarge { bytes, max } => {
+                write!(f, "{bytes} bytes is more than {}", crate::size::words(*max))
+            }
+            FactoryError::Spec(e) => write!(f, "{e}"),
+            FactoryError::Setting { flag, error } => write!(f, "{flag}: {error}"),
+            FactoryError::NeedsRecompAlgorithm => {
+                f.write_str("--auto-recompress needs a --recomp-algorithm")
+            }
+            FactoryError::NeedsBackingDev => {
+                f.write_str("--auto-writeback and --writeback-near-limit need a --backing-dev")
+            }
+            FactoryError::Thread(e) => write!(f, "cannot start a thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for FactoryError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FactoryError::Spec(e) => Some(e),
+            FactoryError::Setting { error, .. } => Some(error),
+            FactoryError::Thread(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<FactoryError> for crate::Error {
+    fn from(e: FactoryError) -> crate::Error {
+        match e {
+            FactoryError::Spec(e) => e,
+            e if e.is_usage() => crate::Error::Usage(e.to_string()),
+            e => crate::Error::Failed(e.to_string()),
+        }
+    }
+}
+
+/// The server's timed policy and memory-aware rule, as its flags give
+/// them, for every store a factory makes.
+#[derive(Clone, Debug, Default)]
+pub struct PolicyFlags {
+    /// `--idle-after`: seconds without access before a page is marked idle.
+    pub idle_after: Option<u32>,
+    /// `--policy-interval`: seconds between runs (default 60).
+    pub interval: Option<u32>,
+    /// `--auto-recompress`: recompress idle pages after each marking.
+    pub auto_recompress: bool,
+    /// `--auto-writeback`: the writeback type after each marking.
+    pub auto_writeback: Option<String>,
+    /// `--writeback-near-limit`: the memory-aware rule's percent.
+    pub writeback_near_limit: Option<u32>,
+}
+
+impl PolicyFlags {
+    /// Checks the flags against each other and against the server's:
+    /// whether it has secondary compressors (`has_recomp`) and backing
+    /// devices (`has_backing_dev`).
+    pub fn check(&self, has_recomp: bool, has_backing_dev: bool) -> Result<(), FactoryError> {
+        if self.auto_recompress && !has_recomp {
+            return Err(FactoryError::NeedsRecompAlgorithm);
+        }
+        if (self.auto_writeback.is_some() || self.writeback_near_limit.is_some())
+            && !has_backing_dev
+        {
+            return Err(FactoryError::NeedsBackingDev);
+        }
+        self.config(1).map(|_| ())
+    }
+
+    /// The timed rule for a store of `pages` pages (`None`: no thread
+    /// needed).
+    pub fn config(&self, pages: u64) -> Result<Option<PolicyConfig>, FactoryError> {
+        let recompress = self
+            .auto_recompress
+            .then(|| RecompressRequest::parse("type=idle"))
+            .transpose()
+            .map_err(|error| FactoryError::Setting {
+                flag: "--auto-recompress",
+                error,
+            })?;
+        let writeback = self
+            .auto_writeback
+            .as_deref()
+            .map(|t| WritebackRequest::parse(t, pages))
+            .transpose()
+            .map_err(|error| FactoryError::Setting {
+                flag: "--auto-writeback",
+                error,
+            })?;
+        let config = PolicyConfig {
+            interval: Duration::from_secs(u64::from(self.interval.unwrap_or(60))),
+            idle_after: self.idle_after.map(|s| Duration::from_secs(u64::from(s))),
+            recompress,
+            writeback,
+        };
+        Ok((config.timed() || self.writeback_near_limit.is_some()).then_some(config))
+    }
+
+    /// Starts the rules on `store` of the export `name`: the memory-aware
+    /// rule's mark and the policy thread, if the flags ask for either.
+    pub fn start(
+        &self,
+        name: &str,
+        store: &Arc<Store>,
+    ) -> Result<Option<PolicyRunner>, FactoryError> {
+        let Some(config) = self.config(store.disk_pages())? else {
+            return Ok(None);
+        };
+        if store.backing_dev() == "none" {
+            if self.auto_writeback.is_some() || self.writeback_near_limit.is_some() {
+                log::warn!("export {name:?} has no backing_dev: it writes nothing back");
+            }
+        } else if let Some(pct) = self.writeback_near_limit {
+            store
+                .set_writeback_near_limit(pct)
+                .map_err(|error| FactoryError::Setting {
+                    flag: "--writeback-near-limit",
+                    error,
+                })?;
+        }
+        log::info!("export {name:?}: policy {config:?}");
+        PolicyRunner::start(store, config)
+            .map(Some)
+            .map_err(FactoryError::Thread)
+    }
+}
+
+/// A store configuration as the factory of an export's stores.
+#[derive(Clone, Debug)]
+pub struct SpecFactory {
+    /// The configuration.
+    pub spec: StoreSpec,
+    /// The largest disk it makes, in bytes.
+    pub max_disksize: u64,
+    /// `--recomp-algorithm` values, for every export.
+    pub recomp: Vec<String>,
+    /// The timed policy and memory-aware rule, for every store.
+    pub policy: PolicyFlags,
+    /// `--writeback-batch-size`, for every export.
+    pub writeback_batch: Option<u64>,
+    /// `--writeback-compressed`, for every export.
+    pub writeback_compressed: bool,
+}
+
+impl StoreFactory for SpecFactory {
+    fn defaults(&self) -> Settings {
+        Settings {
+            comp: self.spec.comp,
+            comp_params: self.spec.comp_params.clone(),
+            mem_limit: self.spec.mem_limit,
+            backing_dev: None,
+            writeback_compressed: self.writeback_compressed,
+            writeback_batch_size: self.writeback_batch,
+            recomp: self.recomp.clone(),
+            recomp_params: Vec::new(),
+        }
+    }
+
+    fn make(
+        &self,
+        comp: Algorithm,
+        comp_params: &str,
+        disksize: u64,
+    ) -> Result<(Store, String), FactoryError> {
+        if disksize > self.max_disksize {
+            return Err(FactoryError::TooLarge {
+                bytes: disksize,
+                max: self.max_disksize,
+            });
+        }
+        let spec = StoreSpec {
+            comp,
+            comp_params: comp_params.to_string(),
+            ..self.spec.clone()
+        };
+        let store = spec.open(disksize).map_err(FactoryError::Spec)?;
+        if let Some(n) = self.writeback_batch {
+            store
+                .set_writeback_batch_size(n)
+                .map_err(|error| FactoryError::Setting {
+                    flag: "--writeback-batch-size",
+                    error,
+                })?;
+        }
+        Ok((store, spec.label()))
+    }
+
+    fn start_policy(
+        &self,
+        name: &str,
+        store: &Arc<Store>,
+    ) -> Result<Option<PolicyRunner>, FactoryError> {
+        self.policy.start(name, store)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::spec::StoreArgs;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        store: StoreArgs,
+    }
+
+    fn factory(args: &[&str]) -> SpecFactory {
+        let flags = Flags::try_parse_from([&["zmem"], args].concat()).unwrap();
+        SpecFactory {
+            spec: flags.store.specs().unwrap().remove(0),
+            max_disksize: 1 << 30,
+            recomp: Vec::new(),
+            policy: PolicyFlags::default(),
+            writeback_batch: Some(8),
+            writeback_compressed: false,
+        }
+    }
+
+    #[test]
+    fn makes_the_spec_with_the_settings_compressor() {
+        let f = factory(&["--mode", "kernel-compat"]);
+        let defaults = f.defaults();
+        assert_eq!(defaults.comp, Algorithm::LzoRle);
+        assert_eq!(defaults.writeback_batch_size, Some(8));
+        let (store, label) = f.make(Algorithm::Zstd, "level=1", 1 << 20).unwrap();
+        assert_eq!(label, "zsmalloc/kernel-compat/zstd/4K");
+        assert_eq!(store.disk_size(), 1 << 20);
+    }
+
+    #[test]
+    fn says_why_it_makes_no_store() {
+        let f = factory(&[]);
+        let e = f.make(Algorithm::Lz4, "", 2 << 30).unwrap_err();
+        assert!(matches!(e, FactoryError::TooLarge { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            format!("{} bytes is more than 1G", 2u64 << 30)
+        );
+        let e = f.make(Algorithm::Lz4, "level=0", 1 << 20).unwrap_err();
+        assert!(matches!(e, FactoryError::Spec(_)) && e.is_usage(), "{e:?}");
+        assert!(e.to_string().contains("level"), "{e}");
+    }
+
+    #[test]
+    fn policy_flags_need_what_they_act_on() {
+        let recompress = PolicyFlags {
+            auto_recompress: true,
+            ..PolicyFlags::default()
+        };
+        assert!(matches!(
+            recompress.check(false, false),
+            Err(FactoryError::NeedsRecompAlgorithm)
+        ));
+        assert!(recompress.check(true, false).is_ok());
+        let near = PolicyFlags {
+            writeback_near_limit: Some(80),
+            ..PolicyFlags::default()
+        };
+        assert!(matches!(
+            near.check(false, false),
+            Err(FactoryError::NeedsBackingDev)
+        ));
+        let bad = PolicyFlags {
+            auto_writeback: Some("sometimes".into()),
+            ..PolicyFlags::default()
+        };
+        let e = bad.check(false, true).unwrap_err();
+        assert!(e.to_string().starts_with("--auto-writeback: "), "{e}");
+        assert!(PolicyFlags::default().config(1).unwrap().is_none());
+    }
+}
