@@ -329,22 +329,26 @@ impl Recompress {
             .ok_or_else(|| inval(format!("recompress: no algorithm at priority {prio}")))?;
         let last = prio == disk.highest_priority();
         let _running = post.run();
+        let page_size = disk.page_size();
         let mut chosen = Vec::new();
-        for index in 0..disk.disk_pages() {
-            let mut guard = disk.lock(index);
-            let content = guard.content();
-            if !content.holds_memory()
-                || (req.idle && !guard.has(slot::IDLE))
-                || (req.huge && !guard.has(slot::HUGE))
-                || guard.has(slot::INCOMPRESSIBLE)
-                || guard.has(slot::PP_SLOT)
-                || guard.priority() >= prio
-            {
-                continue;
-            }
-            guard.update_flags(slot::PP_SLOT, 0);
-            chosen.push((index, content.stored_bytes(disk.page_size())));
-        }
+        disk.scan(
+            0..disk.disk_pages(),
+            |index, guard| {
+                let content = guard.content();
+                if !content.holds_memory()
+                    || (req.idle && !guard.has(slot::IDLE))
+                    || (req.huge && !guard.has(slot::HUGE))
+                    || guard.has(slot::INCOMPRESSIBLE)
+                    || guard.has(slot::PP_SLOT)
+                    || guard.priority() >= prio
+                {
+                    return None;
+                }
+                guard.update_flags(slot::PP_SLOT, 0);
+                Some((index, content.stored_bytes(page_size)))
+            },
+            |candidate| chosen.push(candidate),
+        );
         by_bucket(&mut chosen);
         let mut report = RecompressReport {
             chosen: chosen.len() as u64,

@@ -713,24 +713,27 @@ impl Writeback {
         } else {
             &req.ranges[..]
         };
+        let page_size = disk.page_size();
+        let m = req.mode;
         let mut chosen = Vec::new();
         for range in ranges {
-            for index in range.clone() {
-                let mut guard = disk.lock(index);
-                let content = guard.content();
-                if !content.holds_memory() || guard.has(slot::PP_SLOT) {
-                    continue;
-                }
-                let m = req.mode;
-                if (m.idle && !guard.has(slot::IDLE))
-                    || (m.huge && !guard.has(slot::HUGE))
-                    || (m.incompressible && !guard.has(slot::INCOMPRESSIBLE))
-                {
-                    continue;
-                }
-                guard.update_flags(slot::PP_SLOT, 0);
-                chosen.push(bucket_key(index, content.stored_bytes(disk.page_size())));
-            }
+            disk.scan(
+                range.clone(),
+                |index, guard| {
+                    let content = guard.content();
+                    if !content.holds_memory()
+                        || guard.has(slot::PP_SLOT)
+                        || (m.idle && !guard.has(slot::IDLE))
+                        || (m.huge && !guard.has(slot::HUGE))
+                        || (m.incompressible && !guard.has(slot::INCOMPRESSIBLE))
+                    {
+                        return None;
+                    }
+                    guard.update_flags(slot::PP_SLOT, 0);
+                    Some(bucket_key(index, content.stored_bytes(page_size)))
+                },
+                |key| chosen.push(key),
+            );
         }
         chosen
     }
