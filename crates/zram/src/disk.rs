@@ -133,7 +133,7 @@ pub struct SlotInfo {
 }
 
 /// The core of a store (see the module's comment); the public
-/// [`Store`](crate::Store) is built on it.
+/// `Store` is built on it.
 pub(crate) struct Disk {
     pool: Arc<dyn ZPool>,
     streams: Streams,
@@ -164,7 +164,7 @@ pub(crate) struct Disk {
     /// The allocator's (pages_compacted, objs_moved) at the last reset: the
     /// kernel makes a new pool on reset, so its counters start again at 0.
     pool_base: [AtomicU64; 2],
-    /// The background compactor (off unless [`Store::set_auto_compact`](crate::Store::set_auto_compact)
+    /// The background compactor (off unless `Store::set_auto_compact`
     /// turned it on).
     compactor: Compactor,
 }
@@ -474,7 +474,7 @@ impl Disk {
         }
     }
 
-    /// [`Store::release`](crate::Store::release), except that a backing-store block is added to
+    /// `Store::release`, except that a backing-store block is added to
     /// `blocks` for the caller to free.
     fn release_into(&self, old: SlotContent, blocks: &mut Vec<u64>) {
         match old {
@@ -542,7 +542,7 @@ impl Disk {
     }
 
     /// Bytes per allocator page, the unit `mem_used_total` and `mem_limit`
-    /// are counted in (equal to [`Store::page_size`](crate::Store::page_size) unless the store was
+    /// are counted in (equal to `Store::page_size` unless the store was
     /// made with a larger block).
     pub(crate) fn mem_page_size(&self) -> usize {
         self.mem_page
@@ -1006,7 +1006,7 @@ impl Disk {
     }
 
     /// Sets the retained share's divisor on the running store (see
-    /// [`Store::retain_divisor`](crate::Store::retain_divisor)); what is kept over the new bound goes back
+    /// `Store::retain_divisor`); what is kept over the new bound goes back
     /// to the OS now.
     pub(crate) fn set_retain_divisor(&self, divisor: usize) {
         self.pool.set_page_retain_divisor(divisor);

@@ -11,7 +11,7 @@ use crate::disk::Disk;
 use crate::error::StoreError;
 use crate::slot;
 
-/// Which slots [`Store::mark_idle`](crate::Store::mark_idle) marks.
+/// Which slots `Store::mark_idle` marks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IdleCutoff {
     /// Every allocated slot (`echo all > idle`).

@@ -6,9 +6,9 @@
 //!   accessed for `idle_after` are marked idle (`echo N > idle`), then,
 //!   when asked, recompressed (`recompress type=idle`) and written back
 //!   (`writeback TYPE`), exactly as those commands would.
-//! - **The memory-aware rule** ([`Store::set_writeback_near_limit`](crate::Store::set_writeback_near_limit)): when
+//! - **The memory-aware rule** (`Store::set_writeback_near_limit`): when
 //!   a write takes `mem_used_total` past `high` percent of the rule's
-//!   ceiling ([`Store::writeback_ceiling`](crate::Store::writeback_ceiling): `mem_limit` minus the store's
+//!   ceiling (`Store::writeback_ceiling`: `mem_limit` minus the store's
 //!   own metadata, the slot table and block bitmap, and the writeback's
 //!   batch buffers, so that the store as a whole keeps within
 //!   `mem_limit`), the policy thread is woken and writes
@@ -480,7 +480,7 @@ impl PolicyRunner {
     /// may do nothing: the thread then serves the memory-aware rule only).
     /// `work` runs one step on the store ([`Parts::step`]: the timed rule
     /// when its flag is true, else the memory-aware rule), and returns
-    /// false once the store is gone. [`Store`](crate::Store) calls this
+    /// false once the store is gone. `Store` calls this
     /// from `PolicyRunner::start`, with a weak reference to itself.
     pub(crate) fn spawn(
         policy: &Policy,

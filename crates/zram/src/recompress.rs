@@ -7,7 +7,7 @@
 //! request format; may not touch slots but through the core's API, nor
 //! writeback or the policy (floor 6).
 //!
-//! - **Secondaries** ([`Store::set_recomp_algorithm`](crate::Store::set_recomp_algorithm)): up to three, at
+//! - **Secondaries** (`Store::set_recomp_algorithm`): up to three, at
 //!   priorities 1 to 3, set before the store is initialised (`EBUSY`
 //!   after).
 //! - **Choosing pages** ([`RecompressRequest`]): slots holding memory

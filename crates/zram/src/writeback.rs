@@ -6,7 +6,7 @@
 //! `compressed_writeback`) and request format; may not touch slots but
 //! through the core's API, nor recompression or the policy (floor 6).
 //!
-//! - **Setting up** ([`Store::set_backing_dev`](crate::Store::set_backing_dev)): only before the store is
+//! - **Setting up** (`Store::set_backing_dev`): only before the store is
 //!   initialised (see the `postprocess` module), else `EBUSY`.
 //! - **Choosing pages** ([`WritebackRequest`]): `idle`, `huge`, `huge_idle`
 //!   or `incompressible` (a bare word, or `type=`), over the whole disk or
@@ -27,8 +27,9 @@
 //!   the block with the `WB` flag (keeping its length and `HUGE`, losing
 //!   `IDLE`). Otherwise the block is freed and the page stays where it is.
 //! - **Compressed writeback** (`compressed_writeback`, the attribute Linux
-//!   7.0 adds, named `writeback_compressed` before its release; 0 by default, set only before the store is initialised, else
-//!   `EBUSY`): a compressed page is written as its compressed object, not
+//!   7.0 adds, named `writeback_compressed` before its release; 0 by
+//!   default, set only before the store is initialised, else `EBUSY`): a
+//!   compressed page is written as its compressed object, not
 //!   decompressed, and a read of it reads the object back and decompresses
 //!   it with the compressor (priority) that made it, which the slot keeps.
 //!   The kernel's patch writes each object into a block of its own, so it
