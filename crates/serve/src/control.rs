@@ -47,7 +47,6 @@
 //! It does no I/O; the socket is in [`crate::ctl_socket`].
 
 use std::fmt;
-use std::time::Duration;
 
 use zram::IdleCutoff;
 
@@ -621,15 +620,7 @@ fn run(s: &Served, cmd: &str, arg: Option<&str>) -> Result<String, CtlError> {
         },
         "idle" => {
             let cutoff = match arg {
-                Some("all") => IdleCutoff::All,
-                Some(v) => match v.parse::<u64>() {
-                    Ok(secs) => IdleCutoff::OlderThan(Duration::from_secs(secs)),
-                    Err(_) => {
-                        return Err(CtlError::inval(format!(
-                            "idle takes 'all' or seconds, not {v:?}"
-                        )))
-                    }
-                },
+                Some(v) => IdleCutoff::parse(v).map_err(|e| store_error(&e))?,
                 None => return Err(CtlError::inval("idle takes 'all' or a number of seconds")),
             };
             let marked = store.mark_idle(cutoff);

@@ -1,6 +1,9 @@
 //! The backing store a store writes pages back to (the kernel's
 //! `backing_dev`), and the bitmap of its blocks.
 //!
+//! Owns the backing file and its block bitmap; may not touch slots or any
+//! module but `error` (floor 1).
+//!
 //! A backing store is a run of page-sized blocks numbered from 0: a regular
 //! file (zmem's addition; the kernel takes only block devices) or a block
 //! device, opened read-write (block devices exclusively, as the kernel opens
@@ -8,7 +11,7 @@
 //! written back do not come back into memory as page cache. [`Blocks`] keeps
 //! which blocks hold a page: one bit per block, the lowest free block taken
 //! first, as the kernel's bitmap. A block may also be shared by several
-//! compressed objects (`writeback_compressed` packs them): it then has a
+//! compressed objects (`compressed_writeback` packs them): it then has a
 //! count of the objects living in it, and is freed when the last goes. A
 //! freed block of a file is given back to
 //! the file system by punching a hole (`FALLOC_FL_PUNCH_HOLE |

@@ -1,5 +1,8 @@
 //! The store's background compactor: the store compacts itself.
 //!
+//! Owns the background compactor's thread, policy and counters; may not touch
+//! slots, the core or any module but `stats` (floor 3).
+//!
 //! A store whose policy is not [`AutoCompactMode::Off`] runs one thread that
 //! sleeps until something fragments the allocator's memory (a freed object:
 //! an overwrite, a discard, a reset), waits a short settling time so a burst
@@ -43,7 +46,7 @@
 //! page source's decay interval (1 s); the looks of this thread do not end
 //! them, because a churning workload's stores take the kept pages again
 //! within tens of milliseconds, and epochs that short gave them back first
-//! (BENCHMARKS.md, session 11). While the thread sits idle with pages kept,
+//! (measured in BENCHMARKS.md). While the thread sits idle with pages kept,
 //! it ends one every second (`IDLE_EPOCH`, `ZPool::decay_retained_pages`),
 //! so an idle store gives every kept page back within two seconds, without
 //! waiting for a free.
@@ -69,7 +72,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use zpool::ZPool;
 
-use crate::stats::{Counter, Counters};
+use crate::stats::{AutoCompactStats, Counter, Counters};
 
 /// The most CPU time the budget lets the compactor spend at once.
 pub const BURST: Duration = Duration::from_millis(2);
@@ -253,69 +256,6 @@ impl fmt::Display for AutoCompactPolicy {
             self.limit_percent,
             self.pressure_avg10,
             self.postpone_ms
-        )
-    }
-}
-
-/// What the background compactor has done since the store was made.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct AutoCompactStats {
-    /// Times it woke and looked.
-    pub wakeups: u64,
-    /// Looks that found less than the minimum gain (or, for the shrinker,
-    /// memory not tight) and did nothing.
-    pub skipped: u64,
-    /// Settling times added to wait for a lull in writes.
-    pub postponed: u64,
-    /// Runs: looks that compacted.
-    pub runs: u64,
-    /// Steps (size classes) compacted.
-    pub steps: u64,
-    /// Pages freed.
-    pub pages_freed: u64,
-    /// Objects moved.
-    pub objs_moved: u64,
-    /// The lower bound of `objs_moved`: summed over the steps run, the
-    /// fewest objects any compaction had to move to free every zspage the
-    /// step could free when it started (`ZPool::step_lower_bound`; 0 for
-    /// allocators that cannot tell).
-    pub objs_lower_bound: u64,
-    /// Of `objs_moved`, those moved by default mode's trim (giving back
-    /// pages of zspages that stay), which the lower bound does not cover.
-    pub objs_moved_trim: u64,
-    /// The thread's CPU time, nanoseconds.
-    pub cpu_ns: u64,
-    /// Time spent waiting for the CPU budget, nanoseconds.
-    pub budget_wait_ns: u64,
-    /// The longest single step, wall nanoseconds: the most a step held the
-    /// compaction (others wait for at most one object's move of it, one
-    /// source zspage's with the kernel's algorithms).
-    pub longest_step_ns: u64,
-    /// Epochs of the pages the allocator keeps for reuse ended while the
-    /// thread was idle (each gives back what no store took since the
-    /// previous one).
-    pub idle_decays: u64,
-}
-
-impl fmt::Display for AutoCompactStats {
-    /// One line, as `debug_stat`'s extra line prints it.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "auto_compact: wakeups {} skipped {} postponed {} runs {} steps {} pages_freed {} objs_moved {} objs_lower_bound {} objs_moved_trim {} cpu_us {} budget_wait_us {} longest_step_us {} idle_decays {}",
-            self.wakeups,
-            self.skipped,
-            self.postponed,
-            self.runs,
-            self.steps,
-            self.pages_freed,
-            self.objs_moved,
-            self.objs_lower_bound,
-            self.objs_moved_trim,
-            self.cpu_ns / 1000,
-            self.budget_wait_ns / 1000,
-            self.longest_step_ns / 1000,
-            self.idle_decays
         )
     }
 }

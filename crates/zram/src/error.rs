@@ -1,4 +1,7 @@
 //! The store's error type.
+//!
+//! Owns the error type and its errno mapping; may not touch any other module
+//! (floor 0).
 
 use std::fmt;
 

@@ -2,6 +2,9 @@
 //! object is smaller than a page (zbud's is `PAGE_SIZE - 2 × 64`, zblock's
 //! its largest slot).
 //!
+//! Owns the pages kept beside the allocator; may not touch slots or any
+//! module but `error` (floor 1).
+//!
 //! zram stores a page that does not compress below `huge_class_size` raw, as
 //! one page-sized object. When the allocator cannot hold one, the store keeps
 //! such pages here instead: one OS page each, from a [`PageSource`] (so it

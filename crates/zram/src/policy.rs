@@ -6,9 +6,9 @@
 //!   accessed for `idle_after` are marked idle (`echo N > idle`), then,
 //!   when asked, recompressed (`recompress type=idle`) and written back
 //!   (`writeback TYPE`), exactly as those commands would.
-//! - **The memory-aware rule** ([`Store::set_writeback_near_limit`]): when
+//! - **The memory-aware rule** (`Store::set_writeback_near_limit`): when
 //!   a write takes `mem_used_total` past `high` percent of the rule's
-//!   ceiling ([`Store::writeback_ceiling`]: `mem_limit` minus the store's
+//!   ceiling (`Store::writeback_ceiling`: `mem_limit` minus the store's
 //!   own metadata, the slot table and block bitmap, and the writeback's
 //!   batch buffers, so that the store as a whole keeps within
 //!   `mem_limit`), the policy thread is woken and writes
@@ -29,24 +29,28 @@
 //! Locks: the reclaim mutex (one reclaim at a time; a writer that waited
 //! for it looks at memory again before doing anything) is taken with no
 //! other store lock held, before the post-processing lock that writeback
-//! takes; the signal's mutex is a leaf. This module owns that state and the
-//! policy counters; it reaches pages only through the store's own
-//! `mark_idle`, `recompress`, `writeback` and `compact`.
+//! takes; the signal's mutex is a leaf. The write path reaches the rule
+//! through the core's `LimitRule`, which [`Parts`] implements here, and
+//! calls it with no slot lock or stream held.
+//!
+//! Owns the policy state, its thread and counters. May not touch the slots
+//! but through the core's scan, nor the paths below it but through idle
+//! marking, `recompress`, `writeback` and the allocator's compaction.
 
 use std::collections::BinaryHeap;
-use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
+use crate::disk::{Disk, LimitRule};
 use crate::error::StoreError;
-use crate::recompress::RecompressRequest;
+use crate::idle::{self, IdleCutoff};
+use crate::postprocess::PostProcess;
+use crate::recompress::{Recompress, RecompressRequest};
 use crate::slot;
-use crate::store::{IdleCutoff, Store};
-use crate::writeback::WritebackRequest;
+use crate::stats::PolicyStats;
+use crate::writeback::{Writeback, WritebackRequest};
 
 /// How far below the high mark the memory-aware rule writes back to, in
 /// percent of `mem_limit` (high 90: back to 80%), so that it runs once per
@@ -76,51 +80,6 @@ impl PolicyConfig {
     /// Whether the timed rule does anything.
     pub fn timed(&self) -> bool {
         self.idle_after.is_some() || self.recompress.is_some() || self.writeback.is_some()
-    }
-}
-
-/// What the policies have done since the store was made.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct PolicyStats {
-    /// Runs of the timed rule.
-    pub ticks: u64,
-    /// Pages the timed rule marked idle (summed over runs).
-    pub marked_idle: u64,
-    /// Pages the timed rule recompressed.
-    pub recompressed: u64,
-    /// Pages the timed rule wrote back.
-    pub written_back: u64,
-    /// Reclaims by the memory-aware rule on the policy thread.
-    pub pressure_reclaims: u64,
-    /// Reclaims a write did itself because it would have passed the limit.
-    pub write_reclaims: u64,
-    /// Pages the memory-aware rule wrote back (both kinds of reclaim).
-    pub reclaimed_pages: u64,
-    /// Reclaimed pages that were not idle (taken by least recent access).
-    pub reclaimed_not_idle: u64,
-    /// Writes that still failed the limit after a reclaim.
-    pub limit_failures: u64,
-    /// Timed runs or reclaims whose recompression or writeback failed.
-    pub errors: u64,
-}
-
-impl fmt::Display for PolicyStats {
-    /// One line, as `debug_stat`'s extra line prints it.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "policy: ticks {} marked_idle {} recompressed {} written_back {} pressure_reclaims {} write_reclaims {} reclaimed_pages {} reclaimed_not_idle {} limit_failures {} errors {}",
-            self.ticks,
-            self.marked_idle,
-            self.recompressed,
-            self.written_back,
-            self.pressure_reclaims,
-            self.write_reclaims,
-            self.reclaimed_pages,
-            self.reclaimed_not_idle,
-            self.limit_failures,
-            self.errors
-        )
     }
 }
 
@@ -161,7 +120,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The policy state a store keeps (in its post-processing state).
+/// The policy state of one store.
 #[derive(Default)]
 pub(crate) struct Policy {
     /// The memory-aware rule's high mark, percent of `mem_limit` (0: off).
@@ -182,7 +141,8 @@ pub(crate) struct Policy {
 }
 
 impl Policy {
-    fn stats(&self) -> PolicyStats {
+    /// What the policies have done.
+    pub(crate) fn stats(&self) -> PolicyStats {
         let t = &self.tally;
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         PolicyStats {
@@ -249,92 +209,109 @@ pub struct ReclaimReport {
     pub reached: bool,
 }
 
-impl Store {
+impl Policy {
     /// Turns the memory-aware rule on at `high_percent` of `mem_limit`
     /// (50 to 99), or off with 0. `EINVAL` for other values.
-    pub fn set_writeback_near_limit(&self, high_percent: u32) -> Result<(), StoreError> {
+    pub(crate) fn set_high_percent(
+        &self,
+        parts: &Parts<'_>,
+        high_percent: u32,
+    ) -> Result<(), StoreError> {
         if high_percent != 0 && !(50..=99).contains(&high_percent) {
             return Err(StoreError::os(
                 libc::EINVAL,
                 format!("writeback near limit: {high_percent}% is not 50 to 99 (0: off)"),
             ));
         }
-        let policy = &self.post.policy;
-        self.refresh_metadata_pages();
-        policy.high_percent.store(high_percent, Ordering::Relaxed);
+        self.refresh_metadata_pages(parts.disk, parts.writeback);
+        self.high_percent.store(high_percent, Ordering::Relaxed);
         if high_percent != 0 {
-            policy.configured.store(true, Ordering::Relaxed);
+            self.configured.store(true, Ordering::Relaxed);
         }
         Ok(())
     }
 
     /// The memory-aware rule's high mark, percent of `mem_limit` (0: off).
-    pub fn writeback_near_limit(&self) -> u32 {
-        self.post.policy.high_percent.load(Ordering::Relaxed)
-    }
-
-    /// What the policies have done.
-    pub fn policy_stats(&self) -> PolicyStats {
-        self.post.policy.stats()
+    pub(crate) fn high_percent(&self) -> u32 {
+        self.high_percent.load(Ordering::Relaxed)
     }
 
     /// Whether a policy was ever set on this store (its `debug_stat` line
     /// is shown).
-    pub fn policy_configured(&self) -> bool {
-        self.post.policy.configured.load(Ordering::Relaxed)
-    }
-
-    /// Bytes of the store's own metadata that the memory-aware rule leaves
-    /// room for below `mem_limit`: the slot table (16 bytes a page of the
-    /// disk, the kernel's `zram_table_entry`) and the backing store's block
-    /// bitmap (a bit a block). Both are fixed by the sizes of the disk and
-    /// the backing store, and outside `mem_limit`, as in the kernel.
-    pub fn metadata_bytes(&self) -> u64 {
-        let table = std::mem::size_of_val(&*self.slots) as u64;
-        let bitmap = self
-            .post
-            .backing()
-            .map_or(0, |b| b.dev().blocks().div_ceil(64) * 8);
-        table + bitmap
+    pub(crate) fn configured(&self) -> bool {
+        self.configured.load(Ordering::Relaxed)
     }
 
     /// Recomputes what the rule leaves room for below `mem_limit` (after
     /// the backing store, the batch size or the rule is set): the metadata
     /// and the writeback's own batch buffers, which are alive exactly when
     /// the rule reclaims.
-    pub(crate) fn refresh_metadata_pages(&self) {
-        let bytes = self.metadata_bytes() + self.writeback_buffer_bytes();
-        let pages = bytes.div_ceil(self.mem_page_size() as u64);
-        self.post
-            .policy
-            .metadata_pages
-            .store(pages, Ordering::Relaxed);
+    pub(crate) fn refresh_metadata_pages(&self, disk: &Disk, writeback: &Writeback) {
+        let bytes = disk.metadata_bytes() + writeback.buffer_bytes(disk);
+        let pages = bytes.div_ceil(disk.mem_page_size() as u64);
+        self.metadata_pages.store(pages, Ordering::Relaxed);
     }
 
-    /// What the memory-aware rule keeps `mem_used_total` within, in bytes:
-    /// `mem_limit` minus [`Store::metadata_bytes`] and the writeback's batch
-    /// buffers ([`Store::writeback_buffer_bytes`]), never below half the
-    /// limit; 0 without a limit.
-    pub fn writeback_ceiling(&self) -> u64 {
-        let page = self.mem_page_size() as u64;
-        self.post.policy.ceiling_pages(self.mem_limit() / page) * page
+    /// What the memory-aware rule keeps `mem_used_total` within, in bytes;
+    /// 0 without a limit.
+    pub(crate) fn ceiling_bytes(&self, disk: &Disk) -> u64 {
+        let page = disk.mem_page_size() as u64;
+        self.ceiling_pages(disk.mem_limit() / page) * page
     }
 
     /// The target of a reclaim: `LOW_GAP_PERCENT` of the ceiling below the
     /// high mark.
     fn reclaim_target(&self, limit_pages: u64) -> u64 {
-        let high = u64::from(self.writeback_near_limit());
-        self.post.policy.ceiling_pages(limit_pages)
-            * high.saturating_sub(u64::from(LOW_GAP_PERCENT))
-            / 100
+        let high = u64::from(self.high_percent());
+        self.ceiling_pages(limit_pages) * high.saturating_sub(u64::from(LOW_GAP_PERCENT)) / 100
+    }
+}
+
+/// The parts of a store the policy works on: the core and the
+/// post-processing beside it. The write path gets them as its
+/// [`LimitRule`].
+pub(crate) struct Parts<'a> {
+    /// The core store.
+    pub(crate) disk: &'a Disk,
+    /// The post-processing lock.
+    pub(crate) post: &'a PostProcess,
+    /// Writeback's settings.
+    pub(crate) writeback: &'a Writeback,
+    /// Recompression's settings.
+    pub(crate) recompress: &'a Recompress,
+    /// This module's state.
+    pub(crate) policy: &'a Policy,
+}
+
+impl LimitRule for Parts<'_> {
+    #[inline]
+    fn ceiling_pages(&self, limit_pages: u64) -> Option<u64> {
+        self.policy
+            .near_limit_on()
+            .then(|| self.policy.ceiling_pages(limit_pages))
     }
 
+    fn reclaim(&self, limit_pages: u64) {
+        self.reclaim_for_write(limit_pages);
+    }
+
+    #[inline]
+    fn note_usage(&self, used: u64, limit_pages: u64) {
+        self.policy.note_usage(used, limit_pages);
+    }
+
+    fn note_limit_failure(&self) {
+        self.policy.note_limit_failure();
+    }
+}
+
+impl Parts<'_> {
     /// The write path's reclaim: a write would pass the rule's ceiling, so
     /// pages are written back first.
-    pub(crate) fn reclaim_for_write(&self, limit_pages: u64) {
-        let policy = &self.post.policy;
+    fn reclaim_for_write(&self, limit_pages: u64) {
+        let policy = self.policy;
         bump(&policy.tally.write_reclaims, 1);
-        let target = self.reclaim_target(limit_pages);
+        let target = policy.reclaim_target(limit_pages);
         let ceiling = policy.ceiling_pages(limit_pages);
         self.reclaim_to(target, (target + ceiling) / 2);
     }
@@ -344,74 +321,125 @@ impl Store {
     /// nothing more can go. One reclaim at a time: a caller that waited
     /// for another finds the memory it freed, and returns at once when
     /// memory is at most `skip_at_pages`.
-    pub fn reclaim_to(&self, target_pages: u64, skip_at_pages: u64) -> ReclaimReport {
-        let policy = &self.post.policy;
+    pub(crate) fn reclaim_to(&self, target_pages: u64, skip_at_pages: u64) -> ReclaimReport {
+        let (disk, policy) = (self.disk, self.policy);
         let _one = lock(&policy.reclaiming);
         let mut report = ReclaimReport::default();
-        if self.used_pages() <= skip_at_pages.max(target_pages) {
+        if disk.used_pages() <= skip_at_pages.max(target_pages) {
             report.reached = true;
             return report;
         }
         for _ in 0..RECLAIM_ROUNDS {
-            let used = self.used_pages();
+            let used = disk.used_pages();
             if used <= target_pages {
                 break;
             }
-            let need = (used - target_pages) * self.page_size as u64;
-            let (req, not_idle) = self.oldest_pages(need);
+            let need = (used - target_pages) * disk.page_size() as u64;
+            let (req, not_idle) = oldest_pages(disk, need);
             if req.ranges.is_empty() {
                 break;
             }
-            match self.writeback(&req) {
+            match self.writeback.run(disk, self.post, &req) {
                 Ok(r) => {
                     report.written += r.written;
                     report.not_idle += not_idle.min(r.written);
                 }
                 Err(_) => {
                     bump(&policy.tally.errors, 1);
-                    self.compact();
+                    disk.compact();
                     break;
                 }
             }
-            self.compact();
+            disk.compact();
         }
-        report.reached = self.used_pages() <= target_pages;
+        report.reached = disk.used_pages() <= target_pages;
         bump(&policy.tally.reclaimed_pages, report.written);
         bump(&policy.tally.reclaimed_not_idle, report.not_idle);
         report
     }
 
-    /// A writeback request for the pages holding memory, idle ones first,
-    /// then by oldest access time and lowest index, whose stored bytes add
-    /// up to `bytes`; and how many of them are not idle.
-    ///
-    /// The slots are streamed through a bounded selection: a max-heap of
-    /// the best candidates seen so far that drops its worst as soon as the
-    /// others still add up to `bytes`, so the memory it takes is one entry
-    /// per page the reclaim needs (about 100 KiB for a reclaim of 10% of a
-    /// 90 MiB limit), not one per page of the disk.
-    fn oldest_pages(&self, bytes: u64) -> (WritebackRequest, u64) {
-        // Each candidate as one word that sorts in the order pages are
-        // taken: not idle (bit 63), access time (31 bits), index (32 bits;
-        // a disk has at most 2^28 pages); beside it its stored bytes.
-        const NOT_IDLE: u64 = 1 << 63;
-        const INDEX: u64 = u32::MAX as u64;
-        let mut best: BinaryHeap<(u64, u32)> = BinaryHeap::new();
-        let mut sum = 0u64;
-        for (index, s) in self.slots.iter().enumerate() {
-            let (key, size) = {
-                let guard = s.lock(self.layout);
-                let content = guard.content();
-                if !content.holds_memory() || guard.has(slot::PP_SLOT) {
-                    continue;
-                }
-                let not_idle = if guard.has(slot::IDLE) { 0 } else { NOT_IDLE };
-                let at = u64::from(s.ac_time().min(u32::MAX >> 1));
-                let size = content.stored_bytes(self.page_size) as u32;
-                (not_idle | at << 32 | index as u64, size)
-            };
+    /// One run of the timed rule.
+    fn tick(&self, config: &PolicyConfig) {
+        let tally = &self.policy.tally;
+        bump(&tally.ticks, 1);
+        if let Some(age) = config.idle_after {
+            bump(
+                &tally.marked_idle,
+                idle::mark(self.disk, IdleCutoff::OlderThan(age)),
+            );
+        }
+        if let Some(req) = &config.recompress {
+            match self.recompress.run(self.disk, self.post, req) {
+                Ok(r) => bump(&tally.recompressed, r.recompressed),
+                Err(_) => bump(&tally.errors, 1),
+            }
+        }
+        if let Some(req) = &config.writeback {
+            match self.writeback.run(self.disk, self.post, req) {
+                Ok(r) => bump(&tally.written_back, r.written),
+                Err(_) => bump(&tally.errors, 1),
+            }
+        }
+    }
+
+    /// The memory-aware rule's run on the thread: reclaims when past the
+    /// high mark.
+    fn relieve_pressure(&self) {
+        let policy = self.policy;
+        policy.pressure_sent.store(false, Ordering::Relaxed);
+        let limit = self.disk.mem_limit() / self.disk.page_size() as u64;
+        let high = policy.high_pages(limit);
+        if high == 0 || self.disk.used_pages() <= high {
+            return;
+        }
+        bump(&policy.tally.pressure_reclaims, 1);
+        self.reclaim_to(policy.reclaim_target(limit), high);
+    }
+
+    /// One step of the policy thread: a run of the timed rule (`tick`),
+    /// or of the memory-aware rule.
+    pub(crate) fn step(&self, config: &PolicyConfig, tick: bool) {
+        if tick {
+            self.tick(config);
+        } else {
+            self.relieve_pressure();
+        }
+    }
+}
+
+/// A writeback request for the pages holding memory, idle ones first,
+/// then by oldest access time and lowest index, whose stored bytes add
+/// up to `bytes`; and how many of them are not idle.
+///
+/// The slots are streamed through a bounded selection: a max-heap of
+/// the best candidates seen so far that drops its worst as soon as the
+/// others still add up to `bytes`, so the memory it takes is one entry
+/// per page the reclaim needs (about 100 KiB for a reclaim of 10% of a
+/// 90 MiB limit), not one per page of the disk.
+fn oldest_pages(disk: &Disk, bytes: u64) -> (WritebackRequest, u64) {
+    // Each candidate as one word that sorts in the order pages are
+    // taken: not idle (bit 63), access time (31 bits), index (32 bits;
+    // a disk has at most 2^28 pages); beside it its stored bytes.
+    const NOT_IDLE: u64 = 1 << 63;
+    const INDEX: u64 = u32::MAX as u64;
+    let page_size = disk.page_size();
+    let mut best: BinaryHeap<(u64, u32)> = BinaryHeap::new();
+    let mut sum = 0u64;
+    disk.scan(
+        0..disk.disk_pages(),
+        |index, guard| {
+            let content = guard.content();
+            if !content.holds_memory() || guard.has(slot::PP_SLOT) {
+                return None;
+            }
+            let not_idle = if guard.has(slot::IDLE) { 0 } else { NOT_IDLE };
+            let at = u64::from(guard.ac_time().min(u32::MAX >> 1));
+            let size = content.stored_bytes(page_size) as u32;
+            Some((not_idle | at << 32 | index, size))
+        },
+        |(key, size)| {
             if sum >= bytes && best.peek().is_some_and(|&(worst, _)| key > worst) {
-                continue;
+                return;
             }
             best.push((key, size));
             sum += u64::from(size);
@@ -423,60 +451,22 @@ impl Store {
                 best.pop();
                 sum -= u64::from(worst_size);
             }
-        }
-        let mut keys: Vec<u64> = best.into_iter().map(|(key, _)| key).collect();
-        let not_idle = keys.iter().filter(|&&k| k & NOT_IDLE != 0).count() as u64;
-        // The slots may have changed since the scan: writeback looks at
-        // each again. In index order, so adjacent pages make one range.
-        keys.sort_unstable_by_key(|&k| k & INDEX);
-        let mut req = WritebackRequest::default();
-        for key in keys {
-            let index = key & INDEX;
-            match req.ranges.last_mut() {
-                Some(r) if r.end == index => r.end += 1,
-                _ => req.ranges.push(index..index + 1),
-            }
-        }
-        (req, not_idle)
-    }
-
-    /// One run of the timed rule.
-    fn policy_tick(&self, config: &PolicyConfig) {
-        let tally = &self.post.policy.tally;
-        bump(&tally.ticks, 1);
-        if let Some(age) = config.idle_after {
-            bump(
-                &tally.marked_idle,
-                self.mark_idle(IdleCutoff::OlderThan(age)),
-            );
-        }
-        if let Some(req) = &config.recompress {
-            match self.recompress(req) {
-                Ok(r) => bump(&tally.recompressed, r.recompressed),
-                Err(_) => bump(&tally.errors, 1),
-            }
-        }
-        if let Some(req) = &config.writeback {
-            match self.writeback(req) {
-                Ok(r) => bump(&tally.written_back, r.written),
-                Err(_) => bump(&tally.errors, 1),
-            }
+        },
+    );
+    let mut keys: Vec<u64> = best.into_iter().map(|(key, _)| key).collect();
+    let not_idle = keys.iter().filter(|&&k| k & NOT_IDLE != 0).count() as u64;
+    // The slots may have changed since the scan: writeback looks at
+    // each again. In index order, so adjacent pages make one range.
+    keys.sort_unstable_by_key(|&k| k & INDEX);
+    let mut req = WritebackRequest::default();
+    for key in keys {
+        let index = key & INDEX;
+        match req.ranges.last_mut() {
+            Some(r) if r.end == index => r.end += 1,
+            _ => req.ranges.push(index..index + 1),
         }
     }
-
-    /// The memory-aware rule's run on the thread: reclaims when past the
-    /// high mark.
-    fn relieve_pressure(&self) {
-        let policy = &self.post.policy;
-        policy.pressure_sent.store(false, Ordering::Relaxed);
-        let limit = self.mem_limit() / self.page_size as u64;
-        let high = policy.high_pages(limit);
-        if high == 0 || self.used_pages() <= high {
-            return;
-        }
-        bump(&policy.tally.pressure_reclaims, 1);
-        self.reclaim_to(self.reclaim_target(limit), high);
-    }
+    (req, not_idle)
 }
 
 /// The policy thread of one store.
@@ -486,18 +476,24 @@ pub struct PolicyRunner {
 }
 
 impl PolicyRunner {
-    /// Starts the thread for `store` with the timed rule `config` (which
+    /// Starts the thread on `policy` with the timed rule `config` (which
     /// may do nothing: the thread then serves the memory-aware rule only).
-    pub fn start(store: &Arc<Store>, config: PolicyConfig) -> std::io::Result<PolicyRunner> {
-        let policy = &store.post.policy;
+    /// `work` runs one step on the store ([`Parts::step`]: the timed rule
+    /// when its flag is true, else the memory-aware rule), and returns
+    /// false once the store is gone. `Store` calls this
+    /// from `PolicyRunner::start`, with a weak reference to itself.
+    pub(crate) fn spawn(
+        policy: &Policy,
+        config: PolicyConfig,
+        work: impl Fn(&PolicyConfig, bool) -> bool + Send + 'static,
+    ) -> std::io::Result<PolicyRunner> {
         policy.configured.store(true, Ordering::Relaxed);
         let signal = Arc::clone(&policy.signal);
         lock(&signal.wake).stop = false;
-        let weak: Weak<Store> = Arc::downgrade(store);
         let s = Arc::clone(&signal);
         let thread = std::thread::Builder::new()
             .name("zram-policy".into())
-            .spawn(move || run(&weak, &s, &config))?;
+            .spawn(move || run(&s, &config, work))?;
         Ok(PolicyRunner {
             signal,
             thread: Some(thread),
@@ -524,7 +520,7 @@ impl Drop for PolicyRunner {
     }
 }
 
-fn run(store: &Weak<Store>, signal: &Signal, config: &PolicyConfig) {
+fn run(signal: &Signal, config: &PolicyConfig, work: impl Fn(&PolicyConfig, bool) -> bool) {
     let mut next_tick = Instant::now() + config.interval;
     loop {
         let pressure = {
@@ -553,14 +549,15 @@ fn run(store: &Weak<Store>, signal: &Signal, config: &PolicyConfig) {
                     .0;
             }
         };
-        let Some(store) = store.upgrade() else { return };
-        if pressure {
-            store.relieve_pressure();
-        } else {
-            store.policy_tick(config);
+        if !pressure {
+            if !work(config, true) {
+                return;
+            }
             next_tick = Instant::now() + config.interval;
             // Marking may have made idle pages the rule can now take.
-            store.relieve_pressure();
+        }
+        if !work(config, false) {
+            return;
         }
     }
 }

@@ -3,7 +3,11 @@
 //! `recompress` attributes do (the newest kernel's rules: one target
 //! priority per run).
 //!
-//! - **Secondaries** ([`Store::set_recomp_algorithm`]): up to three, at
+//! Owns the recompression path, the secondaries' `algorithm_params` and the
+//! request format; may not touch slots but through the core's API, nor
+//! writeback or the policy (floor 6).
+//!
+//! - **Secondaries** (`Store::set_recomp_algorithm`): up to three, at
 //!   priorities 1 to 3, set before the store is initialised (`EBUSY`
 //!   after).
 //! - **Choosing pages** ([`RecompressRequest`]): slots holding memory
@@ -26,11 +30,13 @@
 //!
 //! This module owns the recompression path and its request format.
 
+use std::sync::{Mutex, MutexGuard};
+
+use crate::disk::{Disk, MAX_SECONDARIES};
 use crate::error::StoreError;
-use crate::postprocess::{by_bucket, MAX_SECONDARIES};
+use crate::postprocess::{by_bucket, PostProcess};
 use crate::slot::{self, SlotContent, SlotGuard};
 use crate::stats::Counter;
-use crate::store::Store;
 use crate::streams::Streams;
 
 /// Longest algorithm name the kernel takes (`ZRAM_MAX_ALGO_NAME_SZ` - 1).
@@ -130,13 +136,27 @@ pub struct RecompressReport {
     pub incompressible: u64,
 }
 
-impl Store {
+/// The recompression settings of one store: the `algorithm_params` of
+/// priorities 1..=3, kept whether or not that priority has a compressor
+/// yet (as the kernel keeps them). Their mutex is a leaf, taken with no
+/// slot lock held.
+#[derive(Default)]
+pub(crate) struct Recompress {
+    params: Mutex<[zcomp::Params; MAX_SECONDARIES]>,
+}
+
+impl Recompress {
+    fn params_table(&self) -> MutexGuard<'_, [zcomp::Params; MAX_SECONDARIES]> {
+        // Plain values replaced whole: a panic cannot leave them half-updated.
+        self.params.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Sets a secondary compressor (`echo "algo=NAME priority=N" >
     /// recomp_algorithm`; priority 1 when not given). `EINVAL` for a
     /// missing or unknown algorithm, a word without a value or a priority
     /// outside 1..=3; `E2BIG` for a name of 128 bytes or more; `EBUSY` once
     /// the store is initialised.
-    pub fn set_recomp_algorithm(&self, text: &str) -> Result<(), StoreError> {
+    pub(crate) fn set_recomp_algorithm(&self, disk: &Disk, text: &str) -> Result<(), StoreError> {
         let mut algo = None;
         let mut priority: i64 = 1;
         for (k, v) in pairs("recomp_algorithm", text)? {
@@ -160,15 +180,14 @@ impl Store {
         }
         let algorithm = zcomp::Algorithm::from_name(algo)
             .map_err(|e| inval(format!("recomp_algorithm: {e}")))?;
-        let params = self.post.secondary_params(priority as usize);
+        let params = self.secondary_params(priority as usize);
         let compressor = zcomp::Compressor::new(algorithm, &params).map_err(|e| {
             inval(format!(
                 "recomp_algorithm: {algo} with this priority's algorithm_params: {e}"
             ))
         })?;
-        self.refuse_if_initialised("recomp_algorithm")?;
-        self.post
-            .set_secondary(priority as usize, Streams::new(compressor));
+        disk.refuse_if_initialised("recomp_algorithm")?;
+        disk.set_secondary(priority as usize, Streams::new(compressor));
         Ok(())
     }
 
@@ -182,11 +201,11 @@ impl Store {
     /// given priority) or settings the algorithm refuses; `EBUSY` for the
     /// primary (priority 0, or neither key: its parameters are given when
     /// the store is made) and once the store is initialised.
-    pub fn set_algorithm_params(&self, text: &str) -> Result<(), StoreError> {
+    pub(crate) fn set_algorithm_params(&self, disk: &Disk, text: &str) -> Result<(), StoreError> {
         let parsed = zcomp::AlgorithmParams::parse(text)
             .map_err(|e| inval(format!("algorithm_params: {e}")))?;
         let by_name = |a: zcomp::Algorithm| {
-            self.recomp_algorithms()
+            Recompress::recomp_algorithms(disk)
                 .into_iter()
                 .find(|(_, n)| *n == a.name())
                 .map(|(p, _)| p)
@@ -199,7 +218,7 @@ impl Store {
                         "algorithm_params: priority {p} is not 0 to {MAX_SECONDARIES}"
                     )));
                 }
-                if let (Some(a), Some(have)) = (algo, self.post.secondary(p)) {
+                if let (Some(a), Some(have)) = (algo, disk.secondary(p)) {
                     if have.compressor().algorithm() != a {
                         return Err(inval(format!(
                             "algorithm_params: {} is not the priority {p} algorithm",
@@ -209,7 +228,7 @@ impl Store {
                 }
                 p
             }
-            (None, Some(a)) if a == self.compressor().algorithm() => 0,
+            (None, Some(a)) if a == disk.compressor().algorithm() => 0,
             (None, Some(a)) => by_name(a).ok_or_else(|| {
                 inval(format!(
                     "algorithm_params: no compressor {} (set it with recomp_algorithm first, or give priority=N)",
@@ -224,36 +243,41 @@ impl Store {
                 "algorithm_params of the primary compressor are given when the store is made",
             ));
         }
-        self.refuse_if_initialised("algorithm_params")?;
-        if let Some(have) = self.post.secondary(priority) {
+        disk.refuse_if_initialised("algorithm_params")?;
+        if let Some(have) = disk.secondary(priority) {
             let compressor = zcomp::Compressor::new(have.compressor().algorithm(), &parsed.params)
                 .map_err(|e| inval(format!("algorithm_params: {e}")))?;
-            self.post.set_secondary(priority, Streams::new(compressor));
+            disk.set_secondary(priority, Streams::new(compressor));
         } else if let Some(a) = parsed.algo {
             // Checked now, so that a later recomp_algorithm does not fail.
             zcomp::Compressor::new(a, &parsed.params)
                 .map_err(|e| inval(format!("algorithm_params: {e}")))?;
         }
-        self.post.set_secondary_params(priority, parsed.params);
+        if let Some(entry) = self.params_table().get_mut(priority.wrapping_sub(1)) {
+            *entry = parsed.params;
+        }
         Ok(())
     }
 
     /// The `algorithm_params` settings kept for `priority` (1..=3).
-    pub fn secondary_params(&self, priority: usize) -> zcomp::Params {
-        self.post.secondary_params(priority)
+    pub(crate) fn secondary_params(&self, priority: usize) -> zcomp::Params {
+        self.params_table()
+            .get(priority.wrapping_sub(1))
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The secondary compressors: `(priority, algorithm name)`.
-    pub fn recomp_algorithms(&self) -> Vec<(usize, &'static str)> {
+    pub(crate) fn recomp_algorithms(disk: &Disk) -> Vec<(usize, &'static str)> {
         (1..=MAX_SECONDARIES)
-            .filter_map(|p| Some((p, self.post.secondary(p)?.compressor().algorithm().name())))
+            .filter_map(|p| Some((p, disk.secondary(p)?.compressor().algorithm().name())))
             .collect()
     }
 
     /// The target priority of `req`, by the kernel's rules.
-    fn target_priority(&self, req: &RecompressRequest) -> Result<usize, StoreError> {
+    fn target_priority(&self, disk: &Disk, req: &RecompressRequest) -> Result<usize, StoreError> {
         let lookup = |name: &str| {
-            self.recomp_algorithms()
+            Recompress::recomp_algorithms(disk)
                 .into_iter()
                 .find(|(_, n)| *n == name)
                 .map(|(p, _)| p)
@@ -277,7 +301,7 @@ impl Store {
                 .ok_or_else(|| inval(format!("recompress: no secondary algorithm {name}")))?,
             (None, None) => 1,
         };
-        if self.post.secondary(prio).is_none() {
+        if disk.secondary(prio).is_none() {
             return Err(inval(format!(
                 "recompress: no algorithm at priority {prio} (set one with recomp_algorithm)"
             )));
@@ -286,43 +310,52 @@ impl Store {
     }
 
     /// Recompresses the pages `req` chooses (`echo ... > recompress`).
-    pub fn recompress(&self, req: &RecompressRequest) -> Result<RecompressReport, StoreError> {
-        if req.threshold >= self.huge_class_size {
+    pub(crate) fn run(
+        &self,
+        disk: &Disk,
+        post: &PostProcess,
+        req: &RecompressRequest,
+    ) -> Result<RecompressReport, StoreError> {
+        if req.threshold >= disk.huge_class_size() {
             return Err(inval(format!(
                 "recompress: threshold {} is not below huge_class_size {}",
-                req.threshold, self.huge_class_size
+                req.threshold,
+                disk.huge_class_size()
             )));
         }
-        let prio = self.target_priority(req)?;
-        let target = self
-            .post
+        let prio = self.target_priority(disk, req)?;
+        let target = disk
             .secondary(prio)
             .ok_or_else(|| inval(format!("recompress: no algorithm at priority {prio}")))?;
-        let last = prio == self.post.highest_priority();
-        let _running = self.post.run();
+        let last = prio == disk.highest_priority();
+        let _running = post.run();
+        let page_size = disk.page_size();
         let mut chosen = Vec::new();
-        for index in 0..self.disk_pages() {
-            let mut guard = self.slots[index as usize].lock(self.layout);
-            let content = guard.content();
-            if !content.holds_memory()
-                || (req.idle && !guard.has(slot::IDLE))
-                || (req.huge && !guard.has(slot::HUGE))
-                || guard.has(slot::INCOMPRESSIBLE)
-                || guard.has(slot::PP_SLOT)
-                || guard.priority() >= prio
-            {
-                continue;
-            }
-            guard.update_flags(slot::PP_SLOT, 0);
-            chosen.push((index, content.stored_bytes(self.page_size)));
-        }
+        disk.scan(
+            0..disk.disk_pages(),
+            |index, guard| {
+                let content = guard.content();
+                if !content.holds_memory()
+                    || (req.idle && !guard.has(slot::IDLE))
+                    || (req.huge && !guard.has(slot::HUGE))
+                    || guard.has(slot::INCOMPRESSIBLE)
+                    || guard.has(slot::PP_SLOT)
+                    || guard.priority() >= prio
+                {
+                    return None;
+                }
+                guard.update_flags(slot::PP_SLOT, 0);
+                Some((index, content.stored_bytes(page_size)))
+            },
+            |candidate| chosen.push(candidate),
+        );
         by_bucket(&mut chosen);
         let mut report = RecompressReport {
             chosen: chosen.len() as u64,
             ..RecompressReport::default()
         };
         let mut budget = req.max_pages;
-        let mut page = vec![0u8; self.page_size];
+        let mut page = vec![0u8; disk.page_size()];
         let mut result = Ok(());
         let mut done = 0;
         for &(index, _) in &chosen {
@@ -330,7 +363,7 @@ impl Store {
                 break;
             }
             done += 1;
-            let mut guard = self.slots[index as usize].lock(self.layout);
+            let mut guard = disk.lock(index);
             if !guard.has(slot::PP_SLOT) {
                 continue;
             }
@@ -342,7 +375,7 @@ impl Store {
                 last,
                 target: &target,
             };
-            match self.recompress_slot(&mut guard, &step, &mut page, &mut budget) {
+            match self.recompress_slot(disk, &mut guard, &step, &mut page, &mut budget) {
                 Ok(Outcome::Smaller) => report.recompressed += 1,
                 Ok(Outcome::Incompressible) => report.incompressible += 1,
                 Ok(Outcome::Kept) => {}
@@ -353,24 +386,25 @@ impl Store {
             }
         }
         for &(index, _) in &chosen[done..] {
-            self.clear_pp(index);
+            disk.clear_pp(index);
         }
         result.map(|()| report)
     }
 
     fn recompress_slot(
         &self,
+        disk: &Disk,
         guard: &mut SlotGuard<'_>,
         step: &Step<'_>,
         page: &mut [u8],
         budget: &mut u64,
     ) -> Result<Outcome, StoreError> {
         let old = guard.content();
-        let old_len = old.stored_bytes(self.page_size);
+        let old_len = old.stored_bytes(disk.page_size());
         if old_len < step.threshold {
             return Ok(Outcome::Kept);
         }
-        self.read_locked(step.index, guard, page)?;
+        disk.read_locked(step.index, guard, page)?;
         // Touched: no longer idle, so no other post-processing takes it as
         // such.
         guard.update_flags(0, slot::IDLE);
@@ -379,8 +413,8 @@ impl Store {
         *budget = budget.saturating_sub(1);
         let compressed = compressed?;
         let new_len = compressed.len();
-        let smaller = new_len < self.huge_class_size
-            && self.pool.class_size(new_len) < self.pool.class_size(old_len)
+        let smaller = new_len < disk.huge_class_size()
+            && disk.pool().class_size(new_len) < disk.pool().class_size(old_len)
             && (step.threshold == 0 || new_len < step.threshold);
         if !smaller {
             if step.last {
@@ -390,9 +424,9 @@ impl Store {
             return Ok(Outcome::Kept);
         }
         // The old object stays if the allocator refuses the new one.
-        let handle = self.pool.malloc(new_len)?;
-        if let Err(e) = self.pool.write(handle, compressed) {
-            self.free_content(SlotContent::Compressed {
+        let handle = disk.pool().malloc(new_len)?;
+        if let Err(e) = disk.pool().write(handle, compressed) {
+            disk.free_content(SlotContent::Compressed {
                 handle,
                 size: new_len,
             });
@@ -404,11 +438,11 @@ impl Store {
             size: new_len,
         });
         guard.set_priority(step.prio);
-        self.free_content(old);
-        self.counters.sub(Counter::ComprDataSize, old_len as u64);
-        self.counters.add(Counter::ComprDataSize, new_len as u64);
+        disk.free_content(old);
+        disk.counters().sub(Counter::ComprDataSize, old_len as u64);
+        disk.counters().add(Counter::ComprDataSize, new_len as u64);
         if old.is_raw() {
-            self.counters.sub(Counter::HugePages, 1);
+            disk.counters().sub(Counter::HugePages, 1);
         }
         Ok(Outcome::Smaller)
     }

@@ -2,6 +2,9 @@
 //! that threads working on different pages do not write the same cache line
 //! (the kernel uses per-CPU data for the same reason).
 //!
+//! Owns the per-thread index and the padding; may not touch any other module
+//! (floor 0).
+//!
 //! Owns nothing but these two helpers.
 
 use std::ops::Deref;

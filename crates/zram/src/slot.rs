@@ -1,6 +1,9 @@
 //! One slot of the disk: the kernel's 16-byte `zram_table_entry`, and what
 //! it holds.
 //!
+//! Owns the slot's bit layout, lock and decoding; may not touch the
+//! allocator, memory or any module but `huge` (floor 2).
+//!
 //! A slot is a `handle` word (an allocator handle, the index of a page kept
 //! beside the allocator, the fill word of a same-filled page, or 0 for an
 //! empty slot) and a `flags` word whose low `size_bits` hold the compressed
@@ -39,7 +42,7 @@ pub const INCOMPRESSIBLE: u32 = 1 << 6;
 const PRIORITY_SHIFT: u32 = 7;
 const PRIORITY_MASK: u32 = 0b11;
 /// A [`WB`] slot whose page was written back compressed, packed with other
-/// objects (`writeback_compressed`): the handle word holds its first block
+/// objects (`compressed_writeback`): the handle word holds its first block
 /// above the object's byte offset in it, the size field its length (an
 /// object reaching past the block runs on into the next), and the priority
 /// bits the compressor that made it.
@@ -284,6 +287,11 @@ impl Slot {
 }
 
 impl SlotGuard<'_> {
+    /// Last access time (seconds since the store was made).
+    pub fn ac_time(&self) -> u32 {
+        self.slot.ac_time()
+    }
+
     /// What the slot holds.
     pub fn content(&self) -> SlotContent {
         let word = self.slot.flags.load(Ordering::Relaxed);

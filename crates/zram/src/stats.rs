@@ -1,5 +1,8 @@
 //! The store's counters and the kernel's statistics files.
 //!
+//! Owns the counters and every statistics type and its format; may not touch
+//! any module but `shard` (floor 1).
+//!
 //! [`Counters`] are the per-thread sharded atomics the I/O paths update (the
 //! kernel's `zram_stats`); [`MmStat`], [`IoStat`] and [`DebugStat`] are snapshots that
 //! print exactly as `/sys/block/zramN/{mm_stat,io_stat,debug_stat}` do, column
@@ -10,8 +13,6 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use serde::Serialize;
 
-use crate::compactor::AutoCompactStats;
-use crate::policy::PolicyStats;
 use crate::shard::{shard_count, thread_index, Padded};
 
 /// One counter of the store.
@@ -234,12 +235,12 @@ pub struct MmStat {
     /// Pages ever stored uncompressed.
     pub huge_pages_since: u64,
     /// Objects moved by compaction (added with the fine-grained fullness
-    /// series, seed 001; not a kernel `mm_stat` column, printed apart).
+    /// groups series; not a kernel `mm_stat` column, printed apart).
     pub objs_moved: u64,
 }
 
 impl MmStat {
-    /// The class-merging patch's (seed 003) overhead ratio,
+    /// The class-merging patch's overhead ratio,
     /// `(mem_used_total - compr_data_size) / compr_data_size`, as a fraction
     /// (0 when nothing is stored).
     pub fn overhead_ratio(&self) -> f64 {
@@ -340,6 +341,114 @@ impl fmt::Display for BdStat {
             f,
             "{:8} {:8} {:8}",
             self.bd_count, self.bd_reads, self.bd_writes
+        )
+    }
+}
+
+/// What the background compactor has done since the store was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct AutoCompactStats {
+    /// Times it woke and looked.
+    pub wakeups: u64,
+    /// Looks that found less than the minimum gain (or, for the shrinker,
+    /// memory not tight) and did nothing.
+    pub skipped: u64,
+    /// Settling times added to wait for a lull in writes.
+    pub postponed: u64,
+    /// Runs: looks that compacted.
+    pub runs: u64,
+    /// Steps (size classes) compacted.
+    pub steps: u64,
+    /// Pages freed.
+    pub pages_freed: u64,
+    /// Objects moved.
+    pub objs_moved: u64,
+    /// The lower bound of `objs_moved`: summed over the steps run, the
+    /// fewest objects any compaction had to move to free every zspage the
+    /// step could free when it started (`ZPool::step_lower_bound`; 0 for
+    /// allocators that cannot tell).
+    pub objs_lower_bound: u64,
+    /// Of `objs_moved`, those moved by default mode's trim (giving back
+    /// pages of zspages that stay), which the lower bound does not cover.
+    pub objs_moved_trim: u64,
+    /// The thread's CPU time, nanoseconds.
+    pub cpu_ns: u64,
+    /// Time spent waiting for the CPU budget, nanoseconds.
+    pub budget_wait_ns: u64,
+    /// The longest single step, wall nanoseconds: the most a step held the
+    /// compaction (others wait for at most one object's move of it, one
+    /// source zspage's with the kernel's algorithms).
+    pub longest_step_ns: u64,
+    /// Epochs of the pages the allocator keeps for reuse ended while the
+    /// thread was idle (each gives back what no store took since the
+    /// previous one).
+    pub idle_decays: u64,
+}
+
+impl fmt::Display for AutoCompactStats {
+    /// One line, as `debug_stat`'s extra line prints it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "auto_compact: wakeups {} skipped {} postponed {} runs {} steps {} pages_freed {} objs_moved {} objs_lower_bound {} objs_moved_trim {} cpu_us {} budget_wait_us {} longest_step_us {} idle_decays {}",
+            self.wakeups,
+            self.skipped,
+            self.postponed,
+            self.runs,
+            self.steps,
+            self.pages_freed,
+            self.objs_moved,
+            self.objs_lower_bound,
+            self.objs_moved_trim,
+            self.cpu_ns / 1000,
+            self.budget_wait_ns / 1000,
+            self.longest_step_ns / 1000,
+            self.idle_decays
+        )
+    }
+}
+
+/// What the policies have done since the store was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PolicyStats {
+    /// Runs of the timed rule.
+    pub ticks: u64,
+    /// Pages the timed rule marked idle (summed over runs).
+    pub marked_idle: u64,
+    /// Pages the timed rule recompressed.
+    pub recompressed: u64,
+    /// Pages the timed rule wrote back.
+    pub written_back: u64,
+    /// Reclaims by the memory-aware rule on the policy thread.
+    pub pressure_reclaims: u64,
+    /// Reclaims a write did itself because it would have passed the limit.
+    pub write_reclaims: u64,
+    /// Pages the memory-aware rule wrote back (both kinds of reclaim).
+    pub reclaimed_pages: u64,
+    /// Reclaimed pages that were not idle (taken by least recent access).
+    pub reclaimed_not_idle: u64,
+    /// Writes that still failed the limit after a reclaim.
+    pub limit_failures: u64,
+    /// Timed runs or reclaims whose recompression or writeback failed.
+    pub errors: u64,
+}
+
+impl fmt::Display for PolicyStats {
+    /// One line, as `debug_stat`'s extra line prints it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "policy: ticks {} marked_idle {} recompressed {} written_back {} pressure_reclaims {} write_reclaims {} reclaimed_pages {} reclaimed_not_idle {} limit_failures {} errors {}",
+            self.ticks,
+            self.marked_idle,
+            self.recompressed,
+            self.written_back,
+            self.pressure_reclaims,
+            self.write_reclaims,
+            self.reclaimed_pages,
+            self.reclaimed_not_idle,
+            self.limit_failures,
+            self.errors
         )
     }
 }

@@ -1,199 +1,56 @@
-//! The store: a disk of pages over an allocator and a compressor.
+//! The public [`Store`]: the core store with the post-processing built on
+//! it, assembled into one value.
 //!
-//! A store's *page* (`page_size`, the disk's block) is what is compressed
-//! whole: the allocator's page by default, or a larger compression unit
-//! ([`Store::with_block_size`], `--unit`, issue 18) whose objects span
-//! several of the allocator's pages. Memory (`mem_used_total`,
-//! `mem_limit`) is always counted in the allocator's pages.
+//! Owns nothing but the assembly: each method's body is in the module that
+//! owns its concept (`disk` for pages and statistics, `idle`, `writeback`,
+//! `recompress`, `compactor` through the core, `policy`), and the write path
+//! is given the memory-aware rule (`policy::Parts`) as the core's
+//! `LimitRule`. It is the top floor: no module imports it.
 //!
-//! # Paths (as the kernel's zram_drv.c)
-//! - **write**: a page that is one repeated 8-byte word is kept in its slot
-//!   (SAME, no allocator memory). Otherwise it is compressed with this
-//!   thread's stream; if the result reaches `huge_class_size` the raw page is
-//!   stored instead (HUGE). The object is allocated, the memory limit checked
-//!   (over it: the object is freed and the write fails, the old page stays;
-//!   within 1/16 of it, the pages the allocator keeps resident for reuse,
-//!   which `mem_used_total` does not count, go back to the OS first), and
-//!   written; only then is the slot locked and its old contents swapped
-//!   out, to be freed after the unlock.
-//! - **read**: under the slot lock: empty slots read as zeros, SAME slots as
-//!   their word, HUGE slots are copied, others decompressed straight from the
-//!   allocator's memory.
-//! - **huge pages** go to the allocator as page-sized objects, or, for an
-//!   allocator whose largest object is smaller than a page (zbud, zblock),
-//!   to whole pages kept beside it (`huge`), counted in `mem_used_total`.
-//! - **discard / write-zeroes**: each page's slot is emptied and
-//!   `notify_free` counted.
-//! - **written-back pages** (`writeback`, in the `writeback` module) are
-//!   read from the backing store under the slot lock; replacing or
-//!   discarding one frees its block.
-//!
-//! # Locks, in the order they are taken
-//! 1. one slot lock (never two at once);
-//! 2. a compression stream;
-//! 3. the allocator's own locks (behind [`ZPool`]).
-//!
-//! There is no device-wide lock: `reset` empties the slots one by one under
-//! their own locks, and the counters are per-thread shards, so threads on
-//! different pages share no written cache line in the store.
-//!
-//! The write path takes a stream and the allocator before the slot lock,
-//! never while holding it; the read path takes them inside it (a stream
-//! only for a compressor whose decoder keeps state: zstd, deflate). Neither holds
-//! a stream while waiting for a slot, so the order has no cycle.
-//!
-//! This module owns the slot table and the counters; it reaches memory only
-//! through the [`ZPool`] it was given. Writeback and recompression (the
-//! `writeback` and `recompress` modules) use its slots and counters through
-//! the crate-visible fields and helpers below.
+//! # Locks
+//! The order is the core's (one slot lock, then a compression stream, then
+//! the allocator's locks) with the post-processing above it: the policy's
+//! reclaim lock, then the post-processing lock (one writeback or
+//! recompression at a time), both taken with no slot lock held; see the
+//! `disk`, `postprocess` and `policy` modules and docs/design.md.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
 use zcomp::Compressor;
 use zpool::{ZCompacted, ZPool};
 
-use crate::compactor::{AutoCompactPolicy, AutoCompactStats, Compactor, Watched};
+use crate::backing::BackingStore;
+use crate::compactor::AutoCompactPolicy;
+use crate::disk::Disk;
+pub use crate::disk::{same_filled, SlotInfo, SlotState};
 use crate::error::StoreError;
-use crate::huge::HugePages;
+use crate::idle::{self, IdleCutoff};
+use crate::policy::{Parts, Policy, PolicyConfig, PolicyRunner, ReclaimReport};
 use crate::postprocess::PostProcess;
-use crate::slot::{self, HugeHome, Layout, Slot, SlotContent, SlotGuard};
-use crate::stats::{Counter, Counters, DebugStat, IoStat, MmStat, CUMULATIVE};
-use crate::streams::Streams;
-
-/// What one slot holds, for inspection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum SlotState {
-    /// Never written, or discarded: reads as zeros.
-    Empty,
-    /// One repeated 8-byte word (native byte order).
-    Same(u64),
-    /// A compressed object of this many bytes.
-    Compressed(usize),
-    /// The page stored uncompressed.
-    Huge,
-    /// The page is on the backing store, in this block.
-    WrittenBack(u64),
-}
-
-/// A slot's state and flags.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct SlotInfo {
-    /// What it holds.
-    pub state: SlotState,
-    /// Not accessed since the last idle marking.
-    pub idle: bool,
-    /// Seconds since the store was made, at the last access.
-    pub ac_time: u32,
-    /// Stored uncompressed (kept on a written-back page, as the kernel's
-    /// `ZRAM_HUGE`).
-    pub huge: bool,
-    /// Recompression could not make it smaller with the highest priority.
-    pub incompressible: bool,
-    /// The priority of the compressor that compressed it (0: the primary).
-    pub priority: usize,
-    /// For a page written back compressed (`writeback_compressed`): the
-    /// byte offset of its object in its block and the object's length (an
-    /// object reaching past its block runs on into the next).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub packed: Option<(u32, usize)>,
-}
-
-/// Which slots [`Store::mark_idle`] marks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IdleCutoff {
-    /// Every allocated slot (`echo all > idle`).
-    All,
-    /// Slots not accessed for at least this long (`echo N > idle`); the
-    /// others lose their mark.
-    OlderThan(Duration),
-}
+use crate::recompress::{Recompress, RecompressReport, RecompressRequest};
+use crate::stats::{AutoCompactStats, BdStat, DebugStat, IoStat, MmStat, PolicyStats};
+use crate::writeback::{Writeback, WritebackLimit, WritebackReport, WritebackRequest};
 
 /// A zram-style compressed block store.
 pub struct Store {
-    pub(crate) pool: Arc<dyn ZPool>,
-    pub(crate) streams: Streams,
-    pub(crate) slots: Box<[Slot]>,
-    pub(crate) layout: Layout,
-    /// Bytes per disk page: the unit compressed whole (the allocator's page
-    /// unless the store was made with a larger block).
-    pub(crate) page_size: usize,
-    /// Bytes per allocator page: the unit memory is counted in.
-    mem_page: usize,
-    pub(crate) huge_class_size: usize,
-    /// Raw pages kept beside an allocator that cannot hold a whole page.
-    huge: Option<HugePages>,
-    limit_pages: Arc<AtomicU64>,
-    pub(crate) counters: Arc<Counters>,
-    /// Backing store, writeback budget and secondary compressors.
-    pub(crate) post: PostProcess,
-    /// When the store was made, on [`coarse_clock_ns`]'s clock.
-    born: u64,
-    /// The allocator's (pages_compacted, objs_moved) at the last reset: the
-    /// kernel makes a new pool on reset, so its counters start again at 0.
-    pool_base: [AtomicU64; 2],
-    /// The background compactor (off unless [`Store::set_auto_compact`]
-    /// turned it on).
-    compactor: Compactor,
+    /// The slot table, allocator, streams, counters and backing blocks.
+    disk: Disk,
+    /// One writeback or recompression at a time.
+    post: PostProcess,
+    /// Writeback's budget, batch size and `compressed_writeback`.
+    writeback: Writeback,
+    /// The secondaries' `algorithm_params`.
+    recompress: Recompress,
+    /// The memory-aware rule and the timed rule's counters.
+    policy: Policy,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store")
-            .field("allocator", &self.pool.name())
-            .field("compressor", &self.streams.compressor())
-            .field("pages", &self.slots.len())
-            .field("page_size", &self.page_size)
-            .field("mem_page", &self.mem_page)
-            .finish()
+        self.disk.fmt(f)
     }
-}
-
-/// The fill word if `page` is one 8-byte word repeated: the kernel's
-/// `page_same_filled`, which checks the last word against the first before
-/// the rest.
-pub fn same_filled(page: &[u8]) -> Option<u64> {
-    let word = |i: usize| u64::from_ne_bytes(page[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
-    let n = page.len() / 8;
-    if n == 0 || page.len() % 8 != 0 {
-        return None;
-    }
-    let first = word(0);
-    if word(n - 1) != first {
-        return None;
-    }
-    page.chunks_exact(8)
-        .all(|w| u64::from_ne_bytes(w.try_into().unwrap_or([0; 8])) == first)
-        .then_some(first)
-}
-
-fn fill_word(buf: &mut [u8], word: u64) {
-    let bytes = word.to_ne_bytes();
-    for chunk in buf.chunks_exact_mut(8) {
-        chunk.copy_from_slice(&bytes);
-    }
-}
-
-fn zeroed_slots(n: usize) -> Result<Box<[Slot]>, StoreError> {
-    if n == 0 {
-        return Ok(Box::new([]));
-    }
-    let layout = std::alloc::Layout::array::<Slot>(n)
-        .map_err(|_| StoreError::Config(format!("{n} pages is too many")))?;
-    // SAFETY: `layout` has a nonzero size (n > 0 and a Slot is 16 bytes).
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Slot>();
-    if ptr.is_null() {
-        return Err(StoreError::Config(format!(
-            "cannot allocate the slot table for {n} pages"
-        )));
-    }
-    // SAFETY: `ptr` is a fresh allocation of `n` Slots made with the global
-    // allocator and this exact layout, so a Box may own it; a Slot is only
-    // atomics, for which all-zero bytes are a valid (empty, unlocked) value.
-    // A large table comes from calloc's mmap, so untouched slots cost no RSS.
-    Ok(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)) })
 }
 
 impl Store {
@@ -203,8 +60,7 @@ impl Store {
         compressor: Compressor,
         disk_pages: u64,
     ) -> Result<Store, StoreError> {
-        let page_size = pool.page_size();
-        Store::with_block_size(pool, compressor, disk_pages, page_size)
+        Ok(Store::assemble(Disk::new(pool, compressor, disk_pages)?))
     }
 
     /// A store of `disk_pages` blocks of `block_size` bytes, each compressed
@@ -217,411 +73,120 @@ impl Store {
         disk_pages: u64,
         block_size: usize,
     ) -> Result<Store, StoreError> {
-        let mem_page = pool.page_size();
-        let page_size = block_size;
-        if !page_size.is_power_of_two() || !(mem_page..=65536).contains(&page_size) {
-            return Err(StoreError::Config(format!(
-                "block size {page_size} is not a power of two from the page size ({mem_page}) to 65536"
-            )));
-        }
-        // zram keeps incompressible pages raw, as page-sized objects; for an
-        // allocator that cannot hold one, they are kept beside it.
-        let (huge, huge_home) = if pool.max_object_size() < page_size {
-            (Some(HugePages::new(page_size)?), HugeHome::BesideAllocator)
-        } else {
-            (None, HugeHome::Allocator)
-        };
-        let huge_class_size = pool
-            .huge_class_size()
-            .min(page_size)
-            .min(pool.max_object_size() + 1);
-        let n = usize::try_from(disk_pages)
-            .map_err(|_| StoreError::Config(format!("{disk_pages} pages is too many")))?;
-        Ok(Store {
-            huge_class_size,
-            huge,
-            streams: Streams::new(compressor),
-            slots: zeroed_slots(n)?,
-            layout: Layout::new(page_size, huge_home),
-            page_size,
-            mem_page,
-            limit_pages: Arc::new(AtomicU64::new(0)),
-            counters: Arc::new(Counters::default()),
-            born: coarse_clock_ns(),
-            pool_base: [AtomicU64::new(0), AtomicU64::new(0)],
+        let disk = Disk::with_block_size(pool, compressor, disk_pages, block_size)?;
+        Ok(Store::assemble(disk))
+    }
+
+    fn assemble(disk: Disk) -> Store {
+        Store {
+            disk,
             post: PostProcess::default(),
-            pool,
-            compactor: Compactor::new(),
-        })
+            writeback: Writeback::default(),
+            recompress: Recompress::default(),
+            policy: Policy::default(),
+        }
+    }
+
+    /// The parts the policy works on (and the write path's `LimitRule`).
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            disk: &self.disk,
+            post: &self.post,
+            writeback: &self.writeback,
+            recompress: &self.recompress,
+            policy: &self.policy,
+        }
+    }
+
+    /// Stores one page at `index` (one page long). A page of one repeated
+    /// 8-byte word takes no allocator memory; one that does not compress
+    /// below `huge_class_size` is kept raw. Past `mem_limit` the write
+    /// fails (`ENOMEM`) and the old page stays; with the memory-aware rule
+    /// on ([`Store::set_writeback_near_limit`]) pages are written back
+    /// first.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use zram::Store;
+    ///
+    /// let pool = Arc::new(zsmalloc::Pool::new(zsmalloc::PoolConfig::kernel_compat()).unwrap());
+    /// let lz4 = zcomp::Compressor::parse("lz4", "").unwrap();
+    /// let store = Store::new(pool, lz4, 16).unwrap();
+    /// let text: Vec<u8> = b"zram keeps pages compressed in memory. "
+    ///     .iter()
+    ///     .copied()
+    ///     .cycle()
+    ///     .take(4096)
+    ///     .collect();
+    /// store.write_page(0, &text).unwrap();
+    /// store.write_page(1, &[0u8; 4096]).unwrap();
+    ///
+    /// let mm = store.mm_stat();
+    /// assert_eq!(mm.orig_data_size, 2 * 4096);
+    /// assert_eq!(mm.same_pages, 1, "the zero page takes no allocator memory");
+    /// assert!(mm.compr_data_size < 4096 / 4, "{mm}");
+    ///
+    /// let mut back = vec![0u8; 4096];
+    /// store.read_page(0, &mut back).unwrap();
+    /// assert_eq!(back, text);
+    /// assert!(store.write_page(16, &text).is_err(), "past the disk");
+    /// ```
+    pub fn write_page(&self, index: u64, page: &[u8]) -> Result<(), StoreError> {
+        self.disk.write_page(index, page, &self.parts())
     }
 
     /// Bytes per page.
     pub fn page_size(&self) -> usize {
-        self.page_size
+        self.disk.page_size()
     }
 
     /// Pages on the disk.
     pub fn disk_pages(&self) -> u64 {
-        self.slots.len() as u64
+        self.disk.disk_pages()
     }
 
     /// Bytes on the disk.
     pub fn disk_size(&self) -> u64 {
-        self.disk_pages() * self.page_size as u64
+        self.disk.disk_size()
     }
 
     /// The allocator.
     pub fn allocator(&self) -> &dyn ZPool {
-        &*self.pool
+        self.disk.allocator()
     }
 
     /// The compressor.
     pub fn compressor(&self) -> &Compressor {
-        self.streams.compressor()
+        self.disk.compressor()
     }
 
     /// Compressed pages of at least this many bytes are stored raw.
     pub fn huge_class_size(&self) -> usize {
-        self.huge_class_size
-    }
-
-    /// Whole seconds since the store was made: a slot's access time. Every
-    /// read and write takes it, so it comes from the coarse clock (see
-    /// [`coarse_clock_ns`]).
-    pub(crate) fn now(&self) -> u32 {
-        let secs = coarse_clock_ns().saturating_sub(self.born) / 1_000_000_000;
-        u32::try_from(secs).unwrap_or(u32::MAX)
-    }
-
-    pub(crate) fn check_range(&self, first: u64, count: u64) -> Result<(), StoreError> {
-        let pages = self.disk_pages();
-        match first.checked_add(count) {
-            Some(end) if end <= pages => Ok(()),
-            _ => Err(StoreError::OutOfRange {
-                index: first.max(pages),
-                pages,
-            }),
-        }
-    }
-
-    fn check_page(&self, index: u64, len: usize) -> Result<(), StoreError> {
-        self.check_range(index, 1)?;
-        if len != self.page_size {
-            return Err(StoreError::BadLength {
-                len,
-                page_size: self.page_size,
-            });
-        }
-        Ok(())
-    }
-
-    /// Stores one page at `index`.
-    pub fn write_page(&self, index: u64, page: &[u8]) -> Result<(), StoreError> {
-        self.check_page(index, page.len())?;
-        self.post.mark_initialised();
-        self.counters.add(Counter::NumWrites, 1);
-        let result = self.store(index, page);
-        if result.is_err() {
-            self.counters.add(Counter::FailedWrites, 1);
-        }
-        result
-    }
-
-    fn store(&self, index: u64, page: &[u8]) -> Result<(), StoreError> {
-        self.store_once(index, page, true)
-    }
-
-    /// Stores one page; `may_reclaim`: a write that would pass the limit
-    /// may first write pages back (the memory-aware rule, `policy`), with
-    /// no lock held, then try once more.
-    fn store_once(&self, index: u64, page: &[u8], may_reclaim: bool) -> Result<(), StoreError> {
-        if let Some(word) = same_filled(page) {
-            self.counters.add(Counter::SamePages, 1);
-            self.counters.add(Counter::PagesStored, 1);
-            self.replace(index, SlotContent::SameFilled(word));
-            return Ok(());
-        }
-        let mut stream = self.streams.get()?;
-        let compressed = stream.context().compress_buffered(page)?;
-        let (content, bytes) = if compressed.len() < self.huge_class_size {
-            let handle = self.pool.malloc(compressed.len())?;
-            let size = compressed.len();
-            (SlotContent::Compressed { handle, size }, compressed)
-        } else if let Some(huge) = &self.huge {
-            (SlotContent::RawPage(huge.store(page)?), page)
-        } else {
-            (SlotContent::RawObject(self.pool.malloc(page.len())?), page)
-        };
-        let total = self.used_pages();
-        let limit = self.limit_pages.load(Ordering::Relaxed);
-        let rule = limit != 0 && self.post.policy.near_limit_on();
-        if rule && may_reclaim && total > self.post.policy.ceiling_pages(limit) {
-            // The memory-aware rule keeps memory within its ceiling
-            // (mem_limit minus the store's metadata): pages are written
-            // back first, with no lock held, and the write tried once more;
-            // that try fails only past mem_limit itself, as in the kernel.
-            self.free_content(content);
-            drop(stream);
-            self.reclaim_for_write(limit);
-            return self.store_once(index, page, false);
-        }
-        if limit != 0 && total >= limit - limit / 16 {
-            // Memory is tight: pages the allocator kept resident for reuse
-            // (not counted in mem_used) go back to the OS.
-            self.pool.release_retained_pages();
-        }
-        if limit != 0 && total > limit {
-            self.free_content(content);
-            if rule {
-                self.post.policy.note_limit_failure();
-            }
-            self.compactor.note_limit_hit();
-            return Err(StoreError::MemLimit {
-                used_pages: total,
-                limit_pages: limit,
-            });
-        }
-        self.counters.update_max(total);
-        self.post.policy.note_usage(total, limit);
-        if let SlotContent::Compressed { handle, .. } | SlotContent::RawObject(handle) = content {
-            if let Err(e) = self.pool.write(handle, bytes) {
-                self.free_content(content);
-                return Err(e.into());
-            }
-        }
-        let size = bytes.len();
-        drop(stream);
-        self.counters.add(Counter::ComprDataSize, size as u64);
-        self.counters.add(Counter::PagesStored, 1);
-        if content.is_raw() {
-            self.counters.add(Counter::HugePages, 1);
-            self.counters.add(Counter::HugePagesSince, 1);
-        }
-        self.replace(index, content);
-        Ok(())
-    }
-
-    /// Puts `new` in the slot and frees what it held.
-    fn replace(&self, index: u64, new: SlotContent) {
-        let old = {
-            let mut guard = self.slots[index as usize].lock(self.layout);
-            let old = guard.content();
-            guard.set(new);
-            guard.touch(self.now());
-            old
-        };
-        self.release(old);
-    }
-
-    /// Frees a slot's former contents and takes them out of the counters.
-    pub(crate) fn release(&self, old: SlotContent) {
-        let mut blocks = Vec::new();
-        self.release_into(old, &mut blocks);
-        // Only a written-back page frees blocks: every other write skips the
-        // backing store's lock, whose word every writing thread would
-        // otherwise take and release in turn.
-        if blocks.is_empty() {
-            return;
-        }
-        if let Some(backing) = self.post.backing() {
-            for b in blocks {
-                backing.release(b);
-            }
-        }
-    }
-
-    /// [`Store::release`], except that a backing-store block is added to
-    /// `blocks` for the caller to free.
-    fn release_into(&self, old: SlotContent, blocks: &mut Vec<u64>) {
-        match old {
-            SlotContent::Empty => {}
-            SlotContent::WrittenBack {
-                block,
-                size,
-                packed,
-                ..
-            } => {
-                // Its length and huge_pages share left the counters when
-                // it was written back.
-                blocks.push(block);
-                // A packed object may run on into the next block.
-                if packed.is_some_and(|at| at as usize + size > self.page_size) {
-                    blocks.push(block + 1);
-                }
-                self.counters.sub(Counter::PagesStored, 1);
-            }
-            SlotContent::SameFilled(_) => {
-                self.counters.sub(Counter::SamePages, 1);
-                self.counters.sub(Counter::PagesStored, 1);
-            }
-            SlotContent::Compressed { .. }
-            | SlotContent::RawObject(_)
-            | SlotContent::RawPage(_) => {
-                self.free_content(old);
-                let size = old.stored_bytes(self.page_size);
-                self.counters.sub(Counter::ComprDataSize, size as u64);
-                self.counters.sub(Counter::PagesStored, 1);
-                if old.is_raw() {
-                    self.counters.sub(Counter::HugePages, 1);
-                }
-            }
-        }
-    }
-
-    /// Frees the allocator object, or the page kept beside it, that holds a
-    /// slot's page (nothing for an empty or same-filled slot).
-    pub(crate) fn free_content(&self, content: SlotContent) {
-        match content {
-            SlotContent::Compressed { handle, .. } | SlotContent::RawObject(handle) => {
-                // The handle came from this allocator and was in one slot
-                // only, so the free cannot fail; if it ever did, the object
-                // would only leak.
-                let freed = self.pool.free(handle);
-                debug_assert!(freed.is_ok(), "freeing a stored object: {freed:?}");
-                self.compactor.note_free();
-            }
-            SlotContent::RawPage(id) => {
-                if let Some(huge) = &self.huge {
-                    huge.free(id);
-                }
-            }
-            SlotContent::Empty | SlotContent::SameFilled(_) | SlotContent::WrittenBack { .. } => {}
-        }
-    }
-
-    /// Allocator pages held: the allocator's, plus the blocks kept beside it
-    /// (each `page_size / mem_page` of them).
-    pub(crate) fn used_pages(&self) -> u64 {
-        let per_block = self.page_size / self.mem_page;
-        (self.pool.total_pages() + self.huge.as_ref().map_or(0, HugePages::pages) * per_block)
-            as u64
+        self.disk.huge_class_size()
     }
 
     /// Bytes per allocator page, the unit `mem_used_total` and `mem_limit`
     /// are counted in (equal to [`Store::page_size`] unless the store was
     /// made with a larger block).
     pub fn mem_page_size(&self) -> usize {
-        self.mem_page
+        self.disk.mem_page_size()
     }
 
     /// Reads the page at `index` into `buf` (one page long).
     pub fn read_page(&self, index: u64, buf: &mut [u8]) -> Result<(), StoreError> {
-        self.check_page(index, buf.len())?;
-        self.counters.add(Counter::NumReads, 1);
-        let result = self.load(index, buf);
-        if result.is_err() {
-            self.counters.add(Counter::FailedReads, 1);
-        }
-        result
-    }
-
-    fn load(&self, index: u64, buf: &mut [u8]) -> Result<(), StoreError> {
-        let mut guard = self.slots[index as usize].lock(self.layout);
-        self.read_locked(index, &guard, buf)?;
-        guard.touch(self.now());
-        Ok(())
-    }
-
-    /// Reads the page of the locked slot `index` into `buf`: from memory,
-    /// decompressed with the compressor that compressed it, or from the
-    /// backing store.
-    pub(crate) fn read_locked(
-        &self,
-        index: u64,
-        guard: &SlotGuard<'_>,
-        buf: &mut [u8],
-    ) -> Result<(), StoreError> {
-        match guard.content() {
-            SlotContent::Empty => buf.fill(0),
-            SlotContent::SameFilled(word) => fill_word(buf, word),
-            SlotContent::RawPage(id) => {
-                // Slots decode to pages beside the allocator only in a store
-                // that keeps them.
-                let huge = self.huge.as_ref().ok_or(StoreError::Alloc(
-                    zpool::ZPoolError::InvalidHandle("this store keeps no huge pages"),
-                ))?;
-                huge.load(id, buf)?;
-            }
-            SlotContent::RawObject(handle) => {
-                self.pool
-                    .read_with(handle, self.page_size, &mut |obj| buf.copy_from_slice(obj))?;
-            }
-            SlotContent::Compressed { handle, size } => {
-                let mut decoded = Ok(());
-                self.pool.read_with(handle, size, &mut |obj| {
-                    decoded = self.decompress(index, guard.priority(), obj, buf);
-                })?;
-                decoded?;
-            }
-            SlotContent::WrittenBack {
-                block,
-                size,
-                packed,
-                ..
-            } => {
-                let object = packed.map(|at| (at as usize, size));
-                self.read_back(index, block, object, guard.priority(), buf)?
-            }
-        }
-        Ok(())
-    }
-
-    /// Decompresses the object `src` of page `index` into `buf` with the
-    /// compressor of `priority` (0: the primary).
-    pub(crate) fn decompress(
-        &self,
-        index: u64,
-        priority: usize,
-        src: &[u8],
-        buf: &mut [u8],
-    ) -> Result<(), StoreError> {
-        let secondary;
-        let streams = match priority {
-            // A decoder that keeps no state needs no stream (lzo, lz4: the
-            // store's default compressors), so a read takes no lock for it.
-            0 => match self.streams.compressor().decompress_stateless(src, buf) {
-                Some(result) => {
-                    return result.map(|_| ()).map_err(|e| StoreError::Corrupt {
-                        index,
-                        reason: e.to_string(),
-                    })
-                }
-                None => &self.streams,
-            },
-            p => {
-                secondary = self.post.secondary(p).ok_or(StoreError::Corrupt {
-                    index,
-                    reason: format!("no compressor of priority {p}"),
-                })?;
-                &*secondary
-            }
-        };
-        let mut stream = streams.get()?;
-        stream
-            .context()
-            .decompress(src, buf)
-            .map(|_| ())
-            .map_err(|e| StoreError::Corrupt {
-                index,
-                reason: e.to_string(),
-            })
+        self.disk.read_page(index, buf)
     }
 
     /// Frees `count` pages from `first` (a discard or trim): they read as
     /// zeros afterwards and hold no memory.
     pub fn discard(&self, first: u64, count: u64) -> Result<(), StoreError> {
-        self.check_range(first, count)?;
-        for index in first..first + count {
-            self.replace(index, SlotContent::Empty);
-            self.counters.add(Counter::NotifyFree, 1);
-        }
-        Ok(())
+        self.disk.discard(first, count)
     }
 
     /// Zeroes `count` pages from `first`. As in zram this frees them: an
     /// empty slot reads as zeros.
     pub fn write_zeroes(&self, first: u64, count: u64) -> Result<(), StoreError> {
-        self.discard(first, count)
+        self.disk.write_zeroes(first, count)
     }
 
     /// Frees every page and zeroes the counters and the memory limit (the
@@ -630,61 +195,29 @@ impl Store {
     /// slot after `reset` has passed it stays (as a write just after the
     /// reset would).
     pub fn reset(&self) {
-        // Blocks on the backing store are freed together at the end, one
-        // hole punched per run of them rather than one per block.
-        let mut blocks = Vec::new();
-        for slot in self.slots.iter() {
-            let old = {
-                let mut guard = slot.lock(self.layout);
-                let old = guard.content();
-                guard.set(SlotContent::Empty);
-                old
-            };
-            self.release_into(old, &mut blocks);
-        }
-        if let Some(backing) = self.post.backing() {
-            backing.release_many(&mut blocks);
-        }
-        // The gauges went to 0 as the slots were freed (and with them the
-        // backing store's blocks; the backing store itself stays, as the
-        // compressor does).
-        self.post.clear_initialised();
-        for c in CUMULATIVE {
-            self.counters.zero(c);
-        }
-        self.counters.set_max(self.used_pages());
-        self.limit_pages.store(0, Ordering::Relaxed);
-        let pool = self.pool.stats();
-        self.pool_base[0].store(pool.pages_compacted, Ordering::Relaxed);
-        self.pool_base[1].store(pool.objs_moved, Ordering::Relaxed);
+        self.disk.reset()
     }
 
     /// Compacts the allocator (`echo 1 > compact`).
     pub fn compact(&self) -> ZCompacted {
-        self.pool.compact()
+        self.disk.compact()
     }
 
     /// Sets the background compactor's policy (see the `compactor` module):
     /// [`AutoCompactMode::On`](crate::AutoCompactMode::On) starts its
     /// thread, `Off` stops it and waits for it. A store starts with it off.
     pub fn set_auto_compact(&self, policy: AutoCompactPolicy) -> Result<(), StoreError> {
-        self.compactor
-            .set_policy(policy, || Watched {
-                pool: Arc::clone(&self.pool),
-                counters: Arc::clone(&self.counters),
-                limit_pages: Arc::clone(&self.limit_pages),
-            })
-            .map_err(StoreError::Config)
+        self.disk.set_auto_compact(policy)
     }
 
     /// The background compactor's policy.
     pub fn auto_compact(&self) -> AutoCompactPolicy {
-        self.compactor.policy()
+        self.disk.auto_compact()
     }
 
     /// What the background compactor has done since the store was made.
     pub fn auto_compact_stats(&self) -> AutoCompactStats {
-        self.compactor.stats()
+        self.disk.auto_compact_stats()
     }
 
     /// Waits until the background compactor has dealt with every free so
@@ -692,124 +225,44 @@ impl Store {
     /// figures after the compactor, such as the replay engine between stages.
     /// True at once when it is off.
     pub fn wait_auto_compact_idle(&self, timeout: Duration) -> bool {
-        self.compactor.wait_idle(timeout)
+        self.disk.wait_auto_compact_idle(timeout)
     }
 
     /// Whether the background compactor's thread is running.
     pub fn auto_compact_running(&self) -> bool {
-        self.compactor.running()
+        self.disk.auto_compact_running()
     }
 
     /// Sets the memory limit in bytes, rounded up to whole pages; 0 removes
     /// it. Pages already stored stay; later writes that would pass it fail.
     pub fn set_mem_limit(&self, bytes: u64) {
-        let pages = bytes.div_ceil(self.mem_page as u64);
-        self.limit_pages.store(pages, Ordering::Relaxed);
+        self.disk.set_mem_limit(bytes)
     }
 
     /// The memory limit in bytes (0: none).
     pub fn mem_limit(&self) -> u64 {
-        self.limit_pages.load(Ordering::Relaxed) * self.mem_page as u64
+        self.disk.mem_limit()
     }
 
     /// Resets `mem_used_max` to the memory used now (`echo 0 >
     /// mem_used_max`).
     pub fn reset_mem_used_max(&self) {
-        let now = self.used_pages();
-        self.counters.set_max(now);
-    }
-
-    /// Marks slots idle (`echo all > idle` or `echo N > idle`). Same-filled
-    /// and empty slots are never marked. Returns the slots marked.
-    pub fn mark_idle(&self, cutoff: IdleCutoff) -> u64 {
-        let now = self.now();
-        let mut marked = 0;
-        for slot in self.slots.iter() {
-            let mut guard = slot.lock(self.layout);
-            if !guard.content().holds_memory() {
-                continue;
-            }
-            let idle = match cutoff {
-                IdleCutoff::All => true,
-                IdleCutoff::OlderThan(age) => {
-                    let age = u32::try_from(age.as_secs()).unwrap_or(u32::MAX);
-                    now.saturating_sub(slot.ac_time()) >= age
-                }
-            };
-            if idle {
-                guard.update_flags(slot::IDLE, 0);
-                marked += 1;
-            } else {
-                guard.update_flags(0, slot::IDLE);
-            }
-        }
-        marked
+        self.disk.reset_mem_used_max()
     }
 
     /// What the slot at `index` holds.
     pub fn slot_info(&self, index: u64) -> Result<SlotInfo, StoreError> {
-        self.check_range(index, 1)?;
-        let slot = &self.slots[index as usize];
-        let guard = slot.lock(self.layout);
-        let state = match guard.content() {
-            SlotContent::Empty => SlotState::Empty,
-            SlotContent::SameFilled(word) => SlotState::Same(word),
-            SlotContent::Compressed { size, .. } => SlotState::Compressed(size),
-            SlotContent::RawObject(_) | SlotContent::RawPage(_) => SlotState::Huge,
-            SlotContent::WrittenBack { block, .. } => SlotState::WrittenBack(block),
-        };
-        Ok(SlotInfo {
-            state,
-            idle: guard.is_idle(),
-            ac_time: slot.ac_time(),
-            huge: guard.has(slot::HUGE),
-            incompressible: guard.has(slot::INCOMPRESSIBLE),
-            priority: guard.priority(),
-            packed: match guard.content() {
-                SlotContent::WrittenBack {
-                    size,
-                    packed: Some(at),
-                    ..
-                } => Some((at, size)),
-                _ => None,
-            },
-        })
+        self.disk.slot_info(index)
     }
 
     /// `mm_stat` now.
     pub fn mm_stat(&self) -> MmStat {
-        let page = self.page_size as u64;
-        let mem_page = self.mem_page as u64;
-        let pool = self.pool.stats();
-        let c = self.counters.snapshot();
-        let used = self.used_pages();
-        MmStat {
-            orig_data_size: c.get(Counter::PagesStored) * page,
-            compr_data_size: c.get(Counter::ComprDataSize),
-            mem_used_total: used * mem_page,
-            mem_limit: self.mem_limit(),
-            // The maximum is raised just after the pages are taken: never
-            // show it below the total read after it.
-            mem_used_max: self.counters.max_used_pages().max(used) * mem_page,
-            same_pages: c.get(Counter::SamePages),
-            pages_compacted: pool
-                .pages_compacted
-                .saturating_sub(self.pool_base[0].load(Ordering::Relaxed)),
-            huge_pages: c.get(Counter::HugePages),
-            huge_pages_since: c.get(Counter::HugePagesSince),
-            objs_moved: pool
-                .objs_moved
-                .saturating_sub(self.pool_base[1].load(Ordering::Relaxed)),
-        }
+        self.disk.mm_stat()
     }
 
     /// `io_stat` now.
     pub fn io_stat(&self) -> IoStat {
-        IoStat {
-            failed_reads: self.counters.get(Counter::FailedReads),
-            failed_writes: self.counters.get(Counter::FailedWrites),
-            notify_free: self.counters.get(Counter::NotifyFree),
-        }
+        self.disk.io_stat()
     }
 
     /// Bytes the allocator gave back to its page source and keeps resident
@@ -817,9 +270,7 @@ impl Store {
     /// resident set may exceed `mem_used_total` by up to the bound (see
     /// `zpool::ZPool::retained_pages`).
     pub fn retained_bytes(&self) -> (u64, u64) {
-        let r = self.pool.retained_pages();
-        let page = self.pool.page_size() as u64;
-        (r.pages as u64 * page, r.bound as u64 * page)
+        self.disk.retained_bytes()
     }
 
     /// The divisor of the allocator's retained share: freed pages up to one
@@ -827,33 +278,19 @@ impl Store {
     /// its page source's fixed cache (0: the fixed cache only, or an
     /// allocator that keeps none).
     pub fn retain_divisor(&self) -> usize {
-        self.pool.retained_pages().divisor
+        self.disk.retain_divisor()
     }
 
     /// Sets the retained share's divisor on the running store (see
     /// [`Store::retain_divisor`]); what is kept over the new bound goes back
     /// to the OS now.
     pub fn set_retain_divisor(&self, divisor: usize) {
-        self.pool.set_page_retain_divisor(divisor);
-    }
-
-    /// `debug_stat` now.
-    pub fn debug_stat(&self) -> DebugStat {
-        let stats = self.compactor.stats();
-        let shown = self.compactor.running() || stats.wakeups > 0;
-        DebugStat {
-            miss_free: self.counters.get(Counter::MissFree),
-            auto_compact: shown.then_some(stats),
-            policy: self.policy_configured().then(|| self.policy_stats()),
-        }
+        self.disk.set_retain_divisor(divisor)
     }
 
     /// Page reads and writes served since the last reset.
     pub fn io_counts(&self) -> (u64, u64) {
-        (
-            self.counters.get(Counter::NumReads),
-            self.counters.get(Counter::NumWrites),
-        )
+        self.disk.io_counts()
     }
 
     /// Gives back the compression contexts no thread is using (see the
@@ -863,51 +300,279 @@ impl Store {
     /// or lz4, whose decoders keep no state, take none). Returns how many were
     /// released.
     pub fn release_idle_streams(&self) -> usize {
-        self.streams.release_idle()
+        self.disk.release_idle_streams()
     }
 
     /// How many pages the store compresses at once (`max_comp_streams`:
     /// the kernel's per-CPU streams; here the stripes, twice the CPUs).
     pub fn max_comp_streams(&self) -> usize {
-        self.streams.max()
+        self.disk.max_comp_streams()
     }
 
     /// Compression contexts the store holds now (at most twice the CPUs).
     pub fn live_streams(&self) -> usize {
-        self.streams.live()
+        self.disk.live_streams()
+    }
+
+    /// `debug_stat` now.
+    pub fn debug_stat(&self) -> DebugStat {
+        let stats = self.disk.auto_compact_stats();
+        let shown = self.disk.auto_compact_running() || stats.wakeups > 0;
+        DebugStat {
+            miss_free: self.disk.miss_free(),
+            auto_compact: shown.then_some(stats),
+            policy: self.policy_configured().then(|| self.policy_stats()),
+        }
+    }
+
+    /// Marks slots idle (`echo all > idle` or `echo N > idle`; see
+    /// [`IdleCutoff::parse`]). Same-filled and empty slots are never
+    /// marked. Returns the slots marked.
+    pub fn mark_idle(&self, cutoff: IdleCutoff) -> u64 {
+        idle::mark(&self.disk, cutoff)
+    }
+
+    // Writeback (the `writeback` module).
+
+    /// Sets the backing store to the file or block device at `path`
+    /// (`echo PATH > backing_dev`). `EBUSY` once the store is initialised
+    /// (a page written since it was made or reset); see
+    /// [`BackingFile::open`](crate::BackingFile::open) for the others.
+    pub fn set_backing_dev(&self, path: &Path) -> Result<(), StoreError> {
+        self.writeback.set_backing_dev(&self.disk, path)?;
+        self.policy
+            .refresh_metadata_pages(&self.disk, &self.writeback);
+        Ok(())
+    }
+
+    /// Sets any [`BackingStore`] as the backing store (its blocks are
+    /// pages of this store). `EBUSY` once the store is initialised.
+    pub fn set_backing_store(&self, dev: Arc<dyn BackingStore>) -> Result<(), StoreError> {
+        self.writeback.set_backing_store(&self.disk, dev)?;
+        self.policy
+            .refresh_metadata_pages(&self.disk, &self.writeback);
+        Ok(())
+    }
+
+    /// What `cat backing_dev` shows: the path, or `none`.
+    pub fn backing_dev(&self) -> String {
+        self.writeback.backing_dev(&self.disk)
+    }
+
+    /// Sets `compressed_writeback` (`echo 1 > compressed_writeback`, the
+    /// attribute Linux 7.0 adds): write compressed objects, packed several
+    /// to a block, instead of decompressed pages. `EBUSY` once the store is
+    /// initialised, as the kernel's.
+    pub fn set_compressed_writeback(&self, on: bool) -> Result<(), StoreError> {
+        self.writeback.set_compressed(&self.disk, on)
+    }
+
+    /// `compressed_writeback`.
+    pub fn compressed_writeback(&self) -> bool {
+        self.writeback.compressed()
+    }
+
+    /// [`Store::set_compressed_writeback`] under the attribute's name
+    /// before Linux 7.0's release (`writeback_compressed`).
+    pub fn set_writeback_compressed(&self, on: bool) -> Result<(), StoreError> {
+        self.set_compressed_writeback(on)
+    }
+
+    /// [`Store::compressed_writeback`] under the attribute's name before
+    /// Linux 7.0's release (`writeback_compressed`).
+    pub fn writeback_compressed(&self) -> bool {
+        self.compressed_writeback()
+    }
+
+    /// `bd_stat` now.
+    pub fn bd_stat(&self) -> BdStat {
+        self.writeback.bd_stat(&self.disk)
+    }
+
+    /// `writeback_limit_enable` and `writeback_limit`.
+    pub fn writeback_limit(&self) -> WritebackLimit {
+        self.writeback.budget()
+    }
+
+    /// Sets `writeback_limit` (4 KiB units, rounded down to whole pages).
+    pub fn set_writeback_limit(&self, units: u64) {
+        self.writeback.set_budget(&self.disk, units);
+    }
+
+    /// Sets `writeback_limit_enable`.
+    pub fn set_writeback_limit_enable(&self, enabled: bool) {
+        self.writeback.set_budget_enabled(enabled);
+    }
+
+    /// `writeback_batch_size`: pages written with one call.
+    pub fn writeback_batch_size(&self) -> usize {
+        self.writeback.batch()
+    }
+
+    /// Sets `writeback_batch_size` (1 to 256 pages; `EINVAL` otherwise).
+    /// It may change at any time; a writeback running takes it when it
+    /// starts.
+    pub fn set_writeback_batch_size(&self, pages: u64) -> Result<(), StoreError> {
+        self.writeback.set_batch(pages)?;
+        self.policy
+            .refresh_metadata_pages(&self.disk, &self.writeback);
+        Ok(())
+    }
+
+    /// Bytes of the batch buffers a writeback holds while it runs (up to
+    /// four of `writeback_batch_size` pages each).
+    pub fn writeback_buffer_bytes(&self) -> u64 {
+        self.writeback.buffer_bytes(&self.disk)
+    }
+
+    /// Writes the pages `req` chooses to the backing store (`echo ... >
+    /// writeback`). `ENODEV` without a backing store; `ENOSPC` when it is
+    /// full, `EIO` when the budget runs out, or the last write error: pages
+    /// written before the error stay written.
+    ///
+    /// Pages go out in batches of `writeback_batch_size`: a run of adjacent
+    /// free blocks is reserved, the pages are read into one aligned buffer
+    /// (each under its own slot lock, held only for the copy) and written
+    /// with one call by one of two writer threads, while this thread reads
+    /// the next batch into another buffer (up to four); then the writer
+    /// gives each slot that nobody touched meanwhile its block and frees
+    /// its object. A failed batch is written again page by page, so a bad
+    /// block keeps only its own page in memory.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use zram::{BackingFile, IdleCutoff, SlotState, Store, WritebackRequest};
+    ///
+    /// let pool = Arc::new(zsmalloc::Pool::new(zsmalloc::PoolConfig::kernel_compat()).unwrap());
+    /// let lz4 = zcomp::Compressor::parse("lz4", "").unwrap();
+    /// let store = Store::new(pool, lz4, 8).unwrap();
+    ///
+    /// // A backing file of the disk's size, set before the first write.
+    /// let path = std::env::temp_dir().join(format!("zram-doc-{}.img", std::process::id()));
+    /// std::fs::File::create(&path).unwrap().set_len(8 * 4096).unwrap();
+    /// store.set_backing_store(Arc::new(BackingFile::open(&path, 4096).unwrap())).unwrap();
+    /// std::fs::remove_file(&path).unwrap(); // the store keeps it open
+    ///
+    /// let page: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+    /// store.write_page(2, &page).unwrap();
+    /// store.mark_idle(IdleCutoff::All);
+    /// let report = store.writeback(&WritebackRequest::parse("idle", 8).unwrap()).unwrap();
+    /// assert_eq!(report.written, 1);
+    /// assert!(matches!(store.slot_info(2).unwrap().state, SlotState::WrittenBack(_)));
+    /// assert_eq!(store.mm_stat().compr_data_size, 0, "the page left memory");
+    ///
+    /// let mut back = vec![0u8; 4096];
+    /// store.read_page(2, &mut back).unwrap(); // read from the backing file
+    /// assert_eq!(back, page);
+    /// assert_eq!(store.bd_stat().bd_reads, 1);
+    /// ```
+    pub fn writeback(&self, req: &WritebackRequest) -> Result<WritebackReport, StoreError> {
+        self.writeback.run(&self.disk, &self.post, req)
+    }
+
+    // Recompression (the `recompress` module).
+
+    /// Sets a secondary compressor (`echo "algo=NAME priority=N" >
+    /// recomp_algorithm`; priority 1 when not given). `EINVAL` for a
+    /// missing or unknown algorithm, a word without a value or a priority
+    /// outside 1..=3; `E2BIG` for a name of 128 bytes or more; `EBUSY` once
+    /// the store is initialised.
+    pub fn set_recomp_algorithm(&self, text: &str) -> Result<(), StoreError> {
+        self.recompress.set_recomp_algorithm(&self.disk, text)
+    }
+
+    /// Sets the parameters of a secondary compressor (`echo "priority=N
+    /// level=L" > algorithm_params`, or `algo=NAME` for the secondary of
+    /// that name): `level`, `dict` and `deflate.winbits`, as for the
+    /// primary. They are kept per priority and used by the compressor of
+    /// that priority, whether `recomp_algorithm` set it before or sets it
+    /// after. `EINVAL` for unknown keys, malformed values, a priority
+    /// outside 1..=3, an `algo` no secondary has (or not the one at the
+    /// given priority) or settings the algorithm refuses; `EBUSY` for the
+    /// primary (priority 0, or neither key: its parameters are given when
+    /// the store is made) and once the store is initialised.
+    pub fn set_algorithm_params(&self, text: &str) -> Result<(), StoreError> {
+        self.recompress.set_algorithm_params(&self.disk, text)
+    }
+
+    /// The `algorithm_params` settings kept for `priority` (1..=3).
+    pub fn secondary_params(&self, priority: usize) -> zcomp::Params {
+        self.recompress.secondary_params(priority)
+    }
+
+    /// The secondary compressors: `(priority, algorithm name)`.
+    pub fn recomp_algorithms(&self) -> Vec<(usize, &'static str)> {
+        Recompress::recomp_algorithms(&self.disk)
+    }
+
+    /// Recompresses the pages `req` chooses (`echo ... > recompress`).
+    pub fn recompress(&self, req: &RecompressRequest) -> Result<RecompressReport, StoreError> {
+        self.recompress.run(&self.disk, &self.post, req)
+    }
+
+    // The memory-aware rule (the `policy` module).
+
+    /// Turns the memory-aware rule on at `high_percent` of `mem_limit`
+    /// (50 to 99), or off with 0. `EINVAL` for other values.
+    pub fn set_writeback_near_limit(&self, high_percent: u32) -> Result<(), StoreError> {
+        self.policy.set_high_percent(&self.parts(), high_percent)
+    }
+
+    /// The memory-aware rule's high mark, percent of `mem_limit` (0: off).
+    pub fn writeback_near_limit(&self) -> u32 {
+        self.policy.high_percent()
+    }
+
+    /// What the policies have done.
+    pub fn policy_stats(&self) -> PolicyStats {
+        self.policy.stats()
+    }
+
+    /// Whether a policy was ever set on this store (its `debug_stat` line
+    /// is shown).
+    pub fn policy_configured(&self) -> bool {
+        self.policy.configured()
+    }
+
+    /// Bytes of the store's own metadata that the memory-aware rule leaves
+    /// room for below `mem_limit`: the slot table (16 bytes a page of the
+    /// disk, the kernel's `zram_table_entry`) and the backing store's block
+    /// bitmap (a bit a block). Both are fixed by the sizes of the disk and
+    /// the backing store, and outside `mem_limit`, as in the kernel.
+    pub fn metadata_bytes(&self) -> u64 {
+        self.disk.metadata_bytes()
+    }
+
+    /// What the memory-aware rule keeps `mem_used_total` within, in bytes:
+    /// `mem_limit` minus [`Store::metadata_bytes`] and the writeback's batch
+    /// buffers ([`Store::writeback_buffer_bytes`]), never below half the
+    /// limit; 0 without a limit.
+    pub fn writeback_ceiling(&self) -> u64 {
+        self.policy.ceiling_bytes(&self.disk)
+    }
+
+    /// Writes back pages (idle ones first, then by least recent access)
+    /// and compacts until `mem_used_total` is at most `target_pages`, or
+    /// nothing more can go. One reclaim at a time: a caller that waited
+    /// for another finds the memory it freed, and returns at once when
+    /// memory is at most `skip_at_pages`.
+    pub fn reclaim_to(&self, target_pages: u64, skip_at_pages: u64) -> ReclaimReport {
+        self.parts().reclaim_to(target_pages, skip_at_pages)
     }
 }
 
-impl Drop for Store {
-    fn drop(&mut self) {
-        // The compactor's thread first: nothing runs on a store being taken
-        // apart. Turning it off cannot fail.
-        let off = AutoCompactPolicy::new(crate::AutoCompactMode::Off);
-        let _ = self.set_auto_compact(off);
-        // Give the allocator's memory back even if it outlives the store.
-        self.reset();
+impl PolicyRunner {
+    /// Starts the thread for `store` with the timed rule `config` (which
+    /// may do nothing: the thread then serves the memory-aware rule only).
+    /// The thread holds only a weak reference to the store.
+    pub fn start(store: &Arc<Store>, config: PolicyConfig) -> std::io::Result<PolicyRunner> {
+        let weak = Arc::downgrade(store);
+        PolicyRunner::spawn(&store.policy, config, move |config, tick| {
+            let Some(store) = weak.upgrade() else {
+                return false;
+            };
+            store.parts().step(config, tick);
+            true
+        })
     }
-}
-
-/// The monotonic clock in nanoseconds, at the resolution of the kernel's
-/// tick (`CLOCK_MONOTONIC_COARSE`): enough for access times in whole
-/// seconds, and read from the vDSO's data without reading the hardware
-/// clock, so it costs a few nanoseconds where `Instant::now` cost a read
-/// of the store's page about 40 (measured in BENCHMARKS.md, issue 17).
-fn coarse_clock_ns() -> u64 {
-    #[cfg(target_os = "linux")]
-    const CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC_COARSE;
-    #[cfg(not(target_os = "linux"))]
-    const CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC;
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the call's duration;
-    // the clock exists on every system the store builds for, so the call
-    // cannot fail (and on failure `ts` stays 0, an access time of 0).
-    unsafe { libc::clock_gettime(CLOCK, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
 }

@@ -1,6 +1,9 @@
 //! Compression contexts, one per thread at a time, as zram keeps one stream
 //! per CPU.
 //!
+//! Owns the compression contexts; may not touch slots, allocators or any
+//! module but `shard` (floor 1).
+//!
 //! A fixed array of stripes (twice the CPUs), each a mutex (on its own cache
 //! line) around a lazily
 //! made [`Context`]. A thread starts at its own stripe and takes the first

@@ -1,7 +1,12 @@
 //! Writeback: moving stored pages out of memory to the backing store, as
-//! the kernel's `writeback` attribute does, and reading them back.
+//! the kernel's `writeback` attribute does (reading them back is the core
+//! store's read path, in `disk`).
 //!
-//! - **Setting up** ([`Store::set_backing_dev`]): only before the store is
+//! Owns the writeback path, its settings (budget, batch size,
+//! `compressed_writeback`) and request format; may not touch slots but
+//! through the core's API, nor recompression or the policy (floor 6).
+//!
+//! - **Setting up** (`Store::set_backing_dev`): only before the store is
 //!   initialised (see the `postprocess` module), else `EBUSY`.
 //! - **Choosing pages** ([`WritebackRequest`]): `idle`, `huge`, `huge_idle`
 //!   or `incompressible` (a bare word, or `type=`), over the whole disk or
@@ -21,14 +26,15 @@
 //!   `huge_pages` loses a raw page, `pages_stored` stays, and the slot holds
 //!   the block with the `WB` flag (keeping its length and `HUGE`, losing
 //!   `IDLE`). Otherwise the block is freed and the page stays where it is.
-//! - **Compressed writeback** (`writeback_compressed`, the attribute Linux
-//!   7.0 adds; 0 by default, set only before the store is initialised, else
-//!   `EBUSY`): a compressed page is written as its compressed object, not
+//! - **Compressed writeback** (`compressed_writeback`, the attribute Linux
+//!   7.0 adds, named `writeback_compressed` before its release; 0 by
+//!   default, set only before the store is initialised, else `EBUSY`): a
+//!   compressed page is written as its compressed object, not
 //!   decompressed, and a read of it reads the object back and decompresses
 //!   it with the compressor (priority) that made it, which the slot keeps.
 //!   The kernel's patch writes each object into a block of its own, so it
 //!   saves the decompression but not one byte of the backing store. zmem
-//!   packs instead (issue 16 asks for at least 2x fewer bytes written):
+//!   packs instead, to write at least 2x fewer bytes:
 //!   a batch fills its run of blocks with objects back to back, an object
 //!   that does not fit in the rest of a block running on into the next
 //!   block of the run (never past the run: it waits for the next batch);
@@ -48,7 +54,7 @@
 //!   last error is returned, as the kernel does.
 //! - **Budget**: with `writeback_limit_enable`, each block written takes
 //!   `PAGE_SIZE / 4096` from `writeback_limit` (a page each without
-//!   `writeback_compressed`); at 0 writeback stops with `EIO`.
+//!   `compressed_writeback`); at 0 writeback stops with `EIO`.
 //! - **Reading** a written-back page reads its block under the slot lock
 //!   (`bd_reads`); the page stays on the backing store. Overwriting or
 //!   discarding it frees the block (a hole is punched), or for a packed
@@ -60,15 +66,17 @@
 use std::io;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+
+use zpool::ObjectRead;
 
 use crate::backing::{BackingFile, BackingStore, Blocks, PageRun};
+use crate::disk::Disk;
 use crate::error::StoreError;
-use crate::postprocess::{WritebackLimit, BUCKET_BYTES, MAX_WRITEBACK_BATCH};
+use crate::postprocess::{PostProcess, BUCKET_BYTES};
 use crate::slot::{self, SlotContent};
 use crate::stats::{BdStat, Counter};
-use crate::store::Store;
-use zpool::ObjectRead;
 
 /// Writer threads of one writeback, each with one batch in flight: the
 /// backing store sees up to this many writes at once (a queue depth of
@@ -241,158 +249,130 @@ pub struct WritebackReport {
     pub failed: u64,
 }
 
-impl Store {
-    /// Sets the backing store to the file or block device at `path`
-    /// (`echo PATH > backing_dev`). `EBUSY` once the store is initialised;
-    /// see [`BackingFile::open`] for the others.
-    pub fn set_backing_dev(&self, path: &Path) -> Result<(), StoreError> {
-        self.refuse_if_initialised("backing_dev")?;
-        let file = BackingFile::open(path, self.page_size)?;
-        self.set_backing_store(Arc::new(file))
+/// Pages one batched write takes by default (`writeback_batch_size`).
+pub const DEFAULT_WRITEBACK_BATCH: usize = 32;
+
+/// The largest `writeback_batch_size` (its buffer is this many pages).
+pub const MAX_WRITEBACK_BATCH: usize = 256;
+
+/// The writeback budget (`writeback_limit_enable`, `writeback_limit`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WritebackLimit {
+    /// Whether the budget applies.
+    pub enabled: bool,
+    /// 4 KiB units writeback may still write.
+    pub limit: u64,
+}
+
+/// The writeback settings of one store: its budget, batch size and
+/// `compressed_writeback`. The budget's mutex is a leaf, taken with no
+/// slot lock held.
+#[derive(Default)]
+pub(crate) struct Writeback {
+    limit: Mutex<WritebackLimit>,
+    /// `writeback_batch_size` (0: [`DEFAULT_WRITEBACK_BATCH`]).
+    batch: AtomicUsize,
+    /// `compressed_writeback`: write compressed objects, packed, instead of
+    /// decompressed pages.
+    compressed: AtomicBool,
+}
+
+impl Writeback {
+    /// The writeback budget, to read or change.
+    fn limit(&self) -> MutexGuard<'_, WritebackLimit> {
+        // Two plain words: a panic cannot leave them half-updated.
+        self.limit.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Sets any [`BackingStore`] as the backing store (its blocks are
-    /// pages of this store). `EBUSY` once the store is initialised.
-    pub fn set_backing_store(&self, dev: Arc<dyn BackingStore>) -> Result<(), StoreError> {
-        self.refuse_if_initialised("backing_dev")?;
-        self.post.set_backing(Some(Arc::new(Blocks::new(dev))));
-        self.refresh_metadata_pages();
+    /// pages of the store). `EBUSY` once the store is initialised.
+    pub(crate) fn set_backing_store(
+        &self,
+        disk: &Disk,
+        dev: Arc<dyn BackingStore>,
+    ) -> Result<(), StoreError> {
+        disk.refuse_if_initialised("backing_dev")?;
+        disk.set_backing(Some(Arc::new(Blocks::new(dev))));
         Ok(())
     }
 
-    pub(crate) fn refuse_if_initialised(&self, what: &str) -> Result<(), StoreError> {
-        if self.post.initialised() {
-            return Err(StoreError::os(
-                libc::EBUSY,
-                format!("{what} can only be set before the store holds data (reset it first)"),
-            ));
-        }
-        Ok(())
+    /// Opens the file or block device at `path` as the backing store.
+    pub(crate) fn set_backing_dev(&self, disk: &Disk, path: &Path) -> Result<(), StoreError> {
+        disk.refuse_if_initialised("backing_dev")?;
+        let file = BackingFile::open(path, disk.page_size())?;
+        self.set_backing_store(disk, Arc::new(file))
     }
 
     /// What `cat backing_dev` shows: the path, or `none`.
-    pub fn backing_dev(&self) -> String {
-        self.post
-            .backing()
+    pub(crate) fn backing_dev(&self, disk: &Disk) -> String {
+        disk.backing()
             .map_or_else(|| "none".to_string(), |b| b.dev().describe())
     }
 
-    /// Sets `writeback_compressed` (`echo 1 > writeback_compressed`): write
-    /// compressed objects, packed several to a block, instead of
-    /// decompressed pages. `EBUSY` once the store is initialised, as the
-    /// kernel's.
-    pub fn set_writeback_compressed(&self, on: bool) -> Result<(), StoreError> {
-        self.refuse_if_initialised("writeback_compressed")?;
-        self.post.set_compressed(on);
+    /// Sets `compressed_writeback`; `EBUSY` once the store is initialised.
+    pub(crate) fn set_compressed(&self, disk: &Disk, on: bool) -> Result<(), StoreError> {
+        disk.refuse_if_initialised("compressed_writeback")?;
+        self.compressed.store(on, Ordering::Relaxed);
         Ok(())
     }
 
-    /// `writeback_compressed`.
-    pub fn writeback_compressed(&self) -> bool {
-        self.post.compressed()
+    /// `compressed_writeback`.
+    pub(crate) fn compressed(&self) -> bool {
+        self.compressed.load(Ordering::Relaxed)
     }
 
     /// `bd_stat` now.
-    pub fn bd_stat(&self) -> BdStat {
-        let four_k = (self.page_size / 4096) as u64;
+    pub(crate) fn bd_stat(&self, disk: &Disk) -> BdStat {
+        let four_k = (disk.page_size() / 4096) as u64;
+        let counters = disk.counters();
         BdStat {
-            bd_count: self.post.backing().map_or(0, |b| b.used()) * four_k,
-            bd_reads: self.counters.get(Counter::BdReads) * four_k,
-            bd_writes: self.counters.get(Counter::BdWrites) * four_k,
-            failed_writebacks: self.counters.get(Counter::FailedWritebacks),
+            bd_count: disk.backing().map_or(0, |b| b.used()) * four_k,
+            bd_reads: counters.get(Counter::BdReads) * four_k,
+            bd_writes: counters.get(Counter::BdWrites) * four_k,
+            failed_writebacks: counters.get(Counter::FailedWritebacks),
         }
     }
 
     /// `writeback_limit_enable` and `writeback_limit`.
-    pub fn writeback_limit(&self) -> WritebackLimit {
-        *self.post.limit()
+    pub(crate) fn budget(&self) -> WritebackLimit {
+        *self.limit()
     }
 
     /// Sets `writeback_limit` (4 KiB units, rounded down to whole pages).
-    pub fn set_writeback_limit(&self, units: u64) {
-        let per_page = (self.page_size / 4096) as u64;
-        self.post.limit().limit = units - units % per_page;
+    pub(crate) fn set_budget(&self, disk: &Disk, units: u64) {
+        let per_page = (disk.page_size() / 4096) as u64;
+        self.limit().limit = units - units % per_page;
     }
 
     /// Sets `writeback_limit_enable`.
-    pub fn set_writeback_limit_enable(&self, enabled: bool) {
-        self.post.limit().enabled = enabled;
+    pub(crate) fn set_budget_enabled(&self, enabled: bool) {
+        self.limit().enabled = enabled;
     }
 
-    /// Reads the written-back page at `block` into `buf` (the slot lock of
-    /// `index` held): the block itself, or for a packed page the `(offset,
-    /// length)` object in it, decompressed with the compressor of
-    /// `priority`.
-    pub(crate) fn read_back(
-        &self,
-        index: u64,
-        block: u64,
-        object: Option<(usize, usize)>,
-        priority: usize,
-        buf: &mut [u8],
-    ) -> Result<(), StoreError> {
-        let backing = self.post.backing().ok_or_else(|| {
-            StoreError::os(
-                libc::EIO,
-                format!("page {index} is written back but no backing store is set"),
-            )
-        })?;
-        self.counters.add(Counter::BdReads, 1);
-        let io_error = |e: io::Error| {
-            StoreError::os(
-                e.raw_os_error().unwrap_or(libc::EIO),
-                format!(
-                    "page {index}: reading block {block} of {}: {e}",
-                    backing.dev().describe()
-                ),
-            )
-        };
-        let Some((offset, len)) = object else {
-            return backing.dev().read_block(block, buf).map_err(io_error);
-        };
-        // The object's block, and the next one if it runs on into it.
-        let blocks = if offset + len > self.page_size { 2 } else { 1 };
-        let mut whole = vec![0u8; blocks * self.page_size];
-        for (k, part) in whole.chunks_exact_mut(self.page_size).enumerate() {
-            if k > 0 {
-                self.counters.add(Counter::BdReads, 1);
-            }
-            backing
-                .dev()
-                .read_block(block + k as u64, part)
-                .map_err(io_error)?;
+    /// Pages a batched write takes (`writeback_batch_size`).
+    pub(crate) fn batch(&self) -> usize {
+        match self.batch.load(Ordering::Relaxed) {
+            0 => DEFAULT_WRITEBACK_BATCH,
+            n => n,
         }
-        let src = whole.get(offset..offset + len).ok_or(StoreError::Corrupt {
-            index,
-            reason: format!("object at {offset}+{len} is past its blocks"),
-        })?;
-        self.decompress(index, priority, src, buf)
-    }
-
-    /// `writeback_batch_size`: pages written with one call.
-    pub fn writeback_batch_size(&self) -> usize {
-        self.post.batch()
     }
 
     /// Sets `writeback_batch_size` (1 to 256 pages; `EINVAL` otherwise).
-    /// It may change at any time; a writeback running takes it when it
-    /// starts.
-    pub fn set_writeback_batch_size(&self, pages: u64) -> Result<(), StoreError> {
+    pub(crate) fn set_batch(&self, pages: u64) -> Result<(), StoreError> {
         if !(1..=MAX_WRITEBACK_BATCH as u64).contains(&pages) {
             return Err(StoreError::os(
                 libc::EINVAL,
                 format!("writeback_batch_size: {pages} is not 1 to {MAX_WRITEBACK_BATCH}"),
             ));
         }
-        self.post.set_batch(pages as usize);
-        self.refresh_metadata_pages();
+        self.batch.store(pages as usize, Ordering::Relaxed);
         Ok(())
     }
 
     /// Bytes of the batch buffers a writeback holds while it runs (up to
     /// four of `writeback_batch_size` pages each).
-    pub fn writeback_buffer_bytes(&self) -> u64 {
-        (WRITEBACK_BUFFERS * self.post.batch() * self.page_size) as u64
+    pub(crate) fn buffer_bytes(&self, disk: &Disk) -> u64 {
+        (WRITEBACK_BUFFERS * self.batch() * disk.page_size()) as u64
     }
 
     /// Writes the pages `req` chooses to the backing store (`echo ... >
@@ -408,19 +388,23 @@ impl Store {
     /// gives each slot that nobody touched meanwhile its block and frees
     /// its object. A failed batch is written again page by page, so a bad
     /// block keeps only its own page in memory.
-    pub fn writeback(&self, req: &WritebackRequest) -> Result<WritebackReport, StoreError> {
-        let backing = self
-            .post
+    pub(crate) fn run(
+        &self,
+        disk: &Disk,
+        post: &PostProcess,
+        req: &WritebackRequest,
+    ) -> Result<WritebackReport, StoreError> {
+        let backing = disk
             .backing()
             .ok_or_else(|| StoreError::os(libc::ENODEV, "writeback: no backing_dev is set"))?;
-        let _running = self.post.run();
-        let mut chosen = self.choose_for_writeback(req);
+        let _running = post.run();
+        let mut chosen = self.choose(disk, req);
         chosen.sort_unstable();
         let mut report = WritebackReport {
             chosen: chosen.len() as u64,
             ..WritebackReport::default()
         };
-        let batch = self.post.batch();
+        let batch = self.batch();
         let mut error = None;
         let mut next = 0;
         // Buffers are made as they are needed, up to WRITEBACK_BUFFERS: one
@@ -434,7 +418,7 @@ impl Store {
         std::thread::scope(|scope| {
             let to_writer = to_writer;
             let dev = backing.dev();
-            let page_size = self.page_size;
+            let page_size = disk.page_size();
             let writers: Vec<_> = (0..WRITEBACK_WRITERS)
                 .map(|_| {
                     let (jobs, written, backing) = (&jobs, written.clone(), &backing);
@@ -446,7 +430,14 @@ impl Store {
                             let job = jobs.lock().unwrap_or_else(|p| p.into_inner()).recv();
                             let Ok(mut job) = job else { break };
                             let failures = write_run(dev, &mut job, page_size);
-                            self.finish_batch(backing, &job, failures, &mut report, &mut error);
+                            self.finish_batch(
+                                disk,
+                                backing,
+                                &job,
+                                failures,
+                                &mut report,
+                                &mut error,
+                            );
                             if written.send(job).is_err() {
                                 break;
                             }
@@ -462,7 +453,7 @@ impl Store {
                     None if made < WRITEBACK_BUFFERS => {
                         made += 1;
                         Batch {
-                            run: PageRun::new(batch * self.page_size),
+                            run: PageRun::new(batch * disk.page_size()),
                             first: 0,
                             blocks: 0,
                             pages: Vec::with_capacity(batch),
@@ -475,7 +466,7 @@ impl Store {
                         Err(_) => break,
                     },
                 };
-                match self.fill_batch(&backing, &chosen, &mut next, &mut job) {
+                match self.fill_batch(disk, &backing, &chosen, &mut next, &mut job) {
                     Ok(0) => free.push(job),
                     Ok(_) => {
                         if to_writer.send(job).is_err() {
@@ -504,7 +495,7 @@ impl Store {
         });
         // Slots not reached keep their data and lose the mark.
         for &key in &chosen[next..] {
-            self.clear_pp(key & INDEX_MASK);
+            disk.clear_pp(key & INDEX_MASK);
         }
         match error {
             Some(StoreError::Os { errno, reason }) => Err(StoreError::Os {
@@ -522,20 +513,21 @@ impl Store {
     /// Reserves a run of blocks and reads the next chosen pages into
     /// `job` (pages that changed since they were chosen are passed over
     /// and take no block): each page in a block of its own, or with
-    /// `writeback_compressed` each compressed object packed after the
+    /// `compressed_writeback` each compressed object packed after the
     /// last. Takes the blocks' share of the budget. Returns the pages in
     /// it, or the error that stops the writeback (budget spent, backing
     /// store full).
     fn fill_batch(
         &self,
+        disk: &Disk,
         backing: &Blocks,
         chosen: &[u64],
         next: &mut usize,
         job: &mut Batch,
     ) -> Result<usize, StoreError> {
-        let per_page = (self.page_size / 4096) as u64;
+        let per_page = (disk.page_size() / 4096) as u64;
         let budget = {
-            let limit = self.post.limit();
+            let limit = self.limit();
             if limit.enabled && limit.limit == 0 {
                 return Err(StoreError::os(
                     libc::EIO,
@@ -548,11 +540,11 @@ impl Store {
                 usize::MAX
             }
         };
-        let pack = self.post.compressed();
+        let pack = self.compressed();
         // Each page opens at most one block (a packed object runs on into
         // one more at most, and all of them are shorter than a block), so
         // the pages left need no more blocks than there are of them.
-        let want = (job.run.len() / self.page_size)
+        let want = (job.run.len() / disk.page_size())
             .min(budget)
             .min(chosen.len() - *next);
         let Some((first, count)) = backing.reserve_run(want) else {
@@ -566,7 +558,7 @@ impl Store {
         };
         job.first = first;
         job.pages.clear();
-        let page_size = self.page_size;
+        let page_size = disk.page_size();
         let bytes = job.run.bytes();
         if pack {
             // Block tails are zeros, not what the buffer held before.
@@ -576,7 +568,7 @@ impl Store {
         let (mut block, mut at) = (0usize, 0usize);
         while *next < chosen.len() {
             let index = chosen[*next] & INDEX_MASK;
-            let guard = self.slots[index as usize].lock(self.layout);
+            let guard = disk.lock(index);
             let object = match guard.content() {
                 SlotContent::Compressed { handle, size } if pack => Some((handle, size)),
                 _ => None,
@@ -596,7 +588,7 @@ impl Store {
             let stored = if !guard.has(slot::PP_SLOT) {
                 false
             } else if let Some((handle, size)) = object {
-                match ObjectRead::begin(&*self.pool, handle, size) {
+                match ObjectRead::begin(disk.pool(), handle, size) {
                     Ok(obj) => {
                         bytes[to..to + size].copy_from_slice(&obj);
                         true
@@ -604,12 +596,12 @@ impl Store {
                     Err(_) => false,
                 }
             } else {
-                self.read_locked(index, &guard, &mut bytes[to..to + page_size])
+                disk.read_locked(index, &guard, &mut bytes[to..to + page_size])
                     .is_ok()
             };
             if !stored {
                 drop(guard);
-                self.clear_pp(index);
+                disk.clear_pp(index);
                 continue;
             }
             let spans = at + need > page_size;
@@ -647,7 +639,7 @@ impl Store {
             }
         }
         if used > 0 {
-            let mut limit = self.post.limit();
+            let mut limit = self.limit();
             if limit.enabled {
                 limit.limit = limit.limit.saturating_sub(used as u64 * per_page);
             }
@@ -660,21 +652,22 @@ impl Store {
     /// failed stay in memory, the block freed and its budget given back.
     fn finish_batch(
         &self,
+        disk: &Disk,
         backing: &Blocks,
         job: &Batch,
         failures: Vec<(usize, io::Error)>,
         report: &mut WritebackReport,
         error: &mut Option<StoreError>,
     ) {
-        let per_page = (self.page_size / 4096) as u64;
+        let per_page = (disk.page_size() / 4096) as u64;
         let failed_blocks = failures.len() as u64;
         if failed_blocks > 0 {
-            let mut limit = self.post.limit();
+            let mut limit = self.limit();
             if limit.enabled {
                 limit.limit += failed_blocks * per_page;
             }
         }
-        self.counters
+        disk.counters()
             .add(Counter::BdWrites, job.blocks as u64 - failed_blocks);
         let mut failed = vec![false; job.blocks];
         for (at, e) in failures {
@@ -697,11 +690,11 @@ impl Store {
                 }
             };
             if failed[page.block] || (page.spans && failed[page.block + 1]) {
-                self.counters.add(Counter::FailedWritebacks, 1);
+                disk.counters().add(Counter::FailedWritebacks, 1);
                 report.failed += 1;
                 release();
-                self.clear_pp(page.index);
-            } else if self.complete_writeback(page, block) {
+                disk.clear_pp(page.index);
+            } else if self.complete(disk, page, block) {
                 report.written += 1;
             } else {
                 release();
@@ -714,51 +707,48 @@ impl Store {
     /// length's bucket, largest first, above the index (one word a page, so
     /// that a whole disk's list stays small: 2 MiB for 1 GiB of 4 KiB
     /// pages).
-    fn choose_for_writeback(&self, req: &WritebackRequest) -> Vec<u64> {
-        let whole = 0..self.disk_pages();
+    fn choose(&self, disk: &Disk, req: &WritebackRequest) -> Vec<u64> {
+        let whole = 0..disk.disk_pages();
         let ranges = if req.ranges.is_empty() {
             std::slice::from_ref(&whole)
         } else {
             &req.ranges[..]
         };
+        let page_size = disk.page_size();
+        let m = req.mode;
         let mut chosen = Vec::new();
         for range in ranges {
-            for index in range.clone() {
-                let mut guard = self.slots[index as usize].lock(self.layout);
-                let content = guard.content();
-                if !content.holds_memory() || guard.has(slot::PP_SLOT) {
-                    continue;
-                }
-                let m = req.mode;
-                if (m.idle && !guard.has(slot::IDLE))
-                    || (m.huge && !guard.has(slot::HUGE))
-                    || (m.incompressible && !guard.has(slot::INCOMPRESSIBLE))
-                {
-                    continue;
-                }
-                guard.update_flags(slot::PP_SLOT, 0);
-                chosen.push(bucket_key(index, content.stored_bytes(self.page_size)));
-            }
+            disk.scan(
+                range.clone(),
+                |index, guard| {
+                    let content = guard.content();
+                    if !content.holds_memory()
+                        || guard.has(slot::PP_SLOT)
+                        || (m.idle && !guard.has(slot::IDLE))
+                        || (m.huge && !guard.has(slot::HUGE))
+                        || (m.incompressible && !guard.has(slot::INCOMPRESSIBLE))
+                    {
+                        return None;
+                    }
+                    guard.update_flags(slot::PP_SLOT, 0);
+                    Some(bucket_key(index, content.stored_bytes(page_size)))
+                },
+                |key| chosen.push(key),
+            );
         }
         chosen
     }
 
-    pub(crate) fn clear_pp(&self, index: u64) {
-        self.slots[index as usize]
-            .lock(self.layout)
-            .update_flags(0, slot::PP_SLOT);
-    }
-
     /// Puts `block` in the slot of `page` if nobody touched it since it
     /// was chosen; returns whether it did.
-    fn complete_writeback(&self, page: &Placed, block: u64) -> bool {
+    fn complete(&self, disk: &Disk, page: &Placed, block: u64) -> bool {
         let old = {
-            let mut guard = self.slots[page.index as usize].lock(self.layout);
+            let mut guard = disk.lock(page.index);
             if !guard.has(slot::PP_SLOT) {
                 return false;
             }
             let old = guard.content();
-            let size = old.stored_bytes(self.page_size);
+            let size = old.stored_bytes(disk.page_size());
             let huge = guard.has(slot::HUGE);
             guard.set(SlotContent::WrittenBack {
                 block,
@@ -771,13 +761,13 @@ impl Store {
             }
             old
         };
-        self.free_content(old);
-        self.counters.sub(
+        disk.free_content(old);
+        disk.counters().sub(
             Counter::ComprDataSize,
-            old.stored_bytes(self.page_size) as u64,
+            old.stored_bytes(disk.page_size()) as u64,
         );
         if old.is_raw() {
-            self.counters.sub(Counter::HugePages, 1);
+            disk.counters().sub(Counter::HugePages, 1);
         }
         true
     }

@@ -135,7 +135,7 @@ proptest! {
         ops in prop::collection::vec(op(24), 1..80),
     ) {
         // The store's block is the compression unit: the page, or up to 16
-        // pages (at most 64 KiB) whose objects span pages (issue 18).
+        // pages (at most 64 KiB) whose objects span pages (`--unit`).
         let page_size = 1usize << ps_shift;
         let ps = (page_size << unit_shift).min(65536);
         let mode = if kernel { Mode::KernelCompat } else { Mode::Default };

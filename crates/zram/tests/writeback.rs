@@ -630,13 +630,13 @@ fn recompress_huge_idle_with_zstd_compresses_huge_pages() {
 #[test]
 fn model_workload_with_writeback_recompression_and_faults() {
     // Odd seeds write pages back decompressed, even ones compressed and
-    // packed (`writeback_compressed`).
+    // packed (`compressed_writeback`).
     for seed in 1..=8u64 {
         let pages = 96u64;
         let s = store(pages);
         let dev = flaky(&format!("model{seed}"), 48, 5, seed);
         s.set_backing_store(dev.clone()).unwrap();
-        s.set_writeback_compressed(seed % 2 == 0).unwrap();
+        s.set_compressed_writeback(seed % 2 == 0).unwrap();
         s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
         s.set_recomp_algorithm("algo=deflate priority=2").unwrap();
         let mut model: Vec<Option<Vec<u8>>> = vec![None; pages as usize];
@@ -738,7 +738,7 @@ fn mixed(seed: u64, random: usize) -> Vec<u8> {
     p
 }
 
-/// `writeback_compressed`: compressed pages go to the backing store as
+/// `compressed_writeback`: compressed pages go to the backing store as
 /// their objects, packed back to back (one running on into the next block
 /// where it does not fit); they read back identical (with the compressor
 /// that made them, recompressed ones included), and a block is freed only
@@ -747,8 +747,8 @@ fn mixed(seed: u64, random: usize) -> Vec<u8> {
 fn compressed_writeback_packs_objects_and_frees_blocks_with_the_last() {
     let s = store(64);
     s.set_backing_dev(&backing_file("packed", 64)).unwrap();
-    assert!(!s.writeback_compressed(), "0 by default");
-    s.set_writeback_compressed(true).unwrap();
+    assert!(!s.compressed_writeback(), "0 by default");
+    s.set_compressed_writeback(true).unwrap();
     s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
     let mut model = vec![None; 64];
     // 40 pages of 600 to 1800-byte objects, 4 random (huge) and 4
@@ -763,7 +763,7 @@ fn compressed_writeback_packs_objects_and_frees_blocks_with_the_last() {
         model[i as usize] = Some(p);
     }
     assert_eq!(
-        s.set_writeback_compressed(false).unwrap_err().errno(),
+        s.set_compressed_writeback(false).unwrap_err().errno(),
         libc::EBUSY,
         "set only before the store is initialised"
     );
@@ -842,5 +842,5 @@ fn compressed_writeback_packs_objects_and_frees_blocks_with_the_last() {
     check(&s, &model);
     s.reset();
     assert_eq!(s.bd_stat().bd_count, 0);
-    assert!(s.writeback_compressed(), "reset keeps the setting");
+    assert!(s.compressed_writeback(), "reset keeps the setting");
 }

@@ -16,7 +16,6 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::Args;
 use recipe::output::{write_json, write_stdout, Format, FormatArg};
@@ -67,7 +66,7 @@ pub struct ReplayArgs {
     compact: bool,
     /// After the fill (and discards and compaction), mark pages idle as
     /// `echo all > idle` or `echo SECONDS > idle` does: `all`, or the pages
-    /// not written for at least SECONDS (0 to 4294967295; 0 is every page).
+    /// not written for at least SECONDS (0 is every page).
     #[arg(long, value_name = "all|SECONDS", value_parser = parse_idle)]
     mark_idle: Option<IdleCutoff>,
     /// Then recompress pages as `echo REQUEST > recompress` does, e.g.
@@ -125,12 +124,7 @@ const PID_MAX: u32 = 1 << 22;
 /// `--mark-idle`: `all`, or whole seconds (what zram's `idle` attribute
 /// takes).
 fn parse_idle(s: &str) -> Result<IdleCutoff, String> {
-    if s == "all" {
-        return Ok(IdleCutoff::All);
-    }
-    let secs = recipe::flags::whole::<u64>(0, u32::MAX.into())(s)
-        .map_err(|e| format!("{e} and not 'all'"))?;
-    Ok(IdleCutoff::OlderThan(Duration::from_secs(secs)))
+    IdleCutoff::parse(s).map_err(|e| e.to_string())
 }
 
 /// A value of `--writeback-compressed`: 0 or 1, as the sysfs attribute.
