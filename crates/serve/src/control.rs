@@ -1,70 +1,37 @@
 //! The control commands: zram's sysfs attributes, on a running server.
 //!
-//! This module owns what a control command means. Each command is named
-//! after the zram attribute it mirrors and reads or writes it the way
+//! This module owns how a control command runs. Each command is named after
+//! the zram attribute it mirrors and reads or writes it the way
 //! `cat /sys/block/zramN/ATTR` or `echo VALUE > /sys/block/zramN/ATTR` does:
 //! reads answer exactly the file's text (with its trailing newline), writes
 //! answer nothing, and bad values fail with the errno the kernel returns.
-//!
-//! | command | kernel attribute | effect |
-//! |---|---|---|
-//! | `mm_stat`, `io_stat`, `debug_stat` | same | the statistics line(s); `debug_stat` adds an `auto_compact:` line with the background compactor's counters when it is or was on |
-//! | `classes` | debugfs `zsmalloc/<pool>/classes` | the allocator's class table |
-//! | `disksize`, `comp_algorithm`, `initstate` | same (read) | size in bytes (0 before init), `[algo]`, `1` or `0` |
-//! | `disksize SIZE` | `disksize` | initialises an uninitialised export: makes its store (memparse suffixes; `EINVAL` for 0, `EBUSY` once initialised) |
-//! | `comp_algorithm NAME`, `algorithm_params PARAMS` | same | before init only (`EBUSY` after, as in the kernel): any zcomp name (`EINVAL` otherwise, `E2BIG` for 128 bytes or more); `level=N dict=FILE deflate.winbits=N` for it; with `priority=N` (1 to 3) or `algo=NAME` (a secondary's) the parameters of that recompression compressor, taken until the store's first write |
-//! | `hot_add NAME [SIZE] [ro]`, `hot_remove NAME` | `/sys/class/zram-control/hot_add`, `hot_remove` | adds an export (uninitialised without SIZE; read-only for its whole life with `ro`) or removes one; `EEXIST`, `EINVAL` for a bad name, `ENOENT`, `EBUSY` while a client is connected to it |
-//! | `objs_moved` | (zmem's; from the fine-grained fullness series) | objects moved by compaction |
-//! | `compact` | `compact` | compacts the allocator |
-//! | `auto_compact [WORDS]` | (zmem's) | reads the background compactor's policy (`on cpu=5 min_gain=32 ...`); writes `on`, `off`, `shrinker` and/or `cpu=PCT min_gain=PAGES min_gain_percent=PCT limit=PCT pressure=AVG10 postpone_ms=MS` |
-//! | `retain_divisor [N]` | (zmem's) | the allocator's retained share: freed pages up to one in N of the pages it holds stay resident for reuse (0: only the 1 MiB cache); writing lowers or raises it at once, until `reset` |
-//! | `idle all`, `idle N` | `idle` | marks slots idle (all, or unused for N s) |
-//! | `reset [1]` | `reset` | frees the store and returns the export to uninitialised with the server's default settings; `EBUSY` while a client is connected to it |
-//! | `mem_limit SIZE` | `mem_limit` | K/M/G/T suffixes (memparse); 0 removes it |
-//! | `mem_used_max 0` | `mem_used_max` | resets the maximum to the current use |
-//! | `exports` | (none) | one line per export: name, label (`uninitialised` before init), disksize |
-//! | `backing_dev [PATH]` | `backing_dev` | the backing file or block device (`none`); set only before the store holds data (`EBUSY`) |
-//! | `writeback MODE` | `writeback` | `idle`, `huge`, `huge_idle`, `incompressible`, `type=...`, `page_index=N`, `page_indexes=N-M`; `ENODEV` without a backing_dev |
-//! | `writeback_limit [N]`, `writeback_limit_enable [0/1]` | same | the writeback budget in 4 KiB units |
-//! | `writeback_batch_size [N]` | same (Linux 7.0) | pages written back with one call, 1 to 256 (32 by default); also a setting before init, as in the kernel |
-//! | `writeback_compressed [0/1]` | same (Linux 7.0) | write pages back compressed (zmem packs several objects into a block); set only before the store holds data (`EBUSY`) |
-//! | `bd_stat` | `bd_stat` | `bd_count bd_reads bd_writes` in 4 KiB units |
-//! | `recomp_algorithm ["algo=NAME priority=N"]` | `recomp_algorithm` | secondary compressors, `#N: [name]` lines |
-//! | `recompress PARAMS` | `recompress` | `type=idle\|huge\|huge_idle threshold=N max_pages=N algo=NAME priority=N` |
-//! | `block_state` | debugfs `zram/zramN/block_state` | one line per allocated slot: index, access time, flags `swhirn` |
-//!
-//! An uninitialised export answers reads as zram does before `disksize`
-//! (zeros, `initstate 0`, its settings), takes `mem_limit`, `backing_dev`
-//! (the file must open for reading and writing now; it is set up on
-//! `disksize`) and `recomp_algorithm` as settings, and refuses what needs a
-//! store (`compact`, `idle`, `writeback`, `recompress`, `classes`,
-//! `block_state`, `auto_compact`, `retain_divisor`, the writeback limits)
-//! with `EINVAL`. On an
-//! initialised export, `backing_dev` and `recomp_algorithm` stay writable
-//! until its first page write, as zmem's stores allow. The life itself
-//! (`hot_add`, `disksize`, `reset`, `hot_remove`) is in [`crate::registry`].
+//! What each command is and in which state of an export it is valid is the
+//! table in [`crate::attrs`]; [`execute`] looks the command up there and
+//! calls the function for the export's state, or answers the entry's errno
+//! for the wrong state. Errors are a [`CtlError`]: an [`nbd::Errno`] (the
+//! errno type NBD replies use too) and a message.
 //!
 //! It does no I/O; the socket is in [`crate::ctl_socket`].
 
 use std::fmt;
-use std::time::Duration;
 
-use zram::IdleCutoff;
+use nbd::Errno;
 
-use crate::registry::{ExportView, Registry, Served, Settings};
+use crate::attrs::{self, Attr, Show, State, Store};
+use crate::registry::{ExportView, Registry};
 
-/// Why a control command failed: a Linux errno name and a message.
+/// Why a control command failed: a Linux errno and a message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CtlError {
-    /// One of [`ERRNO_NAMES`].
-    pub errno: &'static str,
+    /// The errno, as the kernel's attribute would answer.
+    pub errno: Errno,
     /// For a human.
     pub message: String,
 }
 
 impl CtlError {
-    /// An error with `errno` (one of [`ERRNO_NAMES`]).
-    pub fn new(errno: &'static str, message: impl Into<String>) -> CtlError {
+    /// An error with `errno`.
+    pub fn new(errno: Errno, message: impl Into<String>) -> CtlError {
         CtlError {
             errno,
             message: message.into(),
@@ -73,7 +40,7 @@ impl CtlError {
 
     /// An `EINVAL` error.
     pub fn inval(message: impl Into<String>) -> CtlError {
-        CtlError::new("EINVAL", message)
+        CtlError::new(Errno::EINVAL, message)
     }
 }
 
@@ -85,109 +52,13 @@ impl fmt::Display for CtlError {
 
 impl std::error::Error for CtlError {}
 
-/// Every command name, for `help` and error messages.
-pub const COMMANDS: [&str; 30] = [
-    "mm_stat",
-    "io_stat",
-    "debug_stat",
-    "classes",
-    "disksize",
-    "comp_algorithm",
-    "max_comp_streams",
-    "initstate",
-    "objs_moved",
-    "compact",
-    "auto_compact",
-    "retain_divisor",
-    "idle",
-    "reset",
-    "mem_limit",
-    "mem_used_max",
-    "exports",
-    "backing_dev",
-    "writeback",
-    "writeback_limit",
-    "writeback_limit_enable",
-    "writeback_batch_size",
-    "writeback_compressed",
-    "bd_stat",
-    "recomp_algorithm",
-    "recompress",
-    "block_state",
-    "algorithm_params",
-    "hot_add",
-    "hot_remove",
-];
-
-/// Every errno name a command answers with (anything else is `EIO`).
-pub const ERRNO_NAMES: [&str; 15] = [
-    "EINVAL",
-    "ENOENT",
-    "EBUSY",
-    "EOPNOTSUPP",
-    "EIO",
-    "ENODEV",
-    "ERANGE",
-    "ENOSPC",
-    "ENOTBLK",
-    "EISDIR",
-    "EACCES",
-    "EPERM",
-    "E2BIG",
-    "ENOMEM",
-    "EEXIST",
-];
-
-/// The name of an errno the store answers with.
-fn errno_name(errno: i32) -> &'static str {
-    match errno {
-        libc::EINVAL => "EINVAL",
-        libc::EBUSY => "EBUSY",
-        libc::ENODEV => "ENODEV",
-        libc::ENOENT => "ENOENT",
-        libc::ERANGE => "ERANGE",
-        libc::ENOSPC => "ENOSPC",
-        libc::ENOTBLK => "ENOTBLK",
-        libc::EISDIR => "EISDIR",
-        libc::EACCES => "EACCES",
-        libc::EPERM => "EPERM",
-        libc::E2BIG => "E2BIG",
-        libc::ENOMEM => "ENOMEM",
-        libc::EEXIST => "EEXIST",
-        _ => "EIO",
-    }
-}
-
-/// The control error for a store error (its errno).
+/// The control error for a store error (its errno; one this crate does not
+/// name is `EIO`).
 pub(crate) fn store_error(e: &zram::StoreError) -> CtlError {
-    CtlError::new(errno_name(e.errno()), e.to_string())
-}
-
-/// The debugfs `block_state` text: one line per allocated slot.
-fn block_state(store: &zram::Store) -> String {
-    use zram::SlotState;
-    let mut out = String::new();
-    for index in 0..store.disk_pages() {
-        let Ok(info) = store.slot_info(index) else {
-            break;
-        };
-        if info.state == SlotState::Empty {
-            continue;
-        }
-        let flag = |on: bool, c: char| if on { c } else { '.' };
-        out.push_str(&format!(
-            "{index:12} {:12}.{:06} {}{}{}{}{}{}\n",
-            info.ac_time,
-            0,
-            flag(matches!(info.state, SlotState::Same(_)), 's'),
-            flag(matches!(info.state, SlotState::WrittenBack(_)), 'w'),
-            flag(info.huge, 'h'),
-            flag(info.idle, 'i'),
-            flag(info.priority > 0, 'r'),
-            flag(info.incompressible, 'n'),
-        ));
-    }
-    out
+    CtlError::new(
+        Errno::from_number(e.errno()).unwrap_or(Errno::EIO),
+        e.to_string(),
+    )
 }
 
 /// Parses a size the way the kernel's `memparse` does: a number with an
@@ -222,540 +93,93 @@ pub fn execute(reg: &Registry, export: Option<&str>, line: &str) -> Result<Strin
         Some((c, a)) => (c, Some(a.trim())),
         None => (line, None),
     };
-    match (cmd, arg) {
-        ("exports", _) => {
-            no_value(cmd, arg)?;
-            return Ok(reg
-                .listing()
-                .into_iter()
-                .map(|(name, served)| {
-                    let shown = if name.is_empty() { "\"\"" } else { &name };
-                    match served {
-                        Some(s) => format!("{shown}\t{}\t{}\n", s.label, s.store.disk_size()),
-                        None => format!("{shown}\tuninitialised\t0\n"),
-                    }
-                })
-                .collect());
+    let attr = attrs::find(cmd).ok_or_else(|| {
+        CtlError::inval(format!(
+            "unknown command {cmd:?}; commands: {}",
+            attrs::names().collect::<Vec<_>>().join(" ")
+        ))
+    })?;
+    match (arg, &attr.show, &attr.store) {
+        (None, Show::Server(show), _) => Ok(show(reg)),
+        (None, Show::Export { before, after }, _) => {
+            reg.with_export(export, |name, view| match view {
+                ExportView::Uninitialised(settings) => match before {
+                    Some(show) => show(settings),
+                    None => Err(attr.wrong_state_error(cmd, name, State::Uninitialised)),
+                },
+                ExportView::Initialised(served) => match after {
+                    Some(show) => show(served),
+                    None => Err(attr.wrong_state_error(cmd, name, State::Initialised)),
+                },
+            })
         }
-        ("hot_add", _) => {
-            let words: Vec<&str> = arg.unwrap_or("").split_whitespace().collect();
-            // A trailing `ro`: served read-only for the export's whole life.
-            let (words, read_only) = match words.split_last() {
-                Some((&"ro", rest)) => (rest, true),
-                _ => (&words[..], false),
-            };
-            return match words {
-                [name] => reg.hot_add(name, None, read_only),
-                [name, size] => reg.hot_add(name, Some(size), read_only),
-                _ => Err(CtlError::inval(
-                    "hot_add takes NAME, an optional SIZE and an optional ro",
-                )),
+        (Some(v), Show::Server(_), Store::None) => Err(read_only(cmd, v)),
+        (v, _, Store::None) => reg.with_export(export, |name, view| {
+            let state = state_of(&view);
+            match attr.readable(state) {
+                true => Err(read_only(cmd, v.unwrap_or_default())),
+                false => Err(attr.wrong_state_error(cmd, name, state)),
             }
-            .map(|()| String::new());
-        }
-        ("hot_remove", _) => {
-            let words: Vec<&str> = arg.unwrap_or("").split_whitespace().collect();
-            return match words[..] {
-                [name] => reg.hot_remove(name).map(|()| String::new()),
-                _ => Err(CtlError::inval("hot_remove takes one NAME")),
-            };
-        }
-        ("reset", _) => {
-            let v = arg.unwrap_or("1");
-            match v.parse::<u64>() {
-                Ok(n) if n > 0 => {}
-                _ => {
-                    return Err(CtlError::inval(format!(
-                        "reset takes a positive number, not {v:?}"
-                    )))
-                }
-            }
-            return reg.reset(export).map(|()| String::new());
-        }
-        ("disksize", Some(size)) => return reg.initialise(export, size).map(|()| String::new()),
-        _ => {}
+        }),
+        (v, _, Store::Server(store)) => store(reg, export, v.unwrap_or("")).map(|()| String::new()),
+        (v, _, Store::Export { .. }) => write(reg, export, attr, cmd, v.unwrap_or("")),
     }
-    let setting = matches!(
-        cmd,
-        "comp_algorithm"
-            | "algorithm_params"
-            | "mem_limit"
-            | "backing_dev"
-            | "writeback_compressed"
-            | "writeback_batch_size"
-            | "recomp_algorithm"
-    );
-    // A setting of an uninitialised export; an initialised one answers
-    // below, from its store.
-    if let (true, Some(v)) = (setting, arg) {
-        if reg.update_settings(export, |settings| set(settings, cmd, v))? {
+}
+
+/// The state an export's view is in.
+fn state_of(view: &ExportView<'_>) -> State {
+    match view {
+        ExportView::Uninitialised(_) => State::Uninitialised,
+        ExportView::Initialised(_) => State::Initialised,
+    }
+}
+
+/// The error for a value given to a read-only attribute.
+fn read_only(cmd: &str, v: &str) -> CtlError {
+    CtlError::inval(format!("{cmd} is read-only (got value {v:?})"))
+}
+
+/// Writes `v` to the export attribute `attr` (called `cmd`): a setting of an
+/// uninitialised export, or its store once initialised.
+fn write(
+    reg: &Registry,
+    export: Option<&str>,
+    attr: &Attr,
+    cmd: &str,
+    v: &str,
+) -> Result<String, CtlError> {
+    let Store::Export {
+        check,
+        before,
+        after,
+    } = &attr.store
+    else {
+        unreachable!("only export attributes are written here");
+    };
+    let check = |v: &str| check.map_or(Ok(()), |check| check(v));
+    if let Some(set) = before {
+        // Taken if the export is uninitialised; an initialised one answers
+        // below, from its store.
+        if reg.update_settings(export, |settings| {
+            check(v)?;
+            set(settings, v)
+        })? {
             log::info!("ctl: {:?}: {cmd} {v}", export.unwrap_or(""));
             return Ok(String::new());
         }
     }
     reg.with_export(export, |name, view| match view {
-        ExportView::Initialised(s) => run(s, cmd, arg),
-        ExportView::Uninitialised(settings) => run_uninitialised(name, settings, cmd, arg),
+        ExportView::Uninitialised(_) => {
+            Err(attr.wrong_state_error(cmd, name, State::Uninitialised))
+        }
+        ExportView::Initialised(served) => {
+            check(v)?;
+            match after {
+                Some(store) => store(served, v).map(|()| String::new()),
+                None => Err(attr.wrong_state_error(cmd, name, State::Initialised)),
+            }
+        }
     })
-}
-
-/// The largest retained-share divisor (as `--retain-divisor` takes).
-const MAX_RETAIN_DIVISOR: usize = 1 << 20;
-
-/// The longest compressor name zram takes (`CRYPTO_MAX_ALG_NAME` less one).
-const MAX_ALGO_NAME: usize = 127;
-
-/// Checks a compressor name as `comp_algorithm` does.
-fn check_comp(name: &str) -> Result<(), CtlError> {
-    if name.len() > MAX_ALGO_NAME {
-        return Err(CtlError::new(
-            "E2BIG",
-            format!("a compressor name has at most {MAX_ALGO_NAME} bytes"),
-        ));
-    }
-    zcomp::Compressor::parse(name, "")
-        .map(drop)
-        .map_err(|e| CtlError::inval(format!("comp_algorithm: {e}")))
-}
-
-/// `(priority, algorithm)` of a `recomp_algorithm` value (`algo=NAME
-/// priority=N`, priority 1 when not given), checked as the store checks it.
-fn recomp_entry(text: &str) -> Result<(u32, String), CtlError> {
-    let mut algo = None;
-    let mut priority = 1u32;
-    for word in text.split_whitespace() {
-        match word.split_once('=') {
-            Some(("algo", v)) if !v.is_empty() => algo = Some(v),
-            Some(("priority", v)) => {
-                priority = v
-                    .parse()
-                    .ok()
-                    .filter(|p| (1..=3).contains(p))
-                    .ok_or_else(|| {
-                        CtlError::inval(format!("recomp_algorithm: priority {v:?} is not 1 to 3"))
-                    })?
-            }
-            _ => {
-                return Err(CtlError::inval(format!(
-                    "recomp_algorithm: {word:?} is not algo=NAME or priority=N"
-                )))
-            }
-        }
-    }
-    let algo = algo.ok_or_else(|| CtlError::inval("recomp_algorithm: algo=NAME is required"))?;
-    check_comp(algo)?;
-    Ok((priority, algo.to_string()))
-}
-
-/// Whether an `algorithm_params` value is for a secondary compressor: it
-/// gives a priority from 1, or an algorithm other than `primary` without a
-/// priority. `EINVAL` if it does not parse.
-fn for_secondary(v: &str, primary: &str) -> Result<bool, CtlError> {
-    let parsed = zcomp::AlgorithmParams::parse(v)
-        .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
-    Ok(match (parsed.priority, parsed.algo) {
-        (Some(p), _) => p > 0,
-        (None, Some(a)) => a.name() != primary,
-        (None, None) => false,
-    })
-}
-
-/// Writes the setting `cmd` of an uninitialised export.
-fn set(settings: &mut Settings, cmd: &str, v: &str) -> Result<(), CtlError> {
-    match cmd {
-        "comp_algorithm" => {
-            check_comp(v)?;
-            zcomp::Compressor::parse(v, &settings.comp_params).map_err(|e| {
-                CtlError::inval(format!(
-                    "algorithm_params {:?} do not fit {v}: {e}",
-                    settings.comp_params
-                ))
-            })?;
-            settings.comp = v.to_string();
-        }
-        "algorithm_params" if for_secondary(v, &settings.comp)? => {
-            // Checked for syntax, range and the algorithm's own limits when
-            // the store is made (`disksize`), as the kernel applies them.
-            let parsed = zcomp::AlgorithmParams::parse(v)
-                .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
-            if parsed.priority.is_some_and(|p| p > 3) {
-                return Err(CtlError::inval(format!(
-                    "algorithm_params: priority {} is not 0 to 3",
-                    parsed.priority.unwrap_or_default()
-                )));
-            }
-            if let Some(a) = parsed.algo {
-                zcomp::Compressor::new(a, &parsed.params)
-                    .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
-            }
-            settings.recomp_params.push(v.to_string());
-        }
-        "algorithm_params" => {
-            zcomp::Compressor::parse(&settings.comp, v)
-                .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
-            settings.comp_params = v.to_string();
-        }
-        "mem_limit" => settings.mem_limit = memparse(v)?,
-        "backing_dev" => {
-            std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(v)
-                .map_err(|e| {
-                    CtlError::new(
-                        errno_name(e.raw_os_error().unwrap_or(libc::EIO)),
-                        format!("backing_dev {v}: {e}"),
-                    )
-                })?;
-            settings.backing_dev = Some(v.into());
-        }
-        "writeback_compressed" => settings.writeback_compressed = kstrtobool(cmd, v)?,
-        "writeback_batch_size" => {
-            let max = zram::MAX_WRITEBACK_BATCH as u64;
-            match v.parse::<u64>() {
-                Ok(n) if (1..=max).contains(&n) => settings.writeback_batch_size = Some(n),
-                _ => {
-                    return Err(CtlError::inval(format!(
-                        "writeback_batch_size takes a number of pages from 1 to {max}, not {v:?}"
-                    )))
-                }
-            }
-        }
-        "recomp_algorithm" => {
-            recomp_entry(v)?;
-            settings.recomp.push(v.to_string());
-        }
-        other => return Err(CtlError::inval(format!("{other} is not a setting"))),
-    }
-    Ok(())
-}
-
-/// A command on an uninitialised export: reads answer what zram's do
-/// before `disksize`; what needs a store is `EINVAL`.
-fn run_uninitialised(
-    name: &str,
-    settings: &Settings,
-    cmd: &str,
-    arg: Option<&str>,
-) -> Result<String, CtlError> {
-    let read = |text: String| -> Result<String, CtlError> {
-        no_value(cmd, arg)?;
-        Ok(text + "\n")
-    };
-    match cmd {
-        "mm_stat" => read(
-            zram::MmStat {
-                mem_limit: settings.mem_limit,
-                ..zram::MmStat::default()
-            }
-            .to_string(),
-        ),
-        "io_stat" => read(zram::IoStat::default().to_string()),
-        "debug_stat" => read(zram::DebugStat::default().to_string()),
-        "bd_stat" => read(zram::BdStat::default().to_string()),
-        "disksize" | "initstate" | "objs_moved" => read("0".to_string()),
-        "max_comp_streams" => read(
-            std::thread::available_parallelism()
-                .map_or(1, |n| n.get())
-                .to_string(),
-        ),
-        "comp_algorithm" => read(format!("[{}]", settings.comp)),
-        "backing_dev" => read(
-            settings
-                .backing_dev
-                .as_ref()
-                .map_or_else(|| "none".to_string(), |p| p.display().to_string()),
-        ),
-        "writeback_compressed" => read(u8::from(settings.writeback_compressed).to_string()),
-        "writeback_batch_size" => read(
-            settings
-                .writeback_batch_size
-                .unwrap_or(zram::DEFAULT_WRITEBACK_BATCH as u64)
-                .to_string(),
-        ),
-        "recomp_algorithm" => {
-            no_value(cmd, arg)?;
-            let mut slots: [Option<String>; 4] = Default::default();
-            for text in &settings.recomp {
-                let (p, algo) = recomp_entry(text)?;
-                slots[p as usize] = Some(algo);
-            }
-            Ok(slots
-                .iter()
-                .enumerate()
-                .filter_map(|(p, a)| a.as_ref().map(|a| format!("#{p}: [{a}]\n")))
-                .collect())
-        }
-        "mem_used_max" => match arg {
-            Some("0") => Ok(String::new()),
-            _ => Err(CtlError::inval("mem_used_max only takes 0")),
-        },
-        "algorithm_params" => Err(CtlError::inval(
-            "algorithm_params takes a value (write-only)",
-        )),
-        c if COMMANDS.contains(&c) => Err(CtlError::inval(format!(
-            "{c}: export {name:?} is not initialised (set its disksize first)"
-        ))),
-        other => Err(CtlError::inval(format!(
-            "unknown command {other:?}; commands: {}",
-            COMMANDS.join(" ")
-        ))),
-    }
-}
-
-/// A boolean as the kernel's `kstrtobool` reads one: `1`, `y`, `on` (any
-/// case) or `0`, `n`, `off`; anything else is `EINVAL`.
-fn kstrtobool(cmd: &str, v: &str) -> Result<bool, CtlError> {
-    match v.to_ascii_lowercase().as_str() {
-        "1" | "y" | "yes" | "on" => Ok(true),
-        "0" | "n" | "no" | "off" => Ok(false),
-        _ => Err(CtlError::inval(format!("{cmd} takes 0 or 1, not {v:?}"))),
-    }
-}
-
-fn no_value(cmd: &str, arg: Option<&str>) -> Result<(), CtlError> {
-    match arg {
-        None => Ok(()),
-        Some(v) => Err(CtlError::inval(format!(
-            "{cmd} is read-only (got value {v:?})"
-        ))),
-    }
-}
-
-/// A command on an initialised export.
-fn run(s: &Served, cmd: &str, arg: Option<&str>) -> Result<String, CtlError> {
-    let store = &s.store;
-    let read = |text: String| -> Result<String, CtlError> {
-        no_value(cmd, arg)?;
-        Ok(text + "\n")
-    };
-    match cmd {
-        "mm_stat" => read(store.mm_stat().to_string()),
-        "io_stat" => read(store.io_stat().to_string()),
-        "debug_stat" => read(store.debug_stat().to_string()),
-        "disksize" => read(store.disk_size().to_string()),
-        "initstate" => read("1".to_string()),
-        "algorithm_params"
-            if for_secondary(
-                arg.unwrap_or_default(),
-                store.compressor().algorithm().name(),
-            )? =>
-        {
-            store
-                .set_algorithm_params(arg.unwrap_or_default())
-                .map_err(|e| store_error(&e))?;
-            Ok(String::new())
-        }
-        "comp_algorithm" | "algorithm_params" if arg.is_some() => {
-            if cmd == "comp_algorithm" {
-                check_comp(arg.unwrap_or_default())?;
-            }
-            Err(CtlError::new(
-                "EBUSY",
-                format!(
-                    "cannot change {cmd} of initialised export {:?}; reset it first",
-                    s.name
-                ),
-            ))
-        }
-        "algorithm_params" => Err(CtlError::inval(
-            "algorithm_params takes a value (write-only)",
-        )),
-        "objs_moved" => read(store.mm_stat().objs_moved.to_string()),
-        "max_comp_streams" => read(store.max_comp_streams().to_string()),
-        "comp_algorithm" => read(format!("[{}]", store.compressor().algorithm().name())),
-        "classes" => {
-            no_value(cmd, arg)?;
-            let mut t = store.allocator().format_classes().ok_or_else(|| {
-                CtlError::new(
-                    "EOPNOTSUPP",
-                    format!("allocator {} has no size classes", store.allocator().name()),
-                )
-            })?;
-            if !t.ends_with('\n') {
-                t.push('\n');
-            }
-            Ok(t)
-        }
-        "compact" => {
-            let c = store.compact();
-            log::info!(
-                "ctl: {}: compact freed {} pages, moved {} objects",
-                s.name,
-                c.pages_freed,
-                c.objs_moved
-            );
-            Ok(String::new())
-        }
-        "auto_compact" => match arg {
-            None => Ok(format!("{}\n", store.auto_compact())),
-            Some(words) => {
-                let policy = store
-                    .auto_compact()
-                    .with_words(words)
-                    .map_err(CtlError::inval)?;
-                store
-                    .set_auto_compact(policy)
-                    .map_err(|e| CtlError::inval(e.to_string()))?;
-                log::info!("ctl: {}: auto_compact {policy}", s.name);
-                Ok(String::new())
-            }
-        },
-        "retain_divisor" => match arg {
-            None => read(store.retain_divisor().to_string()),
-            Some(v) => {
-                let divisor = v
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|&d| d <= MAX_RETAIN_DIVISOR)
-                    .ok_or_else(|| {
-                        CtlError::inval(format!(
-                            "retain_divisor takes 0 to {MAX_RETAIN_DIVISOR}, not {v:?}"
-                        ))
-                    })?;
-                store.set_retain_divisor(divisor);
-                log::info!("ctl: {}: retain_divisor {divisor}", s.name);
-                Ok(String::new())
-            }
-        },
-        "idle" => {
-            let cutoff = match arg {
-                Some("all") => IdleCutoff::All,
-                Some(v) => match v.parse::<u64>() {
-                    Ok(secs) => IdleCutoff::OlderThan(Duration::from_secs(secs)),
-                    Err(_) => {
-                        return Err(CtlError::inval(format!(
-                            "idle takes 'all' or seconds, not {v:?}"
-                        )))
-                    }
-                },
-                None => return Err(CtlError::inval("idle takes 'all' or a number of seconds")),
-            };
-            let marked = store.mark_idle(cutoff);
-            log::info!("ctl: {}: idle marked {marked} slots", s.name);
-            Ok(String::new())
-        }
-        "mem_limit" => {
-            let v = arg
-                .ok_or_else(|| CtlError::inval("mem_limit takes a size (e.g. 64M, 0 for none)"))?;
-            let bytes = memparse(v)?;
-            store.set_mem_limit(bytes);
-            log::info!("ctl: {}: mem_limit {bytes}", s.name);
-            Ok(String::new())
-        }
-        "mem_used_max" => match arg {
-            Some("0") => {
-                store.reset_mem_used_max();
-                Ok(String::new())
-            }
-            _ => Err(CtlError::inval("mem_used_max only takes 0")),
-        },
-        "bd_stat" => read(store.bd_stat().to_string()),
-        "block_state" => {
-            no_value(cmd, arg)?;
-            Ok(block_state(store))
-        }
-        "backing_dev" => match arg {
-            None => Ok(store.backing_dev() + "\n"),
-            Some(path) => {
-                store
-                    .set_backing_dev(std::path::Path::new(path))
-                    .map_err(|e| store_error(&e))?;
-                log::info!("ctl: {}: backing_dev {path}", s.name);
-                Ok(String::new())
-            }
-        },
-        "writeback" => {
-            let text = arg.ok_or_else(|| {
-                CtlError::inval("writeback takes idle, huge, huge_idle, incompressible, type=, page_index= or page_indexes=")
-            })?;
-            let req = zram::WritebackRequest::parse(text, store.disk_pages())
-                .map_err(|e| store_error(&e))?;
-            let r = store.writeback(&req).map_err(|e| store_error(&e))?;
-            log::info!(
-                "ctl: {}: writeback {text}: {} of {} pages written",
-                s.name,
-                r.written,
-                r.chosen
-            );
-            Ok(String::new())
-        }
-        "writeback_limit" => match arg {
-            None => Ok(format!("{}\n", store.writeback_limit().limit)),
-            Some(v) => {
-                let n = v.parse::<u64>().map_err(|_| {
-                    CtlError::inval(format!(
-                        "writeback_limit takes a number of 4 KiB units, not {v:?}"
-                    ))
-                })?;
-                store.set_writeback_limit(n);
-                Ok(String::new())
-            }
-        },
-        "writeback_batch_size" => match arg {
-            None => Ok(format!("{}\n", store.writeback_batch_size())),
-            Some(v) => {
-                let n = v.parse::<u64>().map_err(|_| {
-                    CtlError::inval(format!(
-                        "writeback_batch_size takes a number of pages, not {v:?}"
-                    ))
-                })?;
-                store
-                    .set_writeback_batch_size(n)
-                    .map_err(|e| store_error(&e))?;
-                Ok(String::new())
-            }
-        },
-        "writeback_compressed" => match arg {
-            None => Ok(format!("{}\n", u8::from(store.writeback_compressed()))),
-            Some(v) => {
-                store
-                    .set_writeback_compressed(kstrtobool(cmd, v)?)
-                    .map_err(|e| store_error(&e))?;
-                log::info!("ctl: {}: writeback_compressed {v}", s.name);
-                Ok(String::new())
-            }
-        },
-        "writeback_limit_enable" => match arg {
-            None => Ok(format!("{}\n", u8::from(store.writeback_limit().enabled))),
-            Some(v) => {
-                let n = v.parse::<u64>().map_err(|_| {
-                    CtlError::inval(format!("writeback_limit_enable takes a number, not {v:?}"))
-                })?;
-                store.set_writeback_limit_enable(n != 0);
-                Ok(String::new())
-            }
-        },
-        "recomp_algorithm" => match arg {
-            None => Ok(store
-                .recomp_algorithms()
-                .iter()
-                .map(|(p, name)| format!("#{p}: [{name}]\n"))
-                .collect()),
-            Some(v) => {
-                store.set_recomp_algorithm(v).map_err(|e| store_error(&e))?;
-                log::info!("ctl: {}: recomp_algorithm {v}", s.name);
-                Ok(String::new())
-            }
-        },
-        "recompress" => {
-            let req =
-                zram::RecompressRequest::parse(arg.unwrap_or("")).map_err(|e| store_error(&e))?;
-            let r = store.recompress(&req).map_err(|e| store_error(&e))?;
-            log::info!(
-                "ctl: {}: recompress: {} of {} pages smaller, {} incompressible",
-                s.name,
-                r.recompressed,
-                r.chosen,
-                r.incompressible
-            );
-            Ok(String::new())
-        }
-        other => Err(CtlError::inval(format!(
-            "unknown command {other:?}; commands: {}",
-            COMMANDS.join(" ")
-        ))),
-    }
 }
 
 #[cfg(test)]
@@ -763,6 +187,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::registry::Served;
     use zram::Store;
 
     fn registry() -> Registry {
@@ -871,10 +296,13 @@ mod tests {
             "frobnicate",
         ] {
             let e = execute(&reg, None, bad).unwrap_err();
-            assert_eq!(e.errno, "EINVAL", "{bad}: {e}");
+            assert_eq!(e.errno.name(), "EINVAL", "{bad}: {e}");
         }
         assert_eq!(
-            execute(&reg, Some("zz"), "mm_stat").unwrap_err().errno,
+            execute(&reg, Some("zz"), "mm_stat")
+                .unwrap_err()
+                .errno
+                .name(),
             "ENOENT"
         );
     }
@@ -897,9 +325,12 @@ mod tests {
         let (_dir, path) = backing_file();
         let run = |line: &str| execute(&reg, None, line);
         assert_eq!(run("backing_dev").unwrap(), "none\n");
-        assert_eq!(run("writeback idle").unwrap_err().errno, "ENODEV");
+        assert_eq!(run("writeback idle").unwrap_err().errno.name(), "ENODEV");
         assert_eq!(
-            run("backing_dev /nonexistent/zmem").unwrap_err().errno,
+            run("backing_dev /nonexistent/zmem")
+                .unwrap_err()
+                .errno
+                .name(),
             "ENOENT"
         );
         run(&format!("backing_dev {}", path.display())).unwrap();
@@ -914,13 +345,15 @@ mod tests {
         assert_eq!(
             run(&format!("backing_dev {}", path.display()))
                 .unwrap_err()
-                .errno,
+                .errno
+                .name(),
             "EBUSY"
         );
         assert_eq!(
             run("recomp_algorithm algo=deflate priority=2")
                 .unwrap_err()
-                .errno,
+                .errno
+                .name(),
             "EBUSY"
         );
         run("idle all").unwrap();
@@ -935,7 +368,7 @@ mod tests {
         run("writeback_limit_enable 1").unwrap();
         run("writeback_limit 2").unwrap();
         run("idle all").unwrap();
-        assert_eq!(run("writeback idle").unwrap_err().errno, "EIO");
+        assert_eq!(run("writeback idle").unwrap_err().errno.name(), "EIO");
         assert_eq!(run("writeback_limit").unwrap(), "0\n");
         assert_eq!(run("writeback_limit_enable").unwrap(), "1\n");
         assert_eq!(run("bd_stat").unwrap(), "       2        0        2\n");
@@ -959,21 +392,31 @@ mod tests {
             ("writeback_batch_size x", "EINVAL"),
             ("bd_stat 1", "EINVAL"),
         ] {
-            assert_eq!(run(bad).unwrap_err().errno, errno, "{bad}");
+            assert_eq!(run(bad).unwrap_err().errno.name(), errno, "{bad}");
         }
     }
 
     #[test]
-    fn writeback_compressed_is_a_setting_before_the_first_write() {
+    fn compressed_writeback_is_a_setting_before_the_first_write() {
         let reg = registry();
         let (_dir, path) = backing_file();
         let run = |line: &str| execute(&reg, None, line);
+        // The released name and the old one are one attribute.
+        assert_eq!(run("compressed_writeback").unwrap(), "0\n");
         assert_eq!(run("writeback_compressed").unwrap(), "0\n");
-        assert_eq!(
-            run("writeback_compressed maybe").unwrap_err().errno,
-            "EINVAL"
-        );
+        for bad in ["compressed_writeback maybe", "writeback_compressed maybe"] {
+            let e = run(bad).unwrap_err();
+            assert_eq!(e.errno, Errno::EINVAL, "{bad}");
+            assert_eq!(
+                e.message, "compressed_writeback takes 0 or 1, not \"maybe\"",
+                "{bad}"
+            );
+        }
         run("writeback_compressed 1").unwrap();
+        assert_eq!(run("compressed_writeback").unwrap(), "1\n");
+        run("compressed_writeback 0").unwrap();
+        assert_eq!(run("writeback_compressed").unwrap(), "0\n");
+        run("compressed_writeback 1").unwrap();
         assert_eq!(run("writeback_compressed").unwrap(), "1\n");
         run(&format!("backing_dev {}", path.display())).unwrap();
         let store = &reg.get(None).unwrap().store;
@@ -981,11 +424,13 @@ mod tests {
         for i in 0..8 {
             store.write_page(i, &page).unwrap();
         }
-        assert_eq!(
-            run("writeback_compressed 0").unwrap_err().errno,
-            "EBUSY",
-            "set only before the store holds data"
-        );
+        for name in ["writeback_compressed", "compressed_writeback"] {
+            assert_eq!(
+                run(&format!("{name} 0")).unwrap_err().errno,
+                Errno::EBUSY,
+                "{name}: set only before the store holds data"
+            );
+        }
         run("idle all").unwrap();
         run("writeback idle").unwrap();
         // Eight small objects share one block.
@@ -1002,7 +447,13 @@ mod tests {
         assert_eq!(memparse("0").unwrap(), 0);
         assert_eq!(memparse("4k").unwrap(), 4096);
         assert_eq!(memparse("2G").unwrap(), 2 << 30);
+        for (text, bytes) in [("1K", 1u64 << 10), ("1m", 1 << 20), ("3T", 3 << 40)] {
+            assert_eq!(memparse(text).unwrap(), bytes, "{text}");
+        }
+        assert_eq!(memparse("1P").unwrap(), 1 << 50);
+        assert_eq!(memparse("2e").unwrap(), 2 << 60);
         assert!(memparse("").is_err());
+        assert!(memparse("16E").is_err(), "past u64");
         assert!(memparse("99999999999999E").is_err());
     }
 }
