@@ -209,6 +209,10 @@ const fn store_after(after: StoreStore) -> Store {
     }
 }
 
+/// The name Linux 7.0 released for compressed writeback (its release
+/// candidates called it `writeback_compressed`, kept as an alias).
+const COMPRESSED_WRITEBACK: &str = "compressed_writeback";
+
 /// The table: every control command, once.
 pub static ATTRS: [Attr; 30] = [
     Attr {
@@ -460,7 +464,7 @@ pub static ATTRS: [Attr; 30] = [
         wrong_state: Errno::EINVAL,
     },
     Attr {
-        name: "compressed_writeback",
+        name: COMPRESSED_WRITEBACK,
         alias: Some("writeback_compressed"),
         show: show(
             |s| Ok(line(u8::from(s.writeback_compressed))),
@@ -468,14 +472,14 @@ pub static ATTRS: [Attr; 30] = [
         ),
         store: store(
             |s, v| {
-                s.writeback_compressed = kstrtobool("compressed_writeback", v)?;
+                s.writeback_compressed = kstrtobool(COMPRESSED_WRITEBACK, v)?;
                 Ok(())
             },
             |s, v| {
                 s.store
-                    .set_writeback_compressed(kstrtobool("compressed_writeback", v)?)
+                    .set_writeback_compressed(kstrtobool(COMPRESSED_WRITEBACK, v)?)
                     .map_err(|e| store_error(&e))?;
-                log::info!("ctl: {}: compressed_writeback {v}", s.name);
+                log::info!("ctl: {}: {COMPRESSED_WRITEBACK} {v}", s.name);
                 Ok(())
             },
         ),
