@@ -473,6 +473,19 @@ mod tests {
     }
 
     #[test]
+    fn error_replies_carry_the_errno_both_ways() {
+        for &errno in Errno::ALL {
+            let mut out = Vec::new();
+            write_reply(&mut out, &Err(CtlError::new(errno, "why\nnot"))).unwrap();
+            assert_eq!(out, format!("err {} why not\n", errno.name()).into_bytes());
+            let back = read_reply(&mut &out[..]).unwrap();
+            assert_eq!(back, Err(CtlError::new(errno, "why not")));
+        }
+        let unknown = read_reply(&mut &b"err EWHAT x\n"[..]).unwrap();
+        assert_eq!(unknown, Err(CtlError::new(Errno::EIO, "x")));
+    }
+
+    #[test]
     fn idle_clients_never_lock_out_an_operator() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ctl");
