@@ -980,6 +980,8 @@ fn serve_writeback_compressed_packs_pages_and_reads_them_back() {
         &backing,
         "--writeback-compressed",
     ]);
+    // The name Linux 7.0 released, and the old one as its alias.
+    assert_eq!(z.ctl_ok(&["compressed_writeback"]), "1\n");
     assert_eq!(z.ctl_ok(&["writeback_compressed"]), "1\n");
     let data = no_same_pages(real_data(4 * MIB));
     let src = write_file(&z, "src.raw", &data);
@@ -1009,9 +1011,14 @@ fn serve_writeback_compressed_packs_pages_and_reads_them_back() {
         "data differs after writeback"
     );
     assert!(bd(&z)[1] >= pages, "every page read from the backing file");
-    let o = z.ctl(&["writeback_compressed", "0"]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("EBUSY"));
+    for name in ["compressed_writeback", "writeback_compressed"] {
+        let o = z.ctl(&[name, "0"]);
+        assert_eq!(o.status.code(), Some(1), "{name}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("EBUSY"),
+            "{name}"
+        );
+    }
     drop(z);
 }
 

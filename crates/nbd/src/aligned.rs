@@ -481,7 +481,7 @@ mod tests {
         assert_eq!(all, model);
         assert_eq!(
             a.write_zeroes(1, 10, true, true).unwrap_err().errno(),
-            crate::Errno::NotSup
+            crate::Errno::EOPNOTSUPP
         );
     }
 

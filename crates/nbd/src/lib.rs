@@ -22,7 +22,8 @@
 //! ```
 //!
 //! Modules, one per concern (after nbdkit's server/ layout):
-//! - [`error`]: [`DeviceError`] and the protocol's [`Errno`] values.
+//! - [`error`]: [`DeviceError`] and [`Errno`], the Linux errno (name and
+//!   number) NBD replies and zmem's control errors share.
 //! - [`device`]: the [`BlockDevice`] trait, block sizes, extents.
 //! - [`mem`]: [`MemDevice`], the sparse in-memory reference device.
 //! - [`aligned`]: [`BlockAligned`], read-modify-write for whole-block devices.

@@ -322,7 +322,7 @@ mod tests {
         let ro = MemDevice::new(4096).into_read_only();
         assert_eq!(
             ro.write_at(0, &[1], false).unwrap_err().errno(),
-            crate::Errno::Perm
+            crate::Errno::EPERM
         );
         assert!(!ro.can_trim());
     }

@@ -1,69 +1,37 @@
 //! The control commands: zram's sysfs attributes, on a running server.
 //!
-//! This module owns what a control command means. Each command is named
-//! after the zram attribute it mirrors and reads or writes it the way
+//! This module owns how a control command runs. Each command is named after
+//! the zram attribute it mirrors and reads or writes it the way
 //! `cat /sys/block/zramN/ATTR` or `echo VALUE > /sys/block/zramN/ATTR` does:
 //! reads answer exactly the file's text (with its trailing newline), writes
 //! answer nothing, and bad values fail with the errno the kernel returns.
-//!
-//! | command | kernel attribute | effect |
-//! |---|---|---|
-//! | `mm_stat`, `io_stat`, `debug_stat` | same | the statistics line(s); `debug_stat` adds an `auto_compact:` line with the background compactor's counters when it is or was on |
-//! | `classes` | debugfs `zsmalloc/<pool>/classes` | the allocator's class table |
-//! | `disksize`, `comp_algorithm`, `initstate` | same (read) | size in bytes (0 before init), `[algo]`, `1` or `0` |
-//! | `disksize SIZE` | `disksize` | initialises an uninitialised export: makes its store (memparse suffixes; `EINVAL` for 0, `EBUSY` once initialised) |
-//! | `comp_algorithm NAME`, `algorithm_params PARAMS` | same | before init only (`EBUSY` after, as in the kernel): any zcomp name (`EINVAL` otherwise, `E2BIG` for 128 bytes or more); `level=N dict=FILE deflate.winbits=N` for it; with `priority=N` (1 to 3) or `algo=NAME` (a secondary's) the parameters of that recompression compressor, taken until the store's first write |
-//! | `hot_add NAME [SIZE] [ro]`, `hot_remove NAME` | `/sys/class/zram-control/hot_add`, `hot_remove` | adds an export (uninitialised without SIZE; read-only for its whole life with `ro`) or removes one; `EEXIST`, `EINVAL` for a bad name, `ENOENT`, `EBUSY` while a client is connected to it |
-//! | `objs_moved` | (zmem's; from the fine-grained fullness series) | objects moved by compaction |
-//! | `compact` | `compact` | compacts the allocator |
-//! | `auto_compact [WORDS]` | (zmem's) | reads the background compactor's policy (`on cpu=5 min_gain=32 ...`); writes `on`, `off`, `shrinker` and/or `cpu=PCT min_gain=PAGES min_gain_percent=PCT limit=PCT pressure=AVG10 postpone_ms=MS` |
-//! | `retain_divisor [N]` | (zmem's) | the allocator's retained share: freed pages up to one in N of the pages it holds stay resident for reuse (0: only the 1 MiB cache); writing lowers or raises it at once, until `reset` |
-//! | `idle all`, `idle N` | `idle` | marks slots idle (all, or unused for N s) |
-//! | `reset [1]` | `reset` | frees the store and returns the export to uninitialised with the server's default settings; `EBUSY` while a client is connected to it |
-//! | `mem_limit SIZE` | `mem_limit` | K/M/G/T suffixes (memparse); 0 removes it |
-//! | `mem_used_max 0` | `mem_used_max` | resets the maximum to the current use |
-//! | `exports` | (none) | one line per export: name, label (`uninitialised` before init), disksize |
-//! | `backing_dev [PATH]` | `backing_dev` | the backing file or block device (`none`); set only before the store holds data (`EBUSY`) |
-//! | `writeback MODE` | `writeback` | `idle`, `huge`, `huge_idle`, `incompressible`, `type=...`, `page_index=N`, `page_indexes=N-M`; `ENODEV` without a backing_dev |
-//! | `writeback_limit [N]`, `writeback_limit_enable [0/1]` | same | the writeback budget in 4 KiB units |
-//! | `writeback_batch_size [N]` | same (Linux 7.0) | pages written back with one call, 1 to 256 (32 by default); also a setting before init, as in the kernel |
-//! | `writeback_compressed [0/1]` | same (Linux 7.0) | write pages back compressed (zmem packs several objects into a block); set only before the store holds data (`EBUSY`) |
-//! | `bd_stat` | `bd_stat` | `bd_count bd_reads bd_writes` in 4 KiB units |
-//! | `recomp_algorithm ["algo=NAME priority=N"]` | `recomp_algorithm` | secondary compressors, `#N: [name]` lines |
-//! | `recompress PARAMS` | `recompress` | `type=idle\|huge\|huge_idle threshold=N max_pages=N algo=NAME priority=N` |
-//! | `block_state` | debugfs `zram/zramN/block_state` | one line per allocated slot: index, access time, flags `swhirn` |
-//!
-//! An uninitialised export answers reads as zram does before `disksize`
-//! (zeros, `initstate 0`, its settings), takes `mem_limit`, `backing_dev`
-//! (the file must open for reading and writing now; it is set up on
-//! `disksize`) and `recomp_algorithm` as settings, and refuses what needs a
-//! store (`compact`, `idle`, `writeback`, `recompress`, `classes`,
-//! `block_state`, `auto_compact`, `retain_divisor`, the writeback limits)
-//! with `EINVAL`. On an
-//! initialised export, `backing_dev` and `recomp_algorithm` stay writable
-//! until its first page write, as zmem's stores allow. The life itself
-//! (`hot_add`, `disksize`, `reset`, `hot_remove`) is in [`crate::registry`].
+//! What each command is and in which state of an export it is valid is the
+//! table in [`crate::attrs`]; [`execute`] looks the command up there and
+//! calls the function for the export's state, or answers the entry's errno
+//! for the wrong state. Errors are a [`CtlError`]: an [`nbd::Errno`] (the
+//! errno type NBD replies use too) and a message.
 //!
 //! It does no I/O; the socket is in [`crate::ctl_socket`].
 
 use std::fmt;
 
-use zram::IdleCutoff;
+use nbd::Errno;
 
-use crate::registry::{ExportView, Registry, Served, Settings};
+use crate::attrs::{self, Attr, Show, State, Store};
+use crate::registry::{ExportView, Registry};
 
-/// Why a control command failed: a Linux errno name and a message.
+/// Why a control command failed: a Linux errno and a message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CtlError {
-    /// One of [`ERRNO_NAMES`].
-    pub errno: &'static str,
+    /// The errno, as the kernel's attribute would answer.
+    pub errno: Errno,
     /// For a human.
     pub message: String,
 }
 
 impl CtlError {
-    /// An error with `errno` (one of [`ERRNO_NAMES`]).
-    pub fn new(errno: &'static str, message: impl Into<String>) -> CtlError {
+    /// An error with `errno`.
+    pub fn new(errno: Errno, message: impl Into<String>) -> CtlError {
         CtlError {
             errno,
             message: message.into(),
@@ -72,7 +40,7 @@ impl CtlError {
 
     /// An `EINVAL` error.
     pub fn inval(message: impl Into<String>) -> CtlError {
-        CtlError::new("EINVAL", message)
+        CtlError::new(Errno::EINVAL, message)
     }
 }
 
@@ -84,109 +52,13 @@ impl fmt::Display for CtlError {
 
 impl std::error::Error for CtlError {}
 
-/// Every command name, for `help` and error messages.
-pub const COMMANDS: [&str; 30] = [
-    "mm_stat",
-    "io_stat",
-    "debug_stat",
-    "classes",
-    "disksize",
-    "comp_algorithm",
-    "max_comp_streams",
-    "initstate",
-    "objs_moved",
-    "compact",
-    "auto_compact",
-    "retain_divisor",
-    "idle",
-    "reset",
-    "mem_limit",
-    "mem_used_max",
-    "exports",
-    "backing_dev",
-    "writeback",
-    "writeback_limit",
-    "writeback_limit_enable",
-    "writeback_batch_size",
-    "writeback_compressed",
-    "bd_stat",
-    "recomp_algorithm",
-    "recompress",
-    "block_state",
-    "algorithm_params",
-    "hot_add",
-    "hot_remove",
-];
-
-/// Every errno name a command answers with (anything else is `EIO`).
-pub const ERRNO_NAMES: [&str; 15] = [
-    "EINVAL",
-    "ENOENT",
-    "EBUSY",
-    "EOPNOTSUPP",
-    "EIO",
-    "ENODEV",
-    "ERANGE",
-    "ENOSPC",
-    "ENOTBLK",
-    "EISDIR",
-    "EACCES",
-    "EPERM",
-    "E2BIG",
-    "ENOMEM",
-    "EEXIST",
-];
-
-/// The name of an errno the store answers with.
-fn errno_name(errno: i32) -> &'static str {
-    match errno {
-        libc::EINVAL => "EINVAL",
-        libc::EBUSY => "EBUSY",
-        libc::ENODEV => "ENODEV",
-        libc::ENOENT => "ENOENT",
-        libc::ERANGE => "ERANGE",
-        libc::ENOSPC => "ENOSPC",
-        libc::ENOTBLK => "ENOTBLK",
-        libc::EISDIR => "EISDIR",
-        libc::EACCES => "EACCES",
-        libc::EPERM => "EPERM",
-        libc::E2BIG => "E2BIG",
-        libc::ENOMEM => "ENOMEM",
-        libc::EEXIST => "EEXIST",
-        _ => "EIO",
-    }
-}
-
-/// The control error for a store error (its errno).
+/// The control error for a store error (its errno; one this crate does not
+/// name is `EIO`).
 pub(crate) fn store_error(e: &zram::StoreError) -> CtlError {
-    CtlError::new(errno_name(e.errno()), e.to_string())
-}
-
-/// The debugfs `block_state` text: one line per allocated slot.
-fn block_state(store: &zram::Store) -> String {
-    use zram::SlotState;
-    let mut out = String::new();
-    for index in 0..store.disk_pages() {
-        let Ok(info) = store.slot_info(index) else {
-            break;
-        };
-        if info.state == SlotState::Empty {
-            continue;
-        }
-        let flag = |on: bool, c: char| if on { c } else { '.' };
-        out.push_str(&format!(
-            "{index:12} {:12}.{:06} {}{}{}{}{}{}\n",
-            info.ac_time,
-            0,
-            flag(matches!(info.state, SlotState::Same(_)), 's'),
-            flag(matches!(info.state, SlotState::WrittenBack(_)), 'w'),
-            flag(info.huge, 'h'),
-            flag(info.idle, 'i'),
-            flag(info.priority > 0, 'r'),
-            flag(info.incompressible, 'n'),
-        ));
-    }
-    out
+    CtlError::new(
+        Errno::from_number(e.errno()).unwrap_or(Errno::EIO),
+        e.to_string(),
+    )
 }
 
 /// Parses a size the way the kernel's `memparse` does: a number with an
@@ -221,83 +93,96 @@ pub fn execute(reg: &Registry, export: Option<&str>, line: &str) -> Result<Strin
         Some((c, a)) => (c, Some(a.trim())),
         None => (line, None),
     };
-    match (cmd, arg) {
-        ("exports", _) => {
-            no_value(cmd, arg)?;
-            return Ok(reg
-                .listing()
-                .into_iter()
-                .map(|(name, served)| {
-                    let shown = if name.is_empty() { "\"\"" } else { &name };
-                    match served {
-                        Some(s) => format!("{shown}\t{}\t{}\n", s.label, s.store.disk_size()),
-                        None => format!("{shown}\tuninitialised\t0\n"),
-                    }
-                })
-                .collect());
+    let attr = attrs::find(cmd).ok_or_else(|| {
+        CtlError::inval(format!(
+            "unknown command {cmd:?}; commands: {}",
+            attrs::names().collect::<Vec<_>>().join(" ")
+        ))
+    })?;
+    match (arg, &attr.show, &attr.store) {
+        (None, Show::Server(show), _) => Ok(show(reg)),
+        (None, Show::Export { before, after }, _) => {
+            reg.with_export(export, |name, view| match view {
+                ExportView::Uninitialised(settings) => match before {
+                    Some(show) => show(settings),
+                    None => Err(attr.wrong_state_error(cmd, name, State::Uninitialised)),
+                },
+                ExportView::Initialised(served) => match after {
+                    Some(show) => show(served),
+                    None => Err(attr.wrong_state_error(cmd, name, State::Initialised)),
+                },
+            })
         }
-        ("hot_add", _) => {
-            let words: Vec<&str> = arg.unwrap_or("").split_whitespace().collect();
-            // A trailing `ro`: served read-only for the export's whole life.
-            let (words, read_only) = match words.split_last() {
-                Some((&"ro", rest)) => (rest, true),
-                _ => (&words[..], false),
-            };
-            return match words {
-                [name] => reg.hot_add(name, None, read_only),
-                [name, size] => reg.hot_add(name, Some(size), read_only),
-                _ => Err(CtlError::inval(
-                    "hot_add takes NAME, an optional SIZE and an optional ro",
-                )),
+        (Some(v), Show::Server(_), Store::None) => Err(read_only(cmd, v)),
+        (v, _, Store::None) => reg.with_export(export, |name, view| {
+            let state = state_of(&view);
+            match attr.readable(state) {
+                true => Err(read_only(cmd, v.unwrap_or_default())),
+                false => Err(attr.wrong_state_error(cmd, name, state)),
             }
-            .map(|()| String::new());
-        }
-        ("hot_remove", _) => {
-            let words: Vec<&str> = arg.unwrap_or("").split_whitespace().collect();
-            return match words[..] {
-                [name] => reg.hot_remove(name).map(|()| String::new()),
-                _ => Err(CtlError::inval("hot_remove takes one NAME")),
-            };
-        }
-        ("reset", _) => {
-            let v = arg.unwrap_or("1");
-            match v.parse::<u64>() {
-                Ok(n) if n > 0 => {}
-                _ => {
-                    return Err(CtlError::inval(format!(
-                        "reset takes a positive number, not {v:?}"
-                    )))
-                }
-            }
-            return reg.reset(export).map(|()| String::new());
-        }
-        ("disksize", Some(size)) => return reg.initialise(export, size).map(|()| String::new()),
-        _ => {}
+        }),
+        (v, _, Store::Server(store)) => store(reg, export, v.unwrap_or("")).map(|()| String::new()),
+        (v, _, Store::Export { .. }) => write(reg, export, attr, cmd, v.unwrap_or("")),
     }
-    let setting = matches!(
-        cmd,
-        "comp_algorithm"
-            | "algorithm_params"
-            | "mem_limit"
-            | "backing_dev"
-            | "writeback_compressed"
-            | "writeback_batch_size"
-            | "recomp_algorithm"
-    );
-    // A setting of an uninitialised export; an initialised one answers
-    // below, from its store.
-    if let (true, Some(v)) = (setting, arg) {
-        if reg.update_settings(export, |settings| set(settings, cmd, v))? {
+}
+
+/// The state an export's view is in.
+fn state_of(view: &ExportView<'_>) -> State {
+    match view {
+        ExportView::Uninitialised(_) => State::Uninitialised,
+        ExportView::Initialised(_) => State::Initialised,
+    }
+}
+
+/// The error for a value given to a read-only attribute.
+fn read_only(cmd: &str, v: &str) -> CtlError {
+    CtlError::inval(format!("{cmd} is read-only (got value {v:?})"))
+}
+
+/// Writes `v` to the export attribute `attr` (called `cmd`): a setting of an
+/// uninitialised export, or its store once initialised.
+fn write(
+    reg: &Registry,
+    export: Option<&str>,
+    attr: &Attr,
+    cmd: &str,
+    v: &str,
+) -> Result<String, CtlError> {
+    let Store::Export {
+        check,
+        before,
+        after,
+    } = &attr.store
+    else {
+        unreachable!("only export attributes are written here");
+    };
+    let check = |v: &str| check.map_or(Ok(()), |check| check(v));
+    if let Some(set) = before {
+        // Taken if the export is uninitialised; an initialised one answers
+        // below, from its store.
+        if reg.update_settings(export, |settings| {
+            check(v)?;
+            set(settings, v)
+        })? {
             log::info!("ctl: {:?}: {cmd} {v}", export.unwrap_or(""));
             return Ok(String::new());
         }
     }
     reg.with_export(export, |name, view| match view {
-        ExportView::Initialised(s) => run(s, cmd, arg),
-        ExportView::Uninitialised(settings) => run_uninitialised(name, settings, cmd, arg),
+        ExportView::Uninitialised(_) => {
+            Err(attr.wrong_state_error(cmd, name, State::Uninitialised))
+        }
+        ExportView::Initialised(served) => {
+            check(v)?;
+            match after {
+                Some(store) => store(served, v).map(|()| String::new()),
+                None => Err(attr.wrong_state_error(cmd, name, State::Initialised)),
+            }
+        }
     })
 }
 
+<<<<<<< HEAD
 /// The largest retained-share divisor (as `--retain-divisor` takes).
 const MAX_RETAIN_DIVISOR: usize = 1 << 20;
 
@@ -750,11 +635,14 @@ fn run(s: &Served, cmd: &str, arg: Option<&str>) -> Result<String, CtlError> {
     }
 }
 
+=======
+>>>>>>> redesign-control
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::registry::Served;
     use zram::Store;
 
     fn registry() -> Registry {
@@ -863,10 +751,13 @@ mod tests {
             "frobnicate",
         ] {
             let e = execute(&reg, None, bad).unwrap_err();
-            assert_eq!(e.errno, "EINVAL", "{bad}: {e}");
+            assert_eq!(e.errno.name(), "EINVAL", "{bad}: {e}");
         }
         assert_eq!(
-            execute(&reg, Some("zz"), "mm_stat").unwrap_err().errno,
+            execute(&reg, Some("zz"), "mm_stat")
+                .unwrap_err()
+                .errno
+                .name(),
             "ENOENT"
         );
     }
@@ -889,9 +780,12 @@ mod tests {
         let (_dir, path) = backing_file();
         let run = |line: &str| execute(&reg, None, line);
         assert_eq!(run("backing_dev").unwrap(), "none\n");
-        assert_eq!(run("writeback idle").unwrap_err().errno, "ENODEV");
+        assert_eq!(run("writeback idle").unwrap_err().errno.name(), "ENODEV");
         assert_eq!(
-            run("backing_dev /nonexistent/zmem").unwrap_err().errno,
+            run("backing_dev /nonexistent/zmem")
+                .unwrap_err()
+                .errno
+                .name(),
             "ENOENT"
         );
         run(&format!("backing_dev {}", path.display())).unwrap();
@@ -906,13 +800,15 @@ mod tests {
         assert_eq!(
             run(&format!("backing_dev {}", path.display()))
                 .unwrap_err()
-                .errno,
+                .errno
+                .name(),
             "EBUSY"
         );
         assert_eq!(
             run("recomp_algorithm algo=deflate priority=2")
                 .unwrap_err()
-                .errno,
+                .errno
+                .name(),
             "EBUSY"
         );
         run("idle all").unwrap();
@@ -927,7 +823,7 @@ mod tests {
         run("writeback_limit_enable 1").unwrap();
         run("writeback_limit 2").unwrap();
         run("idle all").unwrap();
-        assert_eq!(run("writeback idle").unwrap_err().errno, "EIO");
+        assert_eq!(run("writeback idle").unwrap_err().errno.name(), "EIO");
         assert_eq!(run("writeback_limit").unwrap(), "0\n");
         assert_eq!(run("writeback_limit_enable").unwrap(), "1\n");
         assert_eq!(run("bd_stat").unwrap(), "       2        0        2\n");
@@ -951,21 +847,31 @@ mod tests {
             ("writeback_batch_size x", "EINVAL"),
             ("bd_stat 1", "EINVAL"),
         ] {
-            assert_eq!(run(bad).unwrap_err().errno, errno, "{bad}");
+            assert_eq!(run(bad).unwrap_err().errno.name(), errno, "{bad}");
         }
     }
 
     #[test]
-    fn writeback_compressed_is_a_setting_before_the_first_write() {
+    fn compressed_writeback_is_a_setting_before_the_first_write() {
         let reg = registry();
         let (_dir, path) = backing_file();
         let run = |line: &str| execute(&reg, None, line);
+        // The released name and the old one are one attribute.
+        assert_eq!(run("compressed_writeback").unwrap(), "0\n");
         assert_eq!(run("writeback_compressed").unwrap(), "0\n");
-        assert_eq!(
-            run("writeback_compressed maybe").unwrap_err().errno,
-            "EINVAL"
-        );
+        for bad in ["compressed_writeback maybe", "writeback_compressed maybe"] {
+            let e = run(bad).unwrap_err();
+            assert_eq!(e.errno, Errno::EINVAL, "{bad}");
+            assert_eq!(
+                e.message, "compressed_writeback takes 0 or 1, not \"maybe\"",
+                "{bad}"
+            );
+        }
         run("writeback_compressed 1").unwrap();
+        assert_eq!(run("compressed_writeback").unwrap(), "1\n");
+        run("compressed_writeback 0").unwrap();
+        assert_eq!(run("writeback_compressed").unwrap(), "0\n");
+        run("compressed_writeback 1").unwrap();
         assert_eq!(run("writeback_compressed").unwrap(), "1\n");
         run(&format!("backing_dev {}", path.display())).unwrap();
         let store = &reg.get(None).unwrap().store;
@@ -973,11 +879,13 @@ mod tests {
         for i in 0..8 {
             store.write_page(i, &page).unwrap();
         }
-        assert_eq!(
-            run("writeback_compressed 0").unwrap_err().errno,
-            "EBUSY",
-            "set only before the store holds data"
-        );
+        for name in ["writeback_compressed", "compressed_writeback"] {
+            assert_eq!(
+                run(&format!("{name} 0")).unwrap_err().errno,
+                Errno::EBUSY,
+                "{name}: set only before the store holds data"
+            );
+        }
         run("idle all").unwrap();
         run("writeback idle").unwrap();
         // Eight small objects share one block.
@@ -994,7 +902,13 @@ mod tests {
         assert_eq!(memparse("0").unwrap(), 0);
         assert_eq!(memparse("4k").unwrap(), 4096);
         assert_eq!(memparse("2G").unwrap(), 2 << 30);
+        for (text, bytes) in [("1K", 1u64 << 10), ("1m", 1 << 20), ("3T", 3 << 40)] {
+            assert_eq!(memparse(text).unwrap(), bytes, "{text}");
+        }
+        assert_eq!(memparse("1P").unwrap(), 1 << 50);
+        assert_eq!(memparse("2e").unwrap(), 2 << 60);
         assert!(memparse("").is_err());
+        assert!(memparse("16E").is_err(), "past u64");
         assert!(memparse("99999999999999E").is_err());
     }
 }

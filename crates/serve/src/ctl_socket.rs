@@ -10,7 +10,8 @@
 //!          | COMMAND [" " VALUE] "\n"      see crate::control
 //! reply   := "ok " LEN "\n" BODY           BODY is LEN bytes: what the sysfs
 //!                                          file reads ("" for a write)
-//!          | "err " ERRNO " " MESSAGE "\n" ERRNO is EINVAL, ENOENT, EBUSY, ...
+//!          | "err " ERRNO " " MESSAGE "\n" ERRNO is an nbd::Errno's name:
+//!                                          EINVAL, ENOENT, EBUSY, ...
 //! ```
 //!
 //! so `socat - UNIX-CONNECT:PATH` works by hand and `zmem ctl` prints BODY
@@ -38,6 +39,8 @@ use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
 use log::{debug, info, warn};
+
+use nbd::Errno;
 
 use crate::control::{self, CtlError};
 use crate::registry::Registry;
@@ -221,7 +224,8 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
         handles.retain(|h| !h.is_finished());
         if !shared.make_room() {
             warn!("ctl: refusing a client: {MAX_CLIENTS} clients are all running commands");
-            let _ = stream.write_all(b"err EBUSY too many control clients\n");
+            let busy = Err(CtlError::new(Errno::EBUSY, "too many control clients"));
+            let _ = write_reply(&mut stream, &busy);
             continue;
         }
         next_id += 1;
@@ -330,10 +334,7 @@ fn serve_client(
             Ok(Some(l)) => l,
             Ok(None) => return Ok(()),
             Err(e) => {
-                let err = Err(CtlError {
-                    errno: "EINVAL",
-                    message: e.to_string(),
-                });
+                let err = Err(CtlError::inval(e.to_string()));
                 let _ = write_reply(&mut writer, &err);
                 return Err(e);
             }
@@ -349,10 +350,10 @@ fn serve_client(
                 export = name;
                 Ok(String::new())
             } else {
-                Err(CtlError {
-                    errno: "ENOENT",
-                    message: format!("no export named {:?}", name.unwrap_or_default()),
-                })
+                Err(CtlError::new(
+                    Errno::ENOENT,
+                    format!("no export named {:?}", name.unwrap_or_default()),
+                ))
             }
         } else {
             debug!("ctl: {:?}: {trimmed}", export.as_deref().unwrap_or(""));
@@ -402,15 +403,8 @@ fn read_reply<R: BufRead>(r: &mut R) -> io::Result<Result<String, CtlError>> {
     }
     if let Some(rest) = head.strip_prefix("err ") {
         let (errno, message) = rest.split_once(' ').unwrap_or((rest, ""));
-        let errno = crate::control::ERRNO_NAMES
-            .iter()
-            .find(|n| **n == errno)
-            .copied()
-            .unwrap_or("EIO");
-        return Ok(Err(CtlError {
-            errno,
-            message: message.to_string(),
-        }));
+        let errno = Errno::from_name(errno).unwrap_or(Errno::EIO);
+        return Ok(Err(CtlError::new(errno, message)));
     }
     Err(bad(&format!("unexpected reply {head:?}")))
 }
@@ -450,9 +444,9 @@ mod tests {
         let e = request(&path, Some("nope"), "mm_stat")
             .unwrap()
             .unwrap_err();
-        assert_eq!(e.errno, "ENOENT");
+        assert_eq!(e.errno, Errno::ENOENT);
         let e = request(&path, None, "bogus").unwrap().unwrap_err();
-        assert_eq!(e.errno, "EINVAL");
+        assert_eq!(e.errno, Errno::EINVAL);
         // By hand: several lines on one connection, and an oversize line.
         let s = UnixStream::connect(&path).unwrap();
         (&s).write_all(b"\nexport\r\ndisksize\n").unwrap();
@@ -460,7 +454,10 @@ mod tests {
         assert_eq!(read_reply(&mut r).unwrap(), Ok(String::new()));
         assert_eq!(read_reply(&mut r).unwrap(), Ok("65536\n".to_string()));
         (&s).write_all(&vec![b'x'; MAX_LINE + 10]).unwrap();
-        assert_eq!(read_reply(&mut r).unwrap().unwrap_err().errno, "EINVAL");
+        assert_eq!(
+            read_reply(&mut r).unwrap().unwrap_err().errno,
+            Errno::EINVAL
+        );
         // A second server on the same path is refused while this one runs.
         assert!(CtlServer::bind(&path, registry()).is_err());
         server.shutdown();
@@ -473,6 +470,19 @@ mod tests {
         assert!(request(&path, None, "io_stat").unwrap().is_ok());
         drop(again);
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn error_replies_carry_the_errno_both_ways() {
+        for &errno in Errno::ALL {
+            let mut out = Vec::new();
+            write_reply(&mut out, &Err(CtlError::new(errno, "why\nnot"))).unwrap();
+            assert_eq!(out, format!("err {} why not\n", errno.name()).into_bytes());
+            let back = read_reply(&mut &out[..]).unwrap();
+            assert_eq!(back, Err(CtlError::new(errno, "why not")));
+        }
+        let unknown = read_reply(&mut &b"err EWHAT x\n"[..]).unwrap();
+        assert_eq!(unknown, Err(CtlError::new(Errno::EIO, "x")));
     }
 
     #[test]

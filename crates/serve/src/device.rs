@@ -58,17 +58,17 @@ const MAX_EXTENTS: usize = 4096;
 /// The NBD error for a store error (see the module documentation).
 pub fn nbd_error(e: &StoreError) -> DeviceError {
     let errno = match e {
-        StoreError::OutOfRange { .. } | StoreError::MemLimit { .. } => Errno::NoSpc,
-        StoreError::BadLength { .. } | StoreError::Config(_) => Errno::Inval,
+        StoreError::OutOfRange { .. } | StoreError::MemLimit { .. } => Errno::ENOSPC,
+        StoreError::BadLength { .. } | StoreError::Config(_) => Errno::EINVAL,
         StoreError::Alloc(a) => match a.kind() {
-            ErrorKind::NoMemory | ErrorKind::TooLarge => Errno::NoSpc,
-            ErrorKind::InvalidArgument | ErrorKind::InvalidHandle => Errno::Io,
+            ErrorKind::NoMemory | ErrorKind::TooLarge => Errno::ENOSPC,
+            ErrorKind::InvalidArgument | ErrorKind::InvalidHandle => Errno::EIO,
         },
-        StoreError::Compress(_) | StoreError::Corrupt { .. } => Errno::Io,
+        StoreError::Compress(_) | StoreError::Corrupt { .. } => Errno::EIO,
         StoreError::Os { errno, .. } => match *errno {
-            libc::ENOSPC => Errno::NoSpc,
-            libc::EINVAL => Errno::Inval,
-            _ => Errno::Io,
+            libc::ENOSPC => Errno::ENOSPC,
+            libc::EINVAL => Errno::EINVAL,
+            _ => Errno::EIO,
         },
     };
     DeviceError::new(errno, e.to_string())
@@ -331,7 +331,7 @@ mod tests {
         assert_eq!(s.mm_stat().same_pages, 1);
         // A fast zero on a partial page is refused and changes nothing.
         let e = dev.write_zeroes(10, 100, true, true).unwrap_err();
-        assert_eq!(e.errno(), Errno::NotSup);
+        assert_eq!(e.errno(), Errno::EOPNOTSUPP);
         let ext = dev.block_status(0, 8 * 4096).unwrap();
         let flags: Vec<(u64, u32)> = ext.iter().map(|e| (e.length, e.flags)).collect();
         assert_eq!(
@@ -361,7 +361,7 @@ mod tests {
         // Incompressible pages soon pass the limit.
         let noise = testkit::noise(1 << 20, 1);
         let e = dev.write_at(4096, &noise, false).unwrap_err();
-        assert_eq!(e.errno(), Errno::NoSpc);
+        assert_eq!(e.errno(), Errno::ENOSPC);
         assert!(s.io_stat().failed_writes >= 1);
         let mut back = vec![0u8; 4096];
         dev.read_at(0, &mut back).unwrap();

@@ -9,8 +9,11 @@
 //! - [`registry`]: the exports by name and the life of each (hot_add,
 //!   uninitialised, initialised by `disksize`, reset, hot_remove), shared by
 //!   the NBD server, the control socket and the metrics endpoint;
-//! - [`control`]: what each control command does (`mm_stat`, `compact`,
-//!   `reset`, `mem_limit`, ...), answering exactly what sysfs would;
+//! - [`attrs`]: the table of control commands (`mm_stat`, `compact`,
+//!   `reset`, `mem_limit`, ...), one entry per zram attribute with its read
+//!   and write functions and the export states it is valid in;
+//! - [`control`]: how a control command runs (the table's dispatch and its
+//!   errors), answering exactly what sysfs would;
 //! - [`ctl_socket`]: the control socket's line protocol, server and client;
 //! - [`metrics`]: the Prometheus text format and its tiny HTTP server;
 //! - [`paths`]: the default socket paths `zmem serve` and `zmem ctl` share.
@@ -21,6 +24,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod attrs;
 pub mod control;
 pub mod ctl_socket;
 pub mod device;

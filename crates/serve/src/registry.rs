@@ -38,7 +38,7 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
-use nbd::{BudgetStats, Export, ExportError, Exports, Server, SessionStats};
+use nbd::{BudgetStats, Errno, Export, ExportError, Exports, Server, SessionStats};
 use zram::{PolicyRunner, Store};
 
 pub use recipe::{Settings, StoreFactory};
@@ -406,11 +406,9 @@ impl Registry {
     /// `EOPNOTSUPP` without a store factory.
     pub fn hot_add(&self, name: &str, size: Option<&str>, read_only: bool) -> Result<(), CtlError> {
         check_name(name)?;
-        let factory = self
-            .factory
-            .get()
-            .cloned()
-            .ok_or_else(|| CtlError::new("EOPNOTSUPP", "this server cannot make new stores"))?;
+        let factory = self.factory.get().cloned().ok_or_else(|| {
+            CtlError::new(Errno::EOPNOTSUPP, "this server cannot make new stores")
+        })?;
         let settings = factory.defaults();
         let life = match size {
             None => Life::Uninitialised(settings),
@@ -421,7 +419,7 @@ impl Registry {
         let mut entries = self.entries_mut();
         if entries.iter().any(|e| e.name == name) {
             return Err(CtlError::new(
-                "EEXIST",
+                Errno::EEXIST,
                 format!("an export named {name:?} already exists"),
             ));
         }
@@ -477,13 +475,13 @@ impl Registry {
         let mut life = e.life_mut();
         let Life::Uninitialised(settings) = &*life else {
             return Err(CtlError::new(
-                "EBUSY",
+                Errno::EBUSY,
                 format!("export {:?} is initialised; reset it first", e.name),
             ));
         };
-        let factory = self
-            .factory_of(&e)
-            .ok_or_else(|| CtlError::new("EOPNOTSUPP", "this server cannot make new stores"))?;
+        let factory = self.factory_of(&e).ok_or_else(|| {
+            CtlError::new(Errno::EOPNOTSUPP, "this server cannot make new stores")
+        })?;
         let new = Life::Initialised(Arc::new(make_store(&e.name, &*factory, settings, size)?));
         self.publish(&e, &new)?;
         *life = new;
@@ -504,7 +502,7 @@ impl Registry {
         let open = self.export_connections(&e.name);
         if open > 0 {
             return Err(CtlError::new(
-                "EBUSY",
+                Errno::EBUSY,
                 format!(
                     "{open} NBD client(s) connected to {:?}; disconnect them first",
                     e.name
@@ -536,16 +534,16 @@ impl Registry {
 }
 
 fn no_export(name: &str) -> CtlError {
-    CtlError::new("ENOENT", format!("no export named {name:?}"))
+    CtlError::new(Errno::ENOENT, format!("no export named {name:?}"))
 }
 
 /// The control error for a refused change of the NBD export table.
 fn nbd_refusal(e: &ExportError) -> CtlError {
     let errno = match e {
-        ExportError::Busy { .. } => "EBUSY",
-        ExportError::Duplicate(_) => "EEXIST",
-        ExportError::NotFound(_) => "ENOENT",
-        ExportError::BadString(_) | ExportError::BadBlockSize(_) => "EINVAL",
+        ExportError::Busy { .. } => Errno::EBUSY,
+        ExportError::Duplicate(_) => Errno::EEXIST,
+        ExportError::NotFound(_) => Errno::ENOENT,
+        ExportError::BadString(_) | ExportError::BadBlockSize(_) => Errno::EINVAL,
     };
     CtlError::new(errno, e.to_string())
 }
@@ -564,7 +562,7 @@ fn make_store(
     }
     let (store, label) = factory
         .make(settings.comp, &settings.comp_params, bytes)
-        .map_err(|m| CtlError::new("ENOMEM", format!("export {name:?}: {m}")))?;
+        .map_err(|m| CtlError::new(Errno::ENOMEM, format!("export {name:?}: {m}")))?;
     store.set_mem_limit(settings.mem_limit);
     if let Some(path) = &settings.backing_dev {
         store
@@ -592,7 +590,7 @@ fn make_store(
     let store = Arc::new(store);
     let policy = factory
         .start_policy(name, &store)
-        .map_err(|m| CtlError::new("ENOMEM", format!("export {name:?}: {m}")))?;
+        .map_err(|m| CtlError::new(Errno::ENOMEM, format!("export {name:?}: {m}")))?;
     Ok(Served {
         name: name.to_string(),
         label,
@@ -644,7 +642,7 @@ mod tests {
     }
 
     fn errno(reg: &Registry, export: Option<&str>, line: &str) -> &'static str {
-        execute(reg, export, line).unwrap_err().errno
+        execute(reg, export, line).unwrap_err().errno.name()
     }
 
     #[test]

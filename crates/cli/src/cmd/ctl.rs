@@ -32,7 +32,8 @@ COMMANDS (as zram's sysfs attributes; reads print the file's text)
   without SIZE the new export is uninitialised; ro serves it read-only)
   disksize SIZE | comp_algorithm NAME | algorithm_params 'level=N dict=FILE'
   (only while uninitialised, else EBUSY; disksize initialises it)
-  backing_dev PATH | writeback_compressed 0|1 (both before disksize)
+  backing_dev PATH | compressed_writeback 0|1 (both before disksize;
+  writeback_compressed is its old name)
   | writeback idle|huge|huge_idle|incompressible
   | writeback page_index=N | writeback page_indexes=N-M | writeback_limit N
   | writeback_limit_enable 0|1 | writeback_batch_size N | bd_stat | block_state
