@@ -51,8 +51,6 @@
 //! `reset`, `hot_remove`) is in [`crate::registry`]; the dispatch is in
 //! [`crate::control`].
 
-use std::time::Duration;
-
 use nbd::Errno;
 use zram::IdleCutoff;
 
@@ -589,7 +587,7 @@ fn line(value: impl std::fmt::Display) -> String {
 }
 
 /// The page `disksize` is rounded up to, as the kernel's `PAGE_ALIGN`.
-pub const DISKSIZE_PAGE: u64 = 4096;
+pub const DISKSIZE_PAGE: u64 = recipe::size::PAGE_SIZE;
 
 /// `disksize SIZE`: memparse, refused if 0, rounded up to a page (`1000`
 /// makes a 4096-byte disk, as `echo 1000 > disksize` does); the registry
@@ -599,8 +597,7 @@ fn disksize(reg: &Registry, export: Option<&str>, v: &str) -> Result<(), CtlErro
     if bytes == 0 {
         return Err(CtlError::inval("disksize must be more than 0"));
     }
-    let rounded = bytes
-        .checked_next_multiple_of(DISKSIZE_PAGE)
+    let rounded = recipe::size::round_up_to_page(bytes, DISKSIZE_PAGE)
         .ok_or_else(|| CtlError::inval(format!("disksize {v} is too large")))?;
     reg.initialise(export, &rounded.to_string())
 }
@@ -674,7 +671,8 @@ fn set_comp_algorithm(settings: &mut Settings, v: &str) -> Result<(), CtlError> 
             settings.comp_params
         ))
     })?;
-    settings.comp = v.to_string();
+    settings.comp = zcomp::Algorithm::from_name(v)
+        .map_err(|e| CtlError::inval(format!("comp_algorithm: {e}")))?;
     Ok(())
 }
 
@@ -736,8 +734,8 @@ fn for_secondary(v: &str, primary: &str) -> Result<bool, CtlError> {
 
 /// `algorithm_params PARAMS` before init: the primary's, or a secondary's.
 fn set_algorithm_params(settings: &mut Settings, v: &str) -> Result<(), CtlError> {
-    if !for_secondary(v, &settings.comp)? {
-        zcomp::Compressor::parse(&settings.comp, v)
+    if !for_secondary(v, settings.comp.name())? {
+        zcomp::Compressor::parse(settings.comp.name(), v)
             .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
         settings.comp_params = v.to_string();
         return Ok(());
@@ -885,15 +883,7 @@ fn retain_divisor(s: &Served, v: &str) -> Result<(), CtlError> {
 fn idle(s: &Served, v: &str) -> Result<(), CtlError> {
     let cutoff = match v {
         "" => return Err(CtlError::inval("idle takes 'all' or a number of seconds")),
-        "all" => IdleCutoff::All,
-        v => match v.parse::<u64>() {
-            Ok(secs) => IdleCutoff::OlderThan(Duration::from_secs(secs)),
-            Err(_) => {
-                return Err(CtlError::inval(format!(
-                    "idle takes 'all' or seconds, not {v:?}"
-                )))
-            }
-        },
+        v => IdleCutoff::parse(v).map_err(|e| store_error(&e))?,
     };
     let marked = s.store.mark_idle(cutoff);
     log::info!("ctl: {}: idle marked {marked} slots", s.name);
@@ -976,25 +966,29 @@ mod tests {
     impl StoreFactory for Factory {
         fn defaults(&self) -> Settings {
             Settings {
-                comp: "lz4".into(),
+                comp: zcomp::Algorithm::Lz4,
                 ..Settings::default()
             }
         }
 
         fn make(
             &self,
-            comp: &str,
+            comp: zcomp::Algorithm,
             params: &str,
             disksize: u64,
-        ) -> Result<(zram::Store, String), String> {
+        ) -> Result<(zram::Store, String), recipe::FactoryError> {
+            let refused = |e: String| recipe::FactoryError::Spec(recipe::Error::Usage(e));
             if disksize % DISKSIZE_PAGE != 0 {
-                return Err(format!("{disksize} bytes is not a whole number of pages"));
+                return Err(refused(format!(
+                    "{disksize} bytes is not a whole number of pages"
+                )));
             }
             let pool = zalloc::open("zsmalloc", &zalloc::AllocOptions::default())
-                .map_err(|e| e.to_string())?;
-            let comp = zcomp::Compressor::parse(comp, params).map_err(|e| e.to_string())?;
+                .map_err(|e| refused(e.to_string()))?;
+            let comp = zcomp::Compressor::parse(comp.name(), params)
+                .map_err(|e| refused(e.to_string()))?;
             let store = zram::Store::new(pool, comp, disksize / DISKSIZE_PAGE)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| refused(e.to_string()))?;
             Ok((store, "zsmalloc/default/lz4/4K".into()))
         }
     }
