@@ -65,7 +65,6 @@ use crate::config::CompactionAlgo;
 use crate::frames::{FrameArena, FrameId, FrameOwner, FRAME_SIZE};
 use crate::handle::Entry;
 use crate::pool::Pool;
-use crate::zspage::NO_LINK;
 
 /// What one compaction did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -345,8 +344,7 @@ fn trim(
 /// the lists.
 fn isolate(class: &Class, inner: &mut ClassInner, groups: impl Iterator<Item = u8>) -> Option<u32> {
     for g in groups {
-        let z = inner.heads[g as usize];
-        if z != NO_LINK {
+        if let Some(z) = inner.lists.head(g as usize) {
             class.isolate(inner, z);
             return Some(z);
         }
