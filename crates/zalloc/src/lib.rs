@@ -71,7 +71,7 @@ pub struct AllocOptions {
     /// default 16 up to 8 KiB pages, `page_size / 512` on larger ones).
     pub delta: Option<u32>,
     /// zsmalloc: merge classes with the same pages and objects per zspage
-    /// (the class-merging patch, seed 003); both modes merge by default.
+    /// (the kernel's class merging); both modes merge by default.
     pub merge: bool,
     /// zsmalloc: the retained share of freed pages, as a divisor: up to one
     /// page in N of those the pool holds (plus the page source's fixed

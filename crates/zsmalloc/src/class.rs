@@ -36,7 +36,7 @@ pub(crate) enum ListInsertion {
     Head,
     /// At the head, or second when it has fewer objects in use than the
     /// head, to keep the fuller one first (the kernel before 6.4, which ran
-    /// the legacy compaction).
+    /// the drain-source compaction).
     FullerFirst,
 }
 

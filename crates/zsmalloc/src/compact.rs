@@ -2,11 +2,11 @@
 //! freed, and the automatic policy that triggers it.
 //!
 //! Three algorithms, one per generation:
-//! - [`CompactionAlgo::Legacy`] (kernel before 6.4): take a source from the
-//!   emptiest group, then destinations from the fullest, one after another,
-//!   until the source is empty; stop when no destination is left.
+//! - [`CompactionAlgo::DrainSource`] (kernel before 6.4): take a source from
+//!   the emptiest group, then destinations from the fullest, one after
+//!   another, until the source is empty; stop when no destination is left.
 //! - [`CompactionAlgo::KeepDestination`] (kernel 6.4 and later, from the
-//!   fine-grained fullness series, seed 001): keep one destination
+//!   fine-grained fullness series): keep one destination
 //!   (fullest non-full group) across sources (emptiest group); move until
 //!   the destination is full or the source empty; stop when
 //!   `zs_can_compact` says no zspage can be freed.
@@ -34,7 +34,7 @@
 //! zspage it holds back in the lists, unlocks, waits until a waiter has
 //! taken the lock (at most 50 µs: without it compaction, still running,
 //! would usually retake the lock before the woken waiter got there), locks
-//! again and carries on from where it was (keep-destination and legacy pick
+//! again and carries on from where it was (keep-destination and drain-source pick
 //! their next zspages afresh; the optimal plan and the trim's target are
 //! kept and each zspage re-checked). A waiter thus waits for one object's
 //! move in default mode, one source zspage's moves in kernel-compat, not a
@@ -654,7 +654,7 @@ impl Pool {
                 (CompactionAlgo::KeepDestination, _) => {
                     self.compact_keep_destination(class, &mut inner, &mut tally)
                 }
-                _ => self.compact_legacy(class, &mut inner, &mut tally),
+                _ => self.compact_drain_source(class, &mut inner, &mut tally),
             };
             if step == Step::Done {
                 break;
@@ -729,7 +729,12 @@ impl Pool {
         Step::Done
     }
 
-    fn compact_legacy(&self, class: &Class, inner: &mut ClassInner, tally: &mut Tally) -> Step {
+    fn compact_drain_source(
+        &self,
+        class: &Class,
+        inner: &mut ClassInner,
+        tally: &mut Tally,
+    ) -> Step {
         let partial = self.partial_groups();
         while let Some(src) = isolate(class, inner, partial.clone()) {
             if can_compact(class, inner) == 0 {
@@ -984,8 +989,8 @@ mod tests {
         for (mode, fullness, algo) in [
             (
                 Mode::KernelCompat,
-                FullnessScheme::Legacy,
-                CompactionAlgo::Legacy,
+                FullnessScheme::ThreeQuarters,
+                CompactionAlgo::DrainSource,
             ),
             (
                 Mode::KernelCompat,

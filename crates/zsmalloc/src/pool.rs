@@ -265,10 +265,10 @@ impl Pool {
         if config.mode == Mode::Default {
             pages.set_retain_divisor(DEFAULT_RETAIN_DIVISOR);
         }
-        // The legacy algorithm runs with the kernel of its time, whose list
+        // The drain-source algorithm runs with the kernel of its time, whose list
         // insertion kept fuller zspages first.
         let insertion = match config.compaction {
-            CompactionAlgo::Legacy => ListInsertion::FullerFirst,
+            CompactionAlgo::DrainSource => ListInsertion::FullerFirst,
             CompactionAlgo::KeepDestination | CompactionAlgo::Optimal => ListInsertion::Head,
         };
         let frames = is_framed(&config).then(|| Arc::new(FrameArena::new(page_size)));
