@@ -183,9 +183,14 @@ int zs_obj_write_checked(struct zs_pool *pool, unsigned long handle,
 /*
  * Returns the address of the object's first mem_len bytes, for reading only,
  * and holds the object (it is not written, freed or moved) until
- * zs_obj_read_end. zmem zspages are virtually contiguous, so an object that
- * crosses a page boundary is still returned in place: local_copy is never
- * used and may be NULL. Begin and end may run on different threads, and
+ * zs_obj_read_end. A zspage of a pool whose zspages are virtually
+ * contiguous runs of pages (ZS_MODE_KERNEL_COMPAT, and ZS_MODE_DEFAULT on
+ * 4 KiB pages) returns every object in place, even one that crosses a page
+ * boundary. A ZS_MODE_DEFAULT pool on pages above 4 KiB builds its zspages
+ * from 4 KiB frames of shared pages: an object within one frame is returned
+ * in place, one that crosses frames is copied into a buffer the pool keeps
+ * until zs_obj_read_end. Either way local_copy is never used and may be
+ * NULL. Begin and end may run on different threads, and
  * reads of different objects nest freely; one object can have at most 63
  * reads outstanding. Returns NULL for a NULL pool, a bad handle, mem_len
  * larger than the object, or a 64th outstanding read.

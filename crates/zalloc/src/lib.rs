@@ -78,7 +78,7 @@ pub struct AllocOptions {
     /// 1 MiB) stays resident for reuse, not counted in the pool's pages;
     /// `Some(0)` turns it off, so the resident set follows the pool as
     /// closely as the fixed cache allows; `None` keeps the mode's (default
-    /// mode 32, kernel-compat 0).
+    /// mode [`zsmalloc::DEFAULT_RETAIN_DIVISOR`], 8; kernel-compat 0).
     pub retain_divisor: Option<usize>,
 }
 

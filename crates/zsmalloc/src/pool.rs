@@ -5,7 +5,8 @@
 //! ```text
 //!   object hold (handle entry: shared or exclusive)
 //!     -> class lock (ClassInner mutex)
-//!       -> page source mutex (leaf)
+//!       -> frame arena mutex (framed pools only)
+//!         -> page source mutex (leaf)
 //! ```
 //!
 //! - A **handle entry** ([`EntryCell`](crate::handle)) is the lock of its
@@ -20,8 +21,17 @@
 //!   Compaction takes it first and then only *tries* object holds, skipping
 //!   objects somebody holds, so it never waits on a reader and never
 //!   deadlocks against `free`.
-//! - The **page source** mutex is taken inside the class lock to get or
-//!   return runs (and, in default mode, to give up or reclaim the pages
+//! - The **frame arena** mutex (`frames.rs`, framed pools only: default
+//!   mode on system pages above 4 KiB) is taken inside the class lock to
+//!   take or give back a zspage's frames, and by compaction's emptying of a
+//!   sparse system page inside the lock of the frame's class; it never takes
+//!   a class lock. It takes the page source mutex inside it to get or
+//!   return a system page.
+//! - A framed pool's kept reads (copies of objects across frames whose
+//!   holds outlive the read, [`ObjectRef::into_raw`]) are kept in a sharded
+//!   map whose mutexes are leaves, taken with no other lock.
+//! - The **page source** mutex is taken inside the class lock (or the frame
+//!   arena mutex) to get or return runs (and, in default mode, to give up or reclaim the pages
 //!   above a zspage's highest object), and nothing is taken inside it.
 //!   Freed zspages and given-up pages go back to the OS in batches (see the
 //!   `pages` crate): after compaction, when the pool empties, or when the
@@ -566,13 +576,17 @@ impl Pool {
         Ok(())
     }
 
-    /// The first `len` bytes of the object, without a copy (the kernel's
+    /// The first `len` bytes of the object (the kernel's
     /// `zs_obj_read_begin`; dropping the guard is `zs_obj_read_end`).
     ///
-    /// A zmem zspage is one virtually contiguous run, so every object, even
-    /// one that crosses a page boundary, lies in one place: the kernel's
-    /// bounce-buffer path is never needed. While the guard lives the object
-    /// cannot be written, freed or moved; other objects are unaffected.
+    /// A zspage of a pool that is not framed is one virtually contiguous
+    /// run, so every object, even one that crosses a page boundary, is read
+    /// in place without a copy: the kernel's bounce-buffer path is never
+    /// needed. In a framed pool (default mode on system pages above 4 KiB,
+    /// [`Pool::is_framed`]) an object within one 4 KiB frame is read in
+    /// place, and one that crosses frames is copied out into a buffer the
+    /// guard owns. While the guard lives the object cannot be written,
+    /// freed or moved; other objects are unaffected.
     pub fn read(&self, handle: Handle, len: usize) -> Result<ObjectRef<'_>, PoolError> {
         let (class, _, cell) = self.resolve(handle)?;
         let capacity = class.capacity() as usize;
