@@ -422,6 +422,39 @@ impl Pool {
     /// Every page it frees, and every page the page source kept for reuse,
     /// goes back to the OS at its end (an operator who compacts expects the
     /// memory back).
+    ///
+    /// ```
+    /// use zsmalloc::{Pool, PoolConfig};
+    ///
+    /// let pool = Pool::new(PoolConfig::kernel_compat()).unwrap();
+    /// // Fill zspages of one class, then free seven objects in eight: every
+    /// // zspage is left sparse, none empty.
+    /// let handles: Vec<_> = (0..512u32)
+    ///     .map(|i| {
+    ///         let h = pool.malloc(1000).unwrap();
+    ///         pool.write(h, &i.to_le_bytes()).unwrap();
+    ///         h
+    ///     })
+    ///     .collect();
+    /// let mut kept = Vec::new();
+    /// for (i, h) in handles.into_iter().enumerate() {
+    ///     if i % 8 == 0 {
+    ///         kept.push((i as u32, h));
+    ///     } else {
+    ///         pool.free(h).unwrap();
+    ///     }
+    /// }
+    /// let before = pool.total_pages();
+    /// assert!(pool.can_compact() > 0);
+    /// let done = pool.compact();
+    /// assert!(done.pages_freed > 0 && done.objs_moved > 0);
+    /// assert_eq!(pool.total_pages(), before - done.pages_freed as usize);
+    /// assert_eq!(pool.can_compact(), 0);
+    /// // The objects moved; their handles and bytes did not change.
+    /// for (i, h) in kept {
+    ///     assert_eq!(&*pool.read(h, 4).unwrap(), &i.to_le_bytes());
+    /// }
+    /// ```
     pub fn compact(&self) -> CompactResult {
         self.compact_all(Release::Flush)
     }

@@ -462,6 +462,24 @@ impl Pool {
     /// Allocates an object of `len` bytes (1..=unit, the page size unless
     /// the pool was made for a larger compression unit). Its contents are
     /// unspecified until written.
+    ///
+    /// ```
+    /// use zsmalloc::{Pool, PoolConfig};
+    ///
+    /// let pool = Pool::new(PoolConfig::kernel_compat()).unwrap();
+    /// let h = pool.malloc(100).unwrap();
+    /// // Its class may be a little larger (classes step by 16 bytes, and
+    /// // merged ones round up): the object holds at least what was asked.
+    /// assert!(pool.capacity_for(100).unwrap() >= 100);
+    /// pool.write(h, &[7; 100]).unwrap();
+    /// // Its zspage is counted whole (kernel-compat), however many pages.
+    /// assert!(pool.total_pages() >= 1);
+    /// // Larger than the unit (a page here): refused.
+    /// assert!(pool.malloc(4097).is_err());
+    /// pool.free(h).unwrap();
+    /// assert_eq!(pool.total_pages(), 0);
+    /// assert!(pool.free(h).is_err(), "a freed handle is refused");
+    /// ```
     pub fn malloc(&self, len: usize) -> Result<Handle, PoolError> {
         let class_id = self.class_id_for(len)?;
         let class = &self.classes[class_id];
@@ -587,6 +605,35 @@ impl Pool {
     /// place, and one that crosses frames is copied out into a buffer the
     /// guard owns. While the guard lives the object cannot be written,
     /// freed or moved; other objects are unaffected.
+    ///
+    /// ```
+    /// use zsmalloc::{Pool, PoolConfig};
+    ///
+    /// for page_size in [4096, 16384] {
+    ///     let pool = Pool::new(PoolConfig::default_mode(page_size)).unwrap();
+    ///     // Default mode on 16 KiB pages is framed: objects of 3000 bytes
+    ///     // on 4 KiB frames, some crossing from one frame to the next.
+    ///     assert_eq!(pool.is_framed(), page_size > 4096);
+    ///     let data: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i; 3000]).collect();
+    ///     let handles: Vec<_> = data
+    ///         .iter()
+    ///         .map(|d| {
+    ///             let h = pool.malloc(d.len()).unwrap();
+    ///             pool.write(h, d).unwrap();
+    ///             h
+    ///         })
+    ///         .collect();
+    ///     for (h, d) in handles.iter().zip(&data) {
+    ///         let bytes = pool.read(*h, d.len()).unwrap();
+    ///         assert_eq!(&*bytes, &d[..]);
+    ///         // A prefix reads as well; reads of one object may overlap.
+    ///         assert_eq!(&*pool.read(*h, 10).unwrap(), &d[..10]);
+    ///     } // each guard dropped: the objects may be written, freed, moved
+    ///     for h in handles {
+    ///         pool.free(h).unwrap();
+    ///     }
+    /// }
+    /// ```
     pub fn read(&self, handle: Handle, len: usize) -> Result<ObjectRef<'_>, PoolError> {
         let (class, _, cell) = self.resolve(handle)?;
         let capacity = class.capacity() as usize;
