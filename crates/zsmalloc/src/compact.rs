@@ -687,7 +687,7 @@ impl Pool {
                 (CompactionAlgo::KeepDestination, _) => {
                     self.compact_keep_destination(class, &mut inner, &mut tally)
                 }
-                _ => self.compact_drain_source(class, &mut inner, &mut tally),
+                _ => self.compact_drain(class, &mut inner, &mut tally),
             };
             if step == Step::Done {
                 break;
@@ -762,12 +762,7 @@ impl Pool {
         Step::Done
     }
 
-    fn compact_drain_source(
-        &self,
-        class: &Class,
-        inner: &mut ClassInner,
-        tally: &mut Tally,
-    ) -> Step {
+    fn compact_drain(&self, class: &Class, inner: &mut ClassInner, tally: &mut Tally) -> Step {
         let partial = self.partial_groups();
         while let Some(src) = isolate(class, inner, partial.clone()) {
             if can_compact(class, inner) == 0 {
