@@ -65,17 +65,30 @@ enum zs_chain_rule {
 
 /* Fullness groups (struct zs_pool_config.fullness). */
 enum zs_fullness {
-	ZS_FULLNESS_INUSE_RATIO = 0, /* 12 in-use-ratio groups, kernel 6.4+ */
-	ZS_FULLNESS_LEGACY = 1       /* 4 groups, kernels before 6.4 */
+	/* 12 groups by the share of objects in use (kernel 6.4+) */
+	ZS_FULLNESS_INUSE_RATIO = 0,
+	/* 4 groups split at 3/4 of the objects in use: empty, almost empty,
+	   almost full, full (kernels before 6.4) */
+	ZS_FULLNESS_THREE_QUARTERS = 1
 };
 
 /* Compaction algorithms (struct zs_pool_config.compaction). */
 enum zs_compaction {
-	ZS_COMPACT_LEGACY = 0,  /* the kernel's before 6.4 */
-	ZS_COMPACT_KEEP_DESTINATION = 1, /* the kernel's since 6.4 */
-	ZS_COMPACT_OPTIMAL = 2  /* zmem's: fewest object moves */
+	/* the kernel's before 6.4: each source zspage is drained into one
+	   destination after another */
+	ZS_COMPACT_DRAIN_SOURCE = 0,
+	/* the kernel's since 6.4: one destination kept across sources */
+	ZS_COMPACT_KEEP_DESTINATION = 1,
+	/* zmem's: fewest object moves */
+	ZS_COMPACT_OPTIMAL = 2
 };
-/* The former name of ZS_COMPACT_KEEP_DESTINATION, kept for source compatibility. */
+
+/* Former names, kept so that older sources still build. */
+/* Deprecated alias of ZS_FULLNESS_THREE_QUARTERS. */
+#define ZS_FULLNESS_LEGACY ZS_FULLNESS_THREE_QUARTERS
+/* Deprecated alias of ZS_COMPACT_DRAIN_SOURCE. */
+#define ZS_COMPACT_LEGACY ZS_COMPACT_DRAIN_SOURCE
+/* Deprecated alias of ZS_COMPACT_KEEP_DESTINATION. */
 #define ZS_COMPACT_SEED001 ZS_COMPACT_KEEP_DESTINATION
 
 /*
@@ -170,9 +183,14 @@ int zs_obj_write_checked(struct zs_pool *pool, unsigned long handle,
 /*
  * Returns the address of the object's first mem_len bytes, for reading only,
  * and holds the object (it is not written, freed or moved) until
- * zs_obj_read_end. zmem zspages are virtually contiguous, so an object that
- * crosses a page boundary is still returned in place: local_copy is never
- * used and may be NULL. Begin and end may run on different threads, and
+ * zs_obj_read_end. A zspage of a pool whose zspages are virtually
+ * contiguous runs of pages (ZS_MODE_KERNEL_COMPAT, and ZS_MODE_DEFAULT on
+ * 4 KiB pages) returns every object in place, even one that crosses a page
+ * boundary. A ZS_MODE_DEFAULT pool on pages above 4 KiB builds its zspages
+ * from 4 KiB frames of shared pages: an object within one frame is returned
+ * in place, one that crosses frames is copied into a buffer the pool keeps
+ * until zs_obj_read_end. Either way local_copy is never used and may be
+ * NULL. Begin and end may run on different threads, and
  * reads of different objects nest freely; one object can have at most 63
  * reads outstanding. Returns NULL for a NULL pool, a bad handle, mem_len
  * larger than the object, or a 64th outstanding read.

@@ -297,9 +297,13 @@ pub unsafe extern "C" fn zs_obj_write(
 }
 
 /// `zs_obj_read_begin`: the address of the object's first `mem_len` bytes,
-/// held (not written, freed or moved) until `zs_obj_read_end`. A zmem zspage
-/// is virtually contiguous, so even an object that crosses a page boundary
-/// is returned in place and `local_copy` is never used (it may be NULL).
+/// held (not written, freed or moved) until `zs_obj_read_end`. In a pool
+/// whose zspages are virtually contiguous runs (kernel-compat mode, and
+/// default mode on 4 KiB pages) even an object that crosses a page boundary
+/// is returned in place; in a framed pool (default mode on pages above
+/// 4 KiB) an object that crosses 4 KiB frames is returned as a copy the pool
+/// keeps until `zs_obj_read_end`. `local_copy` is never used (it may be
+/// NULL).
 /// Returns NULL for a NULL pool, a bad handle, `mem_len` larger than the
 /// object, or an object already held by 63 reads.
 ///

@@ -21,17 +21,21 @@ pub const ZS_CHAIN_MIN_WASTE: u32 = 0;
 /// `ZS_CHAIN_USED_PERCENT`: the kernel's chain rule before 6.3.
 pub const ZS_CHAIN_USED_PERCENT: u32 = 1;
 /// `ZS_CHAIN_BALANCED`: the rule proposed with the patch that drops the
-/// limit of 256 classes (seed 002).
+/// limit of 256 classes.
 pub const ZS_CHAIN_BALANCED: u32 = 2;
 /// `ZS_FULLNESS_INUSE_RATIO`: 12 in-use-ratio groups (kernel 6.4+).
 pub const ZS_FULLNESS_INUSE_RATIO: u32 = 0;
-/// `ZS_FULLNESS_LEGACY`: the 4 groups of kernels before 6.4.
-pub const ZS_FULLNESS_LEGACY: u32 = 1;
-/// `ZS_COMPACT_LEGACY`: the kernel's compaction before 6.4.
-pub const ZS_COMPACT_LEGACY: u32 = 0;
-/// `ZS_COMPACT_KEEP_DESTINATION`: the kernel's compaction since 6.4 (one
-/// destination kept across sources; `ZS_COMPACT_SEED001` in the header is
-/// its former name).
+/// `ZS_FULLNESS_THREE_QUARTERS`: the 4 groups of kernels before 6.4, split
+/// at 3/4 of the objects in use (`ZS_FULLNESS_LEGACY` in the header is a
+/// deprecated alias).
+pub const ZS_FULLNESS_THREE_QUARTERS: u32 = 1;
+/// `ZS_COMPACT_DRAIN_SOURCE`: the kernel's compaction before 6.4, each
+/// source drained into one destination after another (`ZS_COMPACT_LEGACY`
+/// in the header is a deprecated alias).
+pub const ZS_COMPACT_DRAIN_SOURCE: u32 = 0;
+/// `ZS_COMPACT_KEEP_DESTINATION`: the kernel's compaction since 6.4, one
+/// destination kept across sources (the header keeps a deprecated alias
+/// under its former, history-numbered name).
 pub const ZS_COMPACT_KEEP_DESTINATION: u32 = 1;
 /// `ZS_COMPACT_OPTIMAL`: zmem's fewest-moves compaction.
 pub const ZS_COMPACT_OPTIMAL: u32 = 2;
@@ -71,7 +75,7 @@ impl ZsPoolConfig {
             page_size: c.geometry.page_size,
             chain: c.geometry.chain,
             delta: match c.geometry.delta {
-                ClassDelta::Legacy => 0,
+                ClassDelta::Kernel => 0,
                 ClassDelta::Fixed(d) => d,
             },
             chain_rule: match c.geometry.chain_rule {
@@ -86,10 +90,10 @@ impl ZsPoolConfig {
             },
             fullness: match c.fullness {
                 FullnessScheme::InuseRatio => ZS_FULLNESS_INUSE_RATIO,
-                FullnessScheme::Legacy => ZS_FULLNESS_LEGACY,
+                FullnessScheme::ThreeQuarters => ZS_FULLNESS_THREE_QUARTERS,
             },
             compaction: match c.compaction {
-                CompactionAlgo::Legacy => ZS_COMPACT_LEGACY,
+                CompactionAlgo::DrainSource => ZS_COMPACT_DRAIN_SOURCE,
                 CompactionAlgo::KeepDestination => ZS_COMPACT_KEEP_DESTINATION,
                 CompactionAlgo::Optimal => ZS_COMPACT_OPTIMAL,
             },
@@ -115,11 +119,11 @@ impl ZsPoolConfig {
         };
         let fullness = match self.fullness {
             ZS_FULLNESS_INUSE_RATIO => FullnessScheme::InuseRatio,
-            ZS_FULLNESS_LEGACY => FullnessScheme::Legacy,
+            ZS_FULLNESS_THREE_QUARTERS => FullnessScheme::ThreeQuarters,
             _ => return None,
         };
         let compaction = match self.compaction {
-            ZS_COMPACT_LEGACY => CompactionAlgo::Legacy,
+            ZS_COMPACT_DRAIN_SOURCE => CompactionAlgo::DrainSource,
             ZS_COMPACT_KEEP_DESTINATION => CompactionAlgo::KeepDestination,
             ZS_COMPACT_OPTIMAL => CompactionAlgo::Optimal,
             _ => return None,
@@ -133,7 +137,7 @@ impl ZsPoolConfig {
                 page_size: self.page_size,
                 chain: self.chain,
                 delta: match self.delta {
-                    0 => ClassDelta::Legacy,
+                    0 => ClassDelta::Kernel,
                     d => ClassDelta::Fixed(d),
                 },
                 chain_rule,

@@ -8,9 +8,12 @@
 //! [`zs::Pool::read`] and keeps it past the guard with
 //! [`zs::ObjectRef::into_raw`]; `zs_obj_read_end` gives it back with
 //! [`zs::Pool::release_read`]. Releasing a hold that was never taken would
-//! corrupt the object's lock, so every kept hold is counted here, per handle,
-//! with the address begin returned, under one mutex: end releases only what
+//! corrupt the object's lock, so every kept hold is counted here, per handle
+//! and per address begin returned, under one mutex: end releases only what
 //! the table shows outstanding, and a forged or repeated end changes nothing.
+//! A held object does not move, so its holds share one address, except in a
+//! framed pool (default mode on pages above 4 KiB), where each read of an
+//! object across frames returns its own copy.
 //! The table is per pool, not per thread, so begin and end may run on
 //! different threads, and holds of different handles nest freely.
 //!
@@ -30,12 +33,12 @@ use std::sync::{Mutex, MutexGuard};
 use zs::{Handle, ObjectRef, Pool};
 
 /// Kept holds of one handle.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Held {
-    /// The address begin returned (the same for every hold: a held object
-    /// cannot move).
-    addr: usize,
-    /// Holds not yet released.
+    /// Each address begin returned and its holds not yet released (one
+    /// address, but for a framed pool's copies of an object across frames).
+    addrs: Vec<(usize, u32)>,
+    /// Holds not yet released, over every address.
     count: u32,
 }
 
@@ -111,17 +114,11 @@ impl ZsPool {
             .read(handle, len)
             .map_err(|_| HoldError::Refused)?;
         let addr = bytes.into_raw().cast::<u8>().as_ptr();
-        match holds.entry(raw) {
-            Entry::Occupied(mut e) => {
-                debug_assert_eq!(e.get().addr, addr as usize, "a held object moved");
-                e.get_mut().count += 1;
-            }
-            Entry::Vacant(e) => {
-                e.insert(Held {
-                    addr: addr as usize,
-                    count: 1,
-                });
-            }
+        let held = holds.entry(raw).or_default();
+        held.count += 1;
+        match held.addrs.iter_mut().find(|(a, _)| *a == addr as usize) {
+            Some((_, n)) => *n += 1,
+            None => held.addrs.push((addr as usize, 1)),
         }
         Ok(addr)
     }
@@ -133,11 +130,16 @@ impl ZsPool {
         let Entry::Occupied(mut e) = holds.entry(handle.to_raw()) else {
             return Err(HoldError::NotHeld);
         };
-        if e.get().addr != addr as usize {
+        let held = e.get_mut();
+        let Some(at) = held.addrs.iter().position(|&(a, _)| a == addr as usize) else {
             return Err(HoldError::NotHeld);
+        };
+        held.addrs[at].1 -= 1;
+        if held.addrs[at].1 == 0 {
+            held.addrs.swap_remove(at);
         }
-        e.get_mut().count -= 1;
-        if e.get().count == 0 {
+        held.count -= 1;
+        if held.count == 0 {
             e.remove();
         }
         // SAFETY: the table counted an outstanding hold of this handle, kept

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
 use testkit::{pattern, Rng};
+use zsmalloc_capi::config::ZS_MODE_DEFAULT;
 use zsmalloc_capi::errno::{err_value, is_err_value, EBUSY, EINVAL, ENOSPC, FIRST_ERR_VALUE};
 use zsmalloc_capi::*;
 
@@ -183,5 +184,47 @@ fn reads_end_on_other_threads_while_the_pool_churns() {
         assert_eq!(zs_get_total_pages(pool.0), 0);
         assert_eq!(zs_check_invariants(pool.0), 0);
         zs_destroy_pool(pool.0);
+    }
+}
+
+#[test]
+fn nested_reads_of_an_object_across_frames_end_one_by_one() {
+    // SAFETY: a live pool, valid buffers; each address is read only between
+    // its begin and its end.
+    unsafe {
+        let mut cfg = ZsPoolConfig::default();
+        assert_eq!(zs_pool_config_init(&mut cfg, ZS_MODE_DEFAULT), 0);
+        // Default mode on 16 KiB pages: zspages of 4 KiB frames, so objects
+        // of 6000 bytes cross from one frame to the next and are read as
+        // copies, one per read.
+        cfg.page_size = 16384;
+        let pool = zs_create_pool_ex(ptr::null(), &cfg);
+        assert!(!pool.is_null());
+        let mut crossing = 0;
+        for i in 0..8u8 {
+            let data = vec![i; 6000];
+            let h = zs_malloc(pool, data.len());
+            assert!(!is_err_value(h));
+            zs_obj_write(pool, h, data.as_ptr().cast(), data.len());
+            let a = zs_obj_read_begin(pool, h, data.len(), ptr::null_mut());
+            let b = zs_obj_read_begin(pool, h, data.len(), ptr::null_mut());
+            assert!(!a.is_null() && !b.is_null());
+            crossing += usize::from(a != b);
+            for p in [a, b] {
+                assert_eq!(
+                    std::slice::from_raw_parts(p.cast::<u8>(), data.len()),
+                    &data[..]
+                );
+            }
+            assert_eq!(zs_free_checked(pool, h), -EBUSY);
+            assert_eq!(zs_obj_read_end_checked(pool, h, data.len(), a), 0);
+            assert_eq!(zs_free_checked(pool, h), -EBUSY, "one read still holds it");
+            assert_eq!(zs_obj_read_end_checked(pool, h, data.len(), b), 0);
+            assert_eq!(zs_obj_read_end_checked(pool, h, data.len(), b), -EINVAL);
+            assert_eq!(zs_free_checked(pool, h), 0);
+        }
+        assert!(crossing > 0, "no object crossed a frame");
+        assert_eq!(zs_check_invariants(pool), 0);
+        zs_destroy_pool(pool);
     }
 }

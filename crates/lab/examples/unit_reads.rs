@@ -1,4 +1,4 @@
-//! What a compression unit larger than a page costs a 4 KiB read (issue 18).
+//! What a compression unit larger than a page costs a 4 KiB read.
 //!
 //! `cargo run --release -p zmem-lab --example unit_reads -- FILE [MIB]`
 //! stores the first MIB (64 by default) of FILE in a default-mode store on

@@ -1,4 +1,4 @@
-//! Where a zsmalloc pool's memory beyond the compressed bytes goes (issue 18).
+//! Where a zsmalloc pool's memory beyond the compressed bytes goes.
 //!
 //! `cargo run --release -p zmem-lab --example waste -- FILE...` compresses
 //! each file's blocks (lz4 and zstd; same-filled blocks skipped, as zram

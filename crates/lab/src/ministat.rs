@@ -1,5 +1,5 @@
 //! Two-sample comparison in the layout of FreeBSD's ministat, as the
-//! fine-grained fullness series (seed 001) prints it: a summary row per
+//! fine-grained fullness series prints it: a summary row per
 //! sample and the difference of the means at 95% confidence by Student's t
 //! with a pooled standard deviation.
 //!
@@ -139,7 +139,7 @@ fn t_cdf(t: f64, df: f64) -> f64 {
 /// The 97.5% quantile of Student's t with `df` degrees of freedom, as
 /// ministat uses it: exact up to 100 degrees of freedom, and the normal
 /// limit 1.960 above (ministat's table ends there, and the fine-grained
-/// fullness series' (seed 001) figures were made with it).
+/// fullness series' figures were made with it).
 pub fn t_975(df: f64) -> f64 {
     if df > 100.0 {
         return 1.960;
@@ -231,7 +231,7 @@ mod tests {
 
     #[test]
     fn reproduces_the_fullness_series_difference_from_its_summaries() {
-        // The fine-grained fullness series' (seed 001) first block: x avg
+        // The fine-grained fullness series' first block: x avg
         // 2314.1214 sd 806.03271, + avg 1878.1714 sd 641.02073, N = 140 each:
         // -435.95 +/- 170.595, -18.8387% +/- 7.37193%, pooled s = 728.216.
         let x = Summary {

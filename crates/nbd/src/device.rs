@@ -141,6 +141,54 @@ impl Extent {
 ///
 /// See the [module documentation](self) for what the server guarantees about
 /// the arguments.
+///
+/// A tiny in-memory device (the crate's [`MemDevice`](crate::MemDevice) is
+/// the full one), and what the trait's defaults give it:
+///
+/// ```
+/// use std::sync::Mutex;
+///
+/// use nbd::{check_range, BlockDevice, DeviceResult, Extent};
+///
+/// struct Ram(Mutex<Vec<u8>>);
+///
+/// impl BlockDevice for Ram {
+///     fn size(&self) -> u64 {
+///         self.0.lock().unwrap().len() as u64
+///     }
+///
+///     fn read_at(&self, offset: u64, buf: &mut [u8]) -> DeviceResult<()> {
+///         let bytes = self.0.lock().unwrap();
+///         check_range(bytes.len() as u64, offset, buf.len() as u64)?;
+///         let at = offset as usize;
+///         buf.copy_from_slice(&bytes[at..at + buf.len()]);
+///         Ok(())
+///     }
+///
+///     fn write_at(&self, offset: u64, data: &[u8], _fua: bool) -> DeviceResult<()> {
+///         let mut bytes = self.0.lock().unwrap();
+///         check_range(bytes.len() as u64, offset, data.len() as u64)?;
+///         let at = offset as usize;
+///         bytes[at..at + data.len()].copy_from_slice(data);
+///         Ok(())
+///     }
+/// }
+///
+/// let dev = Ram(Mutex::new(vec![0; 4096]));
+/// dev.write_at(512, b"hello", false).unwrap();
+/// let mut buf = [0u8; 5];
+/// dev.read_at(512, &mut buf).unwrap();
+/// assert_eq!(&buf, b"hello");
+/// // Out of range: refused, nothing changed.
+/// assert!(dev.write_at(4095, b"xy", false).is_err());
+/// // The defaults: zeroes are written with write_at, trim is refused, and
+/// // everything is data.
+/// dev.write_zeroes(512, 5, true, false).unwrap();
+/// dev.read_at(512, &mut buf).unwrap();
+/// assert_eq!(buf, [0; 5]);
+/// assert!(!dev.can_trim() && dev.trim(0, 4096).is_err());
+/// assert_eq!(dev.block_status(0, 4096).unwrap(), vec![Extent::data(4096)]);
+/// ```
 pub trait BlockDevice: Send + Sync {
     /// Size of the device in bytes.
     fn size(&self) -> u64;

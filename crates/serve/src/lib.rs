@@ -16,12 +16,13 @@
 //!   errors), answering exactly what sysfs would;
 //! - [`ctl_socket`]: the control socket's line protocol, server and client;
 //! - [`metrics`]: the Prometheus text format and its tiny HTTP server;
-//! - [`paths`]: the default socket paths `zmem serve` and `zmem ctl` share.
+//! - [`paths`]: the default socket paths `zmem serve` and `zmem ctl` share;
+//! - [`trim`]: giving idle memory back to the OS once I/O goes quiet.
 //!
 //! The command line, logging and signal handling live in the `zmem` binary.
-//! This crate has no `unsafe` code.
+//! The only `unsafe` code is [`trim`]'s two glibc calls.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod attrs;
@@ -31,6 +32,8 @@ pub mod device;
 pub mod metrics;
 pub mod paths;
 pub mod registry;
+#[allow(unsafe_code)]
+pub mod trim;
 
 pub use control::CtlError;
 pub use ctl_socket::{request, CtlServer};

@@ -19,6 +19,7 @@ use serde_json::Value;
 /// depend on.
 const PRODUCT_AND_LAB: &[&str] = &[
     "zmem-pages",
+    "zmem-ilist",
     "zmem-lzo",
     "zmem-nbd",
     "zmem-zpool",
@@ -40,14 +41,19 @@ const PRODUCT: &[&str] = PRODUCT_AND_LAB.split_at(PRODUCT_AND_LAB.len() - 1).0;
 /// may use beyond those.
 const RULES: &[(&str, &[&str], &[&str])] = &[
     ("zmem-pages", &[], &[]),
+    ("zmem-ilist", &[], &[]),
     ("zmem-lzo", &[], &[]),
     ("zmem-nbd", &[], &[]),
     ("zmem-zpool", &[], &[]),
     ("zmem-zcomp", &["zmem-lzo"], &[]),
-    ("zmem-zsmalloc", &["zmem-pages", "zmem-zpool"], &[]),
+    (
+        "zmem-zsmalloc",
+        &["zmem-pages", "zmem-zpool", "zmem-ilist"],
+        &[],
+    ),
     (
         "zmem-zalloc",
-        &["zmem-pages", "zmem-zpool", "zmem-zsmalloc"],
+        &["zmem-pages", "zmem-zpool", "zmem-zsmalloc", "zmem-ilist"],
         &[],
     ),
     (

@@ -71,14 +71,14 @@ pub struct AllocOptions {
     /// default 16 up to 8 KiB pages, `page_size / 512` on larger ones).
     pub delta: Option<u32>,
     /// zsmalloc: merge classes with the same pages and objects per zspage
-    /// (the class-merging patch, seed 003); both modes merge by default.
+    /// (the kernel's class merging); both modes merge by default.
     pub merge: bool,
     /// zsmalloc: the retained share of freed pages, as a divisor: up to one
     /// page in N of those the pool holds (plus the page source's fixed
     /// 1 MiB) stays resident for reuse, not counted in the pool's pages;
     /// `Some(0)` turns it off, so the resident set follows the pool as
     /// closely as the fixed cache allows; `None` keeps the mode's (default
-    /// mode 32, kernel-compat 0).
+    /// mode [`zsmalloc::DEFAULT_RETAIN_DIVISOR`], 8; kernel-compat 0).
     pub retain_divisor: Option<usize>,
 }
 

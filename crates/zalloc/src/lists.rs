@@ -4,31 +4,29 @@
 //! can take now). `malloc` of `n` chunks scans the lists from `n` upward.
 //!
 //! A page is named by its index in the allocator's table of page records.
-//! This module owns the lists and their links (kept here, beside the
-//! records rather than in them): moving a page between lists, the scan, and
-//! the walk that checks them. Which list a page belongs on is the
-//! allocator's to say.
+//! This module keeps the pages' links (here, beside the records rather than
+//! in them) and which list each page is on; linking, unlinking and the walk
+//! that checks the lists are `ilist`'s, as they are for zsmalloc's fullness
+//! lists. Which list a page belongs on is the allocator's to say.
 
-/// No page: the end of a list.
-const NIL: u32 = u32::MAX;
-/// `Links::list` of a page on no list.
+use ilist::{Links, Lists};
+
+/// `PageLinks::list` of a page on no list.
 const NO_LIST: u8 = u8::MAX;
 
 /// A page's place on the lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Links {
+struct PageLinks {
     /// The list the page is on, or [`NO_LIST`].
     list: u8,
-    prev: u32,
-    next: u32,
+    links: Links,
 }
 
-impl Links {
+impl PageLinks {
     /// On no list.
-    const NONE: Links = Links {
+    const NONE: PageLinks = PageLinks {
         list: NO_LIST,
-        prev: NIL,
-        next: NIL,
+        links: Links::NONE,
     };
 
     fn list(&self) -> Option<usize> {
@@ -36,13 +34,14 @@ impl Links {
     }
 }
 
+ilist::impl_linked!(PageLinks, links);
+
 /// `N` lists (fewer than 255) of the pages of one record table.
 #[derive(Debug)]
 pub struct ChunkLists<const N: usize> {
-    /// `heads[i]`: the first page of list `i`, or [`NIL`].
-    heads: [u32; N],
+    lists: Lists<N>,
     /// `links[id]`: page `id`'s place; pages past the end are on no list.
-    links: Vec<Links>,
+    links: Vec<PageLinks>,
 }
 
 impl<const N: usize> Default for ChunkLists<N> {
@@ -56,14 +55,14 @@ impl<const N: usize> ChunkLists<N> {
     pub const fn new() -> Self {
         assert!(N < NO_LIST as usize, "list indexes must fit a u8");
         ChunkLists {
-            heads: [NIL; N],
+            lists: Lists::new(),
             links: Vec::new(),
         }
     }
 
     /// The list page `id` is on, if any.
     pub fn list_of(&self, id: u32) -> Option<usize> {
-        self.links.get(id as usize).and_then(Links::list)
+        self.links.get(id as usize).and_then(PageLinks::list)
     }
 
     /// Moves page `id` to the head of list `want`, or takes it off the
@@ -77,80 +76,43 @@ impl<const N: usize> ChunkLists<N> {
 
     /// Takes page `id` off its list, if it is on one.
     pub fn unlink(&mut self, id: u32) {
-        let Some(links) = self.links.get_mut(id as usize) else {
+        let Some(page) = self.links.get_mut(id as usize) else {
             return;
         };
-        let links = std::mem::replace(links, Links::NONE);
-        let Some(list) = links.list() else {
+        let Some(list) = page.list() else {
             return;
         };
-        let (prev, next) = (links.prev, links.next);
-        if prev == NIL {
-            self.heads[list] = next;
-        } else {
-            self.links[prev as usize].next = next;
-        }
-        if next != NIL {
-            self.links[next as usize].prev = prev;
-        }
+        page.list = NO_LIST;
+        self.lists.remove(&mut self.links, list, id);
     }
 
     /// Puts page `id`, which is on no list, at the head of list `list`.
     fn link(&mut self, id: u32, list: usize) {
         let i = id as usize;
         if i >= self.links.len() {
-            self.links.resize(i + 1, Links::NONE);
+            self.links.resize(i + 1, PageLinks::NONE);
         }
-        let head = self.heads[list];
-        if head != NIL {
-            self.links[head as usize].prev = id;
-        }
-        self.links[i] = Links {
-            list: list as u8,
-            prev: NIL,
-            next: head,
-        };
-        self.heads[list] = id;
+        self.links[i].list = list as u8;
+        self.lists.push_front(&mut self.links, list, id);
     }
 
     /// The first page found scanning lists `min..N` upward, each from its
     /// head, passing over page `skip`.
     pub fn find(&self, min: usize, skip: Option<u32>) -> Option<u32> {
-        (min..N).find_map(|i| {
-            let mut cur = self.heads[i];
-            while cur != NIL && Some(cur) == skip {
-                cur = self.links[cur as usize].next;
-            }
-            (cur != NIL).then_some(cur)
-        })
+        (min..N).find_map(|i| self.lists.first_except(&self.links, i, skip))
     }
 
     /// Walks every list, then checks that each of the table's `pages`
     /// pages is on the list `want` gives for it (`None`: on none), and on it
     /// exactly once. Returns the first violation.
     pub fn check(&self, pages: usize, want: impl Fn(usize) -> Option<usize>) -> Result<(), String> {
-        let mut listed = vec![false; pages];
-        for (i, &head) in self.heads.iter().enumerate() {
-            let (mut prev, mut cur) = (NIL, head);
-            while cur != NIL {
-                let (Some(seen), Some(links)) =
-                    (listed.get_mut(cur as usize), self.links.get(cur as usize))
-                else {
-                    return Err(format!("list {i} links to page {cur}, past the table"));
-                };
-                if std::mem::replace(seen, true) {
-                    return Err(format!("page {cur} is on a list twice (list {i})"));
-                }
-                if links.list() != Some(i) || links.prev != prev {
-                    return Err(format!("page {cur}: bad links on list {i}"));
-                }
-                prev = cur;
-                cur = links.next;
-            }
-        }
-        for (id, &listed) in listed.iter().enumerate() {
+        let table = &self.links[..pages.min(self.links.len())];
+        self.lists
+            .check(table, |_, page| page.list())
+            .map_err(|e| format!("page lists: {e}"))?;
+        for id in 0..pages {
             let (want, have) = (want(id), self.list_of(id as u32));
-            if want != have || listed != want.is_some() {
+            if want != have {
                 return Err(format!(
                     "page {id}: on list {have:?}, should be on {want:?}"
                 ));
@@ -205,7 +167,7 @@ mod tests {
         want[3] = None;
         assert_eq!(
             lists.check(2, |id| want[id]).unwrap_err(),
-            "list 5 links to page 2, past the table"
+            "page lists: list 5 links to 2, past the table of 2"
         );
         for id in [0, 2] {
             lists.relist(id, None);

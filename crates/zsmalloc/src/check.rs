@@ -31,7 +31,7 @@ use crate::class::{Class, ClassInner};
 use crate::frames::{FrameId, FrameOwner, NO_FRAME};
 use crate::handle::{Entry, NO_SLOT};
 use crate::pool::Pool;
-use crate::zspage::{END_OF_LIST, NO_LINK, NO_OWNER};
+use crate::zspage::{END_OF_LIST, NO_OWNER};
 
 impl Pool {
     /// Verifies every count, free list, fullness list and handle. Returns the
@@ -116,42 +116,22 @@ fn check_class(
     let ps = u64::from(class.page_size);
     let size = u64::from(class.info.size);
 
-    // Fullness lists.
-    let mut listed = vec![false; inner.metas.len()];
-    for g in 0..scheme.groups() {
-        let mut n = 0u32;
-        let mut prev = NO_LINK;
-        let mut z = inner.heads[g];
-        while z != NO_LINK {
-            let m = inner
-                .metas
-                .get(z as usize)
-                .ok_or(format!("list {g} names zspage {z}"))?;
-            if listed[z as usize] {
-                return Err(format!("zspage {z} listed twice"));
-            }
-            listed[z as usize] = true;
-            if m.prev != prev {
-                return Err(format!("zspage {z}: prev link {} != {prev}", m.prev));
-            }
-            if m.group as usize != g {
-                return Err(format!("zspage {z} in list {g} says group {}", m.group));
-            }
-            let want = scheme.group(m.inuse, objs);
-            if want as usize != g {
-                return Err(format!(
-                    "zspage {z}: {} of {objs} in use belongs in group {want}, not {g}",
-                    m.inuse
-                ));
-            }
-            n += 1;
-            prev = z;
-            z = m.next;
+    // Fullness lists: a zspage is on the list of its group unless it is
+    // vacant or isolated.
+    let lens = inner
+        .lists
+        .check(&inner.metas, |_, m| {
+            (m.holds_zspage() && !m.isolated).then_some(usize::from(m.group))
+        })
+        .map_err(|e| format!("fullness lists: zspage {e}"))?;
+    for (g, (&n, &count)) in lens.iter().zip(&inner.counts).enumerate() {
+        if n != count {
+            return Err(format!("group {g} counts {count} zspages, list has {n}"));
         }
-        if n != inner.counts[g] {
+        if n > 0 && g >= scheme.groups() {
             return Err(format!(
-                "group {g} counts {} zspages, list has {n}",
-                inner.counts[g]
+                "group {g} is past the scheme's {}",
+                scheme.groups()
             ));
         }
     }
@@ -165,7 +145,7 @@ fn check_class(
     for (zid, m) in inner.metas.iter().enumerate() {
         let zid = zid as u32;
         if !m.holds_zspage() {
-            if !vacant.contains(&zid) || listed[zid as usize] {
+            if !vacant.contains(&zid) {
                 return Err(format!("zspage {zid} has no run but is not just vacant"));
             }
             continue;
@@ -173,8 +153,15 @@ fn check_class(
         if m.isolated {
             return Err(format!("zspage {zid} is still isolated"));
         }
-        if vacant.contains(&zid) || !listed[zid as usize] {
-            return Err(format!("live zspage {zid} is vacant or unlisted"));
+        if vacant.contains(&zid) {
+            return Err(format!("live zspage {zid} is vacant"));
+        }
+        let want = scheme.group(m.inuse, objs);
+        if want != m.group {
+            return Err(format!(
+                "zspage {zid}: {} of {objs} in use belongs in group {want}, not {}",
+                m.inuse, m.group
+            ));
         }
         match (m.run.as_ref(), class.frames.is_some()) {
             (Some(run), false) => {

@@ -16,6 +16,7 @@
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
+use ilist::Lists;
 use pages::{PageSource, PagesError, Run};
 
 use crate::config::Mode;
@@ -25,7 +26,7 @@ use crate::geometry::SizeClass;
 use crate::handle::{next_generation, Entry, EntryCell, MAX_SLOTS, MAX_ZSPAGES, NO_SLOT};
 use crate::segvec::SegVec;
 use crate::zspage::{
-    FramedMemory, ObjectMemory, SlotMemory, ZsPageBase, ZsPageMeta, END_OF_LIST, NO_LINK, NO_OWNER,
+    FramedMemory, ObjectMemory, SlotMemory, ZsPageBase, ZsPageMeta, END_OF_LIST, NO_OWNER,
 };
 
 /// Where [`Class::list_push`] puts a zspage in its fullness list.
@@ -35,7 +36,7 @@ pub(crate) enum ListInsertion {
     Head,
     /// At the head, or second when it has fewer objects in use than the
     /// head, to keep the fuller one first (the kernel before 6.4, which ran
-    /// the legacy compaction).
+    /// the drain-source compaction).
     FullerFirst,
 }
 
@@ -63,8 +64,8 @@ pub(crate) struct ClassInner {
     pub(crate) metas: Vec<ZsPageMeta>,
     /// Ids of freed zspages, reused first.
     pub(crate) vacant: Vec<u32>,
-    /// First zspage of each fullness list.
-    pub(crate) heads: [u32; NR_GROUPS],
+    /// The fullness lists, one per group, linked through `metas`.
+    pub(crate) lists: Lists<NR_GROUPS>,
     /// Zspages in each fullness list.
     pub(crate) counts: [u32; NR_GROUPS],
     /// Head of the free handle-slot list.
@@ -147,7 +148,7 @@ impl Class {
             inner: Mutex::new(ClassInner {
                 metas: Vec::new(),
                 vacant: Vec::new(),
-                heads: [NO_LINK; NR_GROUPS],
+                lists: Lists::new(),
                 counts: [0; NR_GROUPS],
                 handle_free: NO_SLOT,
                 zspages: 0,
@@ -285,51 +286,25 @@ impl Class {
     // ---- fullness lists -------------------------------------------------
 
     fn list_remove(inner: &mut ClassInner, zid: u32) {
-        let (prev, next, group) = {
-            let m = &inner.metas[zid as usize];
-            (m.prev, m.next, m.group as usize)
-        };
-        if prev == NO_LINK {
-            inner.heads[group] = next;
-        } else {
-            inner.metas[prev as usize].next = next;
-        }
-        if next != NO_LINK {
-            inner.metas[next as usize].prev = prev;
-        }
+        let group = inner.metas[zid as usize].group as usize;
+        inner.lists.remove(&mut inner.metas, group, zid);
         inner.counts[group] -= 1;
-        let m = &mut inner.metas[zid as usize];
-        m.prev = NO_LINK;
-        m.next = NO_LINK;
     }
 
     /// Inserts at the head of `group`'s list, as the kernel's `insert_zspage`.
     /// Before 6.4 the kernel put a zspage with fewer objects in use than the
     /// head second instead, to keep the fuller one first
-    /// ([`ListInsertion::FullerFirst`]; 6.4's fine-grained fullness series,
-    /// seed 001, removed it).
+    /// ([`ListInsertion::FullerFirst`]; 6.4's fine-grained fullness series
+    /// removed it).
     fn list_push(&self, inner: &mut ClassInner, zid: u32, group: u8) {
-        let head = inner.heads[group as usize];
-        let after_head = self.insertion == ListInsertion::FullerFirst
-            && head != NO_LINK
-            && inner.metas[zid as usize].inuse < inner.metas[head as usize].inuse;
-        let (prev, next) = if after_head {
-            (head, inner.metas[head as usize].next)
-        } else {
-            (NO_LINK, head)
-        };
-        if prev == NO_LINK {
-            inner.heads[group as usize] = zid;
-        } else {
-            inner.metas[prev as usize].next = zid;
-        }
-        if next != NO_LINK {
-            inner.metas[next as usize].prev = zid;
-        }
-        let m = &mut inner.metas[zid as usize];
-        m.prev = prev;
-        m.next = next;
-        m.group = group;
+        let after = inner.lists.head(group as usize).filter(|&head| {
+            self.insertion == ListInsertion::FullerFirst
+                && inner.metas[zid as usize].inuse < inner.metas[head as usize].inuse
+        });
+        inner
+            .lists
+            .insert(&mut inner.metas, group as usize, after, zid);
+        inner.metas[zid as usize].group = group;
         inner.counts[group as usize] += 1;
     }
 
@@ -369,8 +344,7 @@ impl Class {
         self.scheme
             .alloc_order()
             .iter()
-            .map(|&g| inner.heads[g as usize])
-            .find(|&z| z != NO_LINK)
+            .find_map(|&g| inner.lists.head(g as usize))
     }
 
     // ---- zspages --------------------------------------------------------

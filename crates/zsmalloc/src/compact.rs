@@ -2,11 +2,11 @@
 //! freed, and the automatic policy that triggers it.
 //!
 //! Three algorithms, one per generation:
-//! - [`CompactionAlgo::Legacy`] (kernel before 6.4): take a source from the
-//!   emptiest group, then destinations from the fullest, one after another,
-//!   until the source is empty; stop when no destination is left.
+//! - [`CompactionAlgo::DrainSource`] (kernel before 6.4): take a source from
+//!   the emptiest group, then destinations from the fullest, one after
+//!   another, until the source is empty; stop when no destination is left.
 //! - [`CompactionAlgo::KeepDestination`] (kernel 6.4 and later, from the
-//!   fine-grained fullness series, seed 001): keep one destination
+//!   fine-grained fullness series): keep one destination
 //!   (fullest non-full group) across sources (emptiest group); move until
 //!   the destination is full or the source empty; stop when
 //!   `zs_can_compact` says no zspage can be freed.
@@ -34,7 +34,7 @@
 //! zspage it holds back in the lists, unlocks, waits until a waiter has
 //! taken the lock (at most 50 µs: without it compaction, still running,
 //! would usually retake the lock before the woken waiter got there), locks
-//! again and carries on from where it was (keep-destination and legacy pick
+//! again and carries on from where it was (keep-destination and drain-source pick
 //! their next zspages afresh; the optimal plan and the trim's target are
 //! kept and each zspage re-checked). A waiter thus waits for one object's
 //! move in default mode, one source zspage's moves in kernel-compat, not a
@@ -65,7 +65,6 @@ use crate::config::CompactionAlgo;
 use crate::frames::{FrameArena, FrameId, FrameOwner, FRAME_SIZE};
 use crate::handle::Entry;
 use crate::pool::Pool;
-use crate::zspage::NO_LINK;
 
 /// What one compaction did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -345,8 +344,7 @@ fn trim(
 /// the lists.
 fn isolate(class: &Class, inner: &mut ClassInner, groups: impl Iterator<Item = u8>) -> Option<u32> {
     for g in groups {
-        let z = inner.heads[g as usize];
-        if z != NO_LINK {
+        if let Some(z) = inner.lists.head(g as usize) {
             class.isolate(inner, z);
             return Some(z);
         }
@@ -424,6 +422,39 @@ impl Pool {
     /// Every page it frees, and every page the page source kept for reuse,
     /// goes back to the OS at its end (an operator who compacts expects the
     /// memory back).
+    ///
+    /// ```
+    /// use zsmalloc::{Pool, PoolConfig};
+    ///
+    /// let pool = Pool::new(PoolConfig::kernel_compat()).unwrap();
+    /// // Fill zspages of one class, then free seven objects in eight: every
+    /// // zspage is left sparse, none empty.
+    /// let handles: Vec<_> = (0..512u32)
+    ///     .map(|i| {
+    ///         let h = pool.malloc(1000).unwrap();
+    ///         pool.write(h, &i.to_le_bytes()).unwrap();
+    ///         h
+    ///     })
+    ///     .collect();
+    /// let mut kept = Vec::new();
+    /// for (i, h) in handles.into_iter().enumerate() {
+    ///     if i % 8 == 0 {
+    ///         kept.push((i as u32, h));
+    ///     } else {
+    ///         pool.free(h).unwrap();
+    ///     }
+    /// }
+    /// let before = pool.total_pages();
+    /// assert!(pool.can_compact() > 0);
+    /// let done = pool.compact();
+    /// assert!(done.pages_freed > 0 && done.objs_moved > 0);
+    /// assert_eq!(pool.total_pages(), before - done.pages_freed as usize);
+    /// assert_eq!(pool.can_compact(), 0);
+    /// // The objects moved; their handles and bytes did not change.
+    /// for (i, h) in kept {
+    ///     assert_eq!(&*pool.read(h, 4).unwrap(), &i.to_le_bytes());
+    /// }
+    /// ```
     pub fn compact(&self) -> CompactResult {
         self.compact_all(Release::Flush)
     }
@@ -656,7 +687,7 @@ impl Pool {
                 (CompactionAlgo::KeepDestination, _) => {
                     self.compact_keep_destination(class, &mut inner, &mut tally)
                 }
-                _ => self.compact_legacy(class, &mut inner, &mut tally),
+                _ => self.compact_drain(class, &mut inner, &mut tally),
             };
             if step == Step::Done {
                 break;
@@ -731,7 +762,7 @@ impl Pool {
         Step::Done
     }
 
-    fn compact_legacy(&self, class: &Class, inner: &mut ClassInner, tally: &mut Tally) -> Step {
+    fn compact_drain(&self, class: &Class, inner: &mut ClassInner, tally: &mut Tally) -> Step {
         let partial = self.partial_groups();
         while let Some(src) = isolate(class, inner, partial.clone()) {
             if can_compact(class, inner) == 0 {
@@ -986,8 +1017,8 @@ mod tests {
         for (mode, fullness, algo) in [
             (
                 Mode::KernelCompat,
-                FullnessScheme::Legacy,
-                CompactionAlgo::Legacy,
+                FullnessScheme::ThreeQuarters,
+                CompactionAlgo::DrainSource,
             ),
             (
                 Mode::KernelCompat,

@@ -61,8 +61,7 @@ impl std::str::FromStr for Mode {
 /// pages released by time (not by every background compaction), 1/8 is the
 /// share at which `zmem exp latency`'s stores fault rarely enough for a p99.9
 /// under 1.2x zbud's, with the resident set 1.09x the pool during the churn
-/// and still under zbud's (1/16 and 1/32: 1.37-1.43x; BENCHMARKS.md, session
-/// 11). An idle store gives them back within seconds.
+/// and still under zbud's (1/16 and 1/32: 1.37-1.43x; BENCHMARKS.md). An idle store gives them back within seconds.
 pub const DEFAULT_RETAIN_DIVISOR: usize = 8;
 
 /// Everything a pool is created from.
@@ -163,17 +162,18 @@ pub fn default_unit_delta(page_size: u32, unit: u32) -> u32 {
 const UNIT_DELTA_DIVISOR: u32 = 512;
 
 /// Which compaction algorithm a pool runs (see `compact.rs` for each one's
-/// steps). `Legacy` also brings the list insertion of its kernels (a zspage
+/// steps). `DrainSource` also brings the list insertion of its kernels (a zspage
 /// with fewer objects in use than a list's head goes second), which the
 /// kernel dropped in 6.4 together with the algorithm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CompactionAlgo {
-    /// The kernel's before 6.4: each source zspage is emptied into one
-    /// destination after another; stops when no destination is left.
-    Legacy,
-    /// The kernel's since 6.4 (from the fine-grained fullness series, seed
-    /// 001): one destination zspage is kept across sources until it is full;
+    /// The kernel's before 6.4: each source zspage is drained into one
+    /// destination after another, each destination going back to the lists
+    /// after the source; stops when no destination is left.
+    DrainSource,
+    /// The kernel's since 6.4 (from the fine-grained fullness series): one
+    /// destination zspage is kept across sources until it is full;
     /// stops as soon as no zspage can be freed.
     KeepDestination,
     /// zmem's: the fewest moves that free every freeable zspage.
@@ -184,7 +184,7 @@ impl CompactionAlgo {
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
         match self {
-            CompactionAlgo::Legacy => "legacy",
+            CompactionAlgo::DrainSource => "drain-source",
             CompactionAlgo::KeepDestination => "keep-destination",
             CompactionAlgo::Optimal => "optimal",
         }

@@ -1,5 +1,5 @@
 //! Frames: 4 KiB pieces of shared system pages, from which default mode
-//! builds its zspages on system pages above 4 KiB (issue 18).
+//! builds its zspages on system pages above 4 KiB.
 //!
 //! A class that owns whole system pages keeps one partly filled page per
 //! occupied class: on 16 and 64 KiB pages that alone is 2-6% of the

@@ -3,12 +3,12 @@
 //! Allocation takes the first zspage of the fullest non-full group, and
 //! compaction (later) moves objects from the emptiest groups into the fullest.
 //! Two schemes are kept so the comparison that brought the kernel's 6.4
-//! grouping (the fine-grained fullness series, seed 001) can be re-run:
+//! grouping (the fine-grained fullness series) can be re-run:
 //! - [`FullnessScheme::InuseRatio`] (kernel 6.4 and later): 12 groups. Group 0
 //!   is empty, 11 is full, and group `k` in 1..=10 holds zspages whose
 //!   rounded-down use is `10(k-1)%..10k-1%` (exactly 10% is group 2).
-//! - [`FullnessScheme::Legacy`] (before 6.4): empty, almost empty (use up to
-//!   3/4 of the objects), almost full, full.
+//! - [`FullnessScheme::ThreeQuarters`] (before 6.4): empty, almost empty
+//!   (use up to 3/4 of the objects), almost full, full.
 //!
 //! This module owns the group arithmetic and the allocation order only.
 
@@ -24,21 +24,22 @@ pub enum FullnessScheme {
     /// 12 in-use-ratio groups (kernel 6.4 and later).
     #[default]
     InuseRatio,
-    /// 4 groups with the 3/4 threshold (kernel before 6.4).
-    Legacy,
+    /// 4 groups split at 3/4 of the objects in use (kernel before 6.4):
+    /// empty, almost empty, almost full, full.
+    ThreeQuarters,
 }
 
 const INUSE_RATIO_ALLOC_ORDER: [u8; 11] = [10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0];
 // The old enum was EMPTY, ALMOST_EMPTY, ALMOST_FULL, FULL; allocation tried
 // ALMOST_FULL, then ALMOST_EMPTY, then EMPTY.
-const LEGACY_ALLOC_ORDER: [u8; 3] = [2, 1, 0];
+const THREE_QUARTERS_ALLOC_ORDER: [u8; 3] = [2, 1, 0];
 
 impl FullnessScheme {
     /// Number of groups of this scheme.
     pub fn groups(self) -> usize {
         match self {
             FullnessScheme::InuseRatio => 12,
-            FullnessScheme::Legacy => 4,
+            FullnessScheme::ThreeQuarters => 4,
         }
     }
 
@@ -56,7 +57,7 @@ impl FullnessScheme {
                     (ratio / 10 + 1) as u8
                 }
             }
-            FullnessScheme::Legacy => {
+            FullnessScheme::ThreeQuarters => {
                 if inuse == 0 {
                     0
                 } else if inuse == objs {
@@ -79,7 +80,7 @@ impl FullnessScheme {
     pub fn alloc_order(self) -> &'static [u8] {
         match self {
             FullnessScheme::InuseRatio => &INUSE_RATIO_ALLOC_ORDER,
-            FullnessScheme::Legacy => &LEGACY_ALLOC_ORDER,
+            FullnessScheme::ThreeQuarters => &THREE_QUARTERS_ALLOC_ORDER,
         }
     }
 
@@ -90,7 +91,7 @@ impl FullnessScheme {
             FullnessScheme::InuseRatio => &[
                 "10%", "20%", "30%", "40%", "50%", "60%", "70%", "80%", "90%", "99%", "100%",
             ],
-            FullnessScheme::Legacy => &["almost_empty", "almost_full", "full"],
+            FullnessScheme::ThreeQuarters => &["almost_empty", "almost_full", "full"],
         }
     }
 }
@@ -112,8 +113,8 @@ mod tests {
     }
 
     #[test]
-    fn legacy_groups_use_three_quarters() {
-        let s = FullnessScheme::Legacy;
+    fn three_quarters_groups_split_at_three_quarters() {
+        let s = FullnessScheme::ThreeQuarters;
         assert_eq!(s.group(0, 8), 0);
         assert_eq!(s.group(6, 8), 1);
         assert_eq!(s.group(7, 8), 2);

@@ -7,7 +7,7 @@
 //! into a [`Geometry`]: the *logical* classes (one per delta step, as the
 //! kernel's `size_class[]` indices), the *physical* classes they alias after
 //! merging (classes of equal pages and objects per zspage share one, as the
-//! class-merging patch, seed 003, does), pages and objects per zspage, the
+//! kernel's class merging does), pages and objects per zspage, the
 //! huge classes and `huge_class_size`, and the waste figures the simulator prints (tail waste,
 //! merge waste, span). It allocates no pages and knows nothing of handles,
 //! headers or locks; the pool adds the 8-byte header before it asks for a class.
@@ -16,7 +16,7 @@
 //! - *logical class* `i`: size `min(32 + i * delta, UNIT)`; a stored object
 //!   of `len` bytes uses logical class `ceil((len - 32) / delta)` (0 below 32).
 //!   `UNIT` is the largest object: the page size in the kernel's geometry, or
-//!   a larger compression unit (issue 18), whose classes above a page are
+//!   a larger compression unit, whose classes above a page are
 //!   *multi-page*: their objects span pages of one zspage.
 //! - *physical class*: the class that owns zspages. With merging, a run of
 //!   adjacent logical classes with the same (pages per zspage, objects per
@@ -51,10 +51,13 @@ pub const PAGE_SIZES: [u32; 5] = [4096, 8192, 16384, 32768, 65536];
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ClassDelta {
-    /// The kernel's `max(PAGE_SIZE >> 8, 16)`: 16 bytes on 4 KiB pages, 64 on 16 KiB.
-    Legacy,
-    /// A fixed step in bytes, a positive multiple of [`ZS_ALIGN`] (the patch that drops the
-    /// limit of 256 classes, seed 002, proposes 16).
+    /// The kernel's `max(PAGE_SIZE >> 8, 16)` (its `ZS_SIZE_CLASS_DELTA`,
+    /// which keeps the number of classes at most 256): 16 bytes on 4 KiB
+    /// pages, 64 on 16 KiB. Named `kernel` on the command line (`legacy` is
+    /// accepted too, its former name).
+    Kernel,
+    /// A fixed step in bytes, a positive multiple of [`ZS_ALIGN`] (the patch
+    /// that drops the limit of 256 classes proposes 16 on every page size).
     Fixed(u32),
 }
 
@@ -62,7 +65,7 @@ impl ClassDelta {
     /// The step in bytes on pages of `page_size` bytes.
     pub fn bytes(self, page_size: u32) -> u32 {
         match self {
-            ClassDelta::Legacy => (page_size >> 8).max(16),
+            ClassDelta::Kernel => (page_size >> 8).max(16),
             ClassDelta::Fixed(d) => d,
         }
     }
@@ -71,7 +74,7 @@ impl ClassDelta {
 impl fmt::Display for ClassDelta {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ClassDelta::Legacy => f.write_str("legacy"),
+            ClassDelta::Kernel => f.write_str("kernel"),
             ClassDelta::Fixed(d) => write!(f, "{d}"),
         }
     }
@@ -81,8 +84,8 @@ impl FromStr for ClassDelta {
     type Err = GeometryError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if s == "legacy" {
-            return Ok(ClassDelta::Legacy);
+        if s == "kernel" || s == "legacy" {
+            return Ok(ClassDelta::Kernel);
         }
         let d: u32 = s
             .parse()
@@ -104,8 +107,8 @@ pub enum ChainRule {
     /// The kernel before 6.3: the length with the highest integer percentage
     /// of used bytes, the shorter one on a tie.
     UsedPercent,
-    /// The rule proposed with the patch that drops the limit of 256 classes
-    /// (seed 002): stop early once the tail is small and
+    /// The rule proposed with the patch that drops the limit of 256
+    /// classes: stop early once the tail is small and
     /// only lengthen the chain for a large cut in waste.
     Balanced,
 }
@@ -228,7 +231,7 @@ pub struct GeometryConfig {
     /// Whether adjacent classes with equal (pages, objects) share one physical class.
     pub merge: bool,
     /// The largest object, in bytes: the compression unit of a store whose
-    /// blocks are larger than a page (issue 18). 0 means the page size, the
+    /// blocks are larger than a page. 0 means the page size, the
     /// kernel's geometry; otherwise a power of two from the page size to
     /// [`MAX_UNIT`].
     #[serde(skip_serializing_if = "is_zero")]
@@ -243,13 +246,13 @@ fn is_zero(v: &u32) -> bool {
 pub const MAX_UNIT: u32 = 65536;
 
 impl Default for GeometryConfig {
-    /// The kernel's defaults: 4 KiB pages, chain 8, legacy delta (16 bytes),
+    /// The kernel's defaults: 4 KiB pages, chain 8, the kernel's delta (16 bytes),
     /// min-waste, merging on.
     fn default() -> Self {
         GeometryConfig {
             page_size: 4096,
             chain: 8,
-            delta: ClassDelta::Legacy,
+            delta: ClassDelta::Kernel,
             chain_rule: ChainRule::MinWaste,
             merge: true,
             unit: 0,
@@ -300,7 +303,7 @@ pub enum GeometryError {
     Chain(u32),
     /// The delta is zero, not a multiple of 8, or larger than a page.
     Delta(u32),
-    /// The delta is neither `legacy` nor a number.
+    /// The delta is neither `kernel` nor a number.
     DeltaSyntax(String),
     /// The chain rule has no such name.
     ChainRule(String),
@@ -329,7 +332,7 @@ impl fmt::Display for GeometryError {
             ),
             GeometryError::DeltaSyntax(s) => write!(
                 f,
-                "class delta '{s}' is neither 'legacy' nor a number of bytes"
+                "class delta '{s}' is neither 'kernel' nor a number of bytes"
             ),
             GeometryError::ChainRule(s) => write!(
                 f,
@@ -650,7 +653,7 @@ mod tests {
             assert_eq!(g.huge_class_size(), huge, "chain {chain}");
             assert_eq!(g.logical().len(), 255);
         }
-        let g = geometry(16384, 8, ClassDelta::Legacy, ChainRule::MinWaste);
+        let g = geometry(16384, 8, ClassDelta::Kernel, ChainRule::MinWaste);
         assert_eq!(g.logical().len(), 257);
         assert_eq!(g.classes().len(), 121);
         let largest_non_huge = g.classes().iter().rev().find(|c| !c.huge).unwrap();
@@ -679,7 +682,7 @@ mod tests {
             155:2512/8/13 158:2560/5/8 160:2592/7/11 168:2720/2/3 177:2864/7/10 180:2912/5/7 \
             184:2976/8/11 190:3072/3/4 197:3184/7/9 202:3264/4/5 211:3408/5/6 217:3504/6/7 \
             222:3584/7/8 225:3632/8/9 254:4096/1/1";
-        let g = geometry(4096, 8, ClassDelta::Legacy, ChainRule::MinWaste);
+        let g = geometry(4096, 8, ClassDelta::Kernel, ChainRule::MinWaste);
         let got: Vec<String> = g
             .classes()
             .iter()
@@ -728,7 +731,7 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(
-            rows(ClassDelta::Legacy),
+            rows(ClassDelta::Kernel),
             vec![
                 (1072, 1120, 8, 117, 32, 5616),
                 (1088, 1120, 8, 117, 32, 3744),
@@ -760,7 +763,7 @@ mod tests {
         ] {
             assert_eq!(rule.pages_per_zspage(2048, 4096, 16), 1);
         }
-        // 3328 with chain 5 (the longer-chain patch, seed 000): 5 pages, 6
+        // 3328 with chain 5 (the patch that lengthens the chain): 5 pages, 6
         // objects; with chain 1: 1 page.
         assert_eq!(ChainRule::MinWaste.pages_per_zspage(3328, 4096, 5), 5);
         assert_eq!(ChainRule::MinWaste.pages_per_zspage(3328, 4096, 1), 1);
@@ -768,7 +771,7 @@ mod tests {
 
     #[test]
     fn huge_ranges_for_short_chains() {
-        // The longer-chain patch's (seed 000) table of huge class ranges on
+        // The chain-lengthening patch's table of huge class ranges on
         // 4 KiB pages (used-percent era):
         // chain 4 -> 3280..4096, 5 -> 3424..4096, 6 -> 3520..4096.
         for (chain, first_huge) in [(4, 3280), (5, 3424), (6, 3520)] {
@@ -781,7 +784,9 @@ mod tests {
 
     #[test]
     fn parse_and_validate() {
-        assert_eq!("legacy".parse::<ClassDelta>(), Ok(ClassDelta::Legacy));
+        assert_eq!("kernel".parse::<ClassDelta>(), Ok(ClassDelta::Kernel));
+        assert_eq!("legacy".parse::<ClassDelta>(), Ok(ClassDelta::Kernel));
+        assert_eq!(ClassDelta::Kernel.to_string(), "kernel");
         assert_eq!("16".parse::<ClassDelta>(), Ok(ClassDelta::Fixed(16)));
         assert_eq!("12".parse::<ClassDelta>(), Err(GeometryError::Delta(12)));
         assert_eq!("0".parse::<ClassDelta>(), Err(GeometryError::Delta(0)));
@@ -818,7 +823,7 @@ mod tests {
 
     #[test]
     fn chain_one_makes_everything_above_half_a_page_huge() {
-        let g = geometry(4096, 1, ClassDelta::Legacy, ChainRule::MinWaste);
+        let g = geometry(4096, 1, ClassDelta::Kernel, ChainRule::MinWaste);
         assert_eq!(g.huge_class_size(), 2048 - 7);
         assert!(g.classes().iter().all(|c| c.pages_per_zspage == 1));
         assert!(g.classes().iter().all(|c| c.huge == (c.size > 2048)));

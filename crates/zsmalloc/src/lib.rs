@@ -2,8 +2,10 @@
 //!
 //! zsmalloc stores many variable-size objects (compressed pages, mostly)
 //! densely: objects of similar size share a *size class*, and each class packs
-//! its objects back to back into *zspages*, runs of 1..=16 pages, so an
-//! object may straddle two pages. Callers hold *handles*, not addresses, so
+//! its objects back to back into *zspages*, runs of 1..=16 pages (the
+//! chain; up to [`geometry::MAX_ZSPAGE_PAGES`], 64, for the classes above a page of a
+//! compression unit larger than a page), so an object may straddle two
+//! pages. Callers hold *handles*, not addresses, so
 //! that compaction can move objects to free whole zspages.
 //!
 //! ```

@@ -5,7 +5,8 @@
 //! ```text
 //!   object hold (handle entry: shared or exclusive)
 //!     -> class lock (ClassInner mutex)
-//!       -> page source mutex (leaf)
+//!       -> frame arena mutex (framed pools only)
+//!         -> page source mutex (leaf)
 //! ```
 //!
 //! - A **handle entry** ([`EntryCell`](crate::handle)) is the lock of its
@@ -20,8 +21,17 @@
 //!   Compaction takes it first and then only *tries* object holds, skipping
 //!   objects somebody holds, so it never waits on a reader and never
 //!   deadlocks against `free`.
-//! - The **page source** mutex is taken inside the class lock to get or
-//!   return runs (and, in default mode, to give up or reclaim the pages
+//! - The **frame arena** mutex (`frames.rs`, framed pools only: default
+//!   mode on system pages above 4 KiB) is taken inside the class lock to
+//!   take or give back a zspage's frames, and by compaction's emptying of a
+//!   sparse system page inside the lock of the frame's class; it never takes
+//!   a class lock. It takes the page source mutex inside it to get or
+//!   return a system page.
+//! - A framed pool's kept reads (copies of objects across frames whose
+//!   holds outlive the read, [`ObjectRef::into_raw`]) are kept in a sharded
+//!   map whose mutexes are leaves, taken with no other lock.
+//! - The **page source** mutex is taken inside the class lock (or the frame
+//!   arena mutex) to get or return runs (and, in default mode, to give up or reclaim the pages
 //!   above a zspage's highest object), and nothing is taken inside it.
 //!   Freed zspages and given-up pages go back to the OS in batches (see the
 //!   `pages` crate): after compaction, when the pool empties, or when the
@@ -265,10 +275,10 @@ impl Pool {
         if config.mode == Mode::Default {
             pages.set_retain_divisor(DEFAULT_RETAIN_DIVISOR);
         }
-        // The legacy algorithm runs with the kernel of its time, whose list
+        // The drain-source algorithm runs with the kernel of its time, whose list
         // insertion kept fuller zspages first.
         let insertion = match config.compaction {
-            CompactionAlgo::Legacy => ListInsertion::FullerFirst,
+            CompactionAlgo::DrainSource => ListInsertion::FullerFirst,
             CompactionAlgo::KeepDestination | CompactionAlgo::Optimal => ListInsertion::Head,
         };
         let frames = is_framed(&config).then(|| Arc::new(FrameArena::new(page_size)));
@@ -452,6 +462,24 @@ impl Pool {
     /// Allocates an object of `len` bytes (1..=unit, the page size unless
     /// the pool was made for a larger compression unit). Its contents are
     /// unspecified until written.
+    ///
+    /// ```
+    /// use zsmalloc::{Pool, PoolConfig};
+    ///
+    /// let pool = Pool::new(PoolConfig::kernel_compat()).unwrap();
+    /// let h = pool.malloc(100).unwrap();
+    /// // Its class may be a little larger (classes step by 16 bytes, and
+    /// // merged ones round up): the object holds at least what was asked.
+    /// assert!(pool.capacity_for(100).unwrap() >= 100);
+    /// pool.write(h, &[7; 100]).unwrap();
+    /// // Its zspage is counted whole (kernel-compat), however many pages.
+    /// assert!(pool.total_pages() >= 1);
+    /// // Larger than the unit (a page here): refused.
+    /// assert!(pool.malloc(4097).is_err());
+    /// pool.free(h).unwrap();
+    /// assert_eq!(pool.total_pages(), 0);
+    /// assert!(pool.free(h).is_err(), "a freed handle is refused");
+    /// ```
     pub fn malloc(&self, len: usize) -> Result<Handle, PoolError> {
         let class_id = self.class_id_for(len)?;
         let class = &self.classes[class_id];
@@ -566,13 +594,46 @@ impl Pool {
         Ok(())
     }
 
-    /// The first `len` bytes of the object, without a copy (the kernel's
+    /// The first `len` bytes of the object (the kernel's
     /// `zs_obj_read_begin`; dropping the guard is `zs_obj_read_end`).
     ///
-    /// A zmem zspage is one virtually contiguous run, so every object, even
-    /// one that crosses a page boundary, lies in one place: the kernel's
-    /// bounce-buffer path is never needed. While the guard lives the object
-    /// cannot be written, freed or moved; other objects are unaffected.
+    /// A zspage of a pool that is not framed is one virtually contiguous
+    /// run, so every object, even one that crosses a page boundary, is read
+    /// in place without a copy: the kernel's bounce-buffer path is never
+    /// needed. In a framed pool (default mode on system pages above 4 KiB,
+    /// [`Pool::is_framed`]) an object within one 4 KiB frame is read in
+    /// place, and one that crosses frames is copied out into a buffer the
+    /// guard owns. While the guard lives the object cannot be written,
+    /// freed or moved; other objects are unaffected.
+    ///
+    /// ```
+    /// use zsmalloc::{Pool, PoolConfig};
+    ///
+    /// for page_size in [4096, 16384] {
+    ///     let pool = Pool::new(PoolConfig::default_mode(page_size)).unwrap();
+    ///     // Default mode on 16 KiB pages is framed: objects of 3000 bytes
+    ///     // on 4 KiB frames, some crossing from one frame to the next.
+    ///     assert_eq!(pool.is_framed(), page_size > 4096);
+    ///     let data: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i; 3000]).collect();
+    ///     let handles: Vec<_> = data
+    ///         .iter()
+    ///         .map(|d| {
+    ///             let h = pool.malloc(d.len()).unwrap();
+    ///             pool.write(h, d).unwrap();
+    ///             h
+    ///         })
+    ///         .collect();
+    ///     for (h, d) in handles.iter().zip(&data) {
+    ///         let bytes = pool.read(*h, d.len()).unwrap();
+    ///         assert_eq!(&*bytes, &d[..]);
+    ///         // A prefix reads as well; reads of one object may overlap.
+    ///         assert_eq!(&*pool.read(*h, 10).unwrap(), &d[..10]);
+    ///     } // each guard dropped: the objects may be written, freed, moved
+    ///     for h in handles {
+    ///         pool.free(h).unwrap();
+    ///     }
+    /// }
+    /// ```
     pub fn read(&self, handle: Handle, len: usize) -> Result<ObjectRef<'_>, PoolError> {
         let (class, _, cell) = self.resolve(handle)?;
         let capacity = class.capacity() as usize;

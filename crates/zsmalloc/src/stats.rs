@@ -38,7 +38,7 @@ pub struct PoolStats {
     /// also the system pages emptied, which belong to no class's row).
     pub pages_compacted: u64,
     /// Objects moved by compaction since the pool was made (a counter
-    /// the fine-grained fullness series, seed 001, added).
+    /// the fine-grained fullness series added).
     pub objs_moved: u64,
 }
 

@@ -42,6 +42,7 @@
 
 use std::sync::atomic::{AtomicPtr, Ordering};
 
+use ilist::Links;
 use pages::Run;
 
 use crate::config::Mode;
@@ -80,9 +81,8 @@ pub(crate) struct ZsPageMeta {
     table: Box<[u32]>,
     /// Live objects.
     pub(crate) inuse: u32,
-    /// Fullness list links (zspage ids, `u32::MAX` for none).
-    pub(crate) prev: u32,
-    pub(crate) next: u32,
+    /// Its place on its fullness list (zspage ids).
+    pub(crate) links: Links,
     /// kernel-compat: head of the in-object free list.
     pub(crate) free_head: u32,
     /// Slots covered by `table`. Every slot at or above it is free.
@@ -102,8 +102,6 @@ pub(crate) struct ZsPageMeta {
     pub(crate) tail_pending: bool,
 }
 
-pub(crate) const NO_LINK: u32 = u32::MAX;
-
 // `populated` is a u8: a zspage has at most `MAX_ZSPAGE_PAGES` pages.
 const _: () = assert!(MAX_ZSPAGE_PAGES <= u8::MAX as u32);
 
@@ -111,14 +109,15 @@ const _: () = assert!(MAX_ZSPAGE_PAGES <= u8::MAX as u32);
 /// zspage has fewer).
 const MIN_TABLE_SLOTS: u32 = 8;
 
+ilist::impl_linked!(ZsPageMeta, links);
+
 impl ZsPageMeta {
     pub(crate) fn vacant() -> Self {
         ZsPageMeta {
             run: None,
             table: Box::new([]),
             inuse: 0,
-            prev: NO_LINK,
-            next: NO_LINK,
+            links: Links::NONE,
             free_head: END_OF_LIST,
             slots: 0,
             populated: 0,

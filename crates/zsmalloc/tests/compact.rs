@@ -10,10 +10,14 @@ use zsmalloc::{AutoCompact, CompactionAlgo, FullnessScheme, Handle, Mode, Pool, 
 fn variants() -> Vec<(Mode, FullnessScheme, CompactionAlgo)> {
     let mut v = Vec::new();
     for mode in [Mode::KernelCompat, Mode::Default] {
-        v.push((mode, FullnessScheme::Legacy, CompactionAlgo::Legacy));
         v.push((
             mode,
-            FullnessScheme::Legacy,
+            FullnessScheme::ThreeQuarters,
+            CompactionAlgo::DrainSource,
+        ));
+        v.push((
+            mode,
+            FullnessScheme::ThreeQuarters,
             CompactionAlgo::KeepDestination,
         ));
         v.push((

@@ -9,7 +9,7 @@ fn any_config() -> impl Strategy<Value = GeometryConfig> {
         prop::sample::select(vec![4096u32, 8192, 16384, 32768, 65536]),
         1u32..=16,
         prop_oneof![
-            Just(ClassDelta::Legacy),
+            Just(ClassDelta::Kernel),
             (1u32..=32).prop_map(|k| ClassDelta::Fixed(k * 8))
         ],
         prop::sample::select(vec![
@@ -32,7 +32,7 @@ fn any_config() -> impl Strategy<Value = GeometryConfig> {
 }
 
 /// A configuration with a compression unit from the page size to 64 KiB:
-/// classes above a page are multi-page (issue 18).
+/// classes above a page are multi-page.
 fn any_unit_config() -> impl Strategy<Value = GeometryConfig> {
     (any_config(), 0u32..=4).prop_map(|(mut c, shift)| {
         c.unit = (c.page_size << shift).min(65536);

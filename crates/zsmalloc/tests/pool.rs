@@ -16,7 +16,7 @@ fn config(page_size: u32, chain: u32, mode: Mode) -> PoolConfig {
         geometry: GeometryConfig {
             page_size,
             chain,
-            delta: ClassDelta::Legacy,
+            delta: ClassDelta::Kernel,
             chain_rule: ChainRule::MinWaste,
             merge: true,
             unit: 0,
@@ -616,7 +616,7 @@ fn any_tuned_pool_config() -> impl Strategy<Value = PoolConfig> {
         prop::sample::select(vec![4096u32, 8192, 16384, 32768, 65536]),
         1u32..=16,
         prop_oneof![
-            Just(ClassDelta::Legacy),
+            Just(ClassDelta::Kernel),
             (1u32..=8).prop_map(|k| ClassDelta::Fixed(k * 8))
         ],
         prop::sample::select(vec![
@@ -626,14 +626,17 @@ fn any_tuned_pool_config() -> impl Strategy<Value = PoolConfig> {
         ]),
         any::<bool>(),
         prop::sample::select(vec![Mode::KernelCompat, Mode::Default]),
-        prop::sample::select(vec![FullnessScheme::InuseRatio, FullnessScheme::Legacy]),
         prop::sample::select(vec![
-            CompactionAlgo::Legacy,
+            FullnessScheme::InuseRatio,
+            FullnessScheme::ThreeQuarters,
+        ]),
+        prop::sample::select(vec![
+            CompactionAlgo::DrainSource,
             CompactionAlgo::KeepDestination,
             CompactionAlgo::Optimal,
         ]),
         // The compression unit: the page (half the cases) or up to 16 pages,
-        // at most 64 KiB, so objects span pages (issue 18).
+        // at most 64 KiB, so objects span pages.
         prop_oneof![Just(0u32), 1u32..=4],
     )
         .prop_map(

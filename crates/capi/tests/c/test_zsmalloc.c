@@ -131,6 +131,21 @@ static void test_errors_and_null(void)
 		CHECK(cfg.page_size == PAGE && cfg.chain == 8 && cfg.delta == 0);
 		CHECK(cfg.mode == ZS_MODE_KERNEL_COMPAT &&
 		      cfg.compaction == ZS_COMPACT_KEEP_DESTINATION && cfg.merge == 1);
+		/* The deprecated aliases name the same codes as the new names,
+		   and the kernel's groups and compaction before 6.4 make a pool. */
+		CHECK(ZS_COMPACT_SEED001 == ZS_COMPACT_KEEP_DESTINATION);
+		CHECK(ZS_COMPACT_LEGACY == ZS_COMPACT_DRAIN_SOURCE);
+		CHECK(ZS_FULLNESS_LEGACY == ZS_FULLNESS_THREE_QUARTERS);
+		{
+			struct zs_pool_config before = cfg;
+			struct zs_pool *old;
+
+			before.fullness = ZS_FULLNESS_THREE_QUARTERS;
+			before.compaction = ZS_COMPACT_DRAIN_SOURCE;
+			old = zs_create_pool_ex("before-6.4", &before);
+			CHECK(old != NULL);
+			zs_destroy_pool(old);
+		}
 		CHECK(zs_create_pool_ex("x", NULL) == NULL);
 		bad = cfg;
 		bad.page_size = 5000;

@@ -35,11 +35,13 @@ pub struct ClassesArgs {
     /// Most pages per zspage (CONFIG_ZSMALLOC_CHAIN_SIZE), 1 to 16.
     #[arg(long, default_value_t = 8, value_parser = recipe::flags::whole::<u32>(1, 16))]
     chain: u32,
-    /// Class step: `legacy` (max(PAGE_SIZE>>8, 16)) or a multiple of 8 in bytes.
-    #[arg(long, value_name = "BYTES|legacy", default_value = "legacy", value_parser = parse_delta)]
+    /// Class step: `kernel` (the kernel's max(PAGE_SIZE>>8, 16); `legacy` is
+    /// accepted too) or a multiple of 8 in bytes.
+    #[arg(long, value_name = "BYTES|kernel", default_value = "kernel", value_parser = parse_delta)]
     delta: ClassDelta,
     /// Pages-per-zspage rule: min-waste (kernel >= 6.3), used-percent (< 6.3), balanced (a longer
-    /// chain only for a large cut in waste; proposed with seed 002).
+    /// chain only for a large cut in waste; proposed with the patch that drops the limit of 256
+    /// classes).
     #[arg(long, default_value = "min-waste", value_parser = parse_rule)]
     chain_rule: ChainRule,
     /// Do not merge neighbouring classes with equal pages and objects per zspage.
@@ -62,7 +64,7 @@ fn parse_page_size(s: &str) -> Result<u32, String> {
     recipe::spec::parse_page_size(s).map(|n| n as u32)
 }
 
-/// `legacy` or a multiple of 8 bytes from 8 to the largest page size (a
+/// `kernel` (or `legacy`) or a multiple of 8 bytes from 8 to the largest page size (a
 /// step larger than `--page-size` itself is refused with the geometry).
 fn parse_delta(s: &str) -> Result<ClassDelta, String> {
     let delta: ClassDelta = s

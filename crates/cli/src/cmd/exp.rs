@@ -10,21 +10,24 @@ use crate::error::CliError;
 /// The experiments.
 #[derive(Subcommand, Debug)]
 pub enum ExpCommand {
-    /// Seed 001: objects moved by compaction under each fullness grouping and
-    /// algorithm, per class, with Student's t.
+    /// Fullness groups and compaction: objects moved by compaction under the
+    /// kernel's fullness groups and algorithms before and since 6.4 and
+    /// zmem's, per class, with Student's t.
     Compaction(compaction::CompactionArgs),
-    /// Seed 000: mem_used_total for several most-pages-per-zspage limits on
-    /// files of growing size.
+    /// Chain length: mem_used_total for several most-pages-per-zspage limits
+    /// on files of growing size.
     Chain(chain::ChainArgs),
-    /// Seed 003: overhead ratio with and without class merging as the Linux
-    /// source's directories are removed.
+    /// Class merging: overhead ratio with and without class merging as the
+    /// Linux source's directories are removed.
     Merge(merge::MergeArgs),
-    /// Seed 004: per-operation latency (p50..max) and memory of zsmalloc,
-    /// zbud, z3fold and zblock under one fixed-seed zram-like workload.
+    /// Allocator latency: per-operation latency (p50..max) and memory of
+    /// zsmalloc, zbud, z3fold and zblock under one fixed-seed zram-like
+    /// workload.
     Latency(latency::LatencyArgs),
-    /// Seed 003 for real (root): ext4 mounted with discard on the kernel's
-    /// zram and on zmem exports, untar the Linux source, remove its largest
-    /// directories; mm_stat and overhead ratio after each step.
+    /// Class merging on a real file system (root): ext4 mounted with discard
+    /// on the kernel's zram and on zmem exports, untar the Linux source,
+    /// remove its largest directories; mm_stat and overhead ratio after each
+    /// step.
     Untar(untar::UntarArgs),
 }
 

@@ -28,6 +28,7 @@ use log::{error, info, LevelFilter};
 use nbd::{Config, InheritedListener, ListenAddr, Server};
 use recipe::{PolicyFlags, SpecFactory, StoreArgs, StoreFactory, StoreSpec};
 use serve::paths::{ctl_path_for, default_dir, default_socket, ensure_private_dir, tcp_ctl_path};
+use serve::trim::Trimmer;
 use serve::{CtlServer, MetricsServer, Registry, Served};
 
 use crate::error::CliError;
@@ -454,107 +455,6 @@ fn remove_pid_file(path: &Path) {
     }
 }
 
-/// Gives idle memory back to the OS once I/O goes quiet.
-///
-/// Two kinds of memory serve a burst of I/O and nothing after it:
-/// - request buffers (up to tens of MiB while a client streams data), freed
-///   to glibc's arenas, which keep most of them;
-/// - the stores' compression contexts: zstd's at level 3 on 32 KiB pages is
-///   about 0.5 MiB each (workspace, decompression context, scratch), one
-///   per stripe, four on two CPUs: 1.9 MiB resident after a write, 3% of
-///   the compressed data of a 256 MiB disk.
-///
-/// A RAM disk that exists to save memory should not sit on them. Every
-/// `IDLE_TICK` the thread compares the stores' page I/O counts; after a tick
-/// with no I/O following some, it drops the contexts no thread holds
-/// (`Store::release_idle_streams`), then calls `malloc_trim(0)`, which
-/// returns every free page of every arena. Doing this only when idle keeps
-/// it off the I/O path (a fixed mmap threshold would trim per request and
-/// cost 15-45% more CPU); the next burst makes its contexts again, a few
-/// tens of microseconds per stripe.
-struct Trimmer {
-    stop: std::sync::mpsc::Sender<()>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-const IDLE_TICK: std::time::Duration = std::time::Duration::from_millis(250);
-
-impl Trimmer {
-    fn start(registry: Arc<Registry>) -> io::Result<Trimmer> {
-        let (stop, rx) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("trim".into())
-            .spawn(move || {
-                let io = || -> u64 {
-                    registry
-                        .served()
-                        .iter()
-                        .map(|s| {
-                            let (r, w) = s.store.io_counts();
-                            r.wrapping_add(w)
-                        })
-                        .fold(0u64, u64::wrapping_add)
-                };
-                let mut last = io();
-                let mut dirty = false;
-                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                    rx.recv_timeout(IDLE_TICK)
-                {
-                    let now = io();
-                    if now != last {
-                        last = now;
-                        dirty = true;
-                    } else if dirty {
-                        dirty = false;
-                        let contexts: usize = registry
-                            .served()
-                            .iter()
-                            .map(|s| s.store.release_idle_streams())
-                            .sum();
-                        log::debug!("idle: released {contexts} compression context(s)");
-                        release_free_heap();
-                    }
-                }
-            })?;
-        Ok(Trimmer { stop, thread })
-    }
-
-    fn stop(self) {
-        let _ = self.stop.send(());
-        let _ = self.thread.join();
-    }
-}
-
-/// Puts every thread's allocations in glibc's main arena, so that
-/// [`release_free_heap`] can give all free heap memory back: `malloc_trim`
-/// leaves the free top of each per-thread arena resident (measured: about
-/// 5 MiB per NBD connection thread after a 256 MiB copy), while the main
-/// arena's top is trimmed. The server allocates little (a buffer per
-/// request), so one arena costs no measurable CPU. Call it before any
-/// thread starts.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn one_heap_arena() {
-    // SAFETY: mallopt only sets a glibc tunable; no thread allocates
-    // concurrently yet.
-    if unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) } != 1 {
-        log::warn!("mallopt(M_ARENA_MAX, 1) failed; idle memory may stay resident");
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn one_heap_arena() {}
-
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn release_free_heap() {
-    // SAFETY: malloc_trim only walks glibc's own arenas under their locks
-    // and has no preconditions.
-    let released = unsafe { libc::malloc_trim(0) };
-    log::debug!("idle: malloc_trim released memory: {}", released != 0);
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn release_free_heap() {}
-
 /// Runs `zmem serve` until SIGINT or SIGTERM.
 pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     // The flags that depend on each other are checked before anything starts.
@@ -566,7 +466,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     // Before any thread exists: every thread inherits the blocked mask.
     let signals = signals::block_termination()
         .map_err(|e| CliError::Failed(format!("cannot block SIGINT/SIGTERM: {e}")))?;
-    one_heap_arena();
+    serve::trim::one_heap_arena();
 
     let plan = plan(args)?;
     if args.backing_devs.len() > plan.len() {

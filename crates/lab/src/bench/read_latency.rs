@@ -10,7 +10,7 @@
 //! decompressor would read them), drop the hold. Latency per read goes
 //! into an HDR histogram.
 //!
-//! Then the same question for the store's background compactor (issue 15):
+//! Then the same question for the store's background compactor:
 //! a default-mode zram store holds 64 MiB of the data's pages; a reader
 //! reads (and decompresses) random even pages while another thread keeps
 //! discarding and rewriting a random half of the odd ones, once with the

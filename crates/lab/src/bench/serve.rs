@@ -21,7 +21,7 @@
 //! nothing else) plus the client's own CPU time for the write, spread over
 //! every CPU. A server that receives, stores and answers costs more than
 //! that, so if the ceiling is under a target's throughput the target cannot
-//! be met here. Targets are issue 21's: lz4 writes at 0.85x the ceiling and
+//! be met here. The targets: lz4 writes at 0.85x the ceiling and
 //! reads at 1x sparse's; zstd writes at 2x and reads at 3x nbdkit zstd's,
 //! with no more RSS growth. Each target gets a line (and a `targets` entry
 //! in JSON) with zmem's ratio, the in-run ceiling for that phase (writes:
@@ -101,7 +101,7 @@ struct Setup {
     nbdkit_allocator: &'static str,
     page: u64,
     /// (write, read) throughput ratios to nbdkit zmem must reach, and
-    /// whether its RSS growth must not exceed nbdkit's (issue 21's targets).
+    /// whether its RSS growth must not exceed nbdkit's (the targets).
     target: (Option<f64>, Option<f64>, bool),
     /// Compressor whose bare CPU cost bounds the write throughput (printed
     /// as the ceiling), if any.
@@ -764,7 +764,7 @@ struct Report<'a> {
     targets: &'a [Target],
 }
 
-/// One of issue 21's throughput targets for one configuration and data
+/// One of the throughput targets for one configuration and data
 /// set, from the medians: where zmem stands, the in-run ceiling that bounds
 /// any server (so a target above it is out of reach on this machine), and
 /// each server's CPU per GiB for the phase.
@@ -955,7 +955,7 @@ fn setup_data_pairs(samples: &[Sample]) -> Vec<(String, String)> {
     keys
 }
 
-/// Issue 21's throughput targets for every configuration and data set run,
+/// The throughput targets for every configuration and data set run,
 /// each with its in-run ceiling (see [`Target`]).
 fn targets(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> Vec<Target> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -1337,7 +1337,7 @@ fn table(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> String 
     if !targets.is_empty() {
         let _ = writeln!(
             out,
-            "\nissue 21's targets, each with the in-run ceiling of any server (its server CPU plus the client's, over every CPU busy) and each server's CPU per GiB:"
+            "\nthe targets, each with the in-run ceiling of any server (its server CPU plus the client's, over every CPU busy) and each server's CPU per GiB:"
         );
         for t in &targets {
             let _ = writeln!(out, "{}", target_line(t));

@@ -1,4 +1,4 @@
-//! `zmem exp chain`: the longer-zspage-chain patch's experiment (seed 000).
+//! `zmem exp chain`: chain length, the longer-zspage-chain patch's experiment.
 //!
 //! The patch's author made a test file of one source file repeated 200 times, then in
 //! three rounds wrote files of its first j bytes for j = 1, 513, 1025, ...
@@ -170,7 +170,7 @@ pub fn run(args: &ChainArgs) -> Result<(), Error> {
         args.no_plot,
         &args.plot,
         [
-            "Seed 000: mem_used_total by most pages per zspage",
+            "Chain length: mem_used_total by most pages per zspage",
             "chain size (pages per zspage, at most)",
             "mem_used_total, MiB",
         ],

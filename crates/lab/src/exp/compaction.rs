@@ -1,5 +1,5 @@
-//! `zmem exp compaction`: the experiment of the fine-grained fullness and
-//! compaction series (seed 001).
+//! `zmem exp compaction`: fullness groups and compaction, the experiment of
+//! the fine-grained fullness and compaction series.
 //!
 //! A fragmentation generator with a fixed seed fills every class of a pool
 //! with `--zspages` zspages' worth of objects, then frees a pattern that
@@ -93,13 +93,13 @@ const VARIANTS: [(&str, Mode, FullnessScheme, CompactionAlgo); 5] = [
     (
         "Old fullness grouping, old compaction algorithm",
         Mode::KernelCompat,
-        FullnessScheme::Legacy,
-        CompactionAlgo::Legacy,
+        FullnessScheme::ThreeQuarters,
+        CompactionAlgo::DrainSource,
     ),
     (
         "Old fullness grouping, new compaction algorithm",
         Mode::KernelCompat,
-        FullnessScheme::Legacy,
+        FullnessScheme::ThreeQuarters,
         CompactionAlgo::KeepDestination,
     ),
     (
@@ -259,7 +259,7 @@ pub fn run(args: &CompactionArgs) -> Result<(), Error> {
         compare(&variants, 2, 3),
     ];
     let title = format!(
-        "Objects moved by compaction per class (seed 001's experiment; seed {}, {} zspages per class)",
+        "Objects moved by compaction per class (fullness groups and compaction; seed {}, {} zspages per class)",
         args.seed, args.zspages
     );
     let plot = super::line_chart_unless(
@@ -301,7 +301,7 @@ fn table(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Seed 001's experiment: every class fragmented ({} zspages each, seed {}), then compacted class by class.\n",
+        "Fullness groups and compaction: every class fragmented ({} zspages each, seed {}), then compacted class by class.\n",
         r.zspages_per_class, r.seed
     );
     let _ = writeln!(out, "Total amount of work (objs_moved)");

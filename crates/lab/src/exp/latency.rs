@@ -1,5 +1,5 @@
-//! `zmem exp latency`: the zbud-for-zram thread's question (seed 004) in
-//! user space. Does zbud give
+//! `zmem exp latency`: allocator latency, the zbud-for-zram thread's
+//! question in user space. Does zbud give
 //! better worst-case latency than zsmalloc, and what does that cost in
 //! memory? Same for z3fold and zblock.
 //!

@@ -1,4 +1,4 @@
-//! `zmem exp merge`: the class-merging patch's experiment (seed 003).
+//! `zmem exp merge`: class merging, the class-merging patch's experiment.
 //!
 //! The patch's author untarred the kernel source onto ext4 on zram (mounted with
 //! discard), then removed the top-level directories in descending order of
@@ -8,7 +8,7 @@
 //! removal discards its directory's pages, and the same steps run on a
 //! kernel-compat store without merging, one with merging (the patch's
 //! geometry: chain 4 unless `--chain` says otherwise), zmem's default mode
-//! without background compaction, and default mode with it (issue 15: the
+//! without background compaction, and default mode with it (the
 //! store compacts itself after each removal, within its CPU budget; the
 //! figures are taken once it is idle).
 //!
@@ -189,7 +189,7 @@ pub fn run(args: &MergeArgs) -> Result<(), Error> {
         args.no_plot,
         &args.plot,
         [
-            "Seed 003: overhead ratio after each directory removal",
+            "Class merging: overhead ratio after each directory removal",
             "directories removed (largest first)",
             "(used - compr) / compr, %",
         ],

@@ -1,13 +1,16 @@
 //! The mailing-list experiments, reproduced, each with a table, JSON and a
 //! figure (so this module comes with the `plot` feature):
-//! - [`compaction`]: objects moved by compaction under each fullness grouping
-//!   and algorithm (seed 001);
-//! - [`chain`]: mem_used_total for several pages-per-zspage limits (seed 000);
-//! - [`merge`]: overhead with and without class merging (seed 003);
-//! - [`latency`]: per-operation latency and memory of every allocator
-//!   (seed 004);
-//! - [`untar`]: seed 003's workload for real, ext4 with discard on each
-//!   store and on the kernel's zram (issue 15; root).
+//! - [`compaction`]: fullness groups and compaction, objects moved under
+//!   each fullness grouping and algorithm (the fine-grained fullness
+//!   series);
+//! - [`chain`]: chain length, mem_used_total for several pages-per-zspage
+//!   limits (the patch that lengthens the chain);
+//! - [`merge`]: class merging, overhead with and without it (the
+//!   class-merging patch);
+//! - [`latency`]: allocator latency, per operation, and memory of every
+//!   allocator (the zbud-for-zram thread);
+//! - [`untar`]: class merging's workload on a real file system, ext4 with
+//!   discard on each store and on the kernel's zram (root).
 //!
 //! The `zmem exp` command tree and its dispatch are the `zmem` binary's.
 

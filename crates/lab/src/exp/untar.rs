@@ -1,4 +1,5 @@
-//! `zmem exp untar`: seed 003's workload for real (issue 15), as root.
+//! `zmem exp untar`: the class-merging patch's workload on a real file
+//! system, as root.
 //!
 //! For each configuration, one after another: a device (a `zmem serve`
 //! export, started as a child process on a Unix socket and reached through
@@ -72,7 +73,7 @@ pub const REMOVE: [&str; 10] = [
 ];
 
 /// The overhead ratio default mode with automatic compaction must stay
-/// within after every step (issue 15).
+/// within after every step.
 const TARGET_RATIO: f64 = 0.03;
 
 /// The compactor's CPU share of the server's the issue allows.
@@ -928,7 +929,7 @@ pub fn run(args: &UntarArgs) -> Result<(), Error> {
         args.no_plot || runs.is_empty(),
         &args.plot,
         [
-            "Seed 003 on ext4: overhead ratio after each step",
+            "Class merging on ext4: overhead ratio after each step",
             "step (0: untar, then each removal, last: manual compact)",
             "mem_used_total / compr_data_size - 1, %",
         ],

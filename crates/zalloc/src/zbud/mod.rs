@@ -26,7 +26,7 @@
 //! its new free count, or returns the page to the OS at once when it was the
 //! last. Nothing ever moves, so there is no compaction: allocation is a
 //! bounded scan of 62 list heads, free is O(1). That is zbud's case for
-//! determinism (the zbud-for-zram thread, seed 004), and its density is
+//! determinism (the zbud-for-zram thread), and its density is
 //! capped at two objects a page.
 //! The lists themselves (linking, the scan, their check) are
 //! `lists::ChunkLists` (private to this crate), which z3fold uses too; this
