@@ -54,7 +54,7 @@
 use nbd::Errno;
 use zram::IdleCutoff;
 
-use crate::control::{memparse, store_error, CtlError};
+use crate::ctl_error::{memparse, store_error, CtlError};
 use crate::registry::{Registry, Served, Settings};
 
 /// Reads an attribute of an uninitialised export, from its settings.

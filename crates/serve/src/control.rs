@@ -8,64 +8,13 @@
 //! What each command is and in which state of an export it is valid is the
 //! table in [`crate::attrs`]; [`execute`] looks the command up there and
 //! calls the function for the export's state, or answers the entry's errno
-//! for the wrong state. Errors are a [`CtlError`]: an [`nbd::Errno`] (the
-//! errno type NBD replies use too) and a message.
+//! for the wrong state. Errors are a [`CtlError`] (in [`crate::ctl_error`]).
 //!
 //! It does no I/O; the socket is in [`crate::ctl_socket`].
 
-use std::fmt;
-
-use nbd::Errno;
-
 use crate::attrs::{self, Attr, Show, State, Store};
+use crate::ctl_error::CtlError;
 use crate::registry::{ExportView, Registry};
-
-/// Why a control command failed: a Linux errno and a message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CtlError {
-    /// The errno, as the kernel's attribute would answer.
-    pub errno: Errno,
-    /// For a human.
-    pub message: String,
-}
-
-impl CtlError {
-    /// An error with `errno`.
-    pub fn new(errno: Errno, message: impl Into<String>) -> CtlError {
-        CtlError {
-            errno,
-            message: message.into(),
-        }
-    }
-
-    /// An `EINVAL` error.
-    pub fn inval(message: impl Into<String>) -> CtlError {
-        CtlError::new(Errno::EINVAL, message)
-    }
-}
-
-impl fmt::Display for CtlError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.errno, self.message)
-    }
-}
-
-impl std::error::Error for CtlError {}
-
-/// The control error for a store error (its errno; one this crate does not
-/// name is `EIO`).
-pub(crate) fn store_error(e: &zram::StoreError) -> CtlError {
-    CtlError::new(
-        Errno::from_number(e.errno()).unwrap_or(Errno::EIO),
-        e.to_string(),
-    )
-}
-
-/// Parses a size with the one size parser (`recipe::size`, the kernel's
-/// `memparse`: K, M, G, T, P or E); a refusal is `EINVAL` with its text.
-pub fn memparse(s: &str) -> Result<u64, CtlError> {
-    recipe::size::parse(s).map_err(|e| CtlError::inval(e.to_string()))
-}
 
 /// Runs `line` (`COMMAND [VALUE]`) on the export called `export` (`None`:
 /// the first). Returns the text a read answers, empty for a write.
@@ -166,6 +115,9 @@ fn write(
 
 #[cfg(test)]
 mod tests {
+    use nbd::Errno;
+
+    use crate::ctl_error::memparse;
     use std::sync::Arc;
 
     use super::*;

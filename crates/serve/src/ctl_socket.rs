@@ -42,7 +42,8 @@ use log::{debug, info, warn};
 
 use nbd::Errno;
 
-use crate::control::{self, CtlError};
+use crate::control;
+use crate::ctl_error::CtlError;
 use crate::registry::Registry;
 
 /// Longest request line, in bytes.

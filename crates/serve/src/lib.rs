@@ -12,8 +12,9 @@
 //! - [`attrs`]: the table of control commands (`mm_stat`, `compact`,
 //!   `reset`, `mem_limit`, ...), one entry per zram attribute with its read
 //!   and write functions and the export states it is valid in;
-//! - [`control`]: how a control command runs (the table's dispatch and its
-//!   errors), answering exactly what sysfs would;
+//! - [`control`]: how a control command runs (the table's dispatch),
+//!   answering exactly what sysfs would; [`ctl_error`]: its errors, each
+//!   with the kernel's errno;
 //! - [`ctl_socket`]: the control socket's line protocol, server and client;
 //! - [`metrics`]: the Prometheus text format and its tiny HTTP server;
 //! - [`paths`]: the default socket paths `zmem serve` and `zmem ctl` share;
@@ -27,6 +28,7 @@
 
 pub mod attrs;
 pub mod control;
+pub mod ctl_error;
 pub mod ctl_socket;
 pub mod device;
 pub mod metrics;
@@ -35,7 +37,7 @@ pub mod registry;
 #[allow(unsafe_code)]
 pub mod trim;
 
-pub use control::CtlError;
+pub use ctl_error::CtlError;
 pub use ctl_socket::{request, CtlServer};
 pub use device::{export_device, nbd_error, PageDevice};
 pub use metrics::MetricsServer;

@@ -43,7 +43,7 @@ use zram::{PolicyRunner, Store};
 
 pub use recipe::{Settings, StoreFactory};
 
-use crate::control::CtlError;
+use crate::ctl_error::CtlError;
 use crate::device::export_device;
 
 /// One initialised export: its store.
@@ -556,7 +556,7 @@ fn make_store(
     settings: &Settings,
     size: &str,
 ) -> Result<Served, CtlError> {
-    let bytes = crate::control::memparse(size)?;
+    let bytes = crate::ctl_error::memparse(size)?;
     if bytes == 0 {
         return Err(CtlError::inval("disksize must be more than 0"));
     }
@@ -567,25 +567,25 @@ fn make_store(
     if let Some(path) = &settings.backing_dev {
         store
             .set_backing_dev(path)
-            .map_err(|e| crate::control::store_error(&e))?;
+            .map_err(|e| crate::ctl_error::store_error(&e))?;
     }
     store
         .set_writeback_compressed(settings.writeback_compressed)
-        .map_err(|e| crate::control::store_error(&e))?;
+        .map_err(|e| crate::ctl_error::store_error(&e))?;
     if let Some(pages) = settings.writeback_batch_size {
         store
             .set_writeback_batch_size(pages)
-            .map_err(|e| crate::control::store_error(&e))?;
+            .map_err(|e| crate::ctl_error::store_error(&e))?;
     }
     for algo in &settings.recomp {
         store
             .set_recomp_algorithm(algo)
-            .map_err(|e| crate::control::store_error(&e))?;
+            .map_err(|e| crate::ctl_error::store_error(&e))?;
     }
     for params in &settings.recomp_params {
         store
             .set_algorithm_params(params)
-            .map_err(|e| crate::control::store_error(&e))?;
+            .map_err(|e| crate::ctl_error::store_error(&e))?;
     }
     let store = Arc::new(store);
     let policy = factory
