@@ -74,7 +74,7 @@ pub fn size(
     }
 }
 
-/// A parser of disk sizes: a size as [`size`] reads it, rounded up to
+/// A parser of disk sizes: a size as [`size()`] reads it, rounded up to
 /// whole 4 KiB pages first ([`crate::size::round_up_to_page`]), as zram
 /// rounds what is written to `disksize` (`1000` gives 4096), then kept to
 /// `lo..=hi`.

@@ -30,7 +30,7 @@
 //! for it looks at memory again before doing anything) is taken with no
 //! other store lock held, before the post-processing lock that writeback
 //! takes; the signal's mutex is a leaf. The write path reaches the rule
-//! through the core's `LimitRule`, which [`Parts`] implements here, and
+//! through the core's `LimitRule`, which `Parts` implements here, and
 //! calls it with no slot lock or stream held.
 //!
 //! Owns the policy state, its thread and counters. May not touch the slots
