@@ -134,6 +134,13 @@ fn map_chunk(
 ) -> Result<(NonNull<u8>, usize), PagesError> {
     let slack = huge.unwrap_or(0);
     let len = CHUNK_BYTES + slack;
+    // Miri maps only `MAP_PRIVATE | MAP_ANONYMOUS`; `MAP_NORESERVE` changes
+    // nothing but the kernel's swap accounting.
+    let flags = if cfg!(miri) {
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS
+    } else {
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE
+    };
     // SAFETY: an anonymous private mapping at an address of the kernel's
     // choosing; no existing memory is affected.
     let addr = unsafe {
@@ -141,7 +148,7 @@ fn map_chunk(
             std::ptr::null_mut(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            flags,
             -1,
             0,
         )
@@ -154,9 +161,12 @@ fn map_chunk(
     }
     let base = NonNull::new(addr.cast::<u8>()).ok_or(PagesError::OutOfMemory(0))?;
     chunks.push(Chunk { base, len });
-    // SAFETY: `addr..addr + len` is the mapping just made. Failure (a kernel
-    // without THP) leaves the mapping as it was, which is what is wanted.
-    unsafe { libc::madvise(addr, len, libc::MADV_NOHUGEPAGE) };
+    // Miri has no `madvise` (and no huge pages).
+    if !cfg!(miri) {
+        // SAFETY: `addr..addr + len` is the mapping just made. Failure (a kernel
+        // without THP) leaves the mapping as it was, which is what is wanted.
+        unsafe { libc::madvise(addr, len, libc::MADV_NOHUGEPAGE) };
+    }
     let skip = match huge {
         Some(w) => (w - (addr as usize) % w) % w,
         None => 0,
@@ -202,7 +212,8 @@ pub(crate) fn huge_page_bytes() -> Option<usize> {
         return None;
     }
     *SIZE.get_or_init(|| {
-        if std::env::var_os("ZMEM_NO_THP").is_some_and(|v| v != "0") {
+        // Miri has no huge pages, no `madvise` and no /sys.
+        if cfg!(miri) || std::env::var_os("ZMEM_NO_THP").is_some_and(|v| v != "0") {
             return None;
         }
         if crate::os_page_size() != 4096 {

@@ -79,8 +79,10 @@ pub(crate) unsafe fn advise_dontneed(ranges: &[Range], counters: &Counters) {
             NO_PROCESS_MADVISE.store(true, Ordering::Relaxed);
         }
     });
+    #[cfg_attr(miri, allow(unused_mut))]
     let mut rest = ranges;
-    #[cfg(target_os = "linux")]
+    // Miri knows no `process_madvise`.
+    #[cfg(all(target_os = "linux", not(miri)))]
     while !rest.is_empty() && !NO_PROCESS_MADVISE.load(Ordering::Relaxed) {
         let n = rest.len().min(libc::UIO_MAXIOV as usize);
         // SAFETY: passed on from the caller's contract for `rest[..n]`.
@@ -105,9 +107,30 @@ pub(crate) unsafe fn advise_dontneed(ranges: &[Range], counters: &Counters) {
         // SAFETY: the range lies in a private anonymous mapping the caller
         // holds and whose contents nobody uses (caller's contract);
         // MADV_DONTNEED only drops the pages (later reads see zeros).
-        let rc = unsafe { libc::madvise(r.addr as *mut libc::c_void, r.len, libc::MADV_DONTNEED) };
+        let rc = unsafe { madvise_dontneed(r) };
         debug_assert_eq!(rc, 0, "madvise(MADV_DONTNEED) failed");
     }
+}
+
+/// `madvise(MADV_DONTNEED)` on one range; its return value.
+///
+/// Miri has no `madvise`: under it, this does what `MADV_DONTNEED` does to a
+/// private anonymous mapping as its holder sees it (later reads see zeros)
+/// by writing the zeros, and Miri checks that the write conflicts with no
+/// reference still held into the range.
+///
+/// # Safety
+/// As for [`advise_dontneed`].
+unsafe fn madvise_dontneed(r: &Range) -> libc::c_int {
+    if cfg!(miri) {
+        // SAFETY: the range lies in a writable mapping the caller holds, and
+        // nobody uses its contents (caller's contract). Its address was
+        // exposed by the `as usize` cast that made the range.
+        unsafe { std::ptr::with_exposed_provenance_mut::<u8>(r.addr).write_bytes(0, r.len) };
+        return 0;
+    }
+    // SAFETY: passed on from the caller's contract.
+    unsafe { libc::madvise(r.addr as *mut libc::c_void, r.len, libc::MADV_DONTNEED) }
 }
 
 /// One `process_madvise(PIDFD_SELF, ranges, MADV_DONTNEED)`. An error (the
@@ -117,7 +140,7 @@ pub(crate) unsafe fn advise_dontneed(ranges: &[Range], counters: &Counters) {
 ///
 /// # Safety
 /// As for [`advise_dontneed`].
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(miri)))]
 unsafe fn process_madvise_dontneed(ranges: &[Range], counters: &Counters) -> Result<(), i32> {
     /// The calling process (`PIDFD_SELF_THREAD_GROUP`, Linux 6.15+): unlike
     /// an opened pidfd it still means "this process" in a forked child.

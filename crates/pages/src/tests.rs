@@ -33,6 +33,7 @@ fn resident(addr: *mut u8, pages: u32) -> usize {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "counts resident pages with mincore, which Miri lacks")]
 fn fresh_runs_are_zeroed() {
     let src = PageSource::new(PS, None).unwrap();
     let a = src.alloc(3).unwrap();
@@ -78,6 +79,7 @@ fn thp_fallbacks() -> u64 {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "huge pages and mincore: Miri has neither")]
 fn the_dense_frontier_stays_within_one_window_of_what_is_out() {
     let src = PageSource::new(PS, None).unwrap();
     let runs: Vec<Run> = (0..300).map(|_| src.alloc(4).unwrap()).collect();
@@ -106,6 +108,7 @@ fn the_dense_frontier_stays_within_one_window_of_what_is_out() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "huge pages and mincore: Miri has neither")]
 fn dense_runs_use_huge_pages_where_the_system_offers_them() {
     let Some(window) = frontier::huge_page_bytes() else {
         eprintln!("skipped: transparent huge pages are not offered here");
@@ -140,6 +143,7 @@ fn dense_runs_use_huge_pages_where_the_system_offers_them() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "counts resident pages with mincore, which Miri lacks")]
 fn a_cached_run_is_reused_without_a_system_call() {
     let src = PageSource::new(PS, None).unwrap();
     let a = src.alloc(3).unwrap();
@@ -184,6 +188,7 @@ fn alloc_clean_never_takes_from_the_cache() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "counts resident pages with mincore, which Miri lacks")]
 fn alloc_pending_reuses_a_cached_run_with_every_page_pending() {
     let src = PageSource::new(PS, None).unwrap();
     let a = src.alloc(4).unwrap();
@@ -242,6 +247,7 @@ fn the_bound_is_respected_and_released_in_batches() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "counts resident pages with mincore, which Miri lacks")]
 fn adjacent_runs_are_released_as_one_range() {
     let src = PageSource::new(PS, None).unwrap();
     let runs: Vec<Run> = (0..4).map(|_| src.alloc(2).unwrap()).collect();
@@ -277,6 +283,7 @@ fn adjacent_runs_are_released_as_one_range() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "counts resident pages with mincore, which Miri lacks")]
 fn flush_releases_everything() {
     let src = PageSource::new(PS, None).unwrap();
     let runs: Vec<Run> = (0..6).map(|i| src.alloc(1 + i % 3).unwrap()).collect();
@@ -298,6 +305,7 @@ fn flush_releases_everything() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "counts resident pages with mincore, which Miri lacks")]
 fn a_zero_bound_releases_every_free_at_once() {
     let src = PageSource::new(PS, None).unwrap();
     src.set_cache_limit(0);
@@ -411,6 +419,7 @@ fn discard_zeroes_part_of_a_run_at_once() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "counts resident pages with mincore, which Miri lacks")]
 fn discard_later_is_released_with_the_next_batch() {
     let src = PageSource::new(PS, None).unwrap();
     let a = src.alloc(8).unwrap();
@@ -439,6 +448,7 @@ fn discard_later_is_released_with_the_next_batch() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "counts resident pages with mincore, which Miri lacks")]
 fn pending_pages_share_the_bound() {
     let src = PageSource::new(PS, None).unwrap();
     src.set_cache_limit(6);
@@ -495,6 +505,10 @@ impl Flusher {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "20,000 rounds of a race with a flusher thread: slow under Miri"
+)]
 fn reclaimed_pages_are_never_dropped_under_a_writer() {
     // One thread gives up a run's tail and reclaims it to write a pattern,
     // which it checks; another flushes all the time. Whatever the
@@ -520,6 +534,7 @@ fn reclaimed_pages_are_never_dropped_under_a_writer() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "counts resident pages with mincore, which Miri lacks")]
 fn a_large_batch_is_one_batch_released_in_chunks() {
     let src = PageSource::new(PS, None).unwrap();
     src.set_cache_limit(1 << 20);
@@ -548,6 +563,7 @@ fn a_large_batch_is_one_batch_released_in_chunks() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "300 rounds over 3 MiB of runs: slow under Miri")]
 fn reclaimed_pages_are_never_dropped_by_a_batch_in_chunks() {
     // Many runs give up their tails at once, more pages than one chunk, and
     // are reclaimed one by one while another thread flushes all the time:
@@ -577,6 +593,10 @@ fn reclaimed_pages_are_never_dropped_by_a_batch_in_chunks() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "writes 48 MiB of runs and races a thread: slow under Miri"
+)]
 fn a_decay_by_time_is_not_due_again_while_a_decay_lets_a_free_in() {
     // A decay releases a batch larger than a chunk while its interval has
     // passed; a free that gets the lock between two chunks must neither
@@ -672,6 +692,7 @@ fn the_retained_share_scales_the_bound_with_the_pages_out() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "counts resident pages with mincore, which Miri lacks")]
 fn over_the_bound_the_oldest_go_first_and_the_newest_stay() {
     let (src, _held) = retaining(0, 4, 64);
     // Bound 16 pages: free five runs of 4, oldest first.
@@ -694,6 +715,7 @@ fn over_the_bound_the_oldest_go_first_and_the_newest_stay() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "counts resident pages with mincore, which Miri lacks")]
 fn a_decay_releases_what_was_not_reused_since_the_previous_one() {
     let (src, _held) = retaining(0, 2, 64);
     let a = src.alloc(4).unwrap();
@@ -718,6 +740,7 @@ fn a_decay_releases_what_was_not_reused_since_the_previous_one() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "counts resident pages with mincore, which Miri lacks")]
 fn pending_tails_decay_like_cached_runs() {
     let (src, _held) = retaining(0, 2, 64);
     let run = src.alloc(4).unwrap();
@@ -768,6 +791,10 @@ fn a_retaining_source_splits_a_longer_cached_run() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "20,000 rounds of a race with a freeing thread: slow under Miri"
+)]
 fn reclaimed_pages_are_never_dropped_by_a_decay_or_a_partial_batch() {
     // As above, with a retained share: one thread gives up a run's tail and
     // reclaims it to write a pattern; another decays all the time, and

@@ -988,6 +988,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "thousands of objects: slow under Miri, where the smaller tests run the same code"
+    )]
     fn reclaimable_is_what_compaction_gives_back() {
         for (mode, algo) in [
             (Mode::KernelCompat, CompactionAlgo::KeepDestination),
@@ -1013,6 +1017,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "thousands of objects: slow under Miri, where the smaller tests run the same code"
+    )]
     fn a_waiter_makes_compaction_pause_at_every_step_and_lose_nothing() {
         for (mode, fullness, algo) in [
             (

@@ -41,7 +41,7 @@ fn any_unit_config() -> impl Strategy<Value = GeometryConfig> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 2 } else { 200 }))]
 
     #[test]
     fn multi_page_classes_hold_their_objects(config in any_unit_config(), probes in prop::collection::vec(1u32..=65536, 64)) {

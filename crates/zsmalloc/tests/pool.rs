@@ -34,6 +34,10 @@ fn config(page_size: u32, chain: u32, mode: Mode) -> PoolConfig {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "megabytes of objects: slow under Miri, where the model test runs multi-page objects"
+)]
 fn multi_page_objects_round_trip_and_compact() {
     for mode in [Mode::KernelCompat, Mode::Default] {
         for (ps, unit, step) in [
@@ -87,6 +91,10 @@ fn multi_page_objects_round_trip_and_compact() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "megabytes of objects: slow under Miri, where the model test runs the same code"
+)]
 fn every_size_and_position_round_trips() {
     for mode in [Mode::KernelCompat, Mode::Default] {
         for (ps, step) in [(4096u32, 1usize), (16384, 7), (65536, 61)] {
@@ -117,6 +125,10 @@ fn every_size_and_position_round_trips() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "megabytes of objects: slow under Miri, where the model test runs the same code"
+)]
 fn full_zspages_of_every_class_round_trip() {
     // A whole zspage of each class puts objects at every offset, including
     // all the ones that straddle a page boundary.
@@ -443,6 +455,10 @@ fn page_limit_is_an_error_not_an_abort() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "8 threads of 20,000 steps: slow under Miri, where the compaction tests run threads"
+)]
 fn threads_share_a_pool() {
     for mode in [Mode::KernelCompat, Mode::Default] {
         let pool = Arc::new(Pool::new(config(4096, 8, mode)).unwrap());
@@ -552,6 +568,10 @@ fn a_kept_hold_pins_the_object_until_released() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "200 pools of 64 MiB mappings: slow under Miri; no unsafe code of its own"
+)]
 fn no_handle_is_in_the_c_error_range() {
     // Pool tags cycle through 7 bits; 200 pools see every tag the pools hand
     // out, and no handle may reach the top 4095 values of a u64.
@@ -682,7 +702,7 @@ fn continue_checks(pool: &Pool) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1000))]
+    #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 2 } else { 1000 }))]
 
     #[test]
     fn pool_matches_a_model(config in any_pool_config(), ops in any_ops()) {

@@ -25,6 +25,7 @@ fn fill(pool: &Pool, bytes: usize, seed: u64, handles: &mut Vec<Handle>) {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "reads /proc/self/smaps, which Miri cannot open")]
 fn rss_follows_the_pool() {
     const MIB: u64 = 1024;
     for (mode, page) in [
