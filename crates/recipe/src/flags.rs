@@ -60,18 +60,23 @@ pub fn size(
     lo: u64,
     hi: u64,
 ) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
-    move |s: &str| {
-        let accepted = format!(
-            "a size from {} to {} (bytes, or with a {} suffix)",
-            size::words(lo),
-            size::words(hi),
-            size::SUFFIXES
-        );
-        match size::parse(s) {
-            Ok(n) if (lo..=hi).contains(&n) => Ok(n),
-            _ => Err(format!("'{s}' is not {accepted}")),
-        }
+    move |s: &str| match size::parse(s) {
+        Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+        Ok(_) => Err(out_of_range(s, lo, hi)),
+        // The size parser's own words, as every other size is refused with.
+        Err(e) if e.too_large => Err(out_of_range(s, lo, hi)),
+        Err(e) => Err(e.to_string()),
     }
+}
+
+/// The refusal of a size that parses but is not in `lo..=hi`.
+fn out_of_range(s: &str, lo: u64, hi: u64) -> String {
+    format!(
+        "'{}' is out of range (a size from {} to {})",
+        s.trim(),
+        size::words(lo),
+        size::words(hi)
+    )
 }
 
 /// A parser of disk sizes: a size as [`size()`] reads it, rounded up to
@@ -161,11 +166,19 @@ mod tests {
         assert_eq!(d("1000"), Ok(4096));
         assert_eq!(d("4097"), Ok(8192));
         assert_eq!(d("1G"), Ok(1 << 30));
-        for bad in ["0", "1099511627777", "2T", "-1", "", "x", "99999999999T"] {
+        for bad in ["0", "1099511627777", "2T", "99999999999T"] {
             let e = d(bad).unwrap_err();
-            assert!(
-                e.starts_with(&format!("'{bad}' is not a size from 4K to 1T")),
-                "{bad}: {e}"
+            assert_eq!(
+                e,
+                format!("'{bad}' is out of range (a size from 4K to 1T)"),
+                "{bad}"
+            );
+        }
+        for bad in ["-1", "", "x", "1Q"] {
+            // The one size parser's refusal, word for word.
+            assert_eq!(
+                d(bad).unwrap_err(),
+                crate::size::parse(bad).unwrap_err().to_string()
             );
         }
     }
@@ -175,9 +188,16 @@ mod tests {
         let s = size(4096, 1 << 40);
         assert_eq!(s("4K"), Ok(4096));
         assert_eq!(s("1T"), Ok(1 << 40));
-        for bad in ["0", "4095", "2T", "-1", "", "x", "99999999999T"] {
+        for bad in ["0", "4095", "2T", "99999999999T"] {
             let e = s(bad).unwrap_err();
-            assert!(e.contains("from 4K to 1T"), "{bad}: {e}");
+            assert!(
+                e.contains("out of range (a size from 4K to 1T)"),
+                "{bad}: {e}"
+            );
+        }
+        for bad in ["-1", "", "x", "4Q"] {
+            let e = s(bad).unwrap_err();
+            assert!(e.contains("is not a size"), "{bad}: {e}");
         }
         let fraction = real(0.0, 1.0, false);
         assert_eq!(fraction("0"), Ok(0.0));
