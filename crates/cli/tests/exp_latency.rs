@@ -105,16 +105,26 @@ fn no_compaction_when_it_is_turned_off() {
     }
 }
 
-#[test]
-fn compaction_every_n_operations_runs_exactly_that_many() {
-    // 10,000 operations, one compaction asked for every 1,000: ten a round
-    // whatever the machine's speed, plus the driven one after each round.
-    let r = report(&[
+/// The report of `zmem exp latency` on the page generator for zsmalloc and
+/// zbud, with `args` and no plot.
+fn zsmalloc_and_zbud(args: &[&str]) -> serde_json::Value {
+    let mut all = vec![
         "exp",
         "latency",
         "--synthetic",
         "--alloc",
         "zsmalloc,zbud",
+        "--no-plot",
+    ];
+    all.extend(args);
+    report(&all)
+}
+
+#[test]
+fn compaction_every_n_operations_runs_exactly_that_many() {
+    // 10,000 operations, one compaction asked for every 1,000: ten a round
+    // whatever the machine's speed, plus the driven one after each round.
+    let r = zsmalloc_and_zbud(&[
         "--pages",
         "512",
         "--ops",
@@ -123,7 +133,6 @@ fn compaction_every_n_operations_runs_exactly_that_many() {
         "2",
         "--compact-every-ops",
         "1000",
-        "--no-plot",
     ]);
     assert_eq!(r["compact_every_ops"].as_u64(), Some(1000));
     for a in r["allocators"].as_array().unwrap() {
@@ -151,12 +160,7 @@ fn compaction_every_n_operations_runs_exactly_that_many() {
 
 #[test]
 fn the_retained_share_is_set_per_allocator() {
-    let r = report(&[
-        "exp",
-        "latency",
-        "--synthetic",
-        "--alloc",
-        "zsmalloc,zbud",
+    let r = zsmalloc_and_zbud(&[
         "--pages",
         "256",
         "--ops",
@@ -166,7 +170,6 @@ fn the_retained_share_is_set_per_allocator() {
         "--retain-others",
         "--compact-every-ops",
         "500",
-        "--no-plot",
     ]);
     for a in r["allocators"].as_array().unwrap() {
         assert_eq!(a["memory"]["retain_divisor"].as_u64(), Some(16), "{a}");

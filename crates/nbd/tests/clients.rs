@@ -49,13 +49,7 @@ fn qemu_img_convert_in_then_nbdcopy_out() {
 
     let out = ts.file("out.raw");
     run_ok("nbdcopy", &[&uri, &out.to_string_lossy()]);
-    let back = std::fs::read(&out).unwrap();
-    assert_eq!(back.len(), 8 * MIB);
-    assert!(
-        back[..data.len()] == data[..],
-        "nbdcopy read back different bytes"
-    );
-    assert!(back[data.len()..].iter().all(|&b| b == 0));
+    common::assert_read_back(&out, &data, 8 * MIB);
 
     // qemu-img's own comparison (the extra tail of the export must be zero).
     let o = run_ok(

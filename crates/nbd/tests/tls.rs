@@ -88,13 +88,7 @@ fn qemu_img_in_nbdcopy_out_over_tls_identical() {
         "nbdcopy",
         &[&nbds_uri(&ts, &certs.client), &out.to_string_lossy()],
     );
-    let back = std::fs::read(&out).unwrap();
-    assert_eq!(back.len(), 8 * MIB);
-    assert!(
-        back[..data.len()] == data[..],
-        "nbdcopy read back different bytes"
-    );
-    assert!(back[data.len()..].iter().all(|&b| b == 0));
+    common::assert_read_back(&out, &data, 8 * MIB);
 }
 
 #[test]

@@ -505,10 +505,7 @@ impl Flusher {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "20,000 rounds of a race with a flusher thread: slow under Miri"
-)]
+#[cfg_attr(miri, ignore = "20,000 rounds of a race: slow under Miri")]
 fn reclaimed_pages_are_never_dropped_under_a_writer() {
     // One thread gives up a run's tail and reclaims it to write a pattern,
     // which it checks; another flushes all the time. Whatever the
@@ -593,10 +590,7 @@ fn reclaimed_pages_are_never_dropped_by_a_batch_in_chunks() {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "writes 48 MiB of runs and races a thread: slow under Miri"
-)]
+#[cfg_attr(miri, ignore = "48 MiB of runs and a race: slow under Miri")]
 fn a_decay_by_time_is_not_due_again_while_a_decay_lets_a_free_in() {
     // A decay releases a batch larger than a chunk while its interval has
     // passed; a free that gets the lock between two chunks must neither
@@ -791,10 +785,7 @@ fn a_retaining_source_splits_a_longer_cached_run() {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "20,000 rounds of a race with a freeing thread: slow under Miri"
-)]
+#[cfg_attr(miri, ignore = "20,000 rounds of a race: slow under Miri")]
 fn reclaimed_pages_are_never_dropped_by_a_decay_or_a_partial_batch() {
     // As above, with a retained share: one thread gives up a run's tail and
     // reclaims it to write a pattern; another decays all the time, and

@@ -398,25 +398,19 @@ mod tests {
         store: StoreArgs,
     }
 
-    fn comps(args: &[&str]) -> Vec<(Mode, Algorithm)> {
+    /// The configurations `zmem ARGS` expands to.
+    fn specs(args: &[&str]) -> Vec<StoreSpec> {
         use clap::Parser;
         let flags = Flags::try_parse_from([&["zmem"], args].concat()).unwrap();
-        flags
-            .store
-            .specs()
-            .unwrap()
-            .into_iter()
-            .map(|s| (s.mode, s.comp))
-            .collect()
+        flags.store.specs().unwrap()
+    }
+
+    fn comps(args: &[&str]) -> Vec<(Mode, Algorithm)> {
+        specs(args).into_iter().map(|s| (s.mode, s.comp)).collect()
     }
 
     fn autos(args: &[&str]) -> Vec<(Mode, AutoCompactMode, String)> {
-        use clap::Parser;
-        let flags = Flags::try_parse_from([&["zmem"], args].concat()).unwrap();
-        flags
-            .store
-            .specs()
-            .unwrap()
+        specs(args)
             .into_iter()
             .map(|s| (s.mode, s.auto_compact.mode, s.label()))
             .collect()

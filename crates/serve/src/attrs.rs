@@ -953,50 +953,13 @@ fn block_state(store: &zram::Store) -> String {
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
-    use std::sync::Arc;
 
     use super::*;
     use crate::control::execute;
-    use crate::registry::StoreFactory;
-
-    /// Makes 4 KiB-page zsmalloc stores, of whole pages only (as the
-    /// kernel's `zram_meta_alloc` gets a page-aligned size).
-    struct Factory;
-
-    impl StoreFactory for Factory {
-        fn defaults(&self) -> Settings {
-            Settings {
-                comp: zcomp::Algorithm::Lz4,
-                ..Settings::default()
-            }
-        }
-
-        fn make(
-            &self,
-            comp: zcomp::Algorithm,
-            params: &str,
-            disksize: u64,
-        ) -> Result<(zram::Store, String), recipe::FactoryError> {
-            let refused = |e: String| recipe::FactoryError::Spec(recipe::Error::Usage(e));
-            if disksize % DISKSIZE_PAGE != 0 {
-                return Err(refused(format!(
-                    "{disksize} bytes is not a whole number of pages"
-                )));
-            }
-            let pool = zalloc::open("zsmalloc", &zalloc::AllocOptions::default())
-                .map_err(|e| refused(e.to_string()))?;
-            let comp = zcomp::Compressor::parse(comp.name(), params)
-                .map_err(|e| refused(e.to_string()))?;
-            let store = zram::Store::new(pool, comp, disksize / DISKSIZE_PAGE)
-                .map_err(|e| refused(e.to_string()))?;
-            Ok((store, "zsmalloc/default/lz4/4K".into()))
-        }
-    }
 
     /// A registry with an uninitialised export `u` and an initialised `i`.
     fn registry() -> Registry {
-        let reg = Registry::default();
-        reg.set_factory(Arc::new(Factory));
+        let reg = crate::test_factory::registry(true);
         reg.hot_add("u", None, false).unwrap();
         reg.hot_add("i", Some("1M"), false).unwrap();
         reg

@@ -34,6 +34,8 @@ pub mod device;
 pub mod metrics;
 pub mod paths;
 pub mod registry;
+#[cfg(test)]
+mod test_factory;
 #[allow(unsafe_code)]
 pub mod trim;
 

@@ -601,44 +601,11 @@ fn make_store(
 
 #[cfg(test)]
 mod tests {
-    use recipe::FactoryError;
-
     use super::*;
     use crate::control::execute;
 
-    /// Makes zsmalloc stores with 4 KiB pages.
-    struct Factory;
-
-    impl StoreFactory for Factory {
-        fn defaults(&self) -> Settings {
-            Settings {
-                comp: zcomp::Algorithm::Lz4,
-                ..Settings::default()
-            }
-        }
-
-        fn make(
-            &self,
-            comp: zcomp::Algorithm,
-            params: &str,
-            disksize: u64,
-        ) -> Result<(Store, String), FactoryError> {
-            let refused = |e: String| FactoryError::Spec(recipe::Error::Usage(e));
-            let pool = zalloc::open("zsmalloc", &zalloc::AllocOptions::default())
-                .map_err(|e| refused(e.to_string()))?;
-            let comp = zcomp::Compressor::parse(comp.name(), params)
-                .map_err(|e| refused(e.to_string()))?;
-            let label = format!("zsmalloc/default/{}/4K", comp.algorithm().name());
-            let store = Store::new(pool, comp, disksize.div_ceil(4096))
-                .map_err(|e| refused(e.to_string()))?;
-            Ok((store, label))
-        }
-    }
-
     fn registry() -> Registry {
-        let reg = Registry::default();
-        reg.set_factory(Arc::new(Factory));
-        reg
+        crate::test_factory::registry(false)
     }
 
     fn errno(reg: &Registry, export: Option<&str>, line: &str) -> &'static str {

@@ -262,14 +262,12 @@ fn paths(code: &str) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
                     .is_some_and(|c| c.is_alphabetic() || c == '_')
                     && !matches!(first, "crate" | "super" | "self"));
             if relative {
-                let mut found = Vec::new();
-                i = path_tree(&toks, i + 1, &["self".to_string()], &mut found);
                 let target = if statement_is_pub_use {
                     &mut reexports
                 } else {
                     &mut uses
                 };
-                target.extend(found);
+                i = path_tree(&toks, i + 1, &["self".to_string()], target);
                 continue;
             }
             i += 1;
@@ -279,14 +277,12 @@ fn paths(code: &str) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
             && toks.get(i + 1).is_some_and(|n| n == "::")
         {
             // `super::super::x` and `self::x` stay whole in the path.
-            let mut found = Vec::new();
-            i = path_tree(&toks, i, &[], &mut found);
             let target = if statement_is_pub_use {
                 &mut reexports
             } else {
                 &mut uses
             };
-            target.extend(found);
+            i = path_tree(&toks, i, &[], target);
             continue;
         }
         i += 1;

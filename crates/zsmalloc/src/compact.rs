@@ -988,10 +988,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(
-        miri,
-        ignore = "thousands of objects: slow under Miri, where the smaller tests run the same code"
-    )]
+    #[cfg_attr(miri, ignore = "thousands of objects: slow under Miri")]
     fn reclaimable_is_what_compaction_gives_back() {
         for (mode, algo) in [
             (Mode::KernelCompat, CompactionAlgo::KeepDestination),
@@ -1017,10 +1014,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(
-        miri,
-        ignore = "thousands of objects: slow under Miri, where the smaller tests run the same code"
-    )]
+    #[cfg_attr(miri, ignore = "thousands of objects: slow under Miri")]
     fn a_waiter_makes_compaction_pause_at_every_step_and_lose_nothing() {
         for (mode, fullness, algo) in [
             (

@@ -68,10 +68,7 @@ fn verify(pool: &Pool, live: &[(Handle, u64, usize)]) {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "thousands of objects: slow under Miri, where the smaller tests run the same code"
-)]
+#[cfg_attr(miri, ignore = "thousands of objects: slow under Miri")]
 fn every_variant_frees_every_freeable_zspage() {
     for (mode, fullness, algo) in variants() {
         let pool = pool_for(mode, fullness, algo);
@@ -123,10 +120,7 @@ fn every_variant_frees_every_freeable_zspage() {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "thousands of objects: slow under Miri, where the smaller tests run the same code"
-)]
+#[cfg_attr(miri, ignore = "thousands of objects: slow under Miri")]
 fn per_class_compaction_touches_one_class() {
     let pool = pool_for(
         Mode::KernelCompat,
@@ -195,10 +189,7 @@ fn a_held_object_keeps_its_zspage_and_compaction_does_not_wait() {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "thousands of objects: slow under Miri, where the smaller tests run the same code"
-)]
+#[cfg_attr(miri, ignore = "thousands of objects: slow under Miri")]
 fn compaction_under_load_from_four_threads() {
     for (mode, fullness, algo) in variants() {
         let pool = Arc::new(pool_for(mode, fullness, algo));
@@ -210,10 +201,7 @@ fn compaction_under_load_from_four_threads() {
 /// moves frames out of sparse system pages while four threads read, write,
 /// keep reads (`into_raw`) and free; every object keeps its bytes.
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "thousands of objects: slow under Miri, where the smaller tests run the same code"
-)]
+#[cfg_attr(miri, ignore = "thousands of objects: slow under Miri")]
 fn framed_compaction_under_load_from_four_threads() {
     for page in [16384u32, 65536] {
         let pool = Arc::new(Pool::new(PoolConfig::default_mode(page)).unwrap());
@@ -301,10 +289,7 @@ fn under_load(pool: Arc<Pool>, label: &str) {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "thousands of objects: slow under Miri, where the smaller tests run the same code"
-)]
+#[cfg_attr(miri, ignore = "thousands of objects: slow under Miri")]
 fn automatic_compaction_keeps_freeable_pages_below_its_threshold() {
     let mut cfg = PoolConfig::kernel_compat();
     cfg.auto_compact = Some(AutoCompact {
@@ -345,10 +330,7 @@ fn automatic_compaction_keeps_freeable_pages_below_its_threshold() {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "thousands of objects: slow under Miri, where the smaller tests run the same code"
-)]
+#[cfg_attr(miri, ignore = "thousands of objects: slow under Miri")]
 fn compaction_with_a_thread_working_in_the_same_class() {
     for (mode, fullness, algo) in variants() {
         let pool = pool_for(mode, fullness, algo);
@@ -428,10 +410,7 @@ fn assert_consistent(pool: &Pool, mode: Mode) {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "thousands of objects: slow under Miri, where the smaller tests run the same code"
-)]
+#[cfg_attr(miri, ignore = "thousands of objects: slow under Miri")]
 fn statistics_stay_consistent_while_other_threads_write_free_and_compact() {
     for mode in [Mode::KernelCompat, Mode::Default] {
         let pool = Arc::new(pool_for(
@@ -502,10 +481,7 @@ fn statistics_stay_consistent_while_other_threads_write_free_and_compact() {
 /// mode keeps some resident for reuse (within its bound, not counted), a
 /// manual compaction and kernel-compat keep none.
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "thousands of objects: slow under Miri, where the smaller tests run the same code"
-)]
+#[cfg_attr(miri, ignore = "thousands of objects: slow under Miri")]
 fn background_compaction_counts_like_a_manual_one_and_keeps_within_the_bound() {
     for mode in [Mode::KernelCompat, Mode::Default] {
         let manual = pool_for(mode, FullnessScheme::InuseRatio, CompactionAlgo::Optimal);

@@ -34,10 +34,7 @@ fn config(page_size: u32, chain: u32, mode: Mode) -> PoolConfig {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "megabytes of objects: slow under Miri, where the model test runs multi-page objects"
-)]
+#[cfg_attr(miri, ignore = "megabytes of objects: slow under Miri")]
 fn multi_page_objects_round_trip_and_compact() {
     for mode in [Mode::KernelCompat, Mode::Default] {
         for (ps, unit, step) in [
@@ -91,10 +88,7 @@ fn multi_page_objects_round_trip_and_compact() {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "megabytes of objects: slow under Miri, where the model test runs the same code"
-)]
+#[cfg_attr(miri, ignore = "megabytes of objects: slow under Miri")]
 fn every_size_and_position_round_trips() {
     for mode in [Mode::KernelCompat, Mode::Default] {
         for (ps, step) in [(4096u32, 1usize), (16384, 7), (65536, 61)] {
@@ -125,10 +119,7 @@ fn every_size_and_position_round_trips() {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "megabytes of objects: slow under Miri, where the model test runs the same code"
-)]
+#[cfg_attr(miri, ignore = "megabytes of objects: slow under Miri")]
 fn full_zspages_of_every_class_round_trip() {
     // A whole zspage of each class puts objects at every offset, including
     // all the ones that straddle a page boundary.
@@ -455,10 +446,7 @@ fn page_limit_is_an_error_not_an_abort() {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "8 threads of 20,000 steps: slow under Miri, where the compaction tests run threads"
-)]
+#[cfg_attr(miri, ignore = "8 threads of 20,000 steps: slow under Miri")]
 fn threads_share_a_pool() {
     for mode in [Mode::KernelCompat, Mode::Default] {
         let pool = Arc::new(Pool::new(config(4096, 8, mode)).unwrap());
@@ -563,15 +551,12 @@ fn a_kept_hold_pins_the_object_until_released() {
     for &h in handles[128..].iter().chain([&kept]) {
         pool.free(h).unwrap();
     }
-    assert_eq!(pool.total_pages(), 0);
+    assert_eq!(pool.total_pages(), 0, "every page is given back");
     pool.check_invariants().unwrap();
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "200 pools of 64 MiB mappings: slow under Miri; no unsafe code of its own"
-)]
+#[cfg_attr(miri, ignore = "200 pools of 64 MiB mappings: slow under Miri")]
 fn no_handle_is_in_the_c_error_range() {
     // Pool tags cycle through 7 bits; 200 pools see every tag the pools hand
     // out, and no handle may reach the top 4095 values of a u64.

@@ -494,3 +494,15 @@ pub fn closed_within(s: &mut UnixStream, limit: Duration) -> bool {
 }
 
 pub mod adversary;
+
+/// Checks what a client read back into `file`: `len` bytes, `data` first and
+/// zeros after it (the export's untouched tail).
+pub fn assert_read_back(file: &std::path::Path, data: &[u8], len: usize) {
+    let back = std::fs::read(file).unwrap();
+    assert_eq!(back.len(), len);
+    assert!(
+        back[..data.len()] == data[..],
+        "the client read back different bytes"
+    );
+    assert!(back[data.len()..].iter().all(|&b| b == 0));
+}
