@@ -60,10 +60,21 @@ pub fn size(
     lo: u64,
     hi: u64,
 ) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
-    move |s: &str| match size::parse(s) {
+    move |s: &str| in_range(s, size::parse(s), lo, hi)
+}
+
+/// `parsed`, the size `s` gave, if in `lo..=hi`; else its refusal: the
+/// size parser's own words for no size, as every other size is refused
+/// with, and one wording for a size out of range.
+fn in_range(
+    s: &str,
+    parsed: Result<u64, size::SizeError>,
+    lo: u64,
+    hi: u64,
+) -> Result<u64, String> {
+    match parsed {
         Ok(n) if (lo..=hi).contains(&n) => Ok(n),
         Ok(_) => Err(out_of_range(s, lo, hi)),
-        // The size parser's own words, as every other size is refused with.
         Err(e) if e.too_large => Err(out_of_range(s, lo, hi)),
         Err(e) => Err(e.to_string()),
     }
@@ -87,13 +98,14 @@ pub fn disk_size(
     lo: u64,
     hi: u64,
 ) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
-    let inner = size(lo, hi);
-    move |s: &str| match crate::size::parse(s)
-        .ok()
-        .and_then(|n| crate::size::round_up_to_page(n, crate::size::PAGE_SIZE))
-    {
-        Some(n) => inner(&n.to_string()).map_err(|e| inner(s).err().unwrap_or(e)),
-        None => inner(s),
+    move |s: &str| {
+        let rounded = size::parse(s).and_then(|n| {
+            size::round_up_to_page(n, size::PAGE_SIZE).ok_or(size::SizeError {
+                text: s.trim().to_string(),
+                too_large: true,
+            })
+        });
+        in_range(s, rounded, lo, hi)
     }
 }
 

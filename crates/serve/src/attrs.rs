@@ -54,7 +54,7 @@
 use nbd::Errno;
 use zram::IdleCutoff;
 
-use crate::ctl_error::{memparse, store_error, CtlError};
+use crate::ctl_error::{disksize_bytes, memparse, store_error, CtlError};
 use crate::registry::{Registry, Served, Settings};
 
 /// Reads an attribute of an uninitialised export, from its settings.
@@ -586,20 +586,11 @@ fn line(value: impl std::fmt::Display) -> String {
     format!("{value}\n")
 }
 
-/// The page `disksize` is rounded up to, as the kernel's `PAGE_ALIGN`.
-pub const DISKSIZE_PAGE: u64 = recipe::size::PAGE_SIZE;
-
-/// `disksize SIZE`: memparse, refused if 0, rounded up to a page (`1000`
-/// makes a 4096-byte disk, as `echo 1000 > disksize` does); the registry
-/// answers `EBUSY` on an initialised export.
+/// `disksize SIZE`: checked and rounded up to a page before the state, as
+/// the kernel parses before it takes `init_lock`; the registry answers
+/// `EBUSY` on an initialised export.
 fn disksize(reg: &Registry, export: Option<&str>, v: &str) -> Result<(), CtlError> {
-    let bytes = memparse(v)?;
-    if bytes == 0 {
-        return Err(CtlError::inval("disksize must be more than 0"));
-    }
-    let rounded = recipe::size::round_up_to_page(bytes, DISKSIZE_PAGE)
-        .ok_or_else(|| CtlError::inval(format!("disksize {v} is too large")))?;
-    reg.initialise(export, &rounded.to_string())
+    reg.initialise(export, disksize_bytes(v)?)
 }
 
 /// `hot_add NAME [SIZE] [ro]`.

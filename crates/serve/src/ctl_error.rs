@@ -57,3 +57,15 @@ pub(crate) fn store_error(e: &zram::StoreError) -> CtlError {
 pub fn memparse(s: &str) -> Result<u64, CtlError> {
     recipe::size::parse(s).map_err(|e| CtlError::inval(e.to_string()))
 }
+
+/// A `disksize` value in bytes: memparse, refused if 0 (`EINVAL`, as in
+/// zram), rounded up to a page as the kernel's `PAGE_ALIGN` (`1000` makes a
+/// 4096-byte disk, as `echo 1000 > disksize` does).
+pub(crate) fn disksize_bytes(v: &str) -> Result<u64, CtlError> {
+    let bytes = memparse(v)?;
+    if bytes == 0 {
+        return Err(CtlError::inval("disksize must be more than 0"));
+    }
+    recipe::size::round_up_to_page(bytes, recipe::size::PAGE_SIZE)
+        .ok_or_else(|| CtlError::inval(format!("disksize {} is too large", v.trim())))
+}

@@ -43,7 +43,7 @@ use zram::{PolicyRunner, Store};
 
 pub use recipe::{Settings, StoreFactory};
 
-use crate::ctl_error::CtlError;
+use crate::ctl_error::{disksize_bytes, CtlError};
 use crate::device::export_device;
 
 /// One initialised export: its store.
@@ -413,7 +413,8 @@ impl Registry {
         let life = match size {
             None => Life::Uninitialised(settings),
             Some(size) => {
-                Life::Initialised(Arc::new(make_store(name, &*factory, &settings, size)?))
+                let bytes = disksize_bytes(size)?;
+                Life::Initialised(Arc::new(make_store(name, &*factory, &settings, bytes)?))
             }
         };
         let mut entries = self.entries_mut();
@@ -465,10 +466,11 @@ impl Registry {
         Ok(())
     }
 
-    /// `disksize SIZE` on the export called `name`: makes its store from
-    /// its settings. `EBUSY` if it is initialised, `EINVAL` for a bad or
-    /// zero size, `ENOMEM` if the store cannot be made.
-    pub fn initialise(&self, name: Option<&str>, size: &str) -> Result<(), CtlError> {
+    /// `disksize` on the export called `name`: makes a store of `bytes`
+    /// (a parsed, page-rounded size: `ctl_error::disksize_bytes`) from its
+    /// settings. `EBUSY` if it is initialised, `ENOMEM` if the store cannot
+    /// be made.
+    pub fn initialise(&self, name: Option<&str>, bytes: u64) -> Result<(), CtlError> {
         let e = self
             .entry(name)
             .ok_or_else(|| no_export(name.unwrap_or("")))?;
@@ -482,10 +484,10 @@ impl Registry {
         let factory = self.factory_of(&e).ok_or_else(|| {
             CtlError::new(Errno::EOPNOTSUPP, "this server cannot make new stores")
         })?;
-        let new = Life::Initialised(Arc::new(make_store(&e.name, &*factory, settings, size)?));
+        let new = Life::Initialised(Arc::new(make_store(&e.name, &*factory, settings, bytes)?));
         self.publish(&e, &new)?;
         *life = new;
-        log::info!("ctl: {}: disksize {size}", e.name);
+        log::info!("ctl: {}: disksize {bytes}", e.name);
         Ok(())
     }
 
@@ -548,18 +550,14 @@ fn nbd_refusal(e: &ExportError) -> CtlError {
     CtlError::new(errno, e.to_string())
 }
 
-/// The store of an export being initialised with `settings`, `size`
-/// written to `disksize` (memparse suffixes; 0 is `EINVAL`, as in zram).
+/// The store of an export being initialised with `settings`, `bytes` big
+/// (already checked and rounded by `ctl_error::disksize_bytes`).
 fn make_store(
     name: &str,
     factory: &dyn StoreFactory,
     settings: &Settings,
-    size: &str,
+    bytes: u64,
 ) -> Result<Served, CtlError> {
-    let bytes = crate::ctl_error::memparse(size)?;
-    if bytes == 0 {
-        return Err(CtlError::inval("disksize must be more than 0"));
-    }
     let (store, label) = factory
         .make(settings.comp, &settings.comp_params, bytes)
         .map_err(|m| CtlError::new(Errno::ENOMEM, format!("export {name:?}: {m}")))?;
