@@ -5,8 +5,9 @@
 //! - `exp` (feature `plot`): the mailing-list experiments, each with a table,
 //!   JSON and a figure;
 //! - [`mod@bench`]: the benchmarks (`zmem bench alloc|read-latency|store|serve`);
-//! - [`kernel_zram`]: a hot-added device of the kernel's own zram, the peer
-//!   the store is measured against; [`fresh_memory`]: untouched anonymous
+//! - [`kernel_zram`]: the kernel's own zram, the peer the store is measured
+//!   against (the product's `tune::kernel_zram`, re-exported, since
+//!   `zmem advise --verify` uses it too); [`fresh_memory`]: untouched anonymous
 //!   memory, for the store benchmark's write ceilings;
 //! - `plot` and `advise_plot` (feature `plot`), [`ministat`]: figures (among
 //!   them `zmem advise --plot`'s), Student's t;
@@ -31,7 +32,7 @@ pub mod bench;
 #[cfg(feature = "plot")]
 pub mod exp;
 pub mod fresh_memory;
-pub mod kernel_zram;
+pub use tune::kernel_zram;
 pub mod ministat;
 #[cfg(feature = "plot")]
 pub mod plot;

@@ -179,7 +179,7 @@ pub struct Candidate {
 }
 
 impl Candidate {
-    fn new(comp: Algorithm, level: i32) -> Candidate {
+    pub(crate) fn new(comp: Algorithm, level: i32) -> Candidate {
         Candidate {
             comp,
             level,
@@ -606,7 +606,7 @@ fn train_dictionary(sample: &Sample) -> Result<Dictionary, Error> {
     Dictionary::from_bytes(bytes).map_err(|e| Error::Failed(format!("zstd dictionary: {e}")))
 }
 
-fn spec_for(c: &Candidate, alloc: &str, mode: Mode, page_size: usize) -> StoreSpec {
+pub(crate) fn spec_for(c: &Candidate, alloc: &str, mode: Mode, page_size: usize) -> StoreSpec {
     StoreSpec {
         alloc: alloc.into(),
         comp: c.comp,
@@ -648,7 +648,10 @@ fn open_store(
 /// is there once, however much is stored), so the overhead is measured
 /// after half the sample and after all of it, fitted as `a + b * pages`,
 /// and taken at the input's pages.
-fn fill_and_predict(store: &zram::Store, sample: &Sample) -> Result<(zram::MmStat, u64), Error> {
+pub(crate) fn fill_and_predict(
+    store: &zram::Store,
+    sample: &Sample,
+) -> Result<(zram::MmStat, u64), Error> {
     let block = store.page_size();
     let n = sample.bytes.len() / block;
     let half = n / 2;
@@ -855,7 +858,9 @@ fn recommend(measured: &[CandidateResult], sample: &Sample) -> Vec<Recommendatio
 }
 
 /// The candidate with the fastest reads (then the least memory).
-fn fastest<'a>(pool: impl Iterator<Item = &'a CandidateResult>) -> Option<&'a CandidateResult> {
+pub(crate) fn fastest<'a>(
+    pool: impl Iterator<Item = &'a CandidateResult>,
+) -> Option<&'a CandidateResult> {
     pool.min_by(|a, b| {
         a.read_p50_us
             .total_cmp(&b.read_p50_us)
@@ -868,7 +873,7 @@ fn fastest<'a>(pool: impl Iterator<Item = &'a CandidateResult>) -> Option<&'a Ca
 /// [`RUN_PAGES`] are the draws, so the standard error is the spread of the
 /// runs' bytes over the square root of their number, corrected for a
 /// sample that is a large part of the input.
-fn sampling_error(sizes: &[u32], sample: &Sample) -> f64 {
+pub(crate) fn sampling_error(sizes: &[u32], sample: &Sample) -> f64 {
     let runs: Vec<f64> = sizes
         .chunks(RUN_PAGES as usize)
         .map(|r| r.iter().map(|&v| f64::from(v)).sum())

@@ -11,6 +11,20 @@
 //!   experiments run on [`recipe::StoreSpec`]s;
 //! - [`advise`]: every compressor and allocator measured on a sample of the
 //!   user's data, and the advice (its figures are drawn by the lab);
+//! - [`system_memory`]: the anonymous memory of a whole machine, a cgroup
+//!   or chosen processes, scanned and sampled as zram would receive it;
+//! - [`sizing`]: `disksize` and `mem_limit` for a share of RAM, beside the
+//!   distributions' defaults;
+//! - [`swap_costs`]: a swap-in from zram against a read from the disk, and
+//!   the `vm.swappiness` and `vm.page-cluster` that follow;
+//! - [`machine`]: `zmem advise --system`'s steps, choice, idle policy and
+//!   kernel check;
+//! - [`idle_watch`]: how much of that memory stays untouched over time, and
+//!   what idle writeback and recompression would then do;
+//! - [`emit`]: the files to install (zram-generator.conf, sysfs lines,
+//!   sysctl.d, `zmem serve` flags);
+//! - [`kernel_zram`]: a hot-added device of the kernel's own zram, which
+//!   `zmem advise --verify` checks the prediction against;
 //! - [`rng`]: the seeded generator the sampling and discards use.
 //!
 //! It sits above the recipe and the stores and below the lab and the `zmem`
@@ -19,6 +33,13 @@
 pub mod advise;
 pub mod corpus;
 pub mod elf_core;
+pub mod emit;
+pub mod idle_watch;
+pub mod kernel_zram;
+pub mod machine;
 pub mod process_memory;
 pub mod replay;
 pub mod rng;
+pub mod sizing;
+pub mod swap_costs;
+pub mod system_memory;

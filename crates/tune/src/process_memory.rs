@@ -56,7 +56,7 @@ pub struct ProcessMemory {
 
 /// One line of `/proc/PID/maps` that is a private anonymous mapping:
 /// (start, end, name).
-fn anonymous_mapping(line: &str) -> Option<(u64, u64, String)> {
+pub(crate) fn anonymous_mapping(line: &str) -> Option<(u64, u64, String)> {
     let mut fields = line.splitn(6, char::is_whitespace);
     let range = fields.next()?;
     let perms = fields.next()?;

@@ -56,8 +56,8 @@
 //! 8. [`store`]: the public [`Store`], which assembles the floors and
 //!    delegates each method to the module that owns it.
 //!
-//! The kernel's own zram, the peer the store is measured against, is the
-//! lab's (`lab::kernel_zram`).
+//! The kernel's own zram, the peer the store is measured against, is
+//! tune's (`tune::kernel_zram`).
 
 #![warn(missing_docs)]
 

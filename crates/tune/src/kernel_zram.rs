@@ -1,5 +1,6 @@
-//! A device of the kernel's own zram driver, the peer zmem's store is
-//! measured against (fidelity tests, `zmem bench store`).
+//! A device of the kernel's own zram driver: the peer zmem's store is
+//! measured against (fidelity tests, `zmem bench store`) and the check of
+//! `zmem advise --verify`'s prediction.
 //!
 //! [`KernelZram::create`] makes a new device with `hot_add` (never zram0,
 //! never an existing device), sets its compressor and size, and the device
@@ -39,6 +40,35 @@ impl KernelZram {
     /// A new device of `bytes` compressing with `comp` (a name from its
     /// `comp_algorithm` list), or why the kernel's zram cannot be used here.
     pub fn create(comp: &str, bytes: u64) -> Result<KernelZram, String> {
+        let dev = KernelZram::create_unsized()?;
+        dev.configure(comp, bytes)?;
+        Ok(dev)
+    }
+
+    /// The kernel's page size, the only page size its zram has.
+    pub fn page_size() -> usize {
+        // SAFETY: sysconf has no preconditions; it only reads a constant.
+        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(n).unwrap_or(4096)
+    }
+
+    /// A new device as [`KernelZram::create`] makes it, with
+    /// `algorithm_params` set before `disksize` (e.g. `level=9`) where
+    /// `params` is given.
+    pub fn create_with(comp: &str, params: Option<&str>, bytes: u64) -> Result<KernelZram, String> {
+        let dev = KernelZram::create_unsized()?;
+        dev.check_algorithm(comp)?;
+        dev.set("comp_algorithm", comp)?;
+        if let Some(p) = params {
+            dev.set("algorithm_params", &format!("algo={comp} {p}"))?;
+        }
+        dev.set("disksize", &bytes.to_string())?;
+        Ok(dev)
+    }
+
+    /// A new device with nothing set yet (for reading what this kernel's
+    /// zram offers, or for applying lines in order).
+    pub fn create_unsized() -> Result<KernelZram, String> {
         // SAFETY: geteuid has no preconditions and only reads process state.
         if unsafe { libc::geteuid() } != 0 {
             return Err("the kernel's zram needs root".into());
@@ -57,19 +87,30 @@ impl KernelZram {
             // the system's zram0; refuse it all the same.
             return Err("hot_add returned zram0, which zmem never uses".into());
         }
-        let dev = KernelZram { id };
-        dev.configure(comp, bytes)?;
-        Ok(dev)
+        Ok(KernelZram { id })
     }
 
-    /// The kernel's page size, the only page size its zram has.
-    pub fn page_size() -> usize {
-        // SAFETY: sysconf has no preconditions; it only reads a constant.
-        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        usize::try_from(n).unwrap_or(4096)
+    /// The device's sysfs attributes, by name.
+    pub fn attributes(&self) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(format!("/sys/block/zram{}", self.id))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
     }
 
-    fn configure(&self, comp: &str, bytes: u64) -> Result<(), String> {
+    /// Opens the block device for direct-I/O writes at any 4 KiB-aligned
+    /// offset, from 4 KiB-aligned buffers ([`PageBuffer`]).
+    pub fn writer(&self) -> io::Result<File> {
+        self.open(true)
+    }
+
+    fn check_algorithm(&self, comp: &str) -> Result<(), String> {
         let algos = self.read("comp_algorithm").unwrap_or_default();
         if !algos
             .split_whitespace()
@@ -80,6 +121,11 @@ impl KernelZram {
                 algos.trim()
             ));
         }
+        Ok(())
+    }
+
+    fn configure(&self, comp: &str, bytes: u64) -> Result<(), String> {
+        self.check_algorithm(comp)?;
         self.set("comp_algorithm", comp)?;
         self.set("disksize", &bytes.to_string())
     }

@@ -1,0 +1,765 @@
+//! `zmem advise --system` (or `--cgroup`, or `--pid` alone): advice for a
+//! whole machine's zram, measured on the memory it would receive.
+//!
+//! The steps: scan and sample the anonymous memory ([`system_memory`]);
+//! measure every candidate on the sample ([`advise`]); read what this
+//! kernel's zram offers; choose the configuration for the goal among the
+//! compressors the kernel has, and predict its `mem_used_total` in
+//! kernel-compat mode (the kernel's own geometry) for all the memory; size
+//! the device for a share of RAM ([`sizing`]); measure the swap costs the
+//! sysctls follow from ([`swap_costs`]); optionally watch the memory go
+//! idle ([`idle_watch`]) and write an idle writeback and recompression
+//! policy from it; optionally check the prediction by writing every scanned
+//! page into a hot-added kernel zram device ([`kernel_zram`]).
+//!
+//! This module owns the choice, the policy and the kernel check, and the
+//! report; the files to install from it are [`crate::emit`]'s. It never
+//! touches an existing zram device but to read its attributes.
+//!
+//! [`system_memory`]: crate::system_memory
+//! [`advise`]: crate::advise
+//! [`sizing`]: crate::sizing
+//! [`swap_costs`]: crate::swap_costs
+//! [`idle_watch`]: crate::idle_watch
+//! [`kernel_zram`]: crate::kernel_zram
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use recipe::Error;
+use serde::Serialize;
+use zsmalloc::Mode;
+
+use crate::advise::{self, Advice, AdviseOptions, Candidate, CandidateResult};
+use crate::idle_watch::{self, IdleReport};
+use crate::kernel_zram::{KernelZram, PageBuffer};
+use crate::sizing::{self, Sizing};
+use crate::swap_costs::{self, SwapCosts};
+use crate::system_memory::{self, Scan, Scope};
+
+/// What to measure and advise.
+#[derive(Clone, Debug)]
+pub struct MachineOptions {
+    /// Whose memory.
+    pub scope: Scope,
+    /// The sample and the measurement.
+    pub advise: AdviseOptions,
+    /// The candidates (the default set when empty).
+    pub candidates: Vec<Candidate>,
+    /// `memory`, `balanced` or `latency`.
+    pub goal: String,
+    /// The share of RAM compressed pages may hold (0 to 1).
+    pub target_share: f64,
+    /// Watch the memory go idle for this long.
+    pub watch: Option<Duration>,
+    /// Check the prediction against a hot-added kernel zram device.
+    pub verify: bool,
+    /// The device idle pages would be written back to.
+    pub backing_dev: Option<PathBuf>,
+}
+
+/// What this machine's kernel zram offers.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelInfo {
+    /// Where it was read (`/sys/block/zram0`, a device hot-added and
+    /// removed, or nowhere).
+    pub source: String,
+    /// Its compressors (`comp_algorithm`); empty when unknown.
+    pub algorithms: Vec<String>,
+    /// Its sysfs attributes; empty when unknown.
+    pub attributes: Vec<String>,
+    /// zswap's `enabled`, where the kernel has zswap.
+    pub zswap_enabled: Option<bool>,
+}
+
+impl KernelInfo {
+    /// Whether the kernel's zram offers `name` (true when unknown).
+    pub fn has_algorithm(&self, name: &str) -> bool {
+        self.algorithms.is_empty() || self.algorithms.iter().any(|a| a == name)
+    }
+
+    /// Whether the kernel's zram has the attribute (true when unknown).
+    pub fn has_attribute(&self, name: &str) -> bool {
+        self.attributes.is_empty() || self.attributes.iter().any(|a| a == name)
+    }
+
+    /// Reads an existing device's attributes (read only), or hot-adds a
+    /// device for a moment where there is none.
+    pub fn read() -> KernelInfo {
+        let zswap_enabled = std::fs::read_to_string("/sys/module/zswap/parameters/enabled")
+            .ok()
+            .map(|s| s.trim() == "Y");
+        let parse = |s: String| -> Vec<String> {
+            s.split_whitespace()
+                .map(|a| a.trim_matches(['[', ']']).to_string())
+                .collect()
+        };
+        let existing = std::fs::read_dir("/sys/block").ok().and_then(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("zram"))
+                })
+                .find(|p| p.join("comp_algorithm").exists())
+        });
+        if let Some(dir) = existing {
+            let algorithms = std::fs::read_to_string(dir.join("comp_algorithm"))
+                .map(parse)
+                .unwrap_or_default();
+            let mut attributes: Vec<String> = std::fs::read_dir(&dir)
+                .map(|d| {
+                    d.flatten()
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                        .filter_map(|e| e.file_name().into_string().ok())
+                        .collect()
+                })
+                .unwrap_or_default();
+            attributes.sort();
+            return KernelInfo {
+                source: dir.display().to_string(),
+                algorithms,
+                attributes,
+                zswap_enabled,
+            };
+        }
+        match KernelZram::create_unsized() {
+            Ok(dev) => KernelInfo {
+                source: format!("zram{}, hot-added to read it and removed", dev.id()),
+                algorithms: dev.read("comp_algorithm").map(parse).unwrap_or_default(),
+                attributes: dev.attributes(),
+                zswap_enabled,
+            },
+            Err(why) => KernelInfo {
+                source: format!("unknown: {why}"),
+                algorithms: Vec::new(),
+                attributes: Vec::new(),
+                zswap_enabled,
+            },
+        }
+    }
+}
+
+/// The configuration chosen for the goal.
+#[derive(Clone, Debug, Serialize)]
+pub struct Chosen {
+    /// The goal.
+    pub goal: String,
+    /// The candidate's label.
+    pub label: String,
+    /// Its compressor, by the kernel's name.
+    pub comp: String,
+    /// Its level.
+    pub level: i32,
+    /// Whether the level is not the compressor's default (so
+    /// `algorithm_params` must say it).
+    pub level_set: bool,
+    /// `mem_used_total` predicted for all the scanned memory in
+    /// kernel-compat mode (the kernel's zsmalloc).
+    pub predicted_mem_used_total: u64,
+    /// The same in zmem's default mode.
+    pub predicted_default_mode: u64,
+    /// The prediction's 95% sampling error, percent.
+    pub sampling_error_pct: f64,
+    /// The scanned bytes over the prediction.
+    pub ratio: f64,
+    /// A candidate with less memory that this kernel's zram lacks, with
+    /// its prediction, where there is one.
+    pub better_elsewhere: Option<(String, u64)>,
+}
+
+/// An idle writeback and recompression policy.
+#[derive(Clone, Debug, Serialize)]
+pub struct Policy {
+    /// Pages untouched this long are idle.
+    pub idle_age_s: u64,
+    /// Bytes written back per round at most.
+    pub batch_bytes: u64,
+    /// Bytes written back per day at most.
+    pub daily_budget_bytes: u64,
+    /// The secondary compressor for idle pages, by the kernel's name with
+    /// its level, where one saves at least 5% of their bytes.
+    pub recompress: Option<(String, i32)>,
+    /// Why, in words.
+    pub reasons: Vec<String>,
+}
+
+/// The kernel's `mm_stat` beside the prediction.
+#[derive(Clone, Debug, Serialize)]
+pub struct Verify {
+    /// The device used (hot-added, removed afterwards).
+    pub device: String,
+    /// Its compressor.
+    pub comp: String,
+    /// Pages written.
+    pub pages_written: u64,
+    /// Scanned pages that could no longer be read.
+    pub pages_missed: u64,
+    /// The kernel's `mm_stat` columns.
+    pub mm_stat: Vec<u64>,
+    /// The predicted `mem_used_total`, for the pages written.
+    pub predicted_mem_used_total: u64,
+    /// (kernel - predicted) / kernel, percent.
+    pub error_pct: f64,
+    /// Seconds writing took.
+    pub seconds: f64,
+}
+
+/// Everything `zmem advise --system` found and advises.
+#[derive(Clone, Debug, Serialize)]
+pub struct MachineAdvice {
+    /// The scan.
+    pub scan: Scan,
+    /// Every candidate measured on the sample.
+    pub advice: Advice,
+    /// This kernel's zram.
+    pub kernel: KernelInfo,
+    /// The configuration chosen.
+    pub chosen: Chosen,
+    /// Its sizes.
+    pub sizing: Sizing,
+    /// Swap-in costs and the sysctls.
+    pub swap_costs: SwapCosts,
+    /// The watch, with `--watch`.
+    pub idle: Option<IdleReport>,
+    /// The idle policy, with `--watch`.
+    pub policy: Option<Policy>,
+    /// The kernel check, with `--verify`.
+    pub verify: Option<Verify>,
+    /// The device idle pages go to, where given.
+    pub backing_dev: Option<String>,
+    /// Warnings, one line each.
+    pub warnings: Vec<String>,
+    /// Seconds the whole run took.
+    pub seconds: f64,
+}
+
+/// Chooses among `measured` for `goal` (as `zmem advise` does) those the
+/// kernel has and a command line can name.
+fn choose<'a>(
+    measured: &'a [CandidateResult],
+    kernel: &KernelInfo,
+    goal: &str,
+) -> Option<&'a CandidateResult> {
+    let usable: Vec<&CandidateResult> = measured
+        .iter()
+        .filter(|r| !r.candidate.dictionary && kernel.has_algorithm(r.candidate.comp.name()))
+        .collect();
+    let least = usable
+        .iter()
+        .copied()
+        .min_by_key(|r| r.predicted_mem_used_total)?;
+    let limit = least.predicted_mem_used_total as f64 * 1.05;
+    Some(match goal {
+        "memory" => least,
+        "latency" => advise::fastest(usable.iter().copied()).unwrap_or(least),
+        _ => advise::fastest(
+            usable
+                .iter()
+                .copied()
+                .filter(|r| r.predicted_mem_used_total as f64 <= limit),
+        )
+        .unwrap_or(least),
+    })
+}
+
+/// Runs the whole advice.
+pub fn run(opts: &MachineOptions) -> Result<MachineAdvice, Error> {
+    let start = Instant::now();
+    let mut scan = system_memory::scan(&opts.scope)?;
+    let (sample, origin) =
+        system_memory::sample(&mut scan, opts.advise.sample_pages, opts.advise.seed)?;
+    let candidates = if opts.candidates.is_empty() {
+        advise::default_candidates()
+    } else {
+        opts.candidates.clone()
+    };
+    let advice = advise::advise(scan.summary(), &sample, &candidates, &opts.advise)?;
+    let kernel = KernelInfo::read();
+    let best = choose(&advice.candidates, &kernel, &opts.goal).ok_or_else(|| {
+        Error::Failed(format!(
+            "no candidate measured is one this kernel's zram offers ({})",
+            kernel.algorithms.join(" ")
+        ))
+    })?;
+    let c = &best.candidate;
+    let ps = opts.advise.page_size;
+    let kc_spec = advise::spec_for(c, "zsmalloc", Mode::KernelCompat, ps);
+    let kc_store = kc_spec.open(sample.bytes.len() as u64)?;
+    let (_, predicted) = advise::fill_and_predict(&kc_store, &sample)?;
+    let scanned_bytes = scan.pages * scan.page_size;
+    let better_elsewhere = advice
+        .candidates
+        .iter()
+        .filter(|r| !r.candidate.dictionary && !kernel.has_algorithm(r.candidate.comp.name()))
+        .min_by_key(|r| r.predicted_mem_used_total)
+        .filter(|r| r.predicted_mem_used_total < best.predicted_mem_used_total)
+        .map(|r| (r.label.clone(), r.predicted_mem_used_total));
+    let chosen = Chosen {
+        goal: opts.goal.clone(),
+        label: best.label.clone(),
+        comp: c.comp.name().to_string(),
+        level: c.level,
+        level_set: c.level != c.comp.default_level()
+            && c.comp.level_range().start() != c.comp.level_range().end(),
+        predicted_mem_used_total: predicted,
+        predicted_default_mode: best.predicted_mem_used_total,
+        sampling_error_pct: best.sampling_error_pct,
+        ratio: scanned_bytes as f64 / predicted.max(1) as f64,
+        better_elsewhere,
+    };
+    let mem_total = sizing::mem_total()?;
+    let sizing = sizing::size(mem_total, chosen.ratio, opts.target_share);
+    let swap_costs = swap_costs::measure(&kc_store, 200, 20_000, opts.advise.seed);
+    drop(kc_store);
+
+    let mut warnings = Vec::new();
+    if kernel.zswap_enabled == Some(true) {
+        warnings.push(
+            "zswap is enabled beside zram: pages are compressed twice (by zswap, then by zram \
+             when zswap writes back); disable it (echo N > /sys/module/zswap/parameters/enabled, \
+             or zswap.enabled=0 on the kernel command line) when zram is the swap device"
+                .into(),
+        );
+    }
+    if let Some((label, bytes)) = &chosen.better_elsewhere {
+        warnings.push(format!(
+            "this kernel's zram lacks {label}, which would need {:.1} MiB against {:.1} MiB: it \
+             offers {}",
+            *bytes as f64 / 1048576.0,
+            chosen.predicted_default_mode as f64 / 1048576.0,
+            kernel.algorithms.join(" ")
+        ));
+    }
+    if let Some(w) = scan.skipped.first() {
+        warnings.push(format!(
+            "{} processes could not be read (the first, {} {}: {})",
+            scan.skipped.len(),
+            w.pid,
+            w.comm,
+            w.reason
+        ));
+    }
+
+    let (idle, policy) = match opts.watch {
+        Some(d) => {
+            let data = idle_watch::watch(
+                &scan.pids(),
+                &origin.pages,
+                scan.page_size,
+                d,
+                opts.advise.progress,
+            )?;
+            let primary = best;
+            let pairs: Vec<(&CandidateResult, &CandidateResult)> = advice
+                .candidates
+                .iter()
+                .filter(|s| {
+                    !s.candidate.dictionary
+                        && s.label != primary.label
+                        && kernel.has_algorithm(s.candidate.comp.name())
+                        && s.predicted_mem_used_total < primary.predicted_mem_used_total
+                })
+                .map(|s| (primary, s))
+                .collect();
+            let scale = scan.pages as f64 / sample.pages().max(1) as f64;
+            let report = idle_watch::report(data, scan.page_size, scale, &pairs);
+            let policy = write_policy(&report, &advice, &kernel);
+            (Some(report), Some(policy))
+        }
+        None => (None, None),
+    };
+
+    let verify = if opts.verify {
+        Some(verify(&scan, &chosen)?)
+    } else {
+        None
+    };
+    Ok(MachineAdvice {
+        scan,
+        advice,
+        kernel,
+        chosen,
+        sizing,
+        swap_costs,
+        idle,
+        policy,
+        verify,
+        backing_dev: opts.backing_dev.as_ref().map(|p| p.display().to_string()),
+        warnings,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// An idle policy from the watch: the longest age watched, a day's budget
+/// from what the watch saw written (at most Android's 1 GiB a day), rounds
+/// of 5 to 300 MiB, and the secondary compressor that saves most on the
+/// idle pages, where it saves at least 5% of them.
+fn write_policy(report: &IdleReport, advice: &Advice, kernel: &KernelInfo) -> Policy {
+    const MIB: u64 = 1 << 20;
+    let age = report.points.last().map_or(report.seconds, |p| p.age_s);
+    let idle_share = report.points.last().map_or(0.0, |p| p.idle_share);
+    let daily = report
+        .writeback_per_day_max
+        .max(report.writeback_first_round)
+        .min(1 << 30)
+        .div_ceil(MIB)
+        * MIB;
+    let batch = (report.writeback_first_round / 8).clamp(5 * MIB, 300 * MIB) / MIB * MIB;
+    let mut reasons = vec![format!(
+        "{:.0}% of the memory was untouched after {age} s (the longest age watched; Android's \
+         policy waits 20 to 25 h: watch longer for a longer age)",
+        idle_share * 100.0
+    )];
+    reasons.push(format!(
+        "the first round writes {:.1} MiB ({:.1} MiB with compressed_writeback); pages written \
+         during the watch come to at most {:.1} MiB a day: budget {} MiB a day, {} MiB a round",
+        report.writeback_first_round as f64 / MIB as f64,
+        report.writeback_first_round_compressed as f64 / MIB as f64,
+        report.writeback_per_day_max as f64 / MIB as f64,
+        daily / MIB,
+        batch / MIB
+    ));
+    let best = report
+        .recompression
+        .iter()
+        .filter(|r| r.saved_share >= 0.05)
+        .max_by_key(|r| r.saved_bytes);
+    let recompress = best.and_then(|r| {
+        let c = advice.candidates.iter().find(|c| c.label == r.secondary)?;
+        Some((c.candidate.comp.name().to_string(), c.candidate.level))
+    });
+    match best {
+        Some(r) => reasons.push(format!(
+            "recompressing the idle pages with {} saves {:.1} MiB ({:.0}% of their {} bytes)",
+            r.secondary,
+            r.saved_bytes as f64 / MIB as f64,
+            r.saved_share * 100.0,
+            r.primary
+        )),
+        None => reasons.push(
+            "no secondary compressor this kernel offers saves 5% on the idle pages: no \
+             recompression"
+                .into(),
+        ),
+    }
+    if recompress.is_some() && !kernel.has_attribute("recomp_algorithm") {
+        reasons.push(
+            "this kernel's zram has no recomp_algorithm (CONFIG_ZRAM_MULTI_COMP): recompression \
+             needs a kernel built with it"
+                .into(),
+        );
+    }
+    Policy {
+        idle_age_s: age,
+        batch_bytes: batch,
+        daily_budget_bytes: daily,
+        recompress,
+        reasons,
+    }
+}
+
+/// Writes every scanned page into a hot-added kernel zram device with the
+/// chosen configuration and reads its `mm_stat`.
+fn verify(scan: &Scan, chosen: &Chosen) -> Result<Verify, Error> {
+    let start = Instant::now();
+    let params = chosen.level_set.then(|| format!("level={}", chosen.level));
+    let bytes = scan.pages * scan.page_size;
+    let dev = KernelZram::create_with(&chosen.comp, params.as_deref(), bytes)
+        .map_err(|e| Error::Failed(format!("--verify: {e}")))?;
+    let out = dev
+        .writer()
+        .map_err(|e| Error::Failed(format!("--verify: opening /dev/zram{}: {e}", dev.id())))?;
+    const CHUNK: usize = 256;
+    let mut buf = PageBuffer::zeroed(CHUNK * scan.page_size as usize);
+    let mut at = 0u64;
+    let missed = system_memory::for_each_chunk(scan, CHUNK, |chunk| {
+        buf[..chunk.len()].copy_from_slice(chunk);
+        std::os::unix::fs::FileExt::write_all_at(&out, &buf[..chunk.len()], at)
+            .map_err(|e| Error::Failed(format!("--verify: writing /dev/zram{}: {e}", dev.id())))?;
+        at += chunk.len() as u64;
+        Ok(())
+    })?;
+    out.sync_all()
+        .map_err(|e| Error::Failed(format!("--verify: {e}")))?;
+    let mm_stat = dev
+        .mm_stat()
+        .map_err(|e| Error::Failed(format!("--verify: {e}")))?;
+    let written = scan.pages - missed;
+    let predicted =
+        (chosen.predicted_mem_used_total as f64 * written as f64 / scan.pages as f64) as u64;
+    let kernel = mm_stat.get(2).copied().unwrap_or(0);
+    Ok(Verify {
+        device: format!("zram{}", dev.id()),
+        comp: chosen.comp.clone(),
+        pages_written: written,
+        pages_missed: missed,
+        error_pct: (kernel as f64 - predicted as f64) / kernel.max(1) as f64 * 100.0,
+        mm_stat,
+        predicted_mem_used_total: predicted,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / 1048576.0)
+}
+
+/// The report as text.
+pub fn format(m: &MachineAdvice) -> String {
+    let mut s = String::new();
+    let line = |s: &mut String, t: String| {
+        s.push_str(&t);
+        s.push('\n');
+    };
+    line(&mut s, format!("read: {}", m.scan.summary()));
+    let top: Vec<String> = m
+        .scan
+        .processes
+        .iter()
+        .take(5)
+        .map(|p| format!("{} {} ({})", p.pid, p.comm, mib(p.pages * m.scan.page_size)))
+        .collect();
+    line(&mut s, format!("largest: {}", top.join(", ")));
+    line(&mut s, format!("sample: {}", m.advice.sample));
+    line(
+        &mut s,
+        format!(
+            "kernel zram: {} (read from {})",
+            if m.kernel.algorithms.is_empty() {
+                "compressors unknown".to_string()
+            } else {
+                m.kernel.algorithms.join(" ")
+            },
+            m.kernel.source
+        ),
+    );
+    let c = &m.chosen;
+    line(&mut s, String::new());
+    line(
+        &mut s,
+        format!(
+            "chosen ({}): {} in kernel-compat mode: {} of memory for {} of pages, ratio {:.2} \
+             (+/-{:.1}% sampling error, 95%); zmem's default mode: {}",
+            c.goal,
+            c.label,
+            mib(c.predicted_mem_used_total),
+            mib(m.scan.pages * m.scan.page_size),
+            c.ratio,
+            c.sampling_error_pct,
+            mib(c.predicted_default_mode)
+        ),
+    );
+    let z = &m.sizing;
+    line(
+        &mut s,
+        format!(
+            "sizes for at most {:.0}% of {} RAM compressed: mem_limit {}, disksize {} \
+             (zram-generator: zram-size = {})",
+            z.target_share * 100.0,
+            mib(z.mem_total),
+            mib(z.mem_limit),
+            mib(z.disksize),
+            z.zram_size
+        ),
+    );
+    line(
+        &mut s,
+        "the defaults on this machine (when full, at the measured ratio):".into(),
+    );
+    for d in &z.defaults {
+        line(
+            &mut s,
+            format!(
+                "  {:<24} {:<22} disksize {:>12}, holds {:>12} = {:>5.1}% of RAM",
+                d.name,
+                d.zram_size,
+                mib(d.disksize),
+                mib(d.mem_when_full),
+                d.share_of_ram * 100.0
+            ),
+        );
+    }
+    let k = &m.swap_costs;
+    line(
+        &mut s,
+        format!(
+            "vm.swappiness = {}: {}",
+            k.swappiness
+                .map_or("(unchanged)".to_string(), |v| v.to_string()),
+            k.swappiness_reason
+        ),
+    );
+    line(
+        &mut s,
+        format!(
+            "vm.page-cluster = {}: {}",
+            k.page_cluster, k.page_cluster_reason
+        ),
+    );
+    if let Some(i) = &m.idle {
+        line(&mut s, String::new());
+        line(&mut s, format!("idle over {} s ({}):", i.seconds, i.method));
+        for p in &i.points {
+            line(
+                &mut s,
+                format!(
+                    "  after {:>6} s: {:5.1}% untouched ({} of {} resident)",
+                    p.age_s,
+                    p.idle_share * 100.0,
+                    mib(p.resident - p.referenced),
+                    mib(p.resident)
+                ),
+            );
+        }
+        line(
+            &mut s,
+            format!(
+                "  sampled pages written during the watch: {} of {}",
+                i.sampled_written, i.sampled_pages
+            ),
+        );
+        for r in &i.recompression {
+            line(
+                &mut s,
+                format!(
+                    "  idle pages {} -> {}: saves {} ({:.0}%)",
+                    r.primary,
+                    r.secondary,
+                    mib(r.saved_bytes),
+                    r.saved_share * 100.0
+                ),
+            );
+        }
+    }
+    if let Some(p) = &m.policy {
+        line(
+            &mut s,
+            format!(
+                "policy: idle after {} s, write back at most {} a round and {} a day{}",
+                p.idle_age_s,
+                mib(p.batch_bytes),
+                mib(p.daily_budget_bytes),
+                p.recompress
+                    .as_ref()
+                    .map_or(String::new(), |(a, l)| format!(
+                        ", recompress idle pages with {a} (level {l})"
+                    ))
+            ),
+        );
+        for r in &p.reasons {
+            line(&mut s, format!("  {r}"));
+        }
+    }
+    if let Some(v) = &m.verify {
+        line(&mut s, String::new());
+        line(
+            &mut s,
+            format!(
+                "kernel check: {} pages written to {} ({}) in {:.1} s{}",
+                v.pages_written,
+                v.device,
+                v.comp,
+                v.seconds,
+                if v.pages_missed > 0 {
+                    format!(", {} could no longer be read", v.pages_missed)
+                } else {
+                    String::new()
+                }
+            ),
+        );
+        line(
+            &mut s,
+            format!(
+                "  kernel mm_stat: {}",
+                v.mm_stat
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+        );
+        line(
+            &mut s,
+            format!(
+                "  mem_used_total: kernel {} predicted {} ({:+.2}% off)",
+                v.mm_stat.get(2).copied().unwrap_or(0),
+                v.predicted_mem_used_total,
+                -v.error_pct
+            ),
+        );
+    }
+    for w in &m.warnings {
+        line(&mut s, format!("warning: {w}"));
+    }
+    line(
+        &mut s,
+        format!(
+            "\nthe files to install: zmem advise ... --emit zram-generator|sysfs|sysctl|zmem \
+             ({:.1} s)",
+            m.seconds
+        ),
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zcomp::Algorithm;
+
+    fn result(comp: Algorithm, level: i32, mem: u64, read: f64) -> CandidateResult {
+        CandidateResult {
+            candidate: Candidate::new(comp, level),
+            label: format!("{} {level}", comp.name()),
+            ratio: 2.0,
+            compress_mbps: 100.0,
+            decompress_mbps: 100.0,
+            mem_used_total: mem,
+            compr_data_size: mem,
+            predicted_mem_used_total: mem,
+            sampling_error_pct: 1.0,
+            read_p50_us: read,
+            read_p99_us: read,
+            sizes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_choice_keeps_to_what_the_kernel_offers() {
+        let measured = vec![
+            result(Algorithm::Zstd, 3, 100, 5.0),
+            result(Algorithm::LzoRle, 1, 130, 2.0),
+            result(Algorithm::Lz4, 1, 134, 1.0),
+        ];
+        let kernel = KernelInfo {
+            source: "test".into(),
+            algorithms: vec!["lzo-rle".into(), "lzo".into(), "lz4".into()],
+            attributes: Vec::new(),
+            zswap_enabled: None,
+        };
+        assert_eq!(
+            choose(&measured, &kernel, "memory").unwrap().label,
+            "lzo-rle 1"
+        );
+        // Within 5% of the least memory, the fastest reads.
+        assert_eq!(
+            choose(&measured, &kernel, "balanced").unwrap().label,
+            "lz4 1"
+        );
+        let unknown = KernelInfo {
+            algorithms: Vec::new(),
+            ..kernel.clone()
+        };
+        assert_eq!(
+            choose(&measured, &unknown, "memory").unwrap().label,
+            "zstd 3"
+        );
+        let none = KernelInfo {
+            algorithms: vec!["842".into()],
+            ..kernel
+        };
+        assert!(choose(&measured, &none, "memory").is_none());
+    }
+}

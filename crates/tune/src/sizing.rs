@@ -1,0 +1,183 @@
+//! How big a zram device should be on this machine: `disksize` and
+//! `mem_limit` for a stated share of RAM, from the ratio measured on the
+//! machine's own memory, beside what the distributions' defaults would give.
+//!
+//! The rule: at most `target_share` of `MemTotal` holds compressed pages
+//! (`mem_limit`), and the device is as large as the data that fits there at
+//! the measured ratio (uncompressed bytes over `mem_used_total`, same-filled
+//! pages included, as zram stores them for nothing). zram-generator's
+//! `zram-size` takes an expression in MiB of `ram`; the defaults below are
+//! written in that syntax and evaluated here.
+//!
+//! This module only computes; it reads `/proc/meminfo` and nothing else.
+
+use serde::Serialize;
+
+use recipe::Error;
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+/// What a distribution's default size would do on this machine.
+#[derive(Clone, Debug, Serialize)]
+pub struct DefaultSize {
+    /// Whose default.
+    pub name: String,
+    /// Its `zram-size` expression (MiB of `ram`).
+    pub zram_size: String,
+    /// `disksize` it gives here.
+    pub disksize: u64,
+    /// Memory the device holds when full at the measured ratio.
+    pub mem_when_full: u64,
+    /// That memory as a share of RAM.
+    pub share_of_ram: f64,
+}
+
+/// The recommended sizes.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sizing {
+    /// `MemTotal`, bytes.
+    pub mem_total: u64,
+    /// The share of RAM compressed pages may hold.
+    pub target_share: f64,
+    /// Uncompressed bytes over `mem_used_total`, measured.
+    pub ratio: f64,
+    /// `mem_limit`: the target share of RAM, whole MiB.
+    pub mem_limit: u64,
+    /// `disksize`: what fits in `mem_limit` at the ratio, whole MiB.
+    pub disksize: u64,
+    /// The same as zram-generator's `zram-size` expression.
+    pub zram_size: String,
+    /// The common defaults on this machine.
+    pub defaults: Vec<DefaultSize>,
+}
+
+/// `MemTotal` from `/proc/meminfo`, bytes.
+pub fn mem_total() -> Result<u64, Error> {
+    let text = std::fs::read_to_string("/proc/meminfo")
+        .map_err(|e| Error::Failed(format!("reading /proc/meminfo: {e}")))?;
+    meminfo_field(&text, "MemTotal")
+        .ok_or_else(|| Error::Failed("/proc/meminfo has no MemTotal".into()))
+}
+
+/// A `/proc/meminfo` field in bytes (the file gives kB).
+pub fn meminfo_field(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(name)?.strip_prefix(':')?;
+        let kb: u64 = rest.split_whitespace().next()?.parse().ok()?;
+        Some(kb * 1024)
+    })
+}
+
+/// Evaluates the `zram-size` expressions this module writes: `ram`, a
+/// number, `*`, `/`, `min(a, b)`; MiB in, MiB out.
+fn eval(expr: &str, ram_mib: f64) -> f64 {
+    let e = expr.trim();
+    if let Some(inner) = e.strip_prefix("min(").and_then(|s| s.strip_suffix(')')) {
+        let (a, b) = inner.split_once(',').expect("min of two");
+        return eval(a, ram_mib).min(eval(b, ram_mib));
+    }
+    if let Some((a, b)) = e.split_once('*') {
+        return eval(a, ram_mib) * eval(b, ram_mib);
+    }
+    if let Some((a, b)) = e.split_once('/') {
+        return eval(a, ram_mib) / eval(b, ram_mib);
+    }
+    if e == "ram" {
+        return ram_mib;
+    }
+    e.parse().expect("a number")
+}
+
+/// The defaults users meet: zram-generator's own, Fedora's since 34,
+/// CachyOS', ChromeOS'.
+const DEFAULTS: [(&str, &str); 4] = [
+    ("zram-generator default", "min(ram / 2, 4096)"),
+    ("Fedora", "min(ram, 8192)"),
+    ("CachyOS", "ram"),
+    ("ChromeOS", "ram * 1.5"),
+];
+
+/// Sizes for `mem_total` bytes of RAM, a measured `ratio` and a
+/// `target_share` of RAM (0 to 1) for compressed pages.
+pub fn size(mem_total: u64, ratio: f64, target_share: f64) -> Sizing {
+    let ram_mib = (mem_total as f64 / MIB).floor();
+    let ratio = ratio.max(1.0);
+    let mem_limit_mib = (ram_mib * target_share).floor();
+    // zram-size's factor, two decimals, rounded down so that the device
+    // never holds more than the target at the measured ratio.
+    let factor = ((target_share * ratio) * 100.0).floor() / 100.0;
+    let zram_size = format!("ram * {factor}");
+    let disksize_mib = eval(&zram_size, ram_mib).floor();
+    let defaults = DEFAULTS
+        .iter()
+        .map(|&(name, expr)| {
+            let disk = eval(expr, ram_mib).floor() * MIB;
+            let full = disk / ratio;
+            DefaultSize {
+                name: name.into(),
+                zram_size: expr.into(),
+                disksize: disk as u64,
+                mem_when_full: full as u64,
+                share_of_ram: full / mem_total.max(1) as f64,
+            }
+        })
+        .collect();
+    Sizing {
+        mem_total,
+        target_share,
+        ratio,
+        mem_limit: (mem_limit_mib * MIB) as u64,
+        disksize: (disksize_mib * MIB) as u64,
+        zram_size,
+        defaults,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_expressions_evaluate_as_zram_generator_would() {
+        assert_eq!(eval("min(ram / 2, 4096)", 2048.0), 1024.0);
+        assert_eq!(eval("min(ram / 2, 4096)", 32768.0), 4096.0);
+        assert_eq!(eval("min(ram, 8192)", 4096.0), 4096.0);
+        assert_eq!(eval("ram * 1.5", 1000.0), 1500.0);
+        assert_eq!(eval("ram", 77.0), 77.0);
+    }
+
+    #[test]
+    fn a_quarter_of_ram_at_three_to_one_is_three_quarters_of_ram() {
+        let gib = 1u64 << 30;
+        let s = size(16 * gib, 3.0, 0.25);
+        assert_eq!(s.mem_limit, 4 * gib);
+        assert_eq!(s.zram_size, "ram * 0.75");
+        assert_eq!(s.disksize, 12 * gib);
+        // Full, the device holds its disksize over the ratio: the target.
+        assert_eq!(s.disksize as f64 / s.ratio, s.mem_limit as f64);
+        let zg = &s.defaults[0];
+        assert_eq!(zg.disksize, 4 * gib);
+        assert!((zg.share_of_ram - 4.0 / 3.0 / 16.0).abs() < 1e-9);
+        let chromeos = &s.defaults[3];
+        assert_eq!(chromeos.disksize, 24 * gib);
+        assert!((chromeos.share_of_ram - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_factor_rounds_down() {
+        let s = size(8 << 30, 2.789, 0.25);
+        assert_eq!(s.zram_size, "ram * 0.69");
+        assert!(s.disksize as f64 / s.ratio <= s.mem_limit as f64);
+        // A ratio below 1 (nothing compresses) sizes as 1.
+        assert_eq!(size(8 << 30, 0.9, 0.25).ratio, 1.0);
+    }
+
+    #[test]
+    fn meminfo_is_read_in_bytes() {
+        let text = "MemTotal:       24576000 kB\nMemFree:  100 kB\n";
+        assert_eq!(meminfo_field(text, "MemTotal"), Some(24576000 * 1024));
+        assert_eq!(meminfo_field(text, "MemFree"), Some(102400));
+        assert_eq!(meminfo_field(text, "Mem"), None);
+        assert!(mem_total().unwrap() > 0);
+    }
+}
