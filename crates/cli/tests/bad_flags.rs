@@ -29,6 +29,7 @@ const RANGES: &[(&str, bool, &[&str])] = &[
     ("advise --threads", false, &["65"]),
     ("advise --latency-reads", false, &["99", "10000001"]),
     ("advise --default-size", false, &["4095", "2T"]),
+    ("advise --target-share", false, &["101"]),
     ("classes --page-size", false, &["12288", "131072"]),
     ("classes --unit", false, &["2K", "12K", "128K"]),
     ("classes --chain", false, &["17"]),

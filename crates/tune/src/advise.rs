@@ -667,18 +667,32 @@ pub(crate) fn fill_and_predict(
     let full = store.mm_stat();
     // The input in this store's blocks.
     let input_blocks = sample.input_pages as f64 * sample.page_size as f64 / block as f64;
+    let predicted = predict(&full, at_half.as_ref().map(|h| (h, half)), n, input_blocks);
+    Ok((full, predicted))
+}
+
+/// The whole input's `mem_used_total` from a store holding `n` of its
+/// `input_blocks` blocks (`full`), and the same store's `mm_stat` when it
+/// held the first `half` (`at_half`). Compressed bytes scale with the
+/// blocks; the memory above them is fitted as a fixed part and a part per
+/// block from the two points (without the half point, it scales whole).
+pub(crate) fn predict(
+    full: &zram::MmStat,
+    at_half: Option<(&zram::MmStat, usize)>,
+    n: usize,
+    input_blocks: f64,
+) -> u64 {
     let scale = input_blocks / n.max(1) as f64;
     let over = |m: &zram::MmStat| m.mem_used_total as f64 - m.compr_data_size as f64;
     let overhead = match at_half {
-        Some(h) if half > 0 && n > half => {
-            let per_block = (over(&full) - over(&h)) / (n - half) as f64;
-            let fixed = over(&full) - per_block * n as f64;
+        Some((h, half)) if half > 0 && n > half => {
+            let per_block = (over(full) - over(h)) / (n - half) as f64;
+            let fixed = over(full) - per_block * n as f64;
             (fixed + per_block * input_blocks).max(0.0)
         }
-        _ => over(&full) * scale,
+        _ => over(full) * scale,
     };
-    let predicted = full.compr_data_size as f64 * scale + overhead;
-    Ok((full, predicted.round() as u64))
+    (full.compr_data_size as f64 * scale + overhead).round() as u64
 }
 
 fn mbps(bytes: usize, seconds: f64) -> f64 {

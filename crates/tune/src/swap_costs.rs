@@ -30,7 +30,8 @@ use crate::rng::Rng;
 /// The measurements and the sysctls.
 #[derive(Clone, Debug, Serialize)]
 pub struct SwapCosts {
-    /// The block device under `/`, where one was found and could be read.
+    /// The block device under `/`, or where it cannot be opened the
+    /// largest file of the system's directories, read with direct I/O.
     pub device: Option<String>,
     /// Its median random 4 KiB read, microseconds.
     pub device_read_us: Option<f64>,
@@ -66,6 +67,23 @@ fn root_device() -> Option<String> {
     let link = std::fs::read_link(format!("/sys/dev/block/{majmin}")).ok()?;
     let name = link.file_name()?.to_str()?.to_string();
     Some(format!("/dev/{name}"))
+}
+
+/// The largest file in `/usr/bin` and `/usr/lib/x86_64-linux-gnu` (or
+/// `/usr/lib`), for when the block device cannot be opened (a container):
+/// direct reads of a file reach the same device.
+fn largest_system_file() -> Option<String> {
+    ["/usr/bin", "/usr/lib/x86_64-linux-gnu", "/usr/lib"]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|d| d.flatten())
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            m.is_file().then(|| (m.len(), e.path()))
+        })
+        .max()
+        .filter(|(len, _)| *len >= 1 << 20)
+        .map(|(_, p)| p.display().to_string())
 }
 
 /// Median times of random reads of one page and of eight consecutive
@@ -107,7 +125,11 @@ pub fn measure(
             .all(|(k, p)| store.read_page(at + k as u64, p).is_ok())
     })
     .unwrap_or((0.0, 0.0));
-    let device = root_device();
+    // The device itself where it may be opened, else the largest file of
+    // a few system directories on it, read the same way.
+    let device = root_device()
+        .filter(|d| std::fs::File::open(d).is_ok())
+        .or_else(largest_system_file);
     let dev_times = device.as_ref().and_then(|d| {
         let f: File = OpenOptions::new()
             .read(true)

@@ -618,6 +618,29 @@ pub fn sample(
     ))
 }
 
+/// `n` single pages (all of them if there are no more) at even steps over
+/// the scan's counted pages, from a start chosen with `seed`: the sample a
+/// prediction for one configuration is made from, larger than the
+/// candidates' and with no runs (neighbouring pages resemble each other,
+/// so single pages spread the same number further).
+pub fn even_pages(scan: &Scan, n: u64, seed: u64) -> Vec<PageRef> {
+    let total = scan.pages;
+    let n = n.min(total).max(1);
+    let step = total as f64 / n as f64;
+    let offset = Rng::new(seed, 0x0e7e_7a9e).unit() * step;
+    let idx: Vec<u64> = (0..n)
+        .map(|i| ((offset + i as f64 * step) as u64).min(total - 1))
+        .collect();
+    locate(scan, &idx)
+}
+
+/// Reads the pages at `refs` into `out` (appending a page each) and says
+/// how many could be read; pages whose process exited or unmapped them
+/// meanwhile are left out.
+pub fn read_into(refs: &[PageRef], page_size: usize, out: &mut Vec<u8>) -> usize {
+    read_pages(refs, page_size, out, &mut BTreeMap::new()).len()
+}
+
 /// Calls `f` with every counted page, up to `max_pages` at a time, in scan
 /// order (for writing them all to a kernel zram device). Pages that can no
 /// longer be read are passed over; returns how many were.
@@ -734,6 +757,20 @@ mod tests {
         assert_eq!(scan.processes[0].sampled, part.pages() as u64);
         // SAFETY: allocated above with this layout, not used after.
         unsafe { std::alloc::dealloc(ptr, layout) };
+    }
+
+    #[test]
+    fn even_pages_are_spread_over_every_page_in_order() {
+        let scan = own_scan();
+        let refs = even_pages(&scan, 10, 5);
+        assert_eq!(refs.len(), 10.min(scan.pages as usize));
+        assert!(refs.windows(2).all(|w| w[0].addr < w[1].addr));
+        let all = even_pages(&scan, u64::MAX, 5);
+        assert_eq!(all.len() as u64, scan.pages);
+        let mut out = Vec::new();
+        let got = read_into(&refs, scan.page_size as usize, &mut out);
+        assert_eq!(out.len(), got * scan.page_size as usize);
+        assert!(got > 0);
     }
 
     #[test]

@@ -12,6 +12,9 @@ use clap::Args;
 use recipe::output::{write_json, write_stdout, Format, FormatArg};
 use tune::advise::{self, AdviseOptions, Candidate};
 use tune::corpus::Corpus;
+use tune::emit::Emit;
+use tune::machine::{self, MachineOptions};
+use tune::system_memory::Scope;
 
 use crate::error::CliError;
 
@@ -31,8 +34,27 @@ WHAT IT MEASURES
   pages, chosen uniformly with --seed; the first line says what was read and
   the second how it was sampled.
 
+A WHOLE MACHINE
+  --system (root), --cgroup PATH, or --pid alone: the private anonymous
+  memory of every process (of the cgroup, of the pids), as zram would receive
+  it when the kernel swaps, each process weighted by its size; zmem itself
+  and kernel threads left out. Then, beside the measurement: the
+  configuration chosen among the compressors this kernel's zram offers and
+  its mem_used_total in kernel-compat mode, disksize and mem_limit for
+  --target-share of RAM against the distributions' defaults, and
+  vm.swappiness and vm.page-cluster from measured read costs. --watch
+  DURATION clears the processes' accessed and soft-dirty bits and reports
+  the memory untouched after 1 min, 10 min, 1 h, ... and an idle writeback
+  and recompression policy; --verify writes every page into a hot-added
+  kernel zram device (never zram0; removed afterwards) and prints its
+  mm_stat beside the prediction; --emit prints a file to install instead of
+  the report.
+
 EXAMPLES
   zmem advise /var/tmp/swap-sample.bin
+  sudo zmem advise --system --verify
+  sudo zmem advise --system --watch 1h --backing-dev /dev/sdb2 --emit sysfs
+  zmem advise --pid 1234 --pid 5678 --emit zram-generator
   zmem advise --pid $(pidof firefox) --format json
   zmem advise --comp lz4,zstd:1,zstd:3:dict core.1234")]
 pub struct AdviseArgs {
@@ -44,6 +66,38 @@ pub struct AdviseArgs {
     /// ptrace access to it, or CAP_SYS_PTRACE).
     #[arg(long, value_name = "PID", value_parser = recipe::flags::whole::<u32>(1, 1 << 22))]
     pid: Vec<u32>,
+    /// Measure the whole machine's anonymous memory (root).
+    #[arg(long, conflicts_with = "cgroup")]
+    system: bool,
+    /// Measure the anonymous memory of a cgroup's processes and its
+    /// descendants' (a path under /sys/fs/cgroup, absolute or relative to
+    /// it; root).
+    #[arg(long, value_name = "PATH")]
+    cgroup: Option<PathBuf>,
+    /// With --system, --cgroup or --pid: the share of RAM compressed pages
+    /// may hold, percent (1 to 100), which sizes mem_limit and disksize.
+    #[arg(long, value_name = "PERCENT", default_value_t = 25, value_parser = recipe::flags::whole::<u32>(1, 100))]
+    target_share: u32,
+    /// With --system, --cgroup or --pid: watch the memory for this long
+    /// (90s, 10m, 1h, 2d; at most 30 days) and report what stays untouched.
+    #[arg(long, value_name = "DURATION", value_parser = tune::idle_watch::parse_duration)]
+    watch: Option<std::time::Duration>,
+    /// With --system, --cgroup or --pid: write every scanned page into a
+    /// hot-added kernel zram device with the chosen configuration and print
+    /// its mm_stat beside the prediction (root; the device is removed
+    /// afterwards).
+    #[arg(long)]
+    verify: bool,
+    /// With --system, --cgroup or --pid: print this file instead of the
+    /// report: zram-generator (a zram-generator.conf for the installed
+    /// 1.1.2), sysfs (a shell script of sysfs lines in the order the kernel
+    /// requires), sysctl (a sysctl.d file), zmem (the zmem serve command).
+    #[arg(long, value_name = "KIND", value_parser = clap::builder::PossibleValuesParser::new(tune::emit::EMIT_NAMES))]
+    emit: Option<String>,
+    /// With --system, --cgroup or --pid: the block device idle pages would
+    /// be written back to (zram's backing_dev), for the emitted files.
+    #[arg(long, value_name = "PATH")]
+    backing_dev: Option<PathBuf>,
     /// Read tar archives and ELF core files as raw bytes.
     #[arg(long)]
     raw: bool,
@@ -117,21 +171,87 @@ fn parse_candidate(s: &str) -> Result<Candidate, String> {
     })
 }
 
-/// Runs `zmem advise`.
-pub fn run(args: &AdviseArgs) -> Result<(), CliError> {
-    let corpus = if args.paths.is_empty() && args.pid.is_empty() {
-        Corpus::default_corpus(args.default_size)?
+/// The machine's processes to measure, when the arguments name them
+/// rather than inputs.
+fn scope(args: &AdviseArgs) -> Option<Scope> {
+    if args.system {
+        Some(Scope::System)
+    } else if let Some(c) = &args.cgroup {
+        Some(Scope::Cgroup(c.clone()))
+    } else if args.paths.is_empty() && !args.pid.is_empty() {
+        Some(Scope::Pids(args.pid.clone()))
     } else {
-        Corpus::from_inputs(&args.paths, &args.pid, args.raw)?
-    };
-    let opts = AdviseOptions {
+        None
+    }
+}
+
+fn advise_options(args: &AdviseArgs) -> AdviseOptions {
+    AdviseOptions {
         sample_pages: args.sample_pages,
         seed: args.seed,
         threads: args.threads as usize,
         latency_reads: args.latency_reads as usize,
         page_size: 4096,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    }
+}
+
+/// `zmem advise --system`, `--cgroup` or `--pid` alone.
+fn run_machine(args: &AdviseArgs, scope: Scope) -> Result<(), CliError> {
+    if (args.system || args.cgroup.is_some()) && (!args.paths.is_empty() || !args.pid.is_empty()) {
+        return Err(CliError::Usage(
+            "--system and --cgroup measure processes: give no inputs or --pid with them".into(),
+        ));
+    }
+    let opts = MachineOptions {
+        scope,
+        advise: advise_options(args),
+        candidates: args.comp.clone(),
+        goal: args.goal.clone(),
+        target_share: f64::from(args.target_share) / 100.0,
+        watch: args.watch,
+        verify: args.verify,
+        backing_dev: args.backing_dev.clone(),
     };
+    let m = machine::run(&opts)?;
+    if let Some(kind) = &args.emit {
+        let what = Emit::from_name(kind).expect("clap checked the name");
+        return Ok(write_stdout(&tune::emit::emit(&m, what))?);
+    }
+    match args.format.get() {
+        Format::Json => Ok(write_json(&m)?),
+        Format::Table => Ok(write_stdout(&format!(
+            "{}\n{}",
+            advise::format_advice(&m.advice, &args.goal),
+            machine::format(&m)
+        ))?),
+    }
+}
+
+/// Runs `zmem advise`.
+pub fn run(args: &AdviseArgs) -> Result<(), CliError> {
+    if let Some(scope) = scope(args) {
+        return run_machine(args, scope);
+    }
+    for (set, flag) in [
+        (args.watch.is_some(), "--watch"),
+        (args.verify, "--verify"),
+        (args.emit.is_some(), "--emit"),
+        (args.backing_dev.is_some(), "--backing-dev"),
+    ] {
+        if set {
+            return Err(CliError::Usage(format!(
+                "{flag} measures a machine's processes: it needs --system, --cgroup, or --pid \
+                 without input files"
+            )));
+        }
+    }
+    let corpus = if args.paths.is_empty() && args.pid.is_empty() {
+        Corpus::default_corpus(args.default_size)?
+    } else {
+        Corpus::from_inputs(&args.paths, &args.pid, args.raw)?
+    };
+    let opts = advise_options(args);
     let read = corpus.read_line(opts.page_size);
     let sample = advise::sample(&corpus, &opts)?;
     let candidates = if args.comp.is_empty() {

@@ -45,3 +45,5 @@ pub fn report(args: &[&str]) -> serde_json::Value {
     args.extend(["--format", "json"]);
     json(&zmem(&args))
 }
+
+pub mod holder;
