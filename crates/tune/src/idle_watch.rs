@@ -17,7 +17,11 @@
 //!   whether it was written since. The sampled pages not written during
 //!   the watch are the ones whose recompression is measured. It perturbs
 //!   writes: each page is write-protected again, so its next write takes a
-//!   minor fault.
+//!   minor fault. Kernels built without CONFIG_MEM_SOFT_DIRTY accept the
+//!   write and never set the bit ([`soft_dirty_works`] finds out on this
+//!   process's own page); there each sampled page weighs by its mapping's
+//!   untouched share instead, which is exact for mappings wholly touched or
+//!   wholly idle and an average within the others.
 //!
 //! From both, for a backing device: what an idle writeback policy would
 //! write (its first round, and a day's upper bound from the pages written
@@ -95,7 +99,8 @@ pub struct IdleRecompression {
     pub primary: String,
     /// The secondary's label.
     pub secondary: String,
-    /// Compressed bytes of the idle sampled pages with the primary.
+    /// Compressed bytes of the idle pages with the primary, scaled to all
+    /// the scanned memory.
     pub primary_bytes: u64,
     /// Bytes saved by recompressing those of them the secondary makes
     /// smaller, scaled to all the scanned memory.
@@ -115,8 +120,12 @@ pub struct IdleReport {
     pub points: Vec<IdlePoint>,
     /// Sampled pages still mapped at the end.
     pub sampled_pages: u64,
-    /// Of those, pages written during the watch.
-    pub sampled_written: u64,
+    /// Whether each sampled page's writes were seen (soft-dirty bits);
+    /// else each weighs by its mapping's untouched share.
+    pub per_page_writes: bool,
+    /// Of the sampled pages, those written during the watch (with
+    /// `per_page_writes` only).
+    pub sampled_written: Option<u64>,
     /// Processes that exited during the watch.
     pub exited: Vec<u32>,
     /// An idle writeback policy at the watch's longest age: bytes its
@@ -126,9 +135,11 @@ pub struct IdleReport {
     /// The same with `compressed_writeback`.
     pub writeback_first_round_compressed: u64,
     /// A day's writeback at most: every page written during the watch
-    /// going idle and being written back again, scaled to a day.
+    /// (without `per_page_writes`, every page touched) going idle and
+    /// being written back again, scaled to a day.
     pub writeback_per_day_max: u64,
-    /// Recompression of the pages not written during the watch.
+    /// Recompression of the idle pages (not written during the watch, or
+    /// weighed by their mapping's untouched share).
     pub recompression: Vec<IdleRecompression>,
 }
 
@@ -167,10 +178,32 @@ fn clear_refs(pid: u32, what: &str) -> std::io::Result<()> {
     std::fs::write(format!("/proc/{pid}/clear_refs"), what)
 }
 
-/// Whether each of `pages` was written since the soft-dirty bits were
-/// cleared; `None` for a page that can no longer be read.
-fn written(pages: &[PageRef], page_size: u64) -> Vec<Option<bool>> {
+/// Whether this kernel keeps soft-dirty bits: a page of this process's
+/// own, written after its bits were cleared, must show bit 55.
+pub fn soft_dirty_works() -> bool {
+    let mut page = vec![0u8; 2 * 4096];
+    let at = page.as_ptr() as u64 / 4096 * 4096 + 4096;
+    let off = (at - page.as_ptr() as u64) as usize;
+    page[off] = 1;
+    if clear_refs(std::process::id(), "4").is_err() {
+        return false;
+    }
+    page[off] = std::hint::black_box(2);
+    let Ok(f) = File::open("/proc/self/pagemap") else {
+        return false;
+    };
+    let mut e = [0u8; 8];
+    f.read_exact_at(&mut e, at / 4096 * 8).is_ok()
+        && u64::from_le_bytes(e) & PM_SOFT_DIRTY != 0
+        && std::hint::black_box(&page)[off] == 2
+}
+
+/// For each of `pages`, the weight of its being idle: 1 or 0 from its
+/// soft-dirty bit (`per_page`), else its mapping's untouched share from
+/// `/proc/PID/smaps`; `None` for a page no longer there.
+fn idle_weights(pages: &[PageRef], page_size: u64, per_page: bool) -> Vec<Option<f64>> {
     let mut maps: BTreeMap<u32, Option<File>> = BTreeMap::new();
+    let mut shares: BTreeMap<u32, Vec<(u64, u64, f64)>> = BTreeMap::new();
     pages
         .iter()
         .map(|r| {
@@ -183,9 +216,61 @@ fn written(pages: &[PageRef], page_size: u64) -> Vec<Option<bool>> {
             let e = u64::from_le_bytes(e);
             // A page unmapped meanwhile reads as neither present nor
             // swapped: it is no longer there to be idle.
-            (e & (3 << 62) != 0).then_some(e & PM_SOFT_DIRTY != 0)
+            if e & (3 << 62) == 0 {
+                return None;
+            }
+            if per_page {
+                return Some(if e & PM_SOFT_DIRTY != 0 { 0.0 } else { 1.0 });
+            }
+            let m = shares
+                .entry(r.pid)
+                .or_insert_with(|| mapping_idle_shares(r.pid));
+            m.iter()
+                .find(|(start, end, _)| (*start..*end).contains(&r.addr))
+                .map(|&(_, _, share)| share)
         })
         .collect()
+}
+
+/// Each private anonymous mapping of `pid`: (start, end, untouched share).
+fn mapping_idle_shares(pid: u32) -> Vec<(u64, u64, f64)> {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/smaps")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut cur: Option<(u64, u64, u64, u64)> = None;
+    let mut flush = |c: Option<(u64, u64, u64, u64)>| {
+        if let Some((s, e, rss, refd)) = c {
+            let share = if rss == 0 {
+                1.0
+            } else {
+                1.0 - refd.min(rss) as f64 / rss as f64
+            };
+            out.push((s, e, share));
+        }
+    };
+    for line in text.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            flush(cur.take());
+            cur = anonymous_mapping(line).map(|(s, e, _)| (s, e, 0, 0));
+            continue;
+        }
+        let Some(c) = cur.as_mut() else { continue };
+        let kb = |rest: &str| {
+            rest.split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        if let Some(rest) = line.strip_prefix("Rss:") {
+            c.2 = kb(rest);
+        } else if let Some(rest) = line.strip_prefix("Referenced:") {
+            c.3 = kb(rest);
+        }
+    }
+    flush(cur);
+    out
 }
 
 /// Watches `pids` for `duration`: clears their accessed and soft-dirty
@@ -272,9 +357,11 @@ pub fn watch(
             "--watch: every process watched exited during the watch".into(),
         ));
     }
+    let per_page_writes = soft_dirty_works();
     Ok(WatchData {
         points,
-        written: written(pages, page_size),
+        idle: idle_weights(pages, page_size, per_page_writes),
+        per_page_writes,
         exited,
         seconds: start.elapsed().as_secs(),
     })
@@ -284,8 +371,11 @@ pub fn watch(
 pub struct WatchData {
     /// The untouched memory at each age.
     pub points: Vec<IdlePoint>,
-    /// For each sampled page: written during the watch, or gone.
-    pub written: Vec<Option<bool>>,
+    /// For each sampled page, the weight of its being idle (1 or 0 with
+    /// `per_page_writes`), or `None` where it is gone.
+    pub idle: Vec<Option<f64>>,
+    /// Whether the weights come from each page's soft-dirty bit.
+    pub per_page_writes: bool,
     /// Processes that exited.
     pub exited: Vec<u32>,
     /// Seconds watched.
@@ -296,7 +386,8 @@ pub struct WatchData {
 pub const METHOD: &str = "accesses: /proc/PID/clear_refs 1, then the private anonymous \
     mappings' Referenced in /proc/PID/smaps (this clears the accessed bits reclaim ages pages \
     by); writes: clear_refs 4, then the soft-dirty bit of each sampled page in \
-    /proc/PID/pagemap (each page's next write takes a minor fault)";
+    /proc/PID/pagemap (each page's next write takes a minor fault), or, on a kernel without \
+    soft-dirty bits, each sampled page weighed by its mapping's untouched share";
 
 /// Weighs the watch against the measured per-page sizes: the writeback an
 /// idle policy at the longest age would do, and what recompressing the
@@ -309,50 +400,53 @@ pub fn report(
     scale: f64,
     pairs: &[(&CandidateResult, &CandidateResult)],
 ) -> IdleReport {
-    let idle_pages: Vec<usize> = data
-        .written
+    let weights: Vec<(usize, f64)> = data
+        .idle
         .iter()
         .enumerate()
-        .filter(|(_, w)| **w == Some(false))
-        .map(|(i, _)| i)
+        .filter_map(|(i, w)| w.map(|w| (i, w)))
         .collect();
-    let sampled_pages = data.written.iter().filter(|w| w.is_some()).count() as u64;
-    let sampled_written = data.written.iter().filter(|w| **w == Some(true)).count() as u64;
+    let sampled_pages = weights.len() as u64;
+    let sampled_written = data
+        .per_page_writes
+        .then(|| weights.iter().filter(|(_, w)| *w == 0.0).count() as u64);
     let last = data.points.last().cloned();
     let idle_share = last.as_ref().map_or(0.0, |p| p.idle_share);
     let scanned_bytes = sampled_pages as f64 * scale * page_size as f64;
     let first_round = idle_share * scanned_bytes;
+    let size = |c: &CandidateResult, i: usize| f64::from(c.sizes.get(i).copied().unwrap_or(0));
+    let idle_weight: f64 = weights.iter().map(|(_, w)| w).sum();
     // With compressed writeback, the primary's bytes of the idle pages.
     let compressed_share = pairs.first().map_or(1.0, |(p, _)| {
-        let bytes: u64 = idle_pages
-            .iter()
-            .map(|&i| u64::from(p.sizes.get(i).copied().unwrap_or(0)))
-            .sum();
-        bytes as f64 / (idle_pages.len().max(1) as u64 * page_size) as f64
+        let bytes: f64 = weights.iter().map(|&(i, w)| w * size(p, i)).sum();
+        bytes / (idle_weight.max(1e-9) * page_size as f64)
     });
+    // Pages written during the watch (or, without soft-dirty bits, every
+    // page touched) may each go idle and be written back once more.
+    let busy_share = match sampled_written {
+        Some(w) => w as f64 / sampled_pages.max(1) as f64,
+        None => 1.0 - idle_share,
+    };
     let per_day = if data.seconds == 0 {
         0.0
     } else {
-        sampled_written as f64 * scale * page_size as f64 * 86400.0 / data.seconds as f64
+        busy_share * scanned_bytes * 86400.0 / data.seconds as f64
     };
     let recompression = pairs
         .iter()
         .map(|(p, s)| {
-            let (mut primary, mut saved) = (0u64, 0u64);
-            for &i in &idle_pages {
-                let (a, b) = (
-                    p.sizes.get(i).copied().unwrap_or(0),
-                    s.sizes.get(i).copied().unwrap_or(0),
-                );
-                primary += u64::from(a);
-                saved += u64::from(a.saturating_sub(b));
+            let (mut primary, mut saved) = (0.0f64, 0.0f64);
+            for &(i, w) in &weights {
+                let (a, b) = (size(p, i), size(s, i));
+                primary += w * a;
+                saved += w * (a - b).max(0.0);
             }
             IdleRecompression {
                 primary: p.label.clone(),
                 secondary: s.label.clone(),
-                primary_bytes: (primary as f64 * scale) as u64,
-                saved_bytes: (saved as f64 * scale) as u64,
-                saved_share: saved as f64 / primary.max(1) as f64,
+                primary_bytes: (primary * scale) as u64,
+                saved_bytes: (saved * scale) as u64,
+                saved_share: saved / primary.max(1.0),
             }
         })
         .collect();
@@ -361,6 +455,7 @@ pub fn report(
         seconds: data.seconds,
         points: data.points,
         sampled_pages,
+        per_page_writes: data.per_page_writes,
         sampled_written,
         exited: data.exited,
         writeback_first_round: first_round as u64,
@@ -404,5 +499,60 @@ mod tests {
         );
         assert!(std::hint::black_box(&buf)[4096] == 2);
         assert!(anon_referenced(4_000_000).is_none());
+    }
+
+    #[test]
+    fn mappings_weigh_by_their_untouched_share() {
+        let pid = std::process::id();
+        // Two mappings of 4 MiB: the first touched after the clear, the
+        // second not (and read-only, so that the kernel does not merge the
+        // two into one mapping).
+        let len = 4 << 20;
+        let map = || {
+            // SAFETY: a fresh private anonymous mapping; no memory of this
+            // program is named by the call.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            // SAFETY: the mapping is `len` bytes, readable and writable, and
+            // unmapped at the end of the test, after its last use.
+            unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) }
+        };
+        let (hot, cold) = (map(), map());
+        hot.fill(1);
+        cold.fill(2);
+        // SAFETY: the mapping made above, `len` bytes; it is only read (by
+        // the kernel) from here on.
+        let rc = unsafe { libc::mprotect(cold.as_mut_ptr().cast(), len, libc::PROT_READ) };
+        assert_eq!(rc, 0);
+        clear_refs(pid, "1").unwrap();
+        for i in (0..len).step_by(4096) {
+            hot[i] = std::hint::black_box(3);
+        }
+        let page = |b: &[u8]| PageRef {
+            pid,
+            addr: b.as_ptr() as u64 + 8192,
+        };
+        let w = idle_weights(&[page(hot), page(cold)], 4096, false);
+        assert_eq!(w, [Some(0.0), Some(1.0)], "{w:?}");
+        // With soft-dirty bits (where the kernel keeps them), per page.
+        if soft_dirty_works() {
+            clear_refs(pid, "4").unwrap();
+            hot[8192] = 4;
+            let w = idle_weights(&[page(hot), page(cold)], 4096, true);
+            assert_eq!(w, [Some(0.0), Some(1.0)]);
+        }
+        for b in [hot, cold] {
+            // SAFETY: mapped above with this length, not used after.
+            unsafe { libc::munmap(b.as_mut_ptr().cast(), len) };
+        }
     }
 }

@@ -362,7 +362,6 @@ pub fn run(opts: &MachineOptions) -> Result<MachineAdvice, Error> {
                 .filter(|s| {
                     !s.candidate.dictionary
                         && s.label != primary.label
-                        && kernel.has_algorithm(s.candidate.comp.name())
                         && s.predicted_mem_used_total < primary.predicted_mem_used_total
                 })
                 .map(|s| (primary, s))
@@ -491,13 +490,19 @@ fn write_policy(report: &IdleReport, advice: &Advice, kernel: &KernelInfo) -> Po
         daily / MIB,
         batch / MIB
     ));
+    // The secondary the kernel offers that saves most (all of them are
+    // in the report, those it lacks too).
+    let secondary = |label: &str| advice.candidates.iter().find(|c| c.label == label);
     let best = report
         .recompression
         .iter()
         .filter(|r| r.saved_share >= 0.05)
+        .filter(|r| {
+            secondary(&r.secondary).is_some_and(|c| kernel.has_algorithm(c.candidate.comp.name()))
+        })
         .max_by_key(|r| r.saved_bytes);
     let recompress = best.and_then(|r| {
-        let c = advice.candidates.iter().find(|c| c.label == r.secondary)?;
+        let c = secondary(&r.secondary)?;
         Some((c.candidate.comp.name().to_string(), c.candidate.level))
     });
     match best {
@@ -686,10 +691,17 @@ pub fn format(m: &MachineAdvice) -> String {
         }
         line(
             &mut s,
-            format!(
-                "  sampled pages written during the watch: {} of {}",
-                i.sampled_written, i.sampled_pages
-            ),
+            match i.sampled_written {
+                Some(w) => format!(
+                    "  sampled pages written during the watch: {w} of {}",
+                    i.sampled_pages
+                ),
+                None => format!(
+                    "  this kernel keeps no soft-dirty bits: the {} sampled pages weigh by \
+                     their mapping's untouched share",
+                    i.sampled_pages
+                ),
+            },
         );
         for r in &i.recompression {
             line(
