@@ -8,12 +8,14 @@
 //! ([`peer_closed`]), real data ([`real_data`]), incompressible bytes
 //! ([`noise`]), seeded generators and object contents ([`Rng`],
 //! [`SplitMix64`], [`pattern`]), reading the process's resident set ([`rss`]),
-//! and TLS certificates made with `openssl` ([`certs`]). What is about one crate (a test server, the
+//! TLS certificates made with `openssl` ([`certs`]), and commands run in a
+//! qemu guest with a kernel of its own ([`vm`]). What is about one crate (a test server, the
 //! `zmem` binary) stays in that crate's tests.
 
 pub mod certs;
 pub mod clients;
 pub mod rss;
+pub mod vm;
 
 use std::io::Read;
 use std::path::PathBuf;

@@ -1,0 +1,115 @@
+//! Guests with a kernel of their own (scripts/vm-run, `testkit::vm`): the
+//! harness itself, and the guest kernel's own zram as swap under a program
+//! that checks every page, the baseline zmem's swap targets are measured
+//! against.
+//!
+//! Guests run under TCG emulation where /dev/kvm cannot run a stock kernel
+//! (each boot takes about 12 s on two cores), so only outcomes are checked
+//! here, never speed. Where no guest can run (no qemu, no guest kernel, not
+//! root), each test says why and passes without running.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use testkit::vm::{Guest, Outcome};
+
+/// `crates/cli/tests/workloads/swap_pages.c`, compiled where the guest can
+/// see it (not under /tmp, which is the guest's own).
+fn swap_pages() -> PathBuf {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("swap_pages");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/workloads/swap_pages.c");
+    let ok = Command::new("cc")
+        .args(["-O2", "-Wall", "-o"])
+        .arg(&out)
+        .arg(src)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "cc {src}");
+    out
+}
+
+fn guest(mem_mib: u32, timeout_s: u64) -> Guest {
+    Guest {
+        mem_mib,
+        cpus: 2,
+        timeout: Duration::from_secs(timeout_s),
+    }
+}
+
+/// The command's output, or `None` (after saying why) where no guest can
+/// run; any other outcome fails the test.
+fn ran(outcome: Outcome, want_code: i32) -> Option<String> {
+    match outcome {
+        Outcome::Unavailable(why) => {
+            eprintln!("skipped: {why}");
+            None
+        }
+        Outcome::TimedOut { output } => panic!("the guest timed out:\n{output}"),
+        Outcome::Ran { code, output, took } => {
+            eprintln!("guest ran in {took:?}");
+            assert_eq!(code, want_code, "{output}");
+            Some(output)
+        }
+    }
+}
+
+fn qemu_processes() -> usize {
+    let out = Command::new("pgrep")
+        .args(["-f", "qemu-system-x86_64.*zmem-vm"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[test]
+fn the_harness_passes_exit_codes_and_kills_a_guest_past_its_deadline() {
+    let Some(out) = ran(
+        guest(256, 120).run("uname -r; grep -c . /proc/cpuinfo >/dev/null; exit 7"),
+        7,
+    ) else {
+        return;
+    };
+    assert!(out.contains("6.1."), "the guest runs its own kernel: {out}");
+    match guest(256, 30).run("echo started; sleep 600") {
+        Outcome::TimedOut { output } => assert!(output.contains("started"), "{output}"),
+        other => panic!("a guest past its deadline: {other:?}"),
+    }
+    assert_eq!(qemu_processes(), 0, "a guest outlived its run");
+}
+
+#[test]
+fn a_guest_swaps_onto_its_kernel_zram_and_every_page_is_right() {
+    let prog = swap_pages();
+    let prog = prog.display();
+    // 256 MiB of RAM (about 200 MiB for programs): 192 MiB, then 1.5x that.
+    let script = format!(
+        "set -e
+        modprobe zram
+        echo lz4 > /sys/block/zram0/comp_algorithm
+        echo 512M > /sys/block/zram0/disksize
+        mkswap /dev/zram0 >/dev/null
+        swapon /dev/zram0
+        {prog} 192 1
+        {prog} 288 2
+        grep -E '^(pswpout|oom_kill) ' /proc/vmstat"
+    );
+    let Some(out) = ran(guest(256, 600).run(&script), 0) else {
+        return;
+    };
+    let runs: Vec<&str> = out.lines().filter(|l| l.starts_with("pages ")).collect();
+    assert_eq!(runs.len(), 2, "{out}");
+    for r in &runs {
+        assert!(r.contains(" 0 wrong"), "{r}");
+    }
+    let swapped: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("pswpout "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(
+        swapped > 10_000,
+        "the guest swapped {swapped} pages:\n{out}"
+    );
+}

@@ -1,0 +1,85 @@
+//! A command run inside a qemu guest, for the tests of what only a kernel
+//! of its own can show: swap onto zmem, nbd.ko, ublk. It runs
+//! `scripts/vm-run` (which boots Debian's 6.1 kernel with this machine's
+//! filesystem as the guest's root, kills qemu on any failure or deadline,
+//! and exits with the command's status) and says what came of it.
+//!
+//! Files a guest command needs must lie outside `/tmp` and `/var/tmp`
+//! (the guest has its own): a test's `CARGO_TARGET_TMPDIR` is the place.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A guest to start.
+#[derive(Clone, Debug)]
+pub struct Guest {
+    /// Its RAM, MiB.
+    pub mem_mib: u32,
+    /// Its CPUs.
+    pub cpus: u32,
+    /// Seconds it may run before it is killed.
+    pub timeout: Duration,
+}
+
+/// What came of a command in a guest.
+#[derive(Debug)]
+pub enum Outcome {
+    /// It ran: its exit status and its output (the guest's console: the
+    /// command's standard output and error, and the kernel's messages).
+    Ran {
+        /// The command's exit status.
+        code: i32,
+        /// Its output.
+        output: String,
+        /// How long the guest lived, boot included.
+        took: Duration,
+    },
+    /// The guest did not finish within its timeout and was killed.
+    TimedOut {
+        /// What it printed until then.
+        output: String,
+    },
+    /// No guest can run here (no qemu, no guest kernel, not root), with
+    /// the reason: the test skips.
+    Unavailable(String),
+}
+
+impl Guest {
+    /// Runs `sh -c SCRIPT` in a fresh guest.
+    pub fn run(&self, script: &str) -> Outcome {
+        let vm_run = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/vm-run");
+        let start = Instant::now();
+        let out = Command::new(vm_run)
+            .args([
+                "--mem",
+                &self.mem_mib.to_string(),
+                "--cpus",
+                &self.cpus.to_string(),
+                "--timeout",
+                &self.timeout.as_secs().to_string(),
+                "--",
+                "sh",
+                "-c",
+                script,
+            ])
+            .output()
+            .expect("scripts/vm-run runs");
+        let output = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        match out.status.code() {
+            Some(125) => Outcome::Unavailable(err.trim().to_string()),
+            Some(124) if err.contains("did not finish") => Outcome::TimedOut { output },
+            Some(code) => Outcome::Ran {
+                code,
+                output,
+                took: start.elapsed(),
+            },
+            None => Outcome::Ran {
+                code: -1,
+                output,
+                took: start.elapsed(),
+            },
+        }
+    }
+}
