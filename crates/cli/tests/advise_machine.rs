@@ -12,6 +12,10 @@ use std::time::Duration;
 use common::holder::{kernel_zram_here, zram_devices, Holder};
 use common::zmem;
 
+/// The tests that add a kernel zram device run one at a time: each counts
+/// the devices before and after.
+static KERNEL_DEVICES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn ok(out: &Output) -> String {
     assert!(
         out.status.success(),
@@ -184,6 +188,7 @@ fn the_sysfs_lines_are_all_accepted_in_order_by_a_kernel_device() {
         eprintln!("skipped: needs root and /sys/class/zram-control");
         return;
     }
+    let _one_at_a_time = KERNEL_DEVICES.lock().unwrap_or_else(|e| e.into_inner());
     let before = zram_devices();
     let h = Holder::start("same", 32, Duration::from_secs(60));
     // With a backing device and a watch, the script holds the writeback
@@ -364,4 +369,42 @@ fn a_process_that_exits_while_watched_is_noted_and_the_rest_kept() {
         .clone();
     assert!(last["resident"].as_u64().unwrap() > 0, "{last}");
     drop(stays);
+}
+
+#[test]
+fn an_interrupted_verify_removes_its_kernel_device() {
+    if !kernel_zram_here() {
+        eprintln!("skipped: needs root and /sys/class/zram-control");
+        return;
+    }
+    let _one_at_a_time = KERNEL_DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    let before = zram_devices();
+    let h = Holder::start("binaries", 1024, Duration::from_secs(120));
+    let pid = h.pid().to_string();
+    let child = Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .args([
+            "advise",
+            "--pid",
+            &pid,
+            "--verify",
+            "--comp",
+            "lz4",
+            "--latency-reads",
+            "500",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // SIGTERM as soon as its device exists, while it writes 1 GiB there.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while zram_devices().len() == before.len() {
+        assert!(std::time::Instant::now() < deadline, "no device appeared");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: kill has no memory preconditions; the pid is our child's.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let out = child.wait_with_output().unwrap();
+    one_line_error(&out, 1, "interrupted");
+    assert_eq!(zram_devices(), before, "the device was left behind");
 }

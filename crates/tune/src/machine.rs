@@ -9,8 +9,8 @@
 //! the device for a share of RAM ([`sizing`]); measure the swap costs the
 //! sysctls follow from ([`swap_costs`]); optionally watch the memory go
 //! idle ([`idle_watch`]) and write an idle writeback and recompression
-//! policy from it; optionally check the prediction by writing every scanned
-//! page into a hot-added kernel zram device ([`kernel_zram`]).
+//! policy from it. [`verify`] then checks the prediction by writing every
+//! scanned page into a hot-added kernel zram device ([`kernel_zram`]).
 //!
 //! This module owns the choice, the policy and the kernel check, and the
 //! report; the files to install from it are [`crate::emit`]'s. It never
@@ -24,6 +24,7 @@
 //! [`kernel_zram`]: crate::kernel_zram
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use recipe::Error;
@@ -52,8 +53,6 @@ pub struct MachineOptions {
     pub target_share: f64,
     /// Watch the memory go idle for this long.
     pub watch: Option<Duration>,
-    /// Check the prediction against a hot-added kernel zram device.
-    pub verify: bool,
     /// The device idle pages would be written back to.
     pub backing_dev: Option<PathBuf>,
 }
@@ -228,7 +227,7 @@ pub struct MachineAdvice {
     pub idle: Option<IdleReport>,
     /// The idle policy, with `--watch`.
     pub policy: Option<Policy>,
-    /// The kernel check, with `--verify`.
+    /// The kernel check, with `--verify` ([`verify`]).
     pub verify: Option<Verify>,
     /// The device idle pages go to, where given.
     pub backing_dev: Option<String>,
@@ -374,11 +373,6 @@ pub fn run(opts: &MachineOptions) -> Result<MachineAdvice, Error> {
         None => (None, None),
     };
 
-    let verify = if opts.verify {
-        Some(verify(&scan, &chosen)?)
-    } else {
-        None
-    };
     Ok(MachineAdvice {
         scan,
         advice,
@@ -388,7 +382,7 @@ pub fn run(opts: &MachineOptions) -> Result<MachineAdvice, Error> {
         swap_costs,
         idle,
         policy,
-        verify,
+        verify: None,
         backing_dev: opts.backing_dev.as_ref().map(|p| p.display().to_string()),
         warnings,
         seconds: start.elapsed().as_secs_f64(),
@@ -536,8 +530,12 @@ fn write_policy(report: &IdleReport, advice: &Advice, kernel: &KernelInfo) -> Po
 }
 
 /// Writes every scanned page into a hot-added kernel zram device with the
-/// chosen configuration and reads its `mm_stat`.
-fn verify(scan: &Scan, chosen: &Chosen) -> Result<Verify, Error> {
+/// chosen configuration and reads its `mm_stat` (`--verify`). The device is
+/// removed afterwards, also when this fails or `stop` is set meanwhile (the
+/// caller sets it on SIGINT or SIGTERM), which ends the writing with an
+/// error.
+pub fn verify(m: &MachineAdvice, stop: &AtomicBool) -> Result<Verify, Error> {
+    let (scan, chosen) = (&m.scan, &m.chosen);
     let start = Instant::now();
     let params = chosen.level_set.then(|| format!("level={}", chosen.level));
     let bytes = scan.pages * scan.page_size;
@@ -550,6 +548,13 @@ fn verify(scan: &Scan, chosen: &Chosen) -> Result<Verify, Error> {
     let mut buf = PageBuffer::zeroed(CHUNK * scan.page_size as usize);
     let mut at = 0u64;
     let missed = system_memory::for_each_chunk(scan, CHUNK, |chunk| {
+        if stop.load(Ordering::Relaxed) {
+            return Err(Error::Failed(format!(
+                "--verify: interrupted after {} pages; zram{} removed",
+                at / scan.page_size,
+                dev.id()
+            )));
+        }
         buf[..chunk.len()].copy_from_slice(chunk);
         std::os::unix::fs::FileExt::write_all_at(&out, &buf[..chunk.len()], at)
             .map_err(|e| Error::Failed(format!("--verify: writing /dev/zram{}: {e}", dev.id())))?;

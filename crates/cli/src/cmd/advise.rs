@@ -7,6 +7,8 @@
 //! `--plot` figures are the lab's (feature `lab`).
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use clap::Args;
 use recipe::output::{write_json, write_stdout, Format, FormatArg};
@@ -210,10 +212,12 @@ fn run_machine(args: &AdviseArgs, scope: Scope) -> Result<(), CliError> {
         goal: args.goal.clone(),
         target_share: f64::from(args.target_share) / 100.0,
         watch: args.watch,
-        verify: args.verify,
         backing_dev: args.backing_dev.clone(),
     };
-    let m = machine::run(&opts)?;
+    let mut m = machine::run(&opts)?;
+    if args.verify {
+        m.verify = Some(verify(&m)?);
+    }
     if let Some(kind) = &args.emit {
         let what = Emit::from_name(kind).expect("clap checked the name");
         return Ok(write_stdout(&tune::emit::emit(&m, what))?);
@@ -226,6 +230,32 @@ fn run_machine(args: &AdviseArgs, scope: Scope) -> Result<(), CliError> {
             machine::format(&m)
         ))?),
     }
+}
+
+/// `--verify`, with SIGINT and SIGTERM taken by a thread that stops the
+/// writing, so that the kernel device is removed however the run ends
+/// (every thread of the measurement has ended by now: none is left
+/// unmasked for a signal to kill the process through).
+fn verify(m: &machine::MachineAdvice) -> Result<machine::Verify, CliError> {
+    let blocked = crate::signals::block_termination()
+        .map_err(|e| CliError::Failed(format!("--verify: blocking signals: {e}")))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    // Waits for a signal for as long as the process lives.
+    std::thread::spawn(move || {
+        if blocked.wait().is_ok() {
+            flag.store(true, Ordering::Relaxed);
+        }
+    });
+    let result = machine::verify(m, &stop);
+    if stop.load(Ordering::Relaxed) {
+        // Interrupted: report it however the writing ended.
+        return Err(CliError::Failed(match result {
+            Err(e) => e.to_string(),
+            Ok(_) => "--verify: interrupted; the kernel device was removed".into(),
+        }));
+    }
+    Ok(result?)
 }
 
 /// Runs `zmem advise`.
