@@ -113,3 +113,65 @@ fn a_guest_swaps_onto_its_kernel_zram_and_every_page_is_right() {
         "the guest swapped {swapped} pages:\n{out}"
     );
 }
+
+#[test]
+fn a_guest_swaps_onto_a_zmem_export_through_qemus_nbd_driver() {
+    // `zmem serve` on this machine; the guest's swap disk is its export,
+    // through qemu's NBD client (the server is outside the guest, so the
+    // guest's memory pressure never reaches it).
+    let prog = swap_pages();
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("nbd.sock");
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .args(["serve", "--size", "1G", "--comp", "lz4", "--socket"])
+        .arg(&sock)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if sock.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let spec = format!(
+        "driver=nbd,node-name=swap,server.type=unix,server.path={},export=zram0",
+        sock.display()
+    );
+    let script = format!(
+        "set -e
+        modprobe virtio_blk
+        mkswap /dev/vda >/dev/null
+        swapon /dev/vda
+        {p} 192 1
+        {p} 288 2
+        grep -E '^pswpout ' /proc/vmstat",
+        p = prog.display()
+    );
+    let outcome = guest(256, 600).run_with_disks(&script, &[spec]);
+    let mm = Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .arg("ctl")
+        .arg("--socket")
+        .arg(dir.path().join("nbd.sock.ctl"))
+        .arg("mm_stat")
+        .output()
+        .unwrap();
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let Some(out) = ran(outcome, 0) else {
+        return;
+    };
+    let runs: Vec<&str> = out.lines().filter(|l| l.starts_with("pages ")).collect();
+    assert_eq!(runs.len(), 2, "{out}");
+    for r in &runs {
+        assert!(r.contains(" 0 wrong"), "{r}");
+    }
+    // The export holds what the guest swapped out and did not free.
+    let mm = String::from_utf8_lossy(&mm.stdout).to_string();
+    let orig: u64 = mm
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(orig > 0, "zmem holds nothing after the guest swapped: {mm}");
+}

@@ -48,21 +48,29 @@ pub enum Outcome {
 impl Guest {
     /// Runs `sh -c SCRIPT` in a fresh guest.
     pub fn run(&self, script: &str) -> Outcome {
+        self.run_with_disks(script, &[])
+    }
+
+    /// Runs `sh -c SCRIPT` in a fresh guest with virtio disks of qemu's
+    /// `-blockdev SPEC`s (each with its `node-name=`): /dev/vda, /dev/vdb,
+    /// ... in order, once the script loads virtio_blk.
+    pub fn run_with_disks(&self, script: &str, blockdevs: &[String]) -> Outcome {
         let vm_run = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/vm-run");
         let start = Instant::now();
-        let out = Command::new(vm_run)
-            .args([
-                "--mem",
-                &self.mem_mib.to_string(),
-                "--cpus",
-                &self.cpus.to_string(),
-                "--timeout",
-                &self.timeout.as_secs().to_string(),
-                "--",
-                "sh",
-                "-c",
-                script,
-            ])
+        let mut cmd = Command::new(vm_run);
+        cmd.args([
+            "--mem",
+            &self.mem_mib.to_string(),
+            "--cpus",
+            &self.cpus.to_string(),
+            "--timeout",
+            &self.timeout.as_secs().to_string(),
+        ]);
+        for b in blockdevs {
+            cmd.args(["--blockdev", b]);
+        }
+        let out = cmd
+            .args(["--", "sh", "-c", script])
             .output()
             .expect("scripts/vm-run runs");
         let output = String::from_utf8_lossy(&out.stdout).into_owned();
