@@ -21,7 +21,7 @@ use std::time::Duration;
 use common::holder::Holder;
 
 #[test]
-#[ignore = "ten minutes long: scripts/test-all runs it beside the suite"]
+#[ignore = "ten minutes long: scripts/test-all runs it beside Miri and fuzz"]
 fn a_ten_minute_watch_finds_the_untouched_half() {
     let buffer_mib = 512u64;
     let h = Holder::start("touch", buffer_mib, Duration::from_secs(120));
