@@ -155,33 +155,6 @@ impl Drop for Loop {
     }
 }
 
-/// A hot-added kernel zram device, removed on drop (never zram0).
-struct Device(u32);
-
-impl Device {
-    fn new() -> Device {
-        let id: u32 = std::fs::read_to_string("/sys/class/zram-control/hot_add")
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        assert_ne!(id, 0);
-        Device(id)
-    }
-}
-
-impl Drop for Device {
-    fn drop(&mut self) {
-        for _ in 0..100 {
-            let _ = std::fs::write(format!("/sys/block/zram{}/reset", self.0), "1");
-            if std::fs::write("/sys/class/zram-control/hot_remove", self.0.to_string()).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
 #[test]
 fn the_sysfs_lines_are_all_accepted_in_order_by_a_kernel_device() {
     if !kernel_zram_here() {
@@ -209,8 +182,9 @@ fn the_sysfs_lines_are_all_accepted_in_order_by_a_kernel_device() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("zram.sh");
     std::fs::write(&path, &script).unwrap();
-    let dev = Device::new();
-    let name = format!("zram{}", dev.0);
+    // A hot-added device (never zram0), removed on drop.
+    let dev = tune::kernel_zram::KernelZram::create_unsized().unwrap();
+    let name = format!("zram{}", dev.id());
     eprintln!("{script}");
     let run = Command::new("sh").arg(&path).arg(&name).output().unwrap();
     assert!(

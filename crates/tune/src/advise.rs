@@ -813,68 +813,71 @@ fn pareto(measured: &[CandidateResult], better: fn(&CandidateResult) -> f64) -> 
         .collect()
 }
 
-/// The configuration for each of [`GOALS`]: least memory; the fastest
-/// reads within 5% of that memory; the fastest reads. Only candidates
-/// without a dictionary: those are the ones a command line can name.
+/// The candidate of `pool` for `goal`: the least memory (`memory`); the
+/// fastest reads within 5% of that memory (`balanced`, and any other
+/// word); the fastest reads (`latency`). `None` for an empty pool.
+pub(crate) fn for_goal<'a>(
+    pool: &[&'a CandidateResult],
+    goal: &str,
+) -> Option<&'a CandidateResult> {
+    let least = pool
+        .iter()
+        .copied()
+        .min_by_key(|r| r.predicted_mem_used_total)?;
+    let limit = least.predicted_mem_used_total as f64 * 1.05;
+    Some(match goal {
+        "memory" => least,
+        "latency" => fastest(pool.iter().copied()).unwrap_or(least),
+        _ => fastest(
+            pool.iter()
+                .copied()
+                .filter(|r| r.predicted_mem_used_total as f64 <= limit),
+        )
+        .unwrap_or(least),
+    })
+}
+
+/// The configuration for each of [`GOALS`] ([`for_goal`]), among the
+/// candidates without a dictionary: those are the ones a command line can
+/// name.
 fn recommend(measured: &[CandidateResult], sample: &Sample) -> Vec<Recommendation> {
     let plain: Vec<&CandidateResult> = measured
         .iter()
         .filter(|r| !r.candidate.dictionary)
         .collect();
-    let Some(least) = plain
-        .iter()
-        .copied()
-        .min_by_key(|r| r.predicted_mem_used_total)
-    else {
-        return Vec::new();
-    };
-    let limit = least.predicted_mem_used_total as f64 * 1.05;
-    let balanced = fastest(
-        plain
-            .iter()
-            .copied()
-            .filter(|r| r.predicted_mem_used_total as f64 <= limit),
-    )
-    .unwrap_or(least);
-    let latency = fastest(plain.iter().copied()).unwrap_or(least);
     // A disk the size of the input, in MiB.
     let disk_mib = (sample.input_pages * sample.page_size as u64)
         .div_ceil(1 << 20)
         .max(1);
-    [
-        ("memory", least),
-        ("balanced", balanced),
-        ("latency", latency),
-    ]
-    .into_iter()
-    .map(|(goal, r)| {
-        let c = &r.candidate;
-        Recommendation {
-            goal: goal.into(),
-            label: r.label.clone(),
-            predicted_mem_used_total: r.predicted_mem_used_total,
-            read_p50_us: r.read_p50_us,
-            kernel: vec![
-                format!("echo {} > /sys/block/zramN/comp_algorithm", c.comp),
-                format!(
-                    "echo \"algo={} level={}\" > /sys/block/zramN/algorithm_params",
+    GOALS
+        .iter()
+        .filter_map(|&goal| Some((goal, for_goal(&plain, goal)?)))
+        .map(|(goal, r)| {
+            let c = &r.candidate;
+            Recommendation {
+                goal: goal.into(),
+                label: r.label.clone(),
+                predicted_mem_used_total: r.predicted_mem_used_total,
+                read_p50_us: r.read_p50_us,
+                kernel: vec![
+                    format!("echo {} > /sys/block/zramN/comp_algorithm", c.comp),
+                    format!(
+                        "echo \"algo={} level={}\" > /sys/block/zramN/algorithm_params",
+                        c.comp, c.level
+                    ),
+                    format!("echo {disk_mib}M > /sys/block/zramN/disksize"),
+                ],
+                zmem: format!(
+                    "zmem serve --mode default --comp {} --comp-params level={} --size {disk_mib}M",
                     c.comp, c.level
                 ),
-                format!("echo {disk_mib}M > /sys/block/zramN/disksize"),
-            ],
-            zmem: format!(
-                "zmem serve --mode default --comp {} --comp-params level={} --size {disk_mib}M",
-                c.comp, c.level
-            ),
-        }
-    })
-    .collect()
+            }
+        })
+        .collect()
 }
 
 /// The candidate with the fastest reads (then the least memory).
-pub(crate) fn fastest<'a>(
-    pool: impl Iterator<Item = &'a CandidateResult>,
-) -> Option<&'a CandidateResult> {
+fn fastest<'a>(pool: impl Iterator<Item = &'a CandidateResult>) -> Option<&'a CandidateResult> {
     pool.min_by(|a, b| {
         a.read_p50_us
             .total_cmp(&b.read_p50_us)

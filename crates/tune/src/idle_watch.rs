@@ -143,21 +143,51 @@ pub struct IdleReport {
     pub recompression: Vec<IdleRecompression>,
 }
 
-/// Sums the private anonymous mappings' `Rss` and `Referenced` of one
-/// process, bytes; `None` when it is gone.
-fn anon_referenced(pid: u32) -> Option<(u64, u64)> {
+/// One private anonymous mapping of a process, from `/proc/PID/smaps`.
+#[derive(Clone, Copy, Debug)]
+struct AnonMapping {
+    start: u64,
+    end: u64,
+    /// `Rss`, bytes.
+    rss: u64,
+    /// `Referenced`, bytes (at most `rss`).
+    referenced: u64,
+}
+
+impl AnonMapping {
+    /// The share of its resident pages not referenced (1 when none is
+    /// resident).
+    fn idle_share(&self) -> f64 {
+        if self.rss == 0 {
+            1.0
+        } else {
+            1.0 - self.referenced as f64 / self.rss as f64
+        }
+    }
+}
+
+/// The private anonymous mappings of `pid`; `None` when it is gone.
+fn anon_mappings(pid: u32) -> Option<Vec<AnonMapping>> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
-    let (mut rss, mut referenced) = (0u64, 0u64);
+    let mut out: Vec<AnonMapping> = Vec::new();
+    // Whether the mapping whose fields follow is one of them.
     let mut anon = false;
     for line in text.lines() {
         let first = line.split_whitespace().next().unwrap_or("");
         if first.contains('-') && !first.ends_with(':') {
-            anon = anonymous_mapping(line).is_some();
+            let m = anonymous_mapping(line);
+            anon = m.is_some();
+            out.extend(m.map(|(start, end, _)| AnonMapping {
+                start,
+                end,
+                rss: 0,
+                referenced: 0,
+            }));
             continue;
         }
-        if !anon {
+        let Some(m) = out.last_mut().filter(|_| anon) else {
             continue;
-        }
+        };
         let kb = |rest: &str| {
             rest.split_whitespace()
                 .next()
@@ -166,12 +196,25 @@ fn anon_referenced(pid: u32) -> Option<(u64, u64)> {
                 * 1024
         };
         if let Some(rest) = line.strip_prefix("Rss:") {
-            rss += kb(rest);
+            m.rss = kb(rest);
         } else if let Some(rest) = line.strip_prefix("Referenced:") {
-            referenced += kb(rest);
+            m.referenced = kb(rest);
         }
     }
-    Some((rss, referenced))
+    for m in &mut out {
+        m.referenced = m.referenced.min(m.rss);
+    }
+    Some(out)
+}
+
+/// The private anonymous mappings' `Rss` and `Referenced` of one process,
+/// summed, bytes; `None` when it is gone.
+fn anon_referenced(pid: u32) -> Option<(u64, u64)> {
+    let maps = anon_mappings(pid)?;
+    Some(
+        maps.iter()
+            .fold((0, 0), |(r, f), m| (r + m.rss, f + m.referenced)),
+    )
 }
 
 fn clear_refs(pid: u32, what: &str) -> std::io::Result<()> {
@@ -203,7 +246,7 @@ pub fn soft_dirty_works() -> bool {
 /// `/proc/PID/smaps`; `None` for a page no longer there.
 fn idle_weights(pages: &[PageRef], page_size: u64, per_page: bool) -> Vec<Option<f64>> {
     let mut maps: BTreeMap<u32, Option<File>> = BTreeMap::new();
-    let mut shares: BTreeMap<u32, Vec<(u64, u64, f64)>> = BTreeMap::new();
+    let mut mappings: BTreeMap<u32, Vec<AnonMapping>> = BTreeMap::new();
     pages
         .iter()
         .map(|r| {
@@ -222,55 +265,14 @@ fn idle_weights(pages: &[PageRef], page_size: u64, per_page: bool) -> Vec<Option
             if per_page {
                 return Some(if e & PM_SOFT_DIRTY != 0 { 0.0 } else { 1.0 });
             }
-            let m = shares
+            mappings
                 .entry(r.pid)
-                .or_insert_with(|| mapping_idle_shares(r.pid));
-            m.iter()
-                .find(|(start, end, _)| (*start..*end).contains(&r.addr))
-                .map(|&(_, _, share)| share)
+                .or_insert_with(|| anon_mappings(r.pid).unwrap_or_default())
+                .iter()
+                .find(|m| (m.start..m.end).contains(&r.addr))
+                .map(AnonMapping::idle_share)
         })
         .collect()
-}
-
-/// Each private anonymous mapping of `pid`: (start, end, untouched share).
-fn mapping_idle_shares(pid: u32) -> Vec<(u64, u64, f64)> {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/smaps")) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    let mut cur: Option<(u64, u64, u64, u64)> = None;
-    let mut flush = |c: Option<(u64, u64, u64, u64)>| {
-        if let Some((s, e, rss, refd)) = c {
-            let share = if rss == 0 {
-                1.0
-            } else {
-                1.0 - refd.min(rss) as f64 / rss as f64
-            };
-            out.push((s, e, share));
-        }
-    };
-    for line in text.lines() {
-        let first = line.split_whitespace().next().unwrap_or("");
-        if first.contains('-') && !first.ends_with(':') {
-            flush(cur.take());
-            cur = anonymous_mapping(line).map(|(s, e, _)| (s, e, 0, 0));
-            continue;
-        }
-        let Some(c) = cur.as_mut() else { continue };
-        let kb = |rest: &str| {
-            rest.split_whitespace()
-                .next()
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        if let Some(rest) = line.strip_prefix("Rss:") {
-            c.2 = kb(rest);
-        } else if let Some(rest) = line.strip_prefix("Referenced:") {
-            c.3 = kb(rest);
-        }
-    }
-    flush(cur);
-    out
 }
 
 /// Watches `pids` for `duration`: clears their accessed and soft-dirty
@@ -327,7 +329,7 @@ pub fn watch(
         alive.retain(|&pid| match anon_referenced(pid) {
             Some((r, f)) => {
                 resident += r;
-                referenced += f.min(r);
+                referenced += f;
                 true
             }
             None => {

@@ -92,16 +92,7 @@ impl KernelZram {
 
     /// The device's sysfs attributes, by name.
     pub fn attributes(&self) -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(format!("/sys/block/zram{}", self.id))
-            .map(|d| {
-                d.flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-                    .filter_map(|e| e.file_name().into_string().ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
+        attribute_names(Path::new(&format!("/sys/block/zram{}", self.id)))
     }
 
     /// Opens the block device for direct-I/O writes at any 4 KiB-aligned
@@ -112,10 +103,7 @@ impl KernelZram {
 
     fn check_algorithm(&self, comp: &str) -> Result<(), String> {
         let algos = self.read("comp_algorithm").unwrap_or_default();
-        if !algos
-            .split_whitespace()
-            .any(|a| a.trim_matches(['[', ']']) == comp)
-        {
+        if !algorithm_names(&algos).iter().any(|a| a == comp) {
             return Err(format!(
                 "the kernel's zram has no {comp} (it offers: {})",
                 algos.trim()
@@ -230,6 +218,30 @@ impl KernelZram {
         }
         Ok(())
     }
+}
+
+/// The sysfs attributes of a zram device's directory
+/// (`/sys/block/zramN`), by name, sorted; none where it cannot be read.
+pub fn attribute_names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The compressors a `comp_algorithm` value lists (`lzo [lz4] zstd`: the
+/// one in use in brackets), by name.
+pub fn algorithm_names(value: &str) -> Vec<String> {
+    value
+        .split_whitespace()
+        .map(|a| a.trim_matches(['[', ']']).to_string())
+        .collect()
 }
 
 impl Drop for KernelZram {

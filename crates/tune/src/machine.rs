@@ -33,7 +33,7 @@ use zsmalloc::Mode;
 
 use crate::advise::{self, Advice, AdviseOptions, Candidate, CandidateResult};
 use crate::idle_watch::{self, IdleReport};
-use crate::kernel_zram::{KernelZram, PageBuffer};
+use crate::kernel_zram::{self, KernelZram, PageBuffer};
 use crate::sizing::{self, Sizing};
 use crate::swap_costs::{self, SwapCosts};
 use crate::system_memory::{self, Scan, Scope};
@@ -88,11 +88,6 @@ impl KernelInfo {
         let zswap_enabled = std::fs::read_to_string("/sys/module/zswap/parameters/enabled")
             .ok()
             .map(|s| s.trim() == "Y");
-        let parse = |s: String| -> Vec<String> {
-            s.split_whitespace()
-                .map(|a| a.trim_matches(['[', ']']).to_string())
-                .collect()
-        };
         let existing = std::fs::read_dir("/sys/block").ok().and_then(|d| {
             d.flatten()
                 .map(|e| e.path())
@@ -104,29 +99,22 @@ impl KernelInfo {
                 .find(|p| p.join("comp_algorithm").exists())
         });
         if let Some(dir) = existing {
-            let algorithms = std::fs::read_to_string(dir.join("comp_algorithm"))
-                .map(parse)
-                .unwrap_or_default();
-            let mut attributes: Vec<String> = std::fs::read_dir(&dir)
-                .map(|d| {
-                    d.flatten()
-                        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-                        .filter_map(|e| e.file_name().into_string().ok())
-                        .collect()
-                })
-                .unwrap_or_default();
-            attributes.sort();
             return KernelInfo {
                 source: dir.display().to_string(),
-                algorithms,
-                attributes,
+                algorithms: std::fs::read_to_string(dir.join("comp_algorithm"))
+                    .map(|v| kernel_zram::algorithm_names(&v))
+                    .unwrap_or_default(),
+                attributes: kernel_zram::attribute_names(&dir),
                 zswap_enabled,
             };
         }
         match KernelZram::create_unsized() {
             Ok(dev) => KernelInfo {
                 source: format!("zram{}, hot-added to read it and removed", dev.id()),
-                algorithms: dev.read("comp_algorithm").map(parse).unwrap_or_default(),
+                algorithms: dev
+                    .read("comp_algorithm")
+                    .map(|v| kernel_zram::algorithm_names(&v))
+                    .unwrap_or_default(),
                 attributes: dev.attributes(),
                 zswap_enabled,
             },
@@ -237,8 +225,8 @@ pub struct MachineAdvice {
     pub seconds: f64,
 }
 
-/// Chooses among `measured` for `goal` (as `zmem advise` does) those the
-/// kernel has and a command line can name.
+/// Chooses among `measured` for `goal` (as `zmem advise` does,
+/// [`advise::for_goal`]) those the kernel has and a command line can name.
 fn choose<'a>(
     measured: &'a [CandidateResult],
     kernel: &KernelInfo,
@@ -248,22 +236,7 @@ fn choose<'a>(
         .iter()
         .filter(|r| !r.candidate.dictionary && kernel.has_algorithm(r.candidate.comp.name()))
         .collect();
-    let least = usable
-        .iter()
-        .copied()
-        .min_by_key(|r| r.predicted_mem_used_total)?;
-    let limit = least.predicted_mem_used_total as f64 * 1.05;
-    Some(match goal {
-        "memory" => least,
-        "latency" => advise::fastest(usable.iter().copied()).unwrap_or(least),
-        _ => advise::fastest(
-            usable
-                .iter()
-                .copied()
-                .filter(|r| r.predicted_mem_used_total as f64 <= limit),
-        )
-        .unwrap_or(least),
-    })
+    advise::for_goal(&usable, goal)
 }
 
 /// Runs the whole advice.
@@ -416,6 +389,8 @@ fn predict_chosen(
     let half = refs.len() / 2;
     let (mut at_half, mut n) = (None, 0usize);
     let mut sizes: Vec<f64> = Vec::with_capacity(refs.len());
+    // Each page's compressed size is what it adds to compr_data_size.
+    let mut compressed = 0u64;
     let mut buf = Vec::new();
     for batch in refs.chunks(4096) {
         buf.clear();
@@ -424,11 +399,12 @@ fn predict_chosen(
             if n == half {
                 at_half = Some((store.mm_stat(), n));
             }
-            let before = store.mm_stat().compr_data_size;
             store
                 .write_page(n as u64, page)
                 .map_err(|e| Error::Failed(format!("write block {n}: {e}")))?;
-            sizes.push((store.mm_stat().compr_data_size - before) as f64);
+            let now = store.mm_stat().compr_data_size;
+            sizes.push((now - compressed) as f64);
+            compressed = now;
             n += 1;
         }
     }

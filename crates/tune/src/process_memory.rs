@@ -81,7 +81,8 @@ pub(crate) fn anonymous_mapping(line: &str) -> Option<(u64, u64, String)> {
     Some((start, end, format!("{kind} {start:#x}-{end:#x}")))
 }
 
-fn system_page_size() -> u64 {
+/// The system's page size, bytes.
+pub(crate) fn system_page_size() -> u64 {
     // SAFETY: sysconf has no preconditions; it only reads a constant.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     u64::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)

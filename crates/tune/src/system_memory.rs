@@ -32,7 +32,7 @@ use recipe::Error;
 use serde::Serialize;
 
 use crate::advise::{Sample, RUN_PAGES};
-use crate::process_memory::anonymous_mapping;
+use crate::process_memory::{anonymous_mapping, system_page_size as page_size};
 use crate::rng::Rng;
 
 /// `/proc/PID/pagemap`: the page is present in RAM.
@@ -171,12 +171,6 @@ impl Scan {
         }
         s
     }
-}
-
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions; it only reads a constant.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
 }
 
 fn is_root() -> bool {
