@@ -265,3 +265,65 @@ fn read_only_and_policies_hold_for_every_store_an_export_gets() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("EINVAL"));
 }
+
+/// `--swap` without a mem_limit is refused before anything starts; with
+/// one, a process the kernel lets lock memory and set the I/O-flusher flag
+/// (root with CAP_IPC_LOCK and CAP_SYS_RESOURCE) serves in swap mode and
+/// says so, and any other gets one line naming what the kernel refused.
+#[test]
+fn serve_swap_needs_a_mem_limit_and_says_what_the_kernel_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("nbd.sock");
+    let zmem = env!("CARGO_BIN_EXE_zmem");
+    let out = std::process::Command::new(zmem)
+        .args(["serve", "--swap", "--size", "64M", "--socket"])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--swap needs --mem-limit"), "{err}");
+
+    let mut child = std::process::Command::new(zmem)
+        .args(["serve", "--swap", "--size", "64M", "--mem-limit", "16M"])
+        .arg("--socket")
+        .arg(&sock)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            assert_eq!(status.code(), Some(1), "{err}");
+            let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+            assert_eq!(errors.len(), 1, "{err}");
+            assert!(errors[0].contains("--swap: "), "{err}");
+            eprintln!("swap mode refused here: {}", errors[0]);
+            return;
+        }
+        if sock.with_extension("sock.ctl").exists() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "zmem serve --swap neither started nor failed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ctl = std::process::Command::new(zmem)
+        .arg("ctl")
+        .arg("--socket")
+        .arg(sock.with_extension("sock.ctl"))
+        .arg("swap_mode")
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = String::from_utf8_lossy(&ctl.stdout);
+    assert!(text.starts_with("on reserve="), "{text}");
+    assert!(text.contains("oom_score_adj=-1000"), "{text}");
+}

@@ -175,3 +175,65 @@ fn a_guest_swaps_onto_a_zmem_export_through_qemus_nbd_driver() {
         .unwrap_or(0);
     assert!(orig > 0, "zmem holds nothing after the guest swapped: {mm}");
 }
+
+#[test]
+fn a_guest_swaps_onto_zmem_serve_swap_inside_itself_over_nbd_ko() {
+    // zmem in the guest it is swap for: every page it needs to store a
+    // swapped page must exist before the write comes (`--swap`). Without
+    // it, the same guest hangs within seconds of the first swap-out.
+    let prog = swap_pages();
+    let script = format!(
+        r#"set -e
+        ip link set lo up
+        modprobe nbd
+        Z={zmem}
+        $Z serve --swap --size 512M --mem-limit 128M --comp lz4 \
+            --tcp 127.0.0.1:10809 --pid-file /tmp/z.pid 2>/tmp/serve.log &
+        for i in $(seq 100); do [ -s /tmp/z.pid ] && break; sleep 0.2; done
+        zp=$(cat /tmp/z.pid)
+        ctl() {{ $Z ctl --socket /tmp/zmem-0/tcp-10809.ctl "$@"; }}
+        ctl swap_mode
+        nbd-client -N zram0 127.0.0.1 10809 /dev/nbd0 -b 4096 -swap >/dev/null
+        mkswap /dev/nbd0 >/dev/null
+        swapon --discard=pages /dev/nbd0
+        {prog} 192 1
+        grep -E '^pswpout ' /proc/vmstat
+        ctl mm_stat | sed "s/^/mm_stat /"
+        ctl status
+        swapoff /dev/nbd0
+        nbd-client -d /dev/nbd0 >/dev/null
+        kill -0 $zp && echo "zmem alive"
+        grep -E '^(VmRSS|VmHWM)' /proc/$zp/status
+        kill $zp"#,
+        zmem = env!("CARGO_BIN_EXE_zmem"),
+        prog = prog.display()
+    );
+    let Some(out) = ran(guest(256, 600).run(&script), 0) else {
+        return;
+    };
+    assert!(out.contains("on reserve="), "swap mode is on: {out}");
+    assert!(out.contains("zmem alive"), "{out}");
+    let runs: Vec<&str> = out.lines().filter(|l| l.starts_with("pages ")).collect();
+    assert_eq!(runs.len(), 1, "{out}");
+    assert!(runs[0].contains(" 0 wrong"), "{}", runs[0]);
+    let swapped: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("pswpout "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(
+        swapped > 10_000,
+        "the guest swapped {swapped} pages:\n{out}"
+    );
+    // The store held what was swapped, within its mem_limit.
+    let used_max: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("mm_stat "))
+        .and_then(|l| l.split_whitespace().nth(4)?.parse().ok())
+        .unwrap_or_else(|| panic!("no mm_stat:\n{out}"));
+    assert!(used_max > 8 << 20 && used_max <= 128 << 20, "{out}");
+    assert!(
+        out.contains("swap mode: "),
+        "zmem ctl status shows swap mode: {out}"
+    );
+}

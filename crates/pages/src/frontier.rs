@@ -42,7 +42,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use crate::PagesError;
+use crate::{reserve, PagesError};
 
 /// Bytes reserved per mapping; runs are carved out of these.
 pub(crate) const CHUNK_BYTES: usize = 64 << 20;
@@ -54,6 +54,8 @@ const MADV_POPULATE_WRITE: libc::c_int = 23;
 pub(crate) struct Chunk {
     pub(crate) base: NonNull<u8>,
     pub(crate) len: usize,
+    /// A piece of the locked reserve (given back, not unmapped).
+    pub(crate) reserved: bool,
 }
 
 /// How a frontier's runs are used (see the module documentation).
@@ -95,13 +97,14 @@ impl Frontier {
         bytes: usize,
         chunks: &mut Vec<Chunk>,
     ) -> Result<NonNull<u8>, PagesError> {
+        // A piece of the locked reserve is resident already.
         let huge = match self.kind {
-            Use::Dense => huge_page_bytes(),
-            Use::Sparse => None,
+            Use::Dense if !reserve::active() => huge_page_bytes(),
+            _ => None,
         };
         let fits = matches!(self.current, Some((_, len)) if self.bump + bytes <= len);
         if !fits {
-            self.current = Some(map_chunk(huge, chunks)?);
+            self.current = Some(map_chunk(huge, bytes, chunks)?);
             self.bump = 0;
             self.ready = 0;
         }
@@ -125,13 +128,30 @@ impl Frontier {
     }
 }
 
-/// Maps a chunk excluded from transparent huge pages. With `huge` (a window
-/// size), the usable part starts at a window boundary, so that each window
-/// can be one huge page. Returns the usable start and length.
+/// Maps a chunk excluded from transparent huge pages, for a run of `bytes`.
+/// With `huge` (a window size), the usable part starts at a window boundary,
+/// so that each window can be one huge page. Once the locked reserve exists,
+/// takes one of its pieces instead. Returns the usable start and length.
 fn map_chunk(
     huge: Option<usize>,
+    bytes: usize,
     chunks: &mut Vec<Chunk>,
 ) -> Result<(NonNull<u8>, usize), PagesError> {
+    if reserve::active() {
+        if bytes > reserve::PIECE_BYTES {
+            return Err(PagesError::Reserve(format!(
+                "a run of {bytes} bytes is longer than a piece of the reserve ({})",
+                reserve::PIECE_BYTES
+            )));
+        }
+        let base = reserve::take_piece()?;
+        chunks.push(Chunk {
+            base,
+            len: reserve::PIECE_BYTES,
+            reserved: true,
+        });
+        return Ok((base, reserve::PIECE_BYTES));
+    }
     let slack = huge.unwrap_or(0);
     let len = CHUNK_BYTES + slack;
     // Miri maps only `MAP_PRIVATE | MAP_ANONYMOUS`; `MAP_NORESERVE` changes
@@ -160,7 +180,11 @@ fn map_chunk(
         return Err(PagesError::OutOfMemory(errno));
     }
     let base = NonNull::new(addr.cast::<u8>()).ok_or(PagesError::OutOfMemory(0))?;
-    chunks.push(Chunk { base, len });
+    chunks.push(Chunk {
+        base,
+        len,
+        reserved: false,
+    });
     // Miri has no `madvise` (and no huge pages).
     if !cfg!(miri) {
         // SAFETY: `addr..addr + len` is the mapping just made. Failure (a kernel

@@ -106,6 +106,7 @@ mod cache;
 mod free_runs;
 mod frontier;
 mod release;
+pub mod reserve;
 mod source;
 #[cfg(test)]
 mod tests;
@@ -147,6 +148,15 @@ pub enum PagesError {
         /// The limit, in pages.
         limit: usize,
     },
+    /// No piece of the locked reserve is ready ([`reserve`]): all are
+    /// taken and the refill did not make another in time, or the reserve is
+    /// used up.
+    ReserveExhausted {
+        /// Bytes of the reserve populated when it happened.
+        bytes: u64,
+    },
+    /// The locked reserve cannot be made (the reason).
+    Reserve(String),
 }
 
 impl fmt::Display for PagesError {
@@ -167,6 +177,13 @@ impl fmt::Display for PagesError {
             PagesError::LimitReached { limit } => {
                 write!(f, "the page limit of {limit} pages is reached")
             }
+            PagesError::ReserveExhausted { bytes } => {
+                write!(
+                    f,
+                    "no piece of the locked reserve is ready ({bytes} bytes locked, all taken)"
+                )
+            }
+            PagesError::Reserve(why) => write!(f, "locked reserve: {why}"),
         }
     }
 }

@@ -74,6 +74,16 @@ pub(crate) unsafe fn advise_dontneed(ranges: &[Range], counters: &Counters) {
     counters
         .ranges
         .fetch_add(ranges.len() as u64, Ordering::Relaxed);
+    if crate::reserve::active() {
+        // Locked memory cannot be given back (the kernel refuses
+        // `MADV_DONTNEED` on it): zero it, so it reads as released pages do.
+        for r in ranges {
+            // SAFETY: the range lies in a writable mapping the caller holds
+            // and nobody uses its contents (caller's contract).
+            unsafe { (r.addr as *mut u8).write_bytes(0, r.len) };
+        }
+        return;
+    }
     READ_ENV.call_once(|| {
         if std::env::var_os("ZMEM_NO_PROCESS_MADVISE").is_some() {
             NO_PROCESS_MADVISE.store(true, Ordering::Relaxed);

@@ -19,6 +19,7 @@ use crate::cache::ResidentCache;
 use crate::free_runs::FreeRuns;
 use crate::frontier::{Chunk, Frontier, Use};
 use crate::release::{self, Counters, Range};
+use crate::reserve;
 use crate::{
     os_page_size, PagesError, Run, DEFAULT_CACHE_BYTES, DEFAULT_DECAY_MS, DEFAULT_HOLD_BYTES,
     MAX_RUN_PAGES,
@@ -723,6 +724,12 @@ impl Drop for PageSource {
     fn drop(&mut self) {
         let inner = self.inner.get_mut().unwrap_or_else(|e| e.into_inner());
         for chunk in inner.chunks.drain(..) {
+            if chunk.reserved {
+                // SAFETY: a piece this source took from the reserve and gives
+                // back once, here; as below, no run of it is in use.
+                unsafe { reserve::give_piece(chunk.base) };
+                continue;
+            }
             // SAFETY: each chunk is a mapping made by a frontier and unmapped
             // only here; `&mut self` means no run of this source is in use
             // through it (runs outliving the source are documented as unmapped).

@@ -212,7 +212,7 @@ const fn store_after(after: StoreStore) -> Store {
 const COMPRESSED_WRITEBACK: &str = "compressed_writeback";
 
 /// The table: every control command, once.
-pub static ATTRS: [Attr; 30] = [
+pub static ATTRS: [Attr; 31] = [
     Attr {
         name: "mm_stat",
         alias: None,
@@ -378,6 +378,13 @@ pub static ATTRS: [Attr; 30] = [
         name: "exports",
         alias: None,
         show: Show::Server(exports),
+        store: Store::None,
+        wrong_state: Errno::EINVAL,
+    },
+    Attr {
+        name: "swap_mode",
+        alias: None,
+        show: Show::Server(swap_mode),
         store: Store::None,
         wrong_state: Errno::EINVAL,
     },
@@ -633,6 +640,15 @@ fn exports(reg: &Registry) -> String {
             }
         })
         .collect()
+}
+
+/// The server's swap mode (`zmem serve --swap`): `off`, or `on` and what it
+/// set, the locked reserve's bytes and how many are taken.
+fn swap_mode(reg: &Registry) -> String {
+    match reg.swap_mode() {
+        Some(m) => format!("{m}\n"),
+        None => "off\n".to_string(),
+    }
 }
 
 /// The largest retained-share divisor (as `--retain-divisor` takes).
@@ -981,7 +997,7 @@ mod tests {
             assert!(std::ptr::eq(find(a.name).unwrap(), a));
         }
         assert_eq!(seen.len(), ATTRS.len() + 1, "one alias");
-        assert_eq!(names().count(), 30);
+        assert_eq!(names().count(), 31);
         assert!(find("frobnicate").is_none());
         // Linux 7.0 renamed writeback_compressed before its release.
         assert_eq!(

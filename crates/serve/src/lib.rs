@@ -18,10 +18,13 @@
 //! - [`ctl_socket`]: the control socket's line protocol, server and client;
 //! - [`metrics`]: the Prometheus text format and its tiny HTTP server;
 //! - [`paths`]: the default socket paths `zmem serve` and `zmem ctl` share;
-//! - [`trim`]: giving idle memory back to the OS once I/O goes quiet.
+//! - [`trim`]: giving idle memory back to the OS once I/O goes quiet;
+//! - [`swap`]: swap mode, for a server its own kernel swaps onto (locked
+//!   memory, a reserve the stores draw from, the I/O-flusher flag).
 //!
 //! The command line, logging and signal handling live in the `zmem` binary.
-//! The only `unsafe` code is [`trim`]'s two glibc calls.
+//! The only `unsafe` code is [`trim`]'s two glibc calls and [`swap`]'s
+//! three C calls.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -34,6 +37,8 @@ pub mod device;
 pub mod metrics;
 pub mod paths;
 pub mod registry;
+#[allow(unsafe_code)]
+pub mod swap;
 #[cfg(test)]
 mod test_factory;
 #[allow(unsafe_code)]

@@ -45,6 +45,7 @@ pub use recipe::{Settings, StoreFactory};
 
 use crate::ctl_error::{disksize_bytes, CtlError};
 use crate::device::export_device;
+use crate::swap::SwapMode;
 
 /// One initialised export: its store.
 pub struct Served {
@@ -164,6 +165,7 @@ pub struct Registry {
     entries: RwLock<Vec<Arc<Entry>>>,
     server: OnceLock<Weak<Server>>,
     factory: OnceLock<Arc<dyn StoreFactory>>,
+    swap: OnceLock<SwapMode>,
 }
 
 impl fmt::Debug for Registry {
@@ -220,6 +222,17 @@ impl Registry {
     /// [`Registry::get`]); `None` if there is no such export.
     pub fn is_read_only(&self, name: Option<&str>) -> Option<bool> {
         self.entry(name).map(|e| e.read_only)
+    }
+
+    /// Records that the server runs in swap mode (once; later calls are
+    /// ignored).
+    pub fn set_swap_mode(&self, mode: SwapMode) {
+        let _ = self.swap.set(mode);
+    }
+
+    /// The server's swap mode, if it runs in it.
+    pub fn swap_mode(&self) -> Option<&SwapMode> {
+        self.swap.get()
     }
 
     /// Sets the factory that makes stores for `hot_add` and for exports

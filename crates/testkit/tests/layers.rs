@@ -87,13 +87,14 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
     (
         "zmem-serve",
         &[
+            "zmem-pages",
             "zmem-nbd",
             "zmem-zpool",
             "zmem-zcomp",
             "zmem-zram",
             "zmem-recipe",
         ],
-        &["zmem-zsmalloc", "zmem-zalloc", "zmem-pages"],
+        &["zmem-zsmalloc", "zmem-zalloc"],
     ),
     ("zmem-lab", PRODUCT, &[]),
     ("zmem-cli", PRODUCT_AND_LAB, &[]),

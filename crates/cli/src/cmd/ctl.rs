@@ -44,6 +44,7 @@ COMMANDS (as zram's sysfs attributes; reads print the file's text)
   [postpone_ms=MS]'
   retain_divisor | retain_divisor N (freed pages kept resident for reuse, up to
   one in N of the pages held, over a 1 MiB cache; 0: the cache only)
+  swap_mode (the server's: off, or on and the locked reserve's use)
   (one quoted value)
   (reset returns the export to uninitialised; it and hot_remove are refused
   with EBUSY while NBD clients are connected to it, as zram's are while the
@@ -156,9 +157,16 @@ fn print_status(args: &CtlArgs, path: &std::path::Path) -> Result<(), CliError> 
         raw: args.raw,
         noheadings: args.noheadings,
     };
-    Ok(recipe::output::write_stdout(&status::format_table(
-        &rows, &cols, style,
-    ))?)
+    let mut text = status::format_table(&rows, &cols, style);
+    // A server-wide line under the table, only where it has something to
+    // say and the table is for people (`zmem ctl swap_mode` is the
+    // machine-readable form).
+    if !args.raw && !args.noheadings {
+        if let Some(line) = status::swap_line(path)? {
+            text.push_str(&line);
+        }
+    }
+    Ok(recipe::output::write_stdout(&text)?)
 }
 
 /// The kernel's names for the columns of the one-line statistics files.

@@ -157,6 +157,19 @@ pub struct ServeArgs {
     /// as in the kernel.
     #[arg(long, value_name = "PERCENT", value_parser = recipe::flags::whole::<u32>(50, 99))]
     writeback_near_limit: Option<u32>,
+    /// Swap mode, for a server its own kernel swaps onto (nbd-client
+    /// -swap): the pages the stores hold come from a locked reserve of at
+    /// most the exports' mem_limit plus 4 MiB each (so every export needs
+    /// --mem-limit), 16 MiB locked at start and more locked ahead of need by
+    /// a thread of its own; the process is locked in memory (mlockall), its
+    /// I/O threads are I/O flushers (PR_SET_IO_FLUSHER), oom_score_adj is
+    /// -1000, and the in-flight bounds default to 2M per connection and 4M
+    /// in all, with a heap grown ahead for them. A write the reserve cannot
+    /// hold fails with ENOSPC, as the kernel's zram fails one past
+    /// mem_limit; exports added with hot_add share the reserve. Needs root
+    /// (CAP_IPC_LOCK, CAP_SYS_RESOURCE).
+    #[arg(long)]
+    swap: bool,
     /// Unix socket for NBD clients.
     #[arg(long, value_name = "PATH", conflicts_with = "tcp")]
     socket: Option<PathBuf>,
@@ -315,8 +328,15 @@ const EXPORT_MAX: u64 = 1 << 40;
 /// Applies the in-flight memory flags: the largest request never exceeds a
 /// connection's bound, and the server's total must hold one connection.
 fn inflight_config(args: &ServeArgs, config: Config) -> Result<Config, CliError> {
-    let per_conn = args.inflight_per_conn.unwrap_or(config.inflight_bytes);
-    let total = args.inflight_total.unwrap_or(config.inflight_total);
+    // Swap mode's request buffers come from a heap grown ahead: smaller
+    // bounds unless given.
+    let (conn_default, total_default) = if args.swap {
+        (serve::swap::INFLIGHT_PER_CONN, serve::swap::INFLIGHT_TOTAL)
+    } else {
+        (config.inflight_bytes, config.inflight_total)
+    };
+    let per_conn = args.inflight_per_conn.unwrap_or(conn_default);
+    let total = args.inflight_total.unwrap_or(total_default);
     if total < per_conn + (1 << 20) {
         return Err(CliError::Usage(format!(
             "--inflight-total {total} must be at least --inflight-per-conn ({per_conn}) plus 1M"
@@ -477,6 +497,26 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         )));
     }
     let registry = Arc::new(Registry::default());
+    // Swap mode's first half (the heap, the I/O-flusher flag that the
+    // stores' threads inherit); the second locks memory once they exist.
+    let swap = if args.swap {
+        let mut limits = Vec::new();
+        for (name, _, _, spec) in &plan {
+            if spec.mem_limit == 0 {
+                return Err(CliError::Usage(format!(
+                    "--swap needs --mem-limit: the pages of export {name:?} come from a \
+                     reserve locked at start, sized by it"
+                )));
+            }
+            limits.push(spec.mem_limit);
+        }
+        let total = args.inflight_total.unwrap_or(serve::swap::INFLIGHT_TOTAL);
+        let heap =
+            serve::swap::enter(total).map_err(|e| CliError::Failed(format!("--swap: {e}")))?;
+        Some((serve::swap::reserve_for(&limits), heap))
+    } else {
+        None
+    };
     for (i, (name, size, read_only, spec)) in plan.iter().enumerate() {
         let factory = Arc::new(SpecFactory {
             spec: spec.clone(),
@@ -541,6 +581,12 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             Some(factory),
             *read_only,
         );
+    }
+    if let Some((reserve, heap)) = swap {
+        let mode = serve::swap::lock(reserve, heap)
+            .map_err(|e| CliError::Failed(format!("--swap: {e}")))?;
+        info!("swap mode: {mode}");
+        registry.set_swap_mode(mode);
     }
     let exports = registry
         .nbd_exports()
@@ -647,8 +693,15 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         ),
         None => None,
     };
-    let trimmer = Trimmer::start(registry.clone())
-        .map_err(|e| CliError::Failed(format!("cannot start a thread: {e}")))?;
+    // Swap mode keeps every page it has: nothing to trim.
+    let trimmer = if args.swap {
+        None
+    } else {
+        Some(
+            Trimmer::start(registry.clone())
+                .map_err(|e| CliError::Failed(format!("cannot start a thread: {e}")))?,
+        )
+    };
     info!(
         "ready: NBD on {bound}, control on {}, {} export(s), pid {}",
         ctl_path.display(),
@@ -675,7 +728,9 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         m.shutdown();
     }
     ctl.shutdown();
-    trimmer.stop();
+    if let Some(t) = trimmer {
+        t.stop();
+    }
     // The policy threads stop with their exports, when the registry goes.
     match Arc::try_unwrap(server) {
         Ok(s) => s.wait(),

@@ -346,6 +346,37 @@ pub fn read_rows(path: &Path) -> Result<Vec<Row>, CliError> {
     Ok(rows)
 }
 
+/// The line `zmem ctl status` prints under its table for a server in swap
+/// mode (`swap_mode` other than `off`), sizes in util-linux's form; `None`
+/// for a server not in swap mode.
+pub fn swap_line(path: &Path) -> Result<Option<String>, CliError> {
+    let text = match serve::request(path, None, "swap_mode") {
+        Ok(Ok(body)) => body,
+        Ok(Err(e)) => return Err(CliError::Failed(format!("swap_mode: {e}"))),
+        Err(e) => return Err(CliError::Failed(format!("swap_mode: {e}"))),
+    };
+    let text = text.trim();
+    if text == "off" {
+        return Ok(None);
+    }
+    let field = |key: &str| -> Option<&str> {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+    };
+    let size = |key: &str| -> String {
+        field(key)
+            .and_then(|v| v.parse().ok())
+            .map_or_else(|| "?".into(), human_size)
+    };
+    Ok(Some(format!(
+        "swap mode: {} locked reserve ({} taken), {} heap ahead, mlockall, PR_SET_IO_FLUSHER, oom_score_adj {}\n",
+        size("reserve"),
+        size("taken"),
+        size("heap"),
+        field("oom_score_adj").unwrap_or("?")
+    )))
+}
+
 /// The bracketed name of a `comp_algorithm` answer (`lzo [lz4] zstd`).
 fn selected_algorithm(text: &str) -> String {
     text.split_whitespace()

@@ -1,0 +1,124 @@
+//! The locked reserve, in a process of its own (it is locked once per
+//! process): sources carve from it, the refill thread populates more as
+//! pieces are taken, a source runs out of it with an error rather than
+//! mapping more, reads zeros where it released pages, and gives its pieces
+//! back when dropped.
+
+use pages::reserve::{self, LOW_WATER_PIECES, PIECE_BYTES};
+use pages::{PageSource, PagesError, MAX_RUN_PAGES};
+
+/// Bytes resident and locked in this process (`VmLck` of /proc/self/status).
+fn locked_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmLck:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib << 10
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "Miri maps no locked or populated memory")]
+fn sources_carve_from_the_locked_reserve_and_fail_cleanly_past_it() {
+    let piece = PIECE_BYTES as u64;
+    assert!(!reserve::active());
+    assert!(matches!(
+        reserve::lock_reserve(0, 0),
+        Err(PagesError::Reserve(_))
+    ));
+    let pieces = LOW_WATER_PIECES as u64 + 4;
+    let before = locked_bytes();
+    let stats = match reserve::lock_reserve(pieces * piece - 1, 2 * piece) {
+        Ok(s) => s,
+        Err(e) => {
+            // An unprivileged user under a small RLIMIT_MEMLOCK.
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    assert_eq!(stats.limit, pieces * piece, "whole pieces");
+    assert_eq!(stats.locked, 2 * piece);
+    assert_eq!(stats.taken, 0);
+    assert!(reserve::active());
+    assert!(
+        locked_bytes() >= before + stats.locked,
+        "the first part is locked: {} -> {}",
+        before,
+        locked_bytes()
+    );
+    assert!(matches!(
+        reserve::lock_reserve(piece, 0),
+        Err(PagesError::Reserve(_))
+    ));
+    reserve::start_refill(|| ()).unwrap();
+
+    let page = 4096;
+    let source = PageSource::new(page, None).unwrap();
+    let run_pages = MAX_RUN_PAGES;
+    let per_piece = PIECE_BYTES / (run_pages as usize * page);
+    let mut runs = Vec::new();
+    let err = loop {
+        match source.alloc_clean(run_pages) {
+            Ok(run) => {
+                // Fresh pages read as zero; fill them.
+                // SAFETY: the run is ours, `run_pages` pages long.
+                let bytes = unsafe {
+                    std::slice::from_raw_parts_mut(run.as_ptr(), run_pages as usize * page)
+                };
+                assert!(bytes.iter().all(|&b| b == 0));
+                bytes.fill(0xa5);
+                runs.push(run);
+            }
+            Err(e) => break e,
+        }
+    };
+    // The refill thread made every piece past the first two, on demand.
+    assert_eq!(err, PagesError::ReserveExhausted { bytes: stats.limit });
+    assert!(err.to_string().contains("locked reserve"), "{err}");
+    assert_eq!(
+        runs.len(),
+        pieces as usize * per_piece,
+        "every piece carved, nothing more"
+    );
+    let full = reserve::stats().unwrap();
+    assert_eq!((full.locked, full.taken), (stats.limit, stats.limit));
+    assert!(locked_bytes() >= before + stats.limit);
+
+    // Released pages stay locked and read as zero when handed out again.
+    let run = runs.pop().unwrap();
+    source.discard(&run, 0, run_pages);
+    // SAFETY: the run is still ours.
+    let bytes = unsafe { std::slice::from_raw_parts(run.as_ptr(), run_pages as usize * page) };
+    assert!(
+        bytes.iter().all(|&b| b == 0),
+        "a discarded run reads as zero"
+    );
+    source.free(run);
+    for run in runs.drain(..) {
+        source.free(run);
+    }
+    source.flush();
+    let again = source.alloc_clean(run_pages).unwrap();
+    // SAFETY: the run is ours.
+    let bytes = unsafe { std::slice::from_raw_parts(again.as_ptr(), run_pages as usize * page) };
+    assert!(
+        bytes.iter().all(|&b| b == 0),
+        "a released run reads as zero"
+    );
+    source.free(again);
+
+    // A dropped source gives its pieces back, zeroed, for the next one.
+    drop(source);
+    assert_eq!(reserve::stats().unwrap().taken, 0);
+    let next = PageSource::new(page, None).unwrap();
+    let dense = next.alloc(run_pages).unwrap();
+    // SAFETY: the run is ours.
+    let bytes = unsafe { std::slice::from_raw_parts(dense.as_ptr(), run_pages as usize * page) };
+    assert!(
+        bytes.iter().all(|&b| b == 0),
+        "a given-back piece reads as zero"
+    );
+    assert_eq!(reserve::stats().unwrap().taken, piece);
+    next.free(dense);
+}

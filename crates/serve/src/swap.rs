@@ -1,0 +1,225 @@
+//! Swap mode: what a server that may be its own kernel's swap device does
+//! to itself before it serves, so that storing a page never needs a page
+//! the kernel would have to find by swapping.
+//!
+//! A kernel that swaps onto this process waits for it to store the pages;
+//! if the process then faults on memory the kernel does not have, the
+//! fault's reclaim swaps out to the same process and waits for itself (or,
+//! for a thread that may not start I/O, spins in reclaim). So in swap mode,
+//! before any I/O thread starts:
+//! - the pages the stores hold come from a locked reserve
+//!   (`pages::reserve`): address space for the exports' `mem_limit`, a
+//!   first part populated and locked now, and a thread that populates more
+//!   ahead of need, outside the I/O path; a write that finds no ready piece
+//!   fails with an error the kernel sees, as the kernel's zram fails a write
+//!   it has no memory for;
+//! - the C heap never gives memory back and never maps a fresh region per
+//!   allocation (`M_TRIM_THRESHOLD`, `M_MMAP_MAX` 0), and is grown ahead by
+//!   the in-flight bound plus [`HEAP_SPARE_BYTES`], so that request buffers
+//!   and compression contexts are carved from resident, locked memory;
+//! - every page the process has is locked (`mlockall(MCL_CURRENT)`), and so
+//!   is every page it faults in later (`MCL_FUTURE | MCL_ONFAULT`): none can
+//!   be swapped out, onto itself or elsewhere;
+//! - `PR_SET_IO_FLUSHER` (Linux 5.6) marks the I/O threads as I/O flushers:
+//!   the kernel neither makes their own allocations start I/O nor throttles
+//!   them on the device they serve (the reserve's thread, started before,
+//!   is not one: its faults are the ones allowed to wait for reclaim);
+//! - `oom_score_adj` -1000: the OOM killer picks the programs whose pages
+//!   fill the device, never the device.
+//!
+//! This module applies those settings and reports them; the idle-memory
+//! trimmer (`trim`) must not run in swap mode (the caller leaves it off).
+//! Its `unsafe` code is three C calls (`mallopt`, `mlockall`, `prctl`), each
+//! with its SAFETY argument.
+
+use std::fmt;
+
+/// Bytes the C heap is grown by beyond the in-flight bound: per-CPU
+/// compression contexts (lz4's are 16 KiB, zstd's about 1.3 MiB at level 3),
+/// reply headers and the page sources' bookkeeping, with room to spare.
+pub const HEAP_SPARE_BYTES: u64 = 4 << 20;
+
+/// Bytes of the reserve populated and locked at start; the refill thread
+/// keeps `pages::reserve::LOW_WATER_PIECES` ready beyond what is taken.
+pub const INITIAL_RESERVE_BYTES: u64 = 16 << 20;
+
+/// The in-flight bound per connection in swap mode unless given: the
+/// request buffers come from the heap grown ahead.
+pub const INFLIGHT_PER_CONN: u64 = 2 << 20;
+
+/// The in-flight bound of all connections together in swap mode unless
+/// given.
+pub const INFLIGHT_TOTAL: u64 = 4 << 20;
+
+/// Pieces of the locked reserve each store may hold partly carved beyond
+/// its `mem_limit`: its pool's two frontiers and its huge-page source's two.
+pub const PIECES_PER_STORE: u64 = 4;
+
+/// What swap mode set, for `zmem ctl status` and the `swap_mode` attribute.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SwapMode {
+    /// Bytes of address space the locked reserve may grow to.
+    pub reserve_bytes: u64,
+    /// Bytes the C heap was grown by.
+    pub heap_bytes: u64,
+    /// `oom_score_adj` as set.
+    pub oom_score_adj: i32,
+}
+
+impl fmt::Display for SwapMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = pages::reserve::stats().unwrap_or_default();
+        write!(
+            f,
+            "on reserve={} locked={} taken={} heap={} mlockall=current,future-onfault \
+             io_flusher=1 oom_score_adj={}",
+            self.reserve_bytes, s.locked, s.taken, self.heap_bytes, self.oom_score_adj
+        )
+    }
+}
+
+/// The reserve for stores whose `mem_limit`s are `limits` (bytes): their
+/// sum, plus [`PIECES_PER_STORE`] pieces each.
+pub fn reserve_for(limits: &[u64]) -> u64 {
+    let piece = pages::reserve::PIECE_BYTES as u64;
+    limits
+        .iter()
+        .map(|l| l.div_ceil(piece) * piece + PIECES_PER_STORE * piece)
+        .sum()
+}
+
+/// Enters swap mode's first half, before the stores are made: the heap
+/// that never shrinks, grown by `inflight_total` plus [`HEAP_SPARE_BYTES`];
+/// the I/O-flusher flag, which every thread created after inherits (the
+/// stores' own threads too: they take locks the I/O path waits for); and
+/// `oom_score_adj`. Then [`lock`]. An error names the setting the kernel
+/// refused; nothing is undone (the caller exits).
+pub fn enter(inflight_total: u64) -> Result<u64, String> {
+    heap_never_shrinks()?;
+    let heap_bytes = inflight_total + HEAP_SPARE_BYTES;
+    grow_heap(heap_bytes as usize);
+    // SAFETY: prctl with integer arguments only sets a flag on this task.
+    if unsafe { libc::prctl(PR_SET_IO_FLUSHER, 1, 0, 0, 0) } != 0 {
+        return Err(format!(
+            "prctl(PR_SET_IO_FLUSHER): {} (Linux 5.6 and CAP_SYS_RESOURCE)",
+            std::io::Error::last_os_error()
+        ));
+    }
+    std::fs::write("/proc/self/oom_score_adj", format!("{OOM_SCORE_ADJ}\n"))
+        .map_err(|e| format!("oom_score_adj {OOM_SCORE_ADJ}: {e} (needs CAP_SYS_RESOURCE)"))?;
+    Ok(heap_bytes)
+}
+
+/// Swap mode's second half, once the stores are made (their tables exist)
+/// and before the server's threads start: locks every page the process has
+/// and every page it faults in later, makes the locked reserve of at most
+/// `reserve_bytes` and starts its refill thread. `heap_bytes` is what
+/// [`enter`] returned.
+pub fn lock(reserve_bytes: u64, heap_bytes: u64) -> Result<SwapMode, String> {
+    // SAFETY: mlockall only changes how this process's mappings are paged;
+    // it has no memory-safety preconditions. This populates every page
+    // mapped so far (the stores' tables that were allocated but never
+    // written, the heap, the binary).
+    let current = unsafe { libc::mlockall(libc::MCL_CURRENT) };
+    // SAFETY: as above. Later mappings are locked page by page as they are
+    // faulted in, so that address space reserved is not populated whole.
+    let future = unsafe { libc::mlockall(libc::MCL_FUTURE | libc::MCL_ONFAULT) };
+    if current != 0 || future != 0 {
+        return Err(format!(
+            "mlockall: {} (swap mode needs CAP_IPC_LOCK or a large RLIMIT_MEMLOCK)",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // After `MCL_CURRENT`, which would populate the reserve's address space
+    // whole.
+    pages::reserve::lock_reserve(reserve_bytes, INITIAL_RESERVE_BYTES.min(reserve_bytes))
+        .map_err(|e| e.to_string())?;
+    pages::reserve::start_refill(|| {
+        // The refill thread's faults are the ones allowed to wait for
+        // reclaim, which may swap: it gives up the inherited flag.
+        // SAFETY: prctl with integer arguments only clears a flag on this
+        // task.
+        unsafe { libc::prctl(PR_SET_IO_FLUSHER, 0, 0, 0, 0) };
+    })
+    .map_err(|e| format!("cannot start a thread: {e}"))?;
+    Ok(SwapMode {
+        reserve_bytes,
+        heap_bytes,
+        oom_score_adj: OOM_SCORE_ADJ,
+    })
+}
+
+/// `PR_SET_IO_FLUSHER` (Linux 5.6), which the libc crate may not name.
+const PR_SET_IO_FLUSHER: libc::c_int = 57;
+
+/// The OOM killer's adjustment in swap mode: never this process.
+const OOM_SCORE_ADJ: i32 = -1000;
+
+/// Keeps freed heap memory in the heap and serves every allocation from it.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn heap_never_shrinks() -> Result<(), String> {
+    // SAFETY: mallopt only sets glibc tunables; called before the I/O
+    // threads start.
+    let ok = unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, libc::c_int::MAX) == 1
+            && libc::mallopt(libc::M_MMAP_MAX, 0) == 1
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err("mallopt refused M_TRIM_THRESHOLD or M_MMAP_MAX".into())
+    }
+}
+
+/// Off glibc there is no tunable to set; swap mode is refused.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn heap_never_shrinks() -> Result<(), String> {
+    Err("swap mode needs glibc's malloc tunables".into())
+}
+
+/// Grows the heap by `bytes`, touching every page, and frees them again:
+/// with the trim threshold out of reach they stay in the heap, resident (and
+/// locked by `MCL_CURRENT` after), for later allocations.
+fn grow_heap(bytes: usize) {
+    let mut v: Vec<u8> = Vec::with_capacity(bytes);
+    // Not `vec![0; n]`: calloc skips fresh heap memory, which reads as zero
+    // without being touched. One write a page faults each in.
+    let spare = v.spare_capacity_mut();
+    for byte in spare.iter_mut().step_by(4096) {
+        byte.write(0);
+    }
+    std::hint::black_box(&v);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reserve_covers_each_limit_and_its_partly_carved_pieces() {
+        let piece = pages::reserve::PIECE_BYTES as u64;
+        assert_eq!(reserve_for(&[]), 0);
+        assert_eq!(reserve_for(&[64 << 20]), (64 << 20) + 4 * piece);
+        // Limits are rounded up to whole pieces, each store on its own.
+        assert_eq!(reserve_for(&[1, 1]), 2 * (piece + 4 * piece));
+    }
+
+    #[test]
+    fn the_report_names_every_setting() {
+        let m = SwapMode {
+            reserve_bytes: 8 << 20,
+            heap_bytes: 8 << 20,
+            oom_score_adj: -1000,
+        };
+        let text = m.to_string();
+        for want in [
+            "reserve=8388608",
+            "heap=8388608",
+            "mlockall=current,future-onfault",
+            "io_flusher=1",
+            "oom_score_adj=-1000",
+        ] {
+            assert!(text.contains(want), "{text}");
+        }
+    }
+}
