@@ -177,6 +177,7 @@ fn a_guest_swaps_onto_a_zmem_export_through_qemus_nbd_driver() {
 }
 
 #[test]
+#[ignore = "3 runs of 3 with vm.min_free_kbytes=32768, too few to gate on (docs/serve.md); run with --ignored"]
 fn a_guest_swaps_onto_zmem_serve_swap_inside_itself_over_nbd_ko() {
     // zmem in the guest it is swap for: every page it needs to store a
     // swapped page must exist before the write comes (`--swap`). Without
@@ -186,6 +187,7 @@ fn a_guest_swaps_onto_zmem_serve_swap_inside_itself_over_nbd_ko() {
         r#"set -e
         ip link set lo up
         modprobe nbd
+        echo 32768 > /proc/sys/vm/min_free_kbytes
         Z={zmem}
         $Z serve --swap --size 512M --mem-limit 128M --comp lz4 \
             --tcp 127.0.0.1:10809 --pid-file /tmp/z.pid 2>/tmp/serve.log &

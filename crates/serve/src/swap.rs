@@ -55,6 +55,12 @@ pub const INFLIGHT_TOTAL: u64 = 4 << 20;
 /// its `mem_limit`: its pool's two frontiers and its huge-page source's two.
 pub const PIECES_PER_STORE: u64 = 4;
 
+/// The `vm.min_free_kbytes` below which swap mode warns: the kernel keeps
+/// this much free, and the socket memory of the server's replies is
+/// allocated from it while the kernel waits for the server (docs/serve.md
+/// has the runs behind the figure).
+pub const ADVISED_MIN_FREE_KBYTES: u64 = 32768;
+
 /// What swap mode set, for `zmem ctl status` and the `swap_mode` attribute.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SwapMode {
@@ -64,6 +70,17 @@ pub struct SwapMode {
     pub heap_bytes: u64,
     /// `oom_score_adj` as set.
     pub oom_score_adj: i32,
+    /// `vm.min_free_kbytes` when swap mode began (0 if unreadable).
+    pub min_free_kbytes: u64,
+}
+
+/// The system's `vm.min_free_kbytes`, if readable.
+pub fn min_free_kbytes() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/vm/min_free_kbytes")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 impl fmt::Display for SwapMode {
@@ -72,8 +89,13 @@ impl fmt::Display for SwapMode {
         write!(
             f,
             "on reserve={} locked={} taken={} heap={} mlockall=current,future-onfault \
-             io_flusher=1 oom_score_adj={}",
-            self.reserve_bytes, s.locked, s.taken, self.heap_bytes, self.oom_score_adj
+             io_flusher=1 oom_score_adj={} min_free_kbytes={}",
+            self.reserve_bytes,
+            s.locked,
+            s.taken,
+            self.heap_bytes,
+            self.oom_score_adj,
+            self.min_free_kbytes
         )
     }
 }
@@ -146,6 +168,7 @@ pub fn lock(reserve_bytes: u64, heap_bytes: u64) -> Result<SwapMode, String> {
         reserve_bytes,
         heap_bytes,
         oom_score_adj: OOM_SCORE_ADJ,
+        min_free_kbytes: min_free_kbytes().unwrap_or(0),
     })
 }
 
@@ -210,6 +233,7 @@ mod tests {
             reserve_bytes: 8 << 20,
             heap_bytes: 8 << 20,
             oom_score_adj: -1000,
+            min_free_kbytes: 32768,
         };
         let text = m.to_string();
         for want in [
@@ -218,6 +242,7 @@ mod tests {
             "mlockall=current,future-onfault",
             "io_flusher=1",
             "oom_score_adj=-1000",
+            "min_free_kbytes=32768",
         ] {
             assert!(text.contains(want), "{text}");
         }

@@ -586,6 +586,14 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         let mode = serve::swap::lock(reserve, heap)
             .map_err(|e| CliError::Failed(format!("--swap: {e}")))?;
         info!("swap mode: {mode}");
+        if mode.min_free_kbytes < serve::swap::ADVISED_MIN_FREE_KBYTES {
+            log::warn!(
+                "vm.min_free_kbytes is {}: a kernel swapping onto this server over a socket \
+                 has stalled at such values; sysctl vm.min_free_kbytes={} (docs/serve.md)",
+                mode.min_free_kbytes,
+                serve::swap::ADVISED_MIN_FREE_KBYTES
+            );
+        }
         registry.set_swap_mode(mode);
     }
     let exports = registry

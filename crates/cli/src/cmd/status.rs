@@ -369,11 +369,14 @@ pub fn swap_line(path: &Path) -> Result<Option<String>, CliError> {
             .map_or_else(|| "?".into(), human_size)
     };
     Ok(Some(format!(
-        "swap mode: {} locked reserve ({} taken), {} heap ahead, mlockall, PR_SET_IO_FLUSHER, oom_score_adj {}\n",
+        "swap mode: {} locked of a {} reserve ({} taken), {} heap ahead, mlockall, \
+         PR_SET_IO_FLUSHER, oom_score_adj {}, vm.min_free_kbytes {}\n",
+        size("locked"),
         size("reserve"),
         size("taken"),
         size("heap"),
-        field("oom_score_adj").unwrap_or("?")
+        field("oom_score_adj").unwrap_or("?"),
+        field("min_free_kbytes").unwrap_or("?")
     )))
 }
 
