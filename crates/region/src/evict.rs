@@ -198,9 +198,14 @@ pub fn bring_in(sh: &Shared, p: usize, addr: usize, buf: &mut [u8], fault: bool)
             } else {
                 (sh.probation.slot_ptr(sh.table.stamp(p)).cast_const(), t0)
             };
-            match uffd.copy(addr, src, ps) {
+            let split = sh.config.split_copy_wake;
+            match uffd.copy_mode(addr, src, ps, !split) {
                 Ok(()) => {
                     let t2 = Instant::now();
+                    if split {
+                        let _ = uffd.wake(addr, ps);
+                    }
+                    let t3 = Instant::now();
                     if state == STORED {
                         let _ = sh.store.discard(p as u64, 1);
                         if fault {
@@ -208,6 +213,7 @@ pub fn bring_in(sh: &Shared, p: usize, addr: usize, buf: &mut [u8], fault: bool)
                             let ns = |d: std::time::Duration| d.as_nanos() as u64;
                             c.decompress_ns.fetch_add(ns(t1 - t0), Ordering::Relaxed);
                             c.copy_ns.fetch_add(ns(t2 - t1), Ordering::Relaxed);
+                            c.wake_ns.fetch_add(ns(t3 - t2), Ordering::Relaxed);
                         }
                     } else {
                         sh.probation.give(sh.table.stamp(p));

@@ -30,7 +30,7 @@ use crate::evict::{bring_in, evict, settle_probation, Dest};
 use crate::gate::Side;
 use crate::shared::{drain, kick, Shared};
 use crate::stats::Counters;
-use crate::table::{PROBATION, REFERENCED, RESIDENT, STORED};
+use crate::table::{LOADING, PROBATION, REFERENCED, RESIDENT, STORED};
 
 /// Pages evicted below the limit at each wake-up: a batch, so the handler
 /// does not wake the evictor for every fault.
@@ -152,7 +152,16 @@ pub fn cold(sh: &Shared, first: usize, end: usize) -> usize {
     sh.gate.enter(Side::Evict);
     let mut done = 0;
     for p in first..end {
-        let ok = match sh.table.state(p) {
+        // A page being brought back is mapped before its state says so
+        // (the copy wakes the faulting thread first): wait for it.
+        let mut state = sh.table.state(p);
+        let mut spins = 0;
+        while state == LOADING && spins < 100_000 {
+            std::thread::yield_now();
+            spins += 1;
+            state = sh.table.state(p);
+        }
+        let ok = match state {
             RESIDENT => evict(sh, p, Dest::Store, buf.bytes()),
             PROBATION => settle_probation(sh, p),
             _ => false,

@@ -62,6 +62,10 @@ struct Handler {
 /// The thread's body.
 pub fn run(sh: Arc<Shared>) {
     lock_stack(64 * 1024);
+    // Short waits mean short: the default timer slack (50 µs) would stretch
+    // a 20 µs wait for room fourfold.
+    // SAFETY: sets this thread's timer slack to 1 µs.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
     let buf = match LockedBuf::new(sh.page_size) {
         Ok(b) => b,
         Err(_) => return,
@@ -98,23 +102,25 @@ impl Handler {
                     revents: 0,
                 },
             ];
-            // Waiting faults are tried again every 20 µs.
-            let timeout = if self.nwaiting > 0 { 0 } else { -1 };
-            // SAFETY: two valid pollfd entries.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
+            // Waiting faults are tried again after 20 µs, or as soon as the
+            // evictor makes room (it kicks the eventfd) or a message comes.
+            let wait = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 20_000,
+            };
+            let timeout = if self.nwaiting > 0 {
+                &wait as *const libc::timespec
+            } else {
+                std::ptr::null()
+            };
+            // SAFETY: two valid pollfd entries, a valid or null timeout, no
+            // signal mask.
+            unsafe { libc::ppoll(fds.as_mut_ptr(), 2, timeout, std::ptr::null()) };
             if self.sh.stop_handler.load(Ordering::Acquire) {
                 return;
             }
             if fds[1].revents != 0 {
                 drain(efd);
-            }
-            if n == 0 && self.nwaiting > 0 {
-                let ts = libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: 20_000,
-                };
-                // SAFETY: a valid timespec; no remainder wanted.
-                unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
             }
             self.sh.gate.enter(Side::Handler);
             self.read_all();

@@ -146,8 +146,11 @@ pub struct Counters {
     pub latency: Histogram,
     /// Nanoseconds decompressing for missing-from-store faults.
     pub decompress_ns: AtomicU64,
-    /// Nanoseconds in `UFFDIO_COPY` for missing-from-store faults.
+    /// Nanoseconds in `UFFDIO_COPY` (without waking) for
+    /// missing-from-store faults.
     pub copy_ns: AtomicU64,
+    /// Nanoseconds in `UFFDIO_WAKE` after that copy.
+    pub wake_ns: AtomicU64,
     /// Nanoseconds in missing-from-store faults in all.
     pub store_fault_ns: AtomicU64,
 }
@@ -200,8 +203,12 @@ pub struct EvictionStats {
 pub struct StoreFaultTime {
     /// Mean ns decompressing (the store's read).
     pub decompress_ns: u64,
-    /// Mean ns in `UFFDIO_COPY` (page allocation, copy, map, wake).
+    /// Mean ns in `UFFDIO_COPY` (page allocation, copy, map, and the wake
+    /// unless `split_copy_wake` is set).
     pub copy_ns: u64,
+    /// Mean ns in `UFFDIO_WAKE` (waking the faulting thread; 0 unless
+    /// `RegionConfig::split_copy_wake`).
+    pub wake_ns: u64,
     /// Mean ns for the rest: the message, page state, discarding the slot.
     pub bookkeeping_ns: u64,
 }
@@ -270,15 +277,17 @@ impl Counters {
             prefetched: l(&self.prefetched),
         };
         let n = faults.missing_store.max(1);
-        let (d, c, t) = (
+        let (d, c, w, t) = (
             l(&self.decompress_ns),
             l(&self.copy_ns),
+            l(&self.wake_ns),
             l(&self.store_fault_ns),
         );
         let time = StoreFaultTime {
             decompress_ns: d / n,
             copy_ns: c / n,
-            bookkeeping_ns: t.saturating_sub(d + c) / n,
+            wake_ns: w / n,
+            bookkeeping_ns: t.saturating_sub(d + c + w) / n,
         };
         (faults, ev, self.latency.snapshot(), time)
     }

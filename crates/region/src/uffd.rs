@@ -64,6 +64,8 @@ pub const FEATURES: u64 =
 const REGISTER_MODE_MISSING: u64 = 1;
 /// `UFFDIO_REGISTER_MODE_WP`.
 const REGISTER_MODE_WP: u64 = 2;
+/// `UFFDIO_COPY_MODE_DONTWAKE`.
+const COPY_MODE_DONTWAKE: u64 = 1;
 /// `UFFDIO_WRITEPROTECT_MODE_WP`.
 const WRITEPROTECT_MODE_WP: u64 = 1;
 
@@ -312,11 +314,17 @@ impl Uffd {
     /// `EAGAIN`: the mapping is changing (an event is unread), try again
     /// after reading events.
     pub fn copy(&self, dst: usize, src: *const u8, len: usize) -> io::Result<()> {
+        self.copy_mode(dst, src, len, true)
+    }
+
+    /// `UFFDIO_COPY`, waking the waiters only when `wake` (otherwise
+    /// `UFFDIO_COPY_MODE_DONTWAKE`: the caller wakes them).
+    pub fn copy_mode(&self, dst: usize, src: *const u8, len: usize, wake: bool) -> io::Result<()> {
         let mut c = UffdioCopy {
             dst: dst as u64,
             src: src as u64,
             len: len as u64,
-            mode: 0,
+            mode: if wake { 0 } else { COPY_MODE_DONTWAKE },
             copy: 0,
         };
         // SAFETY: a valid `struct uffdio_copy`; the kernel reads `len` bytes
