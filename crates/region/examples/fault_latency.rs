@@ -10,11 +10,7 @@
 //! throughout, so no CPU sleeps: on a virtual machine, waking a thread on a
 //! halted virtual CPU costs an exit; on a busy machine it does not.
 //!
-//! With `split`, the handler maps without waking and wakes apart
-//! (`RegionConfig::split_copy_wake`), to time the two; one more system
-//! call per fault.
-//!
-//! `cargo run --release -p zmem-region --example fault_latency [MIB] [ROUNDS] [spin] [split]`
+//! `cargo run --release -p zmem-region --example fault_latency [MIB] [ROUNDS] [spin]`
 
 use std::time::Instant;
 
@@ -39,7 +35,6 @@ fn main() {
     let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
     let flags: Vec<String> = args.collect();
     let spin = flags.iter().any(|f| f == "spin");
-    let split = flags.iter().any(|f| f == "split");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let spinners: Vec<_> = (0..if spin {
         std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -64,7 +59,6 @@ fn main() {
     let mut cfg = RegionConfig::new(len);
     cfg.probation_pages = Some(0);
     cfg.age_eviction = false;
-    cfg.split_copy_wake = split;
     let r = match Region::new(len, cfg) {
         Ok(r) => r,
         Err(e) => {

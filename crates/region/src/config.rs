@@ -35,12 +35,6 @@ pub struct RegionConfig {
     /// Whether pages untouched past the age threshold are evicted below the
     /// limit too (probed, then compressed).
     pub age_eviction: bool,
-    /// Maps a page brought back from the store without waking
-    /// (`UFFDIO_COPY_MODE_DONTWAKE`), then wakes the faulting thread with
-    /// `UFFDIO_WAKE`: one more system call per fault, for statistics that
-    /// give the copy's and the wake's times apart (the benchmark's
-    /// breakdown). Off: one `UFFDIO_COPY` that wakes.
-    pub split_copy_wake: bool,
 }
 
 /// The store a region gets by default: zsmalloc in default mode with lz4
@@ -74,7 +68,6 @@ impl RegionConfig {
             scan_interval: Duration::from_secs(1),
             probation_pages: None,
             age_eviction: true,
-            split_copy_wake: false,
         }
     }
 

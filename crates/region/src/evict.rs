@@ -153,10 +153,24 @@ pub enum BringIn {
     Later,
 }
 
+/// Zeros to copy in for a write fault on a page never written (the largest
+/// page size Linux has on the architectures zmem builds for).
+static ZEROS: [u8; 65536] = [0; 65536];
+
 /// Maps page `p` at `addr` from wherever it is (zero page, store,
 /// probation slot), using `buf` (one page) to decompress into; counts the
-/// fault kind when `fault`. Never allocates beyond the store's own read.
-pub fn bring_in(sh: &Shared, p: usize, addr: usize, buf: &mut [u8], fault: bool) -> BringIn {
+/// fault kind when `fault`. A never-written page gets the zero page on a
+/// read, and a page of zeros of its own on a write (`write`: one fault
+/// instead of the zero page's and then the kernel's copy-on-write one).
+/// Never allocates beyond the store's own read.
+pub fn bring_in(
+    sh: &Shared,
+    p: usize,
+    addr: usize,
+    buf: &mut [u8],
+    fault: bool,
+    write: bool,
+) -> BringIn {
     let ps = sh.page_size;
     let uffd = sh.uffd();
     let c = &sh.counters;
@@ -166,16 +180,23 @@ pub fn bring_in(sh: &Shared, p: usize, addr: usize, buf: &mut [u8], fault: bool)
             if !sh.table.cas(p, UNTOUCHED, LOADING) {
                 return BringIn::Later;
             }
-            match uffd.zeropage(addr, ps) {
+            let done = if write && ps <= ZEROS.len() {
+                uffd.copy_mode(addr, ZEROS.as_ptr(), ps, false)
+            } else {
+                uffd.zeropage_mode(addr, ps, false)
+            };
+            match done {
                 Ok(()) => {
-                    mapped(sh, p);
                     if fault {
                         Counters::bump(&c.missing_zero);
                     }
+                    mapped(sh, p);
+                    let _ = uffd.wake(addr, ps);
                     BringIn::Done
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
                     mapped(sh, p);
+                    let _ = uffd.wake(addr, ps);
                     BringIn::AlreadyThere
                 }
                 Err(_) => {
@@ -198,22 +219,19 @@ pub fn bring_in(sh: &Shared, p: usize, addr: usize, buf: &mut [u8], fault: bool)
             } else {
                 (sh.probation.slot_ptr(sh.table.stamp(p)).cast_const(), t0)
             };
-            let split = sh.config.split_copy_wake;
-            match uffd.copy_mode(addr, src, ps, !split) {
+            // Mapped without waking, published, then woken: a thread that
+            // runs on finds the page's state and counters already true.
+            match uffd.copy_mode(addr, src, ps, false) {
                 Ok(()) => {
                     let t2 = Instant::now();
-                    if split {
-                        let _ = uffd.wake(addr, ps);
-                    }
-                    let t3 = Instant::now();
                     if state == STORED {
-                        let _ = sh.store.discard(p as u64, 1);
+                        // Freed later, off the fault path (see `discards`);
+                        // inline only if the ring is full.
+                        if !sh.discards.push(p) {
+                            let _ = sh.store.discard(p as u64, 1);
+                        }
                         if fault {
                             Counters::bump(&c.missing_store);
-                            let ns = |d: std::time::Duration| d.as_nanos() as u64;
-                            c.decompress_ns.fetch_add(ns(t1 - t0), Ordering::Relaxed);
-                            c.copy_ns.fetch_add(ns(t2 - t1), Ordering::Relaxed);
-                            c.wake_ns.fetch_add(ns(t3 - t2), Ordering::Relaxed);
                         }
                     } else {
                         sh.probation.give(sh.table.stamp(p));
@@ -222,6 +240,15 @@ pub fn bring_in(sh: &Shared, p: usize, addr: usize, buf: &mut [u8], fault: bool)
                         }
                     }
                     mapped(sh, p);
+                    let t3 = Instant::now();
+                    let _ = uffd.wake(addr, ps);
+                    if state == STORED && fault {
+                        let t4 = Instant::now();
+                        let ns = |d: std::time::Duration| d.as_nanos() as u64;
+                        c.decompress_ns.fetch_add(ns(t1 - t0), Ordering::Relaxed);
+                        c.copy_ns.fetch_add(ns(t2 - t1), Ordering::Relaxed);
+                        c.wake_ns.fetch_add(ns(t4 - t3), Ordering::Relaxed);
+                    }
                     BringIn::Done
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
@@ -325,4 +352,24 @@ pub fn settle_probation(sh: &Shared, p: usize) -> bool {
     sh.probation.give(slot);
     sh.table.set(p, STORED);
     true
+}
+
+/// Frees the store slots of pages brought back (queued by the handler):
+/// each page is held while its slot is freed, and a page stored again
+/// meanwhile (its slot holds the new copy) is passed over.
+pub fn drain_discards(sh: &Shared) {
+    sh.discards.drain(|p| loop {
+        let s = sh.table.state(p);
+        match s {
+            RESIDENT | UNTOUCHED | GONE => {
+                if sh.table.cas(p, s, EVICTING) {
+                    let _ = sh.store.discard(p as u64, 1);
+                    sh.table.set(p, s);
+                    return;
+                }
+            }
+            EVICTING | LOADING => std::thread::yield_now(),
+            _ => return,
+        }
+    });
 }

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::buf::{lock_stack, LockedBuf};
-use crate::evict::{bring_in, evict, settle_probation, Dest};
+use crate::evict::{bring_in, drain_discards, evict, settle_probation, Dest};
 use crate::gate::Side;
 use crate::shared::{drain, kick, Shared};
 use crate::stats::Counters;
@@ -69,6 +69,7 @@ pub fn run(sh: Arc<Shared>) {
         }
         drain(efd);
         sh.gate.enter(Side::Evict);
+        drain_discards(&sh);
         if needs_room(&sh) {
             make_room(&sh, buf.bytes());
         }
@@ -152,8 +153,8 @@ pub fn cold(sh: &Shared, first: usize, end: usize) -> usize {
     sh.gate.enter(Side::Evict);
     let mut done = 0;
     for p in first..end {
-        // A page being brought back is mapped before its state says so
-        // (the copy wakes the faulting thread first): wait for it.
+        // A page being brought back by the handler: wait for it (its
+        // thread is woken only once it is published).
         let mut state = sh.table.state(p);
         let mut spins = 0;
         while state == LOADING && spins < 100_000 {
@@ -198,7 +199,7 @@ pub fn willneed(sh: &Shared, first: usize, end: usize, hot: bool) -> usize {
             if let Some(addr) = addr {
                 // EAGAIN (the mapping is changing) leaves the page stored:
                 // a hint, not a promise.
-                if bring_in(sh, p, addr, buf.bytes(), false) == crate::evict::BringIn::Done {
+                if bring_in(sh, p, addr, buf.bytes(), false, false) == crate::evict::BringIn::Done {
                     Counters::bump(&sh.counters.prefetched);
                     done += 1;
                 }

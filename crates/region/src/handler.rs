@@ -32,7 +32,9 @@ use crate::gate::Side;
 use crate::shared::{drain, kick, Shared};
 use crate::stats::Counters;
 use crate::table::{EVICTING, GONE, PROBATION, RESIDENT, STORED, UNTOUCHED, ZAPPING};
-use crate::uffd::{Msg, EVENT_PAGEFAULT, EVENT_REMAP, EVENT_REMOVE, EVENT_UNMAP, FLAG_WP};
+use crate::uffd::{
+    Msg, EVENT_PAGEFAULT, EVENT_REMAP, EVENT_REMOVE, EVENT_UNMAP, FLAG_WP, FLAG_WRITE,
+};
 
 /// Faults that can wait at once (more than the threads of most programs;
 /// beyond it a fault is woken to fault again).
@@ -47,6 +49,7 @@ const LIMIT_WAIT_NS: u64 = 5_000_000;
 struct Waiting {
     addr: usize,
     since: u64,
+    write: bool,
 }
 
 /// The handler's own memory.
@@ -158,7 +161,7 @@ impl Handler {
                     Counters::bump(&sh.counters.wp);
                     self.write_protect_fault(addr);
                 } else {
-                    self.missing(addr, start, true);
+                    self.missing(addr, start, true, m.arg[0] & FLAG_WRITE != 0);
                 }
             }
             EVENT_REMOVE | EVENT_UNMAP => {
@@ -227,7 +230,7 @@ impl Handler {
 
     /// A missing fault at page address `addr`, first seen at `since`
     /// (`first`: now, not a retry).
-    fn missing(&mut self, addr: usize, since: u64, first: bool) {
+    fn missing(&mut self, addr: usize, since: u64, first: bool, write: bool) {
         let start = since;
         let sh = Arc::clone(&self.sh);
         let ps = sh.page_size;
@@ -250,12 +253,12 @@ impl Handler {
         if maps && sh.at_limit() {
             kick(&sh.evictor_efd);
             if self.now_ns().saturating_sub(since) < LIMIT_WAIT_NS {
-                self.put_off(addr, since, first);
+                self.put_off(addr, since, first, write);
                 return;
             }
         }
         let t0 = self.now_ns();
-        match bring_in(&sh, p, addr, self.buf.bytes(), true) {
+        match bring_in(&sh, p, addr, self.buf.bytes(), true, write) {
             BringIn::Done | BringIn::AlreadyThere => {
                 let end = self.now_ns();
                 sh.counters.latency.record(end - start);
@@ -264,15 +267,15 @@ impl Handler {
                         .store_fault_ns
                         .fetch_add(end - t0, Ordering::Relaxed);
                 }
-                if crate::evictor::needs_room(&sh) {
+                if crate::evictor::needs_room(&sh) || sh.discards.half_full() {
                     kick(&sh.evictor_efd);
                 }
             }
-            BringIn::Later => self.put_off(addr, since, first),
+            BringIn::Later => self.put_off(addr, since, first, write),
         }
     }
 
-    fn put_off(&mut self, addr: usize, since: u64, first: bool) {
+    fn put_off(&mut self, addr: usize, since: u64, first: bool, write: bool) {
         if first {
             Counters::bump(&self.sh.counters.deferred);
         }
@@ -281,7 +284,7 @@ impl Handler {
             let _ = self.sh.uffd().wake(addr, self.sh.page_size);
             return;
         }
-        self.waiting[self.nwaiting] = Waiting { addr, since };
+        self.waiting[self.nwaiting] = Waiting { addr, since, write };
         self.nwaiting += 1;
     }
 
@@ -296,7 +299,7 @@ impl Handler {
         list[..n].copy_from_slice(&self.waiting[..n]);
         self.nwaiting = 0;
         for w in &list[..n] {
-            self.missing(w.addr, w.since, false);
+            self.missing(w.addr, w.since, false, w.write);
         }
     }
 }

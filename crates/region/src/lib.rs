@@ -7,9 +7,10 @@
 //!
 //! The crate is a tower (docs/design.md, "region, floor by floor"):
 //! - [`mod@error`], [`uffd`], [`stats`], [`controller`], `table`,
-//!   `mapping`, `buf`, `gate`: the error; the raw userfaultfd calls; the
-//!   counters and their JSON; the promotion-rate controller (pure); the
-//!   page states; page addresses; locked worker memory; the fork gate;
+//!   `mapping`, `buf`, `gate`, `discards`: the error; the raw userfaultfd
+//!   calls; the counters and their JSON; the promotion-rate controller
+//!   (pure); the page states; page addresses; locked worker memory; the
+//!   fork gate; the ring of store slots to free off the fault path;
 //! - `config`, `probation`: the settings; the probation slab;
 //! - `shared`: what the threads share;
 //! - `evict`: the race-free eviction and bring-back sequences;
@@ -26,6 +27,7 @@
 mod buf;
 mod config;
 pub mod controller;
+mod discards;
 pub mod error;
 mod evict;
 mod evictor;

@@ -14,10 +14,12 @@ use std::time::{Duration, Instant};
 
 use crate::config::RegionConfig;
 use crate::controller::PromotionController;
+use crate::discards::Discards;
 use crate::error::RegionError;
+use crate::evict::drain_discards;
 use crate::evictor;
 use crate::fork;
-use crate::gate::Gate;
+use crate::gate::{Gate, Side};
 use crate::mapping::Mapping;
 use crate::probation::Probation;
 use crate::shared::Shared;
@@ -156,6 +158,7 @@ impl Region {
             mapping: RwLock::new(Mapping::new(addr as usize, len, ps)),
             probation,
             store,
+            discards: Discards::new(4096),
             resident: AtomicU64::new(0),
             limit_pages,
             counters: Counters::default(),
@@ -274,9 +277,14 @@ impl Region {
         Ok(())
     }
 
-    /// The region's statistics now.
+    /// The region's statistics now. The store slots of pages brought back
+    /// are freed first (the handler leaves that to the evictor), so
+    /// `mm_stat` counts only the pages kept in the store.
     pub fn stats(&self) -> RegionStats {
         let sh = &self.sh;
+        sh.gate.enter(Side::Evict);
+        drain_discards(sh);
+        sh.gate.leave(Side::Evict);
         let (faults, evictions, fault_latency, store_fault_time) = sh.counters.parts();
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
         RegionStats {

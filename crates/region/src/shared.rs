@@ -14,6 +14,7 @@ use zram::Store;
 
 use crate::config::RegionConfig;
 use crate::controller::PromotionController;
+use crate::discards::Discards;
 use crate::gate::Gate;
 use crate::mapping::Mapping;
 use crate::probation::Probation;
@@ -44,6 +45,8 @@ pub struct Shared {
     pub probation: Probation,
     /// The compressed pages, one disk page per region page.
     pub store: Store,
+    /// Store slots of pages brought back, to free off the fault path.
+    pub discards: Discards,
     /// Pages mapped now.
     pub resident: AtomicU64,
     /// The resident limit in pages.

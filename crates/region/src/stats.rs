@@ -146,10 +146,10 @@ pub struct Counters {
     pub latency: Histogram,
     /// Nanoseconds decompressing for missing-from-store faults.
     pub decompress_ns: AtomicU64,
-    /// Nanoseconds in `UFFDIO_COPY` (without waking) for
-    /// missing-from-store faults.
+    /// Nanoseconds in `UFFDIO_COPY` (`DONTWAKE`) for missing-from-store
+    /// faults.
     pub copy_ns: AtomicU64,
-    /// Nanoseconds in `UFFDIO_WAKE` after that copy.
+    /// Nanoseconds in the `UFFDIO_WAKE` that follows it.
     pub wake_ns: AtomicU64,
     /// Nanoseconds in missing-from-store faults in all.
     pub store_fault_ns: AtomicU64,
@@ -203,11 +203,10 @@ pub struct EvictionStats {
 pub struct StoreFaultTime {
     /// Mean ns decompressing (the store's read).
     pub decompress_ns: u64,
-    /// Mean ns in `UFFDIO_COPY` (page allocation, copy, map, and the wake
-    /// unless `split_copy_wake` is set).
+    /// Mean ns in `UFFDIO_COPY` without waking (page allocation, copy,
+    /// map).
     pub copy_ns: u64,
-    /// Mean ns in `UFFDIO_WAKE` (waking the faulting thread; 0 unless
-    /// `RegionConfig::split_copy_wake`).
+    /// Mean ns in `UFFDIO_WAKE` (waking the faulting thread).
     pub wake_ns: u64,
     /// Mean ns for the rest: the message, page state, discarding the slot.
     pub bookkeeping_ns: u64,

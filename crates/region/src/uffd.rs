@@ -66,6 +66,8 @@ const REGISTER_MODE_MISSING: u64 = 1;
 const REGISTER_MODE_WP: u64 = 2;
 /// `UFFDIO_COPY_MODE_DONTWAKE`.
 const COPY_MODE_DONTWAKE: u64 = 1;
+/// `UFFDIO_ZEROPAGE_MODE_DONTWAKE`.
+const ZEROPAGE_MODE_DONTWAKE: u64 = 1;
 /// `UFFDIO_WRITEPROTECT_MODE_WP`.
 const WRITEPROTECT_MODE_WP: u64 = 1;
 
@@ -338,12 +340,17 @@ impl Uffd {
     /// `UFFDIO_ZEROPAGE`: maps the zero page at `dst` (read-only until the
     /// first write, which the kernel then handles alone), waking waiters.
     pub fn zeropage(&self, dst: usize, len: usize) -> io::Result<()> {
+        self.zeropage_mode(dst, len, true)
+    }
+
+    /// `UFFDIO_ZEROPAGE`, waking the waiters only when `wake`.
+    pub fn zeropage_mode(&self, dst: usize, len: usize, wake: bool) -> io::Result<()> {
         let mut z = UffdioZeropage {
             range: UffdioRange {
                 start: dst as u64,
                 len: len as u64,
             },
-            mode: 0,
+            mode: if wake { 0 } else { ZEROPAGE_MODE_DONTWAKE },
             zeropage: 0,
         };
         // SAFETY: a valid `struct uffdio_zeropage`.
