@@ -53,6 +53,21 @@ pub fn page_size() -> usize {
 ///   [`Region::touch`] on the buffer first.
 /// - A forked child gets its own copy: the region is rebuilt in the child
 ///   (see the `fork` module).
+///
+/// ```no_run
+/// use region::{Region, RegionConfig};
+///
+/// // 1 GiB of address space, at most 64 MiB of it in memory.
+/// let r = Region::new(1 << 30, RegionConfig::new(64 << 20)).unwrap();
+/// let base = r.as_ptr();
+/// for i in 0..(1 << 30) / 4096 {
+///     // SAFETY: a page of the region; pages past the limit go to the store.
+///     unsafe { base.add(i * 4096).write(i as u8) };
+/// }
+/// // SAFETY: page 3, brought back from the store by a fault.
+/// assert_eq!(unsafe { base.add(3 * 4096).read() }, 3);
+/// println!("{}", r.stats_json());
+/// ```
 #[derive(Debug)]
 pub struct Region {
     sh: Arc<Shared>,
