@@ -82,6 +82,11 @@ impl Drop for LockedBuf {
     }
 }
 
+/// Locks the memory of `value` (a worker's state, boxed at start).
+pub fn lock_memory<T>(value: &T) {
+    lock((value as *const T).cast(), std::mem::size_of::<T>());
+}
+
 /// Locks the calling thread's stack from a little above the current frame
 /// down by `below` bytes (the worker threads run with stacks of known
 /// size, and lock what their loops use).

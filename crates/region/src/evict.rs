@@ -136,7 +136,12 @@ pub fn evict(sh: &Shared, p: usize, dest: Dest, buf: &mut [u8]) -> bool {
     sh.table.set_flag(p, ZAPPING, true);
     // SAFETY: drops the mapping of one page of the region, whose contents
     // are now in the store or the slot; a fault brings them back.
-    unsafe { libc::madvise(addr as *mut libc::c_void, ps, libc::MADV_DONTNEED) };
+    let rc = unsafe { libc::madvise(addr as *mut libc::c_void, ps, libc::MADV_DONTNEED) };
+    if rc != 0 {
+        // No remove event came (the program unmapped the page meanwhile):
+        // the flag must not mark a later remove of the program's as ours.
+        sh.table.set_flag(p, ZAPPING, false);
+    }
     let _ = uffd.wake(addr, ps);
     true
 }

@@ -26,7 +26,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::buf::{lock_stack, LockedBuf};
+use crate::buf::{lock_memory, lock_stack, LockedBuf};
 use crate::evict::{bring_in, drop_page, BringIn};
 use crate::gate::Side;
 use crate::shared::{drain, kick, Shared};
@@ -59,11 +59,15 @@ struct Handler {
     msgs: [Msg; 64],
     waiting: [Waiting; WAITING],
     nwaiting: usize,
+    /// The waiting faults being tried again (a copy of the first `n`).
+    retrying: [Waiting; WAITING],
     epoch: Instant,
 }
 
 /// The thread's body.
 pub fn run(sh: Arc<Shared>) {
+    // The handler's own state (about 50 KiB of fixed arrays) is boxed
+    // below; the stack holds only the call frames of serving a fault.
     lock_stack(64 * 1024);
     // Short waits mean short: the default timer slack (50 µs) would stretch
     // a 20 µs wait for room fourfold.
@@ -73,14 +77,16 @@ pub fn run(sh: Arc<Shared>) {
         Ok(b) => b,
         Err(_) => return,
     };
-    let mut h = Handler {
+    let mut h = Box::new(Handler {
         sh,
         buf,
         msgs: [Msg::default(); 64],
         waiting: [Waiting::default(); WAITING],
         nwaiting: 0,
+        retrying: [Waiting::default(); WAITING],
         epoch: Instant::now(),
-    };
+    });
+    lock_memory(&*h);
     h.main();
 }
 
@@ -295,10 +301,10 @@ impl Handler {
         if n == 0 {
             return;
         }
-        let mut list = [Waiting::default(); WAITING];
-        list[..n].copy_from_slice(&self.waiting[..n]);
+        self.retrying[..n].copy_from_slice(&self.waiting[..n]);
         self.nwaiting = 0;
-        for w in &list[..n] {
+        for k in 0..n {
+            let w = self.retrying[k];
             self.missing(w.addr, w.since, false, w.write);
         }
     }

@@ -189,7 +189,11 @@ impl Region {
             threads: Mutex::new(Vec::new()),
             hand: AtomicUsize::new(0),
         });
+        // Registered before its threads start: a fork between the two
+        // rebuilds the child's copy all the same.
+        fork::register(&sh);
         if let Err(err) = workers::start(&sh) {
+            fork::unregister(&sh);
             workers::stop(&sh);
             sh.uffd().close();
             return Err(RegionError::Os {
@@ -197,7 +201,6 @@ impl Region {
                 err,
             });
         }
-        fork::register(&sh);
         guard.armed = false;
         Ok(Region {
             sh,
