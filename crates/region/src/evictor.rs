@@ -19,7 +19,8 @@
 //! - **Hints** (`cold`, `willneed`, `hot`) run the same sequences on the
 //!   caller's thread.
 //!
-//! Owns the victim choice and the timing; the sequences are `evict`'s.
+//! Owns the victim choice and the timing; the sequences are `evict`'s,
+//! and it makes no userfaultfd or `madvise` call of its own.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -528,3 +528,53 @@ fn untouched_pages_are_probed_then_compressed() {
         assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 4));
     }
 }
+
+#[test]
+fn the_controller_steers_the_age_threshold_from_promotions() {
+    let _d = Deadline::new("controller", 60);
+    let mut cfg = RegionConfig::new(MIB);
+    cfg.scan_interval = Duration::from_millis(10);
+    cfg.controller = ControllerConfig {
+        period: Duration::from_millis(100),
+        initial: Duration::from_secs(10),
+        min: Duration::from_secs(1),
+        max: Duration::from_secs(1000),
+        ..ControllerConfig::default()
+    };
+    let Some(r) = region_or_skip(4 * MIB, cfg) else {
+        return;
+    };
+    let ps = ps();
+    let n = r.len() / ps;
+    let base = r.as_ptr();
+    for i in 0..64 {
+        // SAFETY: page i.
+        fill(unsafe { base.add(i * ps) }, ps, i as u64, 1);
+    }
+    // No promotions: the threshold comes down, a quarter each period.
+    std::thread::sleep(Duration::from_millis(800));
+    let quiet = r.stats();
+    assert!(quiet.age_threshold_ms < 10_000, "{quiet:?}");
+    // Every page of the region in and out of the store, over and over:
+    // promotions far above 0.2% of the working set a minute.
+    for i in 0..n {
+        // SAFETY: page i.
+        fill(unsafe { base.add(i * ps) }, ps, i as u64, 2);
+    }
+    let end = std::time::Instant::now() + Duration::from_millis(800);
+    while std::time::Instant::now() < end {
+        for i in (0..n).step_by(3) {
+            // SAFETY: page i.
+            assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 2));
+        }
+    }
+    let busy = r.stats();
+    assert!(busy.faults.missing_store > 1000, "{busy:?}");
+    assert!(busy.promotion_rate > 0.002, "{busy:?}");
+    assert!(
+        busy.age_threshold_ms > quiet.age_threshold_ms,
+        "{} -> {}: {busy:?}",
+        quiet.age_threshold_ms,
+        busy.age_threshold_ms
+    );
+}
