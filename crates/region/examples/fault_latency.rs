@@ -107,8 +107,13 @@ fn main() {
     let mut decompress = Vec::with_capacity(n);
     let mut page = vec![0u8; ps];
     for round in 0..rounds {
+        let t = Instant::now();
         let evicted = r.cold(0..len).unwrap();
         assert_eq!(evicted, n, "round {round}");
+        println!(
+            "  round {round}: cold() evicted {n} pages in runs, {:.2} us a page",
+            t.elapsed().as_nanos() as f64 / n as f64 / 1000.0
+        );
         if round == 0 {
             let mm = r.stats().mm_stat;
             println!(

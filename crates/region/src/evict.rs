@@ -9,6 +9,8 @@
 //! 3. copy it out (`process_vm_readv`, which fails instead of faulting if
 //!    the program unmapped it meanwhile) and store it (compressed, or raw
 //!    in a probation slot);
+//!    (a run of neighbouring pages takes each step once for the run:
+//!    `evict_run`)
 //! 4. publish `STORED`/`PROBATION` while the old page is still mapped, so a
 //!    fault after the next step finds the copy;
 //! 5. drop the mapping (`MADV_DONTNEED`; its remove event, which the
@@ -37,15 +39,6 @@ use crate::table::{
     EVICTING, GONE, LOADING, PROBATION, REFERENCED, RESIDENT, STORED, UNTOUCHED, ZAPPING,
 };
 
-/// Where an evicted page goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Dest {
-    /// Compressed into the store.
-    Store,
-    /// Raw into a probation slot.
-    Probation,
-}
-
 /// Copies `buf.len()` bytes at `addr` of this process into `buf` without
 /// faulting: an unmapped address is an error, not a signal.
 fn read_own(addr: usize, buf: *mut u8, len: usize) -> io::Result<()> {
@@ -66,10 +59,11 @@ fn read_own(addr: usize, buf: *mut u8, len: usize) -> io::Result<()> {
     Ok(())
 }
 
-/// Evicts page `p` to `dest` (see the module's order). `buf` is one page of
-/// the caller's. False if the page was not resident, was taken by another
-/// thread, or could not be evicted now.
-pub fn evict(sh: &Shared, p: usize, dest: Dest, buf: &mut [u8]) -> bool {
+/// Probes page `p` (see the module's order): its mapping is dropped and
+/// its raw copy kept in a probation slot. False if the page was not
+/// resident, was taken by another thread, no slot was free, or it could not
+/// go now.
+pub fn probe(sh: &Shared, p: usize) -> bool {
     let ps = sh.page_size;
     if !sh.table.cas(p, RESIDENT, EVICTING) {
         return false;
@@ -83,24 +77,16 @@ pub fn evict(sh: &Shared, p: usize, dest: Dest, buf: &mut [u8]) -> bool {
         sh.table.set(p, GONE);
         return false;
     };
-    let slot = match dest {
-        Dest::Store => None,
-        Dest::Probation => match sh.probation.take(p, sh.now_ms()) {
-            Some(s) => Some(s),
-            None => {
-                sh.table.set(p, RESIDENT);
-                return false;
-            }
-        },
+    let Some(slot) = sh.probation.take(p, sh.now_ms()) else {
+        sh.table.set(p, RESIDENT);
+        return false;
     };
     let undo = |unprotect: bool| {
         if unprotect {
             // Wakes any writer blocked since the protection.
             let _ = sh.uffd().write_protect(addr, ps, false);
         }
-        if let Some(s) = slot {
-            sh.probation.give(s);
-        }
+        sh.probation.give(slot);
         sh.table.set(p, RESIDENT);
     };
     let uffd = sh.uffd();
@@ -109,33 +95,17 @@ pub fn evict(sh: &Shared, p: usize, dest: Dest, buf: &mut [u8]) -> bool {
         undo(false);
         return false;
     }
-    let target = match slot {
-        Some(s) => sh.probation.slot_ptr(s),
-        None => buf.as_mut_ptr(),
-    };
-    if read_own(addr, target, ps).is_err() {
+    if read_own(addr, sh.probation.slot_ptr(slot), ps).is_err() {
         undo(true);
         return false;
     }
-    match slot {
-        None => {
-            if sh.store.write_page(p as u64, &buf[..ps]).is_err() {
-                Counters::bump(&sh.counters.evict_failed);
-                undo(true);
-                return false;
-            }
-            sh.table.set(p, STORED);
-        }
-        Some(s) => {
-            sh.table.set_stamp(p, s);
-            sh.table.set(p, PROBATION);
-        }
-    }
+    sh.table.set_stamp(p, slot);
+    sh.table.set(p, PROBATION);
     sh.table.set_flag(p, REFERENCED, false);
     sh.resident.fetch_sub(1, Ordering::AcqRel);
     sh.table.set_flag(p, ZAPPING, true);
     // SAFETY: drops the mapping of one page of the region, whose contents
-    // are now in the store or the slot; a fault brings them back.
+    // are now in the slot; a fault brings them back.
     let rc = unsafe { libc::madvise(addr as *mut libc::c_void, ps, libc::MADV_DONTNEED) };
     if rc != 0 {
         // No remove event came (the program unmapped the page meanwhile):
@@ -144,6 +114,92 @@ pub fn evict(sh: &Shared, p: usize, dest: Dest, buf: &mut [u8]) -> bool {
     }
     let _ = uffd.wake(addr, ps);
     true
+}
+
+/// Pages evicted to the store at once: a run of neighbours costs one
+/// write-protect, one copy, one `madvise` (one remove event) and one wake.
+pub const RUN: usize = 32;
+
+/// Evicts to the store up to `max` resident pages from `first` on that
+/// are neighbours in memory (one segment), in the module's order, each
+/// step once for the run. `buf` holds `max` pages. Returns how many pages
+/// went (0 if `first` was not resident, was held, or could not go now).
+pub fn evict_run(sh: &Shared, first: usize, max: usize, buf: &mut [u8]) -> usize {
+    let ps = sh.page_size;
+    let n = sh.pages();
+    let max = max.min(buf.len() / ps).min(n - first);
+    let mut k = 0;
+    while k < max && sh.table.cas(first + k, RESIDENT, EVICTING) {
+        k += 1;
+    }
+    if k == 0 {
+        return 0;
+    }
+    let release = |from: usize, to: usize| {
+        for q in from..to {
+            sh.table.set(q, RESIDENT);
+        }
+    };
+    let (addr, k) = {
+        let map = sh.mapping.read().unwrap_or_else(|e| e.into_inner());
+        let Some(addr) = map.addr_of(first) else {
+            sh.table.set(first, GONE);
+            release(first + 1, first + k);
+            return 0;
+        };
+        let mut along = 1;
+        while along < k && map.addr_of(first + along) == Some(addr + along * ps) {
+            along += 1;
+        }
+        release(first + along, first + k);
+        (addr, along)
+    };
+    let uffd = sh.uffd();
+    if uffd.write_protect(addr, k * ps, true).is_err() {
+        // EAGAIN while the program changes its mapping: try later.
+        release(first, first + k);
+        return 0;
+    }
+    if read_own(addr, buf.as_mut_ptr(), k * ps).is_err() {
+        // Wakes any writer blocked since the protection.
+        let _ = uffd.write_protect(addr, k * ps, false);
+        release(first, first + k);
+        return 0;
+    }
+    let mut stored = 0;
+    while stored < k {
+        let page = &buf[stored * ps..(stored + 1) * ps];
+        if sh.store.write_page((first + stored) as u64, page).is_err() {
+            Counters::bump(&sh.counters.evict_failed);
+            break;
+        }
+        stored += 1;
+    }
+    if stored < k {
+        let _ = uffd.write_protect(addr + stored * ps, (k - stored) * ps, false);
+        release(first + stored, first + k);
+    }
+    if stored == 0 {
+        return 0;
+    }
+    for q in first..first + stored {
+        sh.table.set(q, STORED);
+        sh.table.set_flag(q, REFERENCED, false);
+        sh.table.set_flag(q, ZAPPING, true);
+    }
+    sh.resident.fetch_sub(stored as u64, Ordering::AcqRel);
+    // SAFETY: drops the mapping of pages of the region whose contents are
+    // now in the store; a fault brings them back.
+    let rc = unsafe { libc::madvise(addr as *mut libc::c_void, stored * ps, libc::MADV_DONTNEED) };
+    if rc != 0 {
+        // No remove event came (the program unmapped the pages meanwhile):
+        // the flags must not mark a later remove of the program's as ours.
+        for q in first..first + stored {
+            sh.table.set_flag(q, ZAPPING, false);
+        }
+    }
+    let _ = uffd.wake(addr, stored * ps);
+    stored
 }
 
 /// What bringing a page back did.

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::buf::{lock_stack, LockedBuf};
-use crate::evict::{bring_in, drain_discards, evict, settle_probation, Dest};
+use crate::evict::{bring_in, drain_discards, evict_run, probe, settle_probation, RUN};
 use crate::gate::Side;
 use crate::shared::{drain, kick, Shared};
 use crate::stats::Counters;
@@ -50,7 +50,7 @@ pub fn needs_room(sh: &Shared) -> bool {
 /// The thread's body.
 pub fn run(sh: Arc<Shared>) {
     lock_stack(64 * 1024);
-    let Ok(mut buf) = LockedBuf::new(sh.page_size) else {
+    let Ok(mut buf) = LockedBuf::new(RUN * sh.page_size) else {
         return;
     };
     let efd = sh.evictor_efd.load(Ordering::Acquire);
@@ -75,7 +75,7 @@ pub fn run(sh: Arc<Shared>) {
             make_room(&sh, buf.bytes());
         }
         if sh.now_ms() >= next_scan {
-            scan(&sh, buf.bytes());
+            scan(&sh);
             next_scan = sh.now_ms() + scan_ms;
         }
         sh.gate.leave(Side::Evict);
@@ -97,15 +97,30 @@ fn make_room(sh: &Shared, buf: &mut [u8]) {
         if sh.table.set_flag(p, REFERENCED, false) {
             continue;
         }
-        if evict(sh, p, Dest::Store, buf) {
-            Counters::bump(&sh.counters.evicted_limit);
+        // The victim's unreferenced resident neighbours go with it, up to
+        // a run and what is needed; the hand passes over them.
+        let need = (sh.resident.load(Ordering::Acquire) - target) as usize;
+        let mut len = 1;
+        while len < RUN.min(need)
+            && p + len < n
+            && sh.table.state(p + len) == RESIDENT
+            && !sh.table.set_flag(p + len, REFERENCED, false)
+        {
+            len += 1;
+        }
+        let went = evict_run(sh, p, len, buf);
+        if went > 0 {
+            sh.hand.fetch_add(went - 1, Ordering::Relaxed);
+            sh.counters
+                .evicted_limit
+                .fetch_add(went as u64, Ordering::Relaxed);
             kick(&sh.handler_efd);
         }
     }
 }
 
 /// One scan: settle probation, probe old pages, run the controller.
-fn scan(sh: &Shared, buf: &mut [u8]) {
+fn scan(sh: &Shared) {
     let now = sh.now_ms();
     let threshold = sh.threshold_ms.load(Ordering::Relaxed);
     let half = threshold / 2;
@@ -127,7 +142,7 @@ fn scan(sh: &Shared, buf: &mut [u8]) {
                 continue;
             }
             let stamp = sh.table.stamp(p) as u64;
-            if now.saturating_sub(stamp) >= half && evict(sh, p, Dest::Probation, buf) {
+            if now.saturating_sub(stamp) >= half && probe(sh, p) {
                 Counters::bump(&sh.counters.probed);
                 free -= 1;
             }
@@ -148,12 +163,13 @@ fn scan(sh: &Shared, buf: &mut [u8]) {
 
 /// Evicts pages `first..end` now (probation pages too); returns how many.
 pub fn cold(sh: &Shared, first: usize, end: usize) -> usize {
-    let Ok(mut buf) = LockedBuf::new(sh.page_size) else {
+    let Ok(mut buf) = LockedBuf::new(RUN * sh.page_size) else {
         return 0;
     };
     sh.gate.enter(Side::Evict);
     let mut done = 0;
-    for p in first..end {
+    let mut p = first;
+    while p < end {
         // A page being brought back by the handler: wait for it (its
         // thread is woken only once it is published).
         let mut state = sh.table.state(p);
@@ -163,15 +179,22 @@ pub fn cold(sh: &Shared, first: usize, end: usize) -> usize {
             spins += 1;
             state = sh.table.state(p);
         }
-        let ok = match state {
-            RESIDENT => evict(sh, p, Dest::Store, buf.bytes()),
-            PROBATION => settle_probation(sh, p),
-            _ => false,
+        let went = match state {
+            RESIDENT => {
+                let mut len = 1;
+                while len < RUN && p + len < end && sh.table.state(p + len) == RESIDENT {
+                    len += 1;
+                }
+                evict_run(sh, p, len, buf.bytes())
+            }
+            PROBATION => usize::from(settle_probation(sh, p)),
+            _ => 0,
         };
-        if ok {
-            Counters::bump(&sh.counters.evicted_hint);
-            done += 1;
-        }
+        sh.counters
+            .evicted_hint
+            .fetch_add(went as u64, Ordering::Relaxed);
+        done += went;
+        p += went.max(1);
     }
     sh.gate.leave(Side::Evict);
     if done > 0 {

@@ -173,10 +173,18 @@ impl Handler {
             EVENT_REMOVE | EVENT_UNMAP => {
                 let (start_a, end_a) = (m.arg[0] as usize, m.arg[1] as usize);
                 let map = sh.mapping.read().unwrap_or_else(|e| e.into_inner());
-                if m.event == EVENT_REMOVE && end_a - start_a == ps {
+                if m.event == EVENT_REMOVE {
                     if let Some(p) = map.page_of(start_a) {
                         if sh.table.set_flag(p, ZAPPING, false) {
-                            return; // the region's own eviction
+                            // The region's own eviction (a page or a run).
+                            let mut a = start_a + ps;
+                            while a < end_a {
+                                if let Some(q) = map.page_of(a) {
+                                    sh.table.set_flag(q, ZAPPING, false);
+                                }
+                                a += ps;
+                            }
+                            return;
                         }
                     }
                 }
