@@ -333,49 +333,6 @@ fn munmap_of_part_drops_those_pages() {
     assert_eq!(check(unsafe { base.add(ps) }, ps), (1, 1));
 }
 
-fn region_threads() -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter(|t| {
-            let comm = t.as_ref().unwrap().path().join("comm");
-            std::fs::read_to_string(comm)
-                .map(|c| c.starts_with("zmem-region"))
-                .unwrap_or(false)
-        })
-        .count()
-}
-
-fn mapped(addr: *mut u8, len: usize) -> bool {
-    let mut vec = vec![0u8; len / ps()];
-    // SAFETY: mincore on a page-aligned range; ENOMEM if unmapped.
-    unsafe { libc::mincore(addr.cast(), len, vec.as_mut_ptr()) == 0 }
-}
-
-#[test]
-fn drop_unregisters_stops_its_threads_and_unmaps() {
-    let _d = Deadline::new("drop", 60);
-    let Some(r) = region_or_skip(4 * MIB, RegionConfig::new(MIB)) else {
-        return;
-    };
-    let ps = ps();
-    let base = r.as_ptr();
-    for i in 0..r.len() / ps {
-        // SAFETY: page i.
-        fill(unsafe { base.add(i * ps) }, ps, i as u64, 1);
-    }
-    assert!(r.stats().stored_pages > 0);
-    let during = region_threads();
-    assert!(during >= 2, "{during} region threads");
-    let len = r.len();
-    assert!(mapped(base, len));
-    drop(r);
-    assert!(!mapped(base, len), "still mapped after drop");
-    // Other tests' regions may run in this process: ours are gone, so at
-    // least two fewer (eventually: join has returned, /proc follows).
-    let after = region_threads();
-    assert!(after + 2 <= during, "{during} -> {after} region threads");
-}
-
 #[test]
 fn user_mode_only_system_calls_fail_until_touched() {
     let _d = Deadline::new("user_mode_only", 60);
