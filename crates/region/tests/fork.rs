@@ -21,8 +21,13 @@ fn fork_and_check(body: impl FnOnce()) -> libc::c_int {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
     if pid == 0 {
+        let scale: u32 = std::env::var("ZMEM_TEST_DEADLINE_SCALE")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1)
+            .max(1);
         // SAFETY: alarm and _exit in the child.
-        unsafe { libc::alarm(60) };
+        unsafe { libc::alarm(60 * scale) };
         let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).is_ok();
         // SAFETY: leaves the child without running the parent's destructors.
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };

@@ -17,7 +17,15 @@ pub struct Deadline {
 }
 
 impl Deadline {
+    /// `secs` times `ZMEM_TEST_DEADLINE_SCALE` (default 1; a guest under
+    /// software emulation runs these tests 30 to 100 times slower).
     pub fn new(name: &'static str, secs: u64) -> Deadline {
+        let scale: u64 = std::env::var("ZMEM_TEST_DEADLINE_SCALE")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1)
+            .max(1);
+        let secs = secs * scale;
         let done = Arc::new(AtomicBool::new(false));
         let d = Arc::clone(&done);
         std::thread::spawn(move || {
