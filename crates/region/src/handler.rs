@@ -270,6 +270,7 @@ impl Handler {
                 self.put_off(addr, since, first, write);
                 return;
             }
+            Counters::bump(&sh.counters.over_limit);
         }
         let t0 = self.now_ns();
         match bring_in(&sh, p, addr, self.buf.bytes(), true, write) {

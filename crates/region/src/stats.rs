@@ -123,6 +123,9 @@ pub struct Counters {
     /// (`EAGAIN`), another thread owned the page, or the resident limit was
     /// reached.
     pub deferred: AtomicU64,
+    /// Faults served over the resident limit: the evictor made no room
+    /// within 5 ms.
+    pub over_limit: AtomicU64,
     /// Pages evicted to keep under the resident limit.
     pub evicted_limit: AtomicU64,
     /// Pages evicted because they stayed untouched past the age threshold.
@@ -179,6 +182,8 @@ pub struct FaultStats {
     pub wp: u64,
     /// Faults served later.
     pub deferred: u64,
+    /// Faults served over the resident limit (no room made within 5 ms).
+    pub over_limit: u64,
 }
 
 /// Evictions by cause.
@@ -266,6 +271,7 @@ impl Counters {
             missing_foreign: l(&self.missing_foreign),
             wp: l(&self.wp),
             deferred: l(&self.deferred),
+            over_limit: l(&self.over_limit),
         };
         let ev = EvictionStats {
             limit: l(&self.evicted_limit),

@@ -19,6 +19,20 @@ fn ps() -> usize {
     region::page_size()
 }
 
+/// The resident pages are within the limit, unless the region served
+/// faults over it because its evictor made no room in time (on a slow
+/// machine: a guest under software emulation), and then by no more than
+/// those faults.
+fn assert_within_limit(s: &region::RegionStats) {
+    assert!(
+        s.resident_pages <= s.resident_limit_pages + s.faults.over_limit,
+        "{s:?}"
+    );
+    if s.faults.over_limit > 0 {
+        eprintln!("{} faults served over the limit", s.faults.over_limit);
+    }
+}
+
 #[test]
 fn bad_lengths_and_limits_are_typed_errors() {
     let e = Region::new(0, RegionConfig::new(4096)).unwrap_err();
@@ -57,8 +71,11 @@ fn pages_beyond_the_limit_are_stored_and_come_back() {
         }
     }
     let s = r.stats();
-    assert!(s.resident_pages <= s.resident_limit_pages, "{s:?}");
-    assert!(s.stored_pages as usize >= n - 1024 - 64, "{s:?}");
+    assert_within_limit(&s);
+    assert!(
+        s.stored_pages as usize >= n - 1024 - 64 - s.faults.over_limit as usize,
+        "{s:?}"
+    );
     assert!(s.mm_stat.same_pages > 0, "{:?}", s.mm_stat);
     assert!(s.mm_stat.compr_data_size < s.mm_stat.orig_data_size / 3);
     for round in 0..2 {
@@ -77,7 +94,7 @@ fn pages_beyond_the_limit_are_stored_and_come_back() {
     let s = r.stats();
     assert!(s.faults.missing_store as usize >= n, "{s:?}");
     assert!(s.faults.missing_zero as usize >= n - 1, "{s:?}");
-    assert!(s.resident_pages <= s.resident_limit_pages);
+    assert_within_limit(&s);
     assert!(s.fault_latency.count > 0 && s.fault_latency.p50_ns > 0);
 }
 
@@ -131,7 +148,7 @@ fn many_threads_fault_random_pages_with_checksums() {
     }
     let s = r.stats();
     assert!(s.faults.missing_store > 1000, "{s:?}");
-    assert!(s.resident_pages <= s.resident_limit_pages, "{s:?}");
+    assert_within_limit(&s);
     eprintln!("{}", r.stats_json());
 }
 
