@@ -270,11 +270,13 @@ impl Handler {
                 self.put_off(addr, since, first, write);
                 return;
             }
-            Counters::bump(&sh.counters.over_limit);
         }
         let t0 = self.now_ns();
         match bring_in(&sh, p, addr, self.buf.bytes(), true, write) {
             BringIn::Done | BringIn::AlreadyThere => {
+                if maps && sh.resident.load(Ordering::Relaxed) > sh.limit_pages {
+                    Counters::bump(&sh.counters.over_limit);
+                }
                 let end = self.now_ns();
                 sh.counters.latency.record(end - start);
                 if state == STORED {

@@ -123,8 +123,8 @@ pub struct Counters {
     /// (`EAGAIN`), another thread owned the page, or the resident limit was
     /// reached.
     pub deferred: AtomicU64,
-    /// Faults served over the resident limit: the evictor made no room
-    /// within 5 ms.
+    /// Faults that mapped a page past the resident limit: the evictor made
+    /// no room within 5 ms.
     pub over_limit: AtomicU64,
     /// Pages evicted to keep under the resident limit.
     pub evicted_limit: AtomicU64,
