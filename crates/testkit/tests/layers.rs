@@ -31,6 +31,7 @@ const PRODUCT_AND_LAB: &[&str] = &[
     "zmem-recipe",
     "zmem-serve",
     "zmem-tune",
+    "zmem-region",
     "zmem-lab",
 ];
 
@@ -95,6 +96,19 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
             "zmem-recipe",
         ],
         &["zmem-zsmalloc", "zmem-zalloc"],
+    ),
+    (
+        "zmem-region",
+        &[
+            "zmem-pages",
+            "zmem-zpool",
+            "zmem-zcomp",
+            "zmem-zsmalloc",
+            "zmem-zalloc",
+            "zmem-zram",
+            "zmem-recipe",
+        ],
+        &[],
     ),
     ("zmem-lab", PRODUCT, &[]),
     ("zmem-cli", PRODUCT_AND_LAB, &[]),

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 /// under crates/).
 const CHECKED: &[&str] = &[
     "zram", "serve", "lab", "recipe", "tune", "zsmalloc", "zalloc", "zcomp", "nbd", "pages", "cli",
+    "region",
 ];
 
 /// A module path from the crate root (`[]` is lib.rs).

@@ -1,0 +1,79 @@
+//! A region's settings: its resident limit, the store recipe, how to open
+//! the userfaultfd, the scan and probation of cold detection, and the
+//! promotion-rate controller's settings.
+//!
+//! Owns the settings and their defaults; builds nothing.
+
+use std::time::Duration;
+
+use recipe::StoreSpec;
+use zram::{AutoCompactMode, AutoCompactPolicy};
+use zsmalloc::Mode;
+
+use crate::controller::ControllerConfig;
+use crate::uffd::UffdOpen;
+
+/// A region's settings.
+#[derive(Clone, Debug)]
+pub struct RegionConfig {
+    /// Bytes the region may keep mapped (above 0, at most its length);
+    /// pages beyond are compressed into the store.
+    pub resident_limit: usize,
+    /// The store (allocator, compressor, mode). Its page size must be the
+    /// system's. The background compactor is always off in a region's store:
+    /// a forked child would inherit a store whose thread it does not have.
+    pub store: StoreSpec,
+    /// How to open the userfaultfd.
+    pub uffd: UffdOpen,
+    /// The promotion-rate controller.
+    pub controller: ControllerConfig,
+    /// How often the evictor looks at page ages and probation.
+    pub scan_interval: Duration,
+    /// Probation slots (uncompressed copies of probed pages); `None`: a
+    /// sixteenth of the limit, from 16 to 4096; 0 turns probing off.
+    pub probation_pages: Option<usize>,
+    /// Whether pages untouched past the age threshold are evicted below the
+    /// limit too (probed, then compressed).
+    pub age_eviction: bool,
+}
+
+/// The store a region gets by default: zsmalloc in default mode with lz4
+/// (recipe's default compressor for that mode), 4 KiB pages, no memory
+/// limit, no background compactor.
+pub fn default_store() -> StoreSpec {
+    StoreSpec {
+        alloc: "zsmalloc".into(),
+        comp: recipe::default_comp(Mode::Default),
+        comp_params: String::new(),
+        page_size: 4096,
+        unit: None,
+        mode: Mode::Default,
+        chain: None,
+        delta: None,
+        merge: true,
+        mem_limit: 0,
+        auto_compact: AutoCompactPolicy::new(AutoCompactMode::Off),
+        retain_divisor: None,
+    }
+}
+
+impl RegionConfig {
+    /// Defaults with a resident limit of `resident_limit` bytes.
+    pub fn new(resident_limit: usize) -> RegionConfig {
+        RegionConfig {
+            resident_limit,
+            store: default_store(),
+            uffd: UffdOpen::Auto,
+            controller: ControllerConfig::default(),
+            scan_interval: Duration::from_secs(1),
+            probation_pages: None,
+            age_eviction: true,
+        }
+    }
+
+    /// Probation slots for a limit of `limit_pages` pages.
+    pub fn probation_slots(&self, limit_pages: usize) -> usize {
+        self.probation_pages
+            .unwrap_or_else(|| (limit_pages / 16).clamp(16, 4096))
+    }
+}

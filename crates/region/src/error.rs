@@ -1,0 +1,68 @@
+//! The region's one error type.
+//!
+//! Owns the error kinds and their one-line messages; depends on nothing in
+//! the crate.
+
+use std::fmt;
+
+/// Why a region could not be made or a call on it failed.
+#[derive(Debug)]
+pub enum RegionError {
+    /// The length is zero or not a whole number of pages once rounded, or
+    /// too large to map.
+    BadLength {
+        /// The length asked for.
+        len: usize,
+    },
+    /// The resident limit is zero or above the length.
+    BadLimit {
+        /// The limit asked for, in bytes.
+        limit: usize,
+        /// The region's length.
+        len: usize,
+    },
+    /// No userfaultfd could be opened, or its handshake failed.
+    Userfaultfd(String),
+    /// A system call on the region's memory failed.
+    Os {
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        err: std::io::Error,
+    },
+    /// The store could not be made or refused a page.
+    Store(String),
+    /// A byte range outside the region.
+    OutOfRange {
+        /// Start offset.
+        start: usize,
+        /// End offset.
+        end: usize,
+        /// The region's length.
+        len: usize,
+    },
+}
+
+impl fmt::Display for RegionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RegionError::BadLength { len } => write!(
+                f,
+                "region length {len} is not usable: it must be above 0 and mappable"
+            ),
+            RegionError::BadLimit { limit, len } => write!(
+                f,
+                "resident limit {limit} is not usable: it must be above 0 and at most the region's {len} bytes"
+            ),
+            RegionError::Userfaultfd(why) => write!(f, "no userfaultfd: {why}"),
+            RegionError::Os { what, err } => write!(f, "{what}: {err}"),
+            RegionError::Store(why) => write!(f, "store: {why}"),
+            RegionError::OutOfRange { start, end, len } => write!(
+                f,
+                "range {start}..{end} is outside the region's {len} bytes"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RegionError {}

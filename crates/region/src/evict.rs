@@ -1,0 +1,436 @@
+//! Moving one page between memory and the store (or the probation slab),
+//! race-free against the program's threads: eviction, bringing a page
+//! back, and dropping pages the program removed.
+//!
+//! Eviction, in this order (the order is what makes it safe):
+//! 1. take the page (`RESIDENT` -> `EVICTING`); only the taker moves it;
+//! 2. write-protect it (`UFFDIO_WRITEPROTECT`, which flushes the TLB): from
+//!    here a write blocks in a write-protect fault, reads go on;
+//! 3. copy it out (`process_vm_readv`, which fails instead of faulting if
+//!    the program unmapped it meanwhile) and store it (compressed, or raw
+//!    in a probation slot);
+//!    (a run of neighbouring pages takes each step once for the run:
+//!    `evict_run`)
+//! 4. publish `STORED`/`PROBATION` while the old page is still mapped, so a
+//!    fault after the next step finds the copy;
+//! 5. drop the mapping (`MADV_DONTNEED`; its remove event, which the
+//!    handler must read before the kernel zaps, is marked as the region's
+//!    own by the page's `ZAPPING` flag, which the handler clears when it
+//!    serves that event: the kernel counts an event as read when `read(2)`
+//!    returns it, which may be before the handler gets to it in its batch);
+//! 6. `UFFDIO_WAKE` the page: writers blocked in step 2 fault again, now as
+//!    missing, and get the stored copy with their write still to do.
+//!
+//! A write-protect fault seen while the page is `EVICTING`, `STORED` or in
+//! probation is left to step 6. If the store refuses the page (step 3), the
+//! page is unprotected (which wakes the writers) and stays `RESIDENT`.
+//!
+//! Owns these sequences; the states are `table`'s, the descriptor calls
+//! `uffd`'s. Never allocates. Runs on the evictor, the handler (bringing
+//! pages back) and hint callers; never holds a store lock while waiting.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use crate::shared::Shared;
+use crate::stats::Counters;
+use crate::table::{
+    EVICTING, GONE, LOADING, PROBATION, REFERENCED, RESIDENT, STORED, UNTOUCHED, ZAPPING,
+};
+
+/// Copies `buf.len()` bytes at `addr` of this process into `buf` without
+/// faulting: an unmapped address is an error, not a signal.
+fn read_own(addr: usize, buf: *mut u8, len: usize) -> io::Result<()> {
+    let local = libc::iovec {
+        iov_base: buf.cast(),
+        iov_len: len,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: len,
+    };
+    // SAFETY: copies from this process's own address space into `buf`,
+    // which the caller owns for `len` bytes; the kernel checks `addr`.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n as usize != len {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Probes page `p` (see the module's order): its mapping is dropped and
+/// its raw copy kept in a probation slot. False if the page was not
+/// resident, was taken by another thread, no slot was free, or it could not
+/// go now.
+pub fn probe(sh: &Shared, p: usize) -> bool {
+    let ps = sh.page_size;
+    if !sh.table.cas(p, RESIDENT, EVICTING) {
+        return false;
+    }
+    let addr = sh
+        .mapping
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .addr_of(p);
+    let Some(addr) = addr else {
+        sh.table.set(p, GONE);
+        return false;
+    };
+    let Some(slot) = sh.probation.take(p, sh.now_ms()) else {
+        sh.table.set(p, RESIDENT);
+        return false;
+    };
+    let undo = |unprotect: bool| {
+        if unprotect {
+            // Wakes any writer blocked since the protection.
+            let _ = sh.uffd().write_protect(addr, ps, false);
+        }
+        sh.probation.give(slot);
+        sh.table.set(p, RESIDENT);
+    };
+    let uffd = sh.uffd();
+    if uffd.write_protect(addr, ps, true).is_err() {
+        // EAGAIN while the program changes its mapping: try later.
+        undo(false);
+        return false;
+    }
+    if read_own(addr, sh.probation.slot_ptr(slot), ps).is_err() {
+        undo(true);
+        return false;
+    }
+    sh.table.set_stamp(p, slot);
+    sh.table.set(p, PROBATION);
+    sh.table.set_flag(p, REFERENCED, false);
+    sh.resident.fetch_sub(1, Ordering::AcqRel);
+    sh.table.set_flag(p, ZAPPING, true);
+    // SAFETY: drops the mapping of one page of the region, whose contents
+    // are now in the slot; a fault brings them back.
+    let rc = unsafe { libc::madvise(addr as *mut libc::c_void, ps, libc::MADV_DONTNEED) };
+    if rc != 0 {
+        // No remove event came (the program unmapped the page meanwhile):
+        // the flag must not mark a later remove of the program's as ours.
+        sh.table.set_flag(p, ZAPPING, false);
+    }
+    let _ = uffd.wake(addr, ps);
+    true
+}
+
+/// Pages evicted to the store at once: a run of neighbours costs one
+/// write-protect, one copy, one `madvise` (one remove event) and one wake.
+pub const RUN: usize = 32;
+
+/// Evicts to the store up to `max` resident pages from `first` on that
+/// are neighbours in memory (one segment), in the module's order, each
+/// step once for the run. `buf` holds `max` pages. Returns how many pages
+/// went (0 if `first` was not resident, was held, or could not go now).
+pub fn evict_run(sh: &Shared, first: usize, max: usize, buf: &mut [u8]) -> usize {
+    let ps = sh.page_size;
+    let n = sh.pages();
+    let max = max.min(buf.len() / ps).min(n - first);
+    let mut k = 0;
+    while k < max && sh.table.cas(first + k, RESIDENT, EVICTING) {
+        k += 1;
+    }
+    if k == 0 {
+        return 0;
+    }
+    let release = |from: usize, to: usize| {
+        for q in from..to {
+            sh.table.set(q, RESIDENT);
+        }
+    };
+    let (addr, k) = {
+        let map = sh.mapping.read().unwrap_or_else(|e| e.into_inner());
+        let Some(addr) = map.addr_of(first) else {
+            sh.table.set(first, GONE);
+            release(first + 1, first + k);
+            return 0;
+        };
+        let mut along = 1;
+        while along < k && map.addr_of(first + along) == Some(addr + along * ps) {
+            along += 1;
+        }
+        release(first + along, first + k);
+        (addr, along)
+    };
+    let uffd = sh.uffd();
+    if uffd.write_protect(addr, k * ps, true).is_err() {
+        // EAGAIN while the program changes its mapping: try later.
+        release(first, first + k);
+        return 0;
+    }
+    if read_own(addr, buf.as_mut_ptr(), k * ps).is_err() {
+        // Wakes any writer blocked since the protection.
+        let _ = uffd.write_protect(addr, k * ps, false);
+        release(first, first + k);
+        return 0;
+    }
+    let mut stored = 0;
+    while stored < k {
+        let page = &buf[stored * ps..(stored + 1) * ps];
+        if sh.store.write_page((first + stored) as u64, page).is_err() {
+            Counters::bump(&sh.counters.evict_failed);
+            break;
+        }
+        stored += 1;
+    }
+    if stored < k {
+        let _ = uffd.write_protect(addr + stored * ps, (k - stored) * ps, false);
+        release(first + stored, first + k);
+    }
+    if stored == 0 {
+        return 0;
+    }
+    for q in first..first + stored {
+        sh.table.set(q, STORED);
+        sh.table.set_flag(q, REFERENCED, false);
+        sh.table.set_flag(q, ZAPPING, true);
+    }
+    sh.resident.fetch_sub(stored as u64, Ordering::AcqRel);
+    // SAFETY: drops the mapping of pages of the region whose contents are
+    // now in the store; a fault brings them back.
+    let rc = unsafe { libc::madvise(addr as *mut libc::c_void, stored * ps, libc::MADV_DONTNEED) };
+    if rc != 0 {
+        // No remove event came (the program unmapped the pages meanwhile):
+        // the flags must not mark a later remove of the program's as ours.
+        for q in first..first + stored {
+            sh.table.set_flag(q, ZAPPING, false);
+        }
+    }
+    let _ = uffd.wake(addr, stored * ps);
+    stored
+}
+
+/// What bringing a page back did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BringIn {
+    /// Mapped (and the waiting threads woken).
+    Done,
+    /// Already mapped: only woken.
+    AlreadyThere,
+    /// Not now (the mapping is changing, another thread holds the page, or
+    /// the page is not stored); try again after reading events.
+    Later,
+}
+
+/// Zeros to copy in for a write fault on a page never written (the largest
+/// page size Linux has on the architectures zmem builds for).
+static ZEROS: [u8; 65536] = [0; 65536];
+
+/// Maps page `p` at `addr` from wherever it is (zero page, store,
+/// probation slot), using `buf` (one page) to decompress into; counts the
+/// fault kind when `fault`. A never-written page gets the zero page on a
+/// read, and a page of zeros of its own on a write (`write`: one fault
+/// instead of the zero page's and then the kernel's copy-on-write one).
+/// Never allocates beyond the store's own read.
+pub fn bring_in(
+    sh: &Shared,
+    p: usize,
+    addr: usize,
+    buf: &mut [u8],
+    fault: bool,
+    write: bool,
+) -> BringIn {
+    let ps = sh.page_size;
+    let uffd = sh.uffd();
+    let c = &sh.counters;
+    let state = sh.table.state(p);
+    match state {
+        UNTOUCHED => {
+            if !sh.table.cas(p, UNTOUCHED, LOADING) {
+                return BringIn::Later;
+            }
+            let done = if write && ps <= ZEROS.len() {
+                uffd.copy_mode(addr, ZEROS.as_ptr(), ps, false)
+            } else {
+                uffd.zeropage_mode(addr, ps, false)
+            };
+            match done {
+                Ok(()) => {
+                    if fault {
+                        Counters::bump(&c.missing_zero);
+                    }
+                    mapped(sh, p);
+                    let _ = uffd.wake(addr, ps);
+                    BringIn::Done
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                    mapped(sh, p);
+                    let _ = uffd.wake(addr, ps);
+                    BringIn::AlreadyThere
+                }
+                Err(_) => {
+                    sh.table.set(p, UNTOUCHED);
+                    BringIn::Later
+                }
+            }
+        }
+        STORED | PROBATION => {
+            if !sh.table.cas(p, state, LOADING) {
+                return BringIn::Later;
+            }
+            let t0 = Instant::now();
+            let (src, t1) = if state == STORED {
+                if sh.store.read_page(p as u64, &mut buf[..ps]).is_err() {
+                    sh.table.set(p, state);
+                    return BringIn::Later;
+                }
+                (buf.as_ptr(), Instant::now())
+            } else {
+                (sh.probation.slot_ptr(sh.table.stamp(p)).cast_const(), t0)
+            };
+            // Mapped without waking, published, then woken: a thread that
+            // runs on finds the page's state and counters already true.
+            match uffd.copy_mode(addr, src, ps, false) {
+                Ok(()) => {
+                    let t2 = Instant::now();
+                    if state == STORED {
+                        // Freed later, off the fault path (see `discards`);
+                        // inline only if the ring is full.
+                        if !sh.discards.push(p) {
+                            let _ = sh.store.discard(p as u64, 1);
+                        }
+                        if fault {
+                            Counters::bump(&c.missing_store);
+                        }
+                    } else {
+                        sh.probation.give(sh.table.stamp(p));
+                        if fault {
+                            Counters::bump(&c.missing_probation);
+                        }
+                    }
+                    mapped(sh, p);
+                    let t3 = Instant::now();
+                    let _ = uffd.wake(addr, ps);
+                    if state == STORED && fault {
+                        let t4 = Instant::now();
+                        let ns = |d: std::time::Duration| d.as_nanos() as u64;
+                        c.decompress_ns.fetch_add(ns(t1 - t0), Ordering::Relaxed);
+                        c.copy_ns.fetch_add(ns(t2 - t1), Ordering::Relaxed);
+                        c.wake_ns.fetch_add(ns(t4 - t3), Ordering::Relaxed);
+                    }
+                    BringIn::Done
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                    // A stale message: the old page is still mapped (an
+                    // eviction between its publish and its zap).
+                    sh.table.set(p, state);
+                    let _ = uffd.wake(addr, ps);
+                    BringIn::AlreadyThere
+                }
+                Err(_) => {
+                    sh.table.set(p, state);
+                    BringIn::Later
+                }
+            }
+        }
+        RESIDENT => {
+            // A second fault on a page already served, or a page dropped
+            // behind the region's back: the zero page goes in only where
+            // nothing is mapped.
+            match uffd.zeropage(addr, ps) {
+                Ok(()) => BringIn::Done,
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => BringIn::Later,
+                Err(_) => {
+                    let _ = uffd.wake(addr, ps);
+                    if fault {
+                        Counters::bump(&c.missing_duplicate);
+                    }
+                    BringIn::AlreadyThere
+                }
+            }
+        }
+        GONE => {
+            let _ = uffd.wake(addr, ps);
+            BringIn::AlreadyThere
+        }
+        _ => BringIn::Later,
+    }
+}
+
+/// Marks `p` (held `LOADING`) mapped and referenced now.
+fn mapped(sh: &Shared, p: usize) {
+    sh.table.set_stamp(p, sh.now_ms() as u32);
+    sh.table.set_flag(p, REFERENCED, true);
+    sh.resident.fetch_add(1, Ordering::AcqRel);
+    sh.table.set(p, RESIDENT);
+}
+
+/// The program dropped page `p` (madvise) or unmapped it: frees its copy
+/// and sets it `to` (`UNTOUCHED` or `GONE`). Waits out a thread that holds
+/// the page (an eviction or a load does CPU work only, never waiting on the
+/// caller). Returns whether the page held data.
+pub fn drop_page(sh: &Shared, p: usize, to: u8) -> bool {
+    loop {
+        let s = sh.table.state(p);
+        match s {
+            EVICTING | LOADING => std::thread::yield_now(),
+            STORED => {
+                if sh.table.cas(p, s, to) {
+                    let _ = sh.store.discard(p as u64, 1);
+                    return true;
+                }
+            }
+            PROBATION => {
+                let slot = sh.table.stamp(p);
+                if sh.table.cas(p, s, to) {
+                    sh.probation.give(slot);
+                    return true;
+                }
+            }
+            RESIDENT => {
+                if sh.table.cas(p, s, to) {
+                    sh.resident.fetch_sub(1, Ordering::AcqRel);
+                    return true;
+                }
+            }
+            _ => {
+                if sh.table.cas(p, s, to) {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// Compresses probation page `p` (no mapping to drop: it already is)
+/// into the store. False if it was not in probation or the store refused.
+pub fn settle_probation(sh: &Shared, p: usize) -> bool {
+    if !sh.table.cas(p, PROBATION, EVICTING) {
+        return false;
+    }
+    let slot = sh.table.stamp(p);
+    let ps = sh.page_size;
+    // SAFETY: the slot holds page `p`'s copy and the `EVICTING` state makes
+    // this thread its only user until the state changes.
+    let bytes = unsafe { std::slice::from_raw_parts(sh.probation.slot_ptr(slot), ps) };
+    if sh.store.write_page(p as u64, bytes).is_err() {
+        Counters::bump(&sh.counters.evict_failed);
+        sh.table.set(p, PROBATION);
+        return false;
+    }
+    sh.probation.give(slot);
+    sh.table.set(p, STORED);
+    true
+}
+
+/// Frees the store slots of pages brought back (queued by the handler):
+/// each page is held while its slot is freed, and a page stored again
+/// meanwhile (its slot holds the new copy) is passed over.
+pub fn drain_discards(sh: &Shared) {
+    sh.discards.drain(|p| loop {
+        let s = sh.table.state(p);
+        match s {
+            RESIDENT | UNTOUCHED | GONE => {
+                if sh.table.cas(p, s, EVICTING) {
+                    let _ = sh.store.discard(p as u64, 1);
+                    sh.table.set(p, s);
+                    return;
+                }
+            }
+            EVICTING | LOADING => std::thread::yield_now(),
+            _ => return,
+        }
+    });
+}

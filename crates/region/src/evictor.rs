@@ -1,0 +1,239 @@
+//! The evictor thread and the hints: what leaves memory, and when.
+//!
+//! - **Over the limit** (woken by the handler): the clock hand sweeps the
+//!   pages; a page faulted in since the hand last passed (`REFERENCED`)
+//!   gets a second chance, any other resident page is compressed into the
+//!   store, until the resident pages are a batch under the limit.
+//! - **Every scan** (`RegionConfig::scan_interval`), cold detection by
+//!   probing: a page whose last known reference is older than half the age
+//!   threshold is *probed*: its mapping is dropped and its uncompressed
+//!   copy kept in a probation slot, so a touch costs one cheap fault
+//!   (`UFFDIO_COPY` of the copy, no decompression) and refreshes its age.
+//!   A page left untouched in probation for the other half of the threshold
+//!   is compressed into the store (an age eviction). The only references
+//!   the region can see without root on a kernel without soft-dirty bits
+//!   are faults; probes make faults out of a sample of references.
+//! - **The controller**: at each period's end it is given the promotions
+//!   (faults served from the store) and the working set (resident and
+//!   probation pages) and sets the age threshold.
+//! - **Hints** (`cold`, `willneed`, `hot`) run the same sequences on the
+//!   caller's thread.
+//!
+//! Owns the victim choice and the timing; the sequences are `evict`'s,
+//! and it makes no userfaultfd or `madvise` call of its own.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::buf::{lock_stack, LockedBuf};
+use crate::evict::{bring_in, drain_discards, evict_run, probe, settle_probation, RUN};
+use crate::gate::Side;
+use crate::shared::{drain, kick, Shared};
+use crate::stats::Counters;
+use crate::table::{LOADING, PROBATION, REFERENCED, RESIDENT, STORED};
+
+/// Pages evicted below the limit at each wake-up: a batch, so the handler
+/// does not wake the evictor for every fault.
+pub fn batch(sh: &Shared) -> u64 {
+    (sh.limit_pages / 32).clamp(1, 64)
+}
+
+/// Whether the evictor should make room: the resident pages are within
+/// half a batch of the limit, and the region has more pages than the limit
+/// (otherwise everything fits).
+pub fn needs_room(sh: &Shared) -> bool {
+    (sh.pages() as u64) > sh.limit_pages
+        && sh.resident.load(Ordering::Relaxed) + batch(sh) / 2 >= sh.limit_pages
+}
+
+/// The thread's body.
+pub fn run(sh: Arc<Shared>) {
+    lock_stack(64 * 1024);
+    let Ok(mut buf) = LockedBuf::new(RUN * sh.page_size) else {
+        return;
+    };
+    let efd = sh.evictor_efd.load(Ordering::Acquire);
+    let scan_ms = sh.config.scan_interval.as_millis().max(1) as u64;
+    let mut next_scan = sh.now_ms() + scan_ms;
+    loop {
+        let wait = next_scan.saturating_sub(sh.now_ms()).min(i32::MAX as u64) as i32;
+        let mut fds = [libc::pollfd {
+            fd: efd,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(fds.as_mut_ptr(), 1, wait) };
+        if sh.stop.load(Ordering::Acquire) {
+            return;
+        }
+        drain(efd);
+        sh.gate.enter(Side::Evict);
+        drain_discards(&sh);
+        if needs_room(&sh) {
+            make_room(&sh, buf.bytes());
+        }
+        if sh.now_ms() >= next_scan {
+            scan(&sh);
+            next_scan = sh.now_ms() + scan_ms;
+        }
+        sh.gate.leave(Side::Evict);
+    }
+}
+
+/// Evicts by the clock until a batch under the limit.
+fn make_room(sh: &Shared, buf: &mut [u8]) {
+    let n = sh.pages();
+    let target = sh.limit_pages.saturating_sub(batch(sh));
+    // Two sweeps at most: the first clears the referenced flags.
+    let mut steps = 2 * n;
+    while sh.resident.load(Ordering::Acquire) > target && steps > 0 {
+        steps -= 1;
+        let p = sh.hand.fetch_add(1, Ordering::Relaxed) % n;
+        if sh.table.state(p) != RESIDENT {
+            continue;
+        }
+        if sh.table.set_flag(p, REFERENCED, false) {
+            continue;
+        }
+        // The victim's unreferenced resident neighbours go with it, up to
+        // a run and what is needed; the hand passes over them.
+        let need = (sh.resident.load(Ordering::Acquire) - target) as usize;
+        let mut len = 1;
+        while len < RUN.min(need)
+            && p + len < n
+            && sh.table.state(p + len) == RESIDENT
+            && !sh.table.set_flag(p + len, REFERENCED, false)
+        {
+            len += 1;
+        }
+        let went = evict_run(sh, p, len, buf);
+        if went > 0 {
+            sh.hand.fetch_add(went - 1, Ordering::Relaxed);
+            sh.counters
+                .evicted_limit
+                .fetch_add(went as u64, Ordering::Relaxed);
+            kick(&sh.handler_efd);
+        }
+    }
+}
+
+/// One scan: settle probation, probe old pages, run the controller.
+fn scan(sh: &Shared) {
+    let now = sh.now_ms();
+    let threshold = sh.threshold_ms.load(Ordering::Relaxed);
+    let half = threshold / 2;
+    if sh.config.age_eviction {
+        for s in 0..sh.probation.slots() {
+            if let Some((p, since)) = sh.probation.owner(s) {
+                if now.saturating_sub(since) >= half && settle_probation(sh, p) {
+                    Counters::bump(&sh.counters.evicted_age);
+                }
+            }
+        }
+        let n = sh.pages();
+        let mut free = sh.probation.slots() - sh.probation.used();
+        for p in 0..n {
+            if free == 0 {
+                break;
+            }
+            if sh.table.state(p) != RESIDENT {
+                continue;
+            }
+            let stamp = sh.table.stamp(p) as u64;
+            if now.saturating_sub(stamp) >= half && probe(sh, p) {
+                Counters::bump(&sh.counters.probed);
+                free -= 1;
+            }
+        }
+    }
+    let wss = sh.resident.load(Ordering::Relaxed) + sh.probation.used() as u64;
+    let promotions = sh.counters.missing_store.load(Ordering::Relaxed);
+    let mut c = sh.controller.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(t) = c.tick(Duration::from_millis(now), promotions, wss) {
+        sh.threshold_ms
+            .store(t.as_millis() as u64, Ordering::Relaxed);
+        sh.promo_per_min
+            .store(c.last_per_minute().to_bits(), Ordering::Relaxed);
+        sh.promo_rate
+            .store(c.last_rate().to_bits(), Ordering::Relaxed);
+    }
+}
+
+/// Evicts pages `first..end` now (probation pages too); returns how many.
+pub fn cold(sh: &Shared, first: usize, end: usize) -> usize {
+    let Ok(mut buf) = LockedBuf::new(RUN * sh.page_size) else {
+        return 0;
+    };
+    sh.gate.enter(Side::Evict);
+    let mut done = 0;
+    let mut p = first;
+    while p < end {
+        // A page being brought back by the handler: wait for it (its
+        // thread is woken only once it is published).
+        let mut state = sh.table.state(p);
+        let mut spins = 0;
+        while state == LOADING && spins < 100_000 {
+            std::thread::yield_now();
+            spins += 1;
+            state = sh.table.state(p);
+        }
+        let went = match state {
+            RESIDENT => {
+                let mut len = 1;
+                while len < RUN && p + len < end && sh.table.state(p + len) == RESIDENT {
+                    len += 1;
+                }
+                evict_run(sh, p, len, buf.bytes())
+            }
+            PROBATION => usize::from(settle_probation(sh, p)),
+            _ => 0,
+        };
+        sh.counters
+            .evicted_hint
+            .fetch_add(went as u64, Ordering::Relaxed);
+        done += went;
+        p += went.max(1);
+    }
+    sh.gate.leave(Side::Evict);
+    if done > 0 {
+        kick(&sh.handler_efd);
+    }
+    done
+}
+
+/// Brings the stored and probation pages of `first..end` back, as far as
+/// the limit allows; marks every resident one referenced now when `hot`.
+/// Returns the pages brought back.
+pub fn willneed(sh: &Shared, first: usize, end: usize, hot: bool) -> usize {
+    let Ok(mut buf) = LockedBuf::new(sh.page_size) else {
+        return 0;
+    };
+    sh.gate.enter(Side::Evict);
+    let mut done = 0;
+    for p in first..end {
+        let s = sh.table.state(p);
+        if (s == STORED || s == PROBATION) && !sh.at_limit() {
+            let addr = sh
+                .mapping
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .addr_of(p);
+            if let Some(addr) = addr {
+                // EAGAIN (the mapping is changing) leaves the page stored:
+                // a hint, not a promise.
+                if bring_in(sh, p, addr, buf.bytes(), false, false) == crate::evict::BringIn::Done {
+                    Counters::bump(&sh.counters.prefetched);
+                    done += 1;
+                }
+            }
+        }
+        if hot && sh.table.state(p) == RESIDENT {
+            sh.table.set_stamp(p, sh.now_ms() as u32);
+            sh.table.set_flag(p, REFERENCED, true);
+        }
+    }
+    sh.gate.leave(Side::Evict);
+    done
+}

@@ -1,0 +1,178 @@
+//! `fork` while regions live. A userfaultfd's registration does not reach
+//! a child (without `UFFD_FEATURE_EVENT_FORK`, which would hand the child's
+//! faults to the parent's handler), so a child's copy of an evicted page
+//! would read as zeros. With `pthread_atfork`:
+//! - prepare: each region's gate is frozen (the evicting side first, then
+//!   the handler), so no page is half-evicted and no store lock is held
+//!   when the address space is copied; the registry's lock is held across
+//!   the fork, so no region is made or dropped meanwhile;
+//! - parent: the gates open again;
+//! - child: each region is rebuilt over the child's copy of its memory and
+//!   store: the parent's threads are forgotten (they are not in the child),
+//!   the inherited userfaultfd (the parent's context) and eventfds are
+//!   closed, a new userfaultfd registers the region's segments, and new
+//!   threads start. If the child cannot open or register one, every stored
+//!   and probation page is written back into the (now ordinary) memory, so
+//!   the child still reads its own copy, above the limit.
+//!
+//! Owns the registry of live regions and the three handlers; the threads
+//! are `workers`'. A fork from inside the region's own threads is not
+//! supported (they never fork).
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Once, Weak};
+
+use crate::shared::Shared;
+use crate::stats::Counters;
+use crate::table::{PROBATION, RESIDENT, STORED};
+use crate::uffd::{Uffd, UffdMode, UffdOpen};
+use crate::workers;
+
+/// The live regions, under a pthread mutex (held from prepare to the
+/// parent's or child's handler, which a std guard cannot be).
+struct Registry {
+    lock: UnsafeCell<libc::pthread_mutex_t>,
+    list: UnsafeCell<Vec<Weak<Shared>>>,
+}
+
+// SAFETY: `list` is only touched with `lock` held.
+unsafe impl Sync for Registry {}
+
+static REGISTRY: Registry = Registry {
+    lock: UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER),
+    list: UnsafeCell::new(Vec::new()),
+};
+
+static INSTALL: Once = Once::new();
+
+fn lock() {
+    // SAFETY: a statically initialised pthread mutex.
+    unsafe { libc::pthread_mutex_lock(REGISTRY.lock.get()) };
+}
+
+fn unlock() {
+    // SAFETY: held by this thread (in a child, by the thread that forked,
+    // the child's only thread).
+    unsafe { libc::pthread_mutex_unlock(REGISTRY.lock.get()) };
+}
+
+/// The list; only with the lock held.
+#[allow(clippy::mut_from_ref)]
+fn list() -> &'static mut Vec<Weak<Shared>> {
+    // SAFETY: callers hold the registry lock, so this is the only view.
+    unsafe { &mut *REGISTRY.list.get() }
+}
+
+/// Adds a region to the registry (installing the handlers once).
+pub fn register(sh: &Arc<Shared>) {
+    INSTALL.call_once(|| {
+        // SAFETY: three `extern "C"` functions that live for the program.
+        unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+    });
+    lock();
+    list().push(Arc::downgrade(sh));
+    unlock();
+}
+
+/// Takes a region out of the registry (before it stops its threads).
+pub fn unregister(sh: &Shared) {
+    lock();
+    list().retain(|w| !std::ptr::eq(w.as_ptr(), sh) && w.strong_count() > 0);
+    unlock();
+}
+
+extern "C" fn prepare() {
+    lock();
+    for w in list().iter() {
+        if let Some(sh) = w.upgrade() {
+            sh.gate.freeze();
+        }
+    }
+}
+
+extern "C" fn parent() {
+    for w in list().iter() {
+        if let Some(sh) = w.upgrade() {
+            sh.gate.thaw();
+        }
+    }
+    unlock();
+}
+
+extern "C" fn child() {
+    for w in list().iter() {
+        if let Some(sh) = w.upgrade() {
+            rebuild(&sh);
+        }
+    }
+    unlock();
+}
+
+/// Rebuilds one region in a forked child.
+fn rebuild(sh: &Arc<Shared>) {
+    workers::forget_parent_threads(sh);
+    workers::close_eventfds(sh);
+    let old = sh.uffd_fd.swap(-1, Ordering::AcqRel);
+    if old >= 0 {
+        Uffd::from_raw(old, sh.uffd_mode).close();
+    }
+    sh.gate.thaw();
+    let how = match sh.uffd_mode {
+        UffdMode::Device => UffdOpen::Device,
+        UffdMode::Syscall => UffdOpen::Syscall,
+        UffdMode::UserModeOnly => UffdOpen::UserModeOnly,
+    };
+    let registered = Uffd::open(how).ok().and_then(|u| {
+        let segs: Vec<_> = sh
+            .mapping
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .segments()
+            .to_vec();
+        for s in segs {
+            if u.register(s.addr, s.len).is_err() {
+                u.close();
+                return None;
+            }
+        }
+        Some(u)
+    });
+    match registered {
+        Some(u) => {
+            sh.uffd_fd.store(u.fd(), Ordering::Release);
+            if workers::start(sh).is_err() {
+                materialise(sh);
+            }
+        }
+        None => materialise(sh),
+    }
+    Counters::bump(&sh.counters.fork_reinits);
+}
+
+/// Writes every stored and probation page back into the child's memory,
+/// which no userfaultfd watches any more.
+fn materialise(sh: &Shared) {
+    let ps = sh.page_size;
+    let mut buf = vec![0u8; ps];
+    let map = sh.mapping.read().unwrap_or_else(|e| e.into_inner()).clone();
+    for p in 0..sh.pages() {
+        let s = sh.table.state(p);
+        let Some(addr) = map.addr_of(p) else { continue };
+        let src = match s {
+            STORED => {
+                if sh.store.read_page(p as u64, &mut buf).is_err() {
+                    continue;
+                }
+                buf.as_ptr()
+            }
+            PROBATION => sh.probation.slot_ptr(sh.table.stamp(p)),
+            _ => continue,
+        };
+        // SAFETY: `addr` is a page of the region in this process, now
+        // ordinary anonymous memory; `src` is one page of ours.
+        unsafe { std::ptr::copy_nonoverlapping(src, addr as *mut u8, ps) };
+        sh.table.set(p, RESIDENT);
+        sh.resident.fetch_add(1, Ordering::Relaxed);
+    }
+}

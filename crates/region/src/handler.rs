@@ -1,0 +1,322 @@
+//! The fault handler thread: reads the userfaultfd and serves each message.
+//!
+//! - a missing fault: the page comes back from where it is (zero page,
+//!   store, probation slot; `evict::bring_in`). At the resident limit the
+//!   fault waits (the thread stays blocked) until the evictor makes room,
+//!   at most 5 ms, then is served over the limit rather than hang;
+//! - a write-protect fault: left to the eviction in progress (it wakes the
+//!   writer after dropping the page), or, stale, unprotected and woken;
+//! - remove (the program's `madvise(DONTNEED|FREE)`): the pages read as
+//!   zeros after, their copies freed; the region's own eviction zaps are
+//!   recognised by the page's `ZAPPING` flag and passed over;
+//! - unmap (`munmap`): the pages are gone, their copies freed;
+//! - remap (`mremap`): the moved pages' addresses follow.
+//!
+//! A fault that cannot be served now (`EAGAIN`: an event is still unread;
+//! another thread holds the page) waits in a fixed list and is tried again
+//! after the next read.
+//!
+//! Owns the thread's loop and its preallocated memory (a message array, a
+//! list of waiting faults, one locked page buffer); never allocates while
+//! serving (the store's own read is the only allocation, and lz4 and lzo
+//! decode without one). Takes no lock other than the mapping's read lock
+//! (written only by this thread) and, through the store, the store's.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::buf::{lock_memory, lock_stack, LockedBuf};
+use crate::evict::{bring_in, drop_page, BringIn};
+use crate::gate::Side;
+use crate::shared::{drain, kick, Shared};
+use crate::stats::Counters;
+use crate::table::{EVICTING, GONE, PROBATION, RESIDENT, STORED, UNTOUCHED, ZAPPING};
+use crate::uffd::{
+    Msg, EVENT_PAGEFAULT, EVENT_REMAP, EVENT_REMOVE, EVENT_UNMAP, FLAG_WP, FLAG_WRITE,
+};
+
+/// Faults that can wait at once (more than the threads of most programs;
+/// beyond it a fault is woken to fault again).
+const WAITING: usize = 1024;
+
+/// How long a fault waits for room under the limit before it is served
+/// over it.
+const LIMIT_WAIT_NS: u64 = 5_000_000;
+
+/// A fault put off: its address and when it first arrived.
+#[derive(Clone, Copy, Default)]
+struct Waiting {
+    addr: usize,
+    since: u64,
+    write: bool,
+}
+
+/// The handler's own memory.
+struct Handler {
+    sh: Arc<Shared>,
+    buf: LockedBuf,
+    msgs: [Msg; 64],
+    waiting: [Waiting; WAITING],
+    nwaiting: usize,
+    /// The waiting faults being tried again (a copy of the first `n`).
+    retrying: [Waiting; WAITING],
+    epoch: Instant,
+}
+
+/// The thread's body.
+pub fn run(sh: Arc<Shared>) {
+    // The handler's own state (about 50 KiB of fixed arrays) is boxed
+    // below; the stack holds only the call frames of serving a fault.
+    lock_stack(64 * 1024);
+    // Short waits mean short: the default timer slack (50 µs) would stretch
+    // a 20 µs wait for room fourfold.
+    // SAFETY: sets this thread's timer slack to 1 µs.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
+    let buf = match LockedBuf::new(sh.page_size) {
+        Ok(b) => b,
+        Err(_) => return,
+    };
+    let mut h = Box::new(Handler {
+        sh,
+        buf,
+        msgs: [Msg::default(); 64],
+        waiting: [Waiting::default(); WAITING],
+        nwaiting: 0,
+        retrying: [Waiting::default(); WAITING],
+        epoch: Instant::now(),
+    });
+    lock_memory(&*h);
+    h.main();
+}
+
+impl Handler {
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    fn main(&mut self) {
+        let efd = self.sh.handler_efd.load(Ordering::Acquire);
+        loop {
+            let uffd = self.sh.uffd();
+            let mut fds = [
+                libc::pollfd {
+                    fd: uffd.fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: efd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // Waiting faults are tried again after 20 µs, or as soon as the
+            // evictor makes room (it kicks the eventfd) or a message comes.
+            let wait = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 20_000,
+            };
+            let timeout = if self.nwaiting > 0 {
+                &wait as *const libc::timespec
+            } else {
+                std::ptr::null()
+            };
+            // SAFETY: two valid pollfd entries, a valid or null timeout, no
+            // signal mask.
+            unsafe { libc::ppoll(fds.as_mut_ptr(), 2, timeout, std::ptr::null()) };
+            if self.sh.stop_handler.load(Ordering::Acquire) {
+                return;
+            }
+            if fds[1].revents != 0 {
+                drain(efd);
+            }
+            self.sh.gate.enter(Side::Handler);
+            self.read_all();
+            self.retry();
+            self.sh.gate.leave(Side::Handler);
+        }
+    }
+
+    /// Reads and serves every message there is.
+    fn read_all(&mut self) {
+        let uffd = self.sh.uffd();
+        loop {
+            let n = match uffd.read(&mut self.msgs) {
+                Ok(n) => n,
+                Err(_) => return,
+            };
+            if n == 0 {
+                return;
+            }
+            let start = self.now_ns();
+            for i in 0..n {
+                let m = self.msgs[i];
+                self.serve(m, start);
+            }
+        }
+    }
+
+    fn serve(&mut self, m: Msg, start: u64) {
+        let sh = &self.sh;
+        let ps = sh.page_size;
+        match m.event {
+            EVENT_PAGEFAULT => {
+                let addr = (m.arg[1] as usize) & !(ps - 1);
+                if m.arg[0] & FLAG_WP != 0 {
+                    Counters::bump(&sh.counters.wp);
+                    self.write_protect_fault(addr);
+                } else {
+                    self.missing(addr, start, true, m.arg[0] & FLAG_WRITE != 0);
+                }
+            }
+            EVENT_REMOVE | EVENT_UNMAP => {
+                let (start_a, end_a) = (m.arg[0] as usize, m.arg[1] as usize);
+                let map = sh.mapping.read().unwrap_or_else(|e| e.into_inner());
+                if m.event == EVENT_REMOVE {
+                    if let Some(p) = map.page_of(start_a) {
+                        if sh.table.set_flag(p, ZAPPING, false) {
+                            // The region's own eviction (a page or a run).
+                            let mut a = start_a + ps;
+                            while a < end_a {
+                                if let Some(q) = map.page_of(a) {
+                                    sh.table.set_flag(q, ZAPPING, false);
+                                }
+                                a += ps;
+                            }
+                            return;
+                        }
+                    }
+                }
+                let to = if m.event == EVENT_UNMAP {
+                    GONE
+                } else {
+                    UNTOUCHED
+                };
+                let mut a = start_a;
+                while a < end_a {
+                    if let Some(p) = map.page_of(a) {
+                        if drop_page(sh, p, to) {
+                            Counters::bump(&sh.counters.removed_by_program);
+                        }
+                    }
+                    a += ps;
+                }
+                drop(map);
+                if m.event == EVENT_UNMAP {
+                    let mut map = sh.mapping.write().unwrap_or_else(|e| e.into_inner());
+                    map.cut(start_a, end_a);
+                }
+            }
+            EVENT_REMAP => {
+                let (from, to, len) = (m.arg[0] as usize, m.arg[1] as usize, m.arg[2] as usize);
+                sh.mapping
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remap(from, to, len);
+                Counters::bump(&sh.counters.remaps);
+            }
+            _ => {}
+        }
+    }
+
+    /// A write to a write-protected page.
+    fn write_protect_fault(&mut self, addr: usize) {
+        let sh = &self.sh;
+        let ps = sh.page_size;
+        let page = sh
+            .mapping
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .page_of(addr);
+        let state = page.map(|p| sh.table.state(p));
+        match state {
+            // The eviction in progress wakes the writer after the zap.
+            Some(EVICTING) | Some(STORED) | Some(PROBATION) => {}
+            Some(RESIDENT) => {
+                let _ = sh.uffd().write_protect(addr, ps, false);
+            }
+            _ => {
+                let _ = sh.uffd().wake(addr, ps);
+            }
+        }
+    }
+
+    /// A missing fault at page address `addr`, first seen at `since`
+    /// (`first`: now, not a retry).
+    fn missing(&mut self, addr: usize, since: u64, first: bool, write: bool) {
+        let start = since;
+        let sh = Arc::clone(&self.sh);
+        let ps = sh.page_size;
+        let page = sh
+            .mapping
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .page_of(addr);
+        let Some(p) = page else {
+            // Not one of the region's pages (the program grew the mapping).
+            let uffd = sh.uffd();
+            if uffd.zeropage(addr, ps).is_err() {
+                let _ = uffd.wake(addr, ps);
+            }
+            Counters::bump(&sh.counters.missing_foreign);
+            return;
+        };
+        let state = sh.table.state(p);
+        let maps = state == UNTOUCHED || state == STORED || state == PROBATION;
+        if maps && sh.at_limit() {
+            kick(&sh.evictor_efd);
+            if self.now_ns().saturating_sub(since) < LIMIT_WAIT_NS {
+                self.put_off(addr, since, first, write);
+                return;
+            }
+        }
+        let t0 = self.now_ns();
+        match bring_in(&sh, p, addr, self.buf.bytes(), true, write) {
+            BringIn::Done | BringIn::AlreadyThere => {
+                if maps && sh.resident.load(Ordering::Relaxed) > sh.limit_pages {
+                    Counters::bump(&sh.counters.over_limit);
+                }
+                let end = self.now_ns();
+                sh.counters.latency.record(end - start);
+                if state == STORED {
+                    sh.counters
+                        .store_fault_ns
+                        .fetch_add(end - t0, Ordering::Relaxed);
+                }
+                if crate::evictor::needs_room(&sh) || sh.discards.half_full() {
+                    kick(&sh.evictor_efd);
+                }
+            }
+            BringIn::Later => self.put_off(addr, since, first, write),
+        }
+    }
+
+    fn put_off(&mut self, addr: usize, since: u64, first: bool, write: bool) {
+        if first {
+            Counters::bump(&self.sh.counters.deferred);
+        }
+        if self.nwaiting == WAITING {
+            // No room: the thread faults again and comes back as a message.
+            let _ = self.sh.uffd().wake(addr, self.sh.page_size);
+            return;
+        }
+        self.waiting[self.nwaiting] = Waiting { addr, since, write };
+        self.nwaiting += 1;
+    }
+
+    /// Tries the waiting faults again (each keeps its first arrival time,
+    /// so its latency counts the wait).
+    fn retry(&mut self) {
+        let n = self.nwaiting;
+        if n == 0 {
+            return;
+        }
+        self.retrying[..n].copy_from_slice(&self.waiting[..n]);
+        self.nwaiting = 0;
+        for k in 0..n {
+            let w = self.retrying[k];
+            self.missing(w.addr, w.since, false, w.write);
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! Compressed memory for one process: a [`Region`] is an anonymous mapping
+//! the program uses as ordinary memory; pages beyond its resident limit
+//! are compressed into a zram [`Store`](zram::Store) (one disk page per
+//! region page, so same-filled pages, huge pages and `mm_stat` are the
+//! store's) and their mapping dropped; a userfaultfd fault brings a page
+//! back.
+//!
+//! The crate is a tower (docs/design.md, "region, floor by floor"):
+//! - [`mod@error`], [`uffd`], [`stats`], [`controller`], `table`,
+//!   `mapping`, `buf`, `gate`, `discards`: the error; the raw userfaultfd
+//!   calls; the counters and their JSON; the promotion-rate controller
+//!   (pure); the page states; page addresses; locked worker memory; the
+//!   fork gate; the ring of store slots to free off the fault path;
+//! - `config`, `probation`: the settings; the probation slab;
+//! - `shared`: what the threads share;
+//! - `evict`: the race-free eviction and bring-back sequences;
+//! - `handler`, `evictor`: the fault thread; the eviction thread and the
+//!   hints;
+//! - `workers`, `fork`: starting and stopping the threads; rebuilding in a
+//!   forked child;
+//! - `region`: the public [`Region`].
+//!
+//! A preload library makes one region per large anonymous mapping:
+//! [`Region::new`] with the mapping's length, then hands out
+//! [`Region::as_ptr`].
+
+mod buf;
+mod config;
+pub mod controller;
+mod discards;
+pub mod error;
+mod evict;
+mod evictor;
+mod fork;
+mod gate;
+mod handler;
+mod mapping;
+mod probation;
+mod region;
+mod shared;
+pub mod stats;
+mod table;
+pub mod uffd;
+mod workers;
+
+pub use buf::mlock_refused;
+pub use config::{default_store, RegionConfig};
+pub use controller::{ControllerConfig, PromotionController};
+pub use error::RegionError;
+pub use region::{page_size, Region};
+pub use stats::RegionStats;
+pub use uffd::{UffdMode, UffdOpen};

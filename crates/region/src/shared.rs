@@ -1,0 +1,130 @@
+//! What the region's threads share: the page table, the mapping, the
+//! store, the probation slab, the counters, the fork gate, the descriptors
+//! (userfaultfd and the two workers' eventfds) and the controller.
+//!
+//! Owns the assembly and the small system calls on its descriptors
+//! (eventfd kicks); the fault path is `handler`'s, eviction is `evict`'s.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use zram::Store;
+
+use crate::config::RegionConfig;
+use crate::controller::PromotionController;
+use crate::discards::Discards;
+use crate::gate::Gate;
+use crate::mapping::Mapping;
+use crate::probation::Probation;
+use crate::stats::Counters;
+use crate::table::PageTable;
+use crate::uffd::{Uffd, UffdMode};
+
+/// The region's shared state.
+#[derive(Debug)]
+pub struct Shared {
+    /// Bytes per page.
+    pub page_size: usize,
+    /// Bytes of the region as made.
+    pub len: usize,
+    /// The userfaultfd's descriptor (replaced in a forked child).
+    pub uffd_fd: AtomicI32,
+    /// How it was opened.
+    pub uffd_mode: UffdMode,
+    /// The handler's eventfd (stop, or room made under the limit).
+    pub handler_efd: AtomicI32,
+    /// The evictor's eventfd (over the limit, stop).
+    pub evictor_efd: AtomicI32,
+    /// Page states.
+    pub table: PageTable,
+    /// Page addresses.
+    pub mapping: RwLock<Mapping>,
+    /// Probed pages' copies.
+    pub probation: Probation,
+    /// The compressed pages, one disk page per region page.
+    pub store: Store,
+    /// Store slots of pages brought back, to free off the fault path.
+    pub discards: Discards,
+    /// Pages mapped now.
+    pub resident: AtomicU64,
+    /// The resident limit in pages.
+    pub limit_pages: u64,
+    /// Counters.
+    pub counters: Counters,
+    /// The fork gate.
+    pub gate: Gate,
+    /// Set to stop the evictor.
+    pub stop: AtomicBool,
+    /// Set to stop the handler (after the evictor: its evictions need it).
+    pub stop_handler: AtomicBool,
+    /// When the region was made (stamps count milliseconds from it).
+    pub started: Instant,
+    /// The age threshold in milliseconds.
+    pub threshold_ms: AtomicU64,
+    /// The promotion-rate controller.
+    pub controller: Mutex<PromotionController>,
+    /// The last period's promotions per minute (f64 bits).
+    pub promo_per_min: AtomicU64,
+    /// The last period's promotion rate (f64 bits).
+    pub promo_rate: AtomicU64,
+    /// The settings.
+    pub config: RegionConfig,
+    /// The workers' handles.
+    pub threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The clock hand (a page index).
+    pub hand: AtomicUsize,
+}
+
+impl Shared {
+    /// The userfaultfd.
+    pub fn uffd(&self) -> Uffd {
+        Uffd::from_raw(self.uffd_fd.load(Ordering::Acquire), self.uffd_mode)
+    }
+
+    /// Milliseconds since the region was made.
+    pub fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Pages in the region.
+    pub fn pages(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Whether the region's pages would pass the limit with one more.
+    pub fn at_limit(&self) -> bool {
+        self.resident.load(Ordering::Acquire) >= self.limit_pages
+    }
+}
+
+/// A new eventfd (non-blocking, close-on-exec).
+pub fn new_eventfd() -> std::io::Result<libc::c_int> {
+    // SAFETY: eventfd takes an initial value and flags.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Adds one to an eventfd (wakes its poller); no allocation.
+pub fn kick(fd: &AtomicI32) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a local to a descriptor the region owns.
+    unsafe {
+        libc::write(
+            fd.load(Ordering::Acquire),
+            std::ptr::addr_of!(one).cast(),
+            8,
+        )
+    };
+}
+
+/// Empties an eventfd.
+pub fn drain(fd: libc::c_int) {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a local; the fd is non-blocking.
+    unsafe { libc::read(fd, std::ptr::addr_of_mut!(v).cast(), 8) };
+}

@@ -1,0 +1,122 @@
+//! The page table: what each page of the region is now (never written,
+//! mapped, being evicted, in the store, in probation, being brought back,
+//! unmapped), its referenced and own-zap flags, and its stamp (the last
+//! known reference, or its probation slot).
+//!
+//! Owns the states and their transitions' compare-and-swap; a state taken
+//! by compare-and-swap (`EVICTING`, `LOADING`) is that thread's lock on the
+//! page. It makes no system call and knows no address.
+
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+
+/// Never written (or dropped by the program): a fault gets the zero page.
+pub const UNTOUCHED: u8 = 0;
+/// Mapped.
+pub const RESIDENT: u8 = 1;
+/// Being evicted by one thread (write-protected, copied out).
+pub const EVICTING: u8 = 2;
+/// In the store; the mapping is dropped (or about to be).
+pub const STORED: u8 = 3;
+/// In a probation slot, uncompressed; the mapping is dropped (or about to
+/// be).
+pub const PROBATION: u8 = 4;
+/// Being brought back by one thread.
+pub const LOADING: u8 = 5;
+/// Unmapped by the program.
+pub const GONE: u8 = 6;
+
+/// Flag: faulted in since the clock hand last passed.
+pub const REFERENCED: u8 = 1;
+/// Flag: the region itself is dropping this page's mapping (its madvise's
+/// remove event is its own).
+pub const ZAPPING: u8 = 2;
+
+/// One entry per page.
+#[derive(Debug)]
+pub struct PageTable {
+    state: Box<[AtomicU8]>,
+    flags: Box<[AtomicU8]>,
+    stamp: Box<[AtomicU32]>,
+}
+
+impl PageTable {
+    /// `pages` entries, all `UNTOUCHED`.
+    pub fn new(pages: usize) -> PageTable {
+        PageTable {
+            state: (0..pages).map(|_| AtomicU8::new(UNTOUCHED)).collect(),
+            flags: (0..pages).map(|_| AtomicU8::new(0)).collect(),
+            stamp: (0..pages).map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+
+    /// Pages.
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        self.state.len()
+    }
+
+    /// The state of `p`.
+    pub fn state(&self, p: usize) -> u8 {
+        self.state[p].load(Ordering::Acquire)
+    }
+
+    /// Moves `p` from `from` to `to`; false if it was not in `from`.
+    pub fn cas(&self, p: usize, from: u8, to: u8) -> bool {
+        self.state[p]
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Sets the state of `p` (by the thread that holds it).
+    pub fn set(&self, p: usize, to: u8) {
+        self.state[p].store(to, Ordering::Release)
+    }
+
+    /// Sets or clears flag `f`; returns whether it was set.
+    pub fn set_flag(&self, p: usize, f: u8, on: bool) -> bool {
+        let old = if on {
+            self.flags[p].fetch_or(f, Ordering::AcqRel)
+        } else {
+            self.flags[p].fetch_and(!f, Ordering::AcqRel)
+        };
+        old & f != 0
+    }
+
+    /// The stamp of `p`: milliseconds since the region began at its last
+    /// known reference; the slot index while in probation.
+    pub fn stamp(&self, p: usize) -> u32 {
+        self.stamp[p].load(Ordering::Acquire)
+    }
+
+    /// Sets the stamp of `p`.
+    pub fn set_stamp(&self, p: usize, v: u32) {
+        self.stamp[p].store(v, Ordering::Release)
+    }
+
+    /// Pages in state `s` now (a walk: for statistics and tests).
+    pub fn count(&self, s: u8) -> u64 {
+        self.state
+            .iter()
+            .filter(|x| x.load(Ordering::Relaxed) == s)
+            .count() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_is_taken_once() {
+        let t = PageTable::new(4);
+        assert!(t.cas(1, UNTOUCHED, RESIDENT));
+        assert!(t.cas(1, RESIDENT, EVICTING));
+        assert!(!t.cas(1, RESIDENT, EVICTING), "held by the first");
+        t.set(1, STORED);
+        assert_eq!(t.count(STORED), 1);
+        assert!(!t.set_flag(2, ZAPPING, true));
+        assert!(t.set_flag(2, ZAPPING, true));
+        assert!(t.set_flag(2, ZAPPING, false));
+        assert!(!t.set_flag(2, ZAPPING, false));
+    }
+}

@@ -1,0 +1,413 @@
+//! The raw userfaultfd interface: opening a userfaultfd, the API handshake,
+//! registration, and the range ioctls the region uses (copy, zero page,
+//! write-protect, wake), with the kernel's structures and numbers from
+//! `<linux/userfaultfd.h>` (x86-64 and arm64 share them).
+//!
+//! Owns the file descriptor's system calls and nothing else: it knows no
+//! page states, no store and no thread. Every function here is safe to call
+//! from the fault handler: none allocates.
+
+use std::io;
+
+use serde::Serialize;
+
+use crate::error::RegionError;
+
+/// `UFFD_API`.
+const UFFD_API: u64 = 0xAA;
+/// `_IOWR(0xAA, 0x3F, struct uffdio_api)`.
+const UFFDIO_API: libc::c_ulong = 0xC018_AA3F;
+/// `_IOWR(0xAA, 0x00, struct uffdio_register)`.
+const UFFDIO_REGISTER: libc::c_ulong = 0xC020_AA00;
+/// `_IOR(0xAA, 0x01, struct uffdio_range)`.
+const UFFDIO_UNREGISTER: libc::c_ulong = 0x8010_AA01;
+/// `_IOR(0xAA, 0x02, struct uffdio_range)`.
+const UFFDIO_WAKE: libc::c_ulong = 0x8010_AA02;
+/// `_IOWR(0xAA, 0x03, struct uffdio_copy)`.
+const UFFDIO_COPY: libc::c_ulong = 0xC028_AA03;
+/// `_IOWR(0xAA, 0x04, struct uffdio_zeropage)`.
+const UFFDIO_ZEROPAGE: libc::c_ulong = 0xC020_AA04;
+/// `_IOWR(0xAA, 0x06, struct uffdio_writeprotect)`.
+const UFFDIO_WRITEPROTECT: libc::c_ulong = 0xC018_AA06;
+/// `_IO(0xAA, 0x00)` on /dev/userfaultfd (Linux 6.1).
+const USERFAULTFD_IOC_NEW: libc::c_ulong = 0xAA00;
+/// `UFFD_USER_MODE_ONLY` (Linux 5.11).
+const UFFD_USER_MODE_ONLY: libc::c_int = 1;
+
+/// `UFFD_EVENT_PAGEFAULT`.
+pub const EVENT_PAGEFAULT: u8 = 0x12;
+/// `UFFD_EVENT_REMAP` (mremap).
+pub const EVENT_REMAP: u8 = 0x14;
+/// `UFFD_EVENT_REMOVE` (madvise DONTNEED or FREE).
+pub const EVENT_REMOVE: u8 = 0x15;
+/// `UFFD_EVENT_UNMAP` (munmap).
+pub const EVENT_UNMAP: u8 = 0x16;
+/// `UFFD_PAGEFAULT_FLAG_WRITE`.
+pub const FLAG_WRITE: u64 = 1;
+/// `UFFD_PAGEFAULT_FLAG_WP`.
+pub const FLAG_WP: u64 = 2;
+
+/// `UFFD_FEATURE_PAGEFAULT_FLAG_WP`.
+const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
+/// `UFFD_FEATURE_EVENT_REMAP`.
+const FEATURE_EVENT_REMAP: u64 = 1 << 2;
+/// `UFFD_FEATURE_EVENT_REMOVE`.
+const FEATURE_EVENT_REMOVE: u64 = 1 << 3;
+/// `UFFD_FEATURE_EVENT_UNMAP`.
+const FEATURE_EVENT_UNMAP: u64 = 1 << 6;
+/// What the region needs: write-protect faults, and the events that tell it
+/// the program changed its mapping.
+pub const FEATURES: u64 =
+    FEATURE_PAGEFAULT_FLAG_WP | FEATURE_EVENT_REMAP | FEATURE_EVENT_REMOVE | FEATURE_EVENT_UNMAP;
+
+/// `UFFDIO_REGISTER_MODE_MISSING`.
+const REGISTER_MODE_MISSING: u64 = 1;
+/// `UFFDIO_REGISTER_MODE_WP`.
+const REGISTER_MODE_WP: u64 = 2;
+/// `UFFDIO_COPY_MODE_DONTWAKE`.
+const COPY_MODE_DONTWAKE: u64 = 1;
+/// `UFFDIO_ZEROPAGE_MODE_DONTWAKE`.
+const ZEROPAGE_MODE_DONTWAKE: u64 = 1;
+/// `UFFDIO_WRITEPROTECT_MODE_WP`.
+const WRITEPROTECT_MODE_WP: u64 = 1;
+
+/// `struct uffdio_api`.
+#[repr(C)]
+struct UffdioApi {
+    api: u64,
+    features: u64,
+    ioctls: u64,
+}
+
+/// `struct uffdio_range`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct UffdioRange {
+    start: u64,
+    len: u64,
+}
+
+/// `struct uffdio_register`.
+#[repr(C)]
+struct UffdioRegister {
+    range: UffdioRange,
+    mode: u64,
+    ioctls: u64,
+}
+
+/// `struct uffdio_copy`.
+#[repr(C)]
+struct UffdioCopy {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    copy: i64,
+}
+
+/// `struct uffdio_zeropage`.
+#[repr(C)]
+struct UffdioZeropage {
+    range: UffdioRange,
+    mode: u64,
+    zeropage: i64,
+}
+
+/// `struct uffdio_writeprotect`.
+#[repr(C)]
+struct UffdioWriteprotect {
+    range: UffdioRange,
+    mode: u64,
+}
+
+/// `struct uffd_msg`: the event byte and its three 64-bit arguments
+/// (a page fault's flags and address; a remap's from, to and length; a
+/// remove's or unmap's start and end).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Msg {
+    /// `UFFD_EVENT_*`.
+    pub event: u8,
+    _reserved1: u8,
+    _reserved2: u16,
+    _reserved3: u32,
+    /// The event's arguments.
+    pub arg: [u64; 3],
+}
+
+const _: () = assert!(std::mem::size_of::<Msg>() == 32);
+
+/// How the userfaultfd was opened, which decides whether the kernel's own
+/// accesses to a missing page (a `read(2)` into it, say) are served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UffdMode {
+    /// Through /dev/userfaultfd (`USERFAULTFD_IOC_NEW`): all faults.
+    Device,
+    /// The `userfaultfd` system call without `UFFD_USER_MODE_ONLY`
+    /// (`CAP_SYS_PTRACE` or `vm.unprivileged_userfaultfd=1`): all faults.
+    Syscall,
+    /// `UFFD_USER_MODE_ONLY`: faults from user mode only. A system call that
+    /// reads or writes a page kept in the store fails with `EFAULT`; fault
+    /// the range in first (`Region::touch`).
+    UserModeOnly,
+}
+
+/// Which ways of opening a userfaultfd to try, in order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UffdOpen {
+    /// /dev/userfaultfd, then the system call, then user mode only.
+    #[default]
+    Auto,
+    /// /dev/userfaultfd only.
+    Device,
+    /// The system call for all faults only.
+    Syscall,
+    /// The system call with `UFFD_USER_MODE_ONLY` only.
+    UserModeOnly,
+}
+
+/// An open userfaultfd: a descriptor and how it was opened, copied freely
+/// by the workers; its owner closes it once ([`Uffd::close`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Uffd {
+    fd: libc::c_int,
+    mode: UffdMode,
+}
+
+fn last_err() -> io::Error {
+    io::Error::last_os_error()
+}
+
+/// Opens a userfaultfd in one way, without the API handshake.
+fn open_raw(mode: UffdMode) -> io::Result<libc::c_int> {
+    let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+    match mode {
+        UffdMode::Device => {
+            // SAFETY: a NUL-terminated path and plain flags.
+            let dev =
+                unsafe { libc::open(c"/dev/userfaultfd".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+            if dev < 0 {
+                return Err(last_err());
+            }
+            // SAFETY: USERFAULTFD_IOC_NEW takes the new descriptor's flags as
+            // its argument and returns a descriptor.
+            let fd = unsafe { libc::ioctl(dev, USERFAULTFD_IOC_NEW, flags) };
+            let err = last_err();
+            // SAFETY: `dev` is ours and open.
+            unsafe { libc::close(dev) };
+            if fd < 0 {
+                Err(err)
+            } else {
+                Ok(fd)
+            }
+        }
+        UffdMode::Syscall | UffdMode::UserModeOnly => {
+            let extra = if mode == UffdMode::UserModeOnly {
+                UFFD_USER_MODE_ONLY
+            } else {
+                0
+            };
+            // SAFETY: the userfaultfd system call takes flags only.
+            let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags | extra) };
+            if fd < 0 {
+                Err(last_err())
+            } else {
+                Ok(fd as libc::c_int)
+            }
+        }
+    }
+}
+
+impl Uffd {
+    /// Opens a userfaultfd the ways `how` allows and completes the API
+    /// handshake with the region's features ([`FEATURES`]).
+    pub fn open(how: UffdOpen) -> Result<Uffd, RegionError> {
+        let order: &[UffdMode] = match how {
+            UffdOpen::Auto => &[UffdMode::Device, UffdMode::Syscall, UffdMode::UserModeOnly],
+            UffdOpen::Device => &[UffdMode::Device],
+            UffdOpen::Syscall => &[UffdMode::Syscall],
+            UffdOpen::UserModeOnly => &[UffdMode::UserModeOnly],
+        };
+        let mut tried = Vec::new();
+        for &mode in order {
+            match open_raw(mode) {
+                Ok(fd) => {
+                    let uffd = Uffd { fd, mode };
+                    if let Err(e) = uffd.handshake() {
+                        uffd.close();
+                        return Err(e);
+                    }
+                    return Ok(uffd);
+                }
+                Err(e) => tried.push(format!("{mode:?}: {e}")),
+            }
+        }
+        Err(RegionError::Userfaultfd(tried.join("; ")))
+    }
+
+    /// `UFFDIO_API` with the region's features.
+    fn handshake(&self) -> Result<(), RegionError> {
+        let mut api = UffdioApi {
+            api: UFFD_API,
+            features: FEATURES,
+            ioctls: 0,
+        };
+        // SAFETY: `api` is a valid `struct uffdio_api` the kernel reads and
+        // writes.
+        let r = unsafe { libc::ioctl(self.fd, UFFDIO_API, &mut api) };
+        if r < 0 {
+            return Err(RegionError::Userfaultfd(format!(
+                "UFFDIO_API with write-protect and the remap, remove and unmap events: {}",
+                last_err()
+            )));
+        }
+        Ok(())
+    }
+
+    /// How it was opened.
+    pub fn mode(&self) -> UffdMode {
+        self.mode
+    }
+
+    /// The descriptor.
+    pub fn fd(&self) -> libc::c_int {
+        self.fd
+    }
+
+    /// The value for a descriptor opened in `mode`.
+    pub fn from_raw(fd: libc::c_int, mode: UffdMode) -> Uffd {
+        Uffd { fd, mode }
+    }
+
+    /// Registers `[start, start + len)` for missing and write-protect faults.
+    pub fn register(&self, start: usize, len: usize) -> io::Result<()> {
+        let mut reg = UffdioRegister {
+            range: UffdioRange {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode: REGISTER_MODE_MISSING | REGISTER_MODE_WP,
+            ioctls: 0,
+        };
+        // SAFETY: a valid `struct uffdio_register`.
+        if unsafe { libc::ioctl(self.fd, UFFDIO_REGISTER, &mut reg) } < 0 {
+            return Err(last_err());
+        }
+        Ok(())
+    }
+
+    /// Unregisters a range (waking any thread waiting on it).
+    pub fn unregister(&self, start: usize, len: usize) -> io::Result<()> {
+        let range = UffdioRange {
+            start: start as u64,
+            len: len as u64,
+        };
+        // SAFETY: a valid `struct uffdio_range`.
+        if unsafe { libc::ioctl(self.fd, UFFDIO_UNREGISTER, &range) } < 0 {
+            return Err(last_err());
+        }
+        Ok(())
+    }
+
+    /// `UFFDIO_COPY` of `len` bytes from `src` to the missing page(s) at
+    /// `dst`, waking the threads waiting on them. `EEXIST`: already mapped;
+    /// `EAGAIN`: the mapping is changing (an event is unread), try again
+    /// after reading events.
+    pub fn copy(&self, dst: usize, src: *const u8, len: usize) -> io::Result<()> {
+        self.copy_mode(dst, src, len, true)
+    }
+
+    /// `UFFDIO_COPY`, waking the waiters only when `wake` (otherwise
+    /// `UFFDIO_COPY_MODE_DONTWAKE`: the caller wakes them).
+    pub fn copy_mode(&self, dst: usize, src: *const u8, len: usize, wake: bool) -> io::Result<()> {
+        let mut c = UffdioCopy {
+            dst: dst as u64,
+            src: src as u64,
+            len: len as u64,
+            mode: if wake { 0 } else { COPY_MODE_DONTWAKE },
+            copy: 0,
+        };
+        // SAFETY: a valid `struct uffdio_copy`; the kernel reads `len` bytes
+        // at `src`, which the caller owns.
+        if unsafe { libc::ioctl(self.fd, UFFDIO_COPY, &mut c) } < 0 {
+            return Err(last_err());
+        }
+        Ok(())
+    }
+
+    /// `UFFDIO_ZEROPAGE`: maps the zero page at `dst` (read-only until the
+    /// first write, which the kernel then handles alone), waking waiters.
+    pub fn zeropage(&self, dst: usize, len: usize) -> io::Result<()> {
+        self.zeropage_mode(dst, len, true)
+    }
+
+    /// `UFFDIO_ZEROPAGE`, waking the waiters only when `wake`.
+    pub fn zeropage_mode(&self, dst: usize, len: usize, wake: bool) -> io::Result<()> {
+        let mut z = UffdioZeropage {
+            range: UffdioRange {
+                start: dst as u64,
+                len: len as u64,
+            },
+            mode: if wake { 0 } else { ZEROPAGE_MODE_DONTWAKE },
+            zeropage: 0,
+        };
+        // SAFETY: a valid `struct uffdio_zeropage`.
+        if unsafe { libc::ioctl(self.fd, UFFDIO_ZEROPAGE, &mut z) } < 0 {
+            return Err(last_err());
+        }
+        Ok(())
+    }
+
+    /// Write-protects (`protect`) or unprotects a range. Unprotecting wakes
+    /// the threads blocked on its write-protect faults.
+    pub fn write_protect(&self, start: usize, len: usize, protect: bool) -> io::Result<()> {
+        let mut wp = UffdioWriteprotect {
+            range: UffdioRange {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode: if protect { WRITEPROTECT_MODE_WP } else { 0 },
+        };
+        // SAFETY: a valid `struct uffdio_writeprotect`.
+        if unsafe { libc::ioctl(self.fd, UFFDIO_WRITEPROTECT, &mut wp) } < 0 {
+            return Err(last_err());
+        }
+        Ok(())
+    }
+
+    /// Wakes the threads waiting on faults in a range; they fault again.
+    pub fn wake(&self, start: usize, len: usize) -> io::Result<()> {
+        let range = UffdioRange {
+            start: start as u64,
+            len: len as u64,
+        };
+        // SAFETY: a valid `struct uffdio_range`.
+        if unsafe { libc::ioctl(self.fd, UFFDIO_WAKE, &range) } < 0 {
+            return Err(last_err());
+        }
+        Ok(())
+    }
+
+    /// Reads up to `out.len()` messages without blocking; 0 when none.
+    pub fn read(&self, out: &mut [Msg]) -> io::Result<usize> {
+        // SAFETY: `out` is writable for its whole length in bytes, and `Msg`
+        // is plain data of the kernel's layout.
+        let n = unsafe { libc::read(self.fd, out.as_mut_ptr().cast(), std::mem::size_of_val(out)) };
+        if n < 0 {
+            let e = last_err();
+            if e.raw_os_error() == Some(libc::EAGAIN) {
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        Ok(n as usize / std::mem::size_of::<Msg>())
+    }
+
+    /// Closes the descriptor. Copies of this value must not be used after.
+    pub fn close(self) {
+        // SAFETY: the descriptor is the region's, closed once, by its owner.
+        unsafe { libc::close(self.fd) };
+    }
+}

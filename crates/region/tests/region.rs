@@ -1,0 +1,558 @@
+//! The region against real faults: contents after eviction, many threads,
+//! writes racing eviction, the program's madvise, mremap and munmap,
+//! teardown, user-mode-only mode, hints, age eviction, statistics. Each
+//! test runs under a deadline and skips (printing why) where no
+//! userfaultfd can be opened.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{check, fill, is_zero, region_or_skip, Deadline, Ptr, Rng};
+use region::{ControllerConfig, Region, RegionConfig, RegionError, UffdMode, UffdOpen};
+
+const MIB: usize = 1 << 20;
+
+fn ps() -> usize {
+    region::page_size()
+}
+
+/// The resident pages are within the limit, unless the region served
+/// faults over it because its evictor made no room in time (on a slow
+/// machine: a guest under software emulation), and then by no more than
+/// those faults.
+fn assert_within_limit(s: &region::RegionStats) {
+    assert!(
+        s.resident_pages <= s.resident_limit_pages + s.faults.over_limit,
+        "{s:?}"
+    );
+    if s.faults.over_limit > 0 {
+        eprintln!("{} faults served over the limit", s.faults.over_limit);
+    }
+}
+
+#[test]
+fn bad_lengths_and_limits_are_typed_errors() {
+    let e = Region::new(0, RegionConfig::new(4096)).unwrap_err();
+    assert!(matches!(e, RegionError::BadLength { len: 0 }), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "region length 0 is not usable: it must be above 0 and mappable"
+    );
+    let e = Region::new(usize::MAX - 10, RegionConfig::new(4096)).unwrap_err();
+    assert!(matches!(e, RegionError::BadLength { .. }), "{e}");
+    let e = Region::new(MIB, RegionConfig::new(0)).unwrap_err();
+    assert!(matches!(e, RegionError::BadLimit { limit: 0, .. }), "{e}");
+    let e = Region::new(MIB, RegionConfig::new(2 * MIB)).unwrap_err();
+    assert!(!e.to_string().contains('\n'));
+    assert!(e.to_string().contains("at most the region's"), "{e}");
+}
+
+#[test]
+fn pages_beyond_the_limit_are_stored_and_come_back() {
+    let _d = Deadline::new("pages_beyond_the_limit", 60);
+    let Some(r) = region_or_skip(64 * MIB, RegionConfig::new(4 * MIB)) else {
+        return;
+    };
+    let ps = ps();
+    let n = r.len() / ps;
+    let base = r.as_ptr();
+    for i in 0..n {
+        // SAFETY: page i of the region.
+        let p = unsafe { base.add(i * ps) };
+        if i % 7 == 0 {
+            // Same-filled: the store keeps no object for it.
+            // SAFETY: as above.
+            unsafe { std::ptr::write_bytes(p, 0x5a, ps) };
+        } else {
+            fill(p, ps, i as u64, 1);
+        }
+    }
+    let s = r.stats();
+    assert_within_limit(&s);
+    assert!(
+        s.stored_pages as usize >= (n - 1024 - 64).saturating_sub(s.faults.over_limit as usize),
+        "{s:?}"
+    );
+    assert!(s.mm_stat.same_pages > 0, "{:?}", s.mm_stat);
+    assert!(s.mm_stat.compr_data_size < s.mm_stat.orig_data_size / 3);
+    for round in 0..2 {
+        for i in 0..n {
+            // SAFETY: page i.
+            let p = unsafe { base.add(i * ps) };
+            if i % 7 == 0 {
+                // SAFETY: page i, readable.
+                let b = unsafe { std::slice::from_raw_parts(p, ps) };
+                assert!(b.iter().all(|&x| x == 0x5a), "page {i} round {round}");
+            } else {
+                assert_eq!(check(p, ps), (i as u64, 1), "round {round}");
+            }
+        }
+    }
+    let s = r.stats();
+    assert!(s.faults.missing_store as usize >= n, "{s:?}");
+    assert!(s.faults.missing_zero as usize >= n - 1, "{s:?}");
+    assert_within_limit(&s);
+    assert!(s.fault_latency.count > 0 && s.fault_latency.p50_ns > 0);
+}
+
+#[test]
+fn many_threads_fault_random_pages_with_checksums() {
+    let _d = Deadline::new("many_threads", 120);
+    let Some(r) = region_or_skip(32 * MIB, RegionConfig::new(2 * MIB)) else {
+        return;
+    };
+    let ps = ps();
+    let n = r.len() / ps;
+    let base = Ptr(r.as_ptr());
+    for i in 0..n {
+        // SAFETY: page i.
+        fill(unsafe { base.0.add(i * ps) }, ps, i as u64, 0);
+    }
+    const THREADS: usize = 8;
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let base = base;
+                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (t as u64 + 1));
+                let mut version = vec![0u64; n];
+                for _ in 0..20_000 {
+                    let i = rng.below(n as u64) as usize;
+                    // SAFETY: page i.
+                    let p = unsafe { base.0.add(i * ps) };
+                    if i % THREADS == t {
+                        // Ours: check the version we wrote, write the next.
+                        assert_eq!(check(p, ps), (i as u64, version[i]));
+                        version[i] += 1;
+                        fill(p, ps, i as u64, version[i]);
+                    } else {
+                        // Another thread's: any version, intact. A torn
+                        // read of a page its owner rewrites is possible,
+                        // so only the index is checked here.
+                        // SAFETY: page i, readable.
+                        let idx = unsafe { std::ptr::read_volatile(p as *const u64) };
+                        assert_eq!(idx, i as u64);
+                    }
+                }
+                version
+            })
+        })
+        .collect();
+    let versions: Vec<Vec<u64>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for i in 0..n {
+        // SAFETY: page i.
+        let p = unsafe { base.0.add(i * ps) };
+        assert_eq!(check(p, ps), (i as u64, versions[i % THREADS][i]));
+    }
+    let s = r.stats();
+    assert!(s.faults.missing_store > 1000, "{s:?}");
+    assert_within_limit(&s);
+    eprintln!("{}", r.stats_json());
+}
+
+#[test]
+fn writes_racing_eviction_are_never_lost() {
+    let _d = Deadline::new("writes_racing_eviction", 90);
+    let Some(r) = region_or_skip(4 * MIB, RegionConfig::new(4 * MIB)) else {
+        return;
+    };
+    let ps = ps();
+    let pages = 64;
+    let base = Ptr(r.as_ptr());
+    let r = Arc::new(r);
+    let stop = Arc::new(AtomicBool::new(false));
+    // Four writers, each incrementing a counter in each of its own pages
+    // (all eight bytes of a word, and a copy of it at the page's end).
+    let writers: Vec<_> = (0..4)
+        .map(|t| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let base = base;
+                let mut count = vec![0u64; pages];
+                let mut rounds = 0u64;
+                while !stop.load(Ordering::Relaxed) || rounds < 2000 {
+                    for (k, c) in count.iter_mut().enumerate() {
+                        if k % 4 != t {
+                            continue;
+                        }
+                        // SAFETY: page k, written by this thread only.
+                        let p = unsafe { base.0.add(k * ps) } as *mut u64;
+                        // SAFETY: as above; the last word of the page.
+                        let q = unsafe { base.0.add(k * ps + ps - 8) } as *mut u64;
+                        // SAFETY: aligned words of page k.
+                        unsafe {
+                            assert_eq!(std::ptr::read_volatile(p), *c, "page {k}");
+                            assert_eq!(std::ptr::read_volatile(q), *c, "page {k} end");
+                            *c += 1;
+                            std::ptr::write_volatile(p, *c);
+                            std::ptr::write_volatile(q, *c);
+                        }
+                    }
+                    rounds += 1;
+                }
+                count
+            })
+        })
+        .collect();
+    // Meanwhile, evict those pages over and over, until thousands went and
+    // writes met evictions in progress (write-protect faults), or 40 s.
+    let mut evicted = 0;
+    let end = std::time::Instant::now() + Duration::from_secs(40);
+    while (evicted < 5000 || r.stats().faults.wp < 20) && std::time::Instant::now() < end {
+        evicted += r.cold(0..pages * ps).unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let counts: Vec<Vec<u64>> = writers.into_iter().map(|h| h.join().unwrap()).collect();
+    for k in 0..pages {
+        let want = counts[k % 4][k];
+        // SAFETY: page k.
+        let got = unsafe { std::ptr::read_volatile(base.0.add(k * ps) as *const u64) };
+        assert_eq!(got, want, "page {k}");
+    }
+    let s = r.stats();
+    eprintln!(
+        "evicted {evicted}, wp faults {}, store faults {}",
+        s.faults.wp, s.faults.missing_store
+    );
+    assert!(evicted >= 5000, "{s:?}");
+    assert!(s.faults.wp >= 20, "writes never met an eviction: {s:?}");
+    assert!(s.faults.missing_store > 1000, "{s:?}");
+}
+
+#[test]
+fn madvise_dontneed_reads_zeros_and_frees_the_stored_copies() {
+    let _d = Deadline::new("madvise_dontneed", 60);
+    let Some(r) = region_or_skip(8 * MIB, RegionConfig::new(8 * MIB)) else {
+        return;
+    };
+    let ps = ps();
+    let n = r.len() / ps;
+    let base = r.as_ptr();
+    for i in 0..n {
+        // SAFETY: page i.
+        fill(unsafe { base.add(i * ps) }, ps, i as u64, 7);
+    }
+    // Pages 0..n/2 go to the store; n/4..3n/4 are then dropped by the
+    // program: half of them stored, half resident.
+    assert_eq!(r.cold(0..n / 2 * ps).unwrap(), n / 2);
+    let before = r.stats();
+    assert_eq!(before.mm_stat.orig_data_size as usize, n / 2 * ps);
+    // SAFETY: a range of the region; the program gives up its contents.
+    let rc = unsafe { libc::madvise(base.add(n / 4 * ps).cast(), n / 2 * ps, libc::MADV_DONTNEED) };
+    assert_eq!(rc, 0);
+    for i in 0..n {
+        // SAFETY: page i.
+        let p = unsafe { base.add(i * ps) };
+        if (n / 4..3 * n / 4).contains(&i) {
+            assert!(is_zero(p, ps), "page {i} after DONTNEED");
+        } else {
+            assert_eq!(check(p, ps), (i as u64, 7));
+        }
+    }
+    let s = r.stats();
+    assert_eq!(s.removed_by_program as usize, n / 2, "{s:?}");
+    assert_eq!(s.stored_pages, 0, "the rest were read back");
+    assert_eq!(s.mm_stat.orig_data_size, 0, "{:?}", s.mm_stat);
+    // The dropped pages can be written again and evicted again.
+    for i in n / 4..3 * n / 4 {
+        // SAFETY: page i.
+        fill(unsafe { base.add(i * ps) }, ps, i as u64, 8);
+    }
+    r.cold(0..r.len()).unwrap();
+    for i in n / 4..3 * n / 4 {
+        // SAFETY: page i.
+        assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 8));
+    }
+}
+
+#[test]
+fn mremap_moves_pages_with_their_contents() {
+    let _d = Deadline::new("mremap", 60);
+    let Some(r) = region_or_skip(4 * MIB, RegionConfig::new(4 * MIB)) else {
+        return;
+    };
+    let ps = ps();
+    let n = r.len() / ps;
+    let old = r.as_ptr();
+    for i in 0..n {
+        // SAFETY: page i.
+        fill(unsafe { old.add(i * ps) }, ps, i as u64, 3);
+    }
+    assert_eq!(r.cold(0..r.len() / 2).unwrap(), n / 2);
+    // A place to move to.
+    // SAFETY: a fresh reservation.
+    let to = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            r.len(),
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(to, libc::MAP_FAILED);
+    // SAFETY: moves the whole region onto the reservation.
+    let moved = unsafe {
+        libc::mremap(
+            old.cast(),
+            r.len(),
+            r.len(),
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            to,
+        )
+    };
+    assert_eq!(moved, to, "{}", std::io::Error::last_os_error());
+    assert_eq!(r.as_ptr(), to as *mut u8, "the region follows");
+    let base = r.as_ptr();
+    for i in 0..n {
+        // SAFETY: page i at its new address.
+        assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 3));
+    }
+    // Evicted again at the new address, and back.
+    assert_eq!(r.cold(0..r.len()).unwrap(), n);
+    for i in 0..n {
+        // SAFETY: page i.
+        assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 3));
+    }
+    assert_eq!(r.stats().remaps, 1);
+}
+
+#[test]
+fn munmap_of_part_drops_those_pages() {
+    let _d = Deadline::new("munmap_part", 60);
+    let Some(r) = region_or_skip(4 * MIB, RegionConfig::new(4 * MIB)) else {
+        return;
+    };
+    let ps = ps();
+    let n = r.len() / ps;
+    let base = r.as_ptr();
+    for i in 0..n {
+        // SAFETY: page i.
+        fill(unsafe { base.add(i * ps) }, ps, i as u64, 1);
+    }
+    r.cold(0..r.len()).unwrap();
+    // SAFETY: the program unmaps the last quarter of the region.
+    let rc = unsafe { libc::munmap(base.add(3 * n / 4 * ps).cast(), n / 4 * ps) };
+    assert_eq!(rc, 0);
+    for i in 0..3 * n / 4 {
+        // SAFETY: page i, still mapped.
+        assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 1));
+    }
+    let s = r.stats();
+    assert_eq!(s.removed_by_program as usize, n / 4, "{s:?}");
+    assert_eq!(s.stored_pages, 0);
+    // The region evicts and serves the rest as before.
+    assert_eq!(r.cold(0..r.len()).unwrap(), 3 * n / 4);
+    // SAFETY: page 1.
+    assert_eq!(check(unsafe { base.add(ps) }, ps), (1, 1));
+}
+
+#[test]
+fn user_mode_only_system_calls_fail_until_touched() {
+    let _d = Deadline::new("user_mode_only", 60);
+    let mut cfg = RegionConfig::new(MIB);
+    cfg.uffd = UffdOpen::UserModeOnly;
+    let Some(r) = region_or_skip(MIB, cfg) else {
+        return;
+    };
+    assert_eq!(r.uffd_mode(), UffdMode::UserModeOnly);
+    let ps = ps();
+    let base = r.as_ptr();
+    fill(base, ps, 0, 5);
+    assert_eq!(r.cold(0..ps).unwrap(), 1);
+    let mut fds = [0; 2];
+    // SAFETY: a pipe for the test.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // The kernel reads the stored page: EFAULT in user-mode-only mode.
+    // SAFETY: writes one page from the region to the pipe.
+    let n = unsafe { libc::write(fds[1], base.cast(), ps) };
+    let err = std::io::Error::last_os_error();
+    assert_eq!(n, -1, "the kernel read a page it had to fault in");
+    assert_eq!(err.raw_os_error(), Some(libc::EFAULT), "{err}");
+    r.touch(0..ps).unwrap();
+    // SAFETY: as above, now mapped.
+    let n = unsafe { libc::write(fds[1], base.cast(), ps) };
+    assert_eq!(n as usize, ps);
+    let mut back = vec![0u8; ps];
+    // SAFETY: reads the page back from the pipe into a Vec.
+    let got = unsafe { libc::read(fds[0], back.as_mut_ptr().cast(), ps) };
+    assert_eq!(got as usize, ps);
+    check(back.as_ptr(), ps);
+    // SAFETY: our pipe.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+}
+
+#[test]
+fn full_mode_serves_the_kernels_own_accesses() {
+    let _d = Deadline::new("full_mode", 60);
+    let Some(r) = region_or_skip(MIB, RegionConfig::new(MIB)) else {
+        return;
+    };
+    if r.uffd_mode() == UffdMode::UserModeOnly {
+        eprintln!("skipped: only user-mode-only userfaultfd here");
+        return;
+    }
+    let ps = ps();
+    let base = r.as_ptr();
+    fill(base, ps, 0, 5);
+    assert_eq!(r.cold(0..ps).unwrap(), 1);
+    let mut fds = [0; 2];
+    // SAFETY: a pipe for the test.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: the kernel reads a stored page of the region.
+    assert_eq!(unsafe { libc::write(fds[1], base.cast(), ps) } as usize, ps);
+    // And writes into another stored page.
+    fill(
+        // SAFETY: page 1.
+        unsafe { base.add(ps) },
+        ps,
+        1,
+        1,
+    );
+    assert_eq!(r.cold(ps..2 * ps).unwrap(), 1);
+    // SAFETY: the kernel writes the pipe's page into page 1.
+    let got = unsafe { libc::read(fds[0], base.add(ps).cast(), ps) };
+    assert_eq!(got as usize, ps);
+    // SAFETY: page 1.
+    assert_eq!(check(unsafe { base.add(ps) }, ps), (0, 5));
+    // SAFETY: our pipe.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+}
+
+#[test]
+fn hints_move_pages_and_stats_are_json() {
+    let _d = Deadline::new("hints", 60);
+    let Some(r) = region_or_skip(4 * MIB, RegionConfig::new(4 * MIB)) else {
+        return;
+    };
+    let ps = ps();
+    let n = r.len() / ps;
+    let base = r.as_ptr();
+    for i in 0..n {
+        // SAFETY: page i.
+        fill(unsafe { base.add(i * ps) }, ps, i as u64, 2);
+    }
+    assert_eq!(r.cold(0..r.len()).unwrap(), n);
+    assert_eq!(r.stats().stored_pages as usize, n);
+    assert_eq!(r.willneed(0..r.len() / 2).unwrap(), n / 2);
+    assert_eq!(r.hot(r.len() / 2..r.len()).unwrap(), n / 2);
+    let faults_before = r.stats().faults.missing_store;
+    for i in 0..n {
+        // SAFETY: page i.
+        assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 2));
+    }
+    let s = r.stats();
+    assert_eq!(s.faults.missing_store, faults_before, "all prefetched");
+    assert_eq!(s.evictions.prefetched as usize, n);
+    assert!(r.cold(0..r.len() + 1).is_err());
+    let json: serde_json::Value = serde_json::from_str(&r.stats_json()).unwrap();
+    assert_eq!(json["resident_pages"], n as u64);
+    assert!(json["mm_stat"]["orig_data_size"].is_u64());
+    assert!(json["fault_latency"]["buckets_log2_ns"].is_array());
+}
+
+#[test]
+fn untouched_pages_are_probed_then_compressed() {
+    let _d = Deadline::new("age_eviction", 60);
+    let mut cfg = RegionConfig::new(MIB);
+    cfg.scan_interval = Duration::from_millis(20);
+    cfg.controller = ControllerConfig {
+        initial: Duration::from_millis(200),
+        min: Duration::from_millis(200),
+        max: Duration::from_millis(200),
+        ..ControllerConfig::default()
+    };
+    cfg.probation_pages = Some(64);
+    let Some(r) = region_or_skip(MIB, cfg) else {
+        return;
+    };
+    let ps = ps();
+    let n = r.len() / ps;
+    let base = r.as_ptr();
+    for i in 0..n {
+        // SAFETY: page i.
+        fill(unsafe { base.add(i * ps) }, ps, i as u64, 4);
+    }
+    // Keep the first eight pages in use by touching them (a probe's fault
+    // brings each back from its probation copy).
+    let end = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < end {
+        for i in 0..8 {
+            // SAFETY: page i.
+            assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 4));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for i in 0..8 {
+        // SAFETY: page i, touched once more (mapped when this returns).
+        assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 4));
+    }
+    let s = r.stats();
+    assert!(s.evictions.probed as usize >= n, "{s:?}");
+    assert!(s.evictions.age as usize >= n - 8 - 64, "{s:?}");
+    assert!(s.faults.missing_probation > 0, "{s:?}");
+    assert!(s.resident_pages >= 8 && s.resident_pages <= 16, "{s:?}");
+    for i in 0..n {
+        // SAFETY: page i.
+        assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 4));
+    }
+}
+
+#[test]
+fn the_controller_steers_the_age_threshold_from_promotions() {
+    let _d = Deadline::new("controller", 60);
+    let mut cfg = RegionConfig::new(MIB);
+    cfg.scan_interval = Duration::from_millis(10);
+    cfg.controller = ControllerConfig {
+        period: Duration::from_millis(100),
+        initial: Duration::from_secs(10),
+        min: Duration::from_secs(1),
+        max: Duration::from_secs(1000),
+        ..ControllerConfig::default()
+    };
+    let Some(r) = region_or_skip(4 * MIB, cfg) else {
+        return;
+    };
+    let ps = ps();
+    let n = r.len() / ps;
+    let base = r.as_ptr();
+    for i in 0..64 {
+        // SAFETY: page i.
+        fill(unsafe { base.add(i * ps) }, ps, i as u64, 1);
+    }
+    // No promotions: the threshold comes down, a quarter each period.
+    std::thread::sleep(Duration::from_millis(800));
+    let quiet = r.stats();
+    assert!(quiet.age_threshold_ms < 10_000, "{quiet:?}");
+    // Every page of the region in and out of the store, over and over:
+    // promotions far above 0.2% of the working set a minute.
+    for i in 0..n {
+        // SAFETY: page i.
+        fill(unsafe { base.add(i * ps) }, ps, i as u64, 2);
+    }
+    let end = std::time::Instant::now() + Duration::from_millis(800);
+    while std::time::Instant::now() < end {
+        for i in (0..n).step_by(3) {
+            // SAFETY: page i.
+            assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 2));
+        }
+    }
+    let busy = r.stats();
+    assert!(busy.faults.missing_store > 1000, "{busy:?}");
+    assert!(busy.promotion_rate > 0.002, "{busy:?}");
+    assert!(
+        busy.age_threshold_ms > quiet.age_threshold_ms,
+        "{} -> {}: {busy:?}",
+        quiet.age_threshold_ms,
+        busy.age_threshold_ms
+    );
+}
