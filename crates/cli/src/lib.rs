@@ -55,6 +55,9 @@ enum Command {
     Serve(Box<cmd::serve::ServeArgs>),
     /// Read or change a running server's zram attributes (mm_stat, compact, ...).
     Ctl(cmd::ctl::CtlArgs),
+    /// Run a program with its large memory compressed beyond a limit (a
+    /// preload library puts it in a region; no root swap, no kernel module).
+    Run(Box<cmd::run::RunArgs>),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::docs::CompletionsArgs),
     /// Write man pages for zmem and every subcommand into a directory.
@@ -130,6 +133,10 @@ pub fn main() -> ExitCode {
         Command::Exp(cmd) => cmd::exp::run(&cmd),
         Command::Serve(args) => cmd::serve::run(&args),
         Command::Ctl(args) => cmd::ctl::run(&args),
+        Command::Run(args) => match cmd::run::run(&args) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
         Command::Completions(args) => cmd::docs::completions(&args, command()),
         Command::Man(args) => cmd::docs::man(&args, command()),
     };

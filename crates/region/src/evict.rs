@@ -22,7 +22,15 @@
 //!    missing, and get the stored copy with their write still to do.
 //!
 //! A write-protect fault seen while the page is `EVICTING`, `STORED` or in
-//! probation is left to step 6. If the store refuses the page (step 3), the
+//! probation is left to step 6.
+//!
+//! The program may drop or unmap a page while a thread holds it
+//! `EVICTING`. The handler then only flags the page (`REMOVED`,
+//! `UNMAPPED`) and never waits for the holder, who may itself be waiting
+//! on the handler: its copy (step 3) faults on the page the kernel zapped,
+//! and the handler maps the zero page there (a missing fault on an
+//! `EVICTING` page means exactly that). Whoever lets go of the page
+//! (`settle_removed`) drops it as the program asked. If the store refuses the page (step 3), the
 //! page is unprotected (which wakes the writers) and stays `RESIDENT`.
 //!
 //! Owns these sequences; the states are `table`'s, the descriptor calls
@@ -36,7 +44,8 @@ use std::time::Instant;
 use crate::shared::Shared;
 use crate::stats::Counters;
 use crate::table::{
-    EVICTING, GONE, LOADING, PROBATION, REFERENCED, RESIDENT, STORED, UNTOUCHED, ZAPPING,
+    EVICTING, GONE, LOADING, PROBATION, REFERENCED, REMOVED, RESIDENT, STORED, UNMAPPED, UNTOUCHED,
+    ZAPPING,
 };
 
 /// Copies `buf.len()` bytes at `addr` of this process into `buf` without
@@ -88,6 +97,7 @@ pub fn probe(sh: &Shared, p: usize) -> bool {
         }
         sh.probation.give(slot);
         sh.table.set(p, RESIDENT);
+        settle_removed(sh, p);
     };
     let uffd = sh.uffd();
     if uffd.write_protect(addr, ps, true).is_err() {
@@ -113,6 +123,7 @@ pub fn probe(sh: &Shared, p: usize) -> bool {
         sh.table.set_flag(p, ZAPPING, false);
     }
     let _ = uffd.wake(addr, ps);
+    settle_removed(sh, p);
     true
 }
 
@@ -138,6 +149,7 @@ pub fn evict_run(sh: &Shared, first: usize, max: usize, buf: &mut [u8]) -> usize
     let release = |from: usize, to: usize| {
         for q in from..to {
             sh.table.set(q, RESIDENT);
+            settle_removed(sh, q);
         }
     };
     let (addr, k) = {
@@ -199,6 +211,9 @@ pub fn evict_run(sh: &Shared, first: usize, max: usize, buf: &mut [u8]) -> usize
         }
     }
     let _ = uffd.wake(addr, stored * ps);
+    for q in first..first + stored {
+        settle_removed(sh, q);
+    }
     stored
 }
 
@@ -345,6 +360,20 @@ pub fn bring_in(
             let _ = uffd.wake(addr, ps);
             BringIn::AlreadyThere
         }
+        EVICTING if fault => {
+            // The program dropped the page while it was being evicted (the
+            // eviction keeps it mapped until its own zap, after `STORED`):
+            // the holder's copy is what faults, and the page reads as zeros
+            // now. Its state stays the holder's, which drops it after.
+            match uffd.zeropage(addr, ps) {
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => BringIn::Later,
+                Ok(()) => BringIn::AlreadyThere,
+                Err(_) => {
+                    let _ = uffd.wake(addr, ps);
+                    BringIn::AlreadyThere
+                }
+            }
+        }
         _ => BringIn::Later,
     }
 }
@@ -358,14 +387,27 @@ fn mapped(sh: &Shared, p: usize) {
 }
 
 /// The program dropped page `p` (madvise) or unmapped it: frees its copy
-/// and sets it `to` (`UNTOUCHED` or `GONE`). Waits out a thread that holds
-/// the page (an eviction or a load does CPU work only, never waiting on the
-/// caller). Returns whether the page held data.
+/// and sets it `to` (`UNTOUCHED` or `GONE`). A page held `EVICTING` is only
+/// flagged, for its holder to drop (the holder may be waiting on the
+/// handler, which calls this); a load (CPU work only, never waiting on the
+/// caller) is waited out. Returns whether the page held data.
 pub fn drop_page(sh: &Shared, p: usize, to: u8) -> bool {
     loop {
         let s = sh.table.state(p);
         match s {
-            EVICTING | LOADING => std::thread::yield_now(),
+            EVICTING => {
+                let flag = if to == GONE { UNMAPPED } else { REMOVED };
+                sh.table.set_flag(p, flag, true);
+                if sh.table.state(p) == EVICTING {
+                    // The holder drops it when it lets go.
+                    return true;
+                }
+                if sh.table.take_flags(p, flag) == 0 {
+                    // The holder let go and took the flag: it dropped it.
+                    return true;
+                }
+            }
+            LOADING => std::thread::yield_now(),
             STORED => {
                 if sh.table.cas(p, s, to) {
                     let _ = sh.store.discard(p as u64, 1);
@@ -394,6 +436,17 @@ pub fn drop_page(sh: &Shared, p: usize, to: u8) -> bool {
     }
 }
 
+/// Drops page `p` as the program asked while this thread held it
+/// `EVICTING` (see the module's comment), now that the thread has let go.
+pub fn settle_removed(sh: &Shared, p: usize) {
+    let f = sh.table.take_flags(p, REMOVED | UNMAPPED);
+    if f & UNMAPPED != 0 {
+        drop_page(sh, p, GONE);
+    } else if f != 0 {
+        drop_page(sh, p, UNTOUCHED);
+    }
+}
+
 /// Compresses probation page `p` (no mapping to drop: it already is)
 /// into the store. False if it was not in probation or the store refused.
 pub fn settle_probation(sh: &Shared, p: usize) -> bool {
@@ -408,10 +461,12 @@ pub fn settle_probation(sh: &Shared, p: usize) -> bool {
     if sh.store.write_page(p as u64, bytes).is_err() {
         Counters::bump(&sh.counters.evict_failed);
         sh.table.set(p, PROBATION);
+        settle_removed(sh, p);
         return false;
     }
     sh.probation.give(slot);
     sh.table.set(p, STORED);
+    settle_removed(sh, p);
     true
 }
 
@@ -426,6 +481,7 @@ pub fn drain_discards(sh: &Shared) {
                 if sh.table.cas(p, s, EVICTING) {
                     let _ = sh.store.discard(p as u64, 1);
                     sh.table.set(p, s);
+                    settle_removed(sh, p);
                     return;
                 }
             }

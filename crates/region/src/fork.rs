@@ -23,6 +23,7 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Once, Weak};
 
+use crate::own::OwnCode;
 use crate::shared::Shared;
 use crate::stats::Counters;
 use crate::table::{PROBATION, RESIDENT, STORED};
@@ -83,6 +84,7 @@ pub fn unregister(sh: &Shared) {
 }
 
 extern "C" fn prepare() {
+    let _own = OwnCode::enter();
     lock();
     for w in list().iter() {
         if let Some(sh) = w.upgrade() {
@@ -92,6 +94,7 @@ extern "C" fn prepare() {
 }
 
 extern "C" fn parent() {
+    let _own = OwnCode::enter();
     for w in list().iter() {
         if let Some(sh) = w.upgrade() {
             sh.gate.thaw();
@@ -101,6 +104,7 @@ extern "C" fn parent() {
 }
 
 extern "C" fn child() {
+    let _own = OwnCode::enter();
     for w in list().iter() {
         if let Some(sh) = w.upgrade() {
             rebuild(&sh);

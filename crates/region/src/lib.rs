@@ -18,11 +18,14 @@
 //!   hints;
 //! - `workers`, `fork`: starting and stopping the threads; rebuilding in a
 //!   forked child;
-//! - `region`: the public [`Region`].
+//! - `region`: the public [`Region`];
+//! - `own`: which code on a thread is the region's ([`in_own_code`]), for
+//!   a library that interposes `mmap` and `malloc`.
 //!
-//! A preload library makes one region per large anonymous mapping:
-//! [`Region::new`] with the mapping's length, then hands out
-//! [`Region::as_ptr`].
+//! The preload library of `zmem run` makes one large region and hands out
+//! pieces of it for the program's large anonymous mappings and
+//! allocations; it asks [`in_own_code`] so the region's own requests never
+//! land in a region.
 
 mod buf;
 mod config;
@@ -35,6 +38,7 @@ mod fork;
 mod gate;
 mod handler;
 mod mapping;
+mod own;
 mod probation;
 mod region;
 mod shared;
@@ -47,6 +51,7 @@ pub use buf::mlock_refused;
 pub use config::{default_store, RegionConfig};
 pub use controller::{ControllerConfig, PromotionController};
 pub use error::RegionError;
+pub use own::{in_own_code, OwnCode};
 pub use region::{page_size, Region};
 pub use stats::RegionStats;
 pub use uffd::{UffdMode, UffdOpen};

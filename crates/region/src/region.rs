@@ -21,6 +21,7 @@ use crate::evictor;
 use crate::fork;
 use crate::gate::{Gate, Side};
 use crate::mapping::Mapping;
+use crate::own::OwnCode;
 use crate::probation::Probation;
 use crate::shared::Shared;
 use crate::stats::{Counters, RegionStats};
@@ -96,6 +97,7 @@ impl Region {
     /// `config.resident_limit` bytes (rounded down to whole pages) stay
     /// mapped.
     pub fn new(len: usize, config: RegionConfig) -> Result<Region, RegionError> {
+        let _own = OwnCode::enter();
         let ps = page_size();
         let len = match len.checked_next_multiple_of(ps) {
             Some(l) if l > 0 && l <= isize::MAX as usize / 2 => l,
@@ -262,6 +264,7 @@ impl Region {
 
     /// Compresses the resident pages of `range` now; returns how many.
     pub fn cold(&self, range: Range<usize>) -> Result<usize, RegionError> {
+        let _own = OwnCode::enter();
         let (a, b) = self.pages(&range)?;
         Ok(evictor::cold(&self.sh, a, b))
     }
@@ -269,6 +272,7 @@ impl Region {
     /// Brings the compressed pages of `range` back ahead of use, as far as
     /// the resident limit allows; returns how many.
     pub fn willneed(&self, range: Range<usize>) -> Result<usize, RegionError> {
+        let _own = OwnCode::enter();
         let (a, b) = self.pages(&range)?;
         Ok(evictor::willneed(&self.sh, a, b, false))
     }
@@ -276,6 +280,7 @@ impl Region {
     /// As [`Region::willneed`], and marks the range's pages referenced now,
     /// so the clock passes them over once and their age starts again.
     pub fn hot(&self, range: Range<usize>) -> Result<usize, RegionError> {
+        let _own = OwnCode::enter();
         let (a, b) = self.pages(&range)?;
         Ok(evictor::willneed(&self.sh, a, b, true))
     }
@@ -299,6 +304,7 @@ impl Region {
     /// are freed first (the handler leaves that to the evictor), so
     /// `mm_stat` counts only the pages kept in the store.
     pub fn stats(&self) -> RegionStats {
+        let _own = OwnCode::enter();
         let sh = &self.sh;
         sh.gate.enter(Side::Evict);
         drain_discards(sh);
@@ -335,6 +341,7 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
+        let _own = OwnCode::enter();
         fork::unregister(&self.sh);
         workers::stop(&self.sh);
         let uffd = self.sh.uffd();

@@ -30,6 +30,27 @@ pub const REFERENCED: u8 = 1;
 /// Flag: the region itself is dropping this page's mapping (its madvise's
 /// remove event is its own).
 pub const ZAPPING: u8 = 2;
+/// Flag: the program dropped the page (`madvise`) while a thread held it
+/// `EVICTING`; the holder drops it when it lets go (`evict::settle_removed`).
+pub const REMOVED: u8 = 4;
+/// Flag: the program unmapped the page while a thread held it `EVICTING`.
+pub const UNMAPPED: u8 = 8;
+
+/// `n` atomics, all 0, from a zeroed allocation.
+fn zeroed_u8(n: usize) -> Box<[AtomicU8]> {
+    let raw = Box::into_raw(vec![0u8; n].into_boxed_slice());
+    // SAFETY: `AtomicU8` has the size, alignment and bit validity of `u8`;
+    // the box's allocation is handed over whole, with its length.
+    unsafe { Box::from_raw(raw as *mut [AtomicU8]) }
+}
+
+/// `n` atomics, all 0, from a zeroed allocation.
+fn zeroed_u32(n: usize) -> Box<[AtomicU32]> {
+    let raw = Box::into_raw(vec![0u32; n].into_boxed_slice());
+    // SAFETY: `AtomicU32` has the size, alignment and bit validity of
+    // `u32`; the box's allocation is handed over whole, with its length.
+    unsafe { Box::from_raw(raw as *mut [AtomicU32]) }
+}
 
 /// One entry per page.
 #[derive(Debug)]
@@ -41,11 +62,16 @@ pub struct PageTable {
 
 impl PageTable {
     /// `pages` entries, all `UNTOUCHED`.
+    /// The arrays are zeroed allocations: a large one is fresh zero pages
+    /// from the system, so a region's table costs memory only where its
+    /// pages are used (a large region that a program fills from its start
+    /// pays for the part it fills).
     pub fn new(pages: usize) -> PageTable {
+        const { assert!(UNTOUCHED == 0) };
         PageTable {
-            state: (0..pages).map(|_| AtomicU8::new(UNTOUCHED)).collect(),
-            flags: (0..pages).map(|_| AtomicU8::new(0)).collect(),
-            stamp: (0..pages).map(|_| AtomicU32::new(0)).collect(),
+            state: zeroed_u8(pages),
+            flags: zeroed_u8(pages),
+            stamp: zeroed_u32(pages),
         }
     }
 
@@ -80,6 +106,11 @@ impl PageTable {
             self.flags[p].fetch_and(!f, Ordering::AcqRel)
         };
         old & f != 0
+    }
+
+    /// Clears the flags of `mask`; returns which of them were set.
+    pub fn take_flags(&self, p: usize, mask: u8) -> u8 {
+        self.flags[p].fetch_and(!mask, Ordering::AcqRel) & mask
     }
 
     /// The stamp of `p`: milliseconds since the region began at its last

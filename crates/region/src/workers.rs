@@ -8,6 +8,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::own::OwnCode;
 use crate::shared::{kick, new_eventfd, Shared};
 
 /// Stack of each worker thread (its loops lock the top 64 KiB).
@@ -25,14 +26,20 @@ pub fn start(sh: &Arc<Shared>) -> std::io::Result<()> {
         std::thread::Builder::new()
             .name("zmem-region-fault".into())
             .stack_size(STACK)
-            .spawn(move || crate::handler::run(h))?,
+            .spawn(move || {
+                let _own = OwnCode::enter();
+                crate::handler::run(h)
+            })?,
     );
     let e = Arc::clone(sh);
     threads.push(
         std::thread::Builder::new()
             .name("zmem-region-evict".into())
             .stack_size(STACK)
-            .spawn(move || crate::evictor::run(e))?,
+            .spawn(move || {
+                let _own = OwnCode::enter();
+                crate::evictor::run(e)
+            })?,
     );
     Ok(())
 }

@@ -267,6 +267,84 @@ fn madvise_dontneed_reads_zeros_and_frees_the_stored_copies() {
     }
 }
 
+/// The program drops pages (`madvise(DONTNEED)`, as a freeing allocator
+/// does) while the evictor, at the limit, is taking those same pages: the
+/// eviction's copy then faults on a page the kernel zapped, and the handler
+/// must serve it rather than wait for the eviction to end (a `cold` hint
+/// on a third thread evicts the dropper's pages too). Dropped pages
+/// read as zeros, the other pages keep their contents, nothing hangs.
+#[test]
+fn drops_racing_eviction_at_the_limit_never_hang() {
+    let _d = Deadline::new("drops_racing_eviction", 120);
+    let Some(r) = region_or_skip(32 * MIB, RegionConfig::new(2 * MIB)) else {
+        return;
+    };
+    let ps = ps();
+    let n = r.len() / ps;
+    let half = n / 2;
+    let base = Ptr(r.as_ptr());
+    let writing = AtomicBool::new(true);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let base = &base;
+            for round in 1..=3u64 {
+                for i in 0..half {
+                    // SAFETY: page i, the writer's half.
+                    fill(unsafe { base.0.add(i * ps) }, ps, i as u64, round);
+                }
+            }
+            writing.store(false, Ordering::Release);
+        });
+        // Evictions of the dropper's pages on a thread of their own, beside
+        // the evictor's.
+        s.spawn(|| {
+            while writing.load(Ordering::Acquire) {
+                let _ = r.cold(half * ps..n * ps);
+            }
+        });
+        s.spawn(|| {
+            let base = &base;
+            let mut rng = Rng(0x5eed);
+            let chunk = 64;
+            let mut drops = 0;
+            while writing.load(Ordering::Acquire) || drops < 50 {
+                let first = half + rng.below(((n - half) / chunk) as u64) as usize * chunk;
+                for i in first..first + chunk {
+                    // SAFETY: page i, the dropper's half.
+                    fill(unsafe { base.0.add(i * ps) }, ps, i as u64, 1);
+                }
+                // SAFETY: pages of the dropper's half, given up.
+                let rc = unsafe {
+                    libc::madvise(
+                        base.0.add(first * ps).cast(),
+                        chunk * ps,
+                        libc::MADV_DONTNEED,
+                    )
+                };
+                assert_eq!(rc, 0);
+                for i in first..first + chunk {
+                    // SAFETY: page i.
+                    assert!(
+                        is_zero(unsafe { base.0.add(i * ps) }, ps),
+                        "page {i} after DONTNEED"
+                    );
+                }
+                drops += 1;
+            }
+        });
+    });
+    for i in 0..half {
+        // SAFETY: page i.
+        assert_eq!(
+            check(unsafe { base.0.add(i * ps) }, ps),
+            (i as u64, 3),
+            "page {i}"
+        );
+    }
+    let st = r.stats();
+    assert!(st.removed_by_program > 0, "{st:?}");
+}
+
 #[test]
 fn mremap_moves_pages_with_their_contents() {
     let _d = Deadline::new("mremap", 60);

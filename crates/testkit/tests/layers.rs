@@ -110,6 +110,22 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
         ],
         &[],
     ),
+    // Layer 6. Nothing may depend on it (it is in no list above): linking
+    // it would replace the linking program's malloc with its hooks.
+    (
+        "zmem-preload",
+        &[
+            "zmem-pages",
+            "zmem-zpool",
+            "zmem-zcomp",
+            "zmem-zsmalloc",
+            "zmem-zalloc",
+            "zmem-zram",
+            "zmem-recipe",
+            "zmem-region",
+        ],
+        &[],
+    ),
     ("zmem-lab", PRODUCT, &[]),
     ("zmem-cli", PRODUCT_AND_LAB, &[]),
     ("zmem-testkit", &[], &[]),

@@ -1,0 +1,402 @@
+//! `zmem run`: runs an unmodified, dynamically linked program with its
+//! large anonymous memory in a compressed region, through the preload
+//! library (`libzmem_preload.so`, the `preload` crate), and prints the
+//! region's statistics when it exits.
+//!
+//! Owns the checks before the program starts (the library found, the
+//! program one `LD_PRELOAD` can reach, a userfaultfd that serves the
+//! kernel's faults), the environment the library reads, the wait and the
+//! report. It never links the preload library (its interposed `malloc`
+//! would become zmem's own).
+
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Args;
+use region::uffd::{Uffd, UffdOpen};
+use serde_json::Value;
+use zcomp::Algorithm;
+
+use crate::error::CliError;
+
+/// The environment the preload library reads (its `settings` module).
+const ENV_LIMIT: &str = "ZMEM_RUN_LIMIT";
+const ENV_SPAN: &str = "ZMEM_RUN_SPAN";
+const ENV_COMP: &str = "ZMEM_RUN_COMP";
+const ENV_MIN: &str = "ZMEM_RUN_MIN";
+const ENV_STATS_DIR: &str = "ZMEM_RUN_STATS_DIR";
+/// Where to find the library, ahead of the places next to `zmem`.
+const ENV_PRELOAD: &str = "ZMEM_PRELOAD";
+const LIBRARY: &str = "libzmem_preload.so";
+
+/// Arguments of `zmem run`.
+#[derive(Args, Debug)]
+#[command(
+    after_help = "The limit is per process: a program the command runs gets a region of \
+its own. It needs a userfaultfd that serves the kernel's faults (root, access to \
+/dev/userfaultfd, or vm.unprivileged_userfaultfd=1). It cannot serve static binaries or \
+set-user-ID programs (LD_PRELOAD does not reach them); memory a program maps with MAP_FIXED, \
+MAP_SHARED or file mappings, its thread stacks and glibc's own heap below --min-size stay \
+ordinary memory."
+)]
+pub struct RunArgs {
+    /// Bytes of the program's large memory kept uncompressed (the rest
+    /// lives compressed) [default: a quarter of the machine's memory].
+    #[arg(long, value_name = "SIZE", value_parser = recipe::flags::size(4096, 1 << 50))]
+    limit: Option<u64>,
+    /// The compressor (the kernel's names: lz4, lzo-rle, zstd, ...).
+    #[arg(long, value_name = "ALG", default_value = "lz4", value_parser = recipe::spec::parse_comp)]
+    comp: Algorithm,
+    /// Address space of the region: the most large memory it serves; past
+    /// it, requests get ordinary memory [default: the machine's memory, at
+    /// most 16G].
+    #[arg(long, value_name = "SIZE", value_parser = recipe::flags::size(1 << 20, 1 << 46))]
+    span: Option<u64>,
+    /// The smallest mapping or allocation served from the region.
+    #[arg(long, value_name = "SIZE", default_value = "64K", value_parser = recipe::flags::size(4096, 1 << 30))]
+    min_size: u64,
+    /// Also write every process's statistics to FILE (a JSON array, the
+    /// command's own process first).
+    #[arg(long, value_name = "FILE")]
+    stats_json: Option<PathBuf>,
+    /// Print no statistics at exit.
+    #[arg(long, short)]
+    quiet: bool,
+    /// The command and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    command: Vec<OsString>,
+}
+
+/// The machine's memory in bytes (`MemTotal`).
+fn mem_total() -> Result<u64, CliError> {
+    let text = std::fs::read_to_string("/proc/meminfo")
+        .map_err(|e| CliError::Failed(format!("reading /proc/meminfo: {e}")))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb << 10)
+        .ok_or_else(|| CliError::Failed("no MemTotal in /proc/meminfo".into()))
+}
+
+/// The preload library: `$ZMEM_PRELOAD`, else next to `zmem` (where cargo
+/// and `scripts/install` put it).
+fn find_library() -> Result<PathBuf, CliError> {
+    if let Some(p) = std::env::var_os(ENV_PRELOAD) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(CliError::Failed(format!(
+                "{ENV_PRELOAD}={} is not a file",
+                p.display()
+            )))
+        };
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::Failed(format!("finding zmem's own path: {e}")))?;
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let places = [
+        dir.join(LIBRARY),
+        dir.join("deps").join(LIBRARY),
+        dir.join("../lib/zmem").join(LIBRARY),
+    ];
+    places
+        .iter()
+        .find(|p| p.is_file())
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
+        .ok_or_else(|| {
+            CliError::Failed(format!(
+                "{LIBRARY} is not next to zmem ({}): build it with `cargo build --release -p \
+                 zmem-preload` or set {ENV_PRELOAD}",
+                dir.display()
+            ))
+        })
+}
+
+/// `cmd` as `execvp` would find it.
+fn resolve(cmd: &OsStr) -> Result<PathBuf, CliError> {
+    let p = Path::new(cmd);
+    if p.components().count() > 1 || cmd.as_encoded_bytes().contains(&b'/') {
+        return if p.is_file() {
+            Ok(p.to_path_buf())
+        } else {
+            Err(CliError::Failed(format!("{}: no such file", p.display())))
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(p))
+        .find(|c| {
+            c.metadata()
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+        .ok_or_else(|| CliError::Failed(format!("{}: command not found", p.display())))
+}
+
+/// Refuses a program the preload library cannot reach: a static binary,
+/// a set-user-ID or set-group-ID one, a script whose interpreter is one of
+/// those. Follows `#!` lines (at most four deep).
+fn check_program(path: &Path, depth: u32) -> Result<(), CliError> {
+    let refuse = |why: &str| CliError::Failed(format!("{}: {why}", path.display()));
+    let meta = path.metadata().map_err(|e| refuse(&e.to_string()))?;
+    if meta.permissions().mode() & 0o6000 != 0 {
+        return Err(refuse(
+            "a set-user-ID or set-group-ID program: LD_PRELOAD does not reach it",
+        ));
+    }
+    let mut head = Vec::with_capacity(4096);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(256 * 1024).read_to_end(&mut head))
+        .map_err(|e| refuse(&e.to_string()))?;
+    if let Some(line) = head.strip_prefix(b"#!") {
+        let line = line.split(|&b| b == b'\n').next().unwrap_or_default();
+        let text = String::from_utf8_lossy(line);
+        let interp = text
+            .split_whitespace()
+            .next()
+            .ok_or_else(|| refuse("a #! line without an interpreter"))?;
+        if depth >= 4 {
+            return Err(refuse("#! interpreters nested too deep"));
+        }
+        return check_program(Path::new(interp), depth + 1);
+    }
+    match elf_is_dynamic(&head) {
+        Some(true) => Ok(()),
+        Some(false) => Err(refuse(
+            "a static binary: LD_PRELOAD does not reach it (it has no program interpreter)",
+        )),
+        None => Err(refuse("not an ELF program or a #! script")),
+    }
+}
+
+/// Whether a 64-bit little-endian ELF file (its first bytes) has a program
+/// interpreter (`PT_INTERP`): `None` if it is not one.
+fn elf_is_dynamic(b: &[u8]) -> Option<bool> {
+    if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 || b[5] != 1 {
+        return None;
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
+    let phoff = u64::from_le_bytes(b[32..40].try_into().ok()?) as usize;
+    let (phentsize, phnum) = (u16_at(54), u16_at(56));
+    for i in 0..phnum {
+        let o = phoff.checked_add(i.checked_mul(phentsize)?)?;
+        let t = b.get(o..o + 4)?;
+        if u32::from_le_bytes(t.try_into().ok()?) == 3 {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
+/// Refuses to start when no userfaultfd can serve the kernel's faults: a
+/// system call on a compressed page would fail with EFAULT.
+fn check_userfaultfd() -> Result<(), CliError> {
+    let mut why = Vec::new();
+    for how in [UffdOpen::Device, UffdOpen::Syscall] {
+        match Uffd::open(how) {
+            Ok(u) => {
+                u.close();
+                return Ok(());
+            }
+            Err(e) => why.push(e.to_string()),
+        }
+    }
+    Err(CliError::Failed(format!(
+        "no userfaultfd that serves the kernel's faults ({}): run as root, give access to \
+         /dev/userfaultfd, or set vm.unprivileged_userfaultfd=1",
+        why.join("; ")
+    )))
+}
+
+/// A fresh directory for the processes' statistics.
+fn stats_dir() -> Result<PathBuf, CliError> {
+    let base = std::env::temp_dir();
+    for n in 0..100u32 {
+        let d = base.join(format!("zmem-run-{}-{n}", std::process::id()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&d) {
+            Ok(()) => return Ok(d),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(CliError::Failed(format!("creating {}: {e}", d.display())));
+            }
+        }
+    }
+    Err(CliError::Failed("no fresh directory for statistics".into()))
+}
+
+/// Runs the command; its exit code is the program's (128 + the signal that
+/// ended it).
+pub fn run(args: &RunArgs) -> Result<ExitCode, CliError> {
+    let total = mem_total()?;
+    let limit = args.limit.unwrap_or(total / 4).max(4096);
+    let span = args.span.unwrap_or(total.min(16 << 30));
+    if limit > span {
+        return Err(CliError::Usage(format!(
+            "--limit {} is above the region's span {} (--span)",
+            recipe::size::words(limit),
+            recipe::size::words(span)
+        )));
+    }
+    let library = find_library()?;
+    let program = resolve(&args.command[0])?;
+    check_program(&program, 0)?;
+    check_userfaultfd()?;
+    let dir = stats_dir()?;
+    let mut preload = library.into_os_string();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    let started = Instant::now();
+    let spawned = std::process::Command::new(&program)
+        .arg0(&args.command[0])
+        .args(&args.command[1..])
+        .env("LD_PRELOAD", &preload)
+        .env(ENV_LIMIT, limit.to_string())
+        .env(ENV_SPAN, span.to_string())
+        .env(ENV_COMP, args.comp.name())
+        .env(ENV_MIN, args.min_size.to_string())
+        .env(ENV_STATS_DIR, &dir)
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(CliError::Failed(format!("{}: {e}", program.display())));
+        }
+    };
+    // The terminal's interrupt reaches the program; zmem waits for it.
+    // SAFETY: sets this process's dispositions to ignore; no handler runs.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+    }
+    let status = child
+        .wait()
+        .map_err(|e| CliError::Failed(format!("waiting for the program: {e}")))?;
+    let secs = started.elapsed().as_secs_f64();
+    let stats = collect(&dir, child.id());
+    let _ = std::fs::remove_dir_all(&dir);
+    let code = match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        _ => 1,
+    };
+    if !args.quiet {
+        eprint!(
+            "{}",
+            report(&args.command[0], child.id(), code, secs, &stats)
+        );
+    }
+    if let Some(path) = &args.stats_json {
+        let text = serde_json::to_string_pretty(&Value::Array(stats)).unwrap_or_default();
+        std::fs::write(path, text + "\n")
+            .map_err(|e| CliError::Failed(format!("writing {}: {e}", path.display())))?;
+    }
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// Every process's statistics, the command's own (`pid`) first.
+fn collect(dir: &Path, pid: u32) -> Vec<Value> {
+    let mut all: Vec<Value> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|t| serde_json::from_str(&t).ok())
+        .collect();
+    all.sort_by_key(|v| (v["pid"].as_u64() != Some(pid as u64), v["pid"].as_u64()));
+    all
+}
+
+fn mib(v: &Value) -> String {
+    format!("{:.1} MiB", v.as_f64().unwrap_or(0.0) / (1u64 << 20) as f64)
+}
+
+/// The summary printed at exit (standard error).
+fn report(cmd: &OsStr, pid: u32, code: i32, secs: f64, stats: &[Value]) -> String {
+    let name = cmd.to_string_lossy();
+    let mut out = format!("zmem run: {name} (pid {pid}) exited with {code} after {secs:.2} s\n");
+    let own = stats.iter().find(|v| v["pid"].as_u64() == Some(pid as u64));
+    let Some(s) = own else {
+        out.push_str(
+            "  no statistics from it: it ended without running exit handlers (a signal, _exit) \
+             or never loaded the library\n",
+        );
+        return out;
+    };
+    let r = &s["region"];
+    let page = r["page_size"].as_u64().unwrap_or(4096) as f64;
+    let pages = |v: &Value| Value::from(v.as_f64().unwrap_or(0.0) * page);
+    let f = &r["faults"];
+    let l = &r["fault_latency"];
+    let us = |v: &Value| v.as_f64().unwrap_or(0.0) / 1000.0;
+    out.push_str(&format!(
+        "  region: limit {}, span {}; handed out at most {} ({} mappings, {} allocations, {} moved, {} refused: span full)\n",
+        mib(&pages(&r["resident_limit_pages"])),
+        mib(&s["span_bytes"]),
+        mib(&s["handed_out_peak_bytes"]),
+        s["served"]["mmaps"],
+        s["served"]["allocs"],
+        s["served"]["moves"],
+        s["served"]["span_full"],
+    ));
+    out.push_str(&format!(
+        "  compressed: mem_used_max {}; at exit {} resident, {} stored in {}\n",
+        mib(&r["mm_stat"]["mem_used_max"]),
+        mib(&pages(&r["resident_pages"])),
+        mib(&pages(&r["stored_pages"])),
+        mib(&r["mm_stat"]["mem_used_total"]),
+    ));
+    out.push_str(&format!(
+        "  faults: {} from the store, {} from probation, {} zero; {} waited for room; service p50 {:.1} us, p99 {:.1} us, max {:.1} us\n",
+        f["missing_store"],
+        f["missing_probation"],
+        f["missing_zero"],
+        f["deferred"],
+        us(&l["p50_ns"]),
+        us(&l["p99_ns"]),
+        us(&l["max_ns"]),
+    ));
+    if stats.len() > 1 {
+        out.push_str(&format!(
+            "  {} more process(es) had regions of their own (--stats-json has them)\n",
+            stats.len() - 1
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_test_binary_is_dynamic_and_a_script_is_followed() {
+        let exe = std::env::current_exe().unwrap();
+        let mut head = Vec::new();
+        std::fs::File::open(&exe)
+            .unwrap()
+            .take(256 * 1024)
+            .read_to_end(&mut head)
+            .unwrap();
+        assert_eq!(elf_is_dynamic(&head), Some(true));
+        assert_eq!(elf_is_dynamic(b"#!/bin/sh\n"), None);
+        // A 64-bit ELF header with no program headers: static.
+        let mut fake = vec![0u8; 64];
+        fake[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        assert_eq!(elf_is_dynamic(&fake), Some(false));
+        assert!(check_program(Path::new("/bin/sh"), 0).is_ok());
+    }
+}

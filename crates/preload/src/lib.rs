@@ -1,0 +1,66 @@
+//! The preload library of `zmem run`: loaded into an unmodified, dynamically
+//! linked program by `LD_PRELOAD`, it makes one compressed region for the
+//! process and serves the program's large anonymous memory from it (the
+//! `mmap`s of private anonymous memory and the allocations of glibc's
+//! `malloc` family at least a smallest size; smaller allocations stay in
+//! glibc's heap). Pages beyond the resident limit live compressed in the
+//! region's store and come back on a fault, which the kernel's own
+//! accesses (system calls) fault too: the region needs a userfaultfd that
+//! serves kernel faults (`/dev/userfaultfd`, or the system call with
+//! `vm.unprivileged_userfaultfd=1`).
+//!
+//! Without `ZMEM_RUN_LIMIT` in its environment the library does nothing.
+//! At exit each process writes its statistics (`PID.json`) into
+//! `ZMEM_RUN_STATS_DIR`. A forked child keeps its own copy of the region
+//! (the region rebuilds itself); a program it runs gets a region of its
+//! own.
+//!
+//! The modules:
+//! - `settings`: the environment `zmem run` sets;
+//! - `span`: which pages of the region are handed out;
+//! - `system`: glibc's allocator and the kernel's calls, with no hook on
+//!   the way (also this library's Rust allocator);
+//! - `process`: the process's region and the span's books under a lock;
+//! - `hooks`: the interposed symbols;
+//! - `report`: the statistics at exit.
+
+pub mod settings;
+pub mod span;
+pub mod system;
+
+// The hooks and what only they use are left out of the crate's unit-test
+// binary, which must keep glibc's allocator.
+#[cfg(not(test))]
+mod hooks;
+#[cfg(not(test))]
+mod process;
+#[cfg(not(test))]
+mod report;
+
+/// The library's own allocations go straight to glibc.
+#[cfg(not(test))]
+#[global_allocator]
+static ALLOC: system::LibcAlloc = system::LibcAlloc;
+
+/// Runs when the library is loaded, before the program's `main`.
+#[cfg(not(test))]
+extern "C" fn load() {
+    let settings = match settings::Settings::from_env() {
+        Ok(Some(s)) => s,
+        Ok(None) => return,
+        Err(e) => {
+            eprintln!("zmem run: {e}; the program runs without a region");
+            return;
+        }
+    };
+    system::find_usable_size();
+    match process::Process::start(settings) {
+        Ok(_) => report::at_exit(),
+        Err(e) => eprintln!("zmem run: no region ({e}); the program runs without one"),
+    }
+}
+
+#[cfg(not(test))]
+#[used]
+#[link_section = ".init_array"]
+static LOAD: extern "C" fn() = load;

@@ -1,0 +1,62 @@
+//! The settings `zmem run` hands to the preload library, in its
+//! environment: the resident limit, the span, the compressor, the smallest
+//! request served from the region and where to write the statistics.
+//!
+//! Owns the variable names and their parsing; it starts nothing.
+
+use std::path::PathBuf;
+
+use zcomp::Algorithm;
+
+/// The resident limit in bytes (its presence turns the library on).
+pub const LIMIT: &str = "ZMEM_RUN_LIMIT";
+/// Bytes of address space in the region.
+pub const SPAN: &str = "ZMEM_RUN_SPAN";
+/// The compressor's kernel name.
+pub const COMP: &str = "ZMEM_RUN_COMP";
+/// The smallest mapping or allocation, in bytes, served from the region.
+pub const MIN: &str = "ZMEM_RUN_MIN";
+/// A directory for each process's statistics (`PID.json`) at exit.
+pub const STATS_DIR: &str = "ZMEM_RUN_STATS_DIR";
+
+/// What the library was told.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Bytes of the region that may stay mapped.
+    pub limit: usize,
+    /// Bytes of address space in the region.
+    pub span: usize,
+    /// The compressor.
+    pub comp: Algorithm,
+    /// The smallest request served from the region.
+    pub min: usize,
+    /// Where each process writes its statistics at exit.
+    pub stats_dir: Option<PathBuf>,
+}
+
+fn bytes(name: &str) -> Result<usize, String> {
+    let v = std::env::var(name).map_err(|_| format!("{name} is not set"))?;
+    v.parse::<usize>()
+        .map_err(|_| format!("{name}={v} is not a number of bytes"))
+}
+
+impl Settings {
+    /// The settings from the environment; `Ok(None)` when the library was
+    /// loaded without `zmem run` (no limit given), which leaves it inert.
+    pub fn from_env() -> Result<Option<Settings>, String> {
+        if std::env::var_os(LIMIT).is_none() {
+            return Ok(None);
+        }
+        let comp = match std::env::var(COMP) {
+            Ok(name) => Algorithm::from_name(&name).map_err(|e| e.to_string())?,
+            Err(_) => region::default_store().comp,
+        };
+        Ok(Some(Settings {
+            limit: bytes(LIMIT)?,
+            span: bytes(SPAN)?,
+            comp,
+            min: bytes(MIN)?,
+            stats_dir: std::env::var_os(STATS_DIR).map(PathBuf::from),
+        }))
+    }
+}
