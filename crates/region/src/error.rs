@@ -22,7 +22,15 @@ pub enum RegionError {
         len: usize,
     },
     /// No userfaultfd could be opened, or its handshake failed.
-    Userfaultfd(String),
+    Userfaultfd {
+        /// Each way tried and why it failed, or the handshake's failure.
+        why: String,
+        /// The errno that says why best (positive): the handshake's, or of
+        /// the ways tried the first that failed with neither `ENOENT` (no
+        /// /dev/userfaultfd) nor `EINVAL` (a flag this kernel does not
+        /// know), else the last.
+        errno: i32,
+    },
     /// A system call on the region's memory failed.
     Os {
         /// What was being done.
@@ -54,13 +62,25 @@ impl fmt::Display for RegionError {
                 f,
                 "resident limit {limit} is not usable: it must be above 0 and at most the region's {len} bytes"
             ),
-            RegionError::Userfaultfd(why) => write!(f, "no userfaultfd: {why}"),
+            RegionError::Userfaultfd { why, .. } => write!(f, "no userfaultfd: {why}"),
             RegionError::Os { what, err } => write!(f, "{what}: {err}"),
             RegionError::Store(why) => write!(f, "store: {why}"),
             RegionError::OutOfRange { start, end, len } => write!(
                 f,
                 "range {start}..{end} is outside the region's {len} bytes"
             ),
+        }
+    }
+}
+
+impl RegionError {
+    /// The operating system's errno behind the error (positive), if the
+    /// operating system refused: the userfaultfd's or a system call's.
+    pub fn os_errno(&self) -> Option<i32> {
+        match self {
+            RegionError::Userfaultfd { errno, .. } => Some(*errno),
+            RegionError::Os { err, .. } => err.raw_os_error(),
+            _ => None,
         }
     }
 }

@@ -220,6 +220,18 @@ fn open_raw(mode: UffdMode) -> io::Result<libc::c_int> {
     }
 }
 
+/// Of the errnos of the ways tried, in order, the one that says best why
+/// none worked: the first that is neither `ENOENT` (no /dev/userfaultfd)
+/// nor `EINVAL` (a flag this kernel does not know), else the last.
+fn telling_errno(errnos: &[i32]) -> i32 {
+    errnos
+        .iter()
+        .copied()
+        .find(|&e| e != libc::ENOENT && e != libc::EINVAL)
+        .or_else(|| errnos.last().copied())
+        .unwrap_or(libc::ENOSYS)
+}
+
 impl Uffd {
     /// Opens a userfaultfd the ways `how` allows and completes the API
     /// handshake with the region's features ([`FEATURES`]).
@@ -231,6 +243,7 @@ impl Uffd {
             UffdOpen::UserModeOnly => &[UffdMode::UserModeOnly],
         };
         let mut tried = Vec::new();
+        let mut errnos = Vec::new();
         for &mode in order {
             match open_raw(mode) {
                 Ok(fd) => {
@@ -241,10 +254,16 @@ impl Uffd {
                     }
                     return Ok(uffd);
                 }
-                Err(e) => tried.push(format!("{mode:?}: {e}")),
+                Err(e) => {
+                    tried.push(format!("{mode:?}: {e}"));
+                    errnos.push(e.raw_os_error().unwrap_or(libc::ENOSYS));
+                }
             }
         }
-        Err(RegionError::Userfaultfd(tried.join("; ")))
+        Err(RegionError::Userfaultfd {
+            why: tried.join("; "),
+            errno: telling_errno(&errnos),
+        })
     }
 
     /// `UFFDIO_API` with the region's features.
@@ -258,10 +277,13 @@ impl Uffd {
         // writes.
         let r = unsafe { libc::ioctl(self.fd, UFFDIO_API, &mut api) };
         if r < 0 {
-            return Err(RegionError::Userfaultfd(format!(
-                "UFFDIO_API with write-protect and the remap, remove and unmap events: {}",
-                last_err()
-            )));
+            let err = last_err();
+            return Err(RegionError::Userfaultfd {
+                why: format!(
+                    "UFFDIO_API with write-protect and the remap, remove and unmap events: {err}"
+                ),
+                errno: err.raw_os_error().unwrap_or(libc::ENOSYS),
+            });
         }
         Ok(())
     }
@@ -409,5 +431,22 @@ impl Uffd {
     pub fn close(self) {
         // SAFETY: the descriptor is the region's, closed once, by its owner.
         unsafe { libc::close(self.fd) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_telling_errno_skips_a_missing_device_and_an_unknown_flag() {
+        // No device, the system call refused, user mode only unknown (5.4).
+        let refused = [libc::ENOENT, libc::EPERM, libc::EINVAL];
+        assert_eq!(telling_errno(&refused), libc::EPERM);
+        // A kernel without userfaultfd.
+        let missing = [libc::ENOENT, libc::ENOSYS, libc::ENOSYS];
+        assert_eq!(telling_errno(&missing), libc::ENOSYS);
+        assert_eq!(telling_errno(&[libc::ENOENT, libc::EINVAL]), libc::EINVAL);
+        assert_eq!(telling_errno(&[]), libc::ENOSYS);
     }
 }

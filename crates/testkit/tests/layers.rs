@@ -15,8 +15,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// Every product crate (layers 0-4) and, last, the lab: what the CLI may
-/// depend on.
+/// Every product crate (layers 0-5, and the region's C library at 6) and,
+/// last, the lab: what the CLI may depend on.
 const PRODUCT_AND_LAB: &[&str] = &[
     "zmem-pages",
     "zmem-ilist",
@@ -32,6 +32,7 @@ const PRODUCT_AND_LAB: &[&str] = &[
     "zmem-serve",
     "zmem-tune",
     "zmem-region",
+    "zmem-region-capi",
     "zmem-lab",
 ];
 
@@ -107,6 +108,21 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
             "zmem-zalloc",
             "zmem-zram",
             "zmem-recipe",
+        ],
+        &[],
+    ),
+    // Layer 6.
+    (
+        "zmem-region-capi",
+        &[
+            "zmem-pages",
+            "zmem-zpool",
+            "zmem-zcomp",
+            "zmem-zsmalloc",
+            "zmem-zalloc",
+            "zmem-zram",
+            "zmem-recipe",
+            "zmem-region",
         ],
         &[],
     ),

@@ -53,7 +53,7 @@ impl Drop for Deadline {
 pub fn region_or_skip(len: usize, cfg: RegionConfig) -> Option<Region> {
     match Region::new(len, cfg) {
         Ok(r) => Some(r),
-        Err(RegionError::Userfaultfd(why)) => {
+        Err(RegionError::Userfaultfd { why, .. }) => {
             eprintln!("skipped: no userfaultfd here ({why})");
             None
         }
