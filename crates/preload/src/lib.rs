@@ -45,6 +45,8 @@ static ALLOC: system::LibcAlloc = system::LibcAlloc;
 /// Runs when the library is loaded, before the program's `main`.
 #[cfg(not(test))]
 extern "C" fn load() {
+    // Needed by `malloc_usable_size` even when the library is inert.
+    system::find_usable_size();
     let settings = match settings::Settings::from_env() {
         Ok(Some(s)) => s,
         Ok(None) => return,
@@ -53,7 +55,6 @@ extern "C" fn load() {
             return;
         }
     };
-    system::find_usable_size();
     match process::Process::start(settings) {
         Ok(_) => report::at_exit(),
         Err(e) => eprintln!("zmem run: no region ({e}); the program runs without one"),
