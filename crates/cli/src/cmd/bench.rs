@@ -3,7 +3,7 @@
 //! dispatches.
 
 use clap::Subcommand;
-use lab::bench::{alloc, compressors, read_latency, serve, store};
+use lab::bench::{alloc, compressors, read_latency, region, serve, store};
 
 use crate::error::CliError;
 
@@ -22,6 +22,9 @@ pub enum BenchCommand {
     /// Each compressor's speed on one core and ratio, page by page, beside
     /// the kernel's zram with the same algorithm.
     Compressors(compressors::CompressorsArgs),
+    /// A region's fault service beside the kernel's own fault, and the
+    /// memory it saves at a limit on real data, skewed and sequential.
+    Region(Box<region::RegionBenchArgs>),
 }
 
 /// Runs `zmem bench`.
@@ -32,5 +35,6 @@ pub fn run(cmd: &BenchCommand) -> Result<(), CliError> {
         BenchCommand::Store(args) => store::run(args),
         BenchCommand::Serve(args) => serve::run(args),
         BenchCommand::Compressors(args) => compressors::run(args),
+        BenchCommand::Region(args) => region::run(args),
     }?)
 }

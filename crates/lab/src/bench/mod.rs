@@ -8,6 +8,8 @@
 //! - [`serve`]: `zmem serve` beside nbdkit's memory plugin;
 //! - [`compressors`]: each compressor's own speed and ratio, beside the
 //!   kernel's zram with the same algorithm;
+//! - [`region`]: a region's fault service beside the kernel's own fault,
+//!   and the memory it saves at a limit on real data;
 //! - [`data`]: the data sets they share.
 //!
 //! The `zmem bench` command tree and its dispatch are the `zmem` binary's.
@@ -16,5 +18,6 @@ pub mod alloc;
 pub mod compressors;
 pub mod data;
 pub mod read_latency;
+pub mod region;
 pub mod serve;
 pub mod store;
