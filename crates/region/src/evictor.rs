@@ -13,6 +13,8 @@
 //!   is compressed into the store (an age eviction). The only references
 //!   the region can see without root on a kernel without soft-dirty bits
 //!   are faults; probes make faults out of a sample of references.
+//! - **Compaction**: a scan compacts the store when its pool has grown
+//!   well past its compressed bytes (`compact_if_fragmented`).
 //! - **The controller**: at each period's end it is given the promotions
 //!   (faults served from the store) and the working set (resident and
 //!   probation pages) and sets the age threshold.
@@ -148,6 +150,7 @@ fn scan(sh: &Shared) {
             }
         }
     }
+    compact_if_fragmented(sh);
     let wss = sh.resident.load(Ordering::Relaxed) + sh.probation.used() as u64;
     let promotions = sh.counters.missing_store.load(Ordering::Relaxed);
     let mut c = sh.controller.lock().unwrap_or_else(|e| e.into_inner());
@@ -158,6 +161,19 @@ fn scan(sh: &Shared) {
             .store(c.last_per_minute().to_bits(), Ordering::Relaxed);
         sh.promo_rate
             .store(c.last_rate().to_bits(), Ordering::Relaxed);
+    }
+}
+
+/// Compacts the store when its pool holds more than an eighth (and a MiB)
+/// beyond its compressed bytes: pages coming back free objects all over
+/// its zspages, and a region's store has no background compactor (a
+/// forked child would inherit a store whose thread it does not have), so
+/// the evictor's scan is where it compacts. Class rounding alone stays
+/// under the margin.
+fn compact_if_fragmented(sh: &Shared) {
+    let m = sh.store.mm_stat();
+    if m.mem_used_total > m.compr_data_size + m.compr_data_size / 8 + (1 << 20) {
+        let _ = sh.store.compact();
     }
 }
 

@@ -324,10 +324,8 @@ fn drops_racing_eviction_at_the_limit_never_hang() {
                 assert_eq!(rc, 0);
                 for i in first..first + chunk {
                     // SAFETY: page i.
-                    assert!(
-                        is_zero(unsafe { base.0.add(i * ps) }, ps),
-                        "page {i} after DONTNEED"
-                    );
+                    let page = unsafe { base.0.add(i * ps) };
+                    assert!(is_zero(page, ps), "page {i} after DONTNEED");
                 }
                 drops += 1;
             }
@@ -335,11 +333,8 @@ fn drops_racing_eviction_at_the_limit_never_hang() {
     });
     for i in 0..half {
         // SAFETY: page i.
-        assert_eq!(
-            check(unsafe { base.0.add(i * ps) }, ps),
-            (i as u64, 3),
-            "page {i}"
-        );
+        let page = unsafe { base.0.add(i * ps) };
+        assert_eq!(check(page, ps), (i as u64, 3), "page {i}");
     }
     let st = r.stats();
     assert!(st.removed_by_program > 0, "{st:?}");
