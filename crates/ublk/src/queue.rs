@@ -58,7 +58,9 @@ impl QueueStats {
 
 /// Serves one request described by `desc` with `target`, `buf` being its
 /// tag's buffer, and returns the result to commit: the bytes moved for a
-/// read or write, 0 for the others, or a negative errno.
+/// read or write, 0 for the others, or a negative errno. A target that
+/// panics fails the request with EIO instead of ending the queue's
+/// thread (which would leave the request pending in the driver).
 pub(crate) fn serve<T: BlockTarget + ?Sized>(
     target: &T,
     desc: &sys::IoDesc,
@@ -74,33 +76,36 @@ pub(crate) fn serve<T: BlockTarget + ?Sized>(
             .filter(|&n| n <= buf.len())
             .ok_or(libc::EINVAL)
     };
-    let r: Result<u64, Errno> = match op {
-        sys::IO_OP_READ => data(buf).and_then(|n| {
-            target.read(off, &mut buf[..n])?;
-            stats.reads += 1;
-            stats.read_bytes += len;
-            Ok(len)
-        }),
-        sys::IO_OP_WRITE => data(buf).and_then(|n| {
-            target.write(off, &buf[..n])?;
-            stats.writes += 1;
-            stats.write_bytes += len;
-            Ok(len)
-        }),
-        sys::IO_OP_FLUSH => target.flush().map(|()| {
-            stats.flushes += 1;
-            0
-        }),
-        sys::IO_OP_DISCARD => target.discard(off, len).map(|()| {
-            stats.discards += 1;
-            0
-        }),
-        sys::IO_OP_WRITE_ZEROES => target.write_zeroes(off, len).map(|()| {
-            stats.write_zeroes += 1;
-            0
-        }),
-        _ => Err(libc::EOPNOTSUPP),
-    };
+    let call = std::panic::AssertUnwindSafe(|| -> Result<u64, Errno> {
+        match op {
+            sys::IO_OP_READ => data(buf).and_then(|n| {
+                target.read(off, &mut buf[..n])?;
+                stats.reads += 1;
+                stats.read_bytes += len;
+                Ok(len)
+            }),
+            sys::IO_OP_WRITE => data(buf).and_then(|n| {
+                target.write(off, &buf[..n])?;
+                stats.writes += 1;
+                stats.write_bytes += len;
+                Ok(len)
+            }),
+            sys::IO_OP_FLUSH => target.flush().map(|()| {
+                stats.flushes += 1;
+                0
+            }),
+            sys::IO_OP_DISCARD => target.discard(off, len).map(|()| {
+                stats.discards += 1;
+                0
+            }),
+            sys::IO_OP_WRITE_ZEROES => target.write_zeroes(off, len).map(|()| {
+                stats.write_zeroes += 1;
+                0
+            }),
+            _ => Err(libc::EOPNOTSUPP),
+        }
+    });
+    let r = std::panic::catch_unwind(call).unwrap_or(Err(libc::EIO));
     match r {
         Ok(n) => n as i32,
         Err(e) => {
@@ -408,6 +413,41 @@ mod tests {
                 aborted: 0,
             }
         );
+    }
+
+    struct Panics;
+
+    impl BlockTarget for Panics {
+        fn read(&self, _: u64, _: &mut [u8]) -> Result<(), Errno> {
+            panic!("a target's bug")
+        }
+        fn write(&self, _: u64, _: &[u8]) -> Result<(), Errno> {
+            Ok(())
+        }
+        fn discard(&self, _: u64, _: u64) -> Result<(), Errno> {
+            Ok(())
+        }
+        fn write_zeroes(&self, _: u64, _: u64) -> Result<(), Errno> {
+            Ok(())
+        }
+        fn flush(&self) -> Result<(), Errno> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_panicking_target_fails_the_request_with_eio() {
+        let mut stats = QueueStats::default();
+        let mut buf = vec![0u8; 4096];
+        assert_eq!(
+            serve(&Panics, &desc(sys::IO_OP_READ, 0, 8), &mut buf, &mut stats),
+            -libc::EIO
+        );
+        assert_eq!(
+            serve(&Panics, &desc(sys::IO_OP_WRITE, 0, 8), &mut buf, &mut stats),
+            4096
+        );
+        assert_eq!((stats.errors, stats.writes), (1, 1));
     }
 
     #[test]
