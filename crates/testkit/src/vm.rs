@@ -1,6 +1,6 @@
 //! A command run inside a qemu guest, for the tests of what only a kernel
 //! of its own can show: swap onto zmem, nbd.ko, ublk. It runs
-//! `scripts/vm-run` (which boots Debian's 6.1 kernel with this machine's
+//! `scripts/vm-run` (which boots Debian's 6.1 kernel, or 6.12, with this machine's
 //! filesystem as the guest's root, kills qemu on any failure or deadline,
 //! and exits with the command's status) and says what came of it.
 //!
@@ -55,6 +55,17 @@ impl Guest {
     /// `-blockdev SPEC`s (each with its `node-name=`): /dev/vda, /dev/vdb,
     /// ... in order, once the script loads virtio_blk.
     pub fn run_with_disks(&self, script: &str, blockdevs: &[String]) -> Outcome {
+        self.launch(None, script, blockdevs)
+    }
+
+    /// Runs `sh -c SCRIPT` in a fresh guest booted with the kernel series
+    /// `kernel` (`"6.1"` or `"6.12"`, scripts/vm-run's `--kernel`): 6.12
+    /// has ublk_drv.
+    pub fn run_on(&self, kernel: &str, script: &str) -> Outcome {
+        self.launch(Some(kernel), script, &[])
+    }
+
+    fn launch(&self, kernel: Option<&str>, script: &str, blockdevs: &[String]) -> Outcome {
         let vm_run = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/vm-run");
         let start = Instant::now();
         let mut cmd = Command::new(vm_run);
@@ -66,6 +77,9 @@ impl Guest {
             "--timeout",
             &self.timeout.as_secs().to_string(),
         ]);
+        if let Some(k) = kernel {
+            cmd.args(["--kernel", k]);
+        }
         for b in blockdevs {
             cmd.args(["--blockdev", b]);
         }

@@ -22,6 +22,7 @@ const PRODUCT_AND_LAB: &[&str] = &[
     "zmem-ilist",
     "zmem-lzo",
     "zmem-nbd",
+    "zmem-ublk",
     "zmem-zpool",
     "zmem-zcomp",
     "zmem-zsmalloc",
@@ -46,6 +47,7 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
     ("zmem-ilist", &[], &[]),
     ("zmem-lzo", &[], &[]),
     ("zmem-nbd", &[], &[]),
+    ("zmem-ublk", &[], &[]),
     ("zmem-zpool", &[], &[]),
     ("zmem-zcomp", &["zmem-lzo"], &[]),
     (

@@ -1,0 +1,164 @@
+//! The control channel: /dev/ublk-control and the io_uring (128-byte
+//! SQEs) its commands go through, one command at a time. Owns that file
+//! and that ring; it never touches a device's /dev/ublkcN or its queues.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+
+use crate::sys;
+
+/// Where the driver's control device lives.
+pub const CONTROL_PATH: &str = "/dev/ublk-control";
+
+/// An open /dev/ublk-control: the commands that add, configure, start,
+/// stop and delete ublk devices.
+pub struct Control {
+    file: File,
+    ring: IoUring<squeue::Entry128, cqueue::Entry>,
+}
+
+impl Control {
+    /// Opens /dev/ublk-control (needs ublk_drv loaded and, for these
+    /// privileged devices, CAP_SYS_ADMIN).
+    pub fn open() -> io::Result<Control> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(CONTROL_PATH)
+            .map_err(|e| io::Error::new(e.kind(), format!("open {CONTROL_PATH}: {e}")))?;
+        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(4)?;
+        Ok(Control { file, ring })
+    }
+
+    /// Runs one control command and returns its non-negative result.
+    fn command(&mut self, op: u32, cmd: sys::CtrlCmd) -> io::Result<i32> {
+        let mut area = [0u8; 80];
+        // SAFETY: CtrlCmd is plain old data of 32 bytes (checked in sys),
+        // read as bytes into the front of the 80-byte command area.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&cmd as *const sys::CtrlCmd).cast::<u8>(),
+                size_of::<sys::CtrlCmd>(),
+            )
+        };
+        area[..bytes.len()].copy_from_slice(bytes);
+        let sqe = opcode::UringCmd80::new(types::Fd(self.file.as_raw_fd()), op)
+            .cmd(area)
+            .build()
+            .user_data(u64::from(op));
+        // SAFETY: the buffer `cmd.addr` points to (if any) belongs to the
+        // caller, which keeps it alive and unaliased until this function
+        // returns, and this function waits for the command's completion.
+        unsafe { self.ring.submission().push(&sqe) }
+            .map_err(|_| io::Error::other("control ring full"))?;
+        loop {
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            if let Some(cqe) = self.ring.completion().next() {
+                let res = cqe.result();
+                return if res < 0 {
+                    Err(io::Error::from_raw_os_error(-res))
+                } else {
+                    Ok(res)
+                };
+            }
+        }
+    }
+
+    /// ADD_DEV: creates a device (and its /dev/ublkcN) from `info`
+    /// (`dev_id` `u32::MAX` for any free number), which the driver
+    /// updates: the id, the flags it forces, its limits.
+    pub fn add_dev(&mut self, info: &mut sys::CtrlDevInfo) -> io::Result<()> {
+        let cmd = sys::CtrlCmd {
+            dev_id: info.dev_id,
+            queue_id: u16::MAX,
+            len: size_of::<sys::CtrlDevInfo>() as u16,
+            addr: info as *mut sys::CtrlDevInfo as u64,
+            ..Default::default()
+        };
+        self.command(sys::U_CMD_ADD_DEV, cmd).map(drop)
+    }
+
+    /// SET_PARAMS: the device's sizes and limits, before START_DEV.
+    pub fn set_params(&mut self, dev_id: u32, params: &sys::Params) -> io::Result<()> {
+        let cmd = sys::CtrlCmd {
+            dev_id,
+            queue_id: u16::MAX,
+            len: size_of::<sys::Params>() as u16,
+            addr: params as *const sys::Params as u64,
+            ..Default::default()
+        };
+        self.command(sys::U_CMD_SET_PARAMS, cmd).map(drop)
+    }
+
+    /// GET_PARAMS: the parameters in force (with the device numbers).
+    pub fn get_params(&mut self, dev_id: u32) -> io::Result<sys::Params> {
+        let mut params = sys::Params {
+            len: size_of::<sys::Params>() as u32,
+            ..Default::default()
+        };
+        let cmd = sys::CtrlCmd {
+            dev_id,
+            queue_id: u16::MAX,
+            len: size_of::<sys::Params>() as u16,
+            addr: &mut params as *mut sys::Params as u64,
+            ..Default::default()
+        };
+        self.command(sys::U_CMD_GET_PARAMS, cmd)?;
+        Ok(params)
+    }
+
+    /// GET_DEV_INFO: the device's state, queues, owner and server pid.
+    pub fn get_dev_info(&mut self, dev_id: u32) -> io::Result<sys::CtrlDevInfo> {
+        let mut info = sys::CtrlDevInfo::default();
+        let cmd = sys::CtrlCmd {
+            dev_id,
+            queue_id: u16::MAX,
+            len: size_of::<sys::CtrlDevInfo>() as u16,
+            addr: &mut info as *mut sys::CtrlDevInfo as u64,
+            ..Default::default()
+        };
+        self.command(sys::U_CMD_GET_DEV_INFO, cmd)?;
+        Ok(info)
+    }
+
+    /// START_DEV: waits until every tag of every queue has been fetched,
+    /// then creates /dev/ublkbN served by process `pid`.
+    pub fn start_dev(&mut self, dev_id: u32, pid: i32) -> io::Result<()> {
+        let cmd = sys::CtrlCmd {
+            dev_id,
+            queue_id: u16::MAX,
+            data: [pid as u64],
+            ..Default::default()
+        };
+        self.command(sys::U_CMD_START_DEV, cmd).map(drop)
+    }
+
+    /// STOP_DEV: removes /dev/ublkbN (after its requests drain) and
+    /// completes the queues' outstanding fetches with `UBLK_IO_RES_ABORT`.
+    pub fn stop_dev(&mut self, dev_id: u32) -> io::Result<()> {
+        let cmd = sys::CtrlCmd {
+            dev_id,
+            queue_id: u16::MAX,
+            ..Default::default()
+        };
+        self.command(sys::U_CMD_STOP_DEV, cmd).map(drop)
+    }
+
+    /// DEL_DEV: removes the device; waits until nothing holds its
+    /// /dev/ublkcN (close it and the queues' rings first).
+    pub fn del_dev(&mut self, dev_id: u32) -> io::Result<()> {
+        let cmd = sys::CtrlCmd {
+            dev_id,
+            queue_id: u16::MAX,
+            ..Default::default()
+        };
+        self.command(sys::U_CMD_DEL_DEV, cmd).map(drop)
+    }
+}
