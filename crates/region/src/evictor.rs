@@ -13,8 +13,9 @@
 //!   is compressed into the store (an age eviction). The only references
 //!   the region can see without root on a kernel without soft-dirty bits
 //!   are faults; probes make faults out of a sample of references.
-//! - **Compaction**: a scan compacts the store when its pool has grown
-//!   well past its compressed bytes (`compact_if_fragmented`).
+//! - **Compaction**: at most every five seconds, a scan compacts the store
+//!   when its pool has grown well past its compressed bytes
+//!   (`compact_if_fragmented`).
 //! - **The controller**: at each period's end it is given the promotions
 //!   (faults served from the store) and the working set (resident and
 //!   probation pages) and sets the age threshold.
@@ -58,6 +59,7 @@ pub fn run(sh: Arc<Shared>) {
     let efd = sh.evictor_efd.load(Ordering::Acquire);
     let scan_ms = sh.config.scan_interval.as_millis().max(1) as u64;
     let mut next_scan = sh.now_ms() + scan_ms;
+    let mut next_compact = sh.now_ms() + COMPACT_EVERY_MS;
     loop {
         let wait = next_scan.saturating_sub(sh.now_ms()).min(i32::MAX as u64) as i32;
         let mut fds = [libc::pollfd {
@@ -79,6 +81,10 @@ pub fn run(sh: Arc<Shared>) {
         if sh.now_ms() >= next_scan {
             scan(&sh);
             next_scan = sh.now_ms() + scan_ms;
+            if sh.now_ms() >= next_compact {
+                compact_if_fragmented(&sh);
+                next_compact = sh.now_ms() + COMPACT_EVERY_MS;
+            }
         }
         sh.gate.leave(Side::Evict);
     }
@@ -150,7 +156,6 @@ fn scan(sh: &Shared) {
             }
         }
     }
-    compact_if_fragmented(sh);
     let wss = sh.resident.load(Ordering::Relaxed) + sh.probation.used() as u64;
     let promotions = sh.counters.missing_store.load(Ordering::Relaxed);
     let mut c = sh.controller.lock().unwrap_or_else(|e| e.into_inner());
@@ -163,6 +168,11 @@ fn scan(sh: &Shared) {
             .store(c.last_rate().to_bits(), Ordering::Relaxed);
     }
 }
+
+/// The shortest time between two compactions of the store: compacting a
+/// pool that pages keep leaving and entering costs the evictor, the
+/// busiest thread of a region at its limit, CPU it owes the faults.
+const COMPACT_EVERY_MS: u64 = 5_000;
 
 /// Compacts the store when its pool holds more than an eighth (and a MiB)
 /// beyond its compressed bytes: pages coming back free objects all over
