@@ -65,7 +65,11 @@ const RANGES: &[(&str, bool, &[&str])] = &[
     ("bench store --size", false, &["4095", "2T"]),
     ("bench store --rounds", false, &["1001"]),
     ("bench region --size", false, &["1023K", "5G"]),
-    ("bench region --limit-percent", false, &["0.5", "101", "nan"]),
+    (
+        "bench region --limit-percent",
+        false,
+        &["0.5", "101", "nan"],
+    ),
     ("bench region --accesses", false, &["1000000001"]),
     ("bench region --zipf", false, &["0.05", "3.5", "nan"]),
     ("run --limit", false, &["4095", "2P"]),
