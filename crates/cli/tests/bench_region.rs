@@ -10,12 +10,7 @@ use common::report;
 
 #[test]
 fn faults_and_memory_at_the_limit() {
-    if std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/userfaultfd")
-        .is_err()
-    {
+    if !testkit::userfaultfd_serves_kernel() {
         eprintln!("skipped: no access to /dev/userfaultfd");
         return;
     }

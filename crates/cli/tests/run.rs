@@ -30,11 +30,21 @@ fn python() -> Option<PathBuf> {
 }
 
 fn full_userfaultfd() -> bool {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/userfaultfd")
-        .is_ok()
+    testkit::userfaultfd_serves_kernel()
+}
+
+/// The Python interpreter, where `zmem run` can serve it here (after
+/// saying why not).
+fn python_in_a_region() -> Option<PathBuf> {
+    if !full_userfaultfd() {
+        eprintln!("skipped: no access to /dev/userfaultfd");
+        return None;
+    }
+    let py = python();
+    if py.is_none() {
+        eprintln!("skipped: no python3");
+    }
+    py
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -60,12 +70,7 @@ fn text(o: &[u8]) -> String {
 
 #[test]
 fn a_python_word_index_gives_the_same_answers_in_a_quarter_of_its_memory() {
-    if !full_userfaultfd() {
-        eprintln!("skipped: no access to /dev/userfaultfd");
-        return;
-    }
-    let Some(py) = python() else {
-        eprintln!("skipped: no python3");
+    let Some(py) = python_in_a_region() else {
         return;
     };
     let dir = scratch("words");
@@ -131,12 +136,7 @@ fn a_python_word_index_gives_the_same_answers_in_a_quarter_of_its_memory() {
 
 #[test]
 fn threads_a_forked_child_and_a_program_it_runs_all_work() {
-    if !full_userfaultfd() {
-        eprintln!("skipped: no access to /dev/userfaultfd");
-        return;
-    }
-    let Some(py) = python() else {
-        eprintln!("skipped: no python3");
+    let Some(py) = python_in_a_region() else {
         return;
     };
     let dir = scratch("procs");

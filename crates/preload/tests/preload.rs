@@ -44,15 +44,6 @@ fn hooks_program(dir: &Path) -> Option<PathBuf> {
     }
 }
 
-fn userfaultfd_serves_the_kernel() -> bool {
-    Path::new("/dev/userfaultfd").exists()
-        && std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/userfaultfd")
-            .is_ok()
-}
-
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("zmem-preload-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -62,7 +53,7 @@ fn scratch(name: &str) -> PathBuf {
 
 #[test]
 fn every_hook_keeps_every_byte_past_the_limit() {
-    if !userfaultfd_serves_the_kernel() {
+    if !testkit::userfaultfd_serves_kernel() {
         eprintln!("skipped: no access to /dev/userfaultfd");
         return;
     }

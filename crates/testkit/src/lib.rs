@@ -63,6 +63,17 @@ pub fn noise(len: usize, seed: u32) -> Vec<u8> {
         .collect()
 }
 
+/// Whether this process may open /dev/userfaultfd: a userfaultfd that
+/// serves the kernel's own faults too (what `zmem run` and a full-mode
+/// region need; tests skip without it).
+pub fn userfaultfd_serves_kernel() -> bool {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/userfaultfd")
+        .is_ok()
+}
+
 /// Whether the peer has closed the connection `s`: a read sees EOF or a
 /// reset. A read that times out (the stream's read timeout) found the
 /// connection still open, and so did one that got a byte.
