@@ -628,14 +628,20 @@ fn reset(reg: &Registry, export: Option<&str>, v: &str) -> Result<(), CtlError> 
     }
 }
 
-/// `exports`: one line per export.
+/// `exports`: one line per export: name, configuration (or
+/// `uninitialised`), disk size, and with `--ublk` its block device.
 fn exports(reg: &Registry) -> String {
     reg.listing()
         .into_iter()
         .map(|(name, served)| {
             let shown = if name.is_empty() { "\"\"" } else { &name };
+            // A fourth field with --ublk: the export's block device.
+            let device = reg
+                .ublk_device(&name)
+                .map(|p| format!("\t{}", p.display()))
+                .unwrap_or_default();
             match served {
-                Some(s) => format!("{shown}\t{}\t{}\n", s.label, s.store.disk_size()),
+                Some(s) => format!("{shown}\t{}\t{}{device}\n", s.label, s.store.disk_size()),
                 None => format!("{shown}\tuninitialised\t0\n"),
             }
         })

@@ -20,7 +20,9 @@
 //! - [`paths`]: the default socket paths `zmem serve` and `zmem ctl` share;
 //! - [`trim`]: giving idle memory back to the OS once I/O goes quiet;
 //! - [`swap`]: swap mode, for a server its own kernel swaps onto (locked
-//!   memory, a reserve the stores draw from, the I/O-flusher flag).
+//!   memory, a reserve the stores draw from, the I/O-flusher flag);
+//! - [`ublk_exports`]: the exports as ublk block devices (`/dev/ublkbN`,
+//!   `zmem serve --ublk`), and the store as their target.
 //!
 //! The command line, logging and signal handling live in the `zmem` binary.
 //! The only `unsafe` code is [`trim`]'s two glibc calls and [`swap`]'s
@@ -43,6 +45,7 @@ pub mod swap;
 mod test_factory;
 #[allow(unsafe_code)]
 pub mod trim;
+pub mod ublk_exports;
 
 pub use ctl_error::CtlError;
 pub use ctl_socket::{request, CtlServer};

@@ -32,8 +32,13 @@
 //! to add or remove an export), an export's life lock (`RwLock`: shared for
 //! a control command's whole run, as the kernel holds its `init_lock` for
 //! reading; exclusive to initialise, reset or remove), then the NBD server's
-//! connection and export-table locks (inside `nbd`), then the store's own.
-//! The NBD I/O path takes none of the first two.
+//! connection and export-table locks (inside `nbd`), then the ublk device
+//! table ([`crate::ublk_exports`]), then the store's own. Neither I/O path
+//! (NBD's, the ublk queue threads) takes any of these but the store's.
+//!
+//! With a ublk front end ([`Registry::attach_ublk`]), every initialised
+//! export is also a `/dev/ublkbN`, made and removed with its store; a reset
+//! or removal is refused with `EBUSY` while that device is held.
 
 use std::fmt;
 use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
@@ -46,6 +51,7 @@ pub use recipe::{Settings, StoreFactory};
 use crate::ctl_error::{disksize_bytes, CtlError};
 use crate::device::export_device;
 use crate::swap::SwapMode;
+use crate::ublk_exports::UblkExports;
 
 /// One initialised export: its store.
 pub struct Served {
@@ -166,6 +172,7 @@ pub struct Registry {
     server: OnceLock<Weak<Server>>,
     factory: OnceLock<Arc<dyn StoreFactory>>,
     swap: OnceLock<SwapMode>,
+    ublk: OnceLock<Arc<UblkExports>>,
 }
 
 impl fmt::Debug for Registry {
@@ -375,6 +382,50 @@ impl Registry {
         let _ = self.server.set(Arc::downgrade(server));
     }
 
+    /// Serves every export as a ublk block device too (once; later calls
+    /// are ignored): starts a device for each initialised export now, and
+    /// for every export initialised later.
+    pub fn attach_ublk(&self, front: Arc<UblkExports>) -> Result<(), CtlError> {
+        if self.ublk.set(front.clone()).is_err() {
+            return Ok(());
+        }
+        for e in self.entries().iter() {
+            if let Life::Initialised(s) = &*e.life() {
+                front.start(&e.name, &s.store, e.read_only)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The ublk front end, if the server has one.
+    pub fn ublk(&self) -> Option<&Arc<UblkExports>> {
+        self.ublk.get()
+    }
+
+    /// Export `name`'s ublk block device, if it has one.
+    pub fn ublk_device(&self, name: &str) -> Option<std::path::PathBuf> {
+        self.ublk.get()?.device_path(name)
+    }
+
+    /// `EBUSY` while export `name` has clients: NBD connections, or its
+    /// ublk device held (mounted, swapped on).
+    fn check_idle(&self, name: &str) -> Result<(), CtlError> {
+        let open = self.export_connections(name);
+        if open > 0 {
+            return Err(CtlError::new(
+                Errno::EBUSY,
+                format!("{open} NBD client(s) connected to {name:?}; disconnect them first"),
+            ));
+        }
+        if let Some(why) = self.ublk.get().and_then(|u| u.busy(name)) {
+            return Err(CtlError::new(
+                Errno::EBUSY,
+                format!("export {name:?}: {why}"),
+            ));
+        }
+        Ok(())
+    }
+
     fn server(&self) -> Option<Arc<Server>> {
         self.server.get().and_then(Weak::upgrade)
     }
@@ -405,12 +456,20 @@ impl Registry {
     /// Puts the NBD export for `name` in `life` in the server's table
     /// (`EBUSY` while clients are connected to the one it replaces).
     fn publish(&self, e: &Entry, life: &Life) -> Result<(), CtlError> {
-        match self.server() {
-            Some(server) => server
+        if let Some(server) = self.server() {
+            server
                 .replace_export(nbd_export(&e.name, e.read_only, life))
-                .map_err(|e| nbd_refusal(&e)),
-            None => Ok(()),
+                .map_err(|e| nbd_refusal(&e))?;
         }
+        if let Some(front) = self.ublk.get() {
+            match life {
+                Life::Initialised(s) => {
+                    front.start(&e.name, &s.store, e.read_only)?;
+                }
+                Life::Uninitialised(_) => front.stop(&e.name)?,
+            }
+        }
+        Ok(())
     }
 
     /// `hot_add NAME [SIZE]`: a new export, uninitialised or (with a size)
@@ -442,6 +501,14 @@ impl Registry {
                 .add_export(nbd_export(name, read_only, &life))
                 .map_err(|e| nbd_refusal(&e))?;
         }
+        if let (Some(front), Life::Initialised(s)) = (self.ublk.get(), &life) {
+            if let Err(err) = front.start(name, &s.store, read_only) {
+                if let Some(server) = self.server() {
+                    let _ = server.remove_export(name);
+                }
+                return Err(err);
+            }
+        }
         entries.push(Arc::new(Entry {
             name: name.to_string(),
             read_only,
@@ -467,8 +534,17 @@ impl Registry {
             .ok_or_else(|| no_export(name))?;
         let entry = entries[i].clone();
         let life = entry.life_mut();
+        if let Some(why) = self.ublk.get().and_then(|u| u.busy(name)) {
+            return Err(CtlError::new(
+                Errno::EBUSY,
+                format!("export {name:?}: {why}"),
+            ));
+        }
         if let Some(server) = self.server() {
             server.remove_export(name).map_err(|e| nbd_refusal(&e))?;
+        }
+        if let Some(front) = self.ublk.get() {
+            front.stop(name)?;
         }
         entries.remove(i);
         drop(entries);
@@ -514,16 +590,7 @@ impl Registry {
             .ok_or_else(|| no_export(name.unwrap_or("")))?;
         let mut life = e.life_mut();
         let factory = self.factory_of(&e);
-        let open = self.export_connections(&e.name);
-        if open > 0 {
-            return Err(CtlError::new(
-                Errno::EBUSY,
-                format!(
-                    "{open} NBD client(s) connected to {:?}; disconnect them first",
-                    e.name
-                ),
-            ));
-        }
+        self.check_idle(&e.name)?;
         match (&*life, factory) {
             (Life::Initialised(s), None) => s.store.reset(),
             (Life::Initialised(s), Some(f)) => {

@@ -97,6 +97,7 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
             "zmem-zcomp",
             "zmem-zram",
             "zmem-recipe",
+            "zmem-ublk",
         ],
         &["zmem-zsmalloc", "zmem-zalloc"],
     ),

@@ -28,7 +28,15 @@ impl Control {
             .read(true)
             .write(true)
             .open(CONTROL_PATH)
-            .map_err(|e| io::Error::new(e.kind(), format!("open {CONTROL_PATH}: {e}")))?;
+            .map_err(|e| {
+                let why = if e.kind() == io::ErrorKind::NotFound {
+                    " (the kernel's ublk driver, ublk_drv, is not loaded: modprobe ublk_drv; \
+                     it needs CONFIG_BLK_DEV_UBLK, Linux 6.0 or later)"
+                } else {
+                    ""
+                };
+                io::Error::new(e.kind(), format!("open {CONTROL_PATH}: {e}{why}"))
+            })?;
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(4)?;
         Ok(Control { file, ring })
     }

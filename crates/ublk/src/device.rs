@@ -137,6 +137,66 @@ pub fn device_info(id: u32) -> io::Result<DeviceInfo> {
     Control::open()?.get_dev_info(id).map(DeviceInfo::from)
 }
 
+/// A device whose server is gone, deleted by [`remove_abandoned`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Abandoned {
+    /// The device number N.
+    pub id: u32,
+}
+
+/// The device numbers the driver has now (from /dev/ublkcN, which every
+/// device has from ADD_DEV to DEL_DEV).
+pub fn device_ids() -> io::Result<Vec<u32>> {
+    let mut ids: Vec<u32> = std::fs::read_dir("/dev")?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("ublkc")?.parse().ok())
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// Deletes (DEL_DEV) every device left by a server that no longer runs.
+/// A server killed with SIGKILL cannot delete its devices: the driver
+/// removes /dev/ublkbN once it sees the server gone, marks the device
+/// dead (`UBLK_S_DEV_DEAD`, server pid -1) and keeps it, /dev/ublkcN
+/// included, until someone deletes it. Deleted here: dead devices without
+/// user recovery (`UBLK_F_USER_RECOVERY*`, whose server may come back)
+/// whose /dev/ublkcN nobody holds (the driver lets one process open it: a
+/// live server, started or still adding its device, holds it). Only a
+/// device another server adds at this very moment, between its ADD_DEV and
+/// its open of /dev/ublkcN, could be taken for abandoned.
+pub fn remove_abandoned() -> io::Result<Vec<Abandoned>> {
+    let mut ctrl = Control::open()?;
+    let mut removed = Vec::new();
+    for id in device_ids()? {
+        let info = match ctrl.get_dev_info(id) {
+            Ok(i) => i,
+            // Deleted since the listing.
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => continue,
+            Err(e) => return Err(io::Error::new(e.kind(), format!("GET_DEV_INFO {id}: {e}"))),
+        };
+        if info.state != sys::S_DEV_DEAD || info.flags & sys::F_USER_RECOVERY_ANY != 0 {
+            continue;
+        }
+        // Opened and closed at once: DEL_DEV waits for every opener.
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/dev/ublkc{id}"))
+        {
+            Ok(f) => drop(f),
+            // Held by a live server, or deleted since the listing.
+            Err(_) => continue,
+        }
+        match ctrl.del_dev(id) {
+            Ok(()) => removed.push(Abandoned { id }),
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {}
+            Err(e) => return Err(io::Error::new(e.kind(), format!("DEL_DEV {id}: {e}"))),
+        }
+    }
+    Ok(removed)
+}
+
 /// Waits up to `limit` for `path` to open (devtmpfs or udev makes the
 /// node shortly after the driver adds the device).
 fn open_when_there(path: &PathBuf, limit: Duration) -> io::Result<File> {

@@ -55,7 +55,8 @@ pub mod target;
 
 pub use ctrl::{Control, CONTROL_PATH};
 pub use device::{
-    device_info, signalled, stop_on_signals, Device, DeviceInfo, Options, Running, Stats, Stopper,
+    device_ids, device_info, remove_abandoned, signalled, stop_on_signals, Abandoned, Device,
+    DeviceInfo, Options, Running, Stats, Stopper,
 };
 pub use queue::QueueStats;
 pub use target::{BlockTarget, Errno, NullTarget, RamTarget};

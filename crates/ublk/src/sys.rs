@@ -73,6 +73,10 @@ pub const F_URING_CMD_COMP_IN_TASK: u64 = 1 << 1;
 /// `UBLK_F_CMD_IOCTL_ENCODE`: the ioctl-encoded command numbers.
 pub const F_CMD_IOCTL_ENCODE: u64 = 1 << 6;
 
+/// `UBLK_F_USER_RECOVERY`, `UBLK_F_USER_RECOVERY_REISSUE` and
+/// `UBLK_F_USER_RECOVERY_FAIL_IO`: a device its server may come back for.
+pub const F_USER_RECOVERY_ANY: u64 = (1 << 3) | (1 << 4) | (1 << 9);
+
 /// `UBLK_S_DEV_DEAD`.
 pub const S_DEV_DEAD: u16 = 0;
 /// `UBLK_S_DEV_LIVE`.

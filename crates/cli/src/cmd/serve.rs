@@ -1,12 +1,14 @@
-//! `zmem serve`: zram stores as NBD exports, with a control socket.
+//! `zmem serve`: zram stores as NBD exports or ublk block devices, with a
+//! control socket.
 //!
 //! This module owns the command: it turns the flags into stores and export
-//! names, binds the NBD socket (Unix by default, or TCP), the control socket
-//! and the optional metrics endpoint, writes the PID file, then waits for
-//! SIGINT or SIGTERM and shuts everything down in order: the NBD server
-//! first (no new clients, requests in flight finish), then metrics and
-//! control, then the PID file. The parts themselves are in the `serve` and
-//! `nbd` crates.
+//! names, binds the NBD socket (Unix by default, or TCP) or, with `--ublk`,
+//! makes a `/dev/ublkbN` per export, binds the control socket and the
+//! optional metrics endpoint, writes the PID file, then waits for SIGINT or
+//! SIGTERM and shuts everything down in order: the front end first (no new
+//! NBD clients, requests in flight finish; the ublk devices stopped and
+//! deleted), then metrics and control, then the PID file. The parts
+//! themselves are in the `serve`, `nbd` and `ublk` crates.
 //!
 //! Exports and store configurations: the store flags take comma lists, as
 //! in `zmem replay`, and expand to N configurations. With no `--export`,
@@ -68,6 +70,20 @@ EXAMPLES
   zmem serve --export a:1G --export spare:0   # spare starts uninitialised
   zmem ctl hot_add c; zmem ctl --export c comp_algorithm zstd
   zmem ctl --export c disksize 2G; zmem ctl hot_remove c
+  zmem serve --ublk --export swap:4G --comp lz4 --mem-limit 2G --swap
+  mkswap /dev/ublkb0 && swapon /dev/ublkb0
+
+UBLK
+  --ublk (root, the kernel's ublk_drv: Linux 6.0+, CONFIG_BLK_DEV_UBLK)
+  serves each initialised export as a block device, /dev/ublkbN, instead of
+  over NBD: 4 KiB logical blocks, discard and write-zeroes free pages as
+  zram's do, read-only exports are read-only devices, --ublk-queues queues
+  (one thread each) of --queue-depth requests. `zmem ctl exports` names each
+  device; `disksize`, `hot_add NAME SIZE` make one, `reset` and
+  `hot_remove` remove it (EBUSY while it is mounted or swapped on). SIGTERM
+  and SIGINT remove every device. A server killed with SIGKILL leaves
+  /dev/ublkcN behind (the kernel removes /dev/ublkbN): the next `zmem serve
+  --ublk` deletes every ublk device whose server is gone.
 
 SOCKETS
   NBD: --socket PATH (default $XDG_RUNTIME_DIR/zmem/nbd.sock, or
@@ -170,6 +186,19 @@ pub struct ServeArgs {
     /// (CAP_IPC_LOCK, CAP_SYS_RESOURCE).
     #[arg(long)]
     swap: bool,
+    /// Serve each export as a ublk block device, /dev/ublkbN, instead of
+    /// over NBD (root; the kernel's ublk_drv).
+    #[arg(long, conflicts_with_all = ["socket", "tcp", "tls_certificates", "allow_remote"])]
+    ublk: bool,
+    /// With --ublk: queues per device, each served by a thread of its own
+    /// (default: one per CPU, 1 to 64).
+    #[arg(long, value_name = "N", requires = "ublk",
+          value_parser = recipe::flags::whole::<u16>(1, 64))]
+    ublk_queues: Option<u16>,
+    /// With --ublk: requests in flight per queue (default 128, 1 to 4096).
+    #[arg(long, value_name = "N", requires = "ublk",
+          value_parser = recipe::flags::whole::<u16>(1, 4096))]
+    queue_depth: Option<u16>,
     /// Unix socket for NBD clients.
     #[arg(long, value_name = "PATH", conflicts_with = "tcp")]
     socket: Option<PathBuf>,
@@ -582,6 +611,11 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             *read_only,
         );
     }
+    // The devices' queue threads and buffers exist before swap mode locks
+    // the process's memory (and inherit the I/O-flusher flag).
+    if args.ublk {
+        start_ublk(args, &registry)?;
+    }
     if let Some((reserve, heap)) = swap {
         let mode = serve::swap::lock(reserve, heap)
             .map_err(|e| CliError::Failed(format!("--swap: {e}")))?;
@@ -595,6 +629,9 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             );
         }
         registry.set_swap_mode(mode);
+    }
+    if args.ublk {
+        return serve_until_signalled(args, &registry, None, &signals);
     }
     let exports = registry
         .nbd_exports()
@@ -684,10 +721,64 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         None => Server::bind(addr.clone(), exports, config)
             .map_err(|e| CliError::Failed(format!("cannot listen on {addr}: {e}")))?,
     };
-    let bound = server.local_addr().clone();
     let server = Arc::new(server);
     registry.attach(&server);
+    serve_until_signalled(args, &registry, Some((server, ctl_path)), &signals)
+}
 
+/// Makes a ublk device for each initialised export (after deleting those
+/// a killed server left).
+fn start_ublk(args: &ServeArgs, registry: &Arc<Registry>) -> Result<(), CliError> {
+    let queues = args.ublk_queues.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(64) as u16)
+    });
+    let settings = serve::ublk_exports::UblkSettings {
+        queues,
+        depth: args
+            .queue_depth
+            .unwrap_or(serve::ublk_exports::DEFAULT_DEPTH),
+    };
+    let fail = |e: std::io::Error| CliError::Failed(format!("--ublk: {e}"));
+    let front = serve::ublk_exports::UblkExports::new(settings).map_err(fail)?;
+    for gone in serve::ublk_exports::remove_abandoned().map_err(fail)? {
+        info!(
+            "removed /dev/ublkc{}, left by a server that is gone",
+            gone.id
+        );
+    }
+    registry
+        .attach_ublk(Arc::new(front))
+        .map_err(|e| CliError::Failed(format!("--ublk: {e}")))
+}
+
+/// Serves the control socket and metrics beside the front end (the NBD
+/// `server` and its control path, or the ublk devices) until SIGINT or
+/// SIGTERM, then shuts everything down in order.
+fn serve_until_signalled(
+    args: &ServeArgs,
+    registry: &Arc<Registry>,
+    nbd: Option<(Arc<Server>, PathBuf)>,
+    signals: &signals::Blocked,
+) -> Result<(), CliError> {
+    let (ctl_path, front) = match &nbd {
+        Some((server, ctl)) => (ctl.clone(), format!("NBD on {}", server.local_addr())),
+        None => {
+            let ctl = match &args.ctl_socket {
+                Some(p) => p.clone(),
+                None => {
+                    ensure_private_dir(&default_dir()).map_err(CliError::Failed)?;
+                    ctl_path_for(&default_socket())
+                }
+            };
+            let devices: Vec<String> = registry
+                .names()
+                .iter()
+                .filter_map(|n| registry.ublk_device(n))
+                .map(|p| p.display().to_string())
+                .collect();
+            (ctl, format!("ublk {}", devices.join(" ")))
+        }
+    };
     let ctl = CtlServer::bind(&ctl_path, registry.clone()).map_err(|e| {
         CliError::Failed(format!(
             "cannot listen on the control socket {}: {e}",
@@ -711,7 +802,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         )
     };
     info!(
-        "ready: NBD on {bound}, control on {}, {} export(s), pid {}",
+        "ready: {front}, control on {}, {} export(s), pid {}",
         ctl_path.display(),
         registry.len(),
         std::process::id()
@@ -730,8 +821,20 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         Err(e) => Err(CliError::Failed(format!("waiting for signals: {e}"))),
     };
 
-    // New clients are refused and requests in flight finish first.
-    server.shutdown_handle().shutdown();
+    // New clients are refused and requests in flight finish first; ublk
+    // devices are stopped (their requests drain) and deleted.
+    if let Some((server, _)) = &nbd {
+        server.shutdown_handle().shutdown();
+    }
+    let mut result = result;
+    if let Some(front) = registry.ublk() {
+        let failed = front.stop_all();
+        if failed > 0 && result.is_ok() {
+            result = Err(CliError::Failed(format!(
+                "{failed} ublk device(s) did not stop cleanly"
+            )));
+        }
+    }
     if let Some(m) = metrics {
         m.shutdown();
     }
@@ -740,9 +843,11 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         t.stop();
     }
     // The policy threads stop with their exports, when the registry goes.
-    match Arc::try_unwrap(server) {
-        Ok(s) => s.wait(),
-        Err(_) => error!("the NBD server is still referenced; leaving it to exit"),
+    if let Some((server, _)) = nbd {
+        match Arc::try_unwrap(server) {
+            Ok(s) => s.wait(),
+            Err(_) => error!("the NBD server is still referenced; leaving it to exit"),
+        }
     }
     if let Some(p) = &args.pid_file {
         remove_pid_file(p);
