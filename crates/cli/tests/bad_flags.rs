@@ -88,6 +88,8 @@ const RANGES: &[(&str, bool, &[&str])] = &[
     ("serve --delta", false, &["12", "65544"]),
     ("serve --mem-limit", true, &["2T"]),
     ("serve --writeback-batch-size", false, &["257"]),
+    ("serve --ublk-queues", false, &["65"]),
+    ("serve --queue-depth", false, &["4097"]),
     ("serve --workers", false, &["65"]),
     ("serve --handshake-limit", false, &["3601"]),
     ("serve --max-connections", false, &["4097"]),
