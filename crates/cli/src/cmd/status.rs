@@ -41,7 +41,8 @@ pub enum Column {
     Migrated,
     /// `orig_data_size / compr_data_size` (newer zramctl's COMP-RATIO).
     CompRatio,
-    /// Always empty: an export is not mounted by the server.
+    /// Where the export's ublk block device is mounted, `[SWAP]` when it
+    /// is swapped on (zramctl's forms); empty for NBD exports.
     Mountpoint,
 }
 
@@ -127,7 +128,7 @@ impl Column {
             Column::MemUsed => size(row.mem_used),
             Column::Migrated => size(row.migrated),
             Column::CompRatio => row.comp_ratio.map_or(String::new(), |r| format!("{r:.2}")),
-            Column::Mountpoint => String::new(),
+            Column::Mountpoint => row.mountpoint.clone().unwrap_or_default(),
         }
     }
 }
@@ -178,7 +179,8 @@ pub struct Row {
     pub migrated: u64,
     /// `data / compr`; absent while nothing is stored.
     pub comp_ratio: Option<f64>,
-    /// Always null: the server mounts nothing.
+    /// Where the export's ublk device is mounted (`[SWAP]` for swap); null
+    /// for an NBD export (its clients' mounts are not the server's to see).
     pub mountpoint: Option<String>,
 }
 
@@ -304,6 +306,8 @@ pub fn read_rows(path: &Path) -> Result<Vec<Row>, CliError> {
     for line in listing.lines().filter(|l| !l.is_empty()) {
         let mut fields = line.split('\t');
         let shown = fields.next().unwrap_or_default();
+        // With --ublk, the fourth field is the export's block device.
+        let device = fields.nth(2);
         // The listing quotes the empty (default) name.
         let name = if shown == "\"\"" { "" } else { shown };
         let export = Some(name);
@@ -340,10 +344,56 @@ pub fn read_rows(path: &Path) -> Result<Vec<Row>, CliError> {
             mem_used: mm[4],
             migrated: mm[6],
             comp_ratio: (compr > 0).then(|| data as f64 / compr as f64),
-            mountpoint: None,
+            mountpoint: device.and_then(mountpoint),
         });
     }
     Ok(rows)
+}
+
+/// Where block device `dev` is in use as zramctl reports it: its mount
+/// point (from /proc/self/mounts, octal escapes undone) or `[SWAP]` (from
+/// /proc/swaps); `None` when neither.
+fn mountpoint(dev: &str) -> Option<String> {
+    let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
+    if swaps
+        .lines()
+        .skip(1)
+        .any(|l| l.split_whitespace().next() == Some(dev))
+    {
+        return Some("[SWAP]".into());
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        (f.next() == Some(dev)).then(|| f.next().map(unescape_mount))?
+    })
+}
+
+/// Undoes /proc/self/mounts' octal escapes (`\040` for a space).
+fn unescape_mount(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)))
+            .and_then(|d| {
+                let v = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
+                u8::try_from(v).ok()
+            });
+        match (b[i], octal) {
+            (b'\\', Some(byte)) => {
+                out.push(byte);
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The line `zmem ctl status` prints under its table for a server in swap
@@ -458,6 +508,15 @@ mod tests {
         );
         let e = parse_columns("NAME,BOGUS").unwrap_err();
         assert!(e.contains("\"BOGUS\""), "{e}");
+    }
+
+    #[test]
+    fn mount_points_are_unescaped_as_the_kernel_escapes_them() {
+        assert_eq!(unescape_mount("/mnt/a\\040b\\011c"), "/mnt/a b\tc");
+        assert_eq!(unescape_mount("/plain"), "/plain");
+        assert_eq!(unescape_mount("/odd\\09"), "/odd\\09");
+        assert_eq!(unescape_mount("/big\\777"), "/big\\777");
+        assert_eq!(mountpoint("/dev/no-such-device-here"), None);
     }
 
     #[test]

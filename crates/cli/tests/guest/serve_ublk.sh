@@ -82,6 +82,9 @@ mkdir -p /mnt/a
 mount -o discard /dev/ublkb0 /mnt/a
 cp /tmp/in /mnt/a/file
 sync
+ctl status
+ctl status --raw --noheadings --output NAME,MOUNTPOINT | grep -qx "a /mnt/a" \
+    || fail "status does not show where a is mounted"
 if ctl --export a reset 2>/tmp/err; then fail "reset of a mounted device succeeded"; fi
 grep -q "in use" /tmp/err || fail "reset's refusal: $(cat /tmp/err)"
 echo "reset while mounted: $(cat /tmp/err)"
