@@ -53,11 +53,19 @@ pub use ublk::{remove_abandoned, Abandoned};
 pub const BLOCK_SHIFT: u8 = 12;
 
 /// The largest request, bytes (each tag of each queue has a buffer this
-/// large).
+/// large, touched only as requests that large come).
 pub const MAX_IO_BYTES: u32 = 512 << 10;
 
 /// The default requests in flight per queue.
 pub const DEFAULT_DEPTH: u16 = 128;
+
+/// In swap mode every buffer is locked from the start (queues x depth x
+/// the largest request): smaller requests and fewer of them, 8 MiB for two
+/// queues (the block layer splits larger requests).
+pub const SWAP_MAX_IO_BYTES: u32 = 128 << 10;
+
+/// The default requests in flight per queue in swap mode.
+pub const SWAP_DEPTH: u16 = 32;
 
 /// A store as a ublk block device's contents.
 pub struct StoreTarget {
@@ -147,6 +155,8 @@ pub struct UblkSettings {
     pub queues: u16,
     /// Requests in flight per queue.
     pub depth: u16,
+    /// The largest request, bytes.
+    pub max_io_bytes: u32,
 }
 
 /// The ublk devices of a server's exports, by export name.
@@ -194,7 +204,7 @@ impl UblkExports {
         let mut opts = ublk::Options::new(store.disk_size());
         opts.queues = self.settings.queues;
         opts.depth = self.settings.depth;
-        opts.max_io_bytes = MAX_IO_BYTES;
+        opts.max_io_bytes = self.settings.max_io_bytes;
         opts.logical_block_shift = BLOCK_SHIFT;
         opts.volatile_cache = false;
         opts.read_only = read_only;

@@ -17,6 +17,11 @@ use crate::queue::{self, QueueSetup, QueueStats};
 use crate::sys;
 use crate::target::BlockTarget;
 
+/// A queue thread's stack: room for a target's deepest call (a store's
+/// compressor included) without the 2 MiB default, which a server that
+/// locks its memory (`mlockall`) would populate whole for every queue.
+pub const QUEUE_STACK_BYTES: usize = 512 << 10;
+
 /// A device to add.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -326,6 +331,7 @@ impl Device {
             let stopped = stopped.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("ublk{}q{q_id}", running.dev.info.dev_id))
+                .stack_size(QUEUE_STACK_BYTES)
                 .spawn(move || queue::run(setup, &*target, tx, &stopped))?;
             running.queues.push(handle);
         }

@@ -195,7 +195,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", requires = "ublk",
           value_parser = recipe::flags::whole::<u16>(1, 64))]
     ublk_queues: Option<u16>,
-    /// With --ublk: requests in flight per queue (default 128, 1 to 4096).
+    /// With --ublk: requests in flight per queue (default 128, or 32 with
+    /// --swap; 1 to 4096). Each has a buffer of the largest request: 512K,
+    /// or 128K with --swap, where all are locked from the start.
     #[arg(long, value_name = "N", requires = "ublk",
           value_parser = recipe::flags::whole::<u16>(1, 4096))]
     queue_depth: Option<u16>,
@@ -539,7 +541,13 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             }
             limits.push(spec.mem_limit);
         }
-        let total = args.inflight_total.unwrap_or(serve::swap::INFLIGHT_TOTAL);
+        // The heap is grown ahead for NBD's request buffers; ublk's are its
+        // queues' own mappings.
+        let total = if args.ublk {
+            0
+        } else {
+            args.inflight_total.unwrap_or(serve::swap::INFLIGHT_TOTAL)
+        };
         let heap =
             serve::swap::enter(total).map_err(|e| CliError::Failed(format!("--swap: {e}")))?;
         Some((serve::swap::reserve_for(&limits), heap))
@@ -732,11 +740,17 @@ fn start_ublk(args: &ServeArgs, registry: &Arc<Registry>) -> Result<(), CliError
     let queues = args.ublk_queues.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, |n| n.get().min(64) as u16)
     });
+    // Swap mode locks every buffer from the start: fewer, smaller ones.
+    use serve::ublk_exports::{DEFAULT_DEPTH, MAX_IO_BYTES, SWAP_DEPTH, SWAP_MAX_IO_BYTES};
+    let (depth, max_io_bytes) = if args.swap {
+        (SWAP_DEPTH, SWAP_MAX_IO_BYTES)
+    } else {
+        (DEFAULT_DEPTH, MAX_IO_BYTES)
+    };
     let settings = serve::ublk_exports::UblkSettings {
         queues,
-        depth: args
-            .queue_depth
-            .unwrap_or(serve::ublk_exports::DEFAULT_DEPTH),
+        depth: args.queue_depth.unwrap_or(depth),
+        max_io_bytes,
     };
     let fail = |e: std::io::Error| CliError::Failed(format!("--ublk: {e}"));
     let front = serve::ublk_exports::UblkExports::new(settings).map_err(fail)?;
