@@ -69,6 +69,12 @@ cmp /tmp/zeros /tmp/out || fail "zeroed range does not read as zeros"
 [ "$(orig a)" -le $((after - (8 << 20))) ] || fail "write-zeroes freed nothing"
 echo "discard and write-zeroes free pages: orig_data_size $1 -> $(orig a)"
 
+# I/O past the end is refused by the block layer; the device stays up.
+if dd if=/dev/zero of=/dev/ublkb0 bs=4k seek=$((16384)) count=1 oflag=direct status=none 2>/tmp/err; then
+    fail "a write past the end succeeded"
+fi
+echo "past the end: $(head -1 /tmp/err)"
+
 # The read-only export is a read-only block device.
 [ "$(blockdev --getro /dev/ublkb1)" = 1 ] || fail "/dev/ublkb1 is not read-only"
 if dd if=/dev/zero of=/dev/ublkb1 bs=4k count=1 oflag=direct status=none 2>/dev/null; then
@@ -106,6 +112,25 @@ c=$(ctl exports | awk -F'\t' '$1 == "c" {print $4}')
 ctl hot_remove c
 wait_for "[ ! -e $c ]"
 echo "disksize, hot_add and hot_remove: devices $dev and $c came, $c went"
+
+# Past mem_limit a write fails with an I/O error the writer sees; the
+# server and the pages stored before stay.
+ctl hot_add small
+ctl --export small mem_limit 4M
+ctl --export small disksize 64M
+sdev=$(ctl exports | awk -F'\t' '$1 == "small" {print $4}')
+head -c $((1 << 20)) "$data" >/tmp/first
+dd if=/tmp/first of="$sdev" bs=1M oflag=direct status=none
+if dd if=/dev/urandom of="$sdev" bs=1M seek=1 count=16 oflag=direct status=none 2>/tmp/err; then
+    fail "16 MiB of random data fit a 4M mem_limit"
+fi
+kill -0 "$server" || fail "the server died at mem_limit"
+dd if="$sdev" of=/tmp/out bs=1M count=1 iflag=direct status=none
+cmp /tmp/first /tmp/out || fail "the pages stored before mem_limit changed"
+set -- $(ctl --export small mm_stat)
+[ "$3" -le $((4 << 20)) ] || fail "mem_used_total $3 is past the 4M mem_limit"
+echo "mem_limit: $(head -1 /tmp/err); earlier pages intact, mem_used_total $3"
+ctl hot_remove small
 
 # SIGTERM removes every device; the server exits 0.
 kill -TERM "$server"
