@@ -1,7 +1,9 @@
 //! `zmem run` end to end: an unmodified Python program (the word index of
-//! `workloads/word_index.py` over the Linux source's text) gives the same
-//! output in a region a quarter of its size, with the kernel reading and
-//! writing region pages (its `read` of the text, its `write` of the copy);
+//! `workloads/word_index.py` over the Linux source's text) and a C program
+//! (`workloads/page_trace.c`, a skewed page trace over one malloc'd buffer)
+//! give the same output in a region a quarter of their size, the first
+//! with the kernel reading and writing region pages (its `read` of the
+//! text, its `write` of the copy);
 //! threads, a forked child and a program it runs work; the exit code is
 //! the program's; bad input is one line and a non-zero exit.
 //!
@@ -131,6 +133,66 @@ fn a_python_word_index_gives_the_same_answers_in_a_quarter_of_its_memory() {
         "{own}"
     );
     assert!(r["mm_stat"]["mem_used_max"].as_u64().unwrap() > 0, "{own}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_c_page_trace_gives_the_same_output_in_a_quarter_of_its_memory() {
+    if !full_userfaultfd() {
+        eprintln!("skipped: no access to /dev/userfaultfd");
+        return;
+    }
+    let dir = scratch("trace");
+    let bin = dir.join("page_trace");
+    let built = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&bin)
+        .arg(root().join("crates/cli/tests/workloads/page_trace.c"))
+        .output();
+    match built {
+        Err(e) => {
+            eprintln!("skipped: no C compiler (cc: {e})");
+            return;
+        }
+        Ok(o) => assert!(o.status.success(), "cc failed: {}", text(&o.stderr)),
+    }
+    // 16 MiB in one malloc, 100,000 Zipf page accesses, seed 7.
+    let args = ["16", "100000", "7"];
+    let plain = Command::new(&bin).args(args).output().unwrap();
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    assert!(
+        text(&plain.stdout).contains(" 0 wrong,"),
+        "{}",
+        text(&plain.stdout)
+    );
+    let stats = dir.join("stats.json");
+    let mut run_args = vec![
+        "--limit",
+        "4M",
+        "--stats-json",
+        stats.to_str().unwrap(),
+        "--",
+        bin.to_str().unwrap(),
+    ];
+    run_args.extend(args);
+    let run = zmem_run(&run_args);
+    let err = text(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{err}");
+    assert_eq!(text(&run.stdout), text(&plain.stdout), "{err}");
+    let all: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let own = &all[0];
+    let r = &own["region"];
+    assert_eq!(
+        own["handed_out_peak_bytes"].as_u64().unwrap() >> 20,
+        16,
+        "the buffer was not in the region: {own}"
+    );
+    assert_eq!(r["resident_limit_pages"].as_u64().unwrap(), 1024);
+    assert!(
+        r["faults"]["missing_store"].as_u64().unwrap() > 0,
+        "the limit never bit: {own}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
