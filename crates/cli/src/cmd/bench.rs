@@ -23,7 +23,9 @@ pub enum BenchCommand {
     /// the kernel's zram with the same algorithm.
     Compressors(compressors::CompressorsArgs),
     /// A region's fault service beside the kernel's own fault, and the
-    /// memory it saves at a limit on real data, skewed and sequential.
+    /// memory it saves at a limit on real data, skewed and sequential; or,
+    /// with --promotion-run, its promotion rate against the controller's
+    /// target over a phase change.
     Region(Box<region::RegionBenchArgs>),
 }
 

@@ -10,6 +10,8 @@
 //!   kernel's zram with the same algorithm;
 //! - [`region`]: a region's fault service beside the kernel's own fault,
 //!   and the memory it saves at a limit on real data;
+//! - [`promotion`]: `zmem bench region --promotion-run`, the region's
+//!   promotion rate against the controller's target over a phase change;
 //! - [`data`]: the data sets they share.
 //!
 //! The `zmem bench` command tree and its dispatch are the `zmem` binary's.
@@ -17,6 +19,7 @@
 pub mod alloc;
 pub mod compressors;
 pub mod data;
+pub mod promotion;
 pub mod read_latency;
 pub mod region;
 pub mod serve;

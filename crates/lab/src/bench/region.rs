@@ -14,6 +14,10 @@
 //!   region's memory at the end (resident pages plus the store's
 //!   `mem_used_total`) against the data's size, and the run time against
 //!   the same reads of the same data in ordinary memory.
+//! - **The promotion rate** (`--promotion-run SECONDS`, instead of the
+//!   two above): the controller against its target over time, with a
+//!   phase change, on the first data set with the first compressor
+//!   ([`super::promotion`]).
 //!
 //! Owns the benchmark; regions are used through their public API.
 
@@ -26,6 +30,7 @@ use serde::Serialize;
 use zcomp::Algorithm;
 
 use super::data::all_data;
+use super::promotion::{self, PromotionArgs};
 use crate::Error;
 use recipe::output::{write_json, write_stdout, Format, FormatArg};
 use tune::rng::Rng;
@@ -52,6 +57,8 @@ pub struct RegionBenchArgs {
     /// The Zipf exponent of the skewed pattern (0.1 to 3).
     #[arg(long, default_value_t = 0.99, value_parser = recipe::flags::real(0.1, 3.0, false))]
     zipf: f64,
+    #[command(flatten)]
+    promotion: PromotionArgs,
     #[command(flatten)]
     format: FormatArg,
 }
@@ -125,7 +132,7 @@ fn region(len: usize, limit: usize, comp: Algorithm) -> Result<Region, Error> {
 }
 
 /// A seeded shuffle of `0..n`.
-fn shuffled(n: usize, seed: u64) -> Vec<usize> {
+pub(super) fn shuffled(n: usize, seed: u64) -> Vec<usize> {
     let mut rng = Rng::new(seed, 1);
     let mut v: Vec<usize> = (0..n).collect();
     for i in (1..n).rev() {
@@ -308,6 +315,21 @@ pub fn run(args: &RegionBenchArgs) -> Result<(), Error> {
             |n| n.to_string_lossy().into_owned(),
         );
         sets.push((name, d));
+        if args.promotion.seconds.is_some() {
+            break;
+        }
+    }
+    if let Some(seconds) = args.promotion.seconds {
+        let (name, d) = &sets[0];
+        return promotion::run(
+            &args.promotion,
+            seconds,
+            name,
+            d,
+            args.comp[0],
+            args.zipf,
+            args.format.get(),
+        );
     }
     let report = Report {
         faults: faults(&sets[0].1, &args.comp)?,
