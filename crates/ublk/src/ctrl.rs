@@ -122,6 +122,23 @@ impl Control {
         Ok(params)
     }
 
+    /// GET_QUEUE_AFFINITY: the CPUs whose requests queue `q_id` gets (the
+    /// block layer's mapping of CPUs to queues, fixed once the device is
+    /// added).
+    pub fn get_queue_affinity(&mut self, dev_id: u32, q_id: u16) -> io::Result<libc::cpu_set_t> {
+        // SAFETY: cpu_set_t is a plain bit array; all zeros is the empty set.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        let cmd = sys::CtrlCmd {
+            dev_id,
+            queue_id: q_id,
+            len: size_of::<libc::cpu_set_t>() as u16,
+            addr: &mut set as *mut libc::cpu_set_t as u64,
+            ..Default::default()
+        };
+        self.command(sys::U_CMD_GET_QUEUE_AFFINITY, cmd)?;
+        Ok(set)
+    }
+
     /// GET_DEV_INFO: the device's state, queues, owner and server pid.
     pub fn get_dev_info(&mut self, dev_id: u32) -> io::Result<sys::CtrlDevInfo> {
         let mut info = sys::CtrlDevInfo::default();

@@ -44,6 +44,10 @@ pub struct Options {
     pub discard: bool,
     /// The block device is read-only.
     pub read_only: bool,
+    /// Each queue's thread runs on the CPUs whose requests the queue gets
+    /// (GET_QUEUE_AFFINITY): a request is then served on the CPU that
+    /// issued it, with no wake-up of another CPU on the way.
+    pub pin_queues: bool,
 }
 
 impl Options {
@@ -61,6 +65,7 @@ impl Options {
             volatile_cache: true,
             discard: true,
             read_only: false,
+            pin_queues: true,
         }
     }
 
@@ -230,6 +235,7 @@ pub struct Device {
     size: u64,
     cdev: Option<File>,
     deleted: bool,
+    pin_queues: bool,
 }
 
 impl Device {
@@ -266,6 +272,7 @@ impl Device {
             size: opts.size,
             cdev: None,
             deleted: false,
+            pin_queues: opts.pin_queues,
         };
         let params = opts.params(dev.info.max_io_buf_bytes);
         dev.ctrl
@@ -320,7 +327,17 @@ impl Device {
             .as_ref()
             .expect("an added device has its cdev");
         for q_id in 0..running.dev.info.nr_hw_queues {
+            let id = running.dev.info.dev_id;
+            let cpus = if running.dev.pin_queues {
+                let set = running.dev.ctrl.get_queue_affinity(id, q_id).map_err(|e| {
+                    io::Error::new(e.kind(), format!("GET_QUEUE_AFFINITY {q_id}: {e}"))
+                })?;
+                Some(set)
+            } else {
+                None
+            };
             let setup = QueueSetup {
+                cpus,
                 q_id,
                 depth: running.dev.info.queue_depth,
                 buf_bytes: running.dev.info.max_io_buf_bytes,

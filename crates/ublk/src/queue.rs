@@ -172,6 +172,9 @@ pub(crate) struct QueueSetup {
     pub buf_bytes: u32,
     /// The thread's own descriptor of /dev/ublkcN.
     pub cdev: File,
+    /// The CPUs to run on (the queue's affinity), or `None` to leave the
+    /// thread where the scheduler puts it.
+    pub cpus: Option<libc::cpu_set_t>,
 }
 
 /// How long a queue thread sleeps in the ring before it looks at the
@@ -188,6 +191,12 @@ pub(crate) fn run<T: BlockTarget + ?Sized>(
     ready: Sender<io::Result<()>>,
     stopped: &AtomicBool,
 ) -> io::Result<QueueStats> {
+    if let Some(set) = &setup.cpus {
+        // SAFETY: `set` is a valid cpu_set_t of the size given; pid 0 is
+        // this thread. A failure (no CPU of the set allowed to this
+        // process) leaves the thread unpinned, which only costs speed.
+        unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), set) };
+    }
     let prepared = prepare(&setup);
     let (descs, bufs, mut ring) = match prepared {
         Ok(p) => p,

@@ -33,6 +33,9 @@ const fn iowr_io(nr: u32) -> u32 {
     ioc(IOC_READ | IOC_WRITE, nr, size_of::<IoCmd>())
 }
 
+/// `UBLK_U_CMD_GET_QUEUE_AFFINITY`: the CPUs whose requests a queue gets
+/// (blk-mq's mapping), as a CPU mask.
+pub const U_CMD_GET_QUEUE_AFFINITY: u32 = ior_ctrl(0x01);
 /// `UBLK_U_CMD_GET_DEV_INFO`: the device's `ublksrv_ctrl_dev_info`.
 pub const U_CMD_GET_DEV_INFO: u32 = ior_ctrl(0x02);
 /// `UBLK_U_CMD_ADD_DEV`: creates /dev/ublkcN from a `ublksrv_ctrl_dev_info`.
