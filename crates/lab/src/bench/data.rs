@@ -66,3 +66,14 @@ pub fn compressed_pages(path: &std::path::Path) -> Result<(Vec<u8>, Vec<Span>), 
     }
     Ok((buf, spans))
 }
+
+/// A seeded shuffle of `0..n` (Fisher-Yates): the order pages are laid out
+/// or visited in, the same in every run.
+pub(super) fn shuffled(n: usize, seed: u64) -> Vec<usize> {
+    let mut rng = tune::rng::Rng::new(seed, 1);
+    let mut v: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        v.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    v
+}

@@ -184,7 +184,7 @@ pub fn run(
     // SAFETY: the region holds `len` bytes; the data as many.
     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), base, len) };
 
-    let order = super::region::shuffled(n, 17);
+    let order = super::data::shuffled(n, 17);
     let sets = [&order[..hot], &order[hot..2 * hot]];
     let cum = zipf_cum(hot, zipf);
     let total = *cum.last().unwrap_or(&1.0);

@@ -29,7 +29,7 @@ use region::{Region, RegionConfig};
 use serde::Serialize;
 use zcomp::Algorithm;
 
-use super::data::all_data;
+use super::data::{all_data, shuffled};
 use super::promotion::{self, PromotionArgs};
 use crate::Error;
 use recipe::output::{write_json, write_stdout, Format, FormatArg};
@@ -129,16 +129,6 @@ fn region(len: usize, limit: usize, comp: Algorithm) -> Result<Region, Error> {
     cfg.probation_pages = Some(0);
     cfg.age_eviction = false;
     Region::new(len, cfg).map_err(|e| Error::Failed(format!("region: {e}")))
-}
-
-/// A seeded shuffle of `0..n`.
-pub(super) fn shuffled(n: usize, seed: u64) -> Vec<usize> {
-    let mut rng = Rng::new(seed, 1);
-    let mut v: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        v.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
-    }
-    v
 }
 
 /// Reads one byte of a page (a load the compiler keeps).
