@@ -55,9 +55,10 @@ pub const MAX_REQUEST: u32 = 32 * 1024 * 1024;
 /// this many descriptors anyway).
 const MAX_EXTENTS: usize = 4096;
 
-/// The NBD error for a store error (see the module documentation).
-pub fn nbd_error(e: &StoreError) -> DeviceError {
-    let errno = match e {
+/// The errno of a store error, for every front end (see the module
+/// documentation).
+pub fn store_errno(e: &StoreError) -> Errno {
+    match e {
         StoreError::OutOfRange { .. } | StoreError::MemLimit { .. } => Errno::ENOSPC,
         StoreError::BadLength { .. } | StoreError::Config(_) => Errno::EINVAL,
         StoreError::Alloc(a) => match a.kind() {
@@ -70,8 +71,12 @@ pub fn nbd_error(e: &StoreError) -> DeviceError {
             libc::EINVAL => Errno::EINVAL,
             _ => Errno::EIO,
         },
-    };
-    DeviceError::new(errno, e.to_string())
+    }
+}
+
+/// The NBD error for a store error.
+pub fn nbd_error(e: &StoreError) -> DeviceError {
+    DeviceError::new(store_errno(e), e.to_string())
 }
 
 /// A store seen as a block device of whole pages.

@@ -42,7 +42,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use nbd::Errno;
-use zpool::ErrorKind;
 use zram::{Store, StoreError};
 
 use crate::ctl_error::CtlError;
@@ -93,21 +92,10 @@ impl StoreTarget {
     }
 }
 
-/// The errno a store error completes a request with.
+/// The errno a store error completes a request with: the NBD side's
+/// ([`crate::device::store_errno`]).
 pub fn ublk_errno(e: &StoreError) -> ublk::Errno {
-    match e {
-        StoreError::OutOfRange { .. } | StoreError::MemLimit { .. } => libc::ENOSPC,
-        StoreError::BadLength { .. } | StoreError::Config(_) => libc::EINVAL,
-        StoreError::Alloc(a) => match a.kind() {
-            ErrorKind::NoMemory | ErrorKind::TooLarge => libc::ENOSPC,
-            ErrorKind::InvalidArgument | ErrorKind::InvalidHandle => libc::EIO,
-        },
-        StoreError::Compress(_) | StoreError::Corrupt { .. } => libc::EIO,
-        StoreError::Os { errno, .. } => match *errno {
-            libc::ENOSPC | libc::EINVAL => *errno,
-            _ => libc::EIO,
-        },
-    }
+    crate::device::store_errno(e).number()
 }
 
 impl ublk::BlockTarget for StoreTarget {
