@@ -30,7 +30,9 @@
 //! on the handler: its copy (step 3) faults on the page the kernel zapped,
 //! and the handler maps the zero page there (a missing fault on an
 //! `EVICTING` page means exactly that). Whoever lets go of the page
-//! (`settle_removed`) drops it as the program asked. If the store refuses the page (step 3), the
+//! (`settle_removed`) drops it as the program asked; a fault that comes
+//! after the holder published the copy and before it let go finds the
+//! flag, frees the copy and maps zeros (`bring_in`). If the store refuses the page (step 3), the
 //! page is unprotected (which wakes the writers) and stays `RESIDENT`.
 //!
 //! Owns these sequences; the states are `table`'s, the descriptor calls
@@ -284,6 +286,19 @@ pub fn bring_in(
         STORED | PROBATION => {
             if !sh.table.cas(p, state, LOADING) {
                 return BringIn::Later;
+            }
+            if sh.table.take_flags(p, REMOVED) != 0 {
+                // The program dropped the page while it was being evicted,
+                // and faults on it before the evicting thread has let go
+                // (between its publish and `settle_removed`): the copy is
+                // older than the drop, and the page reads as zeros.
+                if state == STORED {
+                    let _ = sh.store.discard(p as u64, 1);
+                } else {
+                    sh.probation.give(sh.table.stamp(p));
+                }
+                sh.table.set(p, UNTOUCHED);
+                return bring_in(sh, p, addr, buf, fault, write);
             }
             let t0 = Instant::now();
             let (src, t1) = if state == STORED {
