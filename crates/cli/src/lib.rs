@@ -67,10 +67,10 @@ enum Command {
 /// Lets every option that takes a value, in `cmd` and its subcommands,
 /// take one that starts with `-` and a digit (its value parser judges it).
 fn negative_values_reach_parsers(cmd: clap::Command) -> clap::Command {
-    // (On an option without a value the setting has no effect; the number
-    // of values is not known before the command is built.)
+    // A flag that takes no value is left alone: clap's debug builds refuse
+    // the setting there.
     cmd.mut_args(|arg| {
-        if arg.is_positional() {
+        if arg.is_positional() || !arg.get_action().takes_values() {
             arg
         } else {
             arg.allow_negative_numbers(true)
