@@ -3,7 +3,11 @@
 //! compressor its memory row, the region's reads equal the data's (the
 //! benchmark fails otherwise), and compressible data takes less memory
 //! than its size; its promotion-rate mode samples, judges both phases and
-//! draws its plots. It needs a userfaultfd; elsewhere it says why and passes.
+//! draws its plots; a zstd dictionary trained on the data's pages
+//! (`--algorithm-params dict=FILE`) reaches the region's store, which keeps
+//! the pages smaller with it, and a
+//! settings string the compressors cannot take is refused on one line. It
+//! needs a userfaultfd; elsewhere it says why and passes.
 
 mod common;
 
@@ -141,4 +145,96 @@ fn promotion_run_samples_and_plots() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains("--sample-every"), "{err}");
     assert!(bad.stdout.is_empty());
+}
+
+/// Compressed bytes per stored byte of each memory row.
+fn stored_ratios(r: &serde_json::Value) -> Vec<f64> {
+    r["at_limit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            let orig = l["orig_data_size"].as_u64().unwrap();
+            assert!(orig > 2 << 20, "{l}");
+            let settled = l["settled_memory_ratio"].as_f64().unwrap();
+            assert!(settled > 0.25 && settled < 1.0, "{l}");
+            l["compr_data_size"].as_u64().unwrap() as f64 / orig as f64
+        })
+        .collect()
+}
+
+/// A dictionary from `zstd`'s trainer on the data's 4 KiB pages makes the
+/// region's zstd pages smaller (the settings reach the region's store); a
+/// missing file, an `algo=` and a compressor that takes no dictionary are
+/// refused on one line.
+#[test]
+fn dictionary_stores_pages_smaller() {
+    if !testkit::userfaultfd_serves_kernel() {
+        eprintln!("skipped: no access to /dev/userfaultfd");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let real = testkit::real_data(4 << 20);
+    let path = dir.path().join("real.bin");
+    std::fs::write(&path, &real).unwrap();
+    let pages: Vec<&[u8]> = real.chunks(4096).collect();
+    let dict = zstd::dict::from_samples(&pages, 64 << 10).unwrap();
+    let dict_path = dir.path().join("pages.dict");
+    std::fs::write(&dict_path, dict).unwrap();
+    let params = format!("dict={}", dict_path.display());
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "region",
+            "--data",
+            path.to_str().unwrap(),
+            "--size",
+            "4M",
+            "--accesses",
+            "20000",
+            "--comp",
+            "zstd",
+        ];
+        args.extend_from_slice(extra);
+        report(&args)
+    };
+    let plain = stored_ratios(&run(&[]));
+    let with_dict = stored_ratios(&run(&["--algorithm-params", &params]));
+    assert_eq!(plain.len(), 2);
+    for (p, d) in plain.iter().zip(&with_dict) {
+        assert!(d < p, "with the dictionary {d}, without {p}");
+    }
+
+    for (comp, params, code, says) in [
+        (
+            "zstd",
+            "dict=/nonexistent/pages.dict",
+            2,
+            "/nonexistent/pages.dict",
+        ),
+        ("zstd", "algo=zstd level=3", 2, "algo="),
+        (
+            "lz4",
+            params.as_str(),
+            1,
+            "lz4 does not take the parameter dict",
+        ),
+    ] {
+        let out = common::zmem(&[
+            "bench",
+            "region",
+            "--data",
+            path.to_str().unwrap(),
+            "--size",
+            "4M",
+            "--comp",
+            comp,
+            "--algorithm-params",
+            params,
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{params}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains(says), "{err}");
+    }
 }

@@ -57,10 +57,38 @@ pub struct RegionBenchArgs {
     /// The Zipf exponent of the skewed pattern (0.1 to 3).
     #[arg(long, default_value_t = 0.99, value_parser = recipe::flags::real(0.1, 3.0, false))]
     zipf: f64,
+    /// The compressors' settings, as zram's `algorithm_params` takes them
+    /// (`'level=N dict=FILE'`; a zstd dictionary from `zstd --train`),
+    /// for every compressor of `--comp`.
+    #[arg(long, value_name = "PARAMS", value_parser = parse_params)]
+    algorithm_params: Option<String>,
     #[command(flatten)]
     promotion: PromotionArgs,
     #[command(flatten)]
     format: FormatArg,
+}
+
+impl RegionBenchArgs {
+    /// `--algorithm-params`, or none.
+    fn params(&self) -> &str {
+        self.algorithm_params.as_deref().unwrap_or("")
+    }
+}
+
+/// How long the memory-at-a-limit rows wait after the reads for the
+/// settled figures: a scan interval of the region's evictor (1 s by
+/// default) and a half.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(1500);
+
+/// Checks `--algorithm-params` (syntax, and that a dictionary file reads).
+fn parse_params(s: &str) -> Result<String, String> {
+    let p = zcomp::AlgorithmParams::parse(s).map_err(|e| e.to_string())?;
+    if p.algo.is_some() || p.priority.is_some() {
+        return Err(
+            "algo= and priority= are not taken here: the settings apply to every --comp".into(),
+        );
+    }
+    Ok(s.to_string())
 }
 
 /// One kind of fault.
@@ -87,9 +115,18 @@ struct LimitRow {
     data_bytes: u64,
     limit_bytes: u64,
     resident_bytes: u64,
+    /// Bytes of the pages in the store (`orig_data_size`).
+    orig_data_size: u64,
+    /// Their compressed bytes (`compr_data_size`).
+    compr_data_size: u64,
     mem_used_total: u64,
     /// (resident + mem_used_total) / data.
     memory_ratio: f64,
+    /// `mem_used_total` once the reads stop and the region's evictor has
+    /// had its next scan (it compacts the store then, if worth it).
+    settled_mem_used_total: u64,
+    /// (resident + settled_mem_used_total) / data.
+    settled_memory_ratio: f64,
     faults_from_store: u64,
     seconds: f64,
     plain_seconds: f64,
@@ -123,9 +160,10 @@ fn quantiles(
     }
 }
 
-fn region(len: usize, limit: usize, comp: Algorithm) -> Result<Region, Error> {
+fn region(len: usize, limit: usize, comp: Algorithm, params: &str) -> Result<Region, Error> {
     let mut cfg = RegionConfig::new(limit);
     cfg.store.comp = comp;
+    cfg.store.comp_params = params.to_string();
     cfg.probation_pages = Some(0);
     cfg.age_eviction = false;
     Region::new(len, cfg).map_err(|e| Error::Failed(format!("region: {e}")))
@@ -138,14 +176,14 @@ fn load(p: *const u8) -> u8 {
 }
 
 /// Fault service times, one row per kind.
-fn faults(data: &[u8], comps: &[Algorithm]) -> Result<Vec<FaultRow>, Error> {
+fn faults(data: &[u8], comps: &[Algorithm], params: &str) -> Result<Vec<FaultRow>, Error> {
     let ps = region::page_size();
     let len = data.len() / ps * ps;
     let n = len / ps;
     let order = shuffled(n, 7);
     let mut rows = Vec::new();
     for &comp in comps {
-        let r = region(len, len, comp)?;
+        let r = region(len, len, comp, params)?;
         let base = r.as_ptr();
         // SAFETY: the region holds `len` bytes; the data as many.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), base, len) };
@@ -165,7 +203,7 @@ fn faults(data: &[u8], comps: &[Algorithm]) -> Result<Vec<FaultRow>, Error> {
             Some([t.decompress_ns, t.copy_ns, t.wake_ns, t.bookkeeping_ns]),
         ));
     }
-    let fresh = region(len, len, comps[0])?;
+    let fresh = region(len, len, comps[0], params)?;
     let base = fresh.as_ptr();
     let zero: Vec<u64> = order
         .iter()
@@ -234,6 +272,7 @@ fn walk(base: *const u8, ps: usize, order: &[usize]) -> u64 {
 }
 
 fn at_limit(args: &RegionBenchArgs, corpus: &str, data: &[u8]) -> Result<Vec<LimitRow>, Error> {
+    let params = args.params();
     let ps = region::page_size();
     let len = data.len() / ps * ps;
     let n = len / ps;
@@ -245,7 +284,7 @@ fn at_limit(args: &RegionBenchArgs, corpus: &str, data: &[u8]) -> Result<Vec<Lim
         let want = walk(data.as_ptr(), ps, &order);
         let plain_seconds = t.elapsed().as_secs_f64();
         for &comp in &args.comp {
-            let r = region(len, limit, comp)?;
+            let r = region(len, limit, comp, params)?;
             let base = r.as_ptr();
             // SAFETY: the region holds `len` bytes; the data as many.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), base, len) };
@@ -262,6 +301,10 @@ fn at_limit(args: &RegionBenchArgs, corpus: &str, data: &[u8]) -> Result<Vec<Lim
             let s = r.stats();
             let resident = s.resident_pages * ps as u64;
             let used = s.mm_stat.mem_used_total;
+            std::thread::sleep(SETTLE);
+            let settled = r.stats();
+            let settled_resident = settled.resident_pages * ps as u64;
+            let settled_used = settled.mm_stat.mem_used_total;
             rows.push(LimitRow {
                 corpus: corpus.into(),
                 pattern: if name == "zipf" { "zipf" } else { "sequential" },
@@ -269,8 +312,12 @@ fn at_limit(args: &RegionBenchArgs, corpus: &str, data: &[u8]) -> Result<Vec<Lim
                 data_bytes: len as u64,
                 limit_bytes: limit as u64,
                 resident_bytes: resident,
+                orig_data_size: s.mm_stat.orig_data_size,
+                compr_data_size: s.mm_stat.compr_data_size,
                 mem_used_total: used,
                 memory_ratio: (resident + used) as f64 / len as f64,
+                settled_mem_used_total: settled_used,
+                settled_memory_ratio: (settled_resident + settled_used) as f64 / len as f64,
                 faults_from_store: s.faults.missing_store - before,
                 seconds,
                 plain_seconds,
@@ -322,7 +369,7 @@ pub fn run(args: &RegionBenchArgs) -> Result<(), Error> {
         );
     }
     let report = Report {
-        faults: faults(&sets[0].1, &args.comp)?,
+        faults: faults(&sets[0].1, &args.comp, args.params())?,
         at_limit: sets
             .iter()
             .map(|(name, d)| at_limit(args, name, d))
@@ -366,19 +413,31 @@ fn table(r: &Report, first: &str, args: &RegionBenchArgs) -> String {
     }
     let _ = writeln!(
         o,
-        "\nmemory at a limit of {}% ({} Zipf {} reads, or two sequential scans)",
-        args.limit_percent, args.accesses, args.zipf
+        "\nmemory at a limit of {}% ({} Zipf {} reads, or two sequential scans){}; \
+         ratio: (resident + mem_used_total) / data at the reads' end, settled: {:.1} s later",
+        args.limit_percent,
+        args.accesses,
+        args.zipf,
+        if args.params().is_empty() {
+            String::new()
+        } else {
+            format!(", algorithm_params '{}'", args.params())
+        },
+        SETTLE.as_secs_f64()
     );
     let _ = writeln!(
         o,
-        "{:<14} {:<10} {:<8} {:>9} {:>9} {:>9} {:>7} {:>9} {:>8} {:>8} {:>7}",
+        "{:<14} {:<10} {:<8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>9} {:>8} {:>8} {:>7}",
         "data",
         "pattern",
         "comp",
         "data MiB",
         "resident",
+        "stored",
+        "compr",
         "mem_used",
         "ratio",
+        "settled",
         "faults",
         "secs",
         "plain s",
@@ -388,14 +447,17 @@ fn table(r: &Report, first: &str, args: &RegionBenchArgs) -> String {
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
         let _ = writeln!(
             o,
-            "{:<14} {:<10} {:<8} {:>9.1} {:>9.1} {:>9.1} {:>7.3} {:>9} {:>8.2} {:>8.3} {:>7.1}",
+            "{:<14} {:<10} {:<8} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7.3} {:>7.3} {:>9} {:>8.2} {:>8.3} {:>7.1}",
             l.corpus,
             l.pattern,
             l.compressor,
             mib(l.data_bytes),
             mib(l.resident_bytes),
+            mib(l.orig_data_size),
+            mib(l.compr_data_size),
             mib(l.mem_used_total),
             l.memory_ratio,
+            l.settled_memory_ratio,
             l.faults_from_store,
             l.seconds,
             l.plain_seconds,
