@@ -193,6 +193,41 @@ fn a_c_page_trace_gives_the_same_output_in_a_quarter_of_its_memory() {
         r["faults"]["missing_store"].as_u64().unwrap() > 0,
         "the limit never bit: {own}"
     );
+
+    // The compressor's settings reach every process's store: zstd at level
+    // 19 holds the same pages in less memory at its peak than at level -5
+    // (the program frees its buffer before it exits, so the peak is what
+    // is left to compare).
+    let peak_pool = |params: &str| {
+        let mut run_args = vec![
+            "--limit",
+            "4M",
+            "--comp",
+            "zstd",
+            "--algorithm-params",
+            params,
+            "--stats-json",
+            stats.to_str().unwrap(),
+            "--",
+            bin.to_str().unwrap(),
+        ];
+        run_args.extend(["16", "20000", "7"]);
+        let run = zmem_run(&run_args);
+        let err = text(&run.stderr);
+        assert_eq!(run.status.code(), Some(0), "{params}: {err}");
+        assert_eq!(text(&run.stdout).lines().count(), 1, "{params}: {err}");
+        let all: Vec<serde_json::Value> =
+            serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+        let m = &all[0]["region"]["mm_stat"];
+        let peak = m["mem_used_max"].as_u64().unwrap();
+        assert!(peak > 1 << 20, "{params}: {m}");
+        peak
+    };
+    let (fast, small) = (peak_pool("level=-5"), peak_pool("level=19"));
+    assert!(
+        small < fast,
+        "level 19 peaked at {small} bytes, level -5 at {fast}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -295,6 +330,30 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
         "above the region's span",
     );
     refused(&["--comp", "nope", "--", "true"], 2, "nope");
+    refused(
+        &[
+            "--comp",
+            "zstd",
+            "--algorithm-params",
+            "dict=/nonexistent/d",
+            "--",
+            "true",
+        ],
+        2,
+        "/nonexistent/d",
+    );
+    refused(
+        &[
+            "--comp",
+            "lz4",
+            "--algorithm-params",
+            "level=3 speed=9",
+            "--",
+            "true",
+        ],
+        2,
+        "speed",
+    );
     refused(&["--", "/nonexistent/program"], 1, "no such file");
     refused(&["--", "no-such-command-zmem"], 1, "command not found");
     refused(&[], 2, "required");

@@ -73,6 +73,7 @@ impl Process {
     pub fn start(settings: Settings) -> Result<&'static Process, String> {
         let mut config = RegionConfig::new(settings.limit);
         config.store.comp = settings.comp;
+        config.store.comp_params = settings.params.clone();
         let mut last = String::new();
         for how in [UffdOpen::Device, UffdOpen::Syscall] {
             config.uffd = how;

@@ -1,5 +1,6 @@
 //! The settings `zmem run` hands to the preload library, in its
-//! environment: the resident limit, the span, the compressor, the smallest
+//! environment: the resident limit, the span, the compressor and its
+//! settings, the smallest
 //! request served from the region and where to write the statistics.
 //!
 //! Owns the variable names and their parsing; it starts nothing.
@@ -14,6 +15,9 @@ pub const LIMIT: &str = "ZMEM_RUN_LIMIT";
 pub const SPAN: &str = "ZMEM_RUN_SPAN";
 /// The compressor's kernel name.
 pub const COMP: &str = "ZMEM_RUN_COMP";
+/// The compressor's settings (zram's `algorithm_params`: `level=N
+/// dict=FILE`); unset or empty: the defaults.
+pub const PARAMS: &str = "ZMEM_RUN_ALGORITHM_PARAMS";
 /// The smallest mapping or allocation, in bytes, served from the region.
 pub const MIN: &str = "ZMEM_RUN_MIN";
 /// A directory for each process's statistics (`PID.json`) at exit.
@@ -28,6 +32,8 @@ pub struct Settings {
     pub span: usize,
     /// The compressor.
     pub comp: Algorithm,
+    /// Its settings (`algorithm_params`).
+    pub params: String,
     /// The smallest request served from the region.
     pub min: usize,
     /// Where each process writes its statistics at exit.
@@ -55,6 +61,7 @@ impl Settings {
             limit: bytes(LIMIT)?,
             span: bytes(SPAN)?,
             comp,
+            params: std::env::var(PARAMS).unwrap_or_default(),
             min: bytes(MIN)?,
             stats_dir: std::env::var_os(STATS_DIR).map(PathBuf::from),
         }))

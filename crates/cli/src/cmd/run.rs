@@ -28,6 +28,7 @@ use crate::error::CliError;
 const ENV_LIMIT: &str = "ZMEM_RUN_LIMIT";
 const ENV_SPAN: &str = "ZMEM_RUN_SPAN";
 const ENV_COMP: &str = "ZMEM_RUN_COMP";
+const ENV_PARAMS: &str = "ZMEM_RUN_ALGORITHM_PARAMS";
 const ENV_MIN: &str = "ZMEM_RUN_MIN";
 const ENV_STATS_DIR: &str = "ZMEM_RUN_STATS_DIR";
 /// Where to find the library, ahead of the places next to `zmem`.
@@ -52,6 +53,11 @@ pub struct RunArgs {
     /// The compressor (the kernel's names: lz4, lzo-rle, zstd, ...).
     #[arg(long, value_name = "ALG", default_value = "lz4", value_parser = recipe::spec::parse_comp)]
     comp: Algorithm,
+    /// The compressor's settings, as zram's `algorithm_params` takes them:
+    /// 'level=N dict=FILE' (a zstd dictionary, e.g. from `zstd --train` on
+    /// 4 KiB pieces of data like the program's).
+    #[arg(long, value_name = "PARAMS")]
+    algorithm_params: Option<String>,
     /// Address space of the region: the most large memory it serves; past
     /// it, requests get ordinary memory [default: the machine's memory, at
     /// most 16G].
@@ -248,6 +254,11 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, CliError> {
             recipe::size::words(span)
         )));
     }
+    let params = args.algorithm_params.as_deref().unwrap_or("");
+    // Checked here, dictionary read and all: the library can only report a
+    // setting it cannot take, not refuse to run.
+    zcomp::Compressor::parse(args.comp.name(), params)
+        .map_err(|e| CliError::Usage(format!("--algorithm-params '{params}': {e}")))?;
     let library = find_library()?;
     let program = resolve(&args.command[0])?;
     check_program(&program, 0)?;
@@ -266,6 +277,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, CliError> {
         .env(ENV_LIMIT, limit.to_string())
         .env(ENV_SPAN, span.to_string())
         .env(ENV_COMP, args.comp.name())
+        .env(ENV_PARAMS, params)
         .env(ENV_MIN, args.min_size.to_string())
         .env(ENV_STATS_DIR, &dir)
         .spawn();
