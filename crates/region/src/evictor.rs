@@ -13,8 +13,8 @@
 //!   is compressed into the store (an age eviction). The only references
 //!   the region can see without root on a kernel without soft-dirty bits
 //!   are faults; probes make faults out of a sample of references.
-//! - **Compaction**: at most every five seconds, a scan compacts the store
-//!   when its pool has grown well past its compressed bytes
+//! - **Compaction**: at most every 20 ms, at any wake-up, the store is
+//!   compacted when that would give back a 32nd of its pool
 //!   (`compact_if_fragmented`).
 //! - **The controller**: at each period's end it is given the promotions
 //!   (faults served from the store) and the working set (resident and
@@ -81,10 +81,10 @@ pub fn run(sh: Arc<Shared>) {
         if sh.now_ms() >= next_scan {
             scan(&sh);
             next_scan = sh.now_ms() + scan_ms;
-            if sh.now_ms() >= next_compact {
-                compact_if_fragmented(&sh);
-                next_compact = sh.now_ms() + COMPACT_EVERY_MS;
-            }
+        }
+        if sh.now_ms() >= next_compact {
+            compact_if_fragmented(&sh);
+            next_compact = sh.now_ms() + COMPACT_EVERY_MS;
         }
         sh.gate.leave(Side::Evict);
     }
@@ -169,20 +169,34 @@ fn scan(sh: &Shared) {
     }
 }
 
-/// The shortest time between two compactions of the store: compacting a
+/// The shortest time between two compactions of the store. Compacting a
 /// pool that pages keep leaving and entering costs the evictor, the
-/// busiest thread of a region at its limit, CPU it owes the faults.
-const COMPACT_EVERY_MS: u64 = 5_000;
+/// busiest thread of a region at its limit, CPU it owes the faults; the
+/// estimate below keeps it to compactions that give pages back.
+const COMPACT_EVERY_MS: u64 = 20;
 
-/// Compacts the store when its pool holds more than an eighth (and a MiB)
-/// beyond its compressed bytes: pages coming back free objects all over
-/// its zspages, and a region's store has no background compactor (a
-/// forked child would inherit a store whose thread it does not have), so
-/// the evictor's scan is where it compacts. Class rounding alone stays
-/// under the margin.
+/// Compaction runs when it would give back at least this share of the
+/// pool (1/32)...
+const COMPACT_SHARE: u64 = 32;
+
+/// ... and at least this many pages (256 KiB of 4 KiB pages).
+const COMPACT_MIN_PAGES: u64 = 64;
+
+/// Compacts the store when compaction would give back a 32nd of its pool
+/// (and 64 pages): pages coming back free objects all over its zspages,
+/// and a region's store has no background compactor (a forked child would
+/// inherit a store whose thread it does not have), so the evictor's scan
+/// is where it compacts. The allocator's own estimate (`can_compact`,
+/// zsmalloc's per-class count of zspages its objects would no longer
+/// need) decides; an allocator without one is compacted when its pool
+/// holds more than an eighth (and a MiB) beyond its compressed bytes.
 fn compact_if_fragmented(sh: &Shared) {
     let m = sh.store.mm_stat();
-    if m.mem_used_total > m.compr_data_size + m.compr_data_size / 8 + (1 << 20) {
+    let pool_pages = m.mem_used_total / sh.store.mem_page_size() as u64;
+    let freeable = sh.store.allocator().can_compact();
+    let worth = freeable >= (pool_pages / COMPACT_SHARE).max(COMPACT_MIN_PAGES);
+    let loose = m.mem_used_total > m.compr_data_size + m.compr_data_size / 8 + (1 << 20);
+    if worth || (freeable == 0 && loose) {
         let _ = sh.store.compact();
     }
 }
