@@ -1,8 +1,11 @@
 //! One queue of a device: its thread's io_uring, the FETCH_REQ /
 //! COMMIT_AND_FETCH_REQ loop, its mapping of the driver's descriptor
-//! area (read only) and its tags' buffers. Owns those for the thread's
-//! life; it never sends a control command and never opens a file (the
-//! device hands it its own descriptor of /dev/ublkcN).
+//! area (read only) and its data buffers: one per tag, which the driver
+//! copies into and out of, or with `UBLK_F_USER_COPY` one for the thread,
+//! which it fills and empties itself with `pread`/`pwrite` on /dev/ublkcN.
+//! Owns those for the thread's life; it never sends a control command and
+//! never opens a file (the device hands it its own descriptor of
+//! /dev/ublkcN).
 
 use std::fs::File;
 use std::io;
@@ -57,7 +60,8 @@ impl QueueStats {
 }
 
 /// Serves one request described by `desc` with `target`, `buf` being its
-/// tag's buffer, and returns the result to commit: the bytes moved for a
+/// data buffer (the tag's, or with user copy the thread's, filled),
+/// and returns the result to commit: the bytes moved for a
 /// read or write, 0 for the others, or a negative errno. A target that
 /// panics fails the request with EIO instead of ending the queue's
 /// thread (which would leave the request pending in the driver).
@@ -115,6 +119,73 @@ pub(crate) fn serve<T: BlockTarget + ?Sized>(
     }
 }
 
+/// Moves all of `buf` from (`to_device` false: `pread`) or to (`pwrite`)
+/// /dev/ublkcN at `pos`, the user-copy offset of a request's data.
+fn copy_all(cdev: i32, buf: &mut [u8], mut pos: u64, to_device: bool) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        // SAFETY: `rest` is valid for `rest.len()` bytes for reading and
+        // writing; the kernel copies into or out of it and keeps no
+        // reference once the call returns.
+        let n = unsafe {
+            if to_device {
+                libc::pwrite(cdev, rest.as_ptr().cast(), rest.len(), pos as libc::off_t)
+            } else {
+                libc::pread(
+                    cdev,
+                    rest.as_mut_ptr().cast(),
+                    rest.len(),
+                    pos as libc::off_t,
+                )
+            }
+        };
+        match n {
+            n if n > 0 => {
+                done += n as usize;
+                pos += n as u64;
+            }
+            0 => return Err(io::Error::from_raw_os_error(libc::EIO)),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`serve`] with user copy: a write's data are read from /dev/ublkcN at
+/// `pos` into `buf` first, a read's written there after. A copy that
+/// fails fails the request with EIO.
+fn serve_copied<T: BlockTarget + ?Sized>(
+    target: &T,
+    desc: &sys::IoDesc,
+    buf: &mut [u8],
+    stats: &mut QueueStats,
+    cdev: i32,
+    pos: u64,
+) -> i32 {
+    let op = (desc.op_flags & 0xff) as u8;
+    let len = (desc.nr_sectors as usize) << 9;
+    if op == sys::IO_OP_WRITE
+        && len <= buf.len()
+        && copy_all(cdev, &mut buf[..len], pos, false).is_err()
+    {
+        stats.errors += 1;
+        return -libc::EIO;
+    }
+    let r = serve(target, desc, buf, stats);
+    if op == sys::IO_OP_READ && r > 0 && copy_all(cdev, &mut buf[..r as usize], pos, true).is_err()
+    {
+        stats.errors += 1;
+        return -libc::EIO;
+    }
+    r
+}
+
 /// An anonymous or file mapping, unmapped on drop.
 struct Mapping {
     ptr: *mut libc::c_void,
@@ -170,6 +241,9 @@ pub(crate) struct QueueSetup {
     pub q_id: u16,
     pub depth: u16,
     pub buf_bytes: u32,
+    /// `UBLK_F_USER_COPY` is in force: one buffer for the thread, which
+    /// copies each request's data itself.
+    pub user_copy: bool,
     /// The thread's own descriptor of /dev/ublkcN.
     pub cdev: File,
     /// The CPUs to run on (the queue's affinity), or `None` to leave the
@@ -248,23 +322,34 @@ pub(crate) fn run<T: BlockTarget + ?Sized>(
                     let desc = unsafe {
                         std::ptr::read_volatile(descs.ptr.cast::<sys::IoDesc>().add(tag))
                     };
-                    // SAFETY: the tag's buffer, a disjoint `buf_bytes`
-                    // slice of the buffers' mapping that only this thread
-                    // touches while it owns the tag (the driver copies
-                    // into or out of it only before it completes the fetch
-                    // and after the commit).
+                    // With user copy, the thread's one buffer (the driver
+                    // never touches it); without, the tag's buffer.
+                    let at = if setup.user_copy { 0 } else { tag * buf_bytes };
+                    // SAFETY: a `buf_bytes` slice of the buffers' mapping:
+                    // the thread's own (user copy), or the tag's, disjoint
+                    // from the others', that only this thread touches
+                    // while it owns the tag (the driver copies into or out
+                    // of it only before it completes the fetch and after
+                    // the commit).
                     let buf = unsafe {
-                        std::slice::from_raw_parts_mut(
-                            bufs.ptr.cast::<u8>().add(tag * buf_bytes),
-                            buf_bytes,
-                        )
+                        std::slice::from_raw_parts_mut(bufs.ptr.cast::<u8>().add(at), buf_bytes)
                     };
-                    let result = serve(target, &desc, buf, &mut stats);
+                    let result = if setup.user_copy {
+                        let pos = sys::user_copy_pos(setup.q_id, tag as u16);
+                        serve_copied(target, &desc, buf, &mut stats, fd.0, pos)
+                    } else {
+                        serve(target, &desc, buf, &mut stats)
+                    };
                     let cmd = sys::IoCmd {
                         q_id: setup.q_id,
                         tag: tag as u16,
                         result,
-                        addr: buf.as_ptr() as u64,
+                        // User copy: no buffer (the driver refuses one).
+                        addr: if setup.user_copy {
+                            0
+                        } else {
+                            buf.as_ptr() as u64
+                        },
                     };
                     let sqe = opcode::UringCmd16::new(fd, sys::U_IO_COMMIT_AND_FETCH_REQ)
                         .cmd(io_cmd_bytes(&cmd))
@@ -321,7 +406,11 @@ fn prepare(setup: &QueueSetup) -> io::Result<(Mapping, Mapping, IoUring)> {
     })?;
     let buf_bytes = setup.buf_bytes as usize;
     let bufs = Mapping::new(
-        depth * buf_bytes,
+        if setup.user_copy {
+            buf_bytes
+        } else {
+            depth * buf_bytes
+        },
         libc::PROT_READ | libc::PROT_WRITE,
         libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
         -1,
@@ -334,8 +423,12 @@ fn prepare(setup: &QueueSetup) -> io::Result<(Mapping, Mapping, IoUring)> {
             q_id: setup.q_id,
             tag,
             result: -1,
-            // SAFETY: within the buffers' mapping (tag < depth).
-            addr: unsafe { bufs.ptr.cast::<u8>().add(usize::from(tag) * buf_bytes) } as u64,
+            addr: if setup.user_copy {
+                0
+            } else {
+                // SAFETY: within the buffers' mapping (tag < depth).
+                unsafe { bufs.ptr.cast::<u8>().add(usize::from(tag) * buf_bytes) as u64 }
+            },
         };
         let sqe = opcode::UringCmd16::new(fd, sys::U_IO_FETCH_REQ)
             .cmd(io_cmd_bytes(&cmd))
