@@ -554,6 +554,47 @@ mod tests {
         assert_eq!((stats.errors, stats.writes), (1, 1));
     }
 
+    /// User copy against a plain file standing in for /dev/ublkcN: a
+    /// write's data are read from the request's offset, a read's written
+    /// there; a copy that cannot complete fails the request with EIO.
+    #[test]
+    fn user_copy_moves_the_data_at_the_requests_offset() {
+        use std::os::unix::fs::FileExt;
+        let path = std::env::temp_dir().join(format!("ublk-user-copy-{}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let fd = file.as_raw_fd();
+        let pos = 3 << 12;
+        file.write_all_at(&[0x5a; 4096], pos).unwrap();
+        let t = RamTarget::new(1 << 20);
+        let mut stats = QueueStats::default();
+        let mut buf = vec![0u8; 8192];
+        let w = desc(sys::IO_OP_WRITE, 16, 8);
+        assert_eq!(serve_copied(&t, &w, &mut buf, &mut stats, fd, pos), 4096);
+        assert_eq!(t.snapshot(8192, 4096).unwrap(), vec![0x5a; 4096]);
+        buf.fill(0);
+        let r = desc(sys::IO_OP_READ, 16, 8);
+        assert_eq!(
+            serve_copied(&t, &r, &mut buf, &mut stats, fd, 9 << 12),
+            4096
+        );
+        let mut back = vec![0u8; 4096];
+        file.read_exact_at(&mut back, 9 << 12).unwrap();
+        assert_eq!(back, vec![0x5a; 4096]);
+        // Past the file's end a write's data cannot be read whole.
+        assert_eq!(
+            serve_copied(&t, &w, &mut buf, &mut stats, fd, 64 << 12),
+            -libc::EIO
+        );
+        assert_eq!((stats.writes, stats.reads, stats.errors), (1, 1, 1));
+    }
+
     #[test]
     fn io_cmd_bytes_match_the_struct() {
         let cmd = sys::IoCmd {
