@@ -25,8 +25,9 @@
 //!   `zmem serve --ublk`), and the store as their target.
 //!
 //! The command line, logging and signal handling live in the `zmem` binary.
-//! The only `unsafe` code is [`trim`]'s two glibc calls and [`swap`]'s
-//! three C calls.
+//! The only `unsafe` code is [`trim`]'s two glibc calls, [`swap`]'s five
+//! C calls, and [`ublk_exports::warm_up`]'s aligned buffer and its
+//! affinity and discard calls.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -45,6 +46,7 @@ pub mod swap;
 mod test_factory;
 #[allow(unsafe_code)]
 pub mod trim;
+#[allow(unsafe_code)]
 pub mod ublk_exports;
 
 pub use ctl_error::CtlError;

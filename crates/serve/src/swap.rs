@@ -17,9 +17,17 @@
 //!   allocation (`M_TRIM_THRESHOLD`, `M_MMAP_MAX` 0), and is grown ahead by
 //!   the in-flight bound plus [`HEAP_SPARE_BYTES`], so that request buffers
 //!   and compression contexts are carved from resident, locked memory;
-//! - every page the process has is locked (`mlockall(MCL_CURRENT)`), and so
-//!   is every page it faults in later (`MCL_FUTURE | MCL_ONFAULT`): none can
-//!   be swapped out, onto itself or elsewhere;
+//! - every page the process has is locked, and so is every page it faults
+//!   in later (`mlockall`, `MCL_FUTURE | MCL_ONFAULT`): none can be swapped
+//!   out, onto itself or elsewhere. Writable mappings (heap, tables,
+//!   buffers, stacks, data) are populated whole (`mlock`). Code and
+//!   constants are populated whole too (`MCL_CURRENT`), except for a front
+//!   end that runs its whole I/O path once before it announces a device
+//!   (ublk: `ublk_exports::warm_up`): there they are locked as they are
+//!   touched (`MCL_CURRENT | MCL_ONFAULT`), so that the pages a swap write
+//!   executes are present and locked before the first one, and the rest
+//!   of the binary is not (docs/serve.md says what a later first touch
+//!   costs);
 //! - `PR_SET_IO_FLUSHER` (Linux 5.6) marks the I/O threads as I/O flushers:
 //!   the kernel neither makes their own allocations start I/O nor throttles
 //!   them on the device they serve (the reserve's thread, started before,
@@ -29,8 +37,8 @@
 //!
 //! This module applies those settings and reports them; the idle-memory
 //! trimmer (`trim`) must not run in swap mode (the caller leaves it off).
-//! Its `unsafe` code is three C calls (`mallopt`, `mlockall`, `prctl`), each
-//! with its SAFETY argument.
+//! Its `unsafe` code is five C calls (`mallopt`, `mlockall`, `mlock`,
+//! `madvise`, `prctl`), each with its SAFETY argument.
 
 use std::fmt;
 
@@ -68,6 +76,9 @@ pub struct SwapMode {
     pub reserve_bytes: u64,
     /// Bytes the C heap was grown by.
     pub heap_bytes: u64,
+    /// Code and constants are locked as they are touched (`MCL_ONFAULT`),
+    /// not populated whole.
+    pub code_on_fault: bool,
     /// `oom_score_adj` as set.
     pub oom_score_adj: i32,
     /// `vm.min_free_kbytes` when swap mode began (0 if unreadable).
@@ -88,12 +99,17 @@ impl fmt::Display for SwapMode {
         let s = pages::reserve::stats().unwrap_or_default();
         write!(
             f,
-            "on reserve={} locked={} taken={} heap={} mlockall=current,future-onfault \
+            "on reserve={} locked={} taken={} heap={} mlockall={} \
              io_flusher=1 oom_score_adj={} min_free_kbytes={}",
             self.reserve_bytes,
             s.locked,
             s.taken,
             self.heap_bytes,
+            if self.code_on_fault {
+                "current-onfault,future-onfault"
+            } else {
+                "current,future-onfault"
+            },
             self.oom_score_adj,
             self.min_free_kbytes
         )
@@ -134,15 +150,30 @@ pub fn enter(inflight_total: u64) -> Result<u64, String> {
 
 /// Swap mode's second half, once the stores are made (their tables exist)
 /// and before the server's threads start: locks every page the process has
-/// and every page it faults in later, makes the locked reserve of at most
+/// and every page it faults in later, populates the writable mappings
+/// whole, makes the locked reserve of at most
 /// `reserve_bytes` and starts its refill thread. `heap_bytes` is what
 /// [`enter`] returned.
-pub fn lock(reserve_bytes: u64, heap_bytes: u64) -> Result<SwapMode, String> {
-    // SAFETY: mlockall only changes how this process's mappings are paged;
-    // it has no memory-safety preconditions. This populates every page
-    // mapped so far (the stores' tables that were allocated but never
-    // written, the heap, the binary).
-    let current = unsafe { libc::mlockall(libc::MCL_CURRENT) };
+///
+/// With `code_on_fault` (a front end that runs its I/O path once before it
+/// announces a device: ublk's `warm_up`), code and constants are locked
+/// as they are touched instead of populated whole.
+pub fn lock(reserve_bytes: u64, heap_bytes: u64, code_on_fault: bool) -> Result<SwapMode, String> {
+    if code_on_fault {
+        drop_code_pages()?;
+    }
+    let current = if code_on_fault {
+        // SAFETY: mlockall only changes how this process's mappings are
+        // paged; it has no memory-safety preconditions. With
+        // `MCL_ONFAULT` the pages present now and every page faulted in
+        // later are locked, and nothing is populated: the binary's and
+        // the libraries' code and constants are locked as they are
+        // touched, not whole.
+        unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_ONFAULT) }
+    } else {
+        // SAFETY: as above. This populates every page mapped so far.
+        unsafe { libc::mlockall(libc::MCL_CURRENT) }
+    };
     // SAFETY: as above. Later mappings are locked page by page as they are
     // faulted in, so that address space reserved is not populated whole.
     let future = unsafe { libc::mlockall(libc::MCL_FUTURE | libc::MCL_ONFAULT) };
@@ -152,8 +183,13 @@ pub fn lock(reserve_bytes: u64, heap_bytes: u64) -> Result<SwapMode, String> {
             std::io::Error::last_os_error()
         ));
     }
-    // After `MCL_CURRENT`, which would populate the reserve's address space
-    // whole.
+    // Every writable mapping (the heap grown ahead, the stores' tables,
+    // the queues' buffers, the threads' stacks, the binary's data) is
+    // populated and locked whole: a write to one never faults.
+    lock_writable_mappings()?;
+    // After the writable mappings are populated: the reserve's address
+    // space is populated only as far as `lock_reserve` and its refill
+    // thread take it.
     pages::reserve::lock_reserve(reserve_bytes, INITIAL_RESERVE_BYTES.min(reserve_bytes))
         .map_err(|e| e.to_string())?;
     pages::reserve::start_refill(|| {
@@ -167,9 +203,87 @@ pub fn lock(reserve_bytes: u64, heap_bytes: u64) -> Result<SwapMode, String> {
     Ok(SwapMode {
         reserve_bytes,
         heap_bytes,
+        code_on_fault,
         oom_score_adj: OOM_SCORE_ADJ,
         min_free_kbytes: min_free_kbytes().unwrap_or(0),
     })
+}
+
+/// Populates and locks (`mlock`) every writable mapping of the process, as
+/// /proc/self/maps lists them. Mappings the kernel will not populate
+/// (device memory such as io_uring's rings, which are the kernel's own
+/// pages) are passed over; any other failure is an error.
+fn lock_writable_mappings() -> Result<(), String> {
+    let maps =
+        std::fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
+    for line in maps.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if perms.as_bytes().get(1) != Some(&b'w') {
+            continue;
+        }
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else {
+            continue;
+        };
+        // SAFETY: mlock only populates and pins pages of a range this
+        // process has mapped; it changes no memory's contents.
+        if unsafe { libc::mlock(a as *const libc::c_void, b - a) } != 0 {
+            let e = std::io::Error::last_os_error();
+            // Shared mappings of a device (io_uring's rings, ublk's
+            // descriptors) may refuse; they are kernel memory.
+            if perms.as_bytes().get(3) == Some(&b's') {
+                continue;
+            }
+            return Err(format!("mlock {line}: {e}"));
+        }
+    }
+    Ok(())
+}
+
+/// Unmaps from this process the pages of code it has touched so far
+/// (`MADV_DONTNEED` on every private executable mapping that is not
+/// writable): the start-up's code (argument parsing, store making) is then
+/// not locked by `MCL_CURRENT`; what runs later faults its pages back from
+/// the page cache, and they are locked then. Only code: its pages are the
+/// file's own (a writable or relocated mapping's private copies would be
+/// lost).
+fn drop_code_pages() -> Result<(), String> {
+    let maps =
+        std::fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
+    for line in maps.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        // Exactly r-xp: executable, not writable, private; a named file
+        // (not [vdso] or [vsyscall], which the kernel keeps).
+        let named = fields.nth(3).is_some_and(|p| p.starts_with('/'));
+        if perms != "r-xp" || !named {
+            continue;
+        }
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else {
+            continue;
+        };
+        // SAFETY: the range is a read-only, executable private mapping of
+        // a file: it holds no page this process wrote, so dropping its
+        // pages loses nothing, and the next execution of any of them
+        // faults the file's page back in.
+        if unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_DONTNEED) } != 0 {
+            return Err(format!(
+                "madvise(MADV_DONTNEED) {line}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `PR_SET_IO_FLUSHER` (Linux 5.6), which the libc crate may not name.
@@ -202,7 +316,7 @@ fn heap_never_shrinks() -> Result<(), String> {
 
 /// Grows the heap by `bytes`, touching every page, and frees them again:
 /// with the trim threshold out of reach they stay in the heap, resident (and
-/// locked by `MCL_CURRENT` after), for later allocations.
+/// locked by `lock` after), for later allocations.
 fn grow_heap(bytes: usize) {
     let mut v: Vec<u8> = Vec::with_capacity(bytes);
     // Not `vec![0; n]`: calloc skips fresh heap memory, which reads as zero
@@ -232,6 +346,7 @@ mod tests {
         let m = SwapMode {
             reserve_bytes: 8 << 20,
             heap_bytes: 8 << 20,
+            code_on_fault: false,
             oom_score_adj: -1000,
             min_free_kbytes: 32768,
         };

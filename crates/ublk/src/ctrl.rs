@@ -79,6 +79,22 @@ impl Control {
         }
     }
 
+    /// GET_FEATURES (Linux 6.5): the `UBLK_F_*` flags the driver
+    /// supports; an error on older drivers, which know none of the later
+    /// flags.
+    pub fn get_features(&mut self) -> io::Result<u64> {
+        let mut features: u64 = 0;
+        let cmd = sys::CtrlCmd {
+            dev_id: u32::MAX,
+            queue_id: u16::MAX,
+            len: size_of::<u64>() as u16,
+            addr: &mut features as *mut u64 as u64,
+            ..Default::default()
+        };
+        self.command(sys::U_CMD_GET_FEATURES, cmd)?;
+        Ok(features)
+    }
+
     /// ADD_DEV: creates a device (and its /dev/ublkcN) from `info`
     /// (`dev_id` `u32::MAX` for any free number), which the driver
     /// updates: the id, the flags it forces, its limits.

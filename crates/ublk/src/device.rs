@@ -33,7 +33,8 @@ pub struct Options {
     pub queues: u16,
     /// Requests in flight per queue (at most 4096).
     pub depth: u16,
-    /// The largest request, bytes (each tag has a buffer this large).
+    /// The largest request, bytes (each tag has a buffer this large, or
+    /// with user copy each queue thread one).
     pub max_io_bytes: u32,
     /// log2 of the logical block size (9: 512 bytes, 12: 4 KiB).
     pub logical_block_shift: u8,
@@ -48,6 +49,12 @@ pub struct Options {
     /// (GET_QUEUE_AFFINITY): a request is then served on the CPU that
     /// issued it, with no wake-up of another CPU on the way.
     pub pin_queues: bool,
+    /// Ask for `UBLK_F_USER_COPY` where the driver offers it
+    /// (GET_FEATURES, Linux 6.5): each queue thread then copies a
+    /// request's data with one `pread`/`pwrite` on /dev/ublkcN into its one
+    /// buffer, instead of the driver copying into a buffer per tag. Where
+    /// it is not offered (or with `false`), each tag has its buffer.
+    pub user_copy: bool,
 }
 
 impl Options {
@@ -66,6 +73,7 @@ impl Options {
             discard: true,
             read_only: false,
             pin_queues: true,
+            user_copy: true,
         }
     }
 
@@ -255,12 +263,15 @@ impl Device {
             ));
         }
         let mut ctrl = Control::open()?;
+        // A driver without GET_FEATURES (before 6.5) has no user copy.
+        let user_copy =
+            opts.user_copy && ctrl.get_features().is_ok_and(|f| f & sys::F_USER_COPY != 0);
         let mut info = sys::CtrlDevInfo {
             nr_hw_queues: opts.queues,
             queue_depth: opts.depth,
             max_io_buf_bytes: opts.max_io_bytes,
             dev_id: opts.dev_id.unwrap_or(u32::MAX),
-            flags: sys::F_CMD_IOCTL_ENCODE,
+            flags: sys::F_CMD_IOCTL_ENCODE | if user_copy { sys::F_USER_COPY } else { 0 },
             ..Default::default()
         };
         ctrl.add_dev(&mut info)
@@ -341,6 +352,8 @@ impl Device {
                 q_id,
                 depth: running.dev.info.queue_depth,
                 buf_bytes: running.dev.info.max_io_buf_bytes,
+                // As the driver settled it in ADD_DEV.
+                user_copy: running.dev.info.flags & sys::F_USER_COPY != 0,
                 cdev: cdev.try_clone()?,
             };
             let target = target.clone();

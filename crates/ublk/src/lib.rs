@@ -27,7 +27,7 @@
 //! bindings at build time with bindgen, which needs libclang on every
 //! machine that builds zmem (CI included), and brings an async runtime
 //! (smol) the NBD side does not use. The uapi this crate needs is small
-//! and stable: five structures and nine command numbers, written out in
+//! and stable: five structures and ten command numbers, written out in
 //! [`sys`] from include/uapi/linux/ublk_cmd.h with their sizes and
 //! offsets checked at compile and test time. io-uring 0.7 (rust-version
 //! 1.63) builds at the workspace's rust-version and offers what the
@@ -36,9 +36,13 @@
 //! SQE's 16-byte command area) and `UringCmd16` on plain SQEs for the
 //! per-queue commands (`struct ublksrv_io_cmd` is 16 bytes).
 //!
-//! The data path copies: without `UBLK_F_USER_COPY` or zero copy, the
-//! driver copies each write into its tag's buffer before the fetch
-//! completes, and each read out of it after the commit.
+//! The data path copies. With `UBLK_F_USER_COPY` (Linux 6.5, used where
+//! GET_FEATURES offers it unless [`Options::user_copy`] is off), a queue
+//! thread has one buffer and moves each request's data itself: a write's
+//! with one `pread` of /dev/ublkcN before it serves it, a read's with one
+//! `pwrite` after. Without it, each tag has a buffer, the driver copies
+//! each write into it before the fetch completes and each read out of it
+//! after the commit.
 //!
 //! Modules:
 //! - [`sys`]: the uapi (structures, command numbers, flags), no calls.

@@ -1,8 +1,11 @@
 //! One queue of a device: its thread's io_uring, the FETCH_REQ /
 //! COMMIT_AND_FETCH_REQ loop, its mapping of the driver's descriptor
-//! area (read only) and its tags' buffers. Owns those for the thread's
-//! life; it never sends a control command and never opens a file (the
-//! device hands it its own descriptor of /dev/ublkcN).
+//! area (read only) and its data buffers: one per tag, which the driver
+//! copies into and out of, or with `UBLK_F_USER_COPY` one for the thread,
+//! which it fills and empties itself with `pread`/`pwrite` on /dev/ublkcN.
+//! Owns those for the thread's life; it never sends a control command and
+//! never opens a file (the device hands it its own descriptor of
+//! /dev/ublkcN).
 
 use std::fs::File;
 use std::io;
@@ -57,7 +60,8 @@ impl QueueStats {
 }
 
 /// Serves one request described by `desc` with `target`, `buf` being its
-/// tag's buffer, and returns the result to commit: the bytes moved for a
+/// data buffer (the tag's, or with user copy the thread's, filled),
+/// and returns the result to commit: the bytes moved for a
 /// read or write, 0 for the others, or a negative errno. A target that
 /// panics fails the request with EIO instead of ending the queue's
 /// thread (which would leave the request pending in the driver).
@@ -115,6 +119,73 @@ pub(crate) fn serve<T: BlockTarget + ?Sized>(
     }
 }
 
+/// Moves all of `buf` from (`to_device` false: `pread`) or to (`pwrite`)
+/// /dev/ublkcN at `pos`, the user-copy offset of a request's data.
+fn copy_all(cdev: i32, buf: &mut [u8], mut pos: u64, to_device: bool) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        // SAFETY: `rest` is valid for `rest.len()` bytes for reading and
+        // writing; the kernel copies into or out of it and keeps no
+        // reference once the call returns.
+        let n = unsafe {
+            if to_device {
+                libc::pwrite(cdev, rest.as_ptr().cast(), rest.len(), pos as libc::off_t)
+            } else {
+                libc::pread(
+                    cdev,
+                    rest.as_mut_ptr().cast(),
+                    rest.len(),
+                    pos as libc::off_t,
+                )
+            }
+        };
+        match n {
+            n if n > 0 => {
+                done += n as usize;
+                pos += n as u64;
+            }
+            0 => return Err(io::Error::from_raw_os_error(libc::EIO)),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`serve`] with user copy: a write's data are read from /dev/ublkcN at
+/// `pos` into `buf` first, a read's written there after. A copy that
+/// fails fails the request with EIO.
+fn serve_copied<T: BlockTarget + ?Sized>(
+    target: &T,
+    desc: &sys::IoDesc,
+    buf: &mut [u8],
+    stats: &mut QueueStats,
+    cdev: i32,
+    pos: u64,
+) -> i32 {
+    let op = (desc.op_flags & 0xff) as u8;
+    let len = (desc.nr_sectors as usize) << 9;
+    if op == sys::IO_OP_WRITE
+        && len <= buf.len()
+        && copy_all(cdev, &mut buf[..len], pos, false).is_err()
+    {
+        stats.errors += 1;
+        return -libc::EIO;
+    }
+    let r = serve(target, desc, buf, stats);
+    if op == sys::IO_OP_READ && r > 0 && copy_all(cdev, &mut buf[..r as usize], pos, true).is_err()
+    {
+        stats.errors += 1;
+        return -libc::EIO;
+    }
+    r
+}
+
 /// An anonymous or file mapping, unmapped on drop.
 struct Mapping {
     ptr: *mut libc::c_void,
@@ -170,6 +241,9 @@ pub(crate) struct QueueSetup {
     pub q_id: u16,
     pub depth: u16,
     pub buf_bytes: u32,
+    /// `UBLK_F_USER_COPY` is in force: one buffer for the thread, which
+    /// copies each request's data itself.
+    pub user_copy: bool,
     /// The thread's own descriptor of /dev/ublkcN.
     pub cdev: File,
     /// The CPUs to run on (the queue's affinity), or `None` to leave the
@@ -248,23 +322,34 @@ pub(crate) fn run<T: BlockTarget + ?Sized>(
                     let desc = unsafe {
                         std::ptr::read_volatile(descs.ptr.cast::<sys::IoDesc>().add(tag))
                     };
-                    // SAFETY: the tag's buffer, a disjoint `buf_bytes`
-                    // slice of the buffers' mapping that only this thread
-                    // touches while it owns the tag (the driver copies
-                    // into or out of it only before it completes the fetch
-                    // and after the commit).
+                    // With user copy, the thread's one buffer (the driver
+                    // never touches it); without, the tag's buffer.
+                    let at = if setup.user_copy { 0 } else { tag * buf_bytes };
+                    // SAFETY: a `buf_bytes` slice of the buffers' mapping:
+                    // the thread's own (user copy), or the tag's, disjoint
+                    // from the others', that only this thread touches
+                    // while it owns the tag (the driver copies into or out
+                    // of it only before it completes the fetch and after
+                    // the commit).
                     let buf = unsafe {
-                        std::slice::from_raw_parts_mut(
-                            bufs.ptr.cast::<u8>().add(tag * buf_bytes),
-                            buf_bytes,
-                        )
+                        std::slice::from_raw_parts_mut(bufs.ptr.cast::<u8>().add(at), buf_bytes)
                     };
-                    let result = serve(target, &desc, buf, &mut stats);
+                    let result = if setup.user_copy {
+                        let pos = sys::user_copy_pos(setup.q_id, tag as u16);
+                        serve_copied(target, &desc, buf, &mut stats, fd.0, pos)
+                    } else {
+                        serve(target, &desc, buf, &mut stats)
+                    };
                     let cmd = sys::IoCmd {
                         q_id: setup.q_id,
                         tag: tag as u16,
                         result,
-                        addr: buf.as_ptr() as u64,
+                        // User copy: no buffer (the driver refuses one).
+                        addr: if setup.user_copy {
+                            0
+                        } else {
+                            buf.as_ptr() as u64
+                        },
                     };
                     let sqe = opcode::UringCmd16::new(fd, sys::U_IO_COMMIT_AND_FETCH_REQ)
                         .cmd(io_cmd_bytes(&cmd))
@@ -321,7 +406,11 @@ fn prepare(setup: &QueueSetup) -> io::Result<(Mapping, Mapping, IoUring)> {
     })?;
     let buf_bytes = setup.buf_bytes as usize;
     let bufs = Mapping::new(
-        depth * buf_bytes,
+        if setup.user_copy {
+            buf_bytes
+        } else {
+            depth * buf_bytes
+        },
         libc::PROT_READ | libc::PROT_WRITE,
         libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
         -1,
@@ -334,8 +423,12 @@ fn prepare(setup: &QueueSetup) -> io::Result<(Mapping, Mapping, IoUring)> {
             q_id: setup.q_id,
             tag,
             result: -1,
-            // SAFETY: within the buffers' mapping (tag < depth).
-            addr: unsafe { bufs.ptr.cast::<u8>().add(usize::from(tag) * buf_bytes) } as u64,
+            addr: if setup.user_copy {
+                0
+            } else {
+                // SAFETY: within the buffers' mapping (tag < depth).
+                unsafe { bufs.ptr.cast::<u8>().add(usize::from(tag) * buf_bytes) as u64 }
+            },
         };
         let sqe = opcode::UringCmd16::new(fd, sys::U_IO_FETCH_REQ)
             .cmd(io_cmd_bytes(&cmd))
@@ -459,6 +552,47 @@ mod tests {
             4096
         );
         assert_eq!((stats.errors, stats.writes), (1, 1));
+    }
+
+    /// User copy against a plain file standing in for /dev/ublkcN: a
+    /// write's data are read from the request's offset, a read's written
+    /// there; a copy that cannot complete fails the request with EIO.
+    #[test]
+    fn user_copy_moves_the_data_at_the_requests_offset() {
+        use std::os::unix::fs::FileExt;
+        let path = std::env::temp_dir().join(format!("ublk-user-copy-{}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let fd = file.as_raw_fd();
+        let pos = 3 << 12;
+        file.write_all_at(&[0x5a; 4096], pos).unwrap();
+        let t = RamTarget::new(1 << 20);
+        let mut stats = QueueStats::default();
+        let mut buf = vec![0u8; 8192];
+        let w = desc(sys::IO_OP_WRITE, 16, 8);
+        assert_eq!(serve_copied(&t, &w, &mut buf, &mut stats, fd, pos), 4096);
+        assert_eq!(t.snapshot(8192, 4096).unwrap(), vec![0x5a; 4096]);
+        buf.fill(0);
+        let r = desc(sys::IO_OP_READ, 16, 8);
+        assert_eq!(
+            serve_copied(&t, &r, &mut buf, &mut stats, fd, 9 << 12),
+            4096
+        );
+        let mut back = vec![0u8; 4096];
+        file.read_exact_at(&mut back, 9 << 12).unwrap();
+        assert_eq!(back, vec![0x5a; 4096]);
+        // Past the file's end a write's data cannot be read whole.
+        assert_eq!(
+            serve_copied(&t, &w, &mut buf, &mut stats, fd, 64 << 12),
+            -libc::EIO
+        );
+        assert_eq!((stats.writes, stats.reads, stats.errors), (1, 1, 1));
     }
 
     #[test]

@@ -50,6 +50,9 @@ pub const U_CMD_STOP_DEV: u32 = iowr_ctrl(0x07);
 pub const U_CMD_SET_PARAMS: u32 = iowr_ctrl(0x08);
 /// `UBLK_U_CMD_GET_PARAMS`.
 pub const U_CMD_GET_PARAMS: u32 = ior_ctrl(0x09);
+/// `UBLK_U_CMD_GET_FEATURES` (Linux 6.5): the `UBLK_F_*` flags the driver
+/// supports, as one u64 at the command's buffer; not for a device.
+pub const U_CMD_GET_FEATURES: u32 = ior_ctrl(0x13);
 
 /// `UBLK_U_IO_FETCH_REQ`: hands the driver a tag's buffer and waits for a
 /// request.
@@ -75,6 +78,25 @@ pub const MAX_QUEUE_DEPTH: u16 = 4096;
 pub const F_URING_CMD_COMP_IN_TASK: u64 = 1 << 1;
 /// `UBLK_F_CMD_IOCTL_ENCODE`: the ioctl-encoded command numbers.
 pub const F_CMD_IOCTL_ENCODE: u64 = 1 << 6;
+
+/// `UBLK_F_USER_COPY` (Linux 6.5): the driver copies no data; the server
+/// reads a write's data from, and writes a read's data to, /dev/ublkcN at
+/// [`user_copy_pos`] while it owns the tag, and fetches with no buffer.
+pub const F_USER_COPY: u64 = 1 << 7;
+
+/// `UBLKSRV_IO_BUF_OFFSET`: where the requests' data start in
+/// /dev/ublkcN's file offsets (user copy).
+pub const IO_BUF_OFFSET: u64 = 0x8000_0000;
+/// `UBLK_TAG_OFF` (`UBLK_IO_BUF_BITS`, 25: at most 32 MiB a request).
+pub const TAG_OFF: u32 = 25;
+/// `UBLK_QID_OFF` (`UBLK_TAG_OFF + UBLK_TAG_BITS`, 16 bits of tag).
+pub const QID_OFF: u32 = TAG_OFF + 16;
+
+/// The file offset of byte 0 of request `tag` of queue `q_id` in
+/// /dev/ublkcN, with `UBLK_F_USER_COPY`.
+pub const fn user_copy_pos(q_id: u16, tag: u16) -> u64 {
+    IO_BUF_OFFSET + ((q_id as u64) << QID_OFF) + ((tag as u64) << TAG_OFF)
+}
 
 /// `UBLK_F_USER_RECOVERY`, `UBLK_F_USER_RECOVERY_REISSUE` and
 /// `UBLK_F_USER_RECOVERY_FAIL_IO`: a device its server may come back for.
@@ -142,7 +164,7 @@ pub struct CtrlDevInfo {
     pub state: u16,
     /// Padding.
     pub pad0: u16,
-    /// The largest request, bytes: each tag's buffer.
+    /// The largest request, bytes: each data buffer's size.
     pub max_io_buf_bytes: u32,
     /// The device number N of /dev/ublkcN and /dev/ublkbN.
     pub dev_id: u32,
@@ -311,6 +333,17 @@ mod tests {
         assert_eq!(U_CMD_GET_PARAMS, 0x8020_7509);
         assert_eq!(U_IO_FETCH_REQ, 0xc010_7520);
         assert_eq!(U_IO_COMMIT_AND_FETCH_REQ, 0xc010_7521);
+        assert_eq!(U_CMD_GET_FEATURES, 0x8020_7513);
+    }
+
+    /// `UBLKSRV_IO_BUF_OFFSET + (q_id << UBLK_QID_OFF) + (tag <<
+    /// UBLK_TAG_OFF)`, with the header's 25 bits of offset and 16 of tag.
+    #[test]
+    fn user_copy_positions() {
+        assert_eq!(user_copy_pos(0, 0), 0x8000_0000);
+        assert_eq!(user_copy_pos(0, 1), 0x8000_0000 + (1 << 25));
+        assert_eq!(user_copy_pos(1, 0), 0x8000_0000 + (1 << 41));
+        assert_eq!(user_copy_pos(3, 31), 0x8000_0000 + (3 << 41) + (31 << 25));
     }
 
     #[test]

@@ -621,12 +621,21 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     }
     // The devices' queue threads and buffers exist before swap mode locks
     // the process's memory (and inherit the I/O-flusher flag).
-    if args.ublk {
-        start_ublk(args, &registry)?;
-    }
+    let ublk = if args.ublk {
+        Some(start_ublk(args, &registry)?)
+    } else {
+        None
+    };
     if let Some((reserve, heap)) = swap {
-        let mode = serve::swap::lock(reserve, heap)
+        // ublk runs each device's I/O path once below, so its code is
+        // locked as touched; NBD's is locked whole.
+        let mode = serve::swap::lock(reserve, heap, ublk.is_some())
             .map_err(|e| CliError::Failed(format!("--swap: {e}")))?;
+        if let Some(front) = &ublk {
+            front
+                .warm_up_all()
+                .map_err(|e| CliError::Failed(format!("--swap: {e}")))?;
+        }
         info!("swap mode: {mode}");
         if mode.min_free_kbytes < serve::swap::ADVISED_MIN_FREE_KBYTES {
             log::warn!(
@@ -736,7 +745,10 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
 
 /// Makes a ublk device for each initialised export (after deleting those
 /// a killed server left).
-fn start_ublk(args: &ServeArgs, registry: &Arc<Registry>) -> Result<(), CliError> {
+fn start_ublk(
+    args: &ServeArgs,
+    registry: &Arc<Registry>,
+) -> Result<Arc<serve::ublk_exports::UblkExports>, CliError> {
     let queues = args.ublk_queues.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, |n| n.get().min(64) as u16)
     });
@@ -760,9 +772,11 @@ fn start_ublk(args: &ServeArgs, registry: &Arc<Registry>) -> Result<(), CliError
             gone.id
         );
     }
+    let front = Arc::new(front);
     registry
-        .attach_ublk(Arc::new(front))
-        .map_err(|e| CliError::Failed(format!("--ublk: {e}")))
+        .attach_ublk(front.clone())
+        .map_err(|e| CliError::Failed(format!("--ublk: {e}")))?;
+    Ok(front)
 }
 
 /// Serves the control socket and metrics beside the front end (the NBD
