@@ -209,11 +209,19 @@ pub fn lock(reserve_bytes: u64, heap_bytes: u64, code_on_fault: bool) -> Result<
     })
 }
 
-/// Populates and locks (`mlock`) every writable mapping of the process, as
-/// /proc/self/maps lists them. Mappings the kernel will not populate
-/// (device memory such as io_uring's rings, which are the kernel's own
-/// pages) are passed over; any other failure is an error.
-fn lock_writable_mappings() -> Result<(), String> {
+/// One line of /proc/self/maps: the range, the permissions (`rwxp`), the
+/// path or name (empty for an anonymous mapping), and the line itself.
+struct MapsLine<'a> {
+    start: usize,
+    end: usize,
+    perms: &'a [u8],
+    path: &'a str,
+    line: &'a str,
+}
+
+/// Calls `f` with each mapping of this process, in /proc/self/maps order;
+/// stops at `f`'s first error.
+fn each_mapping(mut f: impl FnMut(&MapsLine) -> Result<(), String>) -> Result<(), String> {
     let maps =
         std::fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
     for line in maps.lines() {
@@ -221,28 +229,45 @@ fn lock_writable_mappings() -> Result<(), String> {
         let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
             continue;
         };
-        if perms.as_bytes().get(1) != Some(&b'w') {
-            continue;
-        }
         let Some((a, b)) = range.split_once('-') else {
             continue;
         };
-        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else {
+        let (Ok(start), Ok(end)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+        else {
             continue;
         };
+        f(&MapsLine {
+            start,
+            end,
+            perms: perms.as_bytes(),
+            path: fields.nth(3).unwrap_or(""),
+            line,
+        })?;
+    }
+    Ok(())
+}
+
+/// Populates and locks (`mlock`) every writable mapping of the process, as
+/// /proc/self/maps lists them. Mappings the kernel will not populate
+/// (device memory such as io_uring's rings, which are the kernel's own
+/// pages) are passed over; any other failure is an error.
+fn lock_writable_mappings() -> Result<(), String> {
+    each_mapping(|m| {
+        if m.perms.get(1) != Some(&b'w') {
+            return Ok(());
+        }
         // SAFETY: mlock only populates and pins pages of a range this
         // process has mapped; it changes no memory's contents.
-        if unsafe { libc::mlock(a as *const libc::c_void, b - a) } != 0 {
+        if unsafe { libc::mlock(m.start as *const libc::c_void, m.end - m.start) } != 0 {
             let e = std::io::Error::last_os_error();
             // Shared mappings of a device (io_uring's rings, ublk's
             // descriptors) may refuse; they are kernel memory.
-            if perms.as_bytes().get(3) == Some(&b's') {
-                continue;
+            if m.perms.get(3) != Some(&b's') {
+                return Err(format!("mlock {}: {e}", m.line));
             }
-            return Err(format!("mlock {line}: {e}"));
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Unmaps from this process the pages of code it has touched so far
@@ -253,37 +278,32 @@ fn lock_writable_mappings() -> Result<(), String> {
 /// file's own (a writable or relocated mapping's private copies would be
 /// lost).
 fn drop_code_pages() -> Result<(), String> {
-    let maps =
-        std::fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
-    for line in maps.lines() {
-        let mut fields = line.split_whitespace();
-        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
-            continue;
-        };
+    each_mapping(|m| {
         // Exactly r-xp: executable, not writable, private; a named file
         // (not [vdso] or [vsyscall], which the kernel keeps).
-        let named = fields.nth(3).is_some_and(|p| p.starts_with('/'));
-        if perms != "r-xp" || !named {
-            continue;
+        if m.perms != b"r-xp" || !m.path.starts_with('/') {
+            return Ok(());
         }
-        let Some((a, b)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else {
-            continue;
-        };
         // SAFETY: the range is a read-only, executable private mapping of
         // a file: it holds no page this process wrote, so dropping its
         // pages loses nothing, and the next execution of any of them
         // faults the file's page back in.
-        if unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_DONTNEED) } != 0 {
+        let rc = unsafe {
+            libc::madvise(
+                m.start as *mut libc::c_void,
+                m.end - m.start,
+                libc::MADV_DONTNEED,
+            )
+        };
+        if rc != 0 {
             return Err(format!(
-                "madvise(MADV_DONTNEED) {line}: {}",
+                "madvise(MADV_DONTNEED) {}: {}",
+                m.line,
                 std::io::Error::last_os_error()
             ));
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// `PR_SET_IO_FLUSHER` (Linux 5.6), which the libc crate may not name.
@@ -331,6 +351,29 @@ fn grow_heap(bytes: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The maps walk sees this test binary's code (`r-xp`, a path) and a
+    /// writable mapping holding a local variable, and passes an error on.
+    #[test]
+    fn each_mapping_parses_this_process_maps() {
+        let local = 7u64;
+        let here = &local as *const u64 as usize;
+        let (mut code, mut holds_local) = (false, false);
+        each_mapping(|m| {
+            assert!(m.start < m.end, "{}", m.line);
+            code |= m.perms == b"r-xp" && m.path.starts_with('/');
+            holds_local |= (m.start..m.end).contains(&here) && m.perms.get(1) == Some(&b'w');
+            Ok(())
+        })
+        .unwrap();
+        assert!(code && holds_local);
+        let mut seen = 0;
+        let r = each_mapping(|_| {
+            seen += 1;
+            Err("stop".into())
+        });
+        assert_eq!((r, seen), (Err("stop".to_string()), 1));
+    }
 
     #[test]
     fn the_reserve_covers_each_limit_and_its_partly_carved_pieces() {
