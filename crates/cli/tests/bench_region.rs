@@ -11,7 +11,23 @@
 
 mod common;
 
+use std::path::Path;
+
 use common::report;
+
+/// `zmem bench region` on the 4 MiB data file at `path`, then `extra`.
+fn region_args<'a>(path: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "bench",
+        "region",
+        "--data",
+        path.to_str().unwrap(),
+        "--size",
+        "4M",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
 
 #[test]
 fn faults_and_memory_at_the_limit() {
@@ -22,18 +38,10 @@ fn faults_and_memory_at_the_limit() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("real.bin");
     std::fs::write(&path, testkit::real_data(4 << 20)).unwrap();
-    let r = report(&[
-        "bench",
-        "region",
-        "--data",
-        path.to_str().unwrap(),
-        "--size",
-        "4M",
-        "--accesses",
-        "20000",
-        "--comp",
-        "lz4,zstd",
-    ]);
+    let r = report(&region_args(
+        &path,
+        &["--accesses", "20000", "--comp", "lz4,zstd"],
+    ));
     let faults = r["faults"].as_array().unwrap();
     // Two compressors from the store, the zero page, the kernel's fault.
     assert_eq!(faults.len(), 4, "{r}");
@@ -75,28 +83,25 @@ fn promotion_run_samples_and_plots() {
     let path = dir.path().join("real.bin");
     std::fs::write(&path, testkit::real_data(4 << 20)).unwrap();
     let stem = dir.path().join("promo");
-    let out = common::zmem(&[
-        "bench",
-        "region",
-        "--data",
-        path.to_str().unwrap(),
-        "--size",
-        "4M",
-        "--comp",
-        "lz4",
-        "--promotion-run",
-        "4",
-        "--controller-period",
-        "0.5",
-        "--sample-every",
-        "0.5",
-        "--read-rate",
-        "20000",
-        "--plot",
-        stem.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
+    let out = common::zmem(&region_args(
+        &path,
+        &[
+            "--comp",
+            "lz4",
+            "--promotion-run",
+            "4",
+            "--controller-period",
+            "0.5",
+            "--sample-every",
+            "0.5",
+            "--read-rate",
+            "20000",
+            "--plot",
+            stem.to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+    ));
     let err = String::from_utf8_lossy(&out.stderr);
     match out.status.code() {
         Some(0) => {}
@@ -127,19 +132,10 @@ fn promotion_run_samples_and_plots() {
         }
     }
 
-    let bad = common::zmem(&[
-        "bench",
-        "region",
-        "--data",
-        path.to_str().unwrap(),
-        "--size",
-        "4M",
-        "--promotion-run",
-        "4",
-        "--sample-every",
-        "2",
-        "--no-plot",
-    ]);
+    let bad = common::zmem(&region_args(
+        &path,
+        &["--promotion-run", "4", "--sample-every", "2", "--no-plot"],
+    ));
     let err = String::from_utf8_lossy(&bad.stderr);
     assert_eq!(bad.status.code(), Some(1), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
@@ -183,18 +179,7 @@ fn dictionary_stores_pages_smaller() {
     std::fs::write(&dict_path, dict).unwrap();
     let params = format!("dict={}", dict_path.display());
     let run = |extra: &[&str]| {
-        let mut args = vec![
-            "bench",
-            "region",
-            "--data",
-            path.to_str().unwrap(),
-            "--size",
-            "4M",
-            "--accesses",
-            "20000",
-            "--comp",
-            "zstd",
-        ];
+        let mut args = region_args(&path, &["--accesses", "20000", "--comp", "zstd"]);
         args.extend_from_slice(extra);
         report(&args)
     };
@@ -220,18 +205,10 @@ fn dictionary_stores_pages_smaller() {
             "lz4 does not take the parameter dict",
         ),
     ] {
-        let out = common::zmem(&[
-            "bench",
-            "region",
-            "--data",
-            path.to_str().unwrap(),
-            "--size",
-            "4M",
-            "--comp",
-            comp,
-            "--algorithm-params",
-            params,
-        ]);
+        let out = common::zmem(&region_args(
+            &path,
+            &["--comp", comp, "--algorithm-params", params],
+        ));
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{params}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");

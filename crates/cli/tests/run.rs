@@ -66,6 +66,12 @@ fn zmem_run(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Every process's statistics that `--stats-json` wrote (the command's own
+/// process first).
+fn stats_of(path: &Path) -> Vec<serde_json::Value> {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 fn text(o: &[u8]) -> String {
     String::from_utf8_lossy(o).into_owned()
 }
@@ -115,8 +121,7 @@ fn a_python_word_index_gives_the_same_answers_in_a_quarter_of_its_memory() {
         "the copy the kernel wrote from region pages differs"
     );
     assert!(err.starts_with("zmem run: "), "{err}");
-    let all: Vec<serde_json::Value> =
-        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let all = stats_of(&stats);
     let own = &all[0];
     let r = &own["region"];
     let peak = own["handed_out_peak_bytes"].as_u64().unwrap();
@@ -179,8 +184,7 @@ fn a_c_page_trace_gives_the_same_output_in_a_quarter_of_its_memory() {
     let err = text(&run.stderr);
     assert_eq!(run.status.code(), Some(0), "{err}");
     assert_eq!(text(&run.stdout), text(&plain.stdout), "{err}");
-    let all: Vec<serde_json::Value> =
-        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let all = stats_of(&stats);
     let own = &all[0];
     let r = &own["region"];
     assert_eq!(
@@ -216,8 +220,7 @@ fn a_c_page_trace_gives_the_same_output_in_a_quarter_of_its_memory() {
         let err = text(&run.stderr);
         assert_eq!(run.status.code(), Some(0), "{params}: {err}");
         assert_eq!(text(&run.stdout).lines().count(), 1, "{params}: {err}");
-        let all: Vec<serde_json::Value> =
-            serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+        let all = stats_of(&stats);
         let m = &all[0]["region"]["mm_stat"];
         let peak = m["mem_used_max"].as_u64().unwrap();
         assert!(peak > 1 << 20, "{params}: {m}");
@@ -278,8 +281,7 @@ print(digest == hashlib.sha256(b"".join(out[k][0] for k in range(4))).hexdigest(
     let err = text(&run.stderr);
     assert!(run.status.success(), "{err}");
     assert_eq!(text(&run.stdout).trim(), "True 33554432", "{err}");
-    let all: Vec<serde_json::Value> =
-        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let all = stats_of(&stats);
     // The program and the one it ran (the forked child left by _exit).
     assert!(all.len() >= 2, "{all:?}");
     assert!(err.contains("more process(es)"), "{err}");
