@@ -89,6 +89,7 @@ const RANGES: &[(&str, bool, &[&str])] = &[
     ("run --limit", false, &["4095", "2P"]),
     ("run --span", false, &["1023K", "65T"]),
     ("run --min-size", false, &["4095", "2G"]),
+    ("run --handler-poll", true, &["10001", "-1"]),
     ("bench compressors --size", false, &["4095", "2T"]),
     ("bench compressors --rounds", false, &["1001"]),
     ("bench serve --runs", false, &["101"]),

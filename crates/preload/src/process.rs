@@ -74,6 +74,9 @@ impl Process {
         let mut config = RegionConfig::new(settings.limit);
         config.store.comp = settings.comp;
         config.store.comp_params = settings.params.clone();
+        if let Some(poll) = settings.handler_poll {
+            config.handler_poll = poll;
+        }
         let mut last = String::new();
         for how in [UffdOpen::Device, UffdOpen::Syscall] {
             config.uffd = how;

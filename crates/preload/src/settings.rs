@@ -1,7 +1,8 @@
 //! The settings `zmem run` hands to the preload library, in its
 //! environment: the resident limit, the span, the compressor and its
 //! settings, the smallest
-//! request served from the region and where to write the statistics.
+//! request served from the region, where to write the statistics and how
+//! long the fault handler polls.
 //!
 //! Owns the variable names and their parsing; it starts nothing.
 
@@ -22,6 +23,9 @@ pub const PARAMS: &str = "ZMEM_RUN_ALGORITHM_PARAMS";
 pub const MIN: &str = "ZMEM_RUN_MIN";
 /// A directory for each process's statistics (`PID.json`) at exit.
 pub const STATS_DIR: &str = "ZMEM_RUN_STATS_DIR";
+/// Microseconds the fault handler polls before it sleeps; unset: the
+/// region's default.
+pub const HANDLER_POLL: &str = "ZMEM_RUN_HANDLER_POLL_US";
 
 /// What the library was told.
 #[derive(Clone, Debug)]
@@ -38,6 +42,9 @@ pub struct Settings {
     pub min: usize,
     /// Where each process writes its statistics at exit.
     pub stats_dir: Option<PathBuf>,
+    /// How long the fault handler polls before it sleeps; `None`: the
+    /// region's default.
+    pub handler_poll: Option<std::time::Duration>,
 }
 
 fn bytes(name: &str) -> Result<usize, String> {
@@ -64,6 +71,12 @@ impl Settings {
             params: std::env::var(PARAMS).unwrap_or_default(),
             min: bytes(MIN)?,
             stats_dir: std::env::var_os(STATS_DIR).map(PathBuf::from),
+            handler_poll: match std::env::var(HANDLER_POLL) {
+                Ok(v) => Some(std::time::Duration::from_micros(v.parse().map_err(
+                    |_| format!("{HANDLER_POLL}={v} is not a number of microseconds"),
+                )?)),
+                Err(_) => None,
+            },
         }))
     }
 }

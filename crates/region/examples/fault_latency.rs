@@ -203,11 +203,10 @@ fn main() {
     let s = r.stats();
     let t = &s.store_fault_time;
     println!(
-        "handler, per store fault (mean ns): decompress {}, UFFDIO_COPY {}, UFFDIO_WAKE {}, \
+        "handler, per store fault (mean ns): decompress {}, UFFDIO_COPY with its wake-up {}, \
          bookkeeping {}; handler-side p50 {} p99 {} (log2 bucket bounds)",
         t.decompress_ns,
         t.copy_ns,
-        t.wake_ns,
         t.bookkeeping_ns,
         s.fault_latency.p50_ns,
         s.fault_latency.p99_ns

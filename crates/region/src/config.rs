@@ -35,6 +35,11 @@ pub struct RegionConfig {
     /// Whether pages untouched past the age threshold are evicted below the
     /// limit too (probed, then compressed).
     pub age_eviction: bool,
+    /// How long the fault handler keeps polling its descriptor after its
+    /// last message before it sleeps: a fault arriving meanwhile is served
+    /// without a wake-up of the handler's CPU. The cost is up to this much
+    /// CPU after each burst of faults; zero sleeps at once.
+    pub handler_poll: Duration,
 }
 
 /// The store a region gets by default: zsmalloc in default mode with lz4
@@ -68,6 +73,7 @@ impl RegionConfig {
             scan_interval: Duration::from_secs(1),
             probation_pages: None,
             age_eviction: true,
+            handler_poll: Duration::from_micros(30),
         }
     }
 

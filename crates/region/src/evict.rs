@@ -14,10 +14,11 @@
 //! 4. publish `STORED`/`PROBATION` while the old page is still mapped, so a
 //!    fault after the next step finds the copy;
 //! 5. drop the mapping (`MADV_DONTNEED`; its remove event, which the
-//!    handler must read before the kernel zaps, is marked as the region's
-//!    own by the page's `ZAPPING` flag, which the handler clears when it
-//!    serves that event: the kernel counts an event as read when `read(2)`
-//!    returns it, which may be before the handler gets to it in its batch);
+//!    handler must read before the kernel zaps, is known as the region's
+//!    own by its exact range, registered in `zaps` before the call and
+//!    taken by the handler when it serves that event: the kernel counts an
+//!    event as read when `read(2)` returns it, which may be before the
+//!    handler gets to it in its batch);
 //! 6. `UFFDIO_WAKE` the page: writers blocked in step 2 fault again, now as
 //!    missing, and get the stored copy with their write still to do.
 //!
@@ -40,14 +41,13 @@
 //! pages back) and hint callers; never holds a store lock while waiting.
 
 use std::io;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::shared::Shared;
 use crate::stats::Counters;
 use crate::table::{
     EVICTING, GONE, LOADING, PROBATION, REFERENCED, REMOVED, RESIDENT, STORED, UNMAPPED, UNTOUCHED,
-    ZAPPING,
 };
 
 /// Copies `buf.len()` bytes at `addr` of this process into `buf` without
@@ -115,14 +115,15 @@ pub fn probe(sh: &Shared, p: usize) -> bool {
     sh.table.set(p, PROBATION);
     sh.table.set_flag(p, REFERENCED, false);
     sh.resident.fetch_sub(1, Ordering::AcqRel);
-    sh.table.set_flag(p, ZAPPING, true);
+    let zap = sh.zaps.register(p, 1);
     // SAFETY: drops the mapping of one page of the region, whose contents
     // are now in the slot; a fault brings them back.
     let rc = unsafe { libc::madvise(addr as *mut libc::c_void, ps, libc::MADV_DONTNEED) };
     if rc != 0 {
         // No remove event came (the program unmapped the page meanwhile):
-        // the flag must not mark a later remove of the program's as ours.
-        sh.table.set_flag(p, ZAPPING, false);
+        // the registration must not mark a later remove of the program's
+        // as ours.
+        sh.zaps.cancel(zap);
     }
     let _ = uffd.wake(addr, ps);
     settle_removed(sh, p);
@@ -199,18 +200,17 @@ pub fn evict_run(sh: &Shared, first: usize, max: usize, buf: &mut [u8]) -> usize
     for q in first..first + stored {
         sh.table.set(q, STORED);
         sh.table.set_flag(q, REFERENCED, false);
-        sh.table.set_flag(q, ZAPPING, true);
     }
     sh.resident.fetch_sub(stored as u64, Ordering::AcqRel);
+    let zap = sh.zaps.register(first, stored);
     // SAFETY: drops the mapping of pages of the region whose contents are
     // now in the store; a fault brings them back.
     let rc = unsafe { libc::madvise(addr as *mut libc::c_void, stored * ps, libc::MADV_DONTNEED) };
     if rc != 0 {
         // No remove event came (the program unmapped the pages meanwhile):
-        // the flags must not mark a later remove of the program's as ours.
-        for q in first..first + stored {
-            sh.table.set_flag(q, ZAPPING, false);
-        }
+        // the registration must not mark a later remove of the program's
+        // as ours.
+        sh.zaps.cancel(zap);
     }
     let _ = uffd.wake(addr, stored * ps);
     for q in first..first + stored {
@@ -258,26 +258,31 @@ pub fn bring_in(
             if !sh.table.cas(p, UNTOUCHED, LOADING) {
                 return BringIn::Later;
             }
+            // Counted first, mapped and woken in one call, then published
+            // (as for a stored page, below).
+            let kind = fault.then_some(&c.missing_zero);
+            account(sh, p, kind);
             let done = if write && ps <= ZEROS.len() {
-                uffd.copy_mode(addr, ZEROS.as_ptr(), ps, false)
+                uffd.copy(addr, ZEROS.as_ptr(), ps)
             } else {
-                uffd.zeropage_mode(addr, ps, false)
+                uffd.zeropage(addr, ps)
             };
             match done {
                 Ok(()) => {
-                    if fault {
-                        Counters::bump(&c.missing_zero);
-                    }
-                    mapped(sh, p);
-                    let _ = uffd.wake(addr, ps);
+                    sh.table.set(p, RESIDENT);
                     BringIn::Done
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-                    mapped(sh, p);
+                    // Mapped all the same: resident, but not this fault's.
+                    if let Some(k) = kind {
+                        k.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    sh.table.set(p, RESIDENT);
                     let _ = uffd.wake(addr, ps);
                     BringIn::AlreadyThere
                 }
                 Err(_) => {
+                    unaccount(sh, p, kind);
                     sh.table.set(p, UNTOUCHED);
                     BringIn::Later
                 }
@@ -300,6 +305,10 @@ pub fn bring_in(
                 sh.table.set(p, UNTOUCHED);
                 return bring_in(sh, p, addr, buf, fault, write);
             }
+            // A probation page's stamp is its slot (until `account` stamps
+            // the page's age over it).
+            let stamp = sh.table.stamp(p);
+            let slot = stamp;
             let t0 = Instant::now();
             let (src, t1) = if state == STORED {
                 if sh.store.read_page(p as u64, &mut buf[..ps]).is_err() {
@@ -308,11 +317,19 @@ pub fn bring_in(
                 }
                 (buf.as_ptr(), Instant::now())
             } else {
-                (sh.probation.slot_ptr(sh.table.stamp(p)).cast_const(), t0)
+                (sh.probation.slot_ptr(slot).cast_const(), t0)
             };
-            // Mapped without waking, published, then woken: a thread that
-            // runs on finds the page's state and counters already true.
-            match uffd.copy_mode(addr, src, ps, false) {
+            // The counters first: the copy wakes the faulting thread, which
+            // may read them as soon as it runs. The page stays `LOADING`
+            // (no eviction takes it, a remove of it waits in the
+            // descriptor for this thread) until published below.
+            let kind = fault.then_some(if state == STORED {
+                &c.missing_store
+            } else {
+                &c.missing_probation
+            });
+            account(sh, p, kind);
+            match uffd.copy(addr, src, ps) {
                 Ok(()) => {
                     let t2 = Instant::now();
                     if state == STORED {
@@ -321,35 +338,29 @@ pub fn bring_in(
                         if !sh.discards.push(p) {
                             let _ = sh.store.discard(p as u64, 1);
                         }
-                        if fault {
-                            Counters::bump(&c.missing_store);
-                        }
                     } else {
-                        sh.probation.give(sh.table.stamp(p));
-                        if fault {
-                            Counters::bump(&c.missing_probation);
-                        }
+                        sh.probation.give(slot);
                     }
-                    mapped(sh, p);
-                    let t3 = Instant::now();
-                    let _ = uffd.wake(addr, ps);
+                    sh.table.set(p, RESIDENT);
                     if state == STORED && fault {
-                        let t4 = Instant::now();
                         let ns = |d: std::time::Duration| d.as_nanos() as u64;
                         c.decompress_ns.fetch_add(ns(t1 - t0), Ordering::Relaxed);
                         c.copy_ns.fetch_add(ns(t2 - t1), Ordering::Relaxed);
-                        c.wake_ns.fetch_add(ns(t4 - t3), Ordering::Relaxed);
                     }
                     BringIn::Done
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
                     // A stale message: the old page is still mapped (an
                     // eviction between its publish and its zap).
+                    unaccount(sh, p, kind);
+                    sh.table.set_stamp(p, stamp);
                     sh.table.set(p, state);
                     let _ = uffd.wake(addr, ps);
                     BringIn::AlreadyThere
                 }
                 Err(_) => {
+                    unaccount(sh, p, kind);
+                    sh.table.set_stamp(p, stamp);
                     sh.table.set(p, state);
                     BringIn::Later
                 }
@@ -393,12 +404,27 @@ pub fn bring_in(
     }
 }
 
-/// Marks `p` (held `LOADING`) mapped and referenced now.
-fn mapped(sh: &Shared, p: usize) {
+/// Counts `p` (held `LOADING`, about to be mapped) as resident and
+/// referenced now, and its fault as `kind`; done before the call that maps
+/// it and wakes its faulting thread, which may read the counters at once.
+/// The caller publishes the page (`RESIDENT`) after the call.
+fn account(sh: &Shared, p: usize, kind: Option<&AtomicU64>) {
+    if let Some(k) = kind {
+        Counters::bump(k);
+    }
     sh.table.set_stamp(p, sh.now_ms() as u32);
     sh.table.set_flag(p, REFERENCED, true);
     sh.resident.fetch_add(1, Ordering::AcqRel);
-    sh.table.set(p, RESIDENT);
+}
+
+/// Takes back `account` when the page could not be mapped (the caller
+/// restores the page's stamp where it holds a probation slot).
+fn unaccount(sh: &Shared, p: usize, kind: Option<&AtomicU64>) {
+    if let Some(k) = kind {
+        k.fetch_sub(1, Ordering::Relaxed);
+    }
+    sh.table.set_flag(p, REFERENCED, false);
+    sh.resident.fetch_sub(1, Ordering::AcqRel);
 }
 
 /// The program dropped page `p` (madvise) or unmapped it: frees its copy

@@ -46,6 +46,7 @@ pub mod stats;
 mod table;
 pub mod uffd;
 mod workers;
+mod zaps;
 
 pub use buf::mlock_refused;
 pub use config::{default_store, RegionConfig};

@@ -28,6 +28,7 @@ use crate::stats::{Counters, RegionStats};
 use crate::table::{PageTable, PROBATION, STORED};
 use crate::uffd::{Uffd, UffdMode};
 use crate::workers;
+use crate::zaps::Zaps;
 
 /// The system's page size.
 pub fn page_size() -> usize {
@@ -176,6 +177,7 @@ impl Region {
             probation,
             store,
             discards: Discards::new(4096),
+            zaps: Zaps::default(),
             resident: AtomicU64::new(0),
             limit_pages,
             counters: Counters::default(),

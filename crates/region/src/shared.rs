@@ -21,6 +21,7 @@ use crate::probation::Probation;
 use crate::stats::Counters;
 use crate::table::PageTable;
 use crate::uffd::{Uffd, UffdMode};
+use crate::zaps::Zaps;
 
 /// The region's shared state.
 #[derive(Debug)]
@@ -47,6 +48,8 @@ pub struct Shared {
     pub store: Store,
     /// Store slots of pages brought back, to free off the fault path.
     pub discards: Discards,
+    /// The region's own zaps whose remove events are still to come.
+    pub zaps: Zaps,
     /// Pages mapped now.
     pub resident: AtomicU64,
     /// The resident limit in pages.

@@ -149,11 +149,9 @@ pub struct Counters {
     pub latency: Histogram,
     /// Nanoseconds decompressing for missing-from-store faults.
     pub decompress_ns: AtomicU64,
-    /// Nanoseconds in `UFFDIO_COPY` (`DONTWAKE`) for missing-from-store
-    /// faults.
+    /// Nanoseconds in `UFFDIO_COPY` (which also wakes the faulting
+    /// thread) for missing-from-store faults.
     pub copy_ns: AtomicU64,
-    /// Nanoseconds in the `UFFDIO_WAKE` that follows it.
-    pub wake_ns: AtomicU64,
     /// Nanoseconds in missing-from-store faults in all.
     pub store_fault_ns: AtomicU64,
 }
@@ -208,11 +206,9 @@ pub struct EvictionStats {
 pub struct StoreFaultTime {
     /// Mean ns decompressing (the store's read).
     pub decompress_ns: u64,
-    /// Mean ns in `UFFDIO_COPY` without waking (page allocation, copy,
-    /// map).
+    /// Mean ns in `UFFDIO_COPY` (page allocation, copy, map, and waking
+    /// the faulting thread).
     pub copy_ns: u64,
-    /// Mean ns in `UFFDIO_WAKE` (waking the faulting thread).
-    pub wake_ns: u64,
     /// Mean ns for the rest: the message, page state, discarding the slot.
     pub bookkeeping_ns: u64,
 }
@@ -282,17 +278,15 @@ impl Counters {
             prefetched: l(&self.prefetched),
         };
         let n = faults.missing_store.max(1);
-        let (d, c, w, t) = (
+        let (d, c, t) = (
             l(&self.decompress_ns),
             l(&self.copy_ns),
-            l(&self.wake_ns),
             l(&self.store_fault_ns),
         );
         let time = StoreFaultTime {
             decompress_ns: d / n,
             copy_ns: c / n,
-            wake_ns: w / n,
-            bookkeeping_ns: t.saturating_sub(d + c + w) / n,
+            bookkeeping_ns: t.saturating_sub(d + c) / n,
         };
         (faults, ev, self.latency.snapshot(), time)
     }

@@ -27,9 +27,6 @@ pub const GONE: u8 = 6;
 
 /// Flag: faulted in since the clock hand last passed.
 pub const REFERENCED: u8 = 1;
-/// Flag: the region itself is dropping this page's mapping (its madvise's
-/// remove event is its own).
-pub const ZAPPING: u8 = 2;
 /// Flag: the program dropped the page (`madvise`) while a thread held it
 /// `EVICTING`; the holder drops it when it lets go (`evict::settle_removed`).
 pub const REMOVED: u8 = 4;
@@ -145,9 +142,9 @@ mod tests {
         assert!(!t.cas(1, RESIDENT, EVICTING), "held by the first");
         t.set(1, STORED);
         assert_eq!(t.count(STORED), 1);
-        assert!(!t.set_flag(2, ZAPPING, true));
-        assert!(t.set_flag(2, ZAPPING, true));
-        assert!(t.set_flag(2, ZAPPING, false));
-        assert!(!t.set_flag(2, ZAPPING, false));
+        assert!(!t.set_flag(2, REMOVED, true));
+        assert!(t.set_flag(2, REMOVED, true));
+        assert!(t.set_flag(2, REMOVED, false));
+        assert!(!t.set_flag(2, REMOVED, false));
     }
 }

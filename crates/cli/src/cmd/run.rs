@@ -31,6 +31,7 @@ const ENV_COMP: &str = "ZMEM_RUN_COMP";
 const ENV_PARAMS: &str = "ZMEM_RUN_ALGORITHM_PARAMS";
 const ENV_MIN: &str = "ZMEM_RUN_MIN";
 const ENV_STATS_DIR: &str = "ZMEM_RUN_STATS_DIR";
+const ENV_HANDLER_POLL: &str = "ZMEM_RUN_HANDLER_POLL_US";
 /// Where to find the library, ahead of the places next to `zmem`.
 const ENV_PRELOAD: &str = "ZMEM_PRELOAD";
 const LIBRARY: &str = "libzmem_preload.so";
@@ -66,6 +67,12 @@ pub struct RunArgs {
     /// The smallest mapping or allocation served from the region.
     #[arg(long, value_name = "SIZE", default_value = "64K", value_parser = recipe::flags::size(4096, 1 << 30))]
     min_size: u64,
+    /// Microseconds each process's fault handler keeps polling for the
+    /// next fault before it sleeps (0 to 10000; 0: it sleeps at once). A
+    /// fault that finds it awake is served sooner; the cost is up to this
+    /// much CPU after each burst of faults.
+    #[arg(long, value_name = "US", default_value_t = 30, value_parser = recipe::flags::whole::<u64>(0, 10_000))]
+    handler_poll: u64,
     /// Also write every process's statistics to FILE (a JSON array, the
     /// command's own process first).
     #[arg(long, value_name = "FILE")]
@@ -279,6 +286,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, CliError> {
         .env(ENV_COMP, args.comp.name())
         .env(ENV_PARAMS, params)
         .env(ENV_MIN, args.min_size.to_string())
+        .env(ENV_HANDLER_POLL, args.handler_poll.to_string())
         .env(ENV_STATS_DIR, &dir)
         .spawn();
     let mut child = match spawned {

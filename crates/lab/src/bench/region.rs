@@ -101,9 +101,9 @@ struct FaultRow {
     p99_us: f64,
     p999_us: f64,
     max_us: f64,
-    /// The handler's mean per store fault: decompress, copy, wake,
-    /// bookkeeping (ns).
-    handler_ns: Option<[u64; 4]>,
+    /// The handler's mean per store fault: decompress, copy (with the
+    /// faulting thread's wake-up), bookkeeping (ns).
+    handler_ns: Option<[u64; 3]>,
 }
 
 /// One data set, pattern and compressor at the limit.
@@ -144,7 +144,7 @@ fn quantiles(
     kind: &str,
     comp: Option<&str>,
     mut ns: Vec<u64>,
-    handler: Option<[u64; 4]>,
+    handler: Option<[u64; 3]>,
 ) -> FaultRow {
     ns.sort_unstable();
     let at = |q: f64| ns[((ns.len() as f64 * q) as usize).min(ns.len() - 1)] as f64 / 1000.0;
@@ -161,7 +161,15 @@ fn quantiles(
 }
 
 fn region(len: usize, limit: usize, comp: Algorithm, params: &str) -> Result<Region, Error> {
-    let mut cfg = RegionConfig::new(limit);
+    region_with(RegionConfig::new(limit), len, comp, params)
+}
+
+fn region_with(
+    mut cfg: RegionConfig,
+    len: usize,
+    comp: Algorithm,
+    params: &str,
+) -> Result<Region, Error> {
     cfg.store.comp = comp;
     cfg.store.comp_params = params.to_string();
     cfg.probation_pages = Some(0);
@@ -182,8 +190,18 @@ fn faults(data: &[u8], comps: &[Algorithm], params: &str) -> Result<Vec<FaultRow
     let n = len / ps;
     let order = shuffled(n, 7);
     let mut rows = Vec::new();
-    for &comp in comps {
-        let r = region(len, len, comp, params)?;
+    // The first compressor once more with a handler that sleeps between
+    // faults: what its polling is worth, in the same run.
+    let runs = comps
+        .iter()
+        .map(|&c| (c, true))
+        .chain(std::iter::once((comps[0], false)));
+    for (comp, polling) in runs {
+        let mut cfg = RegionConfig::new(len);
+        if !polling {
+            cfg.handler_poll = std::time::Duration::ZERO;
+        }
+        let r = region_with(cfg, len, comp, params)?;
         let base = r.as_ptr();
         // SAFETY: the region holds `len` bytes; the data as many.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), base, len) };
@@ -196,11 +214,16 @@ fn faults(data: &[u8], comps: &[Algorithm], params: &str) -> Result<Vec<FaultRow
             ns.push(t.elapsed().as_nanos() as u64);
         }
         let t = r.stats().store_fault_time;
+        let kind = if polling {
+            "from the store"
+        } else {
+            "from the store, handler sleeping"
+        };
         rows.push(quantiles(
-            "from the store",
+            kind,
             Some(comp.name()),
             ns,
-            Some([t.decompress_ns, t.copy_ns, t.wake_ns, t.bookkeeping_ns]),
+            Some([t.decompress_ns, t.copy_ns, t.bookkeeping_ns]),
         ));
     }
     let fresh = region(len, len, comps[0], params)?;
@@ -234,7 +257,75 @@ fn faults(data: &[u8], comps: &[Algorithm], params: &str) -> Result<Vec<FaultRow
         kernel,
         None,
     ));
+    rows.push(quantiles(
+        "ceiling: a thread woken by a polling one",
+        None,
+        wake_round_trips(n)?,
+        None,
+    ));
     Ok(rows)
+}
+
+/// The floor under any fault served by another thread: `n` round trips
+/// in which this thread blocks in `read(2)` on an eventfd and a second
+/// thread, polling another without sleeping, wakes it. A userfaultfd fault
+/// is that round trip plus the handler's work.
+fn wake_round_trips(n: usize) -> Result<Vec<u64>, Error> {
+    let new_efd = |flags: libc::c_int| {
+        // SAFETY: eventfd takes an initial count and flags.
+        let fd = unsafe { libc::eventfd(0, flags | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            Err(Error::Failed(format!(
+                "eventfd: {}",
+                std::io::Error::last_os_error()
+            )))
+        } else {
+            Ok(fd)
+        }
+    };
+    let ask = new_efd(libc::EFD_NONBLOCK)?;
+    let answer = match new_efd(0) {
+        Ok(fd) => fd,
+        Err(e) => {
+            // SAFETY: closes the descriptor made above, once.
+            unsafe { libc::close(ask) };
+            return Err(e);
+        }
+    };
+    let one = 1u64.to_ne_bytes();
+    let poller = std::thread::spawn(move || {
+        let mut v = [0u8; 8];
+        for _ in 0..n {
+            // SAFETY: reads and writes 8 bytes of local buffers on the
+            // eventfds, which stay open until this thread is joined.
+            unsafe {
+                while libc::read(ask, v.as_mut_ptr().cast(), 8) != 8 {
+                    std::hint::spin_loop();
+                }
+                libc::write(answer, one.as_ptr().cast(), 8);
+            }
+        }
+    });
+    let mut ns = Vec::with_capacity(n);
+    let mut v = [0u8; 8];
+    for _ in 0..n {
+        let t = Instant::now();
+        // SAFETY: as above; the answer's read blocks until the poller
+        // writes.
+        unsafe {
+            libc::write(ask, one.as_ptr().cast(), 8);
+            libc::read(answer, v.as_mut_ptr().cast(), 8);
+        }
+        ns.push(t.elapsed().as_nanos() as u64);
+    }
+    let _ = poller.join();
+    // SAFETY: both descriptors are this function's, closed once, after the
+    // poller is done with them.
+    unsafe {
+        libc::close(ask);
+        libc::close(answer);
+    }
+    Ok(ns)
 }
 
 /// The page order of a pattern: Zipf over shuffled pages, or scans.
@@ -394,7 +485,7 @@ fn table(r: &Report, first: &str, args: &RegionBenchArgs) -> String {
     );
     let _ = writeln!(
         o,
-        "{:<42} {:>8} {:>8} {:>8} {:>9} {:>9}  handler: decompress/copy/wake/rest ns",
+        "{:<42} {:>8} {:>8} {:>8} {:>9} {:>9}  handler: decompress/copy+wake/rest ns",
         "fault", "faults", "p50", "p99", "p99.9", "max"
     );
     for f in &r.faults {
@@ -402,9 +493,9 @@ fn table(r: &Report, first: &str, args: &RegionBenchArgs) -> String {
             Some(c) => format!("{} ({c})", f.kind),
             None => f.kind.clone(),
         };
-        let h = f.handler_ns.map_or(String::new(), |h| {
-            format!("  {}/{}/{}/{}", h[0], h[1], h[2], h[3])
-        });
+        let h = f
+            .handler_ns
+            .map_or(String::new(), |h| format!("  {}/{}/{}", h[0], h[1], h[2]));
         let _ = writeln!(
             o,
             "{kind:<42} {:>8} {:>8.2} {:>8.2} {:>8.2} {:>9.1}{h}",
