@@ -11,9 +11,24 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::report;
+
+/// 4 MiB of real data in a file of a fresh directory (kept while the
+/// directory lives): the directory, the file and the data; `None`, having
+/// said why, where no userfaultfd serves the kernel's faults.
+fn real_data_file() -> Option<(tempfile::TempDir, PathBuf, Vec<u8>)> {
+    if !testkit::userfaultfd_serves_kernel() {
+        eprintln!("skipped: no access to /dev/userfaultfd");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let real = testkit::real_data(4 << 20);
+    let path = dir.path().join("real.bin");
+    std::fs::write(&path, &real).unwrap();
+    Some((dir, path, real))
+}
 
 /// `zmem bench region` on the 4 MiB data file at `path`, then `extra`.
 fn region_args<'a>(path: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
@@ -31,13 +46,9 @@ fn region_args<'a>(path: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
 
 #[test]
 fn faults_and_memory_at_the_limit() {
-    if !testkit::userfaultfd_serves_kernel() {
-        eprintln!("skipped: no access to /dev/userfaultfd");
+    let Some((_dir, path, _)) = real_data_file() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("real.bin");
-    std::fs::write(&path, testkit::real_data(4 << 20)).unwrap();
+    };
     let r = report(&region_args(
         &path,
         &["--accesses", "20000", "--comp", "lz4,zstd"],
@@ -91,13 +102,9 @@ fn faults_and_memory_at_the_limit() {
 /// samples is refused on one line.
 #[test]
 fn promotion_run_samples_and_plots() {
-    if !testkit::userfaultfd_serves_kernel() {
-        eprintln!("skipped: no access to /dev/userfaultfd");
+    let Some((dir, path, _)) = real_data_file() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("real.bin");
-    std::fs::write(&path, testkit::real_data(4 << 20)).unwrap();
+    };
     let stem = dir.path().join("promo");
     let out = common::zmem(&region_args(
         &path,
@@ -181,14 +188,9 @@ fn stored_ratios(r: &serde_json::Value) -> Vec<f64> {
 /// refused on one line.
 #[test]
 fn dictionary_stores_pages_smaller() {
-    if !testkit::userfaultfd_serves_kernel() {
-        eprintln!("skipped: no access to /dev/userfaultfd");
+    let Some((dir, path, real)) = real_data_file() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let real = testkit::real_data(4 << 20);
-    let path = dir.path().join("real.bin");
-    std::fs::write(&path, &real).unwrap();
+    };
     let pages: Vec<&[u8]> = real.chunks(4096).collect();
     let dict = zstd::dict::from_samples(&pages, 64 << 10).unwrap();
     let dict_path = dir.path().join("pages.dict");

@@ -306,9 +306,8 @@ pub fn bring_in(
                 return bring_in(sh, p, addr, buf, fault, write);
             }
             // A probation page's stamp is its slot (until `account` stamps
-            // the page's age over it).
+            // the page's age over it); kept to restore on failure.
             let stamp = sh.table.stamp(p);
-            let slot = stamp;
             let t0 = Instant::now();
             let (src, t1) = if state == STORED {
                 if sh.store.read_page(p as u64, &mut buf[..ps]).is_err() {
@@ -317,7 +316,7 @@ pub fn bring_in(
                 }
                 (buf.as_ptr(), Instant::now())
             } else {
-                (sh.probation.slot_ptr(slot).cast_const(), t0)
+                (sh.probation.slot_ptr(stamp).cast_const(), t0)
             };
             // The counters first: the copy wakes the faulting thread, which
             // may read them as soon as it runs. The page stays `LOADING`
@@ -339,7 +338,7 @@ pub fn bring_in(
                             let _ = sh.store.discard(p as u64, 1);
                         }
                     } else {
-                        sh.probation.give(slot);
+                        sh.probation.give(stamp);
                     }
                     sh.table.set(p, RESIDENT);
                     if state == STORED && fault {
