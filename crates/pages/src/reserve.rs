@@ -40,8 +40,13 @@ use crate::PagesError;
 /// allocation fails.
 pub const PIECE_BYTES: usize = 1 << 20;
 
-/// Pieces the refill thread keeps ready.
-pub const LOW_WATER_PIECES: usize = 8;
+/// Pieces the refill thread keeps ready. A swap-out burst is bounded by
+/// the requests in flight (ublk's default, two queues of 32 requests of at
+/// most 128 KiB, is 8 MiB of pages, about 4 MiB stored at 2:1), and the
+/// thread populates a piece in well under the [`TAKE_WAIT`] a taker waits;
+/// every locked piece not yet taken is memory the machine that swaps does
+/// not have.
+pub const LOW_WATER_PIECES: usize = 4;
 
 /// How long a frontier that finds no ready piece waits for the refill
 /// thread before its allocation fails.

@@ -13,10 +13,12 @@
 //!   ahead of need, outside the I/O path; a write that finds no ready piece
 //!   fails with an error the kernel sees, as the kernel's zram fails a write
 //!   it has no memory for;
-//! - the C heap never gives memory back and never maps a fresh region per
-//!   allocation (`M_TRIM_THRESHOLD`, `M_MMAP_MAX` 0), and is grown ahead by
-//!   the in-flight bound plus [`HEAP_SPARE_BYTES`], so that request buffers
-//!   and compression contexts are carved from resident, locked memory;
+//! - the C heap never gives memory back, never maps a fresh region per
+//!   allocation and is one arena for every thread (`M_TRIM_THRESHOLD`,
+//!   `M_MMAP_MAX` 0, `M_ARENA_MAX` 1: a thread's own arena would grow by
+//!   faults on the I/O path), and is grown ahead by the in-flight bound
+//!   plus [`HEAP_SPARE_BYTES`], so that request buffers and compression
+//!   contexts are carved from resident, locked memory;
 //! - every page the process has is locked, and so is every page it faults
 //!   in later (`mlockall`, `MCL_FUTURE | MCL_ONFAULT`): none can be swapped
 //!   out, onto itself or elsewhere. Writable mappings (heap, tables,
@@ -37,7 +39,7 @@
 //!
 //! This module applies those settings and reports them; the idle-memory
 //! trimmer (`trim`) must not run in swap mode (the caller leaves it off).
-//! Its `unsafe` code is five C calls (`mallopt`, `mlockall`, `mlock`,
+//! Its `unsafe` code is six C calls (`mallopt`, `mallinfo2`, `mlockall`, `mlock`,
 //! `madvise`, `prctl`), each with its SAFETY argument.
 
 use std::fmt;
@@ -47,9 +49,12 @@ use std::fmt;
 /// reply headers and the page sources' bookkeeping, with room to spare.
 pub const HEAP_SPARE_BYTES: u64 = 4 << 20;
 
-/// Bytes of the reserve populated and locked at start; the refill thread
-/// keeps `pages::reserve::LOW_WATER_PIECES` ready beyond what is taken.
-pub const INITIAL_RESERVE_BYTES: u64 = 16 << 20;
+/// Bytes of the reserve populated and locked at start: the pieces the
+/// refill thread keeps ready beyond what is taken
+/// (`pages::reserve::LOW_WATER_PIECES`), no more. Before the first
+/// swap-out the kernel's zram holds nothing either.
+pub const INITIAL_RESERVE_BYTES: u64 =
+    (pages::reserve::LOW_WATER_PIECES * pages::reserve::PIECE_BYTES) as u64;
 
 /// The in-flight bound per connection in swap mode unless given: the
 /// request buffers come from the heap grown ahead.
@@ -99,12 +104,13 @@ impl fmt::Display for SwapMode {
         let s = pages::reserve::stats().unwrap_or_default();
         write!(
             f,
-            "on reserve={} locked={} taken={} heap={} mlockall={} \
+            "on reserve={} locked={} taken={} heap={} heap_in_use={} mlockall={} \
              io_flusher=1 oom_score_adj={} min_free_kbytes={}",
             self.reserve_bytes,
             s.locked,
             s.taken,
             self.heap_bytes,
+            heap_in_use(),
             if self.code_on_fault {
                 "current-onfault,future-onfault"
             } else {
@@ -320,11 +326,12 @@ fn heap_never_shrinks() -> Result<(), String> {
     let ok = unsafe {
         libc::mallopt(libc::M_TRIM_THRESHOLD, libc::c_int::MAX) == 1
             && libc::mallopt(libc::M_MMAP_MAX, 0) == 1
+            && libc::mallopt(libc::M_ARENA_MAX, 1) == 1
     };
     if ok {
         Ok(())
     } else {
-        Err("mallopt refused M_TRIM_THRESHOLD or M_MMAP_MAX".into())
+        Err("mallopt refused M_TRIM_THRESHOLD, M_MMAP_MAX or M_ARENA_MAX".into())
     }
 }
 
@@ -332,6 +339,21 @@ fn heap_never_shrinks() -> Result<(), String> {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn heap_never_shrinks() -> Result<(), String> {
     Err("swap mode needs glibc's malloc tunables".into())
+}
+
+/// Bytes of the C heap's arenas in use by allocations now (glibc's
+/// `mallinfo2().uordblks`, every arena), the figure the heap grown ahead
+/// must stay above.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn heap_in_use() -> u64 {
+    // SAFETY: mallinfo2 only reads the allocator's counters under its locks.
+    unsafe { libc::mallinfo2() }.uordblks as u64
+}
+
+/// Off glibc swap mode is refused; nothing to report.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn heap_in_use() -> u64 {
+    0
 }
 
 /// Grows the heap by `bytes`, touching every page, and frees them again:
@@ -397,6 +419,7 @@ mod tests {
         for want in [
             "reserve=8388608",
             "heap=8388608",
+            "heap_in_use=",
             "mlockall=current,future-onfault",
             "io_flusher=1",
             "oom_score_adj=-1000",
