@@ -326,4 +326,15 @@ fn serve_swap_needs_a_mem_limit_and_says_what_the_kernel_refused() {
     let text = String::from_utf8_lossy(&ctl.stdout);
     assert!(text.starts_with("on reserve="), "{text}");
     assert!(text.contains("oom_score_adj=-1000"), "{text}");
+    // The heap is kept ahead of the stores' bookkeeping: its free top is
+    // at least 1 MiB once the server is ready, and allocations use some of
+    // it (the slot table, the compression contexts).
+    let field = |name: &str| -> u64 {
+        text.split_whitespace()
+            .find_map(|f| f.strip_prefix(name))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    };
+    assert!(field("heap_top=") >= 1 << 20, "{text}");
+    assert!(field("heap_in_use=") > 0, "{text}");
 }

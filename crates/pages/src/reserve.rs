@@ -11,7 +11,8 @@
 //! [`PIECE_BYTES`] pieces of populated memory from it instead of mapping
 //! chunks. A refill thread ([`start_refill`]) keeps [`LOW_WATER_PIECES`]
 //! pieces ready: when fewer are left it populates more, ahead of need,
-//! outside the I/O path. That thread may wait in reclaim, and reclaim may
+//! outside the I/O path (and runs its caller's `top_up`, for other memory
+//! kept ahead the same way). That thread may wait in reclaim, and reclaim may
 //! swap pages out to this very process: those writes are stored with the
 //! pieces still ready. A frontier that finds none waits for the thread at
 //! most [`TAKE_WAIT`], then gets an error (the store's write fails, as the
@@ -219,12 +220,21 @@ pub fn stats() -> Option<ReserveStats> {
     })
 }
 
+/// How often the refill thread runs its caller's `top_up` when no piece is
+/// taken.
+pub const TOP_UP_EVERY: Duration = Duration::from_millis(250);
+
 /// Starts the thread (named `reserve`) that keeps [`LOW_WATER_PIECES`]
 /// pieces ready; it runs `setup` first. It must not be a thread the kernel
 /// spares I/O (`PR_SET_IO_FLUSHER`): its faults are the ones allowed to
 /// wait for reclaim, which may swap (`setup` is where the caller clears
-/// such a flag). Does nothing without a reserve.
-pub fn start_refill(setup: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+/// such a flag). It also runs `top_up` whenever a piece is taken and at
+/// least every [`TOP_UP_EVERY`]: the caller's other memory kept ahead of
+/// need the same way (the C heap). Does nothing without a reserve.
+pub fn start_refill(
+    setup: impl FnOnce() + Send + 'static,
+    top_up: impl FnMut() + Send + 'static,
+) -> std::io::Result<()> {
     let Some(r) = RESERVE.get() else {
         return Ok(());
     };
@@ -232,7 +242,7 @@ pub fn start_refill(setup: impl FnOnce() + Send + 'static) -> std::io::Result<()
         .name("reserve".into())
         .spawn(move || {
             setup();
-            r.refill_forever()
+            r.refill_forever(top_up)
         })?;
     Ok(())
 }
@@ -243,16 +253,30 @@ impl Reserve {
     }
 
     /// The refill thread's loop: populate a piece whenever fewer than the
-    /// low water mark are ready and address space is left.
-    fn refill_forever(&self) -> ! {
+    /// low water mark are ready and address space is left; run `top_up`
+    /// after every wake-up.
+    fn refill_forever(&self, mut top_up: impl FnMut()) -> ! {
         loop {
+            top_up();
             let next = {
-                let mut s = self.lock();
-                while s.refused
-                    || s.ready.len() >= LOW_WATER_PIECES
-                    || s.populated + PIECE_BYTES > self.len
-                {
-                    s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
+                let s = self.lock();
+                let wanted = |s: &State| {
+                    !s.refused
+                        && s.ready.len() < LOW_WATER_PIECES
+                        && s.populated + PIECE_BYTES <= self.len
+                };
+                let s = if wanted(&s) {
+                    s
+                } else {
+                    // A take's notification or the period ends the wait;
+                    // either way `top_up` runs again first.
+                    self.changed
+                        .wait_timeout(s, TOP_UP_EVERY)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                };
+                if !wanted(&s) {
+                    continue;
                 }
                 s.populated
             };

@@ -51,7 +51,7 @@ fn sources_carve_from_the_locked_reserve_and_fail_cleanly_past_it() {
         reserve::lock_reserve(piece, 0),
         Err(PagesError::Reserve(_))
     ));
-    reserve::start_refill(|| ()).unwrap();
+    reserve::start_refill(|| (), || ()).unwrap();
 
     let page = 4096;
     let source = PageSource::new(page, None).unwrap();

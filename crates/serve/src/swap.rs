@@ -17,8 +17,10 @@
 //!   allocation and is one arena for every thread (`M_TRIM_THRESHOLD`,
 //!   `M_MMAP_MAX` 0, `M_ARENA_MAX` 1: a thread's own arena would grow by
 //!   faults on the I/O path), and is grown ahead by the in-flight bound
-//!   plus [`HEAP_SPARE_BYTES`], so that request buffers and compression
-//!   contexts are carved from resident, locked memory;
+//!   plus [`HEAP_SPARE_BYTES`], and after that by the reserve's thread
+//!   whenever its free top falls below [`HEAP_TOP_LOW_BYTES`], so that
+//!   request buffers, compression contexts and the stores' bookkeeping
+//!   are carved from resident, locked memory;
 //! - every page the process has is locked, and so is every page it faults
 //!   in later (`mlockall`, `MCL_FUTURE | MCL_ONFAULT`): none can be swapped
 //!   out, onto itself or elsewhere. Writable mappings (heap, tables,
@@ -48,6 +50,17 @@ use std::fmt;
 /// compression contexts (lz4's are 16 KiB, zstd's about 1.3 MiB at level 3),
 /// reply headers and the page sources' bookkeeping, with room to spare.
 pub const HEAP_SPARE_BYTES: u64 = 4 << 20;
+
+/// The free bytes at the C heap's top below which the reserve's thread
+/// grows the heap again ([`HEAP_TOP_BYTES`]). The stores' bookkeeping
+/// grows with the pool (zsmalloc's zspage tables and handle table: 0.8 MiB
+/// of heap for 50 MiB of pool measured, and a handle table's next segment
+/// can be 1 MiB on its own), so a heap grown once at start would be
+/// outgrown near a large `mem_limit`, by faults on the I/O path.
+pub const HEAP_TOP_LOW_BYTES: usize = 1 << 20;
+
+/// What the reserve's thread grows the heap's free top to.
+pub const HEAP_TOP_BYTES: usize = 2 << 20;
 
 /// Bytes of the reserve populated and locked at start: the pieces the
 /// refill thread keeps ready beyond what is taken
@@ -104,13 +117,14 @@ impl fmt::Display for SwapMode {
         let s = pages::reserve::stats().unwrap_or_default();
         write!(
             f,
-            "on reserve={} locked={} taken={} heap={} heap_in_use={} mlockall={} \
-             io_flusher=1 oom_score_adj={} min_free_kbytes={}",
+            "on reserve={} locked={} taken={} heap={} heap_in_use={} heap_top={} \
+             mlockall={} io_flusher=1 oom_score_adj={} min_free_kbytes={}",
             self.reserve_bytes,
             s.locked,
             s.taken,
             self.heap_bytes,
             heap_in_use(),
+            heap_top_free(),
             if self.code_on_fault {
                 "current-onfault,future-onfault"
             } else {
@@ -198,13 +212,17 @@ pub fn lock(reserve_bytes: u64, heap_bytes: u64, code_on_fault: bool) -> Result<
     // thread take it.
     pages::reserve::lock_reserve(reserve_bytes, INITIAL_RESERVE_BYTES.min(reserve_bytes))
         .map_err(|e| e.to_string())?;
-    pages::reserve::start_refill(|| {
-        // The refill thread's faults are the ones allowed to wait for
-        // reclaim, which may swap: it gives up the inherited flag.
-        // SAFETY: prctl with integer arguments only clears a flag on this
-        // task.
-        unsafe { libc::prctl(PR_SET_IO_FLUSHER, 0, 0, 0, 0) };
-    })
+    keep_heap_ahead();
+    pages::reserve::start_refill(
+        || {
+            // The refill thread's faults are the ones allowed to wait for
+            // reclaim, which may swap: it gives up the inherited flag.
+            // SAFETY: prctl with integer arguments only clears a flag on
+            // this task.
+            unsafe { libc::prctl(PR_SET_IO_FLUSHER, 0, 0, 0, 0) };
+        },
+        keep_heap_ahead,
+    )
     .map_err(|e| format!("cannot start a thread: {e}"))?;
     Ok(SwapMode {
         reserve_bytes,
@@ -356,6 +374,32 @@ pub fn heap_in_use() -> u64 {
     0
 }
 
+/// Bytes free at the top of the C heap (glibc's `mallinfo2().keepcost`):
+/// what an allocation no free chunk fits is carved from without growing
+/// the heap.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn heap_top_free() -> usize {
+    // SAFETY: as in `heap_in_use`.
+    unsafe { libc::mallinfo2() }.keepcost
+}
+
+/// Off glibc swap mode is refused; nothing to report.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn heap_top_free() -> usize {
+    0
+}
+
+/// Grows the C heap's free top back to [`HEAP_TOP_BYTES`] once it is below
+/// [`HEAP_TOP_LOW_BYTES`]: run by the reserve's thread (whose faults may
+/// wait for reclaim) as the stores grow, so that the I/O path's
+/// allocations find resident, locked heap.
+fn keep_heap_ahead() {
+    let top = heap_top_free();
+    if top < HEAP_TOP_LOW_BYTES {
+        grow_heap(HEAP_TOP_BYTES);
+    }
+}
+
 /// Grows the heap by `bytes`, touching every page, and frees them again:
 /// with the trim threshold out of reach they stay in the heap, resident (and
 /// locked by `lock` after), for later allocations.
@@ -420,6 +464,7 @@ mod tests {
             "reserve=8388608",
             "heap=8388608",
             "heap_in_use=",
+            "heap_top=",
             "mlockall=current,future-onfault",
             "io_flusher=1",
             "oom_score_adj=-1000",
