@@ -6,11 +6,12 @@
 //! `/dev/ublkbN` compressed in the store, discard and write-zeroes,
 //! read-only devices, a mounted ext4 refusing reset and removal, disksize,
 //! hot_add and hot_remove making and removing devices, SIGTERM removing
-//! them all, and SIGKILL mid-write (the writer sees I/O errors, the next
-//! server deletes the device left). The guest runs under TCG emulation
-//! where /dev/kvm cannot run a stock kernel (about 2 minutes on two
-//! cores); where no guest can run (no qemu, no guest kernel, not root) it
-//! says why and passes without running.
+//! them all, SIGKILL mid-write (the writer sees I/O errors, the next
+//! server deletes the device left), and swap mode (`--swap`: memory locked
+//! ahead, data from the locked reserve, the heap kept ahead). The guest
+//! runs under TCG emulation where /dev/kvm cannot run a stock kernel
+//! (about 2 minutes on two cores); where no guest can run (no qemu, no
+//! guest kernel, not root) it says why and passes without running.
 //!
 //! On this machine itself, `--ublk` without the driver is one line naming
 //! it and exit 1.
@@ -45,6 +46,7 @@ fn exports_live_as_ublk_block_devices_in_a_guest() {
                 "SIGTERM: exit 0, no /dev/ublkb* or /dev/ublkc* left",
                 "writer after SIGKILL: dd: error writing '/dev/ublkb0': Input/output error",
                 "next start removed the device a killed server left",
+                "swap mode: 16 MiB through /dev/ublkb0 from the locked reserve, heap kept ahead",
                 "serve_ublk: PASS",
             ] {
                 assert!(output.contains(line), "missing {line:?}:\n{output}");
