@@ -1,7 +1,9 @@
-//! Memory the workers keep for themselves: page buffers and the probation
-//! slab, mapped once, touched at once and locked (`mlock`) where the limit
-//! allows, so the fault path neither allocates nor faults on its own
-//! memory; and the locking of a worker's stack.
+//! Memory the workers keep for themselves: page buffers, mapped once,
+//! touched at once and locked (`mlock`) where the limit allows, so the
+//! fault path neither allocates nor faults on its own memory; the
+//! probation slab, locked page by page as the evictor first writes its
+//! slots (`MLOCK_ONFAULT`: the handler only reads slots written before);
+//! and the locking of a worker's stack.
 //!
 //! Owns these mappings only; it never maps or touches the region.
 
@@ -37,17 +39,54 @@ unsafe impl Send for LockedBuf {}
 // SAFETY: as above.
 unsafe impl Sync for LockedBuf {}
 
+/// `MLOCK_ONFAULT` (Linux 4.4), which the libc crate does not name for
+/// glibc targets.
+const MLOCK_ONFAULT: libc::c_uint = 1;
+
 impl LockedBuf {
-    /// `len` bytes (a multiple of the page size, above 0).
+    /// `len` bytes (a multiple of the page size, above 0), populated and
+    /// locked now.
     pub fn new(len: usize) -> std::io::Result<LockedBuf> {
-        // SAFETY: a fresh private anonymous mapping; MAP_POPULATE faults it
-        // in now.
+        let buf = LockedBuf::map(len, libc::MAP_POPULATE)?;
+        lock(buf.ptr, len);
+        Ok(buf)
+    }
+
+    /// `len` bytes (a multiple of the page size, above 0) that cost nothing
+    /// until written: each page is locked as it is first faulted in
+    /// (`mlock2(MLOCK_ONFAULT)`), so once written it stays resident. Where
+    /// the kernel has no `MLOCK_ONFAULT`, populated and locked now, as
+    /// [`LockedBuf::new`].
+    pub fn on_fault(len: usize) -> std::io::Result<LockedBuf> {
+        let buf = LockedBuf::map(len, 0)?;
+        // SAFETY: mlock2 only changes how the mapping just made is paged;
+        // a refusal is an error return.
+        if unsafe { libc::mlock2(buf.ptr.cast(), len, MLOCK_ONFAULT) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if matches!(e.raw_os_error(), Some(libc::ENOSYS) | Some(libc::EINVAL)) {
+                for off in (0..len).step_by(4096) {
+                    // SAFETY: inside the mapping just made, which nobody
+                    // else sees yet.
+                    unsafe { buf.ptr.add(off).write_volatile(0) };
+                }
+                lock(buf.ptr, len);
+            } else {
+                MLOCK_REFUSED.store(true, Ordering::Relaxed);
+            }
+        }
+        Ok(buf)
+    }
+
+    /// A private anonymous mapping of `len` bytes with `extra` flags.
+    fn map(len: usize, extra: libc::c_int) -> std::io::Result<LockedBuf> {
+        // SAFETY: a fresh private anonymous mapping at an address of the
+        // kernel's choosing; MAP_POPULATE (if in `extra`) faults it in now.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra,
                 -1,
                 0,
             )
@@ -55,7 +94,6 @@ impl LockedBuf {
         if ptr == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        lock(ptr as *const u8, len);
         Ok(LockedBuf {
             ptr: ptr.cast(),
             len,
@@ -97,4 +135,51 @@ pub fn lock_stack(below: usize) {
     let top = (here & !(page - 1)) + page;
     let bottom = top.saturating_sub(below);
     lock(bottom as *const u8, top - bottom);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pages of `buf` resident now (`mincore`).
+    fn resident_pages(buf: &LockedBuf) -> usize {
+        let mut vec = vec![0u8; buf.len.div_ceil(4096)];
+        // SAFETY: the buffer's own mapping; `vec` has a byte per page.
+        let rc = unsafe { libc::mincore(buf.ptr.cast(), buf.len, vec.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        vec.iter().filter(|&&b| b & 1 == 1).count()
+    }
+
+    /// `Locked` (KiB) of the mapping that is exactly `buf`'s, from
+    /// /proc/self/smaps; None if the kernel merged it with a neighbour.
+    fn locked_kib(buf: &LockedBuf) -> Option<u64> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let header = format!("{:x}-{:x} ", buf.ptr as usize, buf.ptr as usize + buf.len);
+        smaps
+            .lines()
+            .skip_while(|l| !l.starts_with(&header))
+            .skip(1)
+            .find_map(|l| l.strip_prefix("Locked:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
+    /// A slab locked on fault costs nothing until written, and a page once
+    /// written is resident and locked; a buffer made with `new` is resident
+    /// whole at once.
+    #[test]
+    fn on_fault_buffers_cost_only_the_pages_written() {
+        let len = 64 * 4096;
+        let mut lazy = LockedBuf::on_fault(len).unwrap();
+        assert_eq!(resident_pages(&lazy), 0);
+        lazy.bytes()[0] = 1;
+        lazy.bytes()[5 * 4096] = 1;
+        assert_eq!(resident_pages(&lazy), 2, "the two pages written");
+        if !mlock_refused() {
+            if let Some(kib) = locked_kib(&lazy) {
+                assert_eq!(kib, 8, "the written pages are locked");
+            }
+        }
+        let whole = LockedBuf::new(len).unwrap();
+        assert_eq!(resident_pages(&whole), 64);
+    }
 }

@@ -28,8 +28,12 @@ pub struct Probation {
 impl Probation {
     /// `slots` slots of `page_size` bytes (none: probation off).
     pub fn new(slots: usize, page_size: usize) -> std::io::Result<Probation> {
+        // Locked as slots are first written: a region whose pages never go
+        // on probation (evicted at the limit, not by age) pays nothing for
+        // the slab, and slots are reused last-freed first, so the pages
+        // written stay few.
         let mem = if slots > 0 {
-            Some(LockedBuf::new(slots * page_size)?)
+            Some(LockedBuf::on_fault(slots * page_size)?)
         } else {
             None
         };
