@@ -116,6 +116,11 @@ fn make_room(sh: &Shared, buf: &mut [u8]) {
         {
             len += 1;
         }
+        // Slots of pages brought back since are freed before a run is
+        // stored: their space goes to the run, and in a slow fault storm
+        // the queue would otherwise hold thousands of stale copies while
+        // this loop evicts.
+        drain_discards(sh);
         let went = evict_run(sh, p, len, buf);
         if went > 0 {
             sh.hand.fetch_add(went - 1, Ordering::Relaxed);
