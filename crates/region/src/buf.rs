@@ -64,12 +64,8 @@ impl LockedBuf {
         if unsafe { libc::mlock2(buf.ptr.cast(), len, MLOCK_ONFAULT) } != 0 {
             let e = std::io::Error::last_os_error();
             if matches!(e.raw_os_error(), Some(libc::ENOSYS) | Some(libc::EINVAL)) {
-                for off in (0..len).step_by(4096) {
-                    // SAFETY: inside the mapping just made, which nobody
-                    // else sees yet.
-                    unsafe { buf.ptr.add(off).write_volatile(0) };
-                }
-                lock(buf.ptr, len);
+                drop(buf);
+                return LockedBuf::new(len);
             } else {
                 MLOCK_REFUSED.store(true, Ordering::Relaxed);
             }
