@@ -44,7 +44,11 @@ pub struct RegionConfig {
 
 /// The store a region gets by default: zsmalloc in default mode with lz4
 /// (recipe's default compressor for that mode), 4 KiB pages, no memory
-/// limit, no background compactor.
+/// limit, no background compactor, and no retained share of freed pages
+/// beyond the page source's fixed cache: the pool is the program's own
+/// memory, counted against it (a memory cgroup's peak), and the share
+/// (up to an eighth of the pool in default mode) showed as up to 46 MiB
+/// more peak in the word index's runs of `zmem run` (BENCHMARKS.md).
 pub fn default_store() -> StoreSpec {
     StoreSpec {
         alloc: "zsmalloc".into(),
@@ -58,7 +62,7 @@ pub fn default_store() -> StoreSpec {
         merge: true,
         mem_limit: 0,
         auto_compact: AutoCompactPolicy::new(AutoCompactMode::Off),
-        retain_divisor: None,
+        retain_divisor: Some(0),
     }
 }
 
