@@ -309,6 +309,14 @@ pub struct Config {
     /// TLS offered or required, with the server's certificates; `None` is
     /// no TLS (`NBD_OPT_STARTTLS` is answered `NBD_REP_ERR_UNSUP`).
     pub tls: Option<Arc<Tls>>,
+    /// The stack of each connection's threads (its reader and its
+    /// workers), bytes; `None` is Rust's default (2 MiB).
+    pub conn_thread_stack: Option<usize>,
+    /// Called first in each connection's threads (its reader and its
+    /// workers), before they read or serve anything: a server that must
+    /// not fault on its I/O path populates and locks the thread's stack
+    /// here.
+    pub on_conn_thread_start: Option<fn()>,
 }
 
 impl Config {
@@ -391,6 +399,8 @@ impl Default for Config {
             allow_remote: false,
             insecure: false,
             tls: None,
+            conn_thread_stack: None,
+            on_conn_thread_start: None,
         }
     }
 }

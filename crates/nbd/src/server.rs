@@ -507,9 +507,11 @@ fn accept_loop(listener: Listener, shared: Arc<Shared>) {
             },
         );
         let s = shared.clone();
-        let spawned = thread::Builder::new()
-            .name(format!("nbd-conn-{id}"))
-            .spawn(move || connection_main(s, id, stream, peer));
+        let mut builder = thread::Builder::new().name(format!("nbd-conn-{id}"));
+        if let Some(bytes) = shared.config.conn_thread_stack {
+            builder = builder.stack_size(bytes);
+        }
+        let spawned = builder.spawn(move || connection_main(s, id, stream, peer));
         match spawned {
             Ok(h) => handles.push(h),
             Err(e) => {
@@ -547,6 +549,9 @@ fn reap_loop(shared: &Shared) {
 const SEND_BUFFER: usize = 1 << 20;
 
 fn connection_main(shared: Arc<Shared>, id: u64, stream: Arc<Stream>, peer: String) {
+    if let Some(start) = shared.config.on_conn_thread_start {
+        start();
+    }
     info!("conn {id}: accepted from {peer}");
     let s: &Stream = &stream;
     let on_dead = || s.shutdown(Shutdown::Both);

@@ -208,8 +208,17 @@ pub(crate) fn serve<R: Read, W: Write + Send>(
         let mut spawned = 0;
         for i in 0..config.workers {
             let (conn, rx) = (&conn, &rx);
-            let b = thread::Builder::new().name(format!("nbd-{id}-w{i}"));
-            match b.spawn_scoped(s, move || conn.work(rx)) {
+            let mut b = thread::Builder::new().name(format!("nbd-{id}-w{i}"));
+            if let Some(bytes) = config.conn_thread_stack {
+                b = b.stack_size(bytes);
+            }
+            let start = config.on_conn_thread_start;
+            match b.spawn_scoped(s, move || {
+                if let Some(start) = start {
+                    start();
+                }
+                conn.work(rx)
+            }) {
                 Ok(_) => spawned += 1,
                 Err(e) => warn!("conn {id}: cannot start worker {i}: {e}"),
             }

@@ -25,7 +25,7 @@
 //!   `zmem serve --ublk`), and the store as their target.
 //!
 //! The command line, logging and signal handling live in the `zmem` binary.
-//! The only `unsafe` code is [`trim`]'s two glibc calls, [`swap`]'s five
+//! The only `unsafe` code is [`trim`]'s two glibc calls, [`swap`]'s
 //! C calls, and [`ublk_exports::warm_up`]'s aligned buffer and its
 //! affinity and discard calls.
 

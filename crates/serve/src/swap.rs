@@ -41,8 +41,9 @@
 //!
 //! This module applies those settings and reports them; the idle-memory
 //! trimmer (`trim`) must not run in swap mode (the caller leaves it off).
-//! Its `unsafe` code is six C calls (`mallopt`, `mallinfo2`, `mlockall`, `mlock`,
-//! `madvise`, `prctl`), each with its SAFETY argument.
+//! Its `unsafe` code is C calls (`mallopt`, `mallinfo2`, `mlockall`, `mlock`,
+//! `madvise`, `prctl`, and `pthread_getattr_np` to find a thread's stack),
+//! each with its SAFETY argument.
 
 use std::fmt;
 
@@ -294,6 +295,49 @@ fn lock_writable_mappings() -> Result<(), String> {
     })
 }
 
+/// The stack of a thread started after [`lock`] that serves I/O (an NBD
+/// connection's reader and workers, whose stacks [`lock`] could not see):
+/// small enough to populate whole, with room for a store's deepest call,
+/// its compressor included (as a ublk queue thread's).
+pub const IO_THREAD_STACK_BYTES: usize = 512 << 10;
+
+/// Populates and locks the calling thread's whole stack, as
+/// `pthread_getattr_np` gives it. For an I/O thread started after [`lock`]:
+/// under `MCL_ONFAULT` its stack would otherwise be faulted in a page at a
+/// time as its calls first go deeper, on the I/O path, with the kernel
+/// short of memory and waiting for this thread (seen in a guest: an NBD
+/// connection's reader stuck in reclaim on a fresh stack page). A failure
+/// is logged; the thread then faults its stack in as before.
+pub fn lock_own_stack() {
+    match own_stack() {
+        // SAFETY: mlock only populates and pins pages of the calling
+        // thread's own stack mapping; it changes no memory's contents.
+        Some((low, len)) if unsafe { libc::mlock(low as *const libc::c_void, len) } == 0 => {}
+        Some((low, len)) => log::warn!(
+            "swap mode: cannot lock this thread's stack ({len} bytes at {low:#x}): {}",
+            std::io::Error::last_os_error()
+        ),
+        None => log::warn!("swap mode: cannot find this thread's stack"),
+    }
+}
+
+/// The calling thread's stack: its lowest address and its length.
+fn own_stack() -> Option<(usize, usize)> {
+    let mut attr = std::mem::MaybeUninit::<libc::pthread_attr_t>::uninit();
+    // SAFETY: pthread_getattr_np fills `attr` for the calling thread;
+    // it is read only after it succeeded, and destroyed once read.
+    unsafe {
+        if libc::pthread_getattr_np(libc::pthread_self(), attr.as_mut_ptr()) != 0 {
+            return None;
+        }
+        let mut low: *mut libc::c_void = std::ptr::null_mut();
+        let mut len: libc::size_t = 0;
+        let rc = libc::pthread_attr_getstack(attr.as_ptr(), &mut low, &mut len);
+        libc::pthread_attr_destroy(attr.as_mut_ptr());
+        (rc == 0 && !low.is_null() && len > 0).then_some((low as usize, len))
+    }
+}
+
 /// Unmaps from this process the pages of code it has touched so far
 /// (`MADV_DONTNEED` on every private executable mapping that is not
 /// writable): the start-up's code (argument parsing, store making) is then
@@ -417,6 +461,40 @@ fn grow_heap(bytes: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A thread of swap mode's stack size finds its own stack (this
+    /// variable is on it), and after `lock_own_stack` every page of it is
+    /// resident (`mincore`), not only the ones its calls reached.
+    #[test]
+    fn a_thread_locks_its_whole_stack() {
+        let seen = std::thread::Builder::new()
+            .stack_size(IO_THREAD_STACK_BYTES)
+            .spawn(|| {
+                let local = 7u8;
+                let here = std::ptr::addr_of!(local) as usize;
+                let (low, len) = own_stack().expect("the thread's stack");
+                assert!(
+                    (low..low + len).contains(&here),
+                    "{here:#x} outside {low:#x}+{len}"
+                );
+                lock_own_stack();
+                let mut vec = vec![0u8; len.div_ceil(4096)];
+                // SAFETY: the thread's own stack mapping, page aligned
+                // (glibc maps stacks whole pages); one byte per page.
+                let rc = unsafe { libc::mincore(low as *mut libc::c_void, len, vec.as_mut_ptr()) };
+                assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+                (len, vec.iter().filter(|&&b| b & 1 == 1).count() * 4096)
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        let (len, resident) = seen;
+        assert!(
+            len >= IO_THREAD_STACK_BYTES - 8192,
+            "a stack of {len} bytes"
+        );
+        assert_eq!(resident, len, "resident bytes of a locked stack");
+    }
 
     /// The maps walk sees this test binary's code (`r-xp`, a path) and a
     /// writable mapping holding a local variable, and passes an error on.

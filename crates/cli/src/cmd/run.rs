@@ -302,6 +302,10 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, CliError> {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGQUIT, libc::SIG_IGN);
     }
+    // What zmem's own set-up allocated and freed (the program's ELF read,
+    // the compressor's check) goes back to the OS: zmem waits for the
+    // program in whatever memory cgroup runs them both, and counts there.
+    serve::trim::release_free_heap();
     let status = child
         .wait()
         .map_err(|e| CliError::Failed(format!("waiting for the program: {e}")))?;
