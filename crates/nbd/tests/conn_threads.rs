@@ -68,19 +68,21 @@ fn every_connection_thread_runs_the_start_hook_on_the_stack_asked_for() {
     let mut out = request(cmd::WRITE, 1).encode().to_vec();
     out.extend_from_slice(&data);
     s.write_all(&out).unwrap();
-    let mut h = [0u8; SimpleReply::LEN];
-    s.read_exact(&mut h).unwrap();
+    let reply = |s: &mut std::os::unix::net::UnixStream| {
+        let mut h = [0u8; SimpleReply::LEN];
+        s.read_exact(&mut h).unwrap();
+        SimpleReply::parse(&h).unwrap()
+    };
     assert_eq!(
-        SimpleReply::parse(&h).unwrap(),
+        reply(&mut s),
         SimpleReply {
             error: 0,
             cookie: 1
         }
     );
     s.write_all(&request(cmd::READ, 2).encode()).unwrap();
-    s.read_exact(&mut h).unwrap();
     assert_eq!(
-        SimpleReply::parse(&h).unwrap(),
+        reply(&mut s),
         SimpleReply {
             error: 0,
             cookie: 2

@@ -660,9 +660,9 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         }
         if args.tcp.is_some() {
             log::warn!(
-                "--swap over TCP: a kernel in this machine swapping onto this server stalled \
-                 in 3 runs of 4 over loopback TCP, none of 9 over the Unix socket \
-                 (--socket, nbd-client -u; docs/serve.md)"
+                "--swap over TCP: a kernel in this machine swapping onto this server \
+                 stalls more often over loopback TCP than over the Unix socket \
+                 (--socket, nbd-client -u; docs/serve.md has the runs)"
             );
         }
         registry.set_swap_mode(mode);
