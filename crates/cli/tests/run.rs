@@ -231,6 +231,52 @@ fn a_c_page_trace_gives_the_same_output_in_a_quarter_of_its_memory() {
         small < fast,
         "level 19 peaked at {small} bytes, level -5 at {fast}"
     );
+
+    // A limit that covers the process: the region keeps what the rest of
+    // the program and `zmem run` itself leave of it, never less than a
+    // quarter; the output is the same. The handler placement options both
+    // give the same output too.
+    for extra in [
+        &["--limit-covers", "process"][..],
+        &["--handler-cpu", "any"],
+        &["--handler-cpu", "follow"],
+    ] {
+        let mut run_args = vec!["--limit", "4M"];
+        run_args.extend(extra);
+        run_args.extend([
+            "--stats-json",
+            stats.to_str().unwrap(),
+            "--",
+            bin.to_str().unwrap(),
+        ]);
+        run_args.extend(args);
+        let run = zmem_run(&run_args);
+        let err = text(&run.stderr);
+        assert_eq!(run.status.code(), Some(0), "{extra:?}: {err}");
+        assert_eq!(text(&run.stdout), text(&plain.stdout), "{extra:?}: {err}");
+        let all = stats_of(&stats);
+        let r = &all[0]["region"];
+        let share = r["region_share_pages"].as_u64().unwrap();
+        let outside = r["outside_bytes"].as_u64().unwrap();
+        if extra[0] == "--limit-covers" {
+            assert_eq!(r["limit_covers"], "process", "{r}");
+            // The program's own heap, the region's tables and threads, and
+            // `zmem run`: at least a few hundred KiB.
+            assert!(outside > 256 << 10, "{r}");
+            assert!((256..1024).contains(&share), "{r}");
+            // The share and the outside come from one measurement (read
+            // while the evictor may take the next: a little slack).
+            let rest = 1024u64.saturating_sub(outside.div_ceil(4096));
+            assert!(share == 256 || share.abs_diff(rest) <= 64, "{r}");
+        } else {
+            assert_eq!(r["limit_covers"], "region", "{r}");
+            assert_eq!((share, outside), (1024, 0), "{r}");
+            if extra[1] == "any" {
+                assert_eq!(r["handler_follows"], false, "{r}");
+                assert_eq!(r["handler_moves"], 0, "{r}");
+            }
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -332,6 +378,8 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
         "above the region's span",
     );
     refused(&["--comp", "nope", "--", "true"], 2, "nope");
+    refused(&["--handler-cpu", "nowhere", "--", "true"], 2, "nowhere");
+    refused(&["--limit-covers", "machine", "--", "true"], 2, "machine");
     refused(
         &[
             "--comp",

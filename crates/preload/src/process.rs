@@ -77,6 +77,19 @@ impl Process {
         if let Some(poll) = settings.handler_poll {
             config.handler_poll = poll;
         }
+        if let Some(covers) = settings.limit_covers {
+            config.limit_covers = covers;
+        }
+        // The command's first process also counts `zmem run`'s memory (its
+        // children count their own alone).
+        // SAFETY: getppid has no arguments.
+        let parent = unsafe { libc::getppid() } as u32;
+        if settings.run_pid == Some(parent) {
+            config.limit_also_covers = Some(parent);
+        }
+        if let Some(follows) = settings.handler_follows {
+            config.handler_follows = follows;
+        }
         let mut last = String::new();
         for how in [UffdOpen::Device, UffdOpen::Syscall] {
             config.uffd = how;

@@ -8,6 +8,7 @@
 
 use std::path::PathBuf;
 
+use region::LimitCovers;
 use zcomp::Algorithm;
 
 /// The resident limit in bytes (its presence turns the library on).
@@ -26,6 +27,12 @@ pub const STATS_DIR: &str = "ZMEM_RUN_STATS_DIR";
 /// Microseconds the fault handler polls before it sleeps; unset: the
 /// region's default.
 pub const HANDLER_POLL: &str = "ZMEM_RUN_HANDLER_POLL_US";
+/// The pid of the `zmem run` that started the program.
+pub const RUN_PID: &str = "ZMEM_RUN_PID";
+/// What the limit covers: `process` or `region`.
+pub const LIMIT_COVERS: &str = "ZMEM_RUN_LIMIT_COVERS";
+/// Where the fault handler runs: `follow` or `any`.
+pub const HANDLER_CPU: &str = "ZMEM_RUN_HANDLER_CPU";
 
 /// What the library was told.
 #[derive(Clone, Debug)]
@@ -45,6 +52,13 @@ pub struct Settings {
     /// How long the fault handler polls before it sleeps; `None`: the
     /// region's default.
     pub handler_poll: Option<std::time::Duration>,
+    /// Whether the fault handler follows the faulting thread's CPU;
+    /// `None`: the region's default.
+    pub handler_follows: Option<bool>,
+    /// What the limit covers; `None`: the region's default.
+    pub limit_covers: Option<LimitCovers>,
+    /// The pid of the `zmem run` that started the program, if given.
+    pub run_pid: Option<u32>,
 }
 
 fn bytes(name: &str) -> Result<usize, String> {
@@ -75,6 +89,25 @@ impl Settings {
                 Ok(v) => Some(std::time::Duration::from_micros(v.parse().map_err(
                     |_| format!("{HANDLER_POLL}={v} is not a number of microseconds"),
                 )?)),
+                Err(_) => None,
+            },
+            run_pid: match std::env::var(RUN_PID) {
+                Ok(v) => Some(
+                    v.parse()
+                        .map_err(|_| format!("{RUN_PID}={v} is not a process id"))?,
+                ),
+                Err(_) => None,
+            },
+            limit_covers: match std::env::var(LIMIT_COVERS).as_deref() {
+                Ok("process") => Some(LimitCovers::Process),
+                Ok("region") => Some(LimitCovers::Region),
+                Ok(v) => return Err(format!("{LIMIT_COVERS}={v} is neither process nor region")),
+                Err(_) => None,
+            },
+            handler_follows: match std::env::var(HANDLER_CPU).as_deref() {
+                Ok("follow") => Some(true),
+                Ok("any") => Some(false),
+                Ok(v) => return Err(format!("{HANDLER_CPU}={v} is neither follow nor any")),
                 Err(_) => None,
             },
         }))

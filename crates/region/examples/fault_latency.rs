@@ -10,7 +10,10 @@
 //! throughout, so no CPU sleeps: on a virtual machine, waking a thread on a
 //! halted virtual CPU costs an exit; on a busy machine it does not.
 //!
-//! `cargo run --release -p zmem-region --example fault_latency [MIB] [ROUNDS] [spin]`
+//! With `follow`, the fault handler follows the faulting thread's CPU;
+//! `poll=US` sets how long it polls after a fault when it does not.
+//!
+//! `cargo run --release -p zmem-region --example fault_latency [MIB] [ROUNDS] [spin] [follow] [poll=US]`
 
 use std::time::Instant;
 
@@ -59,6 +62,16 @@ fn main() {
     let mut cfg = RegionConfig::new(len);
     cfg.probation_pages = Some(0);
     cfg.age_eviction = false;
+    cfg.handler_follows = flags.iter().any(|f| f == "follow");
+    if let Some(us) = flags.iter().find_map(|f| f.strip_prefix("poll=")) {
+        match us.parse() {
+            Ok(us) => cfg.handler_poll = std::time::Duration::from_micros(us),
+            Err(_) => {
+                eprintln!("fault_latency: poll={us} is not a number of microseconds");
+                std::process::exit(2);
+            }
+        }
+    }
     let r = match Region::new(len, cfg) {
         Ok(r) => r,
         Err(e) => {

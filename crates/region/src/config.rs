@@ -10,6 +10,7 @@ use recipe::StoreSpec;
 use zram::{AutoCompactMode, AutoCompactPolicy};
 use zsmalloc::Mode;
 
+use crate::budget::LimitCovers;
 use crate::controller::ControllerConfig;
 use crate::uffd::UffdOpen;
 
@@ -40,6 +41,21 @@ pub struct RegionConfig {
     /// without a wake-up of the handler's CPU. The cost is up to this much
     /// CPU after each burst of faults; zero sleeps at once.
     pub handler_poll: Duration,
+    /// Whether the fault handler moves onto the CPU of the thread that
+    /// sends it three in four of its faults (and then does not poll), so
+    /// both wake-ups of a fault become local switches. Off by default: it
+    /// made a TCG guest's runs faster, but native store faults slower on
+    /// this project's machine one day out of two (BENCHMARKS.md).
+    pub handler_follows: bool,
+    /// What `resident_limit` covers: the region's pages, or the process's
+    /// memory except the compressed pool.
+    pub limit_covers: LimitCovers,
+    /// Another process whose memory a limit that covers the process
+    /// covers too, while it is this process's parent (`zmem run` names
+    /// itself, so that one limit holds the program and the command that
+    /// runs it; a forked child, whose parent it is not, counts itself
+    /// alone).
+    pub limit_also_covers: Option<u32>,
 }
 
 /// The store a region gets by default: zsmalloc in default mode with lz4
@@ -78,6 +94,9 @@ impl RegionConfig {
             probation_pages: None,
             age_eviction: true,
             handler_poll: Duration::from_micros(30),
+            handler_follows: false,
+            limit_covers: LimitCovers::Region,
+            limit_also_covers: None,
         }
     }
 

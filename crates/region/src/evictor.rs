@@ -21,16 +21,25 @@
 //!   probation pages) and sets the age threshold.
 //! - **Hints** (`cold`, `willneed`, `hot`) run the same sequences on the
 //!   caller's thread.
+//! - **The limit's share** (`budget`): with a limit that covers the
+//!   process, at most every 10 ms, the region's share is set to what the
+//!   rest of the process leaves of it.
+//! - **The handler's watch**: while the handler sits on a followed CPU
+//!   (`follow`), every `WATCH_MS` the evictor checks that it still reads
+//!   its faults.
 //!
 //! Owns the victim choice and the timing; the sequences are `evict`'s,
-//! and it makes no userfaultfd or `madvise` call of its own.
+//! and it makes no userfaultfd or `madvise` call of its own beyond polling
+//! the userfaultfd for the watch.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::budget::{self, LimitCovers};
 use crate::buf::{lock_stack, LockedBuf};
 use crate::evict::{bring_in, drain_discards, evict_run, probe, settle_probation, RUN};
+use crate::follow::WATCH_MS;
 use crate::gate::Side;
 use crate::shared::{drain, kick, Shared};
 use crate::stats::Counters;
@@ -39,20 +48,21 @@ use crate::table::{LOADING, PROBATION, REFERENCED, RESIDENT, STORED};
 /// Pages evicted below the limit at each wake-up: a batch, so the handler
 /// does not wake the evictor for every fault.
 pub fn batch(sh: &Shared) -> u64 {
-    (sh.limit_pages / 32).clamp(1, 64)
+    (sh.limit_pages() / 32).clamp(1, 64)
 }
 
 /// Whether the evictor should make room: the resident pages are within
 /// half a batch of the limit, and the region has more pages than the limit
 /// (otherwise everything fits).
 pub fn needs_room(sh: &Shared) -> bool {
-    (sh.pages() as u64) > sh.limit_pages
-        && sh.resident.load(Ordering::Relaxed) + batch(sh) / 2 >= sh.limit_pages
+    (sh.pages() as u64) > sh.limit_pages()
+        && sh.resident.load(Ordering::Relaxed) + batch(sh) / 2 >= sh.limit_pages()
 }
 
 /// The thread's body.
 pub fn run(sh: Arc<Shared>) {
     lock_stack(64 * 1024);
+    sh.follow.evictor_started();
     let Ok(mut buf) = LockedBuf::new(RUN * sh.page_size) else {
         return;
     };
@@ -60,8 +70,15 @@ pub fn run(sh: Arc<Shared>) {
     let scan_ms = sh.config.scan_interval.as_millis().max(1) as u64;
     let mut next_scan = sh.now_ms() + scan_ms;
     let mut next_compact = sh.now_ms() + COMPACT_EVERY_MS;
+    let mut next_watch = 0;
+    let mut next_measure = 0;
     loop {
-        let wait = next_scan.saturating_sub(sh.now_ms()).min(i32::MAX as u64) as i32;
+        let mut until = next_scan;
+        if sh.follow.pinned() {
+            next_watch = next_watch.max(sh.now_ms() + 1);
+            until = until.min(next_watch);
+        }
+        let wait = until.saturating_sub(sh.now_ms()).min(i32::MAX as u64) as i32;
         let mut fds = [libc::pollfd {
             fd: efd,
             events: libc::POLLIN,
@@ -73,6 +90,15 @@ pub fn run(sh: Arc<Shared>) {
             return;
         }
         drain(efd);
+        if sh.config.limit_covers == LimitCovers::Process && sh.now_ms() >= next_measure {
+            measure_outside(&sh);
+            next_measure = sh.now_ms() + budget::EVERY_MS;
+        }
+        if sh.follow.pinned() && sh.now_ms() >= next_watch {
+            sh.follow
+                .watch(fault_pending(&sh), sh.started.elapsed().as_nanos() as u64);
+            next_watch = sh.now_ms() + WATCH_MS;
+        }
         sh.gate.enter(Side::Evict);
         drain_discards(&sh);
         if needs_room(&sh) {
@@ -90,10 +116,46 @@ pub fn run(sh: Arc<Shared>) {
     }
 }
 
+/// With a limit that covers the process: measures the process's memory
+/// outside the region and the pool, and sets the region's share to what
+/// the limit leaves.
+fn measure_outside(sh: &Shared) {
+    let Some(mut charged) = budget::process_bytes(None) else {
+        return;
+    };
+    // The other process counts while it is this one's parent: a forked
+    // child inherits the setting, not the parent.
+    // SAFETY: getppid has no arguments.
+    let parent = unsafe { libc::getppid() } as u32;
+    if let Some(pid) = sh.config.limit_also_covers.filter(|&p| p == parent) {
+        charged += budget::process_bytes(Some(pid)).unwrap_or(0);
+    }
+    let ps = sh.page_size as u64;
+    let region = sh.resident.load(Ordering::Relaxed) * ps;
+    let pool = sh.store.mm_stat().mem_used_total;
+    let outside = charged.saturating_sub(region + pool);
+    sh.outside_bytes.store(outside, Ordering::Relaxed);
+    sh.share_pages.store(
+        budget::share(sh.cap_pages, outside.div_ceil(ps)),
+        Ordering::Relaxed,
+    );
+}
+
+/// Whether the userfaultfd holds a message no one has read.
+fn fault_pending(sh: &Shared) -> bool {
+    let mut fd = libc::pollfd {
+        fd: sh.uffd().fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    unsafe { libc::poll(&mut fd, 1, 0) > 0 && fd.revents & libc::POLLIN != 0 }
+}
+
 /// Evicts by the clock until a batch under the limit.
 fn make_room(sh: &Shared, buf: &mut [u8]) {
     let n = sh.pages();
-    let target = sh.limit_pages.saturating_sub(batch(sh));
+    let target = sh.limit_pages().saturating_sub(batch(sh));
     // Two sweeps at most: the first clears the referenced flags.
     let mut steps = 2 * n;
     while sh.resident.load(Ordering::Acquire) > target && steps > 0 {

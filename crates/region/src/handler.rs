@@ -16,9 +16,11 @@
 //! another thread holds the page) waits in a fixed list and is tried again
 //! after the next read.
 //!
-//! After a message the thread polls the descriptor without sleeping for
-//! `RegionConfig::handler_poll` (30 µs by default) before it sleeps in
-//! `ppoll` again: in a burst, the next fault finds it awake.
+//! When one thread sends most faults, the handler runs on that thread's
+//! CPU (`follow`) and sleeps in `ppoll` as soon as it has served them.
+//! Otherwise, after a message it polls the descriptor without sleeping for
+//! `RegionConfig::handler_poll` (30 µs by default) before it sleeps again:
+//! in a burst, the next fault finds it awake.
 //!
 //! Owns the thread's loop and its preallocated memory (a message array, a
 //! list of waiting faults, one locked page buffer); never allocates while
@@ -32,6 +34,7 @@ use std::time::Instant;
 
 use crate::buf::{lock_memory, lock_stack, LockedBuf};
 use crate::evict::{bring_in, drop_page, BringIn};
+use crate::follow::Follow;
 use crate::gate::Side;
 use crate::shared::{drain, kick, Shared};
 use crate::stats::Counters;
@@ -65,6 +68,7 @@ struct Handler {
     nwaiting: usize,
     /// The waiting faults being tried again (a copy of the first `n`).
     retrying: [Waiting; WAITING],
+    follow: Follow,
     epoch: Instant,
 }
 
@@ -77,6 +81,7 @@ pub fn run(sh: Arc<Shared>) {
     // a 20 µs wait for room fourfold.
     // SAFETY: sets this thread's timer slack to 1 µs.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
+    let follow = Follow::new(sh.config.handler_follows, 0, &sh.follow);
     let buf = match LockedBuf::new(sh.page_size) {
         Ok(b) => b,
         Err(_) => return,
@@ -88,6 +93,7 @@ pub fn run(sh: Arc<Shared>) {
         waiting: [Waiting::default(); WAITING],
         nwaiting: 0,
         retrying: [Waiting::default(); WAITING],
+        follow,
         epoch: Instant::now(),
     });
     lock_memory(&*h);
@@ -121,8 +127,19 @@ impl Handler {
                 tv_sec: 0,
                 tv_nsec: 20_000,
             };
+            // On a followed CPU it looks again once the CPU would count as
+            // quiet.
+            let quiet = self
+                .follow
+                .sleep_ns(self.now_ns())
+                .map(|ns| libc::timespec {
+                    tv_sec: (ns / 1_000_000_000) as libc::time_t,
+                    tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+                });
             let timeout = if self.nwaiting > 0 {
                 &wait as *const libc::timespec
+            } else if let Some(q) = quiet.as_ref() {
+                q as *const libc::timespec
             } else {
                 std::ptr::null()
             };
@@ -139,6 +156,21 @@ impl Handler {
             let served = self.read_all();
             self.retry();
             self.sh.gate.leave(Side::Handler);
+            let was_pinned = self.follow.pinned();
+            self.follow.tick(self.now_ns(), &self.sh.follow);
+            if self.follow.pinned() && !was_pinned {
+                // The evictor watches a pinned handler: it must wake to
+                // start (it may be asleep until its next scan).
+                kick(&self.sh.evictor_efd);
+            }
+            self.sh
+                .counters
+                .handler_moves
+                .store(self.follow.moves(), Ordering::Relaxed);
+            self.sh
+                .counters
+                .handler_contended
+                .store(self.follow.contended(), Ordering::Relaxed);
             if served > 0 && !self.poll() {
                 return;
             }
@@ -151,9 +183,14 @@ impl Handler {
     /// which on a virtual machine whose idle CPUs halt is a VM exit and an
     /// interrupt (measured: 20-25 µs for a store fault at p50 sleeping,
     /// 14-16 µs polling). Not while faults wait for room: the evictor
-    /// needs the CPU then. False when the region is stopping.
+    /// needs the CPU then; nor on a followed thread's CPU, which the
+    /// thread needs. False when the region is stopping.
     fn poll(&mut self) -> bool {
-        let window = self.sh.config.handler_poll.as_nanos() as u64;
+        let window = if self.follow.pinned() {
+            0
+        } else {
+            self.sh.config.handler_poll.as_nanos() as u64
+        };
         let mut last = self.now_ns();
         while self.nwaiting == 0 && self.now_ns().saturating_sub(last) < window {
             if self.sh.stop_handler.load(Ordering::Acquire) {
@@ -175,6 +212,7 @@ impl Handler {
         let uffd = self.sh.uffd();
         let mut total = 0;
         loop {
+            self.sh.follow.woke();
             let n = match uffd.read(&mut self.msgs) {
                 Ok(n) => n,
                 Err(_) => return total,
@@ -184,10 +222,14 @@ impl Handler {
             }
             total += n;
             let start = self.now_ns();
+            self.sh
+                .follow
+                .busy(self.sh.started.elapsed().as_nanos() as u64);
             for i in 0..n {
                 let m = self.msgs[i];
                 self.serve(m, start);
             }
+            self.sh.follow.done();
         }
     }
 
@@ -197,6 +239,7 @@ impl Handler {
         match m.event {
             EVENT_PAGEFAULT => {
                 let addr = (m.arg[1] as usize) & !(ps - 1);
+                self.follow.fault(m.arg[2] as u32, start);
                 if m.arg[0] & FLAG_WP != 0 {
                     Counters::bump(&sh.counters.wp);
                     self.write_protect_fault(addr);
@@ -301,7 +344,7 @@ impl Handler {
         let t0 = self.now_ns();
         match bring_in(&sh, p, addr, self.buf.bytes(), true, write) {
             BringIn::Done | BringIn::AlreadyThere => {
-                if maps && sh.resident.load(Ordering::Relaxed) > sh.limit_pages {
+                if maps && sh.resident.load(Ordering::Relaxed) > sh.limit_pages() {
                     Counters::bump(&sh.counters.over_limit);
                 }
                 let end = self.now_ns();

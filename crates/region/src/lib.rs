@@ -7,13 +7,16 @@
 //!
 //! The crate is a tower (docs/design.md, "region, floor by floor"):
 //! - [`mod@error`], [`uffd`], [`stats`], [`controller`], `table`,
-//!   `mapping`, `buf`, `gate`, `discards`: the error; the raw userfaultfd
-//!   calls; the counters and their JSON; the promotion-rate controller
-//!   (pure); the page states; page addresses; locked worker memory; the
-//!   fork gate; the ring of store slots to free off the fault path;
-//! - `config`, `probation`: the settings; the probation slab;
+//!   `mapping`, `buf`, `gate`, `discards`, `procfs`: the error; the raw
+//!   userfaultfd calls; the counters and their JSON; the promotion-rate
+//!   controller (pure); the page states; page addresses; locked worker
+//!   memory; the fork gate; the ring of store slots to free off the fault
+//!   path; `/proc` files read without allocating;
+//! - `config`, `budget`, `probation`: the settings; what the limit covers;
+//!   the probation slab;
 //! - `shared`: what the threads share;
 //! - `evict`: the race-free eviction and bring-back sequences;
+//! - `follow`: which CPU the fault thread runs on;
 //! - `handler`, `evictor`: the fault thread; the eviction thread and the
 //!   hints;
 //! - `workers`, `fork`: starting and stopping the threads; rebuilding in a
@@ -27,6 +30,7 @@
 //! allocations; it asks [`in_own_code`] so the region's own requests never
 //! land in a region.
 
+mod budget;
 mod buf;
 mod config;
 pub mod controller;
@@ -34,12 +38,14 @@ mod discards;
 pub mod error;
 mod evict;
 mod evictor;
+mod follow;
 mod fork;
 mod gate;
 mod handler;
 mod mapping;
 mod own;
 mod probation;
+mod procfs;
 mod region;
 mod shared;
 pub mod stats;
@@ -48,6 +54,7 @@ pub mod uffd;
 mod workers;
 mod zaps;
 
+pub use budget::LimitCovers;
 pub use buf::mlock_refused;
 pub use config::{default_store, RegionConfig};
 pub use controller::{ControllerConfig, PromotionController};

@@ -18,6 +18,7 @@ use crate::discards::Discards;
 use crate::error::RegionError;
 use crate::evict::drain_discards;
 use crate::evictor;
+use crate::follow::FollowState;
 use crate::fork;
 use crate::gate::{Gate, Side};
 use crate::mapping::Mapping;
@@ -179,7 +180,9 @@ impl Region {
             discards: Discards::new(4096),
             zaps: Zaps::default(),
             resident: AtomicU64::new(0),
-            limit_pages,
+            cap_pages: limit_pages,
+            share_pages: AtomicU64::new(limit_pages),
+            outside_bytes: AtomicU64::new(0),
             counters: Counters::default(),
             gate: Gate::default(),
             stop: AtomicBool::new(false),
@@ -192,6 +195,7 @@ impl Region {
             config,
             threads: Mutex::new(Vec::new()),
             hand: AtomicUsize::new(0),
+            follow: FollowState::default(),
         });
         // Registered before its threads start: a fork between the two
         // rebuilds the child's copy all the same.
@@ -242,7 +246,7 @@ impl Region {
 
     /// The resident limit in bytes.
     pub fn resident_limit(&self) -> usize {
-        self.sh.limit_pages as usize * self.sh.page_size
+        self.sh.cap_pages as usize * self.sh.page_size
     }
 
     /// The store holding the region's compressed pages (for its
@@ -318,7 +322,10 @@ impl Region {
             page_size: sh.page_size,
             uffd_mode: sh.uffd_mode,
             resident_pages: l(&sh.resident),
-            resident_limit_pages: sh.limit_pages,
+            resident_limit_pages: sh.cap_pages,
+            limit_covers: sh.config.limit_covers.name(),
+            region_share_pages: sh.limit_pages(),
+            outside_bytes: l(&sh.outside_bytes),
             stored_pages: sh.table.count(STORED),
             probation_pages: sh.table.count(PROBATION),
             faults,
@@ -326,6 +333,10 @@ impl Region {
             removed_by_program: l(&sh.counters.removed_by_program),
             remaps: l(&sh.counters.remaps),
             fork_reinits: l(&sh.counters.fork_reinits),
+            handler_follows: sh.follow.enabled(),
+            handler_moves: l(&sh.counters.handler_moves),
+            handler_contended: l(&sh.counters.handler_contended),
+            handler_rescues: sh.follow.rescues(),
             fault_latency,
             store_fault_time,
             promotions_per_minute: f64::from_bits(l(&sh.promo_per_min)),

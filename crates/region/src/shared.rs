@@ -1,6 +1,7 @@
 //! What the region's threads share: the page table, the mapping, the
 //! store, the probation slab, the counters, the fork gate, the descriptors
-//! (userfaultfd and the two workers' eventfds) and the controller.
+//! (userfaultfd and the two workers' eventfds), the controller and the
+//! handler's placement.
 //!
 //! Owns the assembly and the small system calls on its descriptors
 //! (eventfd kicks); the fault path is `handler`'s, eviction is `evict`'s.
@@ -15,6 +16,7 @@ use zram::Store;
 use crate::config::RegionConfig;
 use crate::controller::PromotionController;
 use crate::discards::Discards;
+use crate::follow::FollowState;
 use crate::gate::Gate;
 use crate::mapping::Mapping;
 use crate::probation::Probation;
@@ -52,8 +54,14 @@ pub struct Shared {
     pub zaps: Zaps,
     /// Pages mapped now.
     pub resident: AtomicU64,
-    /// The resident limit in pages.
-    pub limit_pages: u64,
+    /// The resident limit in pages, as set.
+    pub cap_pages: u64,
+    /// The region's share of it in pages: all of it, or what the rest of
+    /// the process leaves (`budget`).
+    pub share_pages: AtomicU64,
+    /// The process's memory outside the region and the pool at the last
+    /// measurement, in bytes (0 unless the limit covers the process).
+    pub outside_bytes: AtomicU64,
     /// Counters.
     pub counters: Counters,
     /// The fork gate.
@@ -78,6 +86,8 @@ pub struct Shared {
     pub threads: Mutex<Vec<JoinHandle<()>>>,
     /// The clock hand (a page index).
     pub hand: AtomicUsize,
+    /// Where the handler runs, watched by the evictor.
+    pub follow: FollowState,
 }
 
 impl Shared {
@@ -96,9 +106,14 @@ impl Shared {
         self.table.len()
     }
 
+    /// The resident pages the region may keep now.
+    pub fn limit_pages(&self) -> u64 {
+        self.share_pages.load(Ordering::Relaxed)
+    }
+
     /// Whether the region's pages would pass the limit with one more.
     pub fn at_limit(&self) -> bool {
-        self.resident.load(Ordering::Acquire) >= self.limit_pages
+        self.resident.load(Ordering::Acquire) >= self.limit_pages()
     }
 }
 

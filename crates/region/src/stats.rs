@@ -144,6 +144,10 @@ pub struct Counters {
     pub remaps: AtomicU64,
     /// Times a forked child rebuilt its userfaultfd and threads.
     pub fork_reinits: AtomicU64,
+    /// Times the fault handler moved onto a faulting thread's CPU or back.
+    pub handler_moves: AtomicU64,
+    /// Times it left such a CPU because the thread waited for that CPU.
+    pub handler_contended: AtomicU64,
     /// Fault service time on the handler: from reading the message to the
     /// faulting thread woken.
     pub latency: Histogram,
@@ -226,6 +230,15 @@ pub struct RegionStats {
     pub resident_pages: u64,
     /// The resident limit in pages.
     pub resident_limit_pages: u64,
+    /// What the limit covers: `region` (its pages) or `process` (the
+    /// process's memory except the pool).
+    pub limit_covers: &'static str,
+    /// The pages the region may keep now: the limit, or what the rest of
+    /// the process leaves of it.
+    pub region_share_pages: u64,
+    /// The process's memory outside the region and the pool at the last
+    /// measurement (0 unless the limit covers the process), in bytes.
+    pub outside_bytes: u64,
     /// Pages in the store.
     pub stored_pages: u64,
     /// Pages in probation (mapping dropped, uncompressed copy kept).
@@ -240,6 +253,18 @@ pub struct RegionStats {
     pub remaps: u64,
     /// Forked children that rebuilt the region (counted in the child).
     pub fork_reinits: u64,
+    /// Whether the fault handler follows the thread that faults most
+    /// (asked for, and possible here: more than one CPU, and `SCHED_IDLE`
+    /// can be left).
+    pub handler_follows: bool,
+    /// Times the fault handler moved onto a faulting thread's CPU or back.
+    pub handler_moves: u64,
+    /// Times it left a followed CPU because the thread it followed waited
+    /// for that CPU (other work there would starve the handler).
+    pub handler_contended: u64,
+    /// Times the evictor found the handler starved on a followed CPU and
+    /// gave it its normal policy back.
+    pub handler_rescues: u64,
     /// Fault service time on the handler thread.
     pub fault_latency: HistogramSnapshot,
     /// Mean time of a missing-from-store fault, by part.

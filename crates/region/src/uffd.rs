@@ -55,10 +55,16 @@ const FEATURE_EVENT_REMAP: u64 = 1 << 2;
 const FEATURE_EVENT_REMOVE: u64 = 1 << 3;
 /// `UFFD_FEATURE_EVENT_UNMAP`.
 const FEATURE_EVENT_UNMAP: u64 = 1 << 6;
+/// `UFFD_FEATURE_THREAD_ID`: a page fault's message names the faulting
+/// thread (`arg[2]`, low 32 bits).
+const FEATURE_THREAD_ID: u64 = 1 << 8;
 /// What the region needs: write-protect faults, and the events that tell it
 /// the program changed its mapping.
-pub const FEATURES: u64 =
-    FEATURE_PAGEFAULT_FLAG_WP | FEATURE_EVENT_REMAP | FEATURE_EVENT_REMOVE | FEATURE_EVENT_UNMAP;
+pub const FEATURES: u64 = FEATURE_PAGEFAULT_FLAG_WP
+    | FEATURE_EVENT_REMAP
+    | FEATURE_EVENT_REMOVE
+    | FEATURE_EVENT_UNMAP
+    | FEATURE_THREAD_ID;
 
 /// `UFFDIO_REGISTER_MODE_MISSING`.
 const REGISTER_MODE_MISSING: u64 = 1;

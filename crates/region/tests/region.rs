@@ -99,6 +99,115 @@ fn pages_beyond_the_limit_are_stored_and_come_back() {
 }
 
 #[test]
+fn the_handler_follows_a_lone_faulting_thread() {
+    let _d = Deadline::new("the_handler_follows", 60);
+    let mut cfg = RegionConfig::new(2 * MIB);
+    cfg.handler_follows = true;
+    let Some(r) = region_or_skip(32 * MIB, cfg) else {
+        return;
+    };
+    let ps = ps();
+    let n = r.len() / ps;
+    let base = r.as_ptr();
+    for i in 0..n {
+        // SAFETY: page i.
+        fill(unsafe { base.add(i * ps) }, ps, i as u64, 0);
+    }
+    // Faults from this thread alone for at least a few periods; again
+    // while other work keeps the machine busy (the handler does not
+    // follow then), up to five times.
+    let mut rng = Rng(7);
+    let mut s = r.stats();
+    for _ in 0..5 {
+        let start = std::time::Instant::now();
+        let mut touched = 0;
+        while start.elapsed() < Duration::from_millis(300) || touched < 4096 {
+            let i = rng.below(n as u64) as usize;
+            // SAFETY: page i.
+            assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 0));
+            touched += 1;
+        }
+        s = r.stats();
+        if !s.handler_follows || s.handler_moves > 0 {
+            break;
+        }
+    }
+    assert!(s.faults.missing_store > 1000, "{s:?}");
+    if !s.handler_follows {
+        eprintln!(
+            "skipped: the handler cannot follow here (one CPU, or no way back from SCHED_IDLE)"
+        );
+        return;
+    }
+    if s.handler_moves == 0 {
+        eprintln!("skipped: other work kept the machine busy, so the handler never followed");
+        return;
+    }
+    // Off (the default), it never moves.
+    let r = Region::new(8 * MIB, RegionConfig::new(2 * MIB)).unwrap();
+    let base = r.as_ptr();
+    for round in 0..3 {
+        for i in 0..r.len() / ps {
+            // SAFETY: page i of the second region.
+            fill(unsafe { base.add(i * ps) }, ps, i as u64, round);
+        }
+    }
+    let s = r.stats();
+    assert!(!s.handler_follows && s.handler_moves == 0, "{s:?}");
+}
+
+#[test]
+fn a_limit_that_covers_the_process_leaves_the_region_the_rest() {
+    let _d = Deadline::new("a_limit_that_covers_the_process", 60);
+    let mut cfg = RegionConfig::new(24 * MIB);
+    cfg.limit_covers = region::LimitCovers::Process;
+    let Some(r) = region_or_skip(64 * MIB, cfg) else {
+        return;
+    };
+    // 12 MiB of ordinary memory outside the region (other tests of this
+    // binary add theirs: the outside only grows).
+    let mut outside = vec![0u8; 12 * MIB];
+    for (k, b) in outside.iter_mut().enumerate().step_by(ps()) {
+        *b = k as u8 | 1;
+    }
+    std::hint::black_box(&mut outside);
+    let ps = ps();
+    let n = r.len() / ps;
+    let base = r.as_ptr();
+    for round in 0..3 {
+        for i in 0..n {
+            // SAFETY: page i.
+            fill(unsafe { base.add(i * ps) }, ps, i as u64, round);
+        }
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    for i in 0..n {
+        // SAFETY: page i.
+        assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 2));
+    }
+    let s = r.stats();
+    let cap = s.resident_limit_pages;
+    assert_eq!(s.limit_covers, "process");
+    assert!(s.outside_bytes >= 12 * MIB as u64, "{s:?}");
+    assert!(
+        s.region_share_pages <= cap - (12 * MIB / ps) as u64 && s.region_share_pages >= cap / 4,
+        "{s:?}"
+    );
+    // The evictor leaves a batch of room under the share; a fault may be
+    // served over it when the evictor is late.
+    assert!(
+        s.resident_pages <= s.region_share_pages + 64 + s.faults.over_limit,
+        "{s:?}"
+    );
+    assert!(outside
+        .iter()
+        .step_by(ps)
+        .enumerate()
+        .all(|(k, &b)| b == (k * ps) as u8 | 1));
+    drop(outside);
+}
+
+#[test]
 fn many_threads_fault_random_pages_with_checksums() {
     let _d = Deadline::new("many_threads", 120);
     let Some(r) = region_or_skip(32 * MIB, RegionConfig::new(2 * MIB)) else {

@@ -32,6 +32,9 @@ const ENV_PARAMS: &str = "ZMEM_RUN_ALGORITHM_PARAMS";
 const ENV_MIN: &str = "ZMEM_RUN_MIN";
 const ENV_STATS_DIR: &str = "ZMEM_RUN_STATS_DIR";
 const ENV_HANDLER_POLL: &str = "ZMEM_RUN_HANDLER_POLL_US";
+const ENV_HANDLER_CPU: &str = "ZMEM_RUN_HANDLER_CPU";
+const ENV_LIMIT_COVERS: &str = "ZMEM_RUN_LIMIT_COVERS";
+const ENV_PID: &str = "ZMEM_RUN_PID";
 /// Where to find the library, ahead of the places next to `zmem`.
 const ENV_PRELOAD: &str = "ZMEM_PRELOAD";
 const LIBRARY: &str = "libzmem_preload.so";
@@ -51,6 +54,13 @@ pub struct RunArgs {
     /// lives compressed) [default: a quarter of the machine's memory].
     #[arg(long, value_name = "SIZE", value_parser = recipe::flags::size(4096, 1 << 50))]
     limit: Option<u64>,
+    /// What the limit covers: `region`, the region's uncompressed pages,
+    /// or `process`, each process's memory except the compressed pool (as
+    /// a memory cgroup's memory.max does with the kernel's zram as swap;
+    /// the region keeps what the rest leaves, at least a quarter of the
+    /// limit; the command's own process counts with its first child).
+    #[arg(long, value_name = "WHAT", default_value = "region", value_parser = ["region", "process"])]
+    limit_covers: String,
     /// The compressor (the kernel's names: lz4, lzo-rle, zstd, ...).
     #[arg(long, value_name = "ALG", default_value = "lz4", value_parser = recipe::spec::parse_comp)]
     comp: Algorithm,
@@ -73,6 +83,13 @@ pub struct RunArgs {
     /// much CPU after each burst of faults.
     #[arg(long, value_name = "US", default_value_t = 30, value_parser = recipe::flags::whole::<u64>(0, 10_000))]
     handler_poll: u64,
+    /// Where each process's fault handler runs: `any` leaves it to the
+    /// scheduler; `follow` moves it onto the CPU of the thread that sends
+    /// it three in four of its faults (at a low priority there, so that
+    /// thread's wake-ups stay on its CPU), while no other work keeps the
+    /// machine busy.
+    #[arg(long, value_name = "WHERE", default_value = "any", value_parser = ["any", "follow"])]
+    handler_cpu: String,
     /// Also write every process's statistics to FILE (a JSON array, the
     /// command's own process first).
     #[arg(long, value_name = "FILE")]
@@ -287,6 +304,9 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, CliError> {
         .env(ENV_PARAMS, params)
         .env(ENV_MIN, args.min_size.to_string())
         .env(ENV_HANDLER_POLL, args.handler_poll.to_string())
+        .env(ENV_HANDLER_CPU, &args.handler_cpu)
+        .env(ENV_LIMIT_COVERS, &args.limit_covers)
+        .env(ENV_PID, std::process::id().to_string())
         .env(ENV_STATS_DIR, &dir)
         .spawn();
     let mut child = match spawned {

@@ -190,15 +190,18 @@ fn faults(data: &[u8], comps: &[Algorithm], params: &str) -> Result<Vec<FaultRow
     let n = len / ps;
     let order = shuffled(n, 7);
     let mut rows = Vec::new();
-    // The first compressor once more with a handler that sleeps between
-    // faults: what its polling is worth, in the same run.
-    let runs = comps
-        .iter()
-        .map(|&c| (c, true))
-        .chain(std::iter::once((comps[0], false)));
-    for (comp, polling) in runs {
+    // The first compressor twice more: with a handler that follows the
+    // faulting thread's CPU, and with one that sleeps between faults
+    // instead of polling; what following and polling are worth, in the
+    // same run.
+    let runs = comps.iter().map(|&c| (c, "from the store")).chain([
+        (comps[0], "from the store, handler following"),
+        (comps[0], "from the store, handler sleeping"),
+    ]);
+    for (comp, kind) in runs {
         let mut cfg = RegionConfig::new(len);
-        if !polling {
+        cfg.handler_follows = kind.ends_with("following");
+        if kind.ends_with("sleeping") {
             cfg.handler_poll = std::time::Duration::ZERO;
         }
         let r = region_with(cfg, len, comp, params)?;
@@ -214,11 +217,6 @@ fn faults(data: &[u8], comps: &[Algorithm], params: &str) -> Result<Vec<FaultRow
             ns.push(t.elapsed().as_nanos() as u64);
         }
         let t = r.stats().store_fault_time;
-        let kind = if polling {
-            "from the store"
-        } else {
-            "from the store, handler sleeping"
-        };
         rows.push(quantiles(
             kind,
             Some(comp.name()),
