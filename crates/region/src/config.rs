@@ -44,8 +44,8 @@ pub struct RegionConfig {
     /// Whether the fault handler moves onto the CPU of the thread that
     /// sends it three in four of its faults (and then does not poll), so
     /// both wake-ups of a fault become local switches. Off by default: it
-    /// made a TCG guest's runs faster, but native store faults slower on
-    /// this project's machine one day out of two (BENCHMARKS.md).
+    /// made a TCG guest's runs faster, but native store faults slower in
+    /// most runs on this project's machine (BENCHMARKS.md).
     pub handler_follows: bool,
     /// What `resident_limit` covers: the region's pages, or the process's
     /// memory except the compressed pool.
