@@ -868,14 +868,14 @@ mod tests {
 
     #[test]
     fn reads_the_machines_ticks() {
-        // Spin until this process has been charged a tick (at most 10 s):
-        // the machine's busy ticks grow with it. (The two counts are kept
-        // apart in the kernel, so over a short window the process's may
-        // run ahead of the machine's: no more is compared.)
+        // Spinning, both counts grow (at most 10 s). They are kept apart in
+        // the kernel and move at different moments, so over a short window
+        // neither bounds the other: no more is compared.
         let (busy, own) = machine_ticks().expect("/proc/stat and /proc/self/stat");
         let spin = std::time::Instant::now();
         let (mut busy2, mut own2) = (busy, own);
-        while own2 == own && spin.elapsed() < std::time::Duration::from_secs(10) {
+        while (own2 == own || busy2 == busy) && spin.elapsed() < std::time::Duration::from_secs(10)
+        {
             std::hint::spin_loop();
             (busy2, own2) = machine_ticks().unwrap();
         }
