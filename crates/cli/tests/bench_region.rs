@@ -54,9 +54,10 @@ fn faults_and_memory_at_the_limit() {
         &["--accesses", "20000", "--comp", "lz4,zstd"],
     ));
     let faults = r["faults"].as_array().unwrap();
-    // Two compressors from the store, the first twice more (a handler that
-    // follows the faulting thread, one that sleeps between faults), the
-    // zero page, the kernel's fault, the wake-up ceiling.
+    // Two compressors from the store, the first three times more (served
+    // in the faulting thread, a handler that follows the faulting thread,
+    // one that sleeps between faults), the zero page, the kernel's fault,
+    // the wake-up and signal ceilings.
     let kinds: Vec<String> = faults
         .iter()
         .map(|f| format!("{} {}", f["kind"], f["compressor"]))
@@ -66,11 +67,13 @@ fn faults_and_memory_at_the_limit() {
         [
             r#""from the store" "lz4""#,
             r#""from the store" "zstd""#,
+            r#""from the store, in the faulting thread" "lz4""#,
             r#""from the store, handler following" "lz4""#,
             r#""from the store, handler sleeping" "lz4""#,
             r#""never written (zero page)" null"#,
             r#""reference: the kernel's anonymous fault" null"#,
             r#""ceiling: a thread woken by a polling one" null"#,
+            r#""ceiling: a signal to the thread itself" null"#,
         ],
         "{r}"
     );

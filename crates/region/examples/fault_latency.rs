@@ -11,9 +11,10 @@
 //! halted virtual CPU costs an exit; on a busy machine it does not.
 //!
 //! With `follow`, the fault handler follows the faulting thread's CPU;
-//! `poll=US` sets how long it polls after a fault when it does not.
+//! `poll=US` sets how long it polls after a fault when it does not; with
+//! `in-thread`, each fault is served in the faulting thread (`SIGBUS`).
 //!
-//! `cargo run --release -p zmem-region --example fault_latency [MIB] [ROUNDS] [spin] [follow] [poll=US]`
+//! `cargo run --release -p zmem-region --example fault_latency [MIB] [ROUNDS] [spin] [follow] [poll=US] [in-thread]`
 
 use std::time::Instant;
 
@@ -63,6 +64,9 @@ fn main() {
     cfg.probation_pages = Some(0);
     cfg.age_eviction = false;
     cfg.handler_follows = flags.iter().any(|f| f == "follow");
+    if flags.iter().any(|f| f == "in-thread") {
+        cfg.fault_service = region::FaultService::FaultingThread;
+    }
     if let Some(us) = flags.iter().find_map(|f| f.strip_prefix("poll=")) {
         match us.parse() {
             Ok(us) => cfg.handler_poll = std::time::Duration::from_micros(us),
@@ -72,6 +76,7 @@ fn main() {
             }
         }
     }
+    let service = cfg.fault_service;
     let r = match Region::new(len, cfg) {
         Ok(r) => r,
         Err(e) => {
@@ -184,6 +189,7 @@ fn main() {
     // it back without decompressing.
     let mut pcfg = RegionConfig::new(len);
     pcfg.probation_pages = Some(n);
+    pcfg.fault_service = service;
     pcfg.scan_interval = std::time::Duration::from_millis(10);
     let t = std::time::Duration::from_secs(4);
     pcfg.controller = region::ControllerConfig {

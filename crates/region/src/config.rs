@@ -1,10 +1,12 @@
 //! A region's settings: its resident limit, the store recipe, how to open
-//! the userfaultfd, the scan and probation of cold detection, and the
+//! the userfaultfd, which thread serves a fault, the scan and probation of cold detection, and the
 //! promotion-rate controller's settings.
 //!
 //! Owns the settings and their defaults; builds nothing.
 
 use std::time::Duration;
+
+use serde::Serialize;
 
 use recipe::StoreSpec;
 use zram::{AutoCompactMode, AutoCompactPolicy};
@@ -50,12 +52,47 @@ pub struct RegionConfig {
     /// What `resident_limit` covers: the region's pages, or the process's
     /// memory except the compressed pool.
     pub limit_covers: LimitCovers,
+    /// Which thread serves a fault: the region's handler thread (the
+    /// default), or the faulting thread itself, in a `SIGBUS` handler.
+    pub fault_service: FaultService,
     /// Another process whose memory a limit that covers the process
     /// covers too, while it is this process's parent (`zmem run` names
     /// itself, so that one limit holds the program and the command that
     /// runs it; a forked child, whose parent it is not, counts itself
     /// alone).
     pub limit_also_covers: Option<u32>,
+}
+
+/// Which thread brings a page back when the program touches it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultService {
+    /// The region's fault handler thread reads the fault from the
+    /// userfaultfd and wakes the faulting thread when the page is mapped:
+    /// two thread switches per fault, and every access is served, the
+    /// kernel's own (a `read(2)` into the region) included.
+    #[default]
+    HandlerThread,
+    /// The userfaultfd is opened with `UFFD_FEATURE_SIGBUS`: the faulting
+    /// thread gets `SIGBUS` and the region's signal handler brings the
+    /// page back in that thread (no thread switch). The kernel's own
+    /// accesses are not served: a system call on a page not mapped fails
+    /// with `EFAULT` (fault the buffer in first with `Region::touch`).
+    /// The program must not block `SIGBUS` in threads that touch the
+    /// region, and the region must not hold the memory of the allocator
+    /// the signal handler's store reads use (it is not `zmem run`'s
+    /// mode).
+    FaultingThread,
+}
+
+impl FaultService {
+    /// The name in statistics and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultService::HandlerThread => "handler-thread",
+            FaultService::FaultingThread => "faulting-thread",
+        }
+    }
 }
 
 /// The store a region gets by default: zsmalloc in default mode with lz4
@@ -97,6 +134,7 @@ impl RegionConfig {
             handler_follows: false,
             limit_covers: LimitCovers::Region,
             limit_also_covers: None,
+            fault_service: FaultService::HandlerThread,
         }
     }
 

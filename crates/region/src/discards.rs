@@ -2,8 +2,9 @@
 //! the evictor rather than on the fault path (freeing a compressed object
 //! can release a zspage, and the page source's bookkeeping allocates).
 //!
-//! Owns a fixed ring of page indexes, one producer (the fault handler) and
-//! one consumer at a time (whoever holds the evicting side's drain). Knows
+//! Owns a fixed ring of page indexes, any number of producers (whoever
+//! brings a page back) and one consumer at a time (whoever holds the
+//! evicting side's drain). Knows
 //! nothing of the store or the page states.
 
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -31,21 +32,38 @@ impl Discards {
     }
 
     /// Queues page `p`; false if the ring is full (the caller frees the
-    /// slot itself). Only the handler pushes.
+    /// slot itself). Any thread may push: the fault handler, a hint caller,
+    /// a thread serving its own fault.
     pub fn push(&self, p: usize) -> bool {
-        let tail = self.tail.load(Ordering::Relaxed);
-        let head = self.head.load(Ordering::Acquire);
-        if tail - head == self.slots.len() {
-            return false;
-        }
-        self.slots[tail & (self.slots.len() - 1)].store(p as u32, Ordering::Relaxed);
-        self.tail.store(tail + 1, Ordering::Release);
+        let cap = self.slots.len();
+        let tail = loop {
+            // `head` first: it never passes a `tail` read after it.
+            let head = self.head.load(Ordering::Acquire);
+            let tail = self.tail.load(Ordering::Acquire);
+            if tail - head >= cap {
+                return false;
+            }
+            // Reserves entry `tail`; the consumer cleared it (to 0) before
+            // moving `head` past it, so it is free.
+            if self
+                .tail
+                .compare_exchange_weak(tail, tail + 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                break tail;
+            }
+        };
+        // Published as `p + 1`: 0 marks an entry reserved and not written
+        // yet, where the consumer stops.
+        self.slots[tail & (cap - 1)].store(p as u32 + 1, Ordering::Release);
         true
     }
 
     /// Entries queued.
     pub fn len(&self) -> usize {
-        self.tail.load(Ordering::Acquire) - self.head.load(Ordering::Acquire)
+        // `head` first: it never passes a `tail` read after it.
+        let head = self.head.load(Ordering::Acquire);
+        self.tail.load(Ordering::Acquire) - head
     }
 
     /// Whether at least half full.
@@ -54,7 +72,8 @@ impl Discards {
     }
 
     /// Takes every queued page, one at a time, to `f` (one consumer at a
-    /// time).
+    /// time); stops early at an entry a producer reserved and has not
+    /// written yet (the next drain takes it).
     pub fn drain(&self, mut f: impl FnMut(usize)) {
         let _one = self.consumer.lock().unwrap_or_else(|e| e.into_inner());
         loop {
@@ -62,9 +81,14 @@ impl Discards {
             if head == self.tail.load(Ordering::Acquire) {
                 return;
             }
-            let p = self.slots[head & (self.slots.len() - 1)].load(Ordering::Relaxed);
+            let entry = &self.slots[head & (self.slots.len() - 1)];
+            let v = entry.load(Ordering::Acquire);
+            if v == 0 {
+                return;
+            }
+            entry.store(0, Ordering::Relaxed);
             self.head.store(head + 1, Ordering::Release);
-            f(p as usize);
+            f(v as usize - 1);
         }
     }
 }
@@ -88,5 +112,28 @@ mod tests {
         d.drain(|p| got.push(p));
         assert_eq!(got, [0, 1, 2, 3, 5]);
         assert_eq!(d.len(), 0);
+    }
+
+    #[test]
+    fn producers_on_many_threads_lose_nothing() {
+        let d = Discards::new(1024);
+        let mut got = Vec::new();
+        std::thread::scope(|s| {
+            for t in 0..4usize {
+                let d = &d;
+                s.spawn(move || {
+                    for i in 0..10_000 {
+                        while !d.push(t * 10_000 + i) {
+                            std::thread::yield_now();
+                        }
+                    }
+                });
+            }
+            while got.len() < 40_000 {
+                d.drain(|p| got.push(p));
+            }
+        });
+        got.sort_unstable();
+        assert_eq!(got, (0..40_000).collect::<Vec<_>>());
     }
 }

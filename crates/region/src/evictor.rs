@@ -330,7 +330,10 @@ pub fn willneed(sh: &Shared, first: usize, end: usize, hot: bool) -> usize {
             if let Some(addr) = addr {
                 // EAGAIN (the mapping is changing) leaves the page stored:
                 // a hint, not a promise.
-                if bring_in(sh, p, addr, buf.bytes(), false, false) == crate::evict::BringIn::Done {
+                let batch = sh.events.read().unwrap_or_else(|e| e.into_inner());
+                let got = bring_in(sh, p, addr, buf.bytes(), false, false);
+                drop(batch);
+                if got == crate::evict::BringIn::Done {
                     Counters::bump(&sh.counters.prefetched);
                     done += 1;
                 }

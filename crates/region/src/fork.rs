@@ -23,8 +23,10 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Once, Weak};
 
+use crate::config::FaultService;
 use crate::own::OwnCode;
 use crate::shared::Shared;
+use crate::signal;
 use crate::stats::Counters;
 use crate::table::{PROBATION, RESIDENT, STORED};
 use crate::uffd::{Uffd, UffdMode, UffdOpen};
@@ -105,6 +107,7 @@ extern "C" fn parent() {
 
 extern "C" fn child() {
     let _own = OwnCode::enter();
+    signal::forget_parent_threads();
     for w in list().iter() {
         if let Some(sh) = w.upgrade() {
             rebuild(&sh);
@@ -121,13 +124,14 @@ fn rebuild(sh: &Arc<Shared>) {
     if old >= 0 {
         Uffd::from_raw(old, sh.uffd_mode).close();
     }
-    sh.gate.thaw();
+    sh.gate.reset();
     let how = match sh.uffd_mode {
         UffdMode::Device => UffdOpen::Device,
         UffdMode::Syscall => UffdOpen::Syscall,
         UffdMode::UserModeOnly => UffdOpen::UserModeOnly,
     };
-    let registered = Uffd::open(how).ok().and_then(|u| {
+    let in_thread = sh.config.fault_service == FaultService::FaultingThread;
+    let registered = Uffd::open(how, in_thread).ok().and_then(|u| {
         let segs: Vec<_> = sh
             .mapping
             .read()

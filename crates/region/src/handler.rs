@@ -81,7 +81,11 @@ pub fn run(sh: Arc<Shared>) {
     // a 20 µs wait for room fourfold.
     // SAFETY: sets this thread's timer slack to 1 µs.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
-    let follow = Follow::new(sh.config.handler_follows, 0, &sh.follow);
+    // Faults served in their own threads never reach this one: nothing
+    // to follow.
+    let follows = sh.config.handler_follows
+        && sh.config.fault_service == crate::config::FaultService::HandlerThread;
+    let follow = Follow::new(follows, 0, &sh.follow);
     let buf = match LockedBuf::new(sh.page_size) {
         Ok(b) => b,
         Err(_) => return,
@@ -210,8 +214,12 @@ impl Handler {
     /// Reads and serves every message there is; returns how many.
     fn read_all(&mut self) -> usize {
         let uffd = self.sh.uffd();
+        let sh = Arc::clone(&self.sh);
         let mut total = 0;
         loop {
+            // A batch is read and served whole before another thread
+            // brings a page back (`Shared::events`).
+            let _batch = sh.events.write().unwrap_or_else(|e| e.into_inner());
             self.sh.follow.woke();
             let n = match uffd.read(&mut self.msgs) {
                 Ok(n) => n,

@@ -17,8 +17,8 @@
 //! - `shared`: what the threads share;
 //! - `evict`: the race-free eviction and bring-back sequences;
 //! - `follow`: which CPU the fault thread runs on;
-//! - `handler`, `evictor`: the fault thread; the eviction thread and the
-//!   hints;
+//! - `handler`, `evictor`, `signal`: the fault thread; the eviction thread
+//!   and the hints; faults served in the faulting thread (`SIGBUS`);
 //! - `workers`, `fork`: starting and stopping the threads; rebuilding in a
 //!   forked child;
 //! - `region`: the public [`Region`];
@@ -48,6 +48,7 @@ mod probation;
 mod procfs;
 mod region;
 mod shared;
+mod signal;
 pub mod stats;
 mod table;
 pub mod uffd;
@@ -56,7 +57,7 @@ mod zaps;
 
 pub use budget::LimitCovers;
 pub use buf::mlock_refused;
-pub use config::{default_store, RegionConfig};
+pub use config::{default_store, FaultService, RegionConfig};
 pub use controller::{ControllerConfig, PromotionController};
 pub use error::RegionError;
 pub use own::{in_own_code, OwnCode};

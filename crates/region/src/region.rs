@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::config::RegionConfig;
+use crate::config::{FaultService, RegionConfig};
 use crate::controller::PromotionController;
 use crate::discards::Discards;
 use crate::error::RegionError;
@@ -25,6 +25,7 @@ use crate::mapping::Mapping;
 use crate::own::OwnCode;
 use crate::probation::Probation;
 use crate::shared::Shared;
+use crate::signal;
 use crate::stats::{Counters, RegionStats};
 use crate::table::{PageTable, PROBATION, STORED};
 use crate::uffd::{Uffd, UffdMode};
@@ -51,9 +52,10 @@ pub fn page_size() -> usize {
 ///   followed (those pages are gone). Its `mremap` is followed: the moved
 ///   pages keep their contents at the new address; pages a growing
 ///   `mremap` adds are the program's (given the zero page, never evicted).
-/// - In user-mode-only mode ([`UffdMode::UserModeOnly`]), a system call
-///   that reads or writes a page not mapped fails with `EFAULT`: call
-///   [`Region::touch`] on the buffer first.
+/// - In user-mode-only mode ([`UffdMode::UserModeOnly`]), and when faults
+///   are served in the faulting thread ([`FaultService::FaultingThread`]),
+///   a system call that reads or writes a page not mapped fails with
+///   `EFAULT`: call [`Region::touch`] on the buffer first.
 /// - A forked child gets its own copy: the region is rebuilt in the child
 ///   (see the `fork` module).
 ///
@@ -117,7 +119,14 @@ impl Region {
         }
         let npages = len / ps;
         let limit_pages = (limit / ps) as u64;
-        let uffd = Uffd::open(config.uffd)?;
+        let in_thread = config.fault_service == FaultService::FaultingThread;
+        if in_thread && ps > signal::MAX_PAGE {
+            return Err(RegionError::Store(format!(
+                "faults served in the faulting thread need pages of at most {} bytes, not {ps}",
+                signal::MAX_PAGE
+            )));
+        }
+        let uffd = Uffd::open(config.uffd, in_thread)?;
         // SAFETY: a fresh private anonymous mapping, no address asked for.
         let addr = unsafe {
             libc::mmap(
@@ -175,6 +184,7 @@ impl Region {
             evictor_efd: AtomicI32::new(-1),
             table: PageTable::new(npages),
             mapping: RwLock::new(Mapping::new(addr as usize, len, ps)),
+            events: RwLock::new(()),
             probation,
             store,
             discards: Discards::new(4096),
@@ -200,7 +210,15 @@ impl Region {
         // Registered before its threads start: a fork between the two
         // rebuilds the child's copy all the same.
         fork::register(&sh);
+        if in_thread {
+            if let Err(e) = signal::register(&sh) {
+                fork::unregister(&sh);
+                sh.uffd().close();
+                return Err(e);
+            }
+        }
         if let Err(err) = workers::start(&sh) {
+            signal::unregister(&sh);
             fork::unregister(&sh);
             workers::stop(&sh);
             sh.uffd().close();
@@ -293,7 +311,7 @@ impl Region {
 
     /// Faults `range` in from user mode (a read of one byte per page), so
     /// a system call on it finds its pages mapped: what a user-mode-only
-    /// region needs before passing a buffer to the kernel. The pages may be
+    /// region, or one whose faults are served in the faulting thread, needs before passing a buffer to the kernel. The pages may be
     /// evicted again later, like any others.
     pub fn touch(&self, range: Range<usize>) -> Result<(), RegionError> {
         let (a, b) = self.pages(&range)?;
@@ -321,6 +339,7 @@ impl Region {
             len: sh.len,
             page_size: sh.page_size,
             uffd_mode: sh.uffd_mode,
+            fault_service: sh.config.fault_service.name(),
             resident_pages: l(&sh.resident),
             resident_limit_pages: sh.cap_pages,
             limit_covers: sh.config.limit_covers.name(),
@@ -355,6 +374,7 @@ impl Region {
 impl Drop for Region {
     fn drop(&mut self) {
         let _own = OwnCode::enter();
+        signal::unregister(&self.sh);
         fork::unregister(&self.sh);
         workers::stop(&self.sh);
         let uffd = self.sh.uffd();

@@ -44,6 +44,14 @@ pub struct Shared {
     pub table: PageTable,
     /// Page addresses.
     pub mapping: RwLock<Mapping>,
+    /// Held for writing while the handler reads a batch of messages and
+    /// serves it; for reading while any other thread brings a page back
+    /// (a hint, a fault served in its own thread). The kernel counts a
+    /// remove event as read when `read(2)` returns it and then zaps, and
+    /// until the handler has served it the page's state is the old one:
+    /// a page brought back in between would come back with the contents
+    /// the program dropped.
+    pub events: RwLock<()>,
     /// Probed pages' copies.
     pub probation: Probation,
     /// The compressed pages, one disk page per region page.

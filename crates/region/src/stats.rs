@@ -226,6 +226,8 @@ pub struct RegionStats {
     pub page_size: usize,
     /// How the userfaultfd was opened.
     pub uffd_mode: UffdMode,
+    /// Which thread serves a fault (`handler-thread`, `faulting-thread`).
+    pub fault_service: &'static str,
     /// Pages mapped now.
     pub resident_pages: u64,
     /// The resident limit in pages.

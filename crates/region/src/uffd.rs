@@ -55,6 +55,9 @@ const FEATURE_EVENT_REMAP: u64 = 1 << 2;
 const FEATURE_EVENT_REMOVE: u64 = 1 << 3;
 /// `UFFD_FEATURE_EVENT_UNMAP`.
 const FEATURE_EVENT_UNMAP: u64 = 1 << 6;
+/// `UFFD_FEATURE_SIGBUS`: a fault sends `SIGBUS` to the faulting thread
+/// instead of a message (events still come as messages).
+const FEATURE_SIGBUS: u64 = 1 << 7;
 /// `UFFD_FEATURE_THREAD_ID`: a page fault's message names the faulting
 /// thread (`arg[2]`, low 32 bits).
 const FEATURE_THREAD_ID: u64 = 1 << 8;
@@ -241,7 +244,9 @@ fn telling_errno(errnos: &[i32]) -> i32 {
 impl Uffd {
     /// Opens a userfaultfd the ways `how` allows and completes the API
     /// handshake with the region's features ([`FEATURES`]).
-    pub fn open(how: UffdOpen) -> Result<Uffd, RegionError> {
+    /// With `sigbus`, faults are sent to the faulting thread as `SIGBUS`
+    /// (`UFFD_FEATURE_SIGBUS`).
+    pub fn open(how: UffdOpen, sigbus: bool) -> Result<Uffd, RegionError> {
         let order: &[UffdMode] = match how {
             UffdOpen::Auto => &[UffdMode::Device, UffdMode::Syscall, UffdMode::UserModeOnly],
             UffdOpen::Device => &[UffdMode::Device],
@@ -254,7 +259,7 @@ impl Uffd {
             match open_raw(mode) {
                 Ok(fd) => {
                     let uffd = Uffd { fd, mode };
-                    if let Err(e) = uffd.handshake() {
+                    if let Err(e) = uffd.handshake(sigbus) {
                         uffd.close();
                         return Err(e);
                     }
@@ -272,11 +277,12 @@ impl Uffd {
         })
     }
 
-    /// `UFFDIO_API` with the region's features.
-    fn handshake(&self) -> Result<(), RegionError> {
+    /// `UFFDIO_API` with the region's features (and `UFFD_FEATURE_SIGBUS`
+    /// when `sigbus`).
+    fn handshake(&self, sigbus: bool) -> Result<(), RegionError> {
         let mut api = UffdioApi {
             api: UFFD_API,
-            features: FEATURES,
+            features: FEATURES | if sigbus { FEATURE_SIGBUS } else { 0 },
             ioctls: 0,
         };
         // SAFETY: `api` is a valid `struct uffdio_api` the kernel reads and
@@ -286,7 +292,8 @@ impl Uffd {
             let err = last_err();
             return Err(RegionError::Userfaultfd {
                 why: format!(
-                    "UFFDIO_API with write-protect and the remap, remove and unmap events: {err}"
+                    "UFFDIO_API with write-protect and the remap, remove and unmap events{}: {err}",
+                    if sigbus { " and SIGBUS faults" } else { "" }
                 ),
                 errno: err.raw_os_error().unwrap_or(libc::ENOSYS),
             });

@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use common::{check, fill, region_or_skip, Deadline, Ptr, Rng};
-use region::{Region, RegionConfig};
+use region::{FaultService, Region, RegionConfig};
 
 const MIB: usize = 1 << 20;
 
@@ -70,8 +70,19 @@ fn child_checks(r: &Region, version: impl Fn(usize) -> Option<u64>) {
 
 #[test]
 fn a_child_forked_while_threads_fault_sees_its_own_copy() {
+    forked_while_threads_fault(RegionConfig::new(2 * MIB));
+}
+
+#[test]
+fn a_child_forked_while_threads_fault_in_their_own_threads_sees_its_own_copy() {
+    let mut cfg = RegionConfig::new(2 * MIB);
+    cfg.fault_service = FaultService::FaultingThread;
+    forked_while_threads_fault(cfg);
+}
+
+fn forked_while_threads_fault(cfg: RegionConfig) {
     let _d = Deadline::new("fork", 120);
-    let Some(r) = region_or_skip(16 * MIB, RegionConfig::new(2 * MIB)) else {
+    let Some(r) = region_or_skip(16 * MIB, cfg) else {
         return;
     };
     let ps = region::page_size();

@@ -1,7 +1,8 @@
-//! The fault handler does not allocate: with a global allocator that counts
-//! the allocations made on the handler thread, thousands of faults served
-//! from the store (lz4) and of never-written pages cost none (the store
-//! slots of pages brought back are freed by the evictor, which may).
+//! Serving a fault does not allocate: with a global allocator that counts
+//! the allocations made on the handler thread (or on the faulting thread,
+//! when faults are served there), thousands of faults served from the
+//! store (lz4) and of never-written pages cost none (the store slots of
+//! pages brought back are freed by the evictor, which may).
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::{check, fill, region_or_skip, Deadline};
-use region::RegionConfig;
+use region::{FaultService, RegionConfig};
 
 struct Counting;
 
@@ -21,9 +22,17 @@ thread_local! {
     static HANDLER: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
     /// Set while looking, so the look's own allocations are not looked at.
     static LOOKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Set on a test thread while its own faults are served in it.
+    static WATCHED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Allocations on a watched thread (faults served in the faulting thread).
+static WATCHED_ALLOCS: AtomicU64 = AtomicU64::new(0);
+
 fn count() {
+    if WATCHED.with(|w| w.get()) {
+        WATCHED_ALLOCS.fetch_add(1, Ordering::Relaxed);
+    }
     let is_handler = HANDLER.with(|h| match h.get() {
         Some(v) => v,
         None => {
@@ -66,9 +75,21 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn faults_allocate_nothing() {
+    faults_allocate_nothing_with(FaultService::HandlerThread, &ALLOCS);
+}
+
+/// Served in the faulting thread: the test's own thread, watched while it
+/// reads (the loop itself allocates nothing).
+#[test]
+fn faults_served_in_the_faulting_thread_allocate_nothing() {
+    faults_allocate_nothing_with(FaultService::FaultingThread, &WATCHED_ALLOCS);
+}
+
+fn faults_allocate_nothing_with(service: FaultService, allocs: &AtomicU64) {
     let _d = Deadline::new("no_alloc", 60);
     let len = 16 << 20;
     let mut cfg = RegionConfig::new(len);
+    cfg.fault_service = service;
     cfg.probation_pages = Some(0);
     cfg.age_eviction = false;
     let Some(r) = region_or_skip(len, cfg) else {
@@ -82,20 +103,25 @@ fn faults_allocate_nothing() {
         fill(unsafe { base.add(i * ps) }, ps, i as u64, 9);
     }
     assert_eq!(r.cold(0..len / 2).unwrap(), n / 2);
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let watch = service == FaultService::FaultingThread;
+    let before = allocs.load(Ordering::Relaxed);
+    WATCHED.with(|w| w.set(watch));
     let mut sum = 0u64;
     for i in 0..n {
         // SAFETY: page i: the first half from the store, the second never
         // written (the zero page).
         sum += unsafe { std::ptr::read_volatile(base.add(i * ps + 8)) } as u64;
     }
-    let during = ALLOCS.load(Ordering::Relaxed) - before;
+    WATCHED.with(|w| w.set(false));
+    let during = allocs.load(Ordering::Relaxed) - before;
     let s = r.stats();
     assert_eq!(s.faults.missing_store as usize, n / 2, "{s:?}");
     assert_eq!(s.faults.missing_zero as usize, n, "{s:?}");
     assert_eq!(
-        during, 0,
-        "{during} allocations on the handler during {n} faults"
+        during,
+        0,
+        "{during} allocations serving {n} faults ({})",
+        service.name()
     );
     for i in 0..n / 2 {
         // SAFETY: page i.

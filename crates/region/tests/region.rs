@@ -11,9 +11,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{check, fill, is_zero, region_or_skip, Deadline, Ptr, Rng};
-use region::{ControllerConfig, Region, RegionConfig, RegionError, UffdMode, UffdOpen};
+use region::{
+    ControllerConfig, FaultService, Region, RegionConfig, RegionError, UffdMode, UffdOpen,
+};
 
 const MIB: usize = 1 << 20;
+
+/// Defaults with a limit of `limit` bytes, faults served by `service`.
+fn config(service: FaultService, limit: usize) -> RegionConfig {
+    let mut c = RegionConfig::new(limit);
+    c.fault_service = service;
+    c
+}
 
 fn ps() -> usize {
     region::page_size()
@@ -52,8 +61,17 @@ fn bad_lengths_and_limits_are_typed_errors() {
 
 #[test]
 fn pages_beyond_the_limit_are_stored_and_come_back() {
+    pages_beyond_the_limit_are_stored_and_come_back_with(FaultService::HandlerThread);
+}
+
+#[test]
+fn pages_beyond_the_limit_are_stored_and_come_back_in_the_faulting_thread() {
+    pages_beyond_the_limit_are_stored_and_come_back_with(FaultService::FaultingThread);
+}
+
+fn pages_beyond_the_limit_are_stored_and_come_back_with(service: FaultService) {
     let _d = Deadline::new("pages_beyond_the_limit", 60);
-    let Some(r) = region_or_skip(64 * MIB, RegionConfig::new(4 * MIB)) else {
+    let Some(r) = region_or_skip(64 * MIB, config(service, 4 * MIB)) else {
         return;
     };
     let ps = ps();
@@ -218,8 +236,17 @@ fn a_limit_that_covers_the_process_leaves_the_region_the_rest() {
 
 #[test]
 fn many_threads_fault_random_pages_with_checksums() {
+    many_threads_fault_random_pages_with_checksums_with(FaultService::HandlerThread);
+}
+
+#[test]
+fn many_threads_fault_random_pages_with_checksums_in_the_faulting_thread() {
+    many_threads_fault_random_pages_with_checksums_with(FaultService::FaultingThread);
+}
+
+fn many_threads_fault_random_pages_with_checksums_with(service: FaultService) {
     let _d = Deadline::new("many_threads", 120);
-    let Some(r) = region_or_skip(32 * MIB, RegionConfig::new(2 * MIB)) else {
+    let Some(r) = region_or_skip(32 * MIB, config(service, 2 * MIB)) else {
         return;
     };
     let ps = ps();
@@ -272,8 +299,17 @@ fn many_threads_fault_random_pages_with_checksums() {
 
 #[test]
 fn writes_racing_eviction_are_never_lost() {
+    writes_racing_eviction_are_never_lost_with(FaultService::HandlerThread);
+}
+
+#[test]
+fn writes_racing_eviction_are_never_lost_in_the_faulting_thread() {
+    writes_racing_eviction_are_never_lost_with(FaultService::FaultingThread);
+}
+
+fn writes_racing_eviction_are_never_lost_with(service: FaultService) {
     let _d = Deadline::new("writes_racing_eviction", 90);
-    let Some(r) = region_or_skip(4 * MIB, RegionConfig::new(4 * MIB)) else {
+    let Some(r) = region_or_skip(4 * MIB, config(service, 4 * MIB)) else {
         return;
     };
     let ps = ps();
@@ -341,8 +377,17 @@ fn writes_racing_eviction_are_never_lost() {
 
 #[test]
 fn madvise_dontneed_reads_zeros_and_frees_the_stored_copies() {
+    madvise_dontneed_reads_zeros_and_frees_the_stored_copies_with(FaultService::HandlerThread);
+}
+
+#[test]
+fn madvise_dontneed_reads_zeros_and_frees_the_stored_copies_in_the_faulting_thread() {
+    madvise_dontneed_reads_zeros_and_frees_the_stored_copies_with(FaultService::FaultingThread);
+}
+
+fn madvise_dontneed_reads_zeros_and_frees_the_stored_copies_with(service: FaultService) {
     let _d = Deadline::new("madvise_dontneed", 60);
-    let Some(r) = region_or_skip(8 * MIB, RegionConfig::new(8 * MIB)) else {
+    let Some(r) = region_or_skip(8 * MIB, config(service, 8 * MIB)) else {
         return;
     };
     let ps = ps();
@@ -393,8 +438,17 @@ fn madvise_dontneed_reads_zeros_and_frees_the_stored_copies() {
 /// read as zeros, the other pages keep their contents, nothing hangs.
 #[test]
 fn drops_racing_eviction_at_the_limit_never_hang() {
+    drops_racing_eviction_at_the_limit_never_hang_with(FaultService::HandlerThread);
+}
+
+#[test]
+fn drops_racing_eviction_at_the_limit_never_hang_in_the_faulting_thread() {
+    drops_racing_eviction_at_the_limit_never_hang_with(FaultService::FaultingThread);
+}
+
+fn drops_racing_eviction_at_the_limit_never_hang_with(service: FaultService) {
     let _d = Deadline::new("drops_racing_eviction", 120);
-    let Some(r) = region_or_skip(32 * MIB, RegionConfig::new(2 * MIB)) else {
+    let Some(r) = region_or_skip(32 * MIB, config(service, 2 * MIB)) else {
         return;
     };
     let ps = ps();
@@ -460,8 +514,17 @@ fn drops_racing_eviction_at_the_limit_never_hang() {
 
 #[test]
 fn mremap_moves_pages_with_their_contents() {
+    mremap_moves_pages_with_their_contents_with(FaultService::HandlerThread);
+}
+
+#[test]
+fn mremap_moves_pages_with_their_contents_in_the_faulting_thread() {
+    mremap_moves_pages_with_their_contents_with(FaultService::FaultingThread);
+}
+
+fn mremap_moves_pages_with_their_contents_with(service: FaultService) {
     let _d = Deadline::new("mremap", 60);
-    let Some(r) = region_or_skip(4 * MIB, RegionConfig::new(4 * MIB)) else {
+    let Some(r) = region_or_skip(4 * MIB, config(service, 4 * MIB)) else {
         return;
     };
     let ps = ps();
@@ -513,8 +576,17 @@ fn mremap_moves_pages_with_their_contents() {
 
 #[test]
 fn munmap_of_part_drops_those_pages() {
+    munmap_of_part_drops_those_pages_with(FaultService::HandlerThread);
+}
+
+#[test]
+fn munmap_of_part_drops_those_pages_in_the_faulting_thread() {
+    munmap_of_part_drops_those_pages_with(FaultService::FaultingThread);
+}
+
+fn munmap_of_part_drops_those_pages_with(service: FaultService) {
     let _d = Deadline::new("munmap_part", 60);
-    let Some(r) = region_or_skip(4 * MIB, RegionConfig::new(4 * MIB)) else {
+    let Some(r) = region_or_skip(4 * MIB, config(service, 4 * MIB)) else {
         return;
     };
     let ps = ps();
@@ -543,13 +615,28 @@ fn munmap_of_part_drops_those_pages() {
 
 #[test]
 fn user_mode_only_system_calls_fail_until_touched() {
-    let _d = Deadline::new("user_mode_only", 60);
     let mut cfg = RegionConfig::new(MIB);
     cfg.uffd = UffdOpen::UserModeOnly;
+    system_calls_fail_until_touched(cfg, |r| assert_eq!(r.uffd_mode(), UffdMode::UserModeOnly));
+}
+
+/// However the userfaultfd was opened, the kernel's own accesses are not
+/// served when faults are served in the faulting thread.
+#[test]
+fn in_the_faulting_thread_system_calls_fail_until_touched() {
+    system_calls_fail_until_touched(config(FaultService::FaultingThread, MIB), |r| {
+        assert_eq!(r.stats().fault_service, "faulting-thread")
+    });
+}
+
+/// A stored page passed to `write(2)` fails with `EFAULT` until
+/// `Region::touch` brings it back.
+fn system_calls_fail_until_touched(cfg: RegionConfig, mode: impl Fn(&Region)) {
+    let _d = Deadline::new("system_calls_fail_until_touched", 60);
     let Some(r) = region_or_skip(MIB, cfg) else {
         return;
     };
-    assert_eq!(r.uffd_mode(), UffdMode::UserModeOnly);
+    mode(&r);
     let ps = ps();
     let base = r.as_ptr();
     fill(base, ps, 0, 5);
@@ -557,7 +644,7 @@ fn user_mode_only_system_calls_fail_until_touched() {
     let mut fds = [0; 2];
     // SAFETY: a pipe for the test.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    // The kernel reads the stored page: EFAULT in user-mode-only mode.
+    // The kernel reads the stored page: EFAULT.
     // SAFETY: writes one page from the region to the pipe.
     let n = unsafe { libc::write(fds[1], base.cast(), ps) };
     let err = std::io::Error::last_os_error();

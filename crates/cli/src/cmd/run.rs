@@ -234,7 +234,7 @@ fn elf_is_dynamic(b: &[u8]) -> Option<bool> {
 fn check_userfaultfd() -> Result<(), CliError> {
     let mut why = Vec::new();
     for how in [UffdOpen::Device, UffdOpen::Syscall] {
-        match Uffd::open(how) {
+        match Uffd::open(how, false) {
             Ok(u) => {
                 u.close();
                 return Ok(());

@@ -190,11 +190,12 @@ fn faults(data: &[u8], comps: &[Algorithm], params: &str) -> Result<Vec<FaultRow
     let n = len / ps;
     let order = shuffled(n, 7);
     let mut rows = Vec::new();
-    // The first compressor twice more: with a handler that follows the
-    // faulting thread's CPU, and with one that sleeps between faults
-    // instead of polling; what following and polling are worth, in the
-    // same run.
+    // The first compressor three times more: served in the faulting thread
+    // itself, with a handler that follows the faulting thread's CPU, and
+    // with one that sleeps between faults instead of polling; what each is
+    // worth, in the same run.
     let runs = comps.iter().map(|&c| (c, "from the store")).chain([
+        (comps[0], "from the store, in the faulting thread"),
         (comps[0], "from the store, handler following"),
         (comps[0], "from the store, handler sleeping"),
     ]);
@@ -203,6 +204,9 @@ fn faults(data: &[u8], comps: &[Algorithm], params: &str) -> Result<Vec<FaultRow
         cfg.handler_follows = kind.ends_with("following");
         if kind.ends_with("sleeping") {
             cfg.handler_poll = std::time::Duration::ZERO;
+        }
+        if kind.ends_with("faulting thread") {
+            cfg.fault_service = region::FaultService::FaultingThread;
         }
         let r = region_with(cfg, len, comp, params)?;
         let base = r.as_ptr();
@@ -261,7 +265,44 @@ fn faults(data: &[u8], comps: &[Algorithm], params: &str) -> Result<Vec<FaultRow
         wake_round_trips(n)?,
         None,
     ));
+    rows.push(quantiles(
+        "ceiling: a signal to the thread itself",
+        None,
+        signal_round_trips(n)?,
+        None,
+    ));
     Ok(rows)
+}
+
+extern "C" fn on_signal(_: libc::c_int) {}
+
+/// The floor under a fault served in the faulting thread: `n` times, a
+/// signal sent to this thread and its (empty) handler returned from.
+fn signal_round_trips(n: usize) -> Result<Vec<u64>, Error> {
+    // SAFETY: an all-zero `sigaction` is valid; an empty handler for
+    // SIGURG (ignored by default, used by nothing here), restored after.
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = on_signal as *const () as usize;
+    // SAFETY: as above.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: valid actions.
+    if unsafe { libc::sigaction(libc::SIGURG, &sa, &mut old) } != 0 {
+        return Err(Error::Failed(format!(
+            "sigaction: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    let ns = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            // SAFETY: a signal to the calling thread, handled above.
+            unsafe { libc::raise(libc::SIGURG) };
+            t.elapsed().as_nanos() as u64
+        })
+        .collect();
+    // SAFETY: puts the previous action back.
+    unsafe { libc::sigaction(libc::SIGURG, &old, std::ptr::null_mut()) };
+    Ok(ns)
 }
 
 /// The floor under any fault served by another thread: `n` round trips

@@ -1,0 +1,362 @@
+//! Faults served in the faulting thread ([`FaultService::FaultingThread`]):
+//! the userfaultfd is opened with `UFFD_FEATURE_SIGBUS`, so the kernel
+//! sends a fault to the thread that took it as `SIGBUS` instead of a
+//! message, and this module's signal handler brings the page back right
+//! there (`evict::bring_in`: decompress, `UFFDIO_COPY`). A fault then costs
+//! no thread switch and no cross-CPU wake-up; the handler thread still
+//! reads the events (remove, unmap, remap).
+//!
+//! The signal handler is process-wide and installed once. It finds the
+//! region an address belongs to in a fixed table of the regions served
+//! this way; a `SIGBUS` at any other address goes to the handler that was
+//! there before (or the default action). A region leaves the table before
+//! it is torn down and waits until no thread is still inside the signal
+//! handler with it (a count per table entry).
+//!
+//! A fault that finds the page held by another thread (being evicted or
+//! brought back) yields and looks again; one at the resident limit kicks
+//! the evictor and waits for room for up to 5 ms, then is served over the
+//! limit, as on the handler thread. The service enters the fork gate's
+//! handler side, so a fork never copies a page half brought back.
+//!
+//! Owns the table, its in-flight counts and the `SIGBUS` disposition.
+//! Never allocates on the fault path (the page buffer is on the faulting
+//! thread's stack; lz4 and lzo decode without allocating); makes only
+//! async-signal-safe system calls and keeps `errno`.
+//!
+//! [`FaultService::FaultingThread`]: crate::FaultService::FaultingThread
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Arc, Once};
+use std::time::{Duration, Instant};
+
+use crate::error::RegionError;
+use crate::evict::{bring_in, settle_removed, BringIn};
+use crate::evictor::needs_room;
+use crate::gate::Side;
+use crate::shared::{kick, Shared};
+use crate::stats::Counters;
+use crate::table::{EVICTING, GONE, LOADING, RESIDENT, STORED};
+
+/// Regions served in their faulting threads at once.
+const ENTRIES: usize = 64;
+
+/// The largest page the signal handler brings back (its buffer is on the
+/// faulting thread's stack).
+pub const MAX_PAGE: usize = 16384;
+
+/// How long a fault waits for room under the limit before it is served
+/// over it (the handler thread's bound too).
+const LIMIT_WAIT: Duration = Duration::from_millis(5);
+
+/// The regions in the table (null: a free entry).
+static REGIONS: [AtomicPtr<Shared>; ENTRIES] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; ENTRIES];
+
+/// Threads inside the signal handler with each entry's region.
+static IN_FLIGHT: [AtomicUsize; ENTRIES] = [const { AtomicUsize::new(0) }; ENTRIES];
+
+/// The `SIGBUS` action before ours, for addresses that are no region's.
+struct Previous(UnsafeCell<libc::sigaction>);
+
+// SAFETY: written once, inside `INSTALL`, before any region is in the
+// table (so before the signal handler reads it); read-only after.
+unsafe impl Sync for Previous {}
+
+static PREVIOUS: Previous = Previous(UnsafeCell::new(
+    // SAFETY: `sigaction` is plain data; all zeros is `SIG_DFL`, no flags.
+    unsafe { std::mem::zeroed() },
+));
+
+static INSTALL: Once = Once::new();
+
+/// 0 once the handler is installed, else the errno of `sigaction`.
+static INSTALLED: AtomicI32 = AtomicI32::new(-1);
+
+/// Installs the process's `SIGBUS` handler (once).
+fn install() -> Result<(), RegionError> {
+    INSTALL.call_once(|| {
+        // SAFETY: an all-zero `sigaction` is valid; it is filled in below.
+        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+        sa.sa_sigaction = on_sigbus as *const () as usize;
+        // Every other signal is held off while a page is brought back: a
+        // signal handler of the program that touched the region now would
+        // fault with `SIGBUS` blocked, which kills the process.
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        // SAFETY: `sa_mask` is a valid signal set of `sa`; `PREVIOUS` is
+        // written here only, before any region can be looked up.
+        let rc = unsafe {
+            libc::sigfillset(&mut sa.sa_mask);
+            libc::sigaction(libc::SIGBUS, &sa, PREVIOUS.0.get())
+        };
+        let errno = if rc == 0 {
+            0
+        } else {
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL)
+        };
+        INSTALLED.store(errno, Ordering::Release);
+    });
+    match INSTALLED.load(Ordering::Acquire) {
+        0 => Ok(()),
+        errno => Err(RegionError::Os {
+            what: "sigaction(SIGBUS)",
+            err: std::io::Error::from_raw_os_error(errno),
+        }),
+    }
+}
+
+/// Puts `sh` in the table (installing the signal handler first).
+pub fn register(sh: &Arc<Shared>) -> Result<(), RegionError> {
+    install()?;
+    let ptr = Arc::as_ptr(sh).cast_mut();
+    for entry in &REGIONS {
+        if entry
+            .compare_exchange(
+                std::ptr::null_mut(),
+                ptr,
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        {
+            return Ok(());
+        }
+    }
+    Err(RegionError::Os {
+        what: "serving faults in the faulting thread (64 such regions at most)",
+        err: std::io::Error::from_raw_os_error(libc::ENFILE),
+    })
+}
+
+/// Takes `sh` out of the table and waits until no thread is inside the
+/// signal handler with it. No-op for a region not in the table.
+pub fn unregister(sh: &Shared) {
+    let ptr = (sh as *const Shared).cast_mut();
+    for (i, entry) in REGIONS.iter().enumerate() {
+        if entry
+            .compare_exchange(
+                ptr,
+                std::ptr::null_mut(),
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        {
+            while IN_FLIGHT[i].load(Ordering::SeqCst) != 0 {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// In a forked child (one thread, not inside the signal handler): the
+/// in-flight counts of the parent's other threads are not the child's.
+pub fn forget_parent_threads() {
+    for n in &IN_FLIGHT {
+        n.store(0, Ordering::SeqCst);
+    }
+}
+
+/// What the page fault behind a `SIGBUS` was.
+#[derive(Clone, Copy)]
+struct Fault {
+    /// A write.
+    write: bool,
+    /// On a present page (write-protected by an eviction), not a missing
+    /// one.
+    present: bool,
+}
+
+/// The page fault behind this signal's context.
+fn fault_of(ctx: *mut libc::c_void) -> Fault {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: the kernel passes a `ucontext_t` to an `SA_SIGINFO`
+        // handler; on x86-64 its `REG_ERR` is the page fault's error code:
+        // bit 0 set for a present page, bit 1 for a write.
+        let uc = unsafe { &*(ctx as *const libc::ucontext_t) };
+        let err = uc.uc_mcontext.gregs[libc::REG_ERR as usize];
+        Fault {
+            write: err & 2 != 0,
+            present: err & 1 != 0,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        // Unknown: served as a read of a missing page (a write-protected
+        // page is then found mapped, and the write runs again until its
+        // eviction has dropped it; a zero page is write-faulted by the
+        // kernel afterwards).
+        let _ = ctx;
+        Fault {
+            write: false,
+            present: false,
+        }
+    }
+}
+
+/// The process's `SIGBUS` handler.
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the calling thread's errno, kept across the handler.
+    let errno = unsafe { *libc::__errno_location() };
+    // SAFETY: the kernel passes a valid `siginfo_t` for `SIGBUS`, whose
+    // address field is the faulting address.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    if !serve_any(addr, ctx) {
+        pass_on(sig, info, ctx);
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Serves `addr` if a region in the table holds it; false otherwise.
+fn serve_any(addr: usize, ctx: *mut libc::c_void) -> bool {
+    for (i, entry) in REGIONS.iter().enumerate() {
+        let ptr = entry.load(Ordering::Acquire);
+        if ptr.is_null() {
+            continue;
+        }
+        IN_FLIGHT[i].fetch_add(1, Ordering::SeqCst);
+        // Checked again after counting: `unregister` clears the entry and
+        // then waits for the count, so a region seen here stays alive
+        // until the count drops.
+        if entry.load(Ordering::SeqCst) == ptr {
+            // SAFETY: in the table and counted in flight: `unregister` has
+            // not returned, so the region (and its `Shared`) is alive.
+            let sh = unsafe { &*ptr };
+            // The gate before any lock: a fork copies no lock held here.
+            sh.gate.enter(Side::Handler);
+            let page = sh
+                .mapping
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .page_of(addr);
+            if let Some(p) = page {
+                let ps = sh.page_size;
+                let f = fault_of(ctx);
+                if f.present {
+                    write_protected(sh, p, addr & !(ps - 1));
+                } else {
+                    missing(sh, p, addr & !(ps - 1), f.write);
+                }
+            }
+            sh.gate.leave(Side::Handler);
+            if page.is_some() {
+                IN_FLIGHT[i].fetch_sub(1, Ordering::SeqCst);
+                return true;
+            }
+        }
+        IN_FLIGHT[i].fetch_sub(1, Ordering::SeqCst);
+    }
+    false
+}
+
+/// A `SIGBUS` that is no region's: to the handler that was there before,
+/// or, if that was the default action (or ignoring it), that action is
+/// put back and the faulting instruction, run again, takes it.
+fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: read-only after installation (see `Previous`).
+    let prev = unsafe { &*PREVIOUS.0.get() };
+    let h = prev.sa_sigaction;
+    if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        // SAFETY: restores the saved action.
+        unsafe { libc::sigaction(libc::SIGBUS, prev, std::ptr::null_mut()) };
+    } else if prev.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the previous handler, installed with `SA_SIGINFO`, takes
+        // these three arguments.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { std::mem::transmute(h) };
+        f(sig, info, ctx);
+    } else {
+        // SAFETY: the previous handler, installed without `SA_SIGINFO`,
+        // takes the signal number.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
+        f(sig);
+    }
+}
+
+/// A write to page `p` (at page address `addr`) while it is
+/// write-protected: an eviction holds it and drops its mapping after, and
+/// the write, run again, faults then as a missing page. A page found
+/// resident is protected by no eviction (a stale protection): it is
+/// unprotected, held for that while.
+fn write_protected(sh: &Shared, p: usize, addr: usize) {
+    Counters::bump(&sh.counters.wp);
+    if sh.table.cas(p, RESIDENT, EVICTING) {
+        let _ = sh.uffd().write_protect(addr, sh.page_size, false);
+        sh.table.set(p, RESIDENT);
+        settle_removed(sh, p);
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// Brings missing page `p` (at page address `addr`) back in the calling
+/// thread.
+fn missing(sh: &Shared, p: usize, addr: usize, write: bool) {
+    let start = Instant::now();
+    let ps = sh.page_size;
+    let mut buf = [0u8; MAX_PAGE];
+    let c = &sh.counters;
+    let mut waited = false;
+    loop {
+        let state = sh.table.state(p);
+        match state {
+            // Held by another thread (an eviction, which wakes no one in
+            // this mode: the write that faulted on its write-protection
+            // runs again after; or another fault's service).
+            EVICTING | LOADING => {
+                std::thread::yield_now();
+                continue;
+            }
+            // Unmapped by the program meanwhile: the instruction, run
+            // again, gets the program's own `SIGSEGV`.
+            GONE => break,
+            _ => {}
+        }
+        if state != RESIDENT && sh.at_limit() {
+            kick(&sh.evictor_efd);
+            if start.elapsed() < LIMIT_WAIT {
+                if !waited {
+                    Counters::bump(&c.deferred);
+                    waited = true;
+                }
+                let nap = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 20_000,
+                };
+                // SAFETY: sleeps 20 µs; no remaining time wanted.
+                unsafe { libc::nanosleep(&nap, std::ptr::null_mut()) };
+                continue;
+            }
+        }
+        let t0 = Instant::now();
+        let batch = sh.events.read().unwrap_or_else(|e| e.into_inner());
+        let got = bring_in(sh, p, addr, &mut buf[..ps], true, write);
+        drop(batch);
+        match got {
+            BringIn::Done | BringIn::AlreadyThere => {
+                let maps = state != RESIDENT;
+                if maps && sh.resident.load(Ordering::Relaxed) > sh.limit_pages() {
+                    Counters::bump(&c.over_limit);
+                }
+                let end = Instant::now();
+                c.latency.record((end - start).as_nanos() as u64);
+                if state == STORED {
+                    c.store_fault_ns
+                        .fetch_add((end - t0).as_nanos() as u64, Ordering::Relaxed);
+                }
+                if needs_room(sh) || sh.discards.half_full() {
+                    kick(&sh.evictor_efd);
+                }
+                break;
+            }
+            // The mapping is changing (an event the handler thread has
+            // not read yet), or another thread took the page first.
+            BringIn::Later => std::thread::yield_now(),
+        }
+    }
+}
