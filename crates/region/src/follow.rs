@@ -549,7 +549,7 @@ pub fn machine_ticks() -> Option<(u64, u64)> {
         .enumerate()
     {
         if k != 3 && k != 4 {
-            busy += number(f)?;
+            busy += procfs::number(f)?;
         }
     }
     let mut buf = [0u8; 1024];
@@ -559,24 +559,9 @@ pub fn machine_ticks() -> Option<(u64, u64)> {
         .split(|&b| b == b' ')
         .filter(|f| !f.is_empty());
     // Fields 14 and 15 (utime, stime); field 3 is the first after ')'.
-    let utime = number(fields.nth(14 - 3)?)?;
-    let stime = number(fields.next()?)?;
+    let utime = procfs::number(fields.nth(14 - 3)?)?;
+    let stime = procfs::number(fields.next()?)?;
     Some((busy, utime + stime))
-}
-
-/// A decimal number.
-fn number(f: &[u8]) -> Option<u64> {
-    if f.is_empty() {
-        return None;
-    }
-    let mut v = 0u64;
-    for &b in f {
-        if !b.is_ascii_digit() {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add((b - b'0') as u64)?;
-    }
-    Some(v)
 }
 
 /// A thread's times from its `schedstat`, in ns.
@@ -593,12 +578,11 @@ pub struct Times {
 pub fn sched_times(tid: u32) -> Option<Times> {
     let mut buf = [0u8; 128];
     let line = procfs::read(b"self/task/", Some(tid), b"/schedstat", &mut buf)?;
+    // Each field is read up to its first non-digit (the last ends in a
+    // newline).
     let mut fields = line.split(|&b| b == b' ').map(|f| {
-        let mut ns = 0u64;
-        for &b in f.iter().take_while(|b| b.is_ascii_digit()) {
-            ns = ns.checked_mul(10)?.checked_add((b - b'0') as u64)?;
-        }
-        Some(ns)
+        let digits = f.iter().take_while(|b| b.is_ascii_digit()).count();
+        procfs::number(&f[..digits])
     });
     Some(Times {
         ran: fields.next()??,
@@ -616,14 +600,7 @@ pub fn stat_cpu(line: &[u8]) -> Option<usize> {
         .split(|&b| b == b' ')
         .filter(|f| !f.is_empty())
         .nth(39 - 3)?;
-    let mut cpu = 0usize;
-    for &b in field {
-        if !b.is_ascii_digit() {
-            return None;
-        }
-        cpu = cpu.checked_mul(10)?.checked_add((b - b'0') as usize)?;
-    }
-    (!field.is_empty()).then_some(cpu)
+    usize::try_from(procfs::number(field)?).ok()
 }
 
 #[cfg(test)]
