@@ -66,6 +66,27 @@ fn zmem_run(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `zmem run`'s arguments: `--limit limit`, then `options`, then
+/// `--stats-json stats`, then `--`, `program` and its `args`.
+fn run_args<'a>(
+    limit: &'a str,
+    options: &[&'a str],
+    stats: &'a Path,
+    program: &'a Path,
+    args: &[&'a str],
+) -> Vec<&'a str> {
+    let mut all = vec!["--limit", limit];
+    all.extend(options);
+    all.extend([
+        "--stats-json",
+        stats.to_str().unwrap(),
+        "--",
+        program.to_str().unwrap(),
+    ]);
+    all.extend(args);
+    all
+}
+
 /// Every process's statistics that `--stats-json` wrote (the command's own
 /// process first).
 fn stats_of(path: &Path) -> Vec<serde_json::Value> {
@@ -100,19 +121,19 @@ fn a_python_word_index_gives_the_same_answers_in_a_quarter_of_its_memory() {
     let stats = dir.join("stats.json");
     let copy = dir.join("copy.txt");
     // About 145 MiB at its peak without zmem: 36M is a quarter.
-    let run = zmem_run(&[
-        "--limit",
+    let run = zmem_run(&run_args(
         "36M",
-        "--stats-json",
-        stats.to_str().unwrap(),
-        "--",
-        py.to_str().unwrap(),
-        workload.to_str().unwrap(),
-        words.to_str().unwrap(),
-        "200000",
-        "7",
-        copy.to_str().unwrap(),
-    ]);
+        &[],
+        &stats,
+        &py,
+        &[
+            workload.to_str().unwrap(),
+            words.to_str().unwrap(),
+            "200000",
+            "7",
+            copy.to_str().unwrap(),
+        ],
+    ));
     let err = text(&run.stderr);
     assert!(run.status.success(), "{err}");
     assert_eq!(text(&run.stdout), text(&plain.stdout), "{err}");
@@ -171,16 +192,7 @@ fn a_c_page_trace_gives_the_same_output_in_a_quarter_of_its_memory() {
         text(&plain.stdout)
     );
     let stats = dir.join("stats.json");
-    let mut run_args = vec![
-        "--limit",
-        "4M",
-        "--stats-json",
-        stats.to_str().unwrap(),
-        "--",
-        bin.to_str().unwrap(),
-    ];
-    run_args.extend(args);
-    let run = zmem_run(&run_args);
+    let run = zmem_run(&run_args("4M", &[], &stats, &bin, &args));
     let err = text(&run.stderr);
     assert_eq!(run.status.code(), Some(0), "{err}");
     assert_eq!(text(&run.stdout), text(&plain.stdout), "{err}");
@@ -203,20 +215,13 @@ fn a_c_page_trace_gives_the_same_output_in_a_quarter_of_its_memory() {
     // (the program frees its buffer before it exits, so the peak is what
     // is left to compare).
     let peak_pool = |params: &str| {
-        let mut run_args = vec![
-            "--limit",
+        let run = zmem_run(&run_args(
             "4M",
-            "--comp",
-            "zstd",
-            "--algorithm-params",
-            params,
-            "--stats-json",
-            stats.to_str().unwrap(),
-            "--",
-            bin.to_str().unwrap(),
-        ];
-        run_args.extend(["16", "20000", "7"]);
-        let run = zmem_run(&run_args);
+            &["--comp", "zstd", "--algorithm-params", params],
+            &stats,
+            &bin,
+            &["16", "20000", "7"],
+        ));
         let err = text(&run.stderr);
         assert_eq!(run.status.code(), Some(0), "{params}: {err}");
         assert_eq!(text(&run.stdout).lines().count(), 1, "{params}: {err}");
@@ -241,16 +246,7 @@ fn a_c_page_trace_gives_the_same_output_in_a_quarter_of_its_memory() {
         &["--handler-cpu", "any"],
         &["--handler-cpu", "follow"],
     ] {
-        let mut run_args = vec!["--limit", "4M"];
-        run_args.extend(extra);
-        run_args.extend([
-            "--stats-json",
-            stats.to_str().unwrap(),
-            "--",
-            bin.to_str().unwrap(),
-        ]);
-        run_args.extend(args);
-        let run = zmem_run(&run_args);
+        let run = zmem_run(&run_args("4M", extra, &stats, &bin, &args));
         let err = text(&run.stderr);
         assert_eq!(run.status.code(), Some(0), "{extra:?}: {err}");
         assert_eq!(text(&run.stdout), text(&plain.stdout), "{extra:?}: {err}");
@@ -314,16 +310,7 @@ assert out[0][0][:6] == b"thread", "the child's write reached the parent"
 sub = subprocess.run([sys.executable, "-c", "print(sum(len(bytearray(4 << 20)) for _ in range(8)))"], capture_output=True, text=True)
 print(digest == hashlib.sha256(b"".join(out[k][0] for k in range(4))).hexdigest(), sub.stdout.strip())
 "#;
-    let run = zmem_run(&[
-        "--limit",
-        "8M",
-        "--stats-json",
-        stats.to_str().unwrap(),
-        "--",
-        py.to_str().unwrap(),
-        "-c",
-        script,
-    ]);
+    let run = zmem_run(&run_args("8M", &[], &stats, &py, &["-c", script]));
     let err = text(&run.stderr);
     assert!(run.status.success(), "{err}");
     assert_eq!(text(&run.stdout).trim(), "True 33554432", "{err}");

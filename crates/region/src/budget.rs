@@ -78,16 +78,16 @@ pub fn charged_bytes(status: &[u8]) -> Option<u64> {
         if key != b"RssAnon" && key != b"RssShmem" && key != b"VmPTE" {
             continue;
         }
-        let mut kb = 0u64;
-        let mut digits = 0;
-        for &b in value {
-            if b.is_ascii_digit() {
-                kb = kb * 10 + (b - b'0') as u64;
-                digits += 1;
-            } else if digits > 0 {
-                break;
-            }
-        }
+        // The first run of digits ("\t    1200 kB"); none counts as 0.
+        let start = value
+            .iter()
+            .position(u8::is_ascii_digit)
+            .unwrap_or(value.len());
+        let digits = value[start..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        let kb = procfs::number(&value[start..start + digits]).unwrap_or(0);
         if key == b"RssAnon" {
             anon = Some(kb * 1024);
         } else {

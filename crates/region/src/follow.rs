@@ -549,7 +549,7 @@ pub fn machine_ticks() -> Option<(u64, u64)> {
         .enumerate()
     {
         if k != 3 && k != 4 {
-            busy += number(f)?;
+            busy += procfs::number(f)?;
         }
     }
     let mut buf = [0u8; 1024];
@@ -559,24 +559,9 @@ pub fn machine_ticks() -> Option<(u64, u64)> {
         .split(|&b| b == b' ')
         .filter(|f| !f.is_empty());
     // Fields 14 and 15 (utime, stime); field 3 is the first after ')'.
-    let utime = number(fields.nth(14 - 3)?)?;
-    let stime = number(fields.next()?)?;
+    let utime = procfs::number(fields.nth(14 - 3)?)?;
+    let stime = procfs::number(fields.next()?)?;
     Some((busy, utime + stime))
-}
-
-/// A decimal number.
-fn number(f: &[u8]) -> Option<u64> {
-    if f.is_empty() {
-        return None;
-    }
-    let mut v = 0u64;
-    for &b in f {
-        if !b.is_ascii_digit() {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add((b - b'0') as u64)?;
-    }
-    Some(v)
 }
 
 /// A thread's times from its `schedstat`, in ns.
@@ -593,12 +578,11 @@ pub struct Times {
 pub fn sched_times(tid: u32) -> Option<Times> {
     let mut buf = [0u8; 128];
     let line = procfs::read(b"self/task/", Some(tid), b"/schedstat", &mut buf)?;
+    // Each field is read up to its first non-digit (the last ends in a
+    // newline).
     let mut fields = line.split(|&b| b == b' ').map(|f| {
-        let mut ns = 0u64;
-        for &b in f.iter().take_while(|b| b.is_ascii_digit()) {
-            ns = ns.checked_mul(10)?.checked_add((b - b'0') as u64)?;
-        }
-        Some(ns)
+        let digits = f.iter().take_while(|b| b.is_ascii_digit()).count();
+        procfs::number(&f[..digits])
     });
     Some(Times {
         ran: fields.next()??,
@@ -616,19 +600,15 @@ pub fn stat_cpu(line: &[u8]) -> Option<usize> {
         .split(|&b| b == b' ')
         .filter(|f| !f.is_empty())
         .nth(39 - 3)?;
-    let mut cpu = 0usize;
-    for &b in field {
-        if !b.is_ascii_digit() {
-            return None;
-        }
-        cpu = cpu.checked_mul(10)?.checked_add((b - b'0') as usize)?;
-    }
-    (!field.is_empty()).then_some(cpu)
+    usize::try_from(procfs::number(field)?).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc;
+    use std::sync::Arc;
+    use std::thread::JoinHandle;
 
     fn policy_of(tid: i32) -> i32 {
         // SAFETY: reads a thread's policy.
@@ -711,23 +691,40 @@ mod tests {
         f.tick(*now, state);
     }
 
+    /// Runs `test` on a thread of its own (following changes the calling
+    /// thread's policy) with a quiet handler placement that follows,
+    /// `state`, and the thread's id. Returns the thread to join, or `None`
+    /// (and says it skipped) where following is not enabled: one CPU, or
+    /// `SCHED_IDLE` could not be left.
+    fn following<F>(state: Arc<FollowState>, test: F) -> Option<JoinHandle<()>>
+    where
+        F: FnOnce(&mut Follow, &FollowState, u32) + Send + 'static,
+    {
+        let (enabled_tx, enabled) = mpsc::channel();
+        let t = std::thread::spawn(move || {
+            let mut f = Follow::new(true, 0, &state);
+            enabled_tx.send(f.enabled).unwrap();
+            if f.enabled {
+                quiet(&mut f);
+                test(&mut f, &state, gettid() as u32);
+            }
+        });
+        if enabled.recv() == Ok(true) {
+            return Some(t);
+        }
+        t.join().unwrap();
+        eprintln!("skipped: one CPU, or SCHED_IDLE could not be left");
+        None
+    }
+
     #[test]
     fn follows_a_thread_with_three_in_four_faults_and_leaves_a_mixed_load() {
-        // On a thread of its own: following changes the caller's policy.
-        std::thread::spawn(|| {
-            let me = gettid() as u32;
-            let state = FollowState::default();
-            let mut f = Follow::new(true, 0, &state);
-            if !f.enabled {
-                eprintln!("skipped: one CPU, or SCHED_IDLE could not be left");
-                return;
-            }
-            quiet(&mut f);
+        let Some(t) = following(Arc::default(), |f, state, me| {
             let mut now = 0;
             // The first period names the leader; its wait is not known yet.
-            period(&mut f, &state, &mut now, me, 5);
+            period(f, state, &mut now, me, 5);
             assert!(!f.pinned());
-            period(&mut f, &state, &mut now, me, 5);
+            period(f, state, &mut now, me, 5);
             assert!(
                 f.pinned() && state.pinned(),
                 "32 of 40 faults from one thread"
@@ -735,7 +732,7 @@ mod tests {
             assert_eq!(policy_of(0), libc::SCHED_IDLE);
             assert_eq!(f.moves(), 1);
             assert!(f.sleep_ns(now).is_some());
-            period(&mut f, &state, &mut now, me, 2);
+            period(f, state, &mut now, me, 2);
             assert!(
                 !f.pinned() && !state.pinned(),
                 "half from each of two threads"
@@ -748,26 +745,27 @@ mod tests {
                 f.fault(me, now);
             }
             now += PERIOD_NS;
-            f.tick(now, &state);
+            f.tick(now, state);
             assert!(!f.pinned());
             // Pinned again, then quiet: back.
-            period(&mut f, &state, &mut now, me, 0);
-            period(&mut f, &state, &mut now, me, 0);
+            period(f, state, &mut now, me, 0);
+            period(f, state, &mut now, me, 0);
             assert!(f.pinned());
             now += QUIET_NS;
-            f.tick(now, &state);
+            f.tick(now, state);
             assert!(!f.pinned() && !state.pinned(), "no fault for {QUIET_NS} ns");
             assert_eq!(policy_of(0), libc::SCHED_OTHER);
             // Switched off: never moves.
-            let mut off = Follow::new(false, 0, &state);
+            let mut off = Follow::new(false, 0, state);
             quiet(&mut off);
             for _ in 0..3 {
-                period(&mut off, &state, &mut now, me, 0);
+                period(&mut off, state, &mut now, me, 0);
             }
             assert!(!off.pinned());
-        })
-        .join()
-        .unwrap();
+        }) else {
+            return;
+        };
+        t.join().unwrap();
     }
 
     #[test]
@@ -783,44 +781,37 @@ mod tests {
                 waited: w.load(Ordering::Relaxed),
             })
         }
-        std::thread::spawn(|| {
-            let me = gettid() as u32;
-            let state = FollowState::default();
-            let mut f = Follow::new(true, 0, &state);
-            if !f.enabled {
-                eprintln!("skipped: one CPU, or SCHED_IDLE could not be left");
-                return;
-            }
-            quiet(&mut f);
+        let Some(t) = following(Arc::default(), |f, state, me| {
             f.times_of = waits;
             f.own_tid = 1;
             let mut now = 0;
-            period(&mut f, &state, &mut now, me, 0);
-            period(&mut f, &state, &mut now, me, 0);
+            period(f, state, &mut now, me, 0);
+            period(f, state, &mut now, me, 0);
             assert!(f.pinned());
             // The thread waited a quarter of the period for its CPU.
             WAIT.fetch_add(PERIOD_NS / 4, Ordering::Relaxed);
-            period(&mut f, &state, &mut now, me, 0);
+            period(f, state, &mut now, me, 0);
             assert!(!f.pinned() && f.contended() == 1);
             assert_eq!(policy_of(0), libc::SCHED_OTHER);
             // Not during the backoff, even with the CPU free again.
-            period(&mut f, &state, &mut now, me, 0);
+            period(f, state, &mut now, me, 0);
             assert!(!f.pinned());
             now += BACKOFF_NS;
-            period(&mut f, &state, &mut now, me, 0);
+            period(f, state, &mut now, me, 0);
             assert!(f.pinned());
             // An eighth or less is not contention.
             WAIT.fetch_add(PERIOD_NS / 8, Ordering::Relaxed);
-            period(&mut f, &state, &mut now, me, 0);
+            period(f, state, &mut now, me, 0);
             assert!(f.pinned());
             // The handler waited a quarter while the thread did not run:
             // something else had the CPU.
             OWN_WAIT.fetch_add(PERIOD_NS / 4, Ordering::Relaxed);
-            period(&mut f, &state, &mut now, me, 0);
+            period(f, state, &mut now, me, 0);
             assert!(!f.pinned() && f.contended() == 2);
-        })
-        .join()
-        .unwrap();
+        }) else {
+            return;
+        };
+        t.join().unwrap();
     }
 
     #[test]
@@ -830,19 +821,11 @@ mod tests {
         fn machine() -> Option<(u64, u64)> {
             Some((BUSY.load(Ordering::Relaxed), 0))
         }
-        std::thread::spawn(|| {
-            let me = gettid() as u32;
-            let state = FollowState::default();
-            let mut f = Follow::new(true, 0, &state);
-            if !f.enabled {
-                eprintln!("skipped: one CPU, or SCHED_IDLE could not be left");
-                return;
-            }
-            quiet(&mut f);
+        let Some(t) = following(Arc::default(), |f, state, me| {
             f.machine_of = machine;
             let mut now = 0;
-            period(&mut f, &state, &mut now, me, 0);
-            period(&mut f, &state, &mut now, me, 0);
+            period(f, state, &mut now, me, 0);
+            period(f, state, &mut now, me, 0);
             assert!(f.pinned());
             // A whole CPU busy with other work over the next look.
             // SAFETY: sysconf has no side effects.
@@ -852,18 +835,19 @@ mod tests {
                 Ordering::Relaxed,
             );
             for _ in 0..MACHINE_PERIODS {
-                period(&mut f, &state, &mut now, me, 0);
+                period(f, state, &mut now, me, 0);
             }
             assert!(!f.pinned() && f.contended() == 1);
             // Idle again: back after the backoff and the next look.
             now += BACKOFF_NS;
             for _ in 0..MACHINE_PERIODS + 1 {
-                period(&mut f, &state, &mut now, me, 0);
+                period(f, state, &mut now, me, 0);
             }
             assert!(f.pinned());
-        })
-        .join()
-        .unwrap();
+        }) else {
+            return;
+        };
+        t.join().unwrap();
     }
 
     #[test]
@@ -885,23 +869,15 @@ mod tests {
 
     #[test]
     fn the_watch_gives_a_starved_handler_its_policy_back_and_stops_following() {
-        if !Follow::new(true, 0, &FollowState::default()).enabled {
-            eprintln!("skipped: one CPU, or SCHED_IDLE could not be left");
-            return;
-        }
-        let state = std::sync::Arc::new(FollowState::default());
-        let (to_test, from_thread) = std::sync::mpsc::channel();
-        let (to_thread, commands) = std::sync::mpsc::channel::<u64>();
-        let st = std::sync::Arc::clone(&state);
-        let t = std::thread::spawn(move || {
-            let me = gettid() as u32;
-            let mut f = Follow::new(true, 0, &st);
-            quiet(&mut f);
+        let state = Arc::new(FollowState::default());
+        let (to_test, from_thread) = mpsc::channel();
+        let (to_thread, commands) = mpsc::channel::<u64>();
+        let Some(t) = following(Arc::clone(&state), move |f, st, me| {
             for t in [0, PERIOD_NS] {
                 for _ in 0..MIN_FAULTS {
                     f.fault(me, t);
                 }
-                f.tick(t + PERIOD_NS, &st);
+                f.tick(t + PERIOD_NS, st);
             }
             to_test.send((f.pinned(), gettid())).unwrap();
             // Each command: tick at that time, report whether pinned.
@@ -909,10 +885,12 @@ mod tests {
                 for _ in 0..MIN_FAULTS {
                     f.fault(me, now);
                 }
-                f.tick(now, &st);
+                f.tick(now, st);
                 to_test.send((f.pinned(), 0)).unwrap();
             }
-        });
+        }) else {
+            return;
+        };
         let (pinned, tid) = from_thread.recv().unwrap();
         assert!(pinned);
         assert_eq!(policy_of(tid), libc::SCHED_IDLE);

@@ -1,8 +1,8 @@
 //! Small `/proc` files read into the stack, for the region's threads,
 //! which must not allocate: a path built from text and a number, and the
-//! file's first bytes.
+//! file's first bytes; and a decimal field of them read as a number.
 //!
-//! Owns nothing but the two calls; parsing is the callers'.
+//! Owns nothing but the two calls; finding the fields is the callers'.
 
 /// Reads `/proc/` + `a` + `n` (in decimal, if given) + `b` into `buf`;
 /// returns the bytes read, or `None` if the file cannot be opened or read.
@@ -54,6 +54,23 @@ pub fn read<'a>(a: &[u8], n: Option<u32>, b: &[u8], buf: &'a mut [u8]) -> Option
     (got > 0).then(|| &buf[..got])
 }
 
+/// An unsigned decimal field (`b"1200"`), read byte by byte without
+/// allocating; `None` if it is empty, holds anything but the digits `0-9`
+/// (a sign, a space, a newline), or does not fit in a `u64`.
+pub fn number(field: &[u8]) -> Option<u64> {
+    if field.is_empty() {
+        return None;
+    }
+    let mut v = 0u64;
+    for &b in field {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    Some(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +92,19 @@ mod tests {
         assert!(read(b"", Some(u32::MAX), b"/status", &mut buf).is_none());
         let long = [b'a'; 60];
         assert!(read(&long, None, b"", &mut buf).is_none());
+    }
+
+    #[test]
+    fn reads_an_unsigned_decimal_and_nothing_else() {
+        assert_eq!(number(b"0"), Some(0));
+        assert_eq!(number(b"1200"), Some(1200));
+        assert_eq!(number(b"007"), Some(7));
+        assert_eq!(number(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(number(b""), None);
+        for bad in [&b"12 "[..], b" 12", b"1x2", b"-1", b"+1", b"12\n"] {
+            assert_eq!(number(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(number(b"18446744073709551616"), None);
+        assert_eq!(number(b"99999999999999999999"), None);
     }
 }
