@@ -161,20 +161,24 @@ impl Handler {
             self.retry();
             self.sh.gate.leave(Side::Handler);
             let was_pinned = self.follow.pinned();
+            let (moves, contended) = (self.follow.moves(), self.follow.contended());
             self.follow.tick(self.now_ns(), &self.sh.follow);
             if self.follow.pinned() && !was_pinned {
                 // The evictor watches a pinned handler: it must wake to
                 // start (it may be asleep until its next scan).
                 kick(&self.sh.evictor_efd);
             }
-            self.sh
-                .counters
-                .handler_moves
-                .store(self.follow.moves(), Ordering::Relaxed);
-            self.sh
-                .counters
-                .handler_contended
-                .store(self.follow.contended(), Ordering::Relaxed);
+            // Published when a tick changed them (rarely: a move, a
+            // contended period).
+            let c = &self.sh.counters;
+            if self.follow.moves() != moves {
+                c.handler_moves
+                    .store(self.follow.moves(), Ordering::Relaxed);
+            }
+            if self.follow.contended() != contended {
+                c.handler_contended
+                    .store(self.follow.contended(), Ordering::Relaxed);
+            }
             if served > 0 && !self.poll() {
                 return;
             }
