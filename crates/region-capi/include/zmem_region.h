@@ -85,6 +85,25 @@ struct zmem_region *zmem_region_new(size_t len, size_t resident_limit,
 				    const char *comp);
 
 /*
+ * Serve each fault in the thread that took it, in a SIGBUS handler, instead
+ * of on the region's handler thread: no thread switch per fault (a store
+ * fault about twice as fast). The kernel's own accesses are then not
+ * served, as in user-mode-only mode (zmem_region_user_mode_only() says 1;
+ * touch a buffer before a system call); the process's SIGBUS handler is the
+ * region library's while such a region lives (a SIGBUS elsewhere goes to
+ * the handler that was there before, or the default action); threads that
+ * touch the region must not block SIGBUS.
+ */
+#define ZMEM_REGION_FAULTING_THREAD 0x1u
+
+/*
+ * zmem_region_new() with flags: ZMEM_REGION_FAULTING_THREAD, or 0. EINVAL
+ * for any other bit, besides zmem_region_new()'s errors.
+ */
+struct zmem_region *zmem_region_new_flags(size_t len, size_t resident_limit,
+					  const char *comp, unsigned int flags);
+
+/*
  * The region's first byte: len bytes of memory to read and write. (After the
  * program moves the region with mremap(), wherever it put it.)
  * NULL, errno EINVAL, for a NULL region.
@@ -138,7 +157,8 @@ long zmem_region_willneed(const struct zmem_region *r, size_t off,
 int zmem_region_touch(const struct zmem_region *r, size_t off, size_t len);
 
 /*
- * 1 if the region's userfaultfd serves faults from user mode only: then a
+ * 1 if the region serves faults from user mode only (its userfaultfd was
+ * opened so, or ZMEM_REGION_FAULTING_THREAD): then a
  * system call that reads or writes a page of the region that is not mapped
  * fails with EFAULT, so call zmem_region_touch() on its buffer first.
  * 0 if the kernel's own accesses are served too (any buffer works).

@@ -18,12 +18,12 @@
 //! translation into a [`RegionConfig`]; the numbers are `errno.rs`'s, the
 //! memory and its threads the `region` crate's.
 
-use std::ffi::{c_char, c_int, c_long, c_void, CStr};
+use std::ffi::{c_char, c_int, c_long, c_uint, c_void, CStr};
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
-use region::{Region, RegionConfig, UffdMode};
+use region::{FaultService, Region, RegionConfig};
 
 use crate::errno::{errno_of, set_errno, EINVAL, EIO, ENOMEM};
 
@@ -121,9 +121,36 @@ pub unsafe extern "C" fn zmem_region_new(
     resident_limit: usize,
     comp: *const c_char,
 ) -> *mut ZmemRegion {
+    // SAFETY: passed on from this function's contract.
+    unsafe { zmem_region_new_flags(len, resident_limit, comp, 0) }
+}
+
+/// `ZMEM_REGION_FAULTING_THREAD`: faults are served in the faulting thread
+/// (`FaultService::FaultingThread`).
+pub const FAULTING_THREAD: c_uint = 1;
+
+/// `zmem_region_new_flags`: `zmem_region_new` with `flags`
+/// (`ZMEM_REGION_FAULTING_THREAD`, or 0); `EINVAL` for any other bit.
+///
+/// # Safety
+///
+/// `comp` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn zmem_region_new_flags(
+    len: usize,
+    resident_limit: usize,
+    comp: *const c_char,
+    flags: c_uint,
+) -> *mut ZmemRegion {
     let made = ffi(|| {
+        if flags & !FAULTING_THREAD != 0 {
+            return Err(EINVAL);
+        }
         // SAFETY: passed on from this function's contract.
-        let config = unsafe { config_of(resident_limit, comp) }?;
+        let mut config = unsafe { config_of(resident_limit, comp) }?;
+        if flags & FAULTING_THREAD != 0 {
+            config.fault_service = FaultService::FaultingThread;
+        }
         let region = Region::new(len, config).map_err(|e| errno_of(&e))?;
         Ok(Box::into_raw(Box::new(ZmemRegion { region })))
     });
@@ -247,10 +274,11 @@ pub unsafe extern "C" fn zmem_region_touch(r: *const ZmemRegion, off: usize, len
     finish(done.map(|()| 0), -1)
 }
 
-/// `zmem_region_user_mode_only`: 1 if the region's userfaultfd serves
-/// faults from user mode only (a system call on a page not mapped then
-/// fails with `EFAULT`: touch the range first), 0 if it serves the
-/// kernel's too; -1 with `errno` `EINVAL` for a NULL region.
+/// `zmem_region_user_mode_only`: 1 if the region serves faults from user
+/// mode only (its userfaultfd was opened so, or its faults are served in
+/// the faulting thread; a system call on a page not mapped then fails with
+/// `EFAULT`: touch the range first), 0 if it serves the kernel's too; -1
+/// with `errno` `EINVAL` for a NULL region.
 ///
 /// # Safety
 ///
@@ -260,7 +288,7 @@ pub unsafe extern "C" fn zmem_region_user_mode_only(r: *const ZmemRegion) -> c_i
     let mode = ffi(|| {
         // SAFETY: passed on from this function's contract.
         let region = unsafe { region_ref(r) }?;
-        Ok(c_int::from(region.uffd_mode() == UffdMode::UserModeOnly))
+        Ok(c_int::from(!region.serves_the_kernels_accesses()))
     });
     finish(mode, -1)
 }

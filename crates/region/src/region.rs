@@ -262,6 +262,20 @@ impl Region {
         self.sh.uffd_mode
     }
 
+    /// Which thread serves a fault.
+    pub fn fault_service(&self) -> FaultService {
+        self.sh.config.fault_service
+    }
+
+    /// Whether the kernel's own accesses to a page not mapped are served
+    /// (a `read(2)` into the region, say); where they are not, such a
+    /// system call fails with `EFAULT` unless the range is touched first
+    /// ([`Region::touch`]).
+    pub fn serves_the_kernels_accesses(&self) -> bool {
+        self.sh.uffd_mode != UffdMode::UserModeOnly
+            && self.sh.config.fault_service == FaultService::HandlerThread
+    }
+
     /// The resident limit in bytes.
     pub fn resident_limit(&self) -> usize {
         self.sh.cap_pages as usize * self.sh.page_size

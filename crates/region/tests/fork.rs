@@ -152,8 +152,20 @@ fn forked_while_threads_fault(cfg: RegionConfig) {
 #[test]
 #[ignore = "about 2 minutes on two cores; run with --ignored"]
 fn stress_1g_region_8_threads_and_forks() {
+    stress_1g_region(RegionConfig::new(64 * MIB));
+}
+
+#[test]
+#[ignore = "about 2 minutes on two cores; run with --ignored"]
+fn stress_1g_region_8_threads_and_forks_in_their_own_threads() {
+    let mut cfg = RegionConfig::new(64 * MIB);
+    cfg.fault_service = FaultService::FaultingThread;
+    stress_1g_region(cfg);
+}
+
+fn stress_1g_region(cfg: RegionConfig) {
     let _d = Deadline::new("stress", 600);
-    let Some(r) = region_or_skip(1 << 30, RegionConfig::new(64 * MIB)) else {
+    let Some(r) = region_or_skip(1 << 30, cfg) else {
         return;
     };
     let ps = region::page_size();

@@ -120,6 +120,9 @@ static void bad_input(void)
 	errno = 0;
 	CHECK(zmem_region_user_mode_only(NULL) == -1 && errno == EINVAL);
 	errno = 0;
+	CHECK(zmem_region_new_flags(MIB, MIB, NULL, 0x80) == NULL &&
+	      errno == EINVAL);
+	errno = 0;
 	CHECK(zmem_region_stats_json(NULL) == NULL && errno == EINVAL);
 	zmem_region_free(NULL);
 }
@@ -369,6 +372,17 @@ int main(void)
 		zmem_region_free(r);
 	}
 	zstd_region();
+
+	/* The same in a region whose faults are served in the faulting
+	 * thread: the kernel's own accesses then fail until touched. */
+	r = zmem_region_new_flags(64 * MIB, 8 * MIB, NULL,
+				  ZMEM_REGION_FAULTING_THREAD);
+	CHECK(r != NULL);
+	if (r) {
+		CHECK(zmem_region_user_mode_only(r) == 1);
+		big_region(r);
+		zmem_region_free(r);
+	}
 
 	printf("c_api: %lu passed, %lu failed\n", passed, failed);
 	return failed ? 1 : 0;
