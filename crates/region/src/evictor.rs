@@ -41,7 +41,7 @@ use crate::buf::{lock_stack, LockedBuf};
 use crate::evict::{bring_in, drain_discards, evict_run, probe, settle_probation, RUN};
 use crate::follow::WATCH_MS;
 use crate::gate::Side;
-use crate::shared::{drain, kick, Shared};
+use crate::shared::{drain, room_made, Shared};
 use crate::stats::Counters;
 use crate::table::{LOADING, PROBATION, REFERENCED, RESIDENT, STORED};
 
@@ -189,7 +189,7 @@ fn make_room(sh: &Shared, buf: &mut [u8]) {
             sh.counters
                 .evicted_limit
                 .fetch_add(went as u64, Ordering::Relaxed);
-            kick(&sh.handler_efd);
+            room_made(sh);
         }
     }
 }
@@ -305,7 +305,7 @@ pub fn cold(sh: &Shared, first: usize, end: usize) -> usize {
     }
     sh.gate.leave(Side::Evict);
     if done > 0 {
-        kick(&sh.handler_efd);
+        room_made(sh);
     }
     done
 }

@@ -8,7 +8,7 @@
 //! imports it.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -190,6 +190,8 @@ impl Region {
             discards: Discards::new(4096),
             zaps: Zaps::default(),
             resident: AtomicU64::new(0),
+            room: AtomicU32::new(0),
+            room_waiters: AtomicU32::new(0),
             cap_pages: limit_pages,
             share_pages: AtomicU64::new(limit_pages),
             outside_bytes: AtomicU64::new(0),

@@ -6,7 +6,7 @@
 //! Owns the assembly and the small system calls on its descriptors
 //! (eventfd kicks); the fault path is `handler`'s, eviction is `evict`'s.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -62,6 +62,11 @@ pub struct Shared {
     pub zaps: Zaps,
     /// Pages mapped now.
     pub resident: AtomicU64,
+    /// Bumped each time the evictor makes room under the limit: a futex
+    /// word that threads serving their own faults wait on.
+    pub room: AtomicU32,
+    /// Threads waiting on `room` (the evictor wakes them only if any).
+    pub room_waiters: AtomicU32,
     /// The resident limit in pages, as set.
     pub cap_pages: u64,
     /// The region's share of it in pages: all of it, or what the rest of
@@ -123,6 +128,49 @@ impl Shared {
     pub fn at_limit(&self) -> bool {
         self.resident.load(Ordering::Acquire) >= self.limit_pages()
     }
+}
+
+/// The evictor made room under the limit: wakes the handler thread and
+/// every thread waiting in [`wait_for_room`].
+pub fn room_made(sh: &Shared) {
+    kick(&sh.handler_efd);
+    sh.room.fetch_add(1, Ordering::SeqCst);
+    if sh.room_waiters.load(Ordering::SeqCst) > 0 {
+        // SAFETY: FUTEX_WAKE on a word of the region's shared state, which
+        // outlives the call.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                sh.room.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                i32::MAX,
+            )
+        };
+    }
+}
+
+/// Sleeps until the evictor makes room (`room_made`) or `ns` pass,
+/// whichever is first; `seen` is `room` as read before the caller found
+/// the region at its limit (room made since then returns at once).
+/// Async-signal-safe: one system call.
+pub fn wait_for_room(sh: &Shared, seen: u32, ns: u64) {
+    sh.room_waiters.fetch_add(1, Ordering::SeqCst);
+    let t = libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT on a word of the region's shared state, with a
+    // relative timeout; returns at once if the word is no longer `seen`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            sh.room.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            seen,
+            &t as *const libc::timespec,
+        )
+    };
+    sh.room_waiters.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// A new eventfd (non-blocking, close-on-exec).

@@ -15,8 +15,8 @@
 //!
 //! A fault that finds the page held by another thread (being evicted or
 //! brought back) yields and looks again; one at the resident limit kicks
-//! the evictor and waits for room for up to 5 ms, then is served over the
-//! limit, as on the handler thread. The service enters the fork gate's
+//! the evictor and sleeps on a futex until it makes room, for up to 5 ms,
+//! then is served over the limit, as on the handler thread. The service enters the fork gate's
 //! handler side, so a fork never copies a page half brought back.
 //!
 //! Owns the table, its in-flight counts and the `SIGBUS` disposition.
@@ -29,13 +29,13 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Once};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::error::RegionError;
 use crate::evict::{bring_in, settle_removed, BringIn};
 use crate::evictor::needs_room;
 use crate::gate::Side;
-use crate::shared::{kick, Shared};
+use crate::shared::{kick, wait_for_room, Shared};
 use crate::stats::Counters;
 use crate::table::{EVICTING, GONE, LOADING, RESIDENT, STORED};
 
@@ -48,7 +48,7 @@ pub const MAX_PAGE: usize = 16384;
 
 /// How long a fault waits for room under the limit before it is served
 /// over it (the handler thread's bound too).
-const LIMIT_WAIT: Duration = Duration::from_millis(5);
+const LIMIT_WAIT_NS: u64 = 5_000_000;
 
 /// The regions in the table (null: a free entry).
 static REGIONS: [AtomicPtr<Shared>; ENTRIES] =
@@ -317,19 +317,19 @@ fn missing(sh: &Shared, p: usize, addr: usize, write: bool) {
             GONE => break,
             _ => {}
         }
+        let seen = sh.room.load(Ordering::SeqCst);
         if state != RESIDENT && sh.at_limit() {
             kick(&sh.evictor_efd);
-            if start.elapsed() < LIMIT_WAIT {
+            let waited_ns = start.elapsed().as_nanos() as u64;
+            if waited_ns < LIMIT_WAIT_NS {
                 if !waited {
                     Counters::bump(&c.deferred);
                     waited = true;
                 }
-                let nap = libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: 20_000,
-                };
-                // SAFETY: sleeps 20 µs; no remaining time wanted.
-                unsafe { libc::nanosleep(&nap, std::ptr::null_mut()) };
+                // Asleep until the evictor makes room, or a millisecond
+                // (the limit may move without room being made: a limit that
+                // covers the process).
+                wait_for_room(sh, seen, (LIMIT_WAIT_NS - waited_ns).min(1_000_000));
                 continue;
             }
         }
