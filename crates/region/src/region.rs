@@ -239,6 +239,9 @@ impl Region {
     /// The first byte of the region (where it was made; after the program
     /// moves it with `mremap`, wherever it put it).
     pub fn as_ptr(&self) -> *mut u8 {
+        // After the batch the handler is serving: an `mremap` returns once
+        // its event is read, before the handler has moved the mapping.
+        let _batch = self.sh.events.read().unwrap_or_else(|e| e.into_inner());
         let map = self.sh.mapping.read().unwrap_or_else(|e| e.into_inner());
         map.addr_of(0).unwrap_or(self.base) as *mut u8
     }

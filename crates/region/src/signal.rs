@@ -229,11 +229,16 @@ fn serve_any(addr: usize, ctx: *mut libc::c_void) -> bool {
             let sh = unsafe { &*ptr };
             // The gate before any lock: a fork copies no lock held here.
             sh.gate.enter(Side::Handler);
+            // After the batch the handler is serving: an `mremap` returns
+            // once its event is read, and a fault at the new address must
+            // find the mapping moved.
+            let batch = sh.events.read().unwrap_or_else(|e| e.into_inner());
             let page = sh
                 .mapping
                 .read()
                 .unwrap_or_else(|e| e.into_inner())
                 .page_of(addr);
+            drop(batch);
             if let Some(p) = page {
                 let ps = sh.page_size;
                 let f = fault_of(ctx);

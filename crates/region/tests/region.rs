@@ -575,6 +575,77 @@ fn mremap_moves_pages_with_their_contents_with(service: FaultService) {
 }
 
 #[test]
+fn reads_right_after_mremap_find_the_moved_pages() {
+    reads_right_after_mremap_with(FaultService::HandlerThread);
+}
+
+#[test]
+fn reads_right_after_mremap_find_the_moved_pages_in_the_faulting_thread() {
+    reads_right_after_mremap_with(FaultService::FaultingThread);
+}
+
+/// The region moved 200 times, its pages evicted before each move and one
+/// read at once after it: `mremap` returns as soon as
+/// its event is read, and the fault (and `as_ptr`) must wait for the
+/// handler to have moved the mapping.
+fn reads_right_after_mremap_with(service: FaultService) {
+    let _d = Deadline::new("reads_right_after_mremap", 60);
+    let Some(r) = region_or_skip(MIB, config(service, MIB)) else {
+        return;
+    };
+    let ps = ps();
+    let n = r.len() / ps;
+    let first = r.as_ptr();
+    for i in 0..n {
+        // SAFETY: page i.
+        fill(unsafe { first.add(i * ps) }, ps, i as u64, 4);
+    }
+    // A fresh reservation for each move (a range the region left may be
+    // mapped again by another test's thread at once).
+    let places: Vec<*mut u8> = (0..200)
+        .map(|_| {
+            // SAFETY: a fresh reservation to move to.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    r.len(),
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            p.cast()
+        })
+        .collect();
+    for (round, &to) in places.iter().enumerate() {
+        r.cold(0..r.len()).unwrap();
+        // SAFETY: moves the whole region onto a reservation of its own.
+        let moved = unsafe {
+            libc::mremap(
+                r.as_ptr().cast(),
+                r.len(),
+                r.len(),
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                to.cast::<libc::c_void>(),
+            )
+        };
+        assert_eq!(
+            moved.cast::<u8>(),
+            to,
+            "{}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: a page of the region at its new place.
+        let page = round % n;
+        assert_eq!(check(unsafe { to.add(page * ps) }, ps), (page as u64, 4));
+        assert_eq!(r.as_ptr(), to, "round {round}");
+    }
+    assert_eq!(r.stats().remaps, 200);
+}
+
+#[test]
 fn munmap_of_part_drops_those_pages() {
     munmap_of_part_drops_those_pages_with(FaultService::HandlerThread);
 }
