@@ -637,8 +637,8 @@ fn reads_right_after_mremap_with(service: FaultService) {
             "{}",
             std::io::Error::last_os_error()
         );
-        // SAFETY: a page of the region at its new place.
         let page = round % n;
+        // SAFETY: a page of the region at its new place.
         assert_eq!(check(unsafe { to.add(page * ps) }, ps), (page as u64, 4));
         assert_eq!(r.as_ptr(), to, "round {round}");
     }
