@@ -46,11 +46,13 @@ pub struct Shared {
     pub mapping: RwLock<Mapping>,
     /// Held for writing while the handler reads a batch of messages and
     /// serves it; for reading while any other thread brings a page back
-    /// (a hint, a fault served in its own thread). The kernel counts a
-    /// remove event as read when `read(2)` returns it and then zaps, and
-    /// until the handler has served it the page's state is the old one:
-    /// a page brought back in between would come back with the contents
-    /// the program dropped.
+    /// (a hint, a fault served in its own thread) or looks an address up
+    /// (such a fault, `Region::as_ptr`). The kernel counts an event as
+    /// read when `read(2)` returns it (`madvise` then zaps, `mremap`
+    /// returns), and until the handler has served it the page's state and
+    /// the mapping are the old ones: a page brought back in between would
+    /// come back with the contents the program dropped, an address looked
+    /// up would be the old one.
     pub events: RwLock<()>,
     /// Probed pages' copies.
     pub probation: Probation,
