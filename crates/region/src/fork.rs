@@ -67,22 +67,39 @@ fn list() -> &'static mut Vec<Weak<Shared>> {
     unsafe { &mut *REGISTRY.list.get() }
 }
 
-/// Adds a region to the registry (installing the handlers once).
-pub fn register(sh: &Arc<Shared>) {
+/// Adds a region to the registry (installing the handlers once) and runs
+/// `start` (which starts its threads) with the registry locked: a fork
+/// waits for it, so no thread of the parent holds the region's list of
+/// threads at the instant of the fork (the child's rebuild takes it). If
+/// `start` fails the region leaves the registry.
+pub fn register<E>(sh: &Arc<Shared>, start: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
     INSTALL.call_once(|| {
         // SAFETY: three `extern "C"` functions that live for the program.
         unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
     });
     lock();
     list().push(Arc::downgrade(sh));
+    let started = start();
+    if started.is_err() {
+        remove(sh);
+    }
+    unlock();
+    started
+}
+
+/// Takes a region out of the registry and runs `stop` (which stops its
+/// threads) with the registry locked, as `register` starts them.
+pub fn unregister(sh: &Shared, stop: impl FnOnce()) {
+    lock();
+    remove(sh);
+    stop();
     unlock();
 }
 
-/// Takes a region out of the registry (before it stops its threads).
-pub fn unregister(sh: &Shared) {
-    lock();
+/// Takes a region (and any region dropped) out of the list; with the lock
+/// held.
+fn remove(sh: &Shared) {
     list().retain(|w| !std::ptr::eq(w.as_ptr(), sh) && w.strong_count() > 0);
-    unlock();
 }
 
 extern "C" fn prepare() {

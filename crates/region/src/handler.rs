@@ -157,7 +157,7 @@ impl Handler {
                 drain(efd);
             }
             self.sh.gate.enter(Side::Handler);
-            let served = self.read_all();
+            let served = self.read_all(fds[0].revents == 0);
             self.retry();
             self.sh.gate.leave(Side::Handler);
             let was_pinned = self.follow.pinned();
@@ -194,7 +194,10 @@ impl Handler {
     /// needs the CPU then; nor on a followed thread's CPU, which the
     /// thread needs. False when the region is stopping.
     fn poll(&mut self) -> bool {
-        let window = if self.follow.pinned() {
+        // Only events come here when faults are served in their own
+        // threads: nothing to be quick for.
+        let in_thread = self.sh.config.fault_service == crate::config::FaultService::FaultingThread;
+        let window = if self.follow.pinned() || in_thread {
             0
         } else {
             self.sh.config.handler_poll.as_nanos() as u64
@@ -206,7 +209,7 @@ impl Handler {
             }
             std::hint::spin_loop();
             self.sh.gate.enter(Side::Handler);
-            let n = self.read_all();
+            let n = self.read_all(true);
             self.sh.gate.leave(Side::Handler);
             if n > 0 {
                 last = self.now_ns();
@@ -216,11 +219,22 @@ impl Handler {
     }
 
     /// Reads and serves every message there is; returns how many.
-    fn read_all(&mut self) -> usize {
+    /// `look_first`: whether to check that one is waiting before the first
+    /// read (not right after a `ppoll` that woke for the descriptor).
+    fn read_all(&mut self, look_first: bool) -> usize {
         let uffd = self.sh.uffd();
         let sh = Arc::clone(&self.sh);
         let mut total = 0;
+        let mut look = look_first;
         loop {
+            // Looked at before the lock (but after a `ppoll` that said so):
+            // while it polls, the handler would otherwise take the lock for
+            // writing a million times a second and hold off the threads
+            // that wait to read it.
+            if look && !uffd.readable() {
+                return total;
+            }
+            look = true;
             // A batch is read and served whole before another thread
             // brings a page back (`Shared::events`).
             let _batch = sh.events.write().unwrap_or_else(|e| e.into_inner());

@@ -120,6 +120,13 @@ impl Region {
         let npages = len / ps;
         let limit_pages = (limit / ps) as u64;
         let in_thread = config.fault_service == FaultService::FaultingThread;
+        if in_thread && !cfg!(target_arch = "x86_64") {
+            return Err(RegionError::Store(
+                "faults served in the faulting thread need x86-64 (its fault error code tells a \
+                 write-protect fault from a missing page)"
+                    .into(),
+            ));
+        }
         if in_thread && ps > signal::MAX_PAGE {
             return Err(RegionError::Store(format!(
                 "faults served in the faulting thread need pages of at most {} bytes, not {ps}",
@@ -209,20 +216,16 @@ impl Region {
             hand: AtomicUsize::new(0),
             follow: FollowState::default(),
         });
-        // Registered before its threads start: a fork between the two
-        // rebuilds the child's copy all the same.
-        fork::register(&sh);
         if in_thread {
-            if let Err(e) = signal::register(&sh) {
-                fork::unregister(&sh);
-                sh.uffd().close();
-                return Err(e);
-            }
+            signal::register(&sh).inspect_err(|_| sh.uffd().close())?;
         }
-        if let Err(err) = workers::start(&sh) {
+        // Registered and its threads started with the registry locked: a
+        // fork comes before or after, and rebuilds the child's copy.
+        let started = fork::register(&sh, || {
+            workers::start(&sh).inspect_err(|_| workers::stop(&sh))
+        });
+        if let Err(err) = started {
             signal::unregister(&sh);
-            fork::unregister(&sh);
-            workers::stop(&sh);
             sh.uffd().close();
             return Err(RegionError::Os {
                 what: "starting the region's threads",
@@ -394,8 +397,7 @@ impl Drop for Region {
     fn drop(&mut self) {
         let _own = OwnCode::enter();
         signal::unregister(&self.sh);
-        fork::unregister(&self.sh);
-        workers::stop(&self.sh);
+        fork::unregister(&self.sh, || workers::stop(&self.sh));
         let uffd = self.sh.uffd();
         let segs: Vec<_> = self
             .sh

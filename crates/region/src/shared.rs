@@ -135,7 +135,10 @@ impl Shared {
 /// The evictor made room under the limit: wakes the handler thread and
 /// every thread waiting in [`wait_for_room`].
 pub fn room_made(sh: &Shared) {
-    kick(&sh.handler_efd);
+    // The handler thread waits for room only with faults it serves.
+    if sh.config.fault_service == crate::config::FaultService::HandlerThread {
+        kick(&sh.handler_efd);
+    }
     sh.room.fetch_add(1, Ordering::SeqCst);
     if sh.room_waiters.load(Ordering::SeqCst) > 0 {
         // SAFETY: FUTEX_WAKE on a word of the region's shared state, which

@@ -14,15 +14,24 @@
 //! handler with it (a count per table entry).
 //!
 //! A fault that finds the page held by another thread (being evicted or
-//! brought back) yields and looks again; one at the resident limit kicks
-//! the evictor and sleeps on a futex until it makes room, for up to 5 ms,
-//! then is served over the limit, as on the handler thread. The service enters the fork gate's
-//! handler side, so a fork never copies a page half brought back.
+//! brought back), or an event not yet read, yields and faults again; one
+//! at the resident limit kicks the evictor and sleeps on a futex until it
+//! makes room, for up to 5 ms (across its faults), then is served over the
+//! limit, as on the handler thread. The service enters the fork gate's
+//! fault side, so a fork never copies a page half brought back, and never
+//! waits inside it: a fork waits for it to leave, and what it waits for
+//! (the handler thread reading an event, the evictor) may be frozen.
+//! A page a growing `mremap` added, which no region's mapping holds, gets
+//! the zero page, as on the handler thread.
 //!
 //! Owns the table, its in-flight counts and the `SIGBUS` disposition.
-//! Never allocates on the fault path (the page buffer is on the faulting
-//! thread's stack; lz4 and lzo decode without allocating); makes only
-//! async-signal-safe system calls and keeps `errno`.
+//! Serves only faults (`BUS_ADRERR`); a `SIGBUS` sent by `kill` goes to the
+//! previous disposition. A store fault with lz4 or lzo allocates nothing
+//! (the page buffer is on the faulting thread's stack, about 20 KiB of it
+//! with the frames); a slot freed inline (the discards ring full) or a
+//! stateful decoder (zstd) may, which is sound as long as the program did
+//! not fault inside the allocator. Makes only async-signal-safe system
+//! calls and keeps `errno`.
 //!
 //! [`FaultService::FaultingThread`]: crate::FaultService::FaultingThread
 
@@ -198,22 +207,47 @@ fn fault_of(ctx: *mut libc::c_void) -> Fault {
     }
 }
 
+/// `BUS_ADRERR`: the `si_code` of a `SIGBUS` from a fault (a
+/// userfaultfd's among them).
+const BUS_ADRERR: libc::c_int = 2;
+
 /// The process's `SIGBUS` handler.
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the calling thread's errno, kept across the handler.
     let errno = unsafe { *libc::__errno_location() };
-    // SAFETY: the kernel passes a valid `siginfo_t` for `SIGBUS`, whose
-    // address field is the faulting address.
-    let addr = unsafe { (*info).si_addr() } as usize;
-    if !serve_any(addr, ctx) {
+    // SAFETY: the kernel passes a valid `siginfo_t`; for a fault
+    // (`BUS_ADRERR`) its address field is the faulting address (for a
+    // signal sent by `kill`, the same bytes are the sender's pid and uid).
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+    if code != BUS_ADRERR || !serve_any(addr, ctx) {
         pass_on(sig, info, ctx);
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
 }
 
+thread_local! {
+    /// The fault this thread is waiting to have served (page address) and
+    /// since when (ns of `EPOCH`): a wait happens outside the fork gate,
+    /// by returning and faulting again, and keeps its start across the
+    /// faults. A const-initialised `Cell`: no allocation, no destructor.
+    static WAITING: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// What a fault needs before it can be served.
+enum Wait {
+    /// Nothing: served (or not the region's to serve).
+    No,
+    /// Another thread holds the page, or an event is still to be read.
+    Turn,
+    /// Room under the limit: the `room` futex word as seen, and how long
+    /// at most.
+    Room(u32, u64),
+}
+
 /// Serves `addr` if a region in the table holds it; false otherwise.
 fn serve_any(addr: usize, ctx: *mut libc::c_void) -> bool {
+    let mut served = false;
     for (i, entry) in REGIONS.iter().enumerate() {
         let ptr = entry.load(Ordering::Acquire);
         if ptr.is_null() {
@@ -227,7 +261,9 @@ fn serve_any(addr: usize, ctx: *mut libc::c_void) -> bool {
             // SAFETY: in the table and counted in flight: `unregister` has
             // not returned, so the region (and its `Shared`) is alive.
             let sh = unsafe { &*ptr };
-            // The gate before any lock: a fork copies no lock held here.
+            // The gate before any lock (a fork copies no lock held here),
+            // and every wait after it (a fork waits for this thread to
+            // leave, and what it waits for may be frozen meanwhile).
             sh.gate.enter(Side::Handler);
             // After the batch the handler is serving: an `mremap` returns
             // once its event is read, and a fault at the new address must
@@ -239,36 +275,93 @@ fn serve_any(addr: usize, ctx: *mut libc::c_void) -> bool {
                 .unwrap_or_else(|e| e.into_inner())
                 .page_of(addr);
             drop(batch);
-            if let Some(p) = page {
-                let ps = sh.page_size;
-                let f = fault_of(ctx);
-                if f.present {
-                    write_protected(sh, p, addr & !(ps - 1));
-                } else {
-                    missing(sh, p, addr & !(ps - 1), f.write);
+            let wait = match page {
+                Some(p) => {
+                    let ps = sh.page_size;
+                    let f = fault_of(ctx);
+                    if f.present {
+                        write_protected(sh, p, addr & !(ps - 1))
+                    } else {
+                        missing(sh, p, addr & !(ps - 1), f.write)
+                    }
                 }
-            }
+                None => Wait::No,
+            };
             sh.gate.leave(Side::Handler);
-            if page.is_some() {
-                IN_FLIGHT[i].fetch_sub(1, Ordering::SeqCst);
-                return true;
+            match wait {
+                Wait::No => {}
+                Wait::Turn => std::thread::yield_now(),
+                Wait::Room(seen, ns) => wait_for_room(sh, seen, ns),
+            }
+            served = page.is_some();
+        }
+        IN_FLIGHT[i].fetch_sub(1, Ordering::SeqCst);
+        if served {
+            return true;
+        }
+    }
+    grown(addr)
+}
+
+/// A page no region's mapping holds, in a range registered with one of
+/// their userfaultfds: what a growing `mremap` of a region adds. It is the
+/// program's: the zero page, as on the handler thread.
+fn grown(addr: usize) -> bool {
+    for (i, entry) in REGIONS.iter().enumerate() {
+        let ptr = entry.load(Ordering::Acquire);
+        if ptr.is_null() {
+            continue;
+        }
+        IN_FLIGHT[i].fetch_add(1, Ordering::SeqCst);
+        let mut served = false;
+        if entry.load(Ordering::SeqCst) == ptr {
+            // SAFETY: as in `serve_any`.
+            let sh = unsafe { &*ptr };
+            let ps = sh.page_size;
+            match sh.uffd().zeropage(addr & !(ps - 1), ps) {
+                Ok(()) => {
+                    Counters::bump(&sh.counters.missing_foreign);
+                    served = true;
+                }
+                // Mapped meanwhile, or the mapping is changing: fault again.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EEXIST | libc::EAGAIN)) => {
+                    served = true;
+                }
+                // Not registered with this region's descriptor.
+                Err(_) => {}
             }
         }
         IN_FLIGHT[i].fetch_sub(1, Ordering::SeqCst);
+        if served {
+            return true;
+        }
     }
     false
 }
 
-/// A `SIGBUS` that is no region's: to the handler that was there before,
-/// or, if that was the default action (or ignoring it), that action is
-/// put back and the faulting instruction, run again, takes it.
+/// A `SIGBUS` that is no region's: to the handler that was there before.
+/// If that was to ignore it, a signal sent by another process (`si_code`
+/// <= 0) is dropped; if it was the default action, that action is put back
+/// and takes the signal: a fault's by running the instruction again, a
+/// sent one by raising it again (delivered when this handler returns).
+/// (A fault's `SIGBUS` cannot be ignored: the kernel kills.)
 fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: read-only after installation (see `Previous`).
     let prev = unsafe { &*PREVIOUS.0.get() };
+    // SAFETY: a valid `siginfo_t`, as in `on_sigbus`.
+    let sent = unsafe { (*info).si_code } <= 0;
     let h = prev.sa_sigaction;
+    if h == libc::SIG_IGN && sent {
+        return;
+    }
     if h == libc::SIG_DFL || h == libc::SIG_IGN {
-        // SAFETY: restores the saved action.
-        unsafe { libc::sigaction(libc::SIGBUS, prev, std::ptr::null_mut()) };
+        // SAFETY: restores the saved action; `raise` is async-signal-safe.
+        unsafe {
+            libc::sigaction(libc::SIGBUS, prev, std::ptr::null_mut());
+            if sent {
+                libc::raise(libc::SIGBUS);
+            }
+        }
     } else if prev.sa_flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the previous handler, installed with `SA_SIGINFO`, takes
         // these three arguments.
@@ -288,80 +381,94 @@ fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void)
 /// the write, run again, faults then as a missing page. A page found
 /// resident is protected by no eviction (a stale protection): it is
 /// unprotected, held for that while.
-fn write_protected(sh: &Shared, p: usize, addr: usize) {
+fn write_protected(sh: &Shared, p: usize, addr: usize) -> Wait {
     Counters::bump(&sh.counters.wp);
     if sh.table.cas(p, RESIDENT, EVICTING) {
         let _ = sh.uffd().write_protect(addr, sh.page_size, false);
         sh.table.set(p, RESIDENT);
         settle_removed(sh, p);
+        Wait::No
     } else {
-        std::thread::yield_now();
+        Wait::Turn
     }
 }
 
 /// Brings missing page `p` (at page address `addr`) back in the calling
 /// thread.
-fn missing(sh: &Shared, p: usize, addr: usize, write: bool) {
-    let start = Instant::now();
-    let ps = sh.page_size;
-    let mut buf = [0u8; MAX_PAGE];
+fn missing(sh: &Shared, p: usize, addr: usize, write: bool) -> Wait {
+    // The wait's start, kept across the faults of one wait.
+    let now = sh.started.elapsed().as_nanos() as u64;
+    let (was, since) = WAITING.with(|w| w.get());
+    // (An entry left by a fault that another thread served meanwhile, its
+    // instruction run again without a fault, is stale after 100 ms.)
+    let fresh = was == addr && now.saturating_sub(since) < 100_000_000;
+    let start = if fresh { since } else { now };
+    let state = sh.table.state(p);
+    match state {
+        // Held by another thread (an eviction, which wakes no one in this
+        // mode: the write that faulted on its write-protection runs again
+        // after; or another fault's service).
+        EVICTING | LOADING => return wait(addr, start, Wait::Turn),
+        // Unmapped by the program meanwhile: the instruction, run again,
+        // gets the program's own `SIGSEGV`.
+        GONE => return done(),
+        _ => {}
+    }
     let c = &sh.counters;
-    let mut waited = false;
-    loop {
-        let state = sh.table.state(p);
-        match state {
-            // Held by another thread (an eviction, which wakes no one in
-            // this mode: the write that faulted on its write-protection
-            // runs again after; or another fault's service).
-            EVICTING | LOADING => {
-                std::thread::yield_now();
-                continue;
+    let seen = sh.room.load(Ordering::SeqCst);
+    if state != RESIDENT && sh.at_limit() {
+        kick(&sh.evictor_efd);
+        let waited = now - start;
+        if waited < LIMIT_WAIT_NS {
+            if !fresh {
+                Counters::bump(&c.deferred);
             }
-            // Unmapped by the program meanwhile: the instruction, run
-            // again, gets the program's own `SIGSEGV`.
-            GONE => break,
-            _ => {}
-        }
-        let seen = sh.room.load(Ordering::SeqCst);
-        if state != RESIDENT && sh.at_limit() {
-            kick(&sh.evictor_efd);
-            let waited_ns = start.elapsed().as_nanos() as u64;
-            if waited_ns < LIMIT_WAIT_NS {
-                if !waited {
-                    Counters::bump(&c.deferred);
-                    waited = true;
-                }
-                // Asleep until the evictor makes room, or a millisecond
-                // (the limit may move without room being made: a limit that
-                // covers the process).
-                wait_for_room(sh, seen, (LIMIT_WAIT_NS - waited_ns).min(1_000_000));
-                continue;
-            }
-        }
-        let t0 = Instant::now();
-        let batch = sh.events.read().unwrap_or_else(|e| e.into_inner());
-        let got = bring_in(sh, p, addr, &mut buf[..ps], true, write);
-        drop(batch);
-        match got {
-            BringIn::Done | BringIn::AlreadyThere => {
-                let maps = state != RESIDENT;
-                if maps && sh.resident.load(Ordering::Relaxed) > sh.limit_pages() {
-                    Counters::bump(&c.over_limit);
-                }
-                let end = Instant::now();
-                c.latency.record((end - start).as_nanos() as u64);
-                if state == STORED {
-                    c.store_fault_ns
-                        .fetch_add((end - t0).as_nanos() as u64, Ordering::Relaxed);
-                }
-                if needs_room(sh) || sh.discards.half_full() {
-                    kick(&sh.evictor_efd);
-                }
-                break;
-            }
-            // The mapping is changing (an event the handler thread has
-            // not read yet), or another thread took the page first.
-            BringIn::Later => std::thread::yield_now(),
+            // Asleep until the evictor makes room, or a millisecond (the
+            // limit may move without room being made: a limit that covers
+            // the process).
+            let ns = (LIMIT_WAIT_NS - waited).min(1_000_000);
+            return wait(addr, start, Wait::Room(seen, ns));
         }
     }
+    let ps = sh.page_size;
+    let mut buf = [0u8; MAX_PAGE];
+    let t0 = Instant::now();
+    let batch = sh.events.read().unwrap_or_else(|e| e.into_inner());
+    let got = bring_in(sh, p, addr, &mut buf[..ps], true, write);
+    drop(batch);
+    match got {
+        BringIn::Done | BringIn::AlreadyThere => {
+            let maps = state != RESIDENT;
+            if maps && sh.resident.load(Ordering::Relaxed) > sh.limit_pages() {
+                Counters::bump(&c.over_limit);
+            }
+            let end = sh.started.elapsed().as_nanos() as u64;
+            c.latency.record(end.saturating_sub(start));
+            if state == STORED {
+                c.store_fault_ns
+                    .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            }
+            if needs_room(sh) || sh.discards.half_full() {
+                kick(&sh.evictor_efd);
+            }
+            done()
+        }
+        // The mapping is changing (an event the handler thread has not
+        // read yet), another thread took the page first, or the store
+        // could not read it: the instruction faults again, outside the
+        // gate meanwhile.
+        BringIn::Later => wait(addr, start, Wait::Turn),
+    }
+}
+
+/// Remembers that the fault at `addr`, first seen at `start`, waits.
+fn wait(addr: usize, start: u64, w: Wait) -> Wait {
+    WAITING.with(|c| c.set((addr, start)));
+    w
+}
+
+/// The fault is served (or needs no service): no wait to remember.
+fn done() -> Wait {
+    WAITING.with(|c| c.set((0, 0)));
+    Wait::No
 }

@@ -301,6 +301,18 @@ impl Uffd {
         Ok(())
     }
 
+    /// Whether a message is waiting to be read (a `poll` that does not
+    /// sleep).
+    pub fn readable(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no timeout.
+        unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
+    }
+
     /// How it was opened.
     pub fn mode(&self) -> UffdMode {
         self.mode

@@ -646,6 +646,207 @@ fn reads_right_after_mremap_with(service: FaultService) {
 }
 
 #[test]
+fn a_growing_mremap_gives_the_program_zero_pages() {
+    growing_mremap_with(FaultService::HandlerThread);
+}
+
+#[test]
+fn a_growing_mremap_gives_the_program_zero_pages_in_the_faulting_thread() {
+    growing_mremap_with(FaultService::FaultingThread);
+}
+
+/// The pages a growing `mremap` adds are the program's: registered with the
+/// userfaultfd but no page of the region, they read as zeros.
+fn growing_mremap_with(service: FaultService) {
+    let _d = Deadline::new("growing_mremap", 60);
+    let Some(r) = region_or_skip(4 * MIB, config(service, 4 * MIB)) else {
+        return;
+    };
+    let ps = ps();
+    let len = r.len();
+    let old = r.as_ptr();
+    for i in 0..len / ps {
+        // SAFETY: page i.
+        fill(unsafe { old.add(i * ps) }, ps, i as u64, 3);
+    }
+    // SAFETY: a fresh reservation twice the region's size.
+    let to = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            2 * len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(to, libc::MAP_FAILED);
+    // SAFETY: moves the region onto the reservation, growing it twofold.
+    let moved = unsafe {
+        libc::mremap(
+            old.cast(),
+            len,
+            2 * len,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            to,
+        )
+    };
+    assert_eq!(moved, to, "{}", std::io::Error::last_os_error());
+    let to = to.cast::<u8>();
+    for i in len / ps..2 * len / ps {
+        // SAFETY: a page the growing mremap added.
+        assert!(is_zero(unsafe { to.add(i * ps) }, ps), "added page {i}");
+    }
+    for i in 0..len / ps {
+        // SAFETY: page i at its new place.
+        assert_eq!(check(unsafe { to.add(i * ps) }, ps), (i as u64, 3));
+    }
+    assert!(r.stats().faults.missing_foreign >= (len / ps) as u64);
+}
+
+#[test]
+fn forks_while_the_program_drops_pages_and_faults_never_hang() {
+    forks_while_dropping_with(FaultService::HandlerThread);
+}
+
+#[test]
+fn forks_while_the_program_drops_pages_and_faults_never_hang_in_the_faulting_thread() {
+    forks_while_dropping_with(FaultService::FaultingThread);
+}
+
+/// Forks for 4 s while three threads fault stored pages and a fourth drops
+/// pages with `madvise` (whose events keep the mapping "changing", so a
+/// fault's copy fails with `EAGAIN` until the handler reads them): a fork
+/// waits for the fault side to leave the gate, and nothing may wait for
+/// the handler inside it.
+fn forks_while_dropping_with(service: FaultService) {
+    let _d = Deadline::new("forks_while_dropping", 60);
+    let Some(r) = region_or_skip(16 * MIB, config(service, 2 * MIB)) else {
+        return;
+    };
+    let ps = ps();
+    let n = r.len() / ps;
+    let base = Ptr(r.as_ptr());
+    for i in 0..n {
+        // SAFETY: page i.
+        fill(unsafe { base.0.add(i * ps) }, ps, i as u64, 1);
+    }
+    let stop = AtomicBool::new(false);
+    let mut forks = 0;
+    std::thread::scope(|s| {
+        for t in 0..3u64 {
+            let (base, stop) = (&base, &stop);
+            s.spawn(move || {
+                let mut rng = Rng(0x1234 + t);
+                while !stop.load(Ordering::Relaxed) {
+                    let i = rng.below(n as u64 / 2) as usize;
+                    // SAFETY: page i of the half nobody drops.
+                    assert_eq!(check(unsafe { base.0.add(i * ps) }, ps), (i as u64, 1));
+                }
+            });
+        }
+        let (base, stop) = (&base, &stop);
+        s.spawn(move || {
+            let mut rng = Rng(99);
+            while !stop.load(Ordering::Relaxed) {
+                let i = n / 2 + rng.below(n as u64 / 2 - 16) as usize;
+                // SAFETY: 16 pages of the dropped half, given up.
+                let rc = unsafe {
+                    libc::madvise(base.0.add(i * ps).cast(), 16 * ps, libc::MADV_DONTNEED)
+                };
+                assert_eq!(rc, 0);
+            }
+        });
+        let end = std::time::Instant::now() + Duration::from_secs(4);
+        while std::time::Instant::now() < end {
+            // SAFETY: fork; the child exits at once.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // SAFETY: leaves the child without running the parent's
+                // exit handlers.
+                unsafe { libc::_exit(0) };
+            }
+            assert!(pid > 0);
+            let mut st = 0;
+            // SAFETY: waits for our own child.
+            unsafe { libc::waitpid(pid, &mut st, 0) };
+            assert_eq!(st, 0);
+            forks += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert!(forks > 10, "{forks} forks");
+}
+
+#[test]
+fn faults_racing_probation_settles_read_their_pages() {
+    probation_race_with(FaultService::HandlerThread);
+}
+
+#[test]
+fn faults_racing_probation_settles_read_their_pages_in_the_faulting_thread() {
+    probation_race_with(FaultService::FaultingThread);
+}
+
+/// Pages go to probation after 2 ms untouched and are compressed from
+/// there while two threads read them and a third evicts runs of them: a
+/// fault on a probation page being compressed (held `EVICTING`) must wait
+/// for it, not take the zero page.
+fn probation_race_with(service: FaultService) {
+    let _d = Deadline::new("probation_race", 60);
+    let len = 4 * MIB;
+    let mut c = config(service, len);
+    c.probation_pages = Some(512);
+    c.scan_interval = Duration::from_millis(1);
+    let t = Duration::from_millis(2);
+    c.controller = ControllerConfig {
+        initial: t,
+        min: t,
+        max: t,
+        ..ControllerConfig::default()
+    };
+    let Some(r) = region_or_skip(len, c) else {
+        return;
+    };
+    let ps = ps();
+    let n = len / ps;
+    let base = Ptr(r.as_ptr());
+    for i in 0..n {
+        // SAFETY: page i.
+        fill(unsafe { base.0.add(i * ps) }, ps, i as u64, 1);
+    }
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (base, stop) = (&base, &stop);
+            s.spawn(move || {
+                let mut rng = Rng(0x77 + t);
+                while !stop.load(Ordering::Relaxed) {
+                    let i = rng.below(n as u64) as usize;
+                    // SAFETY: page i.
+                    assert_eq!(check(unsafe { base.0.add(i * ps) }, ps), (i as u64, 1));
+                    if rng.below(64) == 0 {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+            });
+        }
+        let (r, stop) = (&r, &stop);
+        s.spawn(move || {
+            let mut rng = Rng(5);
+            while !stop.load(Ordering::Relaxed) {
+                let i = rng.below(n as u64 - 8) as usize;
+                let _ = r.cold(i * ps..(i + 8) * ps);
+            }
+        });
+        std::thread::sleep(Duration::from_secs(4));
+        stop.store(true, Ordering::Relaxed);
+    });
+    let st = r.stats();
+    assert!(st.evictions.probed > 0, "{st:?}");
+}
+
+#[test]
 fn munmap_of_part_drops_those_pages() {
     munmap_of_part_drops_those_pages_with(FaultService::HandlerThread);
 }
