@@ -90,9 +90,11 @@ struct zmem_region *zmem_region_new(size_t len, size_t resident_limit,
  * fault about twice as fast). The kernel's own accesses are then not
  * served, as in user-mode-only mode (zmem_region_user_mode_only() says 1;
  * touch a buffer before a system call); the process's SIGBUS handler is the
- * region library's while such a region lives (a SIGBUS elsewhere goes to
- * the handler that was there before, or the default action); threads that
- * touch the region must not block SIGBUS.
+ * region library's from the first such region on (a SIGBUS that is not a
+ * fault at a region's address goes to the handler that was there before,
+ * or the default action; a handler the program installs later turns the
+ * service off); threads that touch the region must not block SIGBUS.
+ * x86-64 only.
  */
 #define ZMEM_REGION_FAULTING_THREAD 0x1u
 

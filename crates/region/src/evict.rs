@@ -38,7 +38,8 @@
 //!
 //! Owns these sequences; the states are `table`'s, the descriptor calls
 //! `uffd`'s. Never allocates. Runs on the evictor, the handler (bringing
-//! pages back) and hint callers; never holds a store lock while waiting.
+//! pages back), threads serving their own faults and hint callers; never
+//! holds a store lock while waiting.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};

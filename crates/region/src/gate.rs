@@ -7,7 +7,9 @@
 //! any thread running a hint) first, then the fault side (the handler
 //! thread, and program threads serving their own faults). The fault side
 //! must run until the evicting side has stopped, because an eviction's
-//! `madvise` waits for the handler to read its remove event.
+//! `madvise` waits for the handler to read its remove event; and a thread
+//! serving its own fault never waits inside the gate for the handler
+//! thread or the evictor, which a freeze may have stopped.
 //!
 //! Lock-free (a count and a flag per side): program threads enter it, and
 //! a lock one of them held at the instant of a fork would stay held in the

@@ -25,8 +25,9 @@
 //! Owns the thread's loop and its preallocated memory (a message array, a
 //! list of waiting faults, one locked page buffer); never allocates while
 //! serving (the store's own read is the only allocation, and lz4 and lzo
-//! decode without one). Takes no lock other than the mapping's read lock
-//! (written only by this thread) and, through the store, the store's.
+//! decode without one). Takes the events lock for writing over each batch
+//! it reads (`Shared::events`), the mapping's lock (written only by this
+//! thread) and, through the store, the store's.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
