@@ -30,7 +30,7 @@
 //! `UNMAPPED`) and never waits for the holder, who may itself be waiting
 //! on the handler: its copy (step 3) faults on the page the kernel zapped,
 //! and the handler maps the zero page there (a missing fault on an
-//! `EVICTING` page that carries one of those flags means exactly that). Whoever lets go of the page
+//! `EVICTING` page is taken to mean exactly that). Whoever lets go of the page
 //! (`settle_removed`) drops it as the program asked; a fault that comes
 //! after the holder published the copy and before it let go finds the
 //! flag, frees the copy and maps zeros (`bring_in`). If the store refuses the page (step 3), the
@@ -386,15 +386,14 @@ pub fn bring_in(
             let _ = uffd.wake(addr, ps);
             BringIn::AlreadyThere
         }
-        EVICTING if fault && sh.table.flags(p) & (REMOVED | UNMAPPED) != 0 => {
+        EVICTING if fault => {
             // The program dropped the page while it was being evicted (the
-            // eviction keeps it mapped until its own zap, after `STORED`;
-            // the handler flagged the drop when it read its event, before
-            // the kernel zapped): the holder's copy is what faults, and the
-            // page reads as zeros now. Its state stays the holder's, which
-            // drops it after. (A page held `EVICTING` for another reason,
-            // a probation copy being compressed or a slot being freed, is
-            // waited out: `Later`.)
+            // eviction keeps it mapped until its own zap, after `STORED`):
+            // the holder's copy is what faults, and the page reads as zeros
+            // now. Its state stays the holder's, which drops it after.
+            // (Known wrong for a page held `EVICTING` for another reason, a
+            // probation copy being compressed: design.md, region, "Known
+            // races".)
             match uffd.zeropage(addr, ps) {
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => BringIn::Later,
                 Ok(()) => BringIn::AlreadyThere,

@@ -105,11 +105,6 @@ impl PageTable {
         old & f != 0
     }
 
-    /// The flags of `p` now.
-    pub fn flags(&self, p: usize) -> u8 {
-        self.flags[p].load(Ordering::Acquire)
-    }
-
     /// Clears the flags of `mask`; returns which of them were set.
     pub fn take_flags(&self, p: usize, mask: u8) -> u8 {
         self.flags[p].fetch_and(!mask, Ordering::AcqRel) & mask
