@@ -49,6 +49,7 @@
  *                /dev/userfaultfd's permissions), mapping the region or
  *                starting its threads.
  *   ENOMEM (12)  also: the store or its tables could not be made.
+ *   ENOTSUP (95) a mode this machine cannot serve (zmem_region_new_flags()).
  *   EIO (5)      a panic inside the library (a bug), caught at the
  *                boundary: the call did not complete.
  *
@@ -100,7 +101,8 @@ struct zmem_region *zmem_region_new(size_t len, size_t resident_limit,
 
 /*
  * zmem_region_new() with flags: ZMEM_REGION_FAULTING_THREAD, or 0. EINVAL
- * for any other bit, besides zmem_region_new()'s errors.
+ * for any other bit; ENOTSUP (95) for ZMEM_REGION_FAULTING_THREAD off
+ * x86-64 or with pages over 16 KiB; besides zmem_region_new()'s errors.
  */
 struct zmem_region *zmem_region_new_flags(size_t len, size_t resident_limit,
 					  const char *comp, unsigned int flags);

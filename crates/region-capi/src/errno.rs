@@ -29,7 +29,8 @@ pub const EIO: c_int = libc::EIO;
 ///   `ENOMEM`, `EAGAIN`, ...), except that `ENOENT` (no /dev/userfaultfd
 ///   and no other way) and `EINVAL` (a flag or feature this kernel does not
 ///   know) become `ENOSYS`, so `EINVAL` always means the caller's argument;
-/// - the store could not be made: `ENOMEM`.
+/// - the store could not be made: `ENOMEM`;
+/// - a mode this machine cannot serve: `ENOTSUP`.
 pub fn errno_of(e: &RegionError) -> c_int {
     match e {
         RegionError::BadLength { .. }
@@ -42,6 +43,7 @@ pub fn errno_of(e: &RegionError) -> c_int {
             }
         }
         RegionError::Store(_) => ENOMEM,
+        RegionError::Unsupported(_) => libc::ENOTSUP,
     }
 }
 
@@ -89,6 +91,9 @@ mod tests {
         };
         assert_eq!(errno_of(&range), EINVAL);
         assert_eq!(errno_of(&RegionError::Store("full".into())), ENOMEM);
+        assert_eq!(libc::ENOTSUP, 95);
+        let mode = RegionError::Unsupported("x86-64 only".into());
+        assert_eq!(errno_of(&mode), libc::ENOTSUP);
     }
 
     #[test]

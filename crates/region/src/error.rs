@@ -40,6 +40,9 @@ pub enum RegionError {
     },
     /// The store could not be made or refused a page.
     Store(String),
+    /// This machine cannot serve what the configuration asks for (faults
+    /// served in the faulting thread off x86-64, or with pages too large).
+    Unsupported(String),
     /// A byte range outside the region.
     OutOfRange {
         /// Start offset.
@@ -65,6 +68,7 @@ impl fmt::Display for RegionError {
             RegionError::Userfaultfd { why, .. } => write!(f, "no userfaultfd: {why}"),
             RegionError::Os { what, err } => write!(f, "{what}: {err}"),
             RegionError::Store(why) => write!(f, "store: {why}"),
+            RegionError::Unsupported(why) => write!(f, "not supported here: {why}"),
             RegionError::OutOfRange { start, end, len } => write!(
                 f,
                 "range {start}..{end} is outside the region's {len} bytes"

@@ -11,16 +11,20 @@
 //!    in a probation slot);
 //!    (a run of neighbouring pages takes each step once for the run:
 //!    `evict_run`)
-//! 4. publish `STORED`/`PROBATION` while the old page is still mapped, so a
-//!    fault after the next step finds the copy;
-//! 5. drop the mapping (`MADV_DONTNEED`; its remove event, which the
+//! 4. drop the mapping (`MADV_DONTNEED`; its remove event, which the
 //!    handler must read before the kernel zaps, is known as the region's
 //!    own by its exact range, registered in `zaps` before the call and
 //!    taken by the handler when it serves that event: the kernel counts an
 //!    event as read when `read(2)` returns it, which may be before the
 //!    handler gets to it in its batch);
+//! 5. publish `STORED`/`PROBATION`: a fault from here finds the copy;
 //! 6. `UFFDIO_WAKE` the page: writers blocked in step 2 fault again, now as
 //!    missing, and get the stored copy with their write still to do.
+//!
+//! The page stays held over its zap (step 4 before 5): nothing may be
+//! mapped at a page between its copy and its zap, or the zap would throw
+//! it away. A program's fault on a held page waits for the holder (on the
+//! handler thread, in its list of waiting faults).
 //!
 //! A write-protect fault seen while the page is `EVICTING`, `STORED` or in
 //! probation is left to step 6.
@@ -29,12 +33,13 @@
 //! `EVICTING`. The handler then only flags the page (`REMOVED`,
 //! `UNMAPPED`) and never waits for the holder, who may itself be waiting
 //! on the handler: its copy (step 3) faults on the page the kernel zapped,
-//! and the handler maps the zero page there (a missing fault on an
-//! `EVICTING` page is taken to mean exactly that). Whoever lets go of the page
-//! (`settle_removed`) drops it as the program asked; a fault that comes
-//! after the holder published the copy and before it let go finds the
-//! flag, frees the copy and maps zeros (`bring_in`). If the store refuses the page (step 3), the
-//! page is unprotected (which wakes the writers) and stays `RESIDENT`.
+//! and the handler, which knows the faulting thread as one copying
+//! (`copies`), maps the zero page there for the copy; the holder's zap
+//! then drops it. Whoever lets go of the page (`settle_removed`) drops it
+//! as the program asked; a fault that comes after the holder published the
+//! copy and before it let go finds the flag, frees the copy and maps zeros
+//! (`bring_in`). If the store refuses the page (step 3), the page is
+//! unprotected (which wakes the writers) and stays `RESIDENT`.
 //!
 //! Owns these sequences; the states are `table`'s, the descriptor calls
 //! `uffd`'s. Never allocates. Runs on the evictor, the handler (bringing
@@ -51,9 +56,12 @@ use crate::table::{
     EVICTING, GONE, LOADING, PROBATION, REFERENCED, REMOVED, RESIDENT, STORED, UNMAPPED, UNTOUCHED,
 };
 
-/// Copies `buf.len()` bytes at `addr` of this process into `buf` without
-/// faulting: an unmapped address is an error, not a signal.
-fn read_own(addr: usize, buf: *mut u8, len: usize) -> io::Result<()> {
+/// Copies `len` bytes at `addr` of this process, pages the caller holds
+/// `EVICTING`, into `buf` without faulting: an unmapped address is an
+/// error, not a signal. A page the program dropped meanwhile faults (the
+/// kernel zapped it) and is served as the holder's (`copies`).
+fn read_own(sh: &Shared, addr: usize, buf: *mut u8, len: usize) -> io::Result<()> {
+    let _copy = sh.copies.begin();
     let local = libc::iovec {
         iov_base: buf.cast(),
         iov_len: len,
@@ -69,6 +77,29 @@ fn read_own(addr: usize, buf: *mut u8, len: usize) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Drops the mapping of `pages` pages from page `first`, at `addr`, which
+/// the caller holds `EVICTING` and has copied out: the region's own zap
+/// (`zaps`), made before the pages are published, so that nothing the
+/// program maps there after its own drop can be lost to it.
+fn zap(sh: &Shared, first: usize, pages: usize, addr: usize) {
+    let z = sh.zaps.register(first, pages);
+    // SAFETY: drops the mapping of pages of the region that the caller
+    // holds and whose contents it has copied; a fault brings them back.
+    let rc = unsafe {
+        libc::madvise(
+            addr as *mut libc::c_void,
+            pages * sh.page_size,
+            libc::MADV_DONTNEED,
+        )
+    };
+    if rc != 0 {
+        // No remove event came (the program unmapped the pages meanwhile):
+        // the registration must not mark a later remove of the program's
+        // as ours.
+        sh.zaps.cancel(z);
+    }
 }
 
 /// Probes page `p` (see the module's order): its mapping is dropped and
@@ -91,6 +122,7 @@ pub fn probe(sh: &Shared, p: usize) -> bool {
     };
     let Some(slot) = sh.probation.take(p, sh.now_ms()) else {
         sh.table.set(p, RESIDENT);
+        settle_removed(sh, p);
         return false;
     };
     let undo = |unprotect: bool| {
@@ -108,24 +140,15 @@ pub fn probe(sh: &Shared, p: usize) -> bool {
         undo(false);
         return false;
     }
-    if read_own(addr, sh.probation.slot_ptr(slot), ps).is_err() {
+    if read_own(sh, addr, sh.probation.slot_ptr(slot), ps).is_err() {
         undo(true);
         return false;
     }
+    zap(sh, p, 1, addr);
     sh.table.set_stamp(p, slot);
-    sh.table.set(p, PROBATION);
     sh.table.set_flag(p, REFERENCED, false);
     sh.resident.fetch_sub(1, Ordering::AcqRel);
-    let zap = sh.zaps.register(p, 1);
-    // SAFETY: drops the mapping of one page of the region, whose contents
-    // are now in the slot; a fault brings them back.
-    let rc = unsafe { libc::madvise(addr as *mut libc::c_void, ps, libc::MADV_DONTNEED) };
-    if rc != 0 {
-        // No remove event came (the program unmapped the page meanwhile):
-        // the registration must not mark a later remove of the program's
-        // as ours.
-        sh.zaps.cancel(zap);
-    }
+    sh.table.set(p, PROBATION);
     let _ = uffd.wake(addr, ps);
     settle_removed(sh, p);
     true
@@ -176,7 +199,7 @@ pub fn evict_run(sh: &Shared, first: usize, max: usize, buf: &mut [u8]) -> usize
         release(first, first + k);
         return 0;
     }
-    if read_own(addr, buf.as_mut_ptr(), k * ps).is_err() {
+    if read_own(sh, addr, buf.as_mut_ptr(), k * ps).is_err() {
         // Wakes any writer blocked since the protection.
         let _ = uffd.write_protect(addr, k * ps, false);
         release(first, first + k);
@@ -198,20 +221,13 @@ pub fn evict_run(sh: &Shared, first: usize, max: usize, buf: &mut [u8]) -> usize
     if stored == 0 {
         return 0;
     }
+    zap(sh, first, stored, addr);
     for q in first..first + stored {
-        sh.table.set(q, STORED);
         sh.table.set_flag(q, REFERENCED, false);
     }
     sh.resident.fetch_sub(stored as u64, Ordering::AcqRel);
-    let zap = sh.zaps.register(first, stored);
-    // SAFETY: drops the mapping of pages of the region whose contents are
-    // now in the store; a fault brings them back.
-    let rc = unsafe { libc::madvise(addr as *mut libc::c_void, stored * ps, libc::MADV_DONTNEED) };
-    if rc != 0 {
-        // No remove event came (the program unmapped the pages meanwhile):
-        // the registration must not mark a later remove of the program's
-        // as ours.
-        sh.zaps.cancel(zap);
+    for q in first..first + stored {
+        sh.table.set(q, STORED);
     }
     let _ = uffd.wake(addr, stored * ps);
     for q in first..first + stored {
@@ -241,7 +257,9 @@ static ZEROS: [u8; 65536] = [0; 65536];
 /// fault kind when `fault`. A never-written page gets the zero page on a
 /// read, and a page of zeros of its own on a write (`write`: one fault
 /// instead of the zero page's and then the kernel's copy-on-write one).
-/// Never allocates beyond the store's own read.
+/// `holders_copy`: the fault is an evicting thread's copy (`copies`), the
+/// only fault served on a page held `EVICTING`. Never allocates beyond the
+/// store's own read.
 pub fn bring_in(
     sh: &Shared,
     p: usize,
@@ -249,6 +267,7 @@ pub fn bring_in(
     buf: &mut [u8],
     fault: bool,
     write: bool,
+    holders_copy: bool,
 ) -> BringIn {
     let ps = sh.page_size;
     let uffd = sh.uffd();
@@ -304,7 +323,7 @@ pub fn bring_in(
                     sh.probation.give(sh.table.stamp(p));
                 }
                 sh.table.set(p, UNTOUCHED);
-                return bring_in(sh, p, addr, buf, fault, write);
+                return bring_in(sh, p, addr, buf, fault, write, holders_copy);
             }
             // A probation page's stamp is its slot (until `account` stamps
             // the page's age over it); kept to restore on failure.
@@ -350,8 +369,8 @@ pub fn bring_in(
                     BringIn::Done
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-                    // A stale message: the old page is still mapped (an
-                    // eviction between its publish and its zap).
+                    // A stale message: the page was mapped meanwhile (a
+                    // hint brought it back, the copy stays).
                     unaccount(sh, p, kind);
                     sh.table.set_stamp(p, stamp);
                     sh.table.set(p, state);
@@ -386,14 +405,12 @@ pub fn bring_in(
             let _ = uffd.wake(addr, ps);
             BringIn::AlreadyThere
         }
-        EVICTING if fault => {
-            // The program dropped the page while it was being evicted (the
-            // eviction keeps it mapped until its own zap, after `STORED`):
-            // the holder's copy is what faults, and the page reads as zeros
-            // now. Its state stays the holder's, which drops it after.
-            // (Known wrong for a page held `EVICTING` for another reason, a
-            // probation copy being compressed: design.md, region, "Known
-            // races".)
+        EVICTING if holders_copy => {
+            // The program dropped the page while it was being evicted, and
+            // the holder's copy faults on it: the page reads as zeros now.
+            // Its state stays the holder's, whose zap drops the zero page
+            // and who drops the page after (`settle_removed`). A fault of
+            // the program's on a held page waits (`Later`, below).
             match uffd.zeropage(addr, ps) {
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => BringIn::Later,
                 Ok(()) => BringIn::AlreadyThere,

@@ -331,7 +331,7 @@ pub fn willneed(sh: &Shared, first: usize, end: usize, hot: bool) -> usize {
                 // EAGAIN (the mapping is changing) leaves the page stored:
                 // a hint, not a promise.
                 let batch = sh.events.read().unwrap_or_else(|e| e.into_inner());
-                let got = bring_in(sh, p, addr, buf.bytes(), false, false);
+                let got = bring_in(sh, p, addr, buf.bytes(), false, false, false);
                 drop(batch);
                 if got == crate::evict::BringIn::Done {
                     Counters::bump(&sh.counters.prefetched);

@@ -52,12 +52,14 @@ const WAITING: usize = 1024;
 /// over it.
 const LIMIT_WAIT_NS: u64 = 5_000_000;
 
-/// A fault put off: its address and when it first arrived.
+/// A fault put off: its address, when it first arrived, its kind and its
+/// thread.
 #[derive(Clone, Copy, Default)]
 struct Waiting {
     addr: usize,
     since: u64,
     write: bool,
+    tid: u32,
 }
 
 /// The handler's own memory.
@@ -271,7 +273,13 @@ impl Handler {
                     Counters::bump(&sh.counters.wp);
                     self.write_protect_fault(addr);
                 } else {
-                    self.missing(addr, start, true, m.arg[0] & FLAG_WRITE != 0);
+                    let fault = Waiting {
+                        addr,
+                        since: start,
+                        write: m.arg[0] & FLAG_WRITE != 0,
+                        tid: m.arg[2] as u32,
+                    };
+                    self.missing(fault, true);
                 }
             }
             EVENT_REMOVE | EVENT_UNMAP => {
@@ -339,9 +347,11 @@ impl Handler {
         }
     }
 
-    /// A missing fault at page address `addr`, first seen at `since`
-    /// (`first`: now, not a retry).
-    fn missing(&mut self, addr: usize, since: u64, first: bool, write: bool) {
+    /// A missing fault (`first`: seen now, not a retry).
+    fn missing(&mut self, f: Waiting, first: bool) {
+        let Waiting {
+            addr, since, write, ..
+        } = f;
         let start = since;
         let sh = Arc::clone(&self.sh);
         let ps = sh.page_size;
@@ -364,12 +374,14 @@ impl Handler {
         if maps && sh.at_limit() {
             kick(&sh.evictor_efd);
             if self.now_ns().saturating_sub(since) < LIMIT_WAIT_NS {
-                self.put_off(addr, since, first, write);
+                self.put_off(f, first);
                 return;
             }
         }
         let t0 = self.now_ns();
-        match bring_in(&sh, p, addr, self.buf.bytes(), true, write) {
+        // Only a page held `EVICTING` asks whose fault it is.
+        let holders_copy = state == EVICTING && sh.copies.by(f.tid);
+        match bring_in(&sh, p, addr, self.buf.bytes(), true, write, holders_copy) {
             BringIn::Done | BringIn::AlreadyThere => {
                 if maps && sh.resident.load(Ordering::Relaxed) > sh.limit_pages() {
                     Counters::bump(&sh.counters.over_limit);
@@ -385,20 +397,20 @@ impl Handler {
                     kick(&sh.evictor_efd);
                 }
             }
-            BringIn::Later => self.put_off(addr, since, first, write),
+            BringIn::Later => self.put_off(f, first),
         }
     }
 
-    fn put_off(&mut self, addr: usize, since: u64, first: bool, write: bool) {
+    fn put_off(&mut self, f: Waiting, first: bool) {
         if first {
             Counters::bump(&self.sh.counters.deferred);
         }
         if self.nwaiting == WAITING {
             // No room: the thread faults again and comes back as a message.
-            let _ = self.sh.uffd().wake(addr, self.sh.page_size);
+            let _ = self.sh.uffd().wake(f.addr, self.sh.page_size);
             return;
         }
-        self.waiting[self.nwaiting] = Waiting { addr, since, write };
+        self.waiting[self.nwaiting] = f;
         self.nwaiting += 1;
     }
 
@@ -413,7 +425,7 @@ impl Handler {
         self.nwaiting = 0;
         for k in 0..n {
             let w = self.retrying[k];
-            self.missing(w.addr, w.since, false, w.write);
+            self.missing(w, false);
         }
     }
 }

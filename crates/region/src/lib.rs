@@ -34,6 +34,7 @@ mod budget;
 mod buf;
 mod config;
 pub mod controller;
+mod copies;
 mod discards;
 pub mod error;
 mod evict;

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::{FaultService, RegionConfig};
 use crate::controller::PromotionController;
+use crate::copies::Copies;
 use crate::discards::Discards;
 use crate::error::RegionError;
 use crate::evict::drain_discards;
@@ -121,14 +122,14 @@ impl Region {
         let limit_pages = (limit / ps) as u64;
         let in_thread = config.fault_service == FaultService::FaultingThread;
         if in_thread && !cfg!(target_arch = "x86_64") {
-            return Err(RegionError::Store(
+            return Err(RegionError::Unsupported(
                 "faults served in the faulting thread need x86-64 (its fault error code tells a \
                  write-protect fault from a missing page)"
                     .into(),
             ));
         }
         if in_thread && ps > signal::MAX_PAGE {
-            return Err(RegionError::Store(format!(
+            return Err(RegionError::Unsupported(format!(
                 "faults served in the faulting thread need pages of at most {} bytes, not {ps}",
                 signal::MAX_PAGE
             )));
@@ -196,6 +197,7 @@ impl Region {
             store,
             discards: Discards::new(4096),
             zaps: Zaps::default(),
+            copies: Copies::default(),
             resident: AtomicU64::new(0),
             room: AtomicU32::new(0),
             room_waiters: AtomicU32::new(0),
@@ -242,11 +244,20 @@ impl Region {
     /// The first byte of the region (where it was made; after the program
     /// moves it with `mremap`, wherever it put it).
     pub fn as_ptr(&self) -> *mut u8 {
-        // After the batch the handler is serving: an `mremap` returns once
-        // its event is read, before the handler has moved the mapping.
-        let _batch = self.sh.events.read().unwrap_or_else(|e| e.into_inner());
-        let map = self.sh.mapping.read().unwrap_or_else(|e| e.into_inner());
-        map.addr_of(0).unwrap_or(self.base) as *mut u8
+        // Inside the fork gate (a fork waits for the locks below to be
+        // let go: held at the instant of a fork they would stay held in
+        // the child, whose handler would then never take them).
+        self.sh.gate.enter(Side::Handler);
+        let addr = {
+            // After the batch the handler is serving: an `mremap` returns
+            // once its event is read, before the handler has moved the
+            // mapping.
+            let _batch = self.sh.events.read().unwrap_or_else(|e| e.into_inner());
+            let map = self.sh.mapping.read().unwrap_or_else(|e| e.into_inner());
+            map.addr_of(0).unwrap_or(self.base)
+        };
+        self.sh.gate.leave(Side::Handler);
+        addr as *mut u8
     }
 
     /// Bytes.

@@ -15,6 +15,7 @@ use zram::Store;
 
 use crate::config::RegionConfig;
 use crate::controller::PromotionController;
+use crate::copies::Copies;
 use crate::discards::Discards;
 use crate::follow::FollowState;
 use crate::gate::Gate;
@@ -62,6 +63,8 @@ pub struct Shared {
     pub discards: Discards,
     /// The region's own zaps whose remove events are still to come.
     pub zaps: Zaps,
+    /// The evicting threads copying their pages out now.
+    pub copies: Copies,
     /// Pages mapped now.
     pub resident: AtomicU64,
     /// Bumped each time the evictor makes room under the limit: a futex

@@ -247,96 +247,86 @@ enum Wait {
 
 /// Serves `addr` if a region in the table holds it; false otherwise.
 fn serve_any(addr: usize, ctx: *mut libc::c_void) -> bool {
-    let mut served = false;
+    any_region(|sh| serve(sh, addr, ctx)) || any_region(|sh| grown(sh, addr))
+}
+
+/// Calls `f` on each region in the table, in turn, until it returns true;
+/// whether one did. Each region is counted in flight around the call:
+/// `unregister` clears the entry and then waits for the count, so a region
+/// seen here stays alive until the count drops.
+fn any_region(mut f: impl FnMut(&Shared) -> bool) -> bool {
     for (i, entry) in REGIONS.iter().enumerate() {
         let ptr = entry.load(Ordering::Acquire);
         if ptr.is_null() {
             continue;
         }
         IN_FLIGHT[i].fetch_add(1, Ordering::SeqCst);
-        // Checked again after counting: `unregister` clears the entry and
-        // then waits for the count, so a region seen here stays alive
-        // until the count drops.
-        if entry.load(Ordering::SeqCst) == ptr {
+        // Checked again after counting (see above).
+        let done = entry.load(Ordering::SeqCst) == ptr && {
             // SAFETY: in the table and counted in flight: `unregister` has
             // not returned, so the region (and its `Shared`) is alive.
-            let sh = unsafe { &*ptr };
-            // The gate before any lock (a fork copies no lock held here),
-            // and every wait after it (a fork waits for this thread to
-            // leave, and what it waits for may be frozen meanwhile).
-            sh.gate.enter(Side::Handler);
-            // After the batch the handler is serving: an `mremap` returns
-            // once its event is read, and a fault at the new address must
-            // find the mapping moved.
-            let batch = sh.events.read().unwrap_or_else(|e| e.into_inner());
-            let page = sh
-                .mapping
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .page_of(addr);
-            drop(batch);
-            let wait = match page {
-                Some(p) => {
-                    let ps = sh.page_size;
-                    let f = fault_of(ctx);
-                    if f.present {
-                        write_protected(sh, p, addr & !(ps - 1))
-                    } else {
-                        missing(sh, p, addr & !(ps - 1), f.write)
-                    }
-                }
-                None => Wait::No,
-            };
-            sh.gate.leave(Side::Handler);
-            match wait {
-                Wait::No => {}
-                Wait::Turn => std::thread::yield_now(),
-                Wait::Room(seen, ns) => wait_for_room(sh, seen, ns),
-            }
-            served = page.is_some();
-        }
+            f(unsafe { &*ptr })
+        };
         IN_FLIGHT[i].fetch_sub(1, Ordering::SeqCst);
-        if served {
+        if done {
             return true;
         }
     }
-    grown(addr)
+    false
+}
+
+/// Serves a fault at `addr` if region `sh` holds the page; whether it did.
+fn serve(sh: &Shared, addr: usize, ctx: *mut libc::c_void) -> bool {
+    // The gate before any lock (a fork copies no lock held here), and
+    // every wait after it (a fork waits for this thread to leave, and what
+    // it waits for may be frozen meanwhile).
+    sh.gate.enter(Side::Handler);
+    // After the batch the handler is serving: an `mremap` returns once its
+    // event is read, and a fault at the new address must find the mapping
+    // moved.
+    let batch = sh.events.read().unwrap_or_else(|e| e.into_inner());
+    let page = sh
+        .mapping
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .page_of(addr);
+    drop(batch);
+    let wait = match page {
+        Some(p) => {
+            let ps = sh.page_size;
+            let f = fault_of(ctx);
+            if f.present {
+                write_protected(sh, p, addr & !(ps - 1))
+            } else {
+                missing(sh, p, addr & !(ps - 1), f.write)
+            }
+        }
+        None => Wait::No,
+    };
+    sh.gate.leave(Side::Handler);
+    match wait {
+        Wait::No => {}
+        Wait::Turn => std::thread::yield_now(),
+        Wait::Room(seen, ns) => wait_for_room(sh, seen, ns),
+    }
+    page.is_some()
 }
 
 /// A page no region's mapping holds, in a range registered with one of
 /// their userfaultfds: what a growing `mremap` of a region adds. It is the
 /// program's: the zero page, as on the handler thread.
-fn grown(addr: usize) -> bool {
-    for (i, entry) in REGIONS.iter().enumerate() {
-        let ptr = entry.load(Ordering::Acquire);
-        if ptr.is_null() {
-            continue;
+fn grown(sh: &Shared, addr: usize) -> bool {
+    let ps = sh.page_size;
+    match sh.uffd().zeropage(addr & !(ps - 1), ps) {
+        Ok(()) => {
+            Counters::bump(&sh.counters.missing_foreign);
+            true
         }
-        IN_FLIGHT[i].fetch_add(1, Ordering::SeqCst);
-        let mut served = false;
-        if entry.load(Ordering::SeqCst) == ptr {
-            // SAFETY: as in `serve_any`.
-            let sh = unsafe { &*ptr };
-            let ps = sh.page_size;
-            match sh.uffd().zeropage(addr & !(ps - 1), ps) {
-                Ok(()) => {
-                    Counters::bump(&sh.counters.missing_foreign);
-                    served = true;
-                }
-                // Mapped meanwhile, or the mapping is changing: fault again.
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EEXIST | libc::EAGAIN)) => {
-                    served = true;
-                }
-                // Not registered with this region's descriptor.
-                Err(_) => {}
-            }
-        }
-        IN_FLIGHT[i].fetch_sub(1, Ordering::SeqCst);
-        if served {
-            return true;
-        }
+        // Mapped meanwhile, or the mapping is changing: fault again.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EEXIST | libc::EAGAIN)) => true,
+        // Not registered with this region's descriptor.
+        Err(_) => false,
     }
-    false
 }
 
 /// A `SIGBUS` that is no region's: to the handler that was there before.
@@ -382,14 +372,19 @@ fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void)
 /// resident is protected by no eviction (a stale protection): it is
 /// unprotected, held for that while.
 fn write_protected(sh: &Shared, p: usize, addr: usize) -> Wait {
-    Counters::bump(&sh.counters.wp);
+    let now = sh.started.elapsed().as_nanos() as u64;
+    let waiting = waiting_since(addr, now);
+    if waiting.is_none() {
+        // Counted once per write, not per time it runs again.
+        Counters::bump(&sh.counters.wp);
+    }
     if sh.table.cas(p, RESIDENT, EVICTING) {
         let _ = sh.uffd().write_protect(addr, sh.page_size, false);
         sh.table.set(p, RESIDENT);
         settle_removed(sh, p);
-        Wait::No
+        done()
     } else {
-        Wait::Turn
+        wait(addr, waiting.unwrap_or(now), Wait::Turn)
     }
 }
 
@@ -398,11 +393,8 @@ fn write_protected(sh: &Shared, p: usize, addr: usize) -> Wait {
 fn missing(sh: &Shared, p: usize, addr: usize, write: bool) -> Wait {
     // The wait's start, kept across the faults of one wait.
     let now = sh.started.elapsed().as_nanos() as u64;
-    let (was, since) = WAITING.with(|w| w.get());
-    // (An entry left by a fault that another thread served meanwhile, its
-    // instruction run again without a fault, is stale after 100 ms.)
-    let fresh = was == addr && now.saturating_sub(since) < 100_000_000;
-    let start = if fresh { since } else { now };
+    let waiting = waiting_since(addr, now);
+    let start = waiting.unwrap_or(now);
     let state = sh.table.state(p);
     match state {
         // Held by another thread (an eviction, which wakes no one in this
@@ -420,7 +412,7 @@ fn missing(sh: &Shared, p: usize, addr: usize, write: bool) -> Wait {
         kick(&sh.evictor_efd);
         let waited = now - start;
         if waited < LIMIT_WAIT_NS {
-            if !fresh {
+            if waiting.is_none() {
                 Counters::bump(&c.deferred);
             }
             // Asleep until the evictor makes room, or a millisecond (the
@@ -434,7 +426,9 @@ fn missing(sh: &Shared, p: usize, addr: usize, write: bool) -> Wait {
     let mut buf = [0u8; MAX_PAGE];
     let t0 = Instant::now();
     let batch = sh.events.read().unwrap_or_else(|e| e.into_inner());
-    let got = bring_in(sh, p, addr, &mut buf[..ps], true, write);
+    // Never an evicting thread's copy: a kernel access of a page not
+    // mapped fails (`EFAULT`) in this mode instead of faulting here.
+    let got = bring_in(sh, p, addr, &mut buf[..ps], true, write, false);
     drop(batch);
     match got {
         BringIn::Done | BringIn::AlreadyThere => {
@@ -459,6 +453,15 @@ fn missing(sh: &Shared, p: usize, addr: usize, write: bool) -> Wait {
         // gate meanwhile.
         BringIn::Later => wait(addr, start, Wait::Turn),
     }
+}
+
+/// When the fault at `addr` began waiting, if this thread's last fault was
+/// there and waited. (An entry left by a fault that another thread served
+/// meanwhile, its instruction run again without a fault, is stale after
+/// 100 ms.)
+fn waiting_since(addr: usize, now: u64) -> Option<u64> {
+    let (was, since) = WAITING.with(|w| w.get());
+    (was == addr && now.saturating_sub(since) < 100_000_000).then_some(since)
 }
 
 /// Remembers that the fault at `addr`, first seen at `start`, waits.

@@ -80,6 +80,45 @@ fn a_child_forked_while_threads_fault_in_their_own_threads_sees_its_own_copy() {
     forked_while_threads_fault(cfg);
 }
 
+/// A thread looks up the region's address (`Region::as_ptr`, which reads
+/// the region's locks) over and over while another forks: no child may be
+/// left with a lock held at the instant of its fork, which its handler
+/// would wait for at its first batch of faults.
+#[test]
+fn forks_while_a_thread_looks_up_the_address_never_hang() {
+    let _d = Deadline::new("fork_as_ptr", 120);
+    let Some(r) = region_or_skip(2 * MIB, RegionConfig::new(MIB / 2)) else {
+        return;
+    };
+    let ps = region::page_size();
+    let n = r.len() / ps;
+    let base = r.as_ptr();
+    for i in 0..n {
+        // SAFETY: page i of the region.
+        fill(unsafe { base.add(i * ps) }, ps, i as u64, 1);
+    }
+    let looking = AtomicBool::new(true);
+    let looks = AtomicU64::new(0);
+    let at = base as usize;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while looking.load(Ordering::Relaxed) {
+                assert_eq!(r.as_ptr() as usize, at);
+                looks.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        for _ in 0..10 {
+            let status = fork_and_check(|| child_checks(&r, |_| Some(1)));
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "child status {status:#x}"
+            );
+        }
+        looking.store(false, Ordering::Relaxed);
+    });
+    assert!(looks.load(Ordering::Relaxed) > 0);
+}
+
 fn forked_while_threads_fault(cfg: RegionConfig) {
     let _d = Deadline::new("fork", 120);
     let Some(r) = region_or_skip(16 * MIB, cfg) else {

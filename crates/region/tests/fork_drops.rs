@@ -7,21 +7,10 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{check, fill, region_or_skip, Deadline, Ptr, Rng};
-use region::{FaultService, RegionConfig};
+use common::{check, config, fill, ps, region_or_skip, Deadline, Ptr, Rng};
+use region::FaultService;
 
 const MIB: usize = 1 << 20;
-
-fn ps() -> usize {
-    region::page_size()
-}
-
-/// Defaults with a limit of `limit` bytes, faults served by `service`.
-fn config(service: FaultService, limit: usize) -> RegionConfig {
-    let mut c = RegionConfig::new(limit);
-    c.fault_service = service;
-    c
-}
 
 #[test]
 fn forks_while_the_program_drops_pages_and_faults_never_hang() {

@@ -10,23 +10,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{check, fill, is_zero, region_or_skip, Deadline, Ptr, Rng};
+use common::{check, config, fill, is_zero, ps, region_or_skip, reserve, Deadline, Ptr, Rng};
 use region::{
     ControllerConfig, FaultService, Region, RegionConfig, RegionError, UffdMode, UffdOpen,
 };
 
 const MIB: usize = 1 << 20;
-
-/// Defaults with a limit of `limit` bytes, faults served by `service`.
-fn config(service: FaultService, limit: usize) -> RegionConfig {
-    let mut c = RegionConfig::new(limit);
-    c.fault_service = service;
-    c
-}
-
-fn ps() -> usize {
-    region::page_size()
-}
 
 /// The resident pages are within the limit, unless the region served
 /// faults over it because its evictor made no room in time (on a slow
@@ -435,7 +424,10 @@ fn madvise_dontneed_reads_zeros_and_frees_the_stored_copies_with(service: FaultS
 /// eviction's copy then faults on a page the kernel zapped, and the handler
 /// must serve it rather than wait for the eviction to end (a `cold` hint
 /// on a third thread evicts the dropper's pages too). Dropped pages
-/// read as zeros, the other pages keep their contents, nothing hangs.
+/// read as zeros, the other pages keep their contents, nothing hangs. The
+/// dropper writes some dropped pages again at once (as an allocator
+/// reuses what it freed): an eviction's zap, still to come, must not throw
+/// those writes away.
 #[test]
 fn drops_racing_eviction_at_the_limit_never_hang() {
     drops_racing_eviction_at_the_limit_never_hang_with(FaultService::HandlerThread);
@@ -456,6 +448,9 @@ fn drops_racing_eviction_at_the_limit_never_hang_with(service: FaultService) {
     let half = n / 2;
     let base = Ptr(r.as_ptr());
     let writing = AtomicBool::new(true);
+    // What each of the dropper's pages holds at the end: 0 for zeros, else
+    // the round of its last fill.
+    let expect = std::sync::Mutex::new(vec![0u64; n - half]);
     std::thread::scope(|s| {
         s.spawn(|| {
             let base = &base;
@@ -476,6 +471,7 @@ fn drops_racing_eviction_at_the_limit_never_hang_with(service: FaultService) {
         });
         s.spawn(|| {
             let base = &base;
+            let mut expect = expect.lock().unwrap();
             let mut rng = Rng(0x5eed);
             let chunk = 64;
             let mut drops = 0;
@@ -498,8 +494,18 @@ fn drops_racing_eviction_at_the_limit_never_hang_with(service: FaultService) {
                     // SAFETY: page i.
                     let page = unsafe { base.0.add(i * ps) };
                     assert!(is_zero(page, ps), "page {i} after DONTNEED");
+                    expect[i - half] = 0;
                 }
                 drops += 1;
+                // Every other drop, half the chunk is written again at once.
+                if drops % 2 == 0 {
+                    for i in first..first + chunk / 2 {
+                        let round = 2 + drops as u64;
+                        // SAFETY: page i, the dropper's half.
+                        fill(unsafe { base.0.add(i * ps) }, ps, i as u64, round);
+                        expect[i - half] = round;
+                    }
+                }
             }
         });
     });
@@ -507,6 +513,17 @@ fn drops_racing_eviction_at_the_limit_never_hang_with(service: FaultService) {
         // SAFETY: page i.
         let page = unsafe { base.0.add(i * ps) };
         assert_eq!(check(page, ps), (i as u64, 3), "page {i}");
+    }
+    let expect = expect.into_inner().unwrap();
+    for i in half..n {
+        // SAFETY: page i.
+        let page = unsafe { base.0.add(i * ps) };
+        // (Each fill of round 1 is dropped at once: a page left by a drop
+        // reads as zeros.)
+        match expect[i - half] {
+            0 => assert!(is_zero(page, ps), "page {i}: dropped last"),
+            round => assert_eq!(check(page, ps), (i as u64, round), "page {i}"),
+        }
     }
     let st = r.stats();
     assert!(st.removed_by_program > 0, "{st:?}");
@@ -536,18 +553,7 @@ fn mremap_moves_pages_with_their_contents_with(service: FaultService) {
     }
     assert_eq!(r.cold(0..r.len() / 2).unwrap(), n / 2);
     // A place to move to.
-    // SAFETY: a fresh reservation.
-    let to = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            r.len(),
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(to, libc::MAP_FAILED);
+    let to = reserve(r.len());
     // SAFETY: moves the whole region onto the reservation.
     let moved = unsafe {
         libc::mremap(
@@ -602,23 +608,7 @@ fn reads_right_after_mremap_with(service: FaultService) {
     }
     // A fresh reservation for each move (a range the region left may be
     // mapped again by another test's thread at once).
-    let places: Vec<*mut u8> = (0..200)
-        .map(|_| {
-            // SAFETY: a fresh reservation to move to.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    r.len(),
-                    libc::PROT_NONE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(p, libc::MAP_FAILED);
-            p.cast()
-        })
-        .collect();
+    let places: Vec<*mut u8> = (0..200).map(|_| reserve(r.len()).cast()).collect();
     for (round, &to) in places.iter().enumerate() {
         r.cold(0..r.len()).unwrap();
         // SAFETY: moves the whole region onto a reservation of its own.
@@ -669,18 +659,7 @@ fn growing_mremap_with(service: FaultService) {
         // SAFETY: page i.
         fill(unsafe { old.add(i * ps) }, ps, i as u64, 3);
     }
-    // SAFETY: a fresh reservation twice the region's size.
-    let to = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            2 * len,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(to, libc::MAP_FAILED);
+    let to = reserve(2 * len);
     // SAFETY: moves the region onto the reservation, growing it twofold.
     let moved = unsafe {
         libc::mremap(
@@ -705,13 +684,11 @@ fn growing_mremap_with(service: FaultService) {
 }
 
 #[test]
-#[ignore = "a known race: a fault on a probation page being compressed takes the zero page (design.md, region, Known races)"]
 fn faults_racing_probation_settles_read_their_pages() {
     probation_race_with(FaultService::HandlerThread);
 }
 
 #[test]
-#[ignore = "a known race: a fault on a probation page being compressed takes the zero page (design.md, region, Known races)"]
 fn faults_racing_probation_settles_read_their_pages_in_the_faulting_thread() {
     probation_race_with(FaultService::FaultingThread);
 }

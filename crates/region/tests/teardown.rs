@@ -4,14 +4,10 @@
 
 mod common;
 
-use common::{fill, region_or_skip, Deadline};
+use common::{fill, ps, region_or_skip, Deadline};
 use region::RegionConfig;
 
 const MIB: usize = 1 << 20;
-
-fn ps() -> usize {
-    region::page_size()
-}
 
 fn region_threads() -> usize {
     std::fs::read_dir("/proc/self/task")

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use region::{Region, RegionConfig, RegionError};
+use region::{FaultService, Region, RegionConfig, RegionError};
 
 /// Aborts the whole test process if not disarmed (dropped) within `secs`:
 /// a hang fails instead of blocking.
@@ -47,6 +47,36 @@ impl Drop for Deadline {
     fn drop(&mut self) {
         self.done.store(true, Ordering::Relaxed);
     }
+}
+
+/// The system's page size.
+pub fn ps() -> usize {
+    region::page_size()
+}
+
+/// Defaults with a limit of `limit` bytes, faults served by `service`.
+pub fn config(service: FaultService, limit: usize) -> RegionConfig {
+    let mut c = RegionConfig::new(limit);
+    c.fault_service = service;
+    c
+}
+
+/// `len` bytes of address space reserved (`PROT_NONE`, nothing mapped),
+/// for a test to move a region onto with `mremap`.
+pub fn reserve(len: usize) -> *mut libc::c_void {
+    // SAFETY: a fresh anonymous mapping of no access; the test owns it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED, "reserving {len} bytes");
+    p
 }
 
 /// A region, or `None` (printing why) where no userfaultfd can be opened.
