@@ -248,6 +248,12 @@ pub enum BringIn {
     Later,
 }
 
+/// One missing-from-store fault in this many is timed part by part
+/// (`StoreFaultTime`): a clock read costs tens of nanoseconds on most
+/// machines, but microseconds in a guest whose clock is an emulated device
+/// (the HPET under TCG), and a fault would need four.
+pub const SPLIT_EVERY: u64 = 8;
+
 /// Zeros to copy in for a write fault on a page never written (the largest
 /// page size Linux has on the architectures zmem builds for).
 static ZEROS: [u8; 65536] = [0; 65536];
@@ -328,15 +334,18 @@ pub fn bring_in(
             // A probation page's stamp is its slot (until `account` stamps
             // the page's age over it); kept to restore on failure.
             let stamp = sh.table.stamp(p);
-            let t0 = Instant::now();
+            let timed = fault
+                && state == STORED
+                && c.missing_store.load(Ordering::Relaxed) % SPLIT_EVERY == 0;
+            let t0 = timed.then(Instant::now);
             let (src, t1) = if state == STORED {
                 if sh.store.read_page(p as u64, &mut buf[..ps]).is_err() {
                     sh.table.set(p, state);
                     return BringIn::Later;
                 }
-                (buf.as_ptr(), Instant::now())
+                (buf.as_ptr(), timed.then(Instant::now))
             } else {
-                (sh.probation.slot_ptr(stamp).cast_const(), t0)
+                (sh.probation.slot_ptr(stamp).cast_const(), None)
             };
             // The counters first: the copy wakes the faulting thread, which
             // may read them as soon as it runs. The page stays `LOADING`
@@ -350,7 +359,7 @@ pub fn bring_in(
             account(sh, p, kind);
             match uffd.copy(addr, src, ps) {
                 Ok(()) => {
-                    let t2 = Instant::now();
+                    let t2 = timed.then(Instant::now);
                     if state == STORED {
                         // Freed later, off the fault path (see `discards`);
                         // inline only if the ring is full.
@@ -361,10 +370,13 @@ pub fn bring_in(
                         sh.probation.give(stamp);
                     }
                     sh.table.set(p, RESIDENT);
-                    if state == STORED && fault {
+                    if let (Some(t0), Some(t1), Some(t2)) = (t0, t1, t2) {
                         let ns = |d: std::time::Duration| d.as_nanos() as u64;
                         c.decompress_ns.fetch_add(ns(t1 - t0), Ordering::Relaxed);
                         c.copy_ns.fetch_add(ns(t2 - t1), Ordering::Relaxed);
+                        c.store_fault_ns
+                            .fetch_add(ns(t0.elapsed()), Ordering::Relaxed);
+                        Counters::bump(&c.split_faults);
                     }
                     BringIn::Done
                 }
@@ -432,7 +444,7 @@ fn account(sh: &Shared, p: usize, kind: Option<&AtomicU64>) {
     if let Some(k) = kind {
         Counters::bump(k);
     }
-    sh.table.set_stamp(p, sh.now_ms() as u32);
+    sh.table.set_stamp(p, sh.stamp_ms() as u32);
     sh.table.set_flag(p, REFERENCED, true);
     sh.resident.fetch_add(1, Ordering::AcqRel);
 }

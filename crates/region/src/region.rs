@@ -209,6 +209,7 @@ impl Region {
             stop: AtomicBool::new(false),
             stop_handler: AtomicBool::new(false),
             started: Instant::now(),
+            started_coarse_ns: crate::shared::coarse_ns(),
             threshold_ms: AtomicU64::new(controller.threshold().as_millis() as u64),
             controller: Mutex::new(controller),
             promo_per_min: AtomicU64::new(0),

@@ -38,7 +38,6 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Once};
-use std::time::Instant;
 
 use crate::error::RegionError;
 use crate::evict::{bring_in, settle_removed, BringIn};
@@ -46,7 +45,7 @@ use crate::evictor::needs_room;
 use crate::gate::Side;
 use crate::shared::{kick, wait_for_room, Shared};
 use crate::stats::Counters;
-use crate::table::{EVICTING, GONE, LOADING, RESIDENT, STORED};
+use crate::table::{EVICTING, GONE, LOADING, RESIDENT};
 
 /// Regions served in their faulting threads at once.
 const ENTRIES: usize = 64;
@@ -424,7 +423,6 @@ fn missing(sh: &Shared, p: usize, addr: usize, write: bool) -> Wait {
     }
     let ps = sh.page_size;
     let mut buf = [0u8; MAX_PAGE];
-    let t0 = Instant::now();
     let batch = sh.events.read().unwrap_or_else(|e| e.into_inner());
     // Never an evicting thread's copy: a kernel access of a page not
     // mapped fails (`EFAULT`) in this mode instead of faulting here.
@@ -438,10 +436,6 @@ fn missing(sh: &Shared, p: usize, addr: usize, write: bool) -> Wait {
             }
             let end = sh.started.elapsed().as_nanos() as u64;
             c.latency.record(end.saturating_sub(start));
-            if state == STORED {
-                c.store_fault_ns
-                    .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            }
             if needs_room(sh) || sh.discards.half_full() {
                 kick(&sh.evictor_efd);
             }

@@ -884,6 +884,39 @@ fn full_mode_serves_the_kernels_own_accesses() {
 }
 
 #[test]
+fn store_faults_are_timed_part_by_part_in_a_sample() {
+    for service in [FaultService::HandlerThread, FaultService::FaultingThread] {
+        let _d = Deadline::new("split", 60);
+        let Some(r) = region_or_skip(4 * MIB, config(service, 4 * MIB)) else {
+            return;
+        };
+        let ps = ps();
+        let n = r.len() / ps;
+        let base = r.as_ptr();
+        for i in 0..n {
+            // SAFETY: page i.
+            fill(unsafe { base.add(i * ps) }, ps, i as u64, 1);
+        }
+        assert_eq!(r.cold(0..r.len()).unwrap(), n);
+        for i in 0..n {
+            // SAFETY: page i, brought back by a fault from the store.
+            assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 1));
+        }
+        let s = r.stats();
+        assert_eq!(s.faults.missing_store as usize, n, "{service:?}");
+        let t = &s.store_fault_time;
+        assert!(t.decompress_ns > 0 && t.copy_ns > 0, "{service:?}: {t:?}");
+        // Means over the sample: each part well under a whole fault's
+        // latency at the 99.9th percentile.
+        let ceiling = s.fault_latency.p999_ns.max(1);
+        assert!(
+            t.decompress_ns + t.copy_ns <= ceiling,
+            "{service:?}: {t:?} {ceiling}"
+        );
+    }
+}
+
+#[test]
 fn hints_move_pages_and_stats_are_json() {
     let _d = Deadline::new("hints", 60);
     let Some(r) = region_or_skip(4 * MIB, RegionConfig::new(4 * MIB)) else {
