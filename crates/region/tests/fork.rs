@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use common::{check, fill, region_or_skip, Deadline, Ptr, Rng};
+use common::{check, check_pages, fill, fill_pages, region_or_skip, Deadline, Ptr, Rng};
 use region::{FaultService, Region, RegionConfig};
 
 const MIB: usize = 1 << 20;
@@ -52,14 +52,8 @@ fn child_checks(r: &Region, version: impl Fn(usize) -> Option<u64>) {
             assert_eq!(v, want, "page {i}");
         }
     }
-    for i in 0..n {
-        // SAFETY: page i.
-        fill(unsafe { base.add(i * ps) }, ps, i as u64, 100);
-    }
-    for i in 0..n {
-        // SAFETY: page i.
-        assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 100));
-    }
+    fill_pages(base, n, 100);
+    check_pages(base, n, 100);
     let s = r.stats();
     assert_eq!(s.fork_reinits, 1, "{s:?}");
     assert!(
@@ -93,10 +87,7 @@ fn forks_while_a_thread_looks_up_the_address_never_hang() {
     let ps = region::page_size();
     let n = r.len() / ps;
     let base = r.as_ptr();
-    for i in 0..n {
-        // SAFETY: page i of the region.
-        fill(unsafe { base.add(i * ps) }, ps, i as u64, 1);
-    }
+    fill_pages(base, n, 1);
     let looking = AtomicBool::new(true);
     let looks = AtomicU64::new(0);
     let at = base as usize;
@@ -127,10 +118,7 @@ fn forked_while_threads_fault(cfg: RegionConfig) {
     let ps = region::page_size();
     let n = r.len() / ps;
     let base = Ptr(r.as_ptr());
-    for i in 0..n {
-        // SAFETY: page i.
-        fill(unsafe { base.0.add(i * ps) }, ps, i as u64, 1);
-    }
+    fill_pages(base.0, n, 1);
     assert!(r.stats().stored_pages as usize > n / 2);
     let stop = Arc::new(AtomicBool::new(false));
     let readers: Vec<_> = (0..4)
@@ -171,10 +159,7 @@ fn forked_while_threads_fault(cfg: RegionConfig) {
         );
     }
     // The parent's pages are its own still.
-    for i in 0..n {
-        // SAFETY: page i.
-        assert_eq!(check(unsafe { base.0.add(i * ps) }, ps), (i as u64, 1));
-    }
+    check_pages(base.0, n, 1);
     let s = r.stats();
     assert_eq!(s.fork_reinits, 0);
     assert!(
@@ -211,10 +196,7 @@ fn stress_1g_region(cfg: RegionConfig) {
     let n = r.len() / ps;
     let base = Ptr(r.as_ptr());
     let t0 = Instant::now();
-    for i in 0..n {
-        // SAFETY: page i.
-        fill(unsafe { base.0.add(i * ps) }, ps, i as u64, 0);
-    }
+    fill_pages(base.0, n, 0);
     eprintln!("filled 1 GiB in {:?}: {}", t0.elapsed(), r.stats_json());
     let versions: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
     let fork_lock = Arc::new(RwLock::new(()));

@@ -7,7 +7,7 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{check, config, fill, ps, region_or_skip, Deadline, Ptr, Rng};
+use common::{check, config, fill_pages, ps, region_or_skip, Deadline, Ptr, Rng};
 use region::FaultService;
 
 const MIB: usize = 1 << 20;
@@ -35,10 +35,7 @@ fn forks_while_dropping_with(service: FaultService) {
     let ps = ps();
     let n = r.len() / ps;
     let base = Ptr(r.as_ptr());
-    for i in 0..n {
-        // SAFETY: page i.
-        fill(unsafe { base.0.add(i * ps) }, ps, i as u64, 1);
-    }
+    fill_pages(base.0, n, 1);
     let stop = AtomicBool::new(false);
     let mut forks = 0;
     std::thread::scope(|s| {

@@ -10,7 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{check, config, fill, is_zero, ps, region_or_skip, reserve, Deadline, Ptr, Rng};
+use common::{
+    check, check_pages, config, fill, fill_pages, is_zero, ps, region_or_skip, reserve, Deadline,
+    Ptr, Rng,
+};
 use region::{
     ControllerConfig, FaultService, Region, RegionConfig, RegionError, UffdMode, UffdOpen,
 };
@@ -116,10 +119,7 @@ fn the_handler_follows_a_lone_faulting_thread() {
     let ps = ps();
     let n = r.len() / ps;
     let base = r.as_ptr();
-    for i in 0..n {
-        // SAFETY: page i.
-        fill(unsafe { base.add(i * ps) }, ps, i as u64, 0);
-    }
+    fill_pages(base, n, 0);
     // Faults from this thread alone for at least a few periods; again
     // while other work keeps the machine busy (the handler does not
     // follow then), up to five times.
@@ -188,10 +188,7 @@ fn a_limit_that_covers_the_process_leaves_the_region_the_rest() {
         }
         std::thread::sleep(Duration::from_millis(30));
     }
-    for i in 0..n {
-        // SAFETY: page i.
-        assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 2));
-    }
+    check_pages(base, n, 2);
     let s = r.stats();
     let cap = s.resident_limit_pages;
     assert_eq!(s.limit_covers, "process");
@@ -241,10 +238,7 @@ fn many_threads_fault_random_pages_with_checksums_with(service: FaultService) {
     let ps = ps();
     let n = r.len() / ps;
     let base = Ptr(r.as_ptr());
-    for i in 0..n {
-        // SAFETY: page i.
-        fill(unsafe { base.0.add(i * ps) }, ps, i as u64, 0);
-    }
+    fill_pages(base.0, n, 0);
     const THREADS: usize = 8;
     let handles: Vec<_> = (0..THREADS)
         .map(|t| {
@@ -382,10 +376,7 @@ fn madvise_dontneed_reads_zeros_and_frees_the_stored_copies_with(service: FaultS
     let ps = ps();
     let n = r.len() / ps;
     let base = r.as_ptr();
-    for i in 0..n {
-        // SAFETY: page i.
-        fill(unsafe { base.add(i * ps) }, ps, i as u64, 7);
-    }
+    fill_pages(base, n, 7);
     // Pages 0..n/2 go to the store; n/4..3n/4 are then dropped by the
     // program: half of them stored, half resident.
     assert_eq!(r.cold(0..n / 2 * ps).unwrap(), n / 2);
@@ -547,10 +538,7 @@ fn mremap_moves_pages_with_their_contents_with(service: FaultService) {
     let ps = ps();
     let n = r.len() / ps;
     let old = r.as_ptr();
-    for i in 0..n {
-        // SAFETY: page i.
-        fill(unsafe { old.add(i * ps) }, ps, i as u64, 3);
-    }
+    fill_pages(old, n, 3);
     assert_eq!(r.cold(0..r.len() / 2).unwrap(), n / 2);
     // A place to move to.
     let to = reserve(r.len());
@@ -567,16 +555,10 @@ fn mremap_moves_pages_with_their_contents_with(service: FaultService) {
     assert_eq!(moved, to, "{}", std::io::Error::last_os_error());
     assert_eq!(r.as_ptr(), to as *mut u8, "the region follows");
     let base = r.as_ptr();
-    for i in 0..n {
-        // SAFETY: page i at its new address.
-        assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 3));
-    }
+    check_pages(base, n, 3);
     // Evicted again at the new address, and back.
     assert_eq!(r.cold(0..r.len()).unwrap(), n);
-    for i in 0..n {
-        // SAFETY: page i.
-        assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 3));
-    }
+    check_pages(base, n, 3);
     assert_eq!(r.stats().remaps, 1);
 }
 
@@ -602,10 +584,7 @@ fn reads_right_after_mremap_with(service: FaultService) {
     let ps = ps();
     let n = r.len() / ps;
     let first = r.as_ptr();
-    for i in 0..n {
-        // SAFETY: page i.
-        fill(unsafe { first.add(i * ps) }, ps, i as u64, 4);
-    }
+    fill_pages(first, n, 4);
     // A fresh reservation for each move (a range the region left may be
     // mapped again by another test's thread at once).
     let places: Vec<*mut u8> = (0..200).map(|_| reserve(r.len()).cast()).collect();
@@ -716,10 +695,7 @@ fn probation_race_with(service: FaultService) {
     let ps = ps();
     let n = len / ps;
     let base = Ptr(r.as_ptr());
-    for i in 0..n {
-        // SAFETY: page i.
-        fill(unsafe { base.0.add(i * ps) }, ps, i as u64, 1);
-    }
+    fill_pages(base.0, n, 1);
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         for t in 0..2u64 {
@@ -769,10 +745,7 @@ fn munmap_of_part_drops_those_pages_with(service: FaultService) {
     let ps = ps();
     let n = r.len() / ps;
     let base = r.as_ptr();
-    for i in 0..n {
-        // SAFETY: page i.
-        fill(unsafe { base.add(i * ps) }, ps, i as u64, 1);
-    }
+    fill_pages(base, n, 1);
     r.cold(0..r.len()).unwrap();
     // SAFETY: the program unmaps the last quarter of the region.
     let rc = unsafe { libc::munmap(base.add(3 * n / 4 * ps).cast(), n / 4 * ps) };
@@ -893,15 +866,9 @@ fn store_faults_are_timed_part_by_part_in_a_sample() {
         let ps = ps();
         let n = r.len() / ps;
         let base = r.as_ptr();
-        for i in 0..n {
-            // SAFETY: page i.
-            fill(unsafe { base.add(i * ps) }, ps, i as u64, 1);
-        }
+        fill_pages(base, n, 1);
         assert_eq!(r.cold(0..r.len()).unwrap(), n);
-        for i in 0..n {
-            // SAFETY: page i, brought back by a fault from the store.
-            assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 1));
-        }
+        check_pages(base, n, 1);
         let s = r.stats();
         assert_eq!(s.faults.missing_store as usize, n, "{service:?}");
         let t = &s.store_fault_time;
@@ -925,19 +892,13 @@ fn hints_move_pages_and_stats_are_json() {
     let ps = ps();
     let n = r.len() / ps;
     let base = r.as_ptr();
-    for i in 0..n {
-        // SAFETY: page i.
-        fill(unsafe { base.add(i * ps) }, ps, i as u64, 2);
-    }
+    fill_pages(base, n, 2);
     assert_eq!(r.cold(0..r.len()).unwrap(), n);
     assert_eq!(r.stats().stored_pages as usize, n);
     assert_eq!(r.willneed(0..r.len() / 2).unwrap(), n / 2);
     assert_eq!(r.hot(r.len() / 2..r.len()).unwrap(), n / 2);
     let faults_before = r.stats().faults.missing_store;
-    for i in 0..n {
-        // SAFETY: page i.
-        assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 2));
-    }
+    check_pages(base, n, 2);
     let s = r.stats();
     assert_eq!(s.faults.missing_store, faults_before, "all prefetched");
     assert_eq!(s.evictions.prefetched as usize, n);
@@ -966,10 +927,7 @@ fn untouched_pages_are_probed_then_compressed() {
     let ps = ps();
     let n = r.len() / ps;
     let base = r.as_ptr();
-    for i in 0..n {
-        // SAFETY: page i.
-        fill(unsafe { base.add(i * ps) }, ps, i as u64, 4);
-    }
+    fill_pages(base, n, 4);
     // Keep the first eight pages in use by touching them (a probe's fault
     // brings each back from its probation copy).
     let end = std::time::Instant::now() + Duration::from_secs(3);
@@ -989,10 +947,7 @@ fn untouched_pages_are_probed_then_compressed() {
     assert!(s.evictions.age as usize >= n - 8 - 64, "{s:?}");
     assert!(s.faults.missing_probation > 0, "{s:?}");
     assert!(s.resident_pages >= 8 && s.resident_pages <= 16, "{s:?}");
-    for i in 0..n {
-        // SAFETY: page i.
-        assert_eq!(check(unsafe { base.add(i * ps) }, ps), (i as u64, 4));
-    }
+    check_pages(base, n, 4);
 }
 
 #[test]
@@ -1023,10 +978,7 @@ fn the_controller_steers_the_age_threshold_from_promotions() {
     assert!(quiet.age_threshold_ms < 10_000, "{quiet:?}");
     // Every page of the region in and out of the store, over and over:
     // promotions far above 0.2% of the working set a minute.
-    for i in 0..n {
-        // SAFETY: page i.
-        fill(unsafe { base.add(i * ps) }, ps, i as u64, 2);
-    }
+    fill_pages(base, n, 2);
     let end = std::time::Instant::now() + Duration::from_millis(800);
     while std::time::Instant::now() < end {
         for i in (0..n).step_by(3) {

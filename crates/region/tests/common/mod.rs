@@ -79,6 +79,25 @@ pub fn reserve(len: usize) -> *mut libc::c_void {
     p
 }
 
+/// Fills pages `0..n` from `base` with `fill(page, i, version)`.
+pub fn fill_pages(base: *mut u8, n: usize, version: u64) {
+    let ps = ps();
+    for i in 0..n {
+        // SAFETY: the caller's `n` pages from `base` are its to write.
+        fill(unsafe { base.add(i * ps) }, ps, i as u64, version);
+    }
+}
+
+/// Checks that pages `0..n` from `base` hold `(i, version)`.
+pub fn check_pages(base: *const u8, n: usize, version: u64) {
+    let ps = ps();
+    for i in 0..n {
+        // SAFETY: the caller's `n` pages from `base` are readable.
+        let got = check(unsafe { base.add(i * ps) }, ps);
+        assert_eq!(got, (i as u64, version), "page {i}");
+    }
+}
+
 /// A region, or `None` (printing why) where no userfaultfd can be opened.
 pub fn region_or_skip(len: usize, cfg: RegionConfig) -> Option<Region> {
     match Region::new(len, cfg) {
