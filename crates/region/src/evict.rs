@@ -16,7 +16,9 @@
 //!    own by its exact range, registered in `zaps` before the call and
 //!    taken by the handler when it serves that event: the kernel counts an
 //!    event as read when `read(2)` returns it, which may be before the
-//!    handler gets to it in its batch);
+//!    handler gets to it in its batch, so the thread then waits for that
+//!    batch to be served: a program's drop of the same range, taken for
+//!    ours, leaves ours to flag the pages while they are held);
 //! 5. publish `STORED`/`PROBATION`: a fault from here finds the copy;
 //! 6. `UFFDIO_WAKE` the page: writers blocked in step 2 fault again, now as
 //!    missing, and get the stored copy with their write still to do.
@@ -61,19 +63,40 @@ use crate::table::{
 /// error, not a signal. A page the program dropped meanwhile faults (the
 /// kernel zapped it) and is served as the holder's (`copies`).
 fn read_own(sh: &Shared, addr: usize, buf: *mut u8, len: usize) -> io::Result<()> {
+    let remote = [libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: len,
+    }];
+    read_own_ranges(sh, &remote, buf, len)
+}
+
+/// `read_own` of several ranges (`remote`, `len` bytes in all) one after
+/// the other into `buf`, in one call.
+pub(crate) fn read_own_ranges(
+    sh: &Shared,
+    remote: &[libc::iovec],
+    buf: *mut u8,
+    len: usize,
+) -> io::Result<()> {
     let _copy = sh.copies.begin();
     let local = libc::iovec {
         iov_base: buf.cast(),
         iov_len: len,
     };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: len,
-    };
     // SAFETY: copies from this process's own address space into `buf`,
-    // which the caller owns for `len` bytes; the kernel checks `addr`.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    if n as usize != len {
+    // which the caller owns for `len` bytes, the sum of the `remote`
+    // lengths; the kernel checks the remote addresses.
+    let n = unsafe {
+        libc::process_vm_readv(
+            libc::getpid(),
+            &local,
+            1,
+            remote.as_ptr(),
+            remote.len() as libc::c_ulong,
+            0,
+        )
+    };
+    if n < 0 || n as usize != len {
         return Err(io::Error::last_os_error());
     }
     Ok(())
@@ -83,7 +106,7 @@ fn read_own(sh: &Shared, addr: usize, buf: *mut u8, len: usize) -> io::Result<()
 /// the caller holds `EVICTING` and has copied out: the region's own zap
 /// (`zaps`), made before the pages are published, so that nothing the
 /// program maps there after its own drop can be lost to it.
-fn zap(sh: &Shared, first: usize, pages: usize, addr: usize) {
+pub(crate) fn zap(sh: &Shared, first: usize, pages: usize, addr: usize) -> bool {
     let z = sh.zaps.register(first, pages);
     // SAFETY: drops the mapping of pages of the region that the caller
     // holds and whose contents it has copied; a fault brings them back.
@@ -99,7 +122,15 @@ fn zap(sh: &Shared, first: usize, pages: usize, addr: usize) {
         // the registration must not mark a later remove of the program's
         // as ours.
         sh.zaps.cancel(z);
+        return false;
     }
+    // The handler has read the event (`madvise` returned); its batch is
+    // served before the pages are published. A program's drop of exactly
+    // this range, taken for ours, leaves ours to be served as the
+    // program's: it must flag the pages while they are held, not drop
+    // them once they are published and written again.
+    drop(sh.events.read().unwrap_or_else(|e| e.into_inner()));
+    true
 }
 
 /// Probes page `p` (see the module's order): its mapping is dropped and

@@ -44,6 +44,7 @@ use crate::gate::Side;
 use crate::shared::{drain, room_made, Shared};
 use crate::stats::Counters;
 use crate::table::{LOADING, PROBATION, REFERENCED, RESIDENT, STORED};
+use crate::window::{self, evict_window};
 
 /// Pages evicted below the limit at each wake-up: a batch, so the handler
 /// does not wake the evictor for every fault.
@@ -63,7 +64,7 @@ pub fn needs_room(sh: &Shared) -> bool {
 pub fn run(sh: Arc<Shared>) {
     lock_stack(64 * 1024);
     sh.follow.evictor_started();
-    let Ok(mut buf) = LockedBuf::new(RUN * sh.page_size) else {
+    let Ok(mut buf) = LockedBuf::new(RUN.max(window::RESIDENT_MAX) * sh.page_size) else {
         return;
     };
     let efd = sh.evictor_efd.load(Ordering::Acquire);
@@ -167,25 +168,19 @@ fn make_room(sh: &Shared, buf: &mut [u8]) {
         if sh.table.set_flag(p, REFERENCED, false) {
             continue;
         }
-        // The victim's unreferenced resident neighbours go with it, up to
-        // a run and what is needed; the hand passes over them.
+        // The window from the victim takes the victims after it, up to
+        // what is needed; the hand passes over the window.
         let need = (sh.resident.load(Ordering::Acquire) - target) as usize;
-        let mut len = 1;
-        while len < RUN.min(need)
-            && p + len < n
-            && sh.table.state(p + len) == RESIDENT
-            && !sh.table.set_flag(p + len, REFERENCED, false)
-        {
-            len += 1;
-        }
-        // Slots of pages brought back since are freed before a run is
-        // stored: their space goes to the run, and in a slow fault storm
-        // the queue would otherwise hold thousands of stale copies while
-        // this loop evicts.
+        // Slots of pages brought back since are freed before a window is
+        // stored: their space goes to the window, and in a slow fault
+        // storm the queue would otherwise hold thousands of stale copies
+        // while this loop evicts.
         drain_discards(sh);
-        let went = evict_run(sh, p, len, buf);
+        let (len, went) = evict_window(sh, p, need, buf);
+        if len > 0 {
+            sh.hand.fetch_add(len - 1, Ordering::Relaxed);
+        }
         if went > 0 {
-            sh.hand.fetch_add(went - 1, Ordering::Relaxed);
             sh.counters
                 .evicted_limit
                 .fetch_add(went as u64, Ordering::Relaxed);

@@ -15,7 +15,8 @@
 //! - `config`, `budget`, `probation`: the settings; what the limit covers;
 //!   the probation slab;
 //! - `shared`: what the threads share;
-//! - `evict`: the race-free eviction and bring-back sequences;
+//! - `evict`, `window`: the race-free eviction and bring-back sequences;
+//!   eviction under the limit by windows (one zap for scattered victims);
 //! - `follow`: which CPU the fault thread runs on;
 //! - `handler`, `evictor`, `signal`: the fault thread; the eviction thread
 //!   and the hints; faults served in the faulting thread (`SIGBUS`);
@@ -53,6 +54,7 @@ mod signal;
 pub mod stats;
 mod table;
 pub mod uffd;
+mod window;
 mod workers;
 mod zaps;
 

@@ -136,6 +136,10 @@ pub struct Counters {
     pub evict_failed: AtomicU64,
     /// Pages probed (mapping dropped, uncompressed copy kept).
     pub probed: AtomicU64,
+    /// Windows evicted under the limit (one zap each).
+    pub window_zaps: AtomicU64,
+    /// Referenced pages a window zapped and mapped back.
+    pub window_spared: AtomicU64,
     /// Pages brought back by `willneed` or `hot`.
     pub prefetched: AtomicU64,
     /// Pages the program dropped itself (madvise) or unmapped.
@@ -168,6 +172,11 @@ impl Counters {
     /// Adds one.
     pub fn bump(c: &AtomicU64) {
         c.fetch_add(1, Relaxed);
+    }
+
+    /// Adds `n`.
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Relaxed);
     }
 }
 
@@ -207,6 +216,12 @@ pub struct EvictionStats {
     pub probed: u64,
     /// Pages brought back ahead of a fault.
     pub prefetched: u64,
+    /// Zaps of the windows evicted to keep under the limit (`limit`
+    /// divided by this: victims per zap).
+    pub window_zaps: u64,
+    /// Referenced pages those windows zapped with their victims and
+    /// mapped back at once (spared).
+    pub window_spared: u64,
 }
 
 /// Where the time of a missing-from-store fault goes, on the thread that
@@ -310,6 +325,8 @@ impl Counters {
             failed: l(&self.evict_failed),
             probed: l(&self.probed),
             prefetched: l(&self.prefetched),
+            window_zaps: l(&self.window_zaps),
+            window_spared: l(&self.window_spared),
         };
         let n = l(&self.split_faults).max(1);
         let (d, c, t) = (
