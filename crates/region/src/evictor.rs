@@ -73,6 +73,7 @@ pub fn run(sh: Arc<Shared>) {
     let mut next_compact = sh.now_ms() + COMPACT_EVERY_MS;
     let mut next_watch = 0;
     let mut next_measure = 0;
+    let mut stuck = false;
     loop {
         let mut until = next_scan;
         if sh.follow.pinned() {
@@ -80,6 +81,15 @@ pub fn run(sh: Arc<Shared>) {
             until = until.min(next_watch);
         }
         let wait = until.saturating_sub(sh.now_ms()).min(i32::MAX as u64) as i32;
+        // Asleep from here for `wake_evictor`; a fault that wanted room
+        // before the flag went down and did not kick is seen below.
+        sh.evictor_awake.store(false, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let wait = if !stuck && (needs_room(&sh) || sh.discards.half_full()) {
+            0
+        } else {
+            wait
+        };
         let mut fds = [libc::pollfd {
             fd: efd,
             events: libc::POLLIN,
@@ -87,6 +97,7 @@ pub fn run(sh: Arc<Shared>) {
         }];
         // SAFETY: one valid pollfd.
         unsafe { libc::poll(fds.as_mut_ptr(), 1, wait) };
+        sh.evictor_awake.store(true, Ordering::SeqCst);
         if sh.stop.load(Ordering::Acquire) {
             return;
         }
@@ -102,8 +113,12 @@ pub fn run(sh: Arc<Shared>) {
         }
         sh.gate.enter(Side::Evict);
         drain_discards(&sh);
+        // Stuck: room was wanted and none could be made (every page
+        // referenced or held, the store refusing): sleep until kicked
+        // rather than spin.
+        stuck = false;
         if needs_room(&sh) {
-            make_room(&sh, buf.bytes());
+            stuck = make_room(&sh, buf.bytes()) == 0;
         }
         if sh.now_ms() >= next_scan {
             scan(&sh);
@@ -153,9 +168,11 @@ fn fault_pending(sh: &Shared) -> bool {
     unsafe { libc::poll(&mut fd, 1, 0) > 0 && fd.revents & libc::POLLIN != 0 }
 }
 
-/// Evicts by the clock until a batch under the limit.
-fn make_room(sh: &Shared, buf: &mut [u8]) {
+/// Evicts by the clock until a batch under the limit; returns the pages
+/// evicted.
+fn make_room(sh: &Shared, buf: &mut [u8]) -> usize {
     let n = sh.pages();
+    let mut evicted = 0;
     let target = sh.limit_pages().saturating_sub(batch(sh));
     // Two sweeps at most: the first clears the referenced flags.
     let mut steps = 2 * n;
@@ -181,12 +198,14 @@ fn make_room(sh: &Shared, buf: &mut [u8]) {
             sh.hand.fetch_add(len - 1, Ordering::Relaxed);
         }
         if went > 0 {
+            evicted += went;
             sh.counters
                 .evicted_limit
                 .fetch_add(went as u64, Ordering::Relaxed);
             room_made(sh);
         }
     }
+    evicted
 }
 
 /// One scan: settle probation, probe old pages, run the controller.

@@ -37,7 +37,7 @@ use crate::buf::{lock_memory, lock_stack, LockedBuf};
 use crate::evict::{bring_in, drop_page, BringIn};
 use crate::follow::Follow;
 use crate::gate::Side;
-use crate::shared::{drain, kick, Shared};
+use crate::shared::{drain, kick, wake_evictor, Shared};
 use crate::stats::Counters;
 use crate::table::{EVICTING, GONE, PROBATION, RESIDENT, STORED, UNTOUCHED};
 use crate::uffd::{
@@ -162,6 +162,9 @@ impl Handler {
             self.sh.gate.enter(Side::Handler);
             let served = self.read_all(fds[0].revents == 0);
             self.retry();
+            self.sh
+                .handler_waiting
+                .store(self.nwaiting as u32, Ordering::Relaxed);
             self.sh.gate.leave(Side::Handler);
             let was_pinned = self.follow.pinned();
             let (moves, contended) = (self.follow.moves(), self.follow.contended());
@@ -386,7 +389,7 @@ impl Handler {
         let state = sh.table.state(p);
         let maps = state == UNTOUCHED || state == STORED || state == PROBATION;
         if maps && sh.at_limit() {
-            kick(&sh.evictor_efd);
+            wake_evictor(&sh);
             if self.now_ns().saturating_sub(since) < LIMIT_WAIT_NS {
                 self.put_off(f, first);
                 return;
@@ -401,7 +404,7 @@ impl Handler {
                 }
                 sh.counters.latency.record(self.now_ns() - start);
                 if crate::evictor::needs_room(&sh) || sh.discards.half_full() {
-                    kick(&sh.evictor_efd);
+                    wake_evictor(&sh);
                 }
             }
             BringIn::Later => self.put_off(f, first),

@@ -201,6 +201,8 @@ impl Region {
             resident: AtomicU64::new(0),
             room: AtomicU32::new(0),
             room_waiters: AtomicU32::new(0),
+            evictor_awake: AtomicBool::new(true),
+            handler_waiting: AtomicU32::new(0),
             cap_pages: limit_pages,
             share_pages: AtomicU64::new(limit_pages),
             outside_bytes: AtomicU64::new(0),

@@ -72,6 +72,13 @@ pub struct Shared {
     pub room: AtomicU32,
     /// Threads waiting on `room` (the evictor wakes them only if any).
     pub room_waiters: AtomicU32,
+    /// Whether the evictor is awake (between two sleeps): a fault that
+    /// wants room kicks it only while it sleeps (`wake_evictor`).
+    pub evictor_awake: AtomicBool,
+    /// Faults the handler thread has put off, as of its last look: the
+    /// evictor kicks it when it makes room only if there are any (it
+    /// tries them again every 20 µs regardless).
+    pub handler_waiting: AtomicU32,
     /// The resident limit in pages, as set.
     pub cap_pages: u64,
     /// The region's share of it in pages: all of it, or what the rest of
@@ -161,8 +168,11 @@ pub fn coarse_ns() -> u64 {
 /// The evictor made room under the limit: wakes the handler thread and
 /// every thread waiting in [`wait_for_room`].
 pub fn room_made(sh: &Shared) {
-    // The handler thread waits for room only with faults it serves.
-    if sh.config.fault_service == crate::config::FaultService::HandlerThread {
+    // The handler thread waits for room only with faults it serves, and
+    // only with faults put off.
+    if sh.config.fault_service == crate::config::FaultService::HandlerThread
+        && sh.handler_waiting.load(Ordering::Relaxed) > 0
+    {
         kick(&sh.handler_efd);
     }
     sh.room.fetch_add(1, Ordering::SeqCst);
@@ -212,6 +222,20 @@ pub fn new_eventfd() -> std::io::Result<libc::c_int> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(fd)
+}
+
+/// Wakes the evictor to make room, unless it is awake: a system call
+/// (and on a virtual machine, an interrupt to the evictor's CPU) saved on
+/// most faults at the limit, while the evictor works through its batch.
+/// The evictor clears `evictor_awake` and then looks at the resident
+/// count before it sleeps; the caller has changed that count (or the
+/// discards) and then looks at the flag: with a full fence on each side,
+/// one of the two sees the other.
+pub fn wake_evictor(sh: &Shared) {
+    std::sync::atomic::fence(Ordering::SeqCst);
+    if !sh.evictor_awake.load(Ordering::SeqCst) {
+        kick(&sh.evictor_efd);
+    }
 }
 
 /// Adds one to an eventfd (wakes its poller); no allocation.

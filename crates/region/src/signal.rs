@@ -43,7 +43,7 @@ use crate::error::RegionError;
 use crate::evict::{bring_in, settle_removed, BringIn};
 use crate::evictor::needs_room;
 use crate::gate::Side;
-use crate::shared::{kick, wait_for_room, Shared};
+use crate::shared::{wait_for_room, wake_evictor, Shared};
 use crate::stats::Counters;
 use crate::table::{EVICTING, GONE, LOADING, RESIDENT};
 
@@ -408,7 +408,7 @@ fn missing(sh: &Shared, p: usize, addr: usize, write: bool) -> Wait {
     let c = &sh.counters;
     let seen = sh.room.load(Ordering::SeqCst);
     if state != RESIDENT && sh.at_limit() {
-        kick(&sh.evictor_efd);
+        wake_evictor(sh);
         let waited = now - start;
         if waited < LIMIT_WAIT_NS {
             if waiting.is_none() {
@@ -437,7 +437,7 @@ fn missing(sh: &Shared, p: usize, addr: usize, write: bool) -> Wait {
             let end = sh.started.elapsed().as_nanos() as u64;
             c.latency.record(end.saturating_sub(start));
             if needs_room(sh) || sh.discards.half_full() {
-                kick(&sh.evictor_efd);
+                wake_evictor(sh);
             }
             done()
         }
