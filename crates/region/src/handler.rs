@@ -379,11 +379,13 @@ impl Handler {
             .page_of(addr);
         let Some(p) = page else {
             // Not one of the region's pages (the program grew the mapping).
+            // Counted first: the zero page wakes the faulting thread, which
+            // may read the counters at once.
+            Counters::bump(&sh.counters.missing_foreign);
             let uffd = sh.uffd();
             if uffd.zeropage(addr, ps).is_err() {
                 let _ = uffd.wake(addr, ps);
             }
-            Counters::bump(&sh.counters.missing_foreign);
             return;
         };
         let state = sh.table.state(p);
