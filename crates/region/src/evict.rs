@@ -36,8 +36,9 @@
 //! `UNMAPPED`) and never waits for the holder, who may itself be waiting
 //! on the handler: its copy (step 3) faults on the page the kernel zapped,
 //! and the handler, which knows the faulting thread as one copying
-//! (`copies`), maps the zero page there for the copy; the holder's zap
-//! then drops it. Whoever lets go of the page (`settle_removed`) drops it
+//! (`copies`), maps a write-protected page of zeros there for the copy
+//! (a program's write to it after its drop waits for the holder's wake,
+//! like any write to a held page); the holder's zap then drops it. Whoever lets go of the page (`settle_removed`) drops it
 //! as the program asked; a fault that comes after the holder published the
 //! copy and before it let go finds the flag, frees the copy and maps zeros
 //! (`bring_in`). If the store refuses the page (step 3), the page is
@@ -451,10 +452,15 @@ pub fn bring_in(
         EVICTING if holders_copy => {
             // The program dropped the page while it was being evicted, and
             // the holder's copy faults on it: the page reads as zeros now.
-            // Its state stays the holder's, whose zap drops the zero page
-            // and who drops the page after (`settle_removed`). A fault of
-            // the program's on a held page waits (`Later`, below).
-            match uffd.zeropage(addr, ps) {
+            // Its state stays the holder's, whose zap drops what is mapped
+            // here and who drops the page after (`settle_removed`). Mapped
+            // write-protected: the program may write the page again as soon
+            // as its drop returns, and a write to the zero page would be
+            // copied by the kernel alone, then thrown away by the holder's
+            // zap; protected, it waits for the holder's wake like any write
+            // to a held page. A fault of the program's on a held page waits
+            // (`Later`, below).
+            match uffd.copy_protected(addr, ZEROS.as_ptr(), ps) {
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => BringIn::Later,
                 Ok(()) => BringIn::AlreadyThere,
                 Err(_) => {
@@ -593,4 +599,86 @@ pub fn drain_discards(sh: &Shared) {
             _ => return,
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{Region, RegionConfig, RegionError};
+
+    /// The program drops a page an evicting thread holds and writes it
+    /// again while the holder is still copying it out: the holder's copy
+    /// faults and reads zeros, and the program's write after its drop must
+    /// outlive the holder's zap.
+    #[test]
+    fn a_write_after_a_drop_outlives_the_holders_zap() {
+        let ps = crate::page_size();
+        let mut cfg = RegionConfig::new(4 * ps);
+        cfg.age_eviction = false;
+        cfg.probation_pages = Some(0);
+        let r = match Region::new(4 * ps, cfg) {
+            Ok(r) => r,
+            Err(RegionError::Userfaultfd { why, .. }) => {
+                eprintln!("skipped: no userfaultfd here ({why})");
+                return;
+            }
+            Err(e) => panic!("region: {e}"),
+        };
+        let sh = r.shared();
+        let p = 1;
+        let addr = r.as_ptr() as usize + p * ps;
+        // SAFETY: page 1 of the region.
+        unsafe { std::ptr::write_bytes(addr as *mut u8, 0xaa, ps) };
+        // The holder takes the page (published once its fault's copy has
+        // woken this thread) and write-protects it.
+        let t0 = std::time::Instant::now();
+        while !sh.table.cas(p, RESIDENT, EVICTING) {
+            assert!(t0.elapsed() < Duration::from_secs(5), "never resident");
+            std::thread::yield_now();
+        }
+        sh.uffd().write_protect(addr, ps, true).unwrap();
+        // The program drops it: the handler only flags a held page.
+        // SAFETY: a page of the region, given up.
+        let rc = unsafe { libc::madvise(addr as *mut libc::c_void, ps, libc::MADV_DONTNEED) };
+        assert_eq!(rc, 0);
+        // The holder's copy faults on the dropped page and reads zeros.
+        let mut buf = vec![0u8; ps];
+        read_own(sh, addr, buf.as_mut_ptr(), ps).unwrap();
+        assert!(buf.iter().all(|&b| b == 0), "the copy after the drop");
+        let wrote = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // SAFETY: the first byte of page 1.
+                unsafe { (addr as *mut u8).write_volatile(0x55) };
+                wrote.store(true, Ordering::Release);
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(
+                !wrote.load(Ordering::Acquire),
+                "a write landed on a page held for eviction, before its zap"
+            );
+            // The holder goes on as an eviction does: store, zap, publish,
+            // wake, let go.
+            sh.store.write_page(p as u64, &buf).unwrap();
+            assert!(zap(sh, p, 1, addr));
+            sh.resident.fetch_sub(1, Ordering::AcqRel);
+            sh.table.set(p, STORED);
+            sh.uffd().wake(addr, ps).unwrap();
+            settle_removed(sh, p);
+        });
+        assert!(wrote.load(Ordering::Acquire));
+        // SAFETY: page 1 of the region, read whole.
+        let page = unsafe { std::slice::from_raw_parts(addr as *const u8, ps) };
+        assert_eq!(page[0], 0x55, "the write after the drop was lost");
+        assert!(page[1..].iter().all(|&b| b == 0), "the rest reads zeros");
+        // Published by the handler just after its copy woke the writer.
+        let t0 = std::time::Instant::now();
+        while sh.table.state(p) != RESIDENT {
+            assert!(t0.elapsed() < Duration::from_secs(5), "never resident");
+            std::thread::yield_now();
+        }
+    }
 }

@@ -97,6 +97,13 @@ impl Drop for MapGuard {
 }
 
 impl Region {
+    /// The state the region's threads share (for the crate's own tests,
+    /// which drive an eviction step by step).
+    #[cfg(test)]
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.sh
+    }
+
     /// Maps `len` bytes (rounded up to whole pages) of anonymous private
     /// memory and starts its handler and evictor. At most
     /// `config.resident_limit` bytes (rounded down to whole pages) stay

@@ -75,6 +75,8 @@ const REGISTER_MODE_MISSING: u64 = 1;
 const REGISTER_MODE_WP: u64 = 2;
 /// `UFFDIO_COPY_MODE_DONTWAKE`.
 const COPY_MODE_DONTWAKE: u64 = 1;
+/// `UFFDIO_COPY_MODE_WP`: the page is mapped write-protected.
+const COPY_MODE_WP: u64 = 2;
 /// `UFFDIO_ZEROPAGE_MODE_DONTWAKE`.
 const ZEROPAGE_MODE_DONTWAKE: u64 = 1;
 /// `UFFDIO_WRITEPROTECT_MODE_WP`.
@@ -374,6 +376,26 @@ impl Uffd {
             src: src as u64,
             len: len as u64,
             mode: if wake { 0 } else { COPY_MODE_DONTWAKE },
+            copy: 0,
+        };
+        // SAFETY: a valid `struct uffdio_copy`; the kernel reads `len` bytes
+        // at `src`, which the caller owns.
+        if unsafe { libc::ioctl(self.fd, UFFDIO_COPY, &mut c) } < 0 {
+            return Err(last_err());
+        }
+        Ok(())
+    }
+
+    /// `UFFDIO_COPY` with `UFFDIO_COPY_MODE_WP`: the page is mapped
+    /// write-protected, so a write to it blocks in a write-protect fault
+    /// (the zero page of `UFFDIO_ZEROPAGE` would be copied on write by the
+    /// kernel alone, unseen); wakes the waiters.
+    pub fn copy_protected(&self, dst: usize, src: *const u8, len: usize) -> io::Result<()> {
+        let mut c = UffdioCopy {
+            dst: dst as u64,
+            src: src as u64,
+            len: len as u64,
+            mode: COPY_MODE_WP,
             copy: 0,
         };
         // SAFETY: a valid `struct uffdio_copy`; the kernel reads `len` bytes

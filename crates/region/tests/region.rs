@@ -531,13 +531,11 @@ fn hot_pages_a_window_maps_back_keep_their_contents_in_the_faulting_thread() {
 }
 
 #[test]
-#[ignore = "an open race between drops and eviction, about 1 run in 10 beside the other tests (design.md, region)"]
 fn hot_pages_a_window_maps_back_keep_their_contents_and_drops_win() {
     hot_pages_in_windows_with(FaultService::HandlerThread, true);
 }
 
 #[test]
-#[ignore = "an open race between drops and eviction, about 1 run in 10 beside the other tests (design.md, region)"]
 fn hot_pages_a_window_maps_back_keep_their_contents_and_drops_win_in_the_faulting_thread() {
     hot_pages_in_windows_with(FaultService::FaultingThread, true);
 }
