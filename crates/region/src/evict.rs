@@ -38,8 +38,9 @@
 //! and the handler, which knows the faulting thread as one copying
 //! (`copies`), maps a write-protected page of zeros there for the copy
 //! (a program's write to it after its drop waits for the holder's wake,
-//! like any write to a held page); the holder's zap then drops it. Whoever lets go of the page (`settle_removed`) drops it
-//! as the program asked; a fault that comes after the holder published the
+//! like any write to a held page); the holder's zap then drops it.
+//! Whoever lets go of the page (`settle_removed`) drops it as the program
+//! asked; a fault that comes after the holder published the
 //! copy and before it let go finds the flag, frees the copy and maps zeros
 //! (`bring_in`). If the store refuses the page (step 3), the page is
 //! unprotected (which wakes the writers) and stays `RESIDENT`.
