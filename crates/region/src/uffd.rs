@@ -371,19 +371,7 @@ impl Uffd {
     /// `UFFDIO_COPY`, waking the waiters only when `wake` (otherwise
     /// `UFFDIO_COPY_MODE_DONTWAKE`: the caller wakes them).
     pub fn copy_mode(&self, dst: usize, src: *const u8, len: usize, wake: bool) -> io::Result<()> {
-        let mut c = UffdioCopy {
-            dst: dst as u64,
-            src: src as u64,
-            len: len as u64,
-            mode: if wake { 0 } else { COPY_MODE_DONTWAKE },
-            copy: 0,
-        };
-        // SAFETY: a valid `struct uffdio_copy`; the kernel reads `len` bytes
-        // at `src`, which the caller owns.
-        if unsafe { libc::ioctl(self.fd, UFFDIO_COPY, &mut c) } < 0 {
-            return Err(last_err());
-        }
-        Ok(())
+        self.copy_with(dst, src, len, if wake { 0 } else { COPY_MODE_DONTWAKE })
     }
 
     /// `UFFDIO_COPY` with `UFFDIO_COPY_MODE_WP`: the page is mapped
@@ -391,11 +379,16 @@ impl Uffd {
     /// (the zero page of `UFFDIO_ZEROPAGE` would be copied on write by the
     /// kernel alone, unseen); wakes the waiters.
     pub fn copy_protected(&self, dst: usize, src: *const u8, len: usize) -> io::Result<()> {
+        self.copy_with(dst, src, len, COPY_MODE_WP)
+    }
+
+    /// `UFFDIO_COPY` with the mode bits `mode`.
+    fn copy_with(&self, dst: usize, src: *const u8, len: usize, mode: u64) -> io::Result<()> {
         let mut c = UffdioCopy {
             dst: dst as u64,
             src: src as u64,
             len: len as u64,
-            mode: COPY_MODE_WP,
+            mode,
             copy: 0,
         };
         // SAFETY: a valid `struct uffdio_copy`; the kernel reads `len` bytes
