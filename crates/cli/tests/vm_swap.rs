@@ -14,20 +14,12 @@ use std::time::Duration;
 
 use testkit::vm::{Guest, Outcome};
 
+mod common;
+
 /// `crates/cli/tests/workloads/swap_pages.c`, compiled where the guest can
-/// see it (not under /tmp, which is the guest's own).
+/// see it.
 fn swap_pages() -> PathBuf {
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("swap_pages");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/workloads/swap_pages.c");
-    let ok = Command::new("cc")
-        .args(["-O2", "-Wall", "-o"])
-        .arg(&out)
-        .arg(src)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "cc {src}");
-    out
+    common::workload_binary("swap_pages", "swap_pages")
 }
 
 fn guest(mem_mib: u32, timeout_s: u64) -> Guest {

@@ -87,6 +87,9 @@ impl Process {
         if settings.run_pid == Some(parent) {
             config.limit_also_covers = Some(parent);
         }
+        if let Some(on) = settings.soft_dirty {
+            config.soft_dirty = on;
+        }
         if let Some(follows) = settings.handler_follows {
             config.handler_follows = follows;
         }

@@ -33,6 +33,8 @@ pub const RUN_PID: &str = "ZMEM_RUN_PID";
 pub const LIMIT_COVERS: &str = "ZMEM_RUN_LIMIT_COVERS";
 /// Where the fault handler runs: `follow` or `any`.
 pub const HANDLER_CPU: &str = "ZMEM_RUN_HANDLER_CPU";
+/// Whether the clock sees writes through soft-dirty bits: `on` or `off`.
+pub const SOFT_DIRTY: &str = "ZMEM_RUN_SOFT_DIRTY";
 
 /// What the library was told.
 #[derive(Clone, Debug)]
@@ -55,6 +57,9 @@ pub struct Settings {
     /// Whether the fault handler follows the faulting thread's CPU;
     /// `None`: the region's default.
     pub handler_follows: Option<bool>,
+    /// Whether the clock sees writes through soft-dirty bits; `None`: the
+    /// region's default.
+    pub soft_dirty: Option<bool>,
     /// What the limit covers; `None`: the region's default.
     pub limit_covers: Option<LimitCovers>,
     /// The pid of the `zmem run` that started the program, if given.
@@ -102,6 +107,12 @@ impl Settings {
                 Ok("process") => Some(LimitCovers::Process),
                 Ok("region") => Some(LimitCovers::Region),
                 Ok(v) => return Err(format!("{LIMIT_COVERS}={v} is neither process nor region")),
+                Err(_) => None,
+            },
+            soft_dirty: match std::env::var(SOFT_DIRTY).as_deref() {
+                Ok("on") => Some(true),
+                Ok("off") => Some(false),
+                Ok(v) => return Err(format!("{SOFT_DIRTY}={v} is neither on nor off")),
                 Err(_) => None,
             },
             handler_follows: match std::env::var(HANDLER_CPU).as_deref() {

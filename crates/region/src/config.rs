@@ -55,6 +55,12 @@ pub struct RegionConfig {
     /// Which thread serves a fault: the region's handler thread (the
     /// default), or the faulting thread itself, in a `SIGBUS` handler.
     pub fault_service: FaultService,
+    /// Whether the clock sees writes as well as faults, through the
+    /// kernel's soft-dirty bits (`/proc/self/clear_refs` and
+    /// `/proc/self/pagemap`), where the kernel has them and no other region
+    /// of the process uses them. Clearing the bits makes every page the
+    /// process writes after it take one fault in the kernel.
+    pub soft_dirty: bool,
     /// Another process whose memory a limit that covers the process
     /// covers too, while it is this process's parent (`zmem run` names
     /// itself, so that one limit holds the program and the command that
@@ -134,6 +140,7 @@ impl RegionConfig {
             handler_follows: false,
             limit_covers: LimitCovers::Region,
             limit_also_covers: None,
+            soft_dirty: true,
             fault_service: FaultService::HandlerThread,
         }
     }

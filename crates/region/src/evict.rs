@@ -484,6 +484,7 @@ fn account(sh: &Shared, p: usize, kind: Option<&AtomicU64>) {
     }
     sh.table.set_stamp(p, sh.stamp_ms() as u32);
     sh.table.set_flag(p, REFERENCED, true);
+    sh.soft_dirty.mapped_by_region(&sh.table, p);
     sh.resident.fetch_add(1, Ordering::AcqRel);
 }
 

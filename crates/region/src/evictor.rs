@@ -1,9 +1,11 @@
 //! The evictor thread and the hints: what leaves memory, and when.
 //!
 //! - **Over the limit** (woken by the handler): the clock hand sweeps the
-//!   pages; a page faulted in since the hand last passed (`REFERENCED`)
-//!   gets a second chance, any other resident page is compressed into the
-//!   store, until the resident pages are a batch under the limit.
+//!   pages; a page faulted in since the hand last passed (`REFERENCED`),
+//!   or written this epoch where the kernel has soft-dirty bits
+//!   (`soft_dirty`), gets a second chance, any other resident page is
+//!   compressed into the store, until the resident pages are a batch under
+//!   the limit; then the soft-dirty epoch ends if it is due.
 //! - **Every scan** (`RegionConfig::scan_interval`), cold detection by
 //!   probing: a page whose last known reference is older than half the age
 //!   threshold is *probed*: its mapping is dropped and its uncompressed
@@ -42,6 +44,7 @@ use crate::evict::{bring_in, drain_discards, evict_run, probe, settle_probation,
 use crate::follow::WATCH_MS;
 use crate::gate::Side;
 use crate::shared::{drain, room_made, Shared};
+use crate::soft_dirty::Written;
 use crate::stats::Counters;
 use crate::table::{LOADING, PROBATION, REFERENCED, RESIDENT, STORED};
 use crate::window::{self, evict_window};
@@ -176,6 +179,7 @@ fn make_room(sh: &Shared, buf: &mut [u8]) -> usize {
     let target = sh.limit_pages().saturating_sub(batch(sh));
     // Two sweeps at most: the first clears the referenced flags.
     let mut steps = 2 * n;
+    let mut written = Written::new();
     while sh.resident.load(Ordering::Acquire) > target && steps > 0 {
         steps -= 1;
         let p = sh.hand.fetch_add(1, Ordering::Relaxed) % n;
@@ -185,6 +189,20 @@ fn make_room(sh: &Shared, buf: &mut [u8]) -> usize {
         if sh.table.set_flag(p, REFERENCED, false) {
             continue;
         }
+        if sh.soft_dirty.on() {
+            // The block covers the window that may start here.
+            if !written.holds(p, window::WINDOW_MAX, n) {
+                written.fill_from(&sh.soft_dirty, &sh.mapping, p);
+            }
+            let addr = sh
+                .mapping
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .addr_of(p);
+            if addr.is_some_and(|a| window::written_this_epoch(sh, p, a, &written)) {
+                continue;
+            }
+        }
         // The window from the victim takes the victims after it, up to
         // what is needed; the hand passes over the window.
         let need = (sh.resident.load(Ordering::Acquire) - target) as usize;
@@ -193,7 +211,7 @@ fn make_room(sh: &Shared, buf: &mut [u8]) -> usize {
         // storm the queue would otherwise hold thousands of stale copies
         // while this loop evicts.
         drain_discards(sh);
-        let (len, went) = evict_window(sh, p, need, buf);
+        let (len, went) = evict_window(sh, p, need, buf, &written);
         if len > 0 {
             sh.hand.fetch_add(len - 1, Ordering::Relaxed);
         }
@@ -204,6 +222,14 @@ fn make_room(sh: &Shared, buf: &mut [u8]) -> usize {
                 .fetch_add(went as u64, Ordering::Relaxed);
             room_made(sh);
         }
+    }
+    let hand = sh.hand.load(Ordering::Relaxed);
+    let (now, stamp) = (sh.now_ms(), sh.stamp_ms() as u32);
+    if sh
+        .soft_dirty
+        .end_epoch_if_due(&sh.table, &sh.mapping, hand, now, stamp)
+    {
+        Counters::bump(&sh.counters.soft_dirty_epochs);
     }
     evicted
 }

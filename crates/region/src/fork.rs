@@ -142,6 +142,7 @@ fn rebuild(sh: &Arc<Shared>) {
         Uffd::from_raw(old, sh.uffd_mode).close();
     }
     sh.gate.reset();
+    sh.soft_dirty.reopen_in_child();
     let how = match sh.uffd_mode {
         UffdMode::Device => UffdOpen::Device,
         UffdMode::Syscall => UffdOpen::Syscall,

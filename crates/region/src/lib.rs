@@ -12,8 +12,9 @@
 //!   controller (pure); the page states; page addresses; locked worker
 //!   memory; the fork gate; the ring of store slots to free off the fault
 //!   path; `/proc` files read without allocating;
-//! - `config`, `budget`, `probation`: the settings; what the limit covers;
-//!   the probation slab;
+//! - `config`, `budget`, `probation`, `soft_dirty`: the settings; what the
+//!   limit covers; the probation slab; the process's soft-dirty bits (the
+//!   clock's write references);
 //! - `shared`: what the threads share;
 //! - `evict`, `window`: the race-free eviction and bring-back sequences;
 //!   eviction under the limit by windows (one zap for scattered victims);
@@ -51,6 +52,7 @@ mod procfs;
 mod region;
 mod shared;
 mod signal;
+mod soft_dirty;
 pub mod stats;
 mod table;
 pub mod uffd;

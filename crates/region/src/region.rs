@@ -27,6 +27,7 @@ use crate::own::OwnCode;
 use crate::probation::Probation;
 use crate::shared::Shared;
 use crate::signal;
+use crate::soft_dirty::SoftDirty;
 use crate::stats::{Counters, RegionStats};
 use crate::table::{PageTable, PROBATION, STORED};
 use crate::uffd::{Uffd, UffdMode};
@@ -190,6 +191,7 @@ impl Region {
             })
         })?;
         let controller = PromotionController::new(config.controller, Duration::ZERO);
+        let soft_dirty = config.soft_dirty;
         let sh = Arc::new(Shared {
             page_size: ps,
             len,
@@ -227,6 +229,7 @@ impl Region {
             threads: Mutex::new(Vec::new()),
             hand: AtomicUsize::new(0),
             follow: FollowState::default(),
+            soft_dirty: SoftDirty::open(soft_dirty, ps),
         });
         if in_thread {
             signal::register(&sh).inspect_err(|_| sh.uffd().close())?;
@@ -395,6 +398,7 @@ impl Region {
             removed_by_program: l(&sh.counters.removed_by_program),
             remaps: l(&sh.counters.remaps),
             fork_reinits: l(&sh.counters.fork_reinits),
+            soft_dirty: sh.soft_dirty.on(),
             handler_follows: sh.follow.enabled(),
             handler_moves: l(&sh.counters.handler_moves),
             handler_contended: l(&sh.counters.handler_contended),

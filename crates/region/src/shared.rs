@@ -21,6 +21,7 @@ use crate::follow::FollowState;
 use crate::gate::Gate;
 use crate::mapping::Mapping;
 use crate::probation::Probation;
+use crate::soft_dirty::SoftDirty;
 use crate::stats::Counters;
 use crate::table::PageTable;
 use crate::uffd::{Uffd, UffdMode};
@@ -115,6 +116,8 @@ pub struct Shared {
     pub hand: AtomicUsize,
     /// Where the handler runs, watched by the evictor.
     pub follow: FollowState,
+    /// The process's soft-dirty bits, if this region uses them.
+    pub soft_dirty: SoftDirty,
 }
 
 impl Shared {

@@ -142,6 +142,10 @@ pub struct Counters {
     pub window_spared: AtomicU64,
     /// Pages brought back by `willneed` or `hot`.
     pub prefetched: AtomicU64,
+    /// Pages the clock hand spared for a write its soft-dirty bit showed.
+    pub written_spared: AtomicU64,
+    /// Clears of the process's soft-dirty bits (epochs ended).
+    pub soft_dirty_epochs: AtomicU64,
     /// Pages the program dropped itself (madvise) or unmapped.
     pub removed_by_program: AtomicU64,
     /// mremap events followed.
@@ -222,6 +226,11 @@ pub struct EvictionStats {
     /// Referenced pages those windows zapped with their victims and
     /// mapped back at once (spared).
     pub window_spared: u64,
+    /// Pages the clock hand spared for a write seen in their soft-dirty
+    /// bit (no fault referenced them since its last pass).
+    pub written_spared: u64,
+    /// Clears of the process's soft-dirty bits.
+    pub soft_dirty_epochs: u64,
 }
 
 /// Where the time of a missing-from-store fault goes, on the thread that
@@ -281,6 +290,10 @@ pub struct RegionStats {
     /// (asked for, and possible here: more than one CPU, and `SCHED_IDLE`
     /// can be left).
     pub handler_follows: bool,
+    /// Whether the clock sees writes through the kernel's soft-dirty bits
+    /// (asked for, the kernel has them, and no other region of the process
+    /// uses them).
+    pub soft_dirty: bool,
     /// Times the fault handler moved onto a faulting thread's CPU or back.
     pub handler_moves: u64,
     /// Times it left a followed CPU because the thread it followed waited
@@ -327,6 +340,8 @@ impl Counters {
             prefetched: l(&self.prefetched),
             window_zaps: l(&self.window_zaps),
             window_spared: l(&self.window_spared),
+            written_spared: l(&self.written_spared),
+            soft_dirty_epochs: l(&self.soft_dirty_epochs),
         };
         let n = l(&self.split_faults).max(1);
         let (d, c, t) = (

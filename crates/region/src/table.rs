@@ -27,6 +27,10 @@ pub const GONE: u8 = 6;
 
 /// Flag: faulted in since the clock hand last passed.
 pub const REFERENCED: u8 = 1;
+/// Flag: the page's soft-dirty bit this epoch is counted already (the
+/// hand spared the page for it, or the region mapped the page, which sets
+/// it): `soft_dirty`.
+pub const WRITE_SEEN: u8 = 2;
 /// Flag: the program dropped the page (`madvise`) while a thread held it
 /// `EVICTING`; the holder drops it when it lets go (`evict::settle_removed`).
 pub const REMOVED: u8 = 4;
@@ -103,6 +107,11 @@ impl PageTable {
             self.flags[p].fetch_and(!f, Ordering::AcqRel)
         };
         old & f != 0
+    }
+
+    /// Whether flag `f` is set.
+    pub fn flag(&self, p: usize, f: u8) -> bool {
+        self.flags[p].load(Ordering::Acquire) & f != 0
     }
 
     /// Clears the flags of `mask`; returns which of them were set.

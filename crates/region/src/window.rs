@@ -9,7 +9,8 @@
 //! from the clock hand's victim takes every page up to the last victim:
 //! - *victims*: resident, unreferenced: compressed into the store;
 //! - *spared*: resident and referenced since the hand last passed (the
-//!   hand clears the flag, as it does passing them alone): copied out with
+//!   hand clears the flag, as it does passing them alone), or written this
+//!   epoch where the clock sees soft-dirty bits (`soft_dirty`): copied out with
 //!   the victims and mapped back (`UFFDIO_COPY`, no flush) right after the
 //!   zap;
 //! - *absent*: stored or in probation: nothing mapped (never by
@@ -51,6 +52,7 @@ use std::sync::atomic::Ordering;
 
 use crate::evict::{read_own_ranges, settle_removed, zap};
 use crate::shared::Shared;
+use crate::soft_dirty::Written;
 use crate::stats::Counters;
 use crate::table::{
     EVICTING, GONE, PROBATION, REFERENCED, REMOVED, RESIDENT, STORED, UNMAPPED, UNTOUCHED,
@@ -83,8 +85,15 @@ enum Role {
 /// hand chose), in one window within one segment of the mapping, using
 /// `buf` (`RESIDENT_MAX` pages). Returns `(window pages, pages stored)`:
 /// the hand moves past the window; `(0, 0)` if `first` could not be taken
-/// or the window could not go now.
-pub fn evict_window(sh: &Shared, first: usize, need: usize, buf: &mut [u8]) -> (usize, usize) {
+/// or the window could not go now. `written`: the soft-dirty bits the hand
+/// read from `first` on (a page written this epoch is spared too).
+pub fn evict_window(
+    sh: &Shared,
+    first: usize,
+    need: usize,
+    buf: &mut [u8],
+    written: &Written,
+) -> (usize, usize) {
     let ps = sh.page_size;
     let n = sh.pages();
     let cap = RESIDENT_MAX.min(buf.len() / ps);
@@ -119,7 +128,10 @@ pub fn evict_window(sh: &Shared, first: usize, need: usize, buf: &mut [u8]) -> (
                 break;
             }
             role[len] = match r {
-                Role::Victim if sh.table.set_flag(q, REFERENCED, false) => {
+                Role::Victim
+                    if sh.table.set_flag(q, REFERENCED, false)
+                        || written_this_epoch(sh, q, addr + len * ps, written) =>
+                {
                     spared += 1;
                     Role::Spared
                 }
@@ -228,6 +240,17 @@ pub fn evict_window(sh: &Shared, first: usize, need: usize, buf: &mut [u8]) -> (
     (len, stored)
 }
 
+/// The clock's second test of resident page `p`, now at `addr`, after
+/// its fault reference: written this epoch (soft-dirty bits, by the block
+/// `w`), counted as a page spared for a write.
+pub fn written_this_epoch(sh: &Shared, p: usize, addr: usize, w: &Written) -> bool {
+    let spare = sh.soft_dirty.spares(&sh.table, p, addr, w);
+    if spare {
+        Counters::bump(&sh.counters.written_spared);
+    }
+    spare
+}
+
 /// Lets go of a page the window took and did not move: resident pages
 /// stay resident, absent ones get their state back.
 fn release(sh: &Shared, p: usize, role: Role) {
@@ -252,6 +275,7 @@ fn put_back(sh: &Shared, p: usize, addr: usize, bytes: &[u8]) {
     let uffd = sh.uffd();
     let ps = sh.page_size;
     let zeros = bytes.iter().all(|&b| b == 0);
+    sh.soft_dirty.mapped_by_region(&sh.table, p);
     loop {
         let batch = sh.events.read().unwrap_or_else(|e| e.into_inner());
         let f = sh.table.take_flags(p, REMOVED | UNMAPPED);

@@ -34,6 +34,7 @@ const ENV_STATS_DIR: &str = "ZMEM_RUN_STATS_DIR";
 const ENV_HANDLER_POLL: &str = "ZMEM_RUN_HANDLER_POLL_US";
 const ENV_HANDLER_CPU: &str = "ZMEM_RUN_HANDLER_CPU";
 const ENV_LIMIT_COVERS: &str = "ZMEM_RUN_LIMIT_COVERS";
+const ENV_SOFT_DIRTY: &str = "ZMEM_RUN_SOFT_DIRTY";
 const ENV_PID: &str = "ZMEM_RUN_PID";
 /// Where to find the library, ahead of the places next to `zmem`.
 const ENV_PRELOAD: &str = "ZMEM_PRELOAD";
@@ -90,6 +91,11 @@ pub struct RunArgs {
     /// machine busy.
     #[arg(long, value_name = "WHERE", default_value = "any", value_parser = ["any", "follow"])]
     handler_cpu: String,
+    /// Whether each process's region sees the program's writes through the
+    /// kernel's soft-dirty bits as well as its faults, to choose what to
+    /// compress (`on` where the kernel has them: CONFIG_MEM_SOFT_DIRTY).
+    #[arg(long, value_name = "ON_OFF", default_value = "on", value_parser = ["on", "off"])]
+    soft_dirty: String,
     /// Also write every process's statistics to FILE (a JSON array, the
     /// command's own process first).
     #[arg(long, value_name = "FILE")]
@@ -306,6 +312,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, CliError> {
         .env(ENV_HANDLER_POLL, args.handler_poll.to_string())
         .env(ENV_HANDLER_CPU, &args.handler_cpu)
         .env(ENV_LIMIT_COVERS, &args.limit_covers)
+        .env(ENV_SOFT_DIRTY, &args.soft_dirty)
         .env(ENV_PID, std::process::id().to_string())
         .env(ENV_STATS_DIR, &dir)
         .spawn();
@@ -412,6 +419,19 @@ fn report(cmd: &OsStr, pid: u32, code: i32, secs: f64, stats: &[Value]) -> Strin
         us(&l["p50_ns"]),
         us(&l["p99_ns"]),
         us(&l["max_ns"]),
+    ));
+    let e = &r["evictions"];
+    let refs = if r["soft_dirty"].as_bool() == Some(true) {
+        format!(
+            "faults and writes (soft-dirty: {} pages spared for a write, {} clears)",
+            e["written_spared"], e["soft_dirty_epochs"]
+        )
+    } else {
+        "faults only (soft-dirty off, or not in this kernel)".to_string()
+    };
+    out.push_str(&format!(
+        "  evicted: {} at the limit, {} past the age threshold; the clock saw {refs}\n",
+        e["limit"], e["age"],
     ));
     if stats.len() > 1 {
         out.push_str(&format!(

@@ -47,3 +47,20 @@ pub fn report(args: &[&str]) -> serde_json::Value {
 }
 
 pub mod holder;
+
+/// `workloads/NAME.c` compiled to `NAME_OUT` in the tests' target folder,
+/// where a qemu guest (which sees this machine's files, but a /tmp of its
+/// own) can run it too.
+pub fn workload_binary(name: &str, out_name: &str) -> std::path::PathBuf {
+    let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(out_name);
+    let src = format!("{}/tests/workloads/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let ok = Command::new("cc")
+        .args(["-O2", "-Wall", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "cc {src}");
+    out
+}
