@@ -240,11 +240,14 @@ fn a_c_page_trace_gives_the_same_output_in_a_quarter_of_its_memory() {
     // A limit that covers the process: the region keeps what the rest of
     // the program and `zmem run` itself leave of it, never less than a
     // quarter; the output is the same. The handler placement options both
-    // give the same output too.
+    // give the same output too, and so does a clock that sees faults only
+    // (`--soft-dirty off`; tests/vm_run.rs runs it on a kernel that has
+    // the bits).
     for extra in [
         &["--limit-covers", "process"][..],
         &["--handler-cpu", "any"],
         &["--handler-cpu", "follow"],
+        &["--soft-dirty", "off"],
     ] {
         let run = zmem_run(&run_args("4M", extra, &stats, &bin, &args));
         let err = text(&run.stderr);
@@ -267,6 +270,10 @@ fn a_c_page_trace_gives_the_same_output_in_a_quarter_of_its_memory() {
         } else {
             assert_eq!(r["limit_covers"], "region", "{r}");
             assert_eq!((share, outside), (1024, 0), "{r}");
+            if extra[0] == "--soft-dirty" {
+                assert_eq!(r["soft_dirty"], false, "{r}");
+                assert_eq!(r["evictions"]["written_spared"], 0, "{r}");
+            }
             if extra[1] == "any" {
                 assert_eq!(r["handler_follows"], false, "{r}");
                 assert_eq!(r["handler_moves"], 0, "{r}");
@@ -367,6 +374,7 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
     refused(&["--comp", "nope", "--", "true"], 2, "nope");
     refused(&["--handler-cpu", "nowhere", "--", "true"], 2, "nowhere");
     refused(&["--limit-covers", "machine", "--", "true"], 2, "machine");
+    refused(&["--soft-dirty", "maybe", "--", "true"], 2, "maybe");
     refused(
         &[
             "--comp",
