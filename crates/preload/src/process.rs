@@ -75,7 +75,7 @@ impl Process {
         config.store.comp = settings.comp;
         config.store.comp_params = settings.params.clone();
         if let Some(poll) = settings.handler_poll {
-            config.handler_poll = poll;
+            config.handler_poll = Some(poll);
         }
         if let Some(covers) = settings.limit_covers {
             config.limit_covers = covers;

@@ -69,7 +69,7 @@ fn main() {
     }
     if let Some(us) = flags.iter().find_map(|f| f.strip_prefix("poll=")) {
         match us.parse() {
-            Ok(us) => cfg.handler_poll = std::time::Duration::from_micros(us),
+            Ok(us) => cfg.handler_poll = Some(std::time::Duration::from_micros(us)),
             Err(_) => {
                 eprintln!("fault_latency: poll={us} is not a number of microseconds");
                 std::process::exit(2);
@@ -86,10 +86,14 @@ fn main() {
     };
     let base = r.as_ptr();
     let data = testkit::real_data(len);
+    let st = r.stats();
     println!(
-        "region {mib} MiB, {n} pages of {ps} bytes, {} compressor, userfaultfd {:?}{}",
+        "region {mib} MiB, {n} pages of {ps} bytes, {} compressor, userfaultfd {:?}, \
+         handler poll {:.1} us (a wake-up measured at {:.1} us){}",
         r.store().compressor().algorithm().name(),
         r.uffd_mode(),
+        st.handler_poll_ns as f64 / 1000.0,
+        st.wake_cost_ns as f64 / 1000.0,
         if spin {
             ", idle-priority spinners on every CPU"
         } else {

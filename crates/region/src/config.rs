@@ -16,6 +16,20 @@ use crate::budget::LimitCovers;
 use crate::controller::ControllerConfig;
 use crate::uffd::UffdOpen;
 
+/// The fault handler's default poll after a message, in wake-ups of a
+/// sleeping thread (`wake_cost`): a fault that finds the handler polling
+/// saves one wake-up; a poll that ends with no fault costs its length in
+/// CPU on the handler's core, not on the program's.
+pub const POLL_PER_WAKE: u32 = 2;
+
+/// The shortest default poll: what this project's machine was measured
+/// best with, and a floor under a measurement that came out low (a
+/// wake-up the scheduler made local).
+pub const POLL_MIN: Duration = Duration::from_micros(30);
+
+/// The longest default poll.
+pub const POLL_MAX: Duration = Duration::from_millis(1);
+
 /// A region's settings.
 #[derive(Clone, Debug)]
 pub struct RegionConfig {
@@ -41,8 +55,11 @@ pub struct RegionConfig {
     /// How long the fault handler keeps polling its descriptor after its
     /// last message before it sleeps: a fault arriving meanwhile is served
     /// without a wake-up of the handler's CPU. The cost is up to this much
-    /// CPU after each burst of faults; zero sleeps at once.
-    pub handler_poll: Duration,
+    /// CPU after each burst of faults; zero sleeps at once. `None` (the
+    /// default): `POLL_PER_WAKE` times what waking a sleeping thread costs
+    /// on this machine, measured once per process ([`crate::wake_cost`]),
+    /// from `POLL_MIN` to `POLL_MAX`.
+    pub handler_poll: Option<Duration>,
     /// Whether the fault handler moves onto the CPU of the thread that
     /// sends it three in four of its faults (and then does not poll), so
     /// both wake-ups of a fault become local switches. Off by default: it
@@ -136,13 +153,23 @@ impl RegionConfig {
             scan_interval: Duration::from_secs(1),
             probation_pages: None,
             age_eviction: true,
-            handler_poll: Duration::from_micros(30),
+            handler_poll: None,
             handler_follows: false,
             limit_covers: LimitCovers::Region,
             limit_also_covers: None,
             soft_dirty: true,
             fault_service: FaultService::HandlerThread,
         }
+    }
+
+    /// How long the fault handler polls after a message: `handler_poll`,
+    /// or, by default, `POLL_PER_WAKE` times `wake` (what a wake-up of a
+    /// sleeping thread costs here, `wake_cost`), from `POLL_MIN` to
+    /// `POLL_MAX` (`POLL_MIN` if it could not be measured).
+    pub fn poll_window(&self, wake: Option<Duration>) -> Duration {
+        self.handler_poll.unwrap_or_else(|| {
+            wake.map_or(POLL_MIN, |w| (w * POLL_PER_WAKE).clamp(POLL_MIN, POLL_MAX))
+        })
     }
 
     /// Probation slots for a limit of `limit_pages` pages.

@@ -194,18 +194,16 @@ fn make_room(sh: &Shared, buf: &mut [u8]) -> usize {
             if !written.holds(p, window::WINDOW_MAX, n) {
                 written.fill_from(&sh.soft_dirty, &sh.mapping, p);
             }
-            let addr = sh
-                .mapping
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .addr_of(p);
+            // The block's address, not a lookup under the mapping's lock
+            // at every step of the hand.
+            let addr = written.addr_of(p, sh.page_size);
             if addr.is_some_and(|a| window::written_this_epoch(sh, p, a, &written)) {
                 continue;
             }
         }
         // The window from the victim takes the victims after it, up to
         // what is needed; the hand passes over the window.
-        let need = (sh.resident.load(Ordering::Acquire) - target) as usize;
+        let need = sh.resident.load(Ordering::Acquire).saturating_sub(target) as usize;
         // Slots of pages brought back since are freed before a window is
         // stored: their space goes to the window, and in a slow fault
         // storm the queue would otherwise hold thousands of stale copies

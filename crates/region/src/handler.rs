@@ -19,8 +19,9 @@
 //! When one thread sends most faults, the handler runs on that thread's
 //! CPU (`follow`) and sleeps in `ppoll` as soon as it has served them.
 //! Otherwise, after a message it polls the descriptor without sleeping for
-//! `RegionConfig::handler_poll` (30 µs by default) before it sleeps again:
-//! in a burst, the next fault finds it awake.
+//! `RegionConfig::poll_window` (by default twice what waking a sleeping
+//! thread costs on the machine, `wake_cost`) before it sleeps again: in a
+//! burst, the next fault finds it awake.
 //!
 //! Owns the thread's loop and its preallocated memory (a message array, a
 //! list of waiting faults, one locked page buffer); never allocates while
@@ -191,7 +192,7 @@ impl Handler {
         }
     }
 
-    /// Polls the descriptor (without sleeping) until `handler_poll` has
+    /// Polls the descriptor (without sleeping) until `poll_ns` has
     /// passed since the last message, serving what comes. A thread asleep
     /// in `ppoll` costs the next fault a wake-up of the handler's CPU,
     /// which on a virtual machine whose idle CPUs halt is a VM exit and an
@@ -206,7 +207,7 @@ impl Handler {
         let window = if self.follow.pinned() || in_thread {
             0
         } else {
-            self.sh.config.handler_poll.as_nanos() as u64
+            self.sh.poll_ns
         };
         if window == 0 {
             return true;

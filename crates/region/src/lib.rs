@@ -12,9 +12,10 @@
 //!   controller (pure); the page states; page addresses; locked worker
 //!   memory; the fork gate; the ring of store slots to free off the fault
 //!   path; `/proc` files read without allocating;
-//! - `config`, `budget`, `probation`, `soft_dirty`: the settings; what the
-//!   limit covers; the probation slab; the process's soft-dirty bits (the
-//!   clock's write references);
+//! - `wake_cost`, `config`, `budget`, `probation`, `soft_dirty`: what
+//!   waking a sleeping thread costs here (the handler's default poll); the
+//!   settings; what the limit covers; the probation slab; the process's
+//!   soft-dirty bits (the clock's write references);
 //! - `shared`: what the threads share;
 //! - `evict`, `window`: the race-free eviction and bring-back sequences;
 //!   eviction under the limit by windows (one zap for scattered victims);
@@ -56,16 +57,18 @@ mod soft_dirty;
 pub mod stats;
 mod table;
 pub mod uffd;
+mod wake_cost;
 mod window;
 mod workers;
 mod zaps;
 
 pub use budget::LimitCovers;
 pub use buf::mlock_refused;
-pub use config::{default_store, FaultService, RegionConfig};
+pub use config::{default_store, FaultService, RegionConfig, POLL_MAX, POLL_MIN, POLL_PER_WAKE};
 pub use controller::{ControllerConfig, PromotionController};
 pub use error::RegionError;
 pub use own::{in_own_code, OwnCode};
 pub use region::{page_size, Region};
 pub use stats::RegionStats;
 pub use uffd::{UffdMode, UffdOpen};
+pub use wake_cost::wake_cost;

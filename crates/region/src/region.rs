@@ -192,6 +192,16 @@ impl Region {
         })?;
         let controller = PromotionController::new(config.controller, Duration::ZERO);
         let soft_dirty = config.soft_dirty;
+        // The handler's poll: measured for the default only, and not when
+        // faults are served in their own threads (nothing to poll for).
+        let wake = (!in_thread && config.handler_poll.is_none())
+            .then(crate::wake_cost::wake_cost)
+            .flatten();
+        let poll = if in_thread {
+            Duration::ZERO
+        } else {
+            config.poll_window(wake)
+        };
         let sh = Arc::new(Shared {
             page_size: ps,
             len,
@@ -225,6 +235,8 @@ impl Region {
             controller: Mutex::new(controller),
             promo_per_min: AtomicU64::new(0),
             promo_rate: AtomicU64::new(0),
+            poll_ns: poll.as_nanos() as u64,
+            wake_cost_ns: wake.map_or(0, |w| w.as_nanos() as u64),
             config,
             threads: Mutex::new(Vec::new()),
             hand: AtomicUsize::new(0),
@@ -400,6 +412,8 @@ impl Region {
             fork_reinits: l(&sh.counters.fork_reinits),
             soft_dirty: sh.soft_dirty.on(),
             handler_follows: sh.follow.enabled(),
+            handler_poll_ns: sh.poll_ns,
+            wake_cost_ns: sh.wake_cost_ns,
             handler_moves: l(&sh.counters.handler_moves),
             handler_contended: l(&sh.counters.handler_contended),
             handler_rescues: sh.follow.rescues(),

@@ -110,6 +110,12 @@ pub struct Shared {
     pub promo_rate: AtomicU64,
     /// The settings.
     pub config: RegionConfig,
+    /// How long the handler polls after a message, in nanoseconds
+    /// (`RegionConfig::poll_window`, fixed when the region is made).
+    pub poll_ns: u64,
+    /// The wake-up cost the default poll was set from, in nanoseconds (0:
+    /// the poll was set, or not measured).
+    pub wake_cost_ns: u64,
     /// The workers' handles.
     pub threads: Mutex<Vec<JoinHandle<()>>>,
     /// The clock hand (a page index).

@@ -274,6 +274,14 @@ impl Written {
         self.len = read(fd, addr, sd.page_size, &mut self.bits[..len]);
     }
 
+    /// Page `p`'s address when the block was read, if the block holds it:
+    /// the hand's test then needs no lookup of its own. A page moved since
+    /// (`mremap`) is judged by the bit at its old address, which at worst
+    /// spares it or not once for a wrong reason.
+    pub fn addr_of(&self, p: usize, ps: usize) -> Option<usize> {
+        (p >= self.first && p < self.first + self.len).then(|| self.addr + (p - self.first) * ps)
+    }
+
     /// Whether page `p`, now at `addr`, was written since the last clear,
     /// by the block; false if the block does not hold it there.
     fn written(&self, p: usize, addr: usize, ps: usize) -> bool {

@@ -294,6 +294,14 @@ pub struct RegionStats {
     /// (asked for, the kernel has them, and no other region of the process
     /// uses them).
     pub soft_dirty: bool,
+    /// How long the fault handler polls after a message before it sleeps,
+    /// in nanoseconds (0: it sleeps at once; the poll is skipped while it
+    /// follows a thread's CPU).
+    pub handler_poll_ns: u64,
+    /// What waking a sleeping thread costs on this machine, in nanoseconds,
+    /// as measured for the default poll (0 when the poll was set, or could
+    /// not be measured).
+    pub wake_cost_ns: u64,
     /// Times the fault handler moved onto a faulting thread's CPU or back.
     pub handler_moves: u64,
     /// Times it left a followed CPU because the thread it followed waited

@@ -81,9 +81,11 @@ pub struct RunArgs {
     /// Microseconds each process's fault handler keeps polling for the
     /// next fault before it sleeps (0 to 10000; 0: it sleeps at once). A
     /// fault that finds it awake is served sooner; the cost is up to this
-    /// much CPU after each burst of faults.
-    #[arg(long, value_name = "US", default_value_t = 30, value_parser = recipe::flags::whole::<u64>(0, 10_000))]
-    handler_poll: u64,
+    /// much CPU after each burst of faults [default: twice what waking a
+    /// sleeping thread costs on this machine, measured as each process
+    /// starts, from 30 to 1000].
+    #[arg(long, value_name = "US", value_parser = recipe::flags::whole::<u64>(0, 10_000))]
+    handler_poll: Option<u64>,
     /// Where each process's fault handler runs: `any` leaves it to the
     /// scheduler; `follow` moves it onto the CPU of the thread that sends
     /// it three in four of its faults (at a low priority there, so that
@@ -300,7 +302,12 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, CliError> {
         preload.push(old);
     }
     let started = Instant::now();
-    let spawned = std::process::Command::new(&program)
+    let mut command = std::process::Command::new(&program);
+    match args.handler_poll {
+        Some(us) => command.env(ENV_HANDLER_POLL, us.to_string()),
+        None => command.env_remove(ENV_HANDLER_POLL),
+    };
+    let spawned = command
         .arg0(&args.command[0])
         .args(&args.command[1..])
         .env("LD_PRELOAD", &preload)
@@ -309,7 +316,6 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, CliError> {
         .env(ENV_COMP, args.comp.name())
         .env(ENV_PARAMS, params)
         .env(ENV_MIN, args.min_size.to_string())
-        .env(ENV_HANDLER_POLL, args.handler_poll.to_string())
         .env(ENV_HANDLER_CPU, &args.handler_cpu)
         .env(ENV_LIMIT_COVERS, &args.limit_covers)
         .env(ENV_SOFT_DIRTY, &args.soft_dirty)

@@ -203,7 +203,7 @@ fn faults(data: &[u8], comps: &[Algorithm], params: &str) -> Result<Vec<FaultRow
         let mut cfg = RegionConfig::new(len);
         cfg.handler_follows = kind.ends_with("following");
         if kind.ends_with("sleeping") {
-            cfg.handler_poll = std::time::Duration::ZERO;
+            cfg.handler_poll = Some(std::time::Duration::ZERO);
         }
         if kind.ends_with("faulting thread") {
             cfg.fault_service = region::FaultService::FaultingThread;
