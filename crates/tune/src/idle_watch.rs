@@ -471,6 +471,11 @@ pub fn report(
 mod tests {
     use super::*;
 
+    /// Held by the tests that clear this process's referenced bits: a
+    /// clear is process-wide, and one test's clear between another's touch
+    /// and its reading would take the touched pages back.
+    static CLEARS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn durations_parse_with_units_and_refuse_zero() {
         assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
@@ -485,18 +490,34 @@ mod tests {
 
     #[test]
     fn own_anonymous_memory_is_counted_and_clearing_refs_is_seen() {
+        let _clears = CLEARS.lock().unwrap_or_else(|e| e.into_inner());
         let pid = std::process::id();
         let mut buf = vec![1u8; 16 << 20];
         let (rss, _) = anon_referenced(pid).unwrap();
         assert!(rss >= 16 << 20, "rss {rss}");
+        // The buffer's own mapping: the process's total also moves with
+        // what the tests running beside this one allocate and free.
+        let at = buf.as_ptr() as u64;
+        let referenced = || {
+            anon_mappings(pid)
+                .unwrap()
+                .iter()
+                .find(|m| m.start <= at && at < m.end)
+                .map(|m| m.referenced)
+                .expect("the buffer is in a private anonymous mapping")
+        };
         clear_refs(pid, "1").unwrap();
-        let (_, after_clear) = anon_referenced(pid).unwrap();
+        let after_clear = referenced();
         for i in (0..buf.len()).step_by(4096) {
             buf[i] = buf[i].wrapping_add(1);
         }
-        let (_, after_touch) = anon_referenced(pid).unwrap();
+        let after_touch = referenced();
+        // Half the buffer at least: on this project's virtual machine the
+        // accessed bits of 13.2-14.8 MiB of the 16 came back after the
+        // touch (translations cached across the clear set none), where a
+        // clear that did nothing would leave no growth at all.
         assert!(
-            after_touch >= after_clear + (15 << 20),
+            after_touch >= after_clear + (8 << 20),
             "{after_clear} -> {after_touch}"
         );
         assert!(std::hint::black_box(&buf)[4096] == 2);
@@ -505,6 +526,7 @@ mod tests {
 
     #[test]
     fn mappings_weigh_by_their_untouched_share() {
+        let _clears = CLEARS.lock().unwrap_or_else(|e| e.into_inner());
         let pid = std::process::id();
         // Two mappings of 4 MiB: the first touched after the clear, the
         // second not (and read-only, so that the kernel does not merge the
@@ -544,7 +566,13 @@ mod tests {
             addr: b.as_ptr() as u64 + 8192,
         };
         let w = idle_weights(&[page(hot), page(cold)], 4096, false);
-        assert_eq!(w, [Some(0.0), Some(1.0)], "{w:?}");
+        // The touched mapping all but untouched-free: on this project's
+        // virtual machine a page's accessed bit is now and then not set
+        // again after the clear (1 page in 1,024 seen, once in 32 runs).
+        assert!(
+            matches!(w[..], [Some(h), Some(c)] if h < 0.05 && c == 1.0),
+            "{w:?}"
+        );
         // With soft-dirty bits (where the kernel keeps them), per page.
         if soft_dirty_works() {
             clear_refs(pid, "4").unwrap();
