@@ -20,15 +20,15 @@ use crate::uffd::UffdOpen;
 /// sleeping thread (`wake_cost`): a fault that finds the handler polling
 /// saves one wake-up; a poll that ends with no fault costs its length in
 /// CPU on the handler's core, not on the program's.
-pub const POLL_PER_WAKE: u32 = 2;
+pub(crate) const POLL_PER_WAKE: u32 = 2;
 
 /// The shortest default poll: what this project's machine was measured
 /// best with, and a floor under a measurement that came out low (a
 /// wake-up the scheduler made local).
-pub const POLL_MIN: Duration = Duration::from_micros(30);
+pub(crate) const POLL_MIN: Duration = Duration::from_micros(30);
 
 /// The longest default poll.
-pub const POLL_MAX: Duration = Duration::from_millis(1);
+pub(crate) const POLL_MAX: Duration = Duration::from_millis(1);
 
 /// A region's settings.
 #[derive(Clone, Debug)]
@@ -56,9 +56,9 @@ pub struct RegionConfig {
     /// last message before it sleeps: a fault arriving meanwhile is served
     /// without a wake-up of the handler's CPU. The cost is up to this much
     /// CPU after each burst of faults; zero sleeps at once. `None` (the
-    /// default): `POLL_PER_WAKE` times what waking a sleeping thread costs
-    /// on this machine, measured once per process ([`crate::wake_cost`]),
-    /// from `POLL_MIN` to `POLL_MAX`.
+    /// default): twice what waking a sleeping thread costs on this
+    /// machine, measured once per process (`wake_cost`),
+    /// from 30 µs to 1 ms.
     pub handler_poll: Option<Duration>,
     /// Whether the fault handler moves onto the CPU of the thread that
     /// sends it three in four of its faults (and then does not poll), so
@@ -166,7 +166,7 @@ impl RegionConfig {
     /// or, by default, `POLL_PER_WAKE` times `wake` (what a wake-up of a
     /// sleeping thread costs here, `wake_cost`), from `POLL_MIN` to
     /// `POLL_MAX` (`POLL_MIN` if it could not be measured).
-    pub fn poll_window(&self, wake: Option<Duration>) -> Duration {
+    pub(crate) fn poll_window(&self, wake: Option<Duration>) -> Duration {
         self.handler_poll.unwrap_or_else(|| {
             wake.map_or(POLL_MIN, |w| (w * POLL_PER_WAKE).clamp(POLL_MIN, POLL_MAX))
         })

@@ -201,10 +201,9 @@ impl Handler {
     /// needs the CPU then; nor on a followed thread's CPU, which the
     /// thread needs. False when the region is stopping.
     fn poll(&mut self) -> bool {
-        // Only events come here when faults are served in their own
-        // threads: nothing to be quick for.
-        let in_thread = self.sh.config.fault_service == crate::config::FaultService::FaultingThread;
-        let window = if self.follow.pinned() || in_thread {
+        // Zero when faults are served in their own threads (only events
+        // come here: nothing to be quick for).
+        let window = if self.follow.pinned() {
             0
         } else {
             self.sh.poll_ns

@@ -12,18 +12,18 @@
 //!   controller (pure); the page states; page addresses; locked worker
 //!   memory; the fork gate; the ring of store slots to free off the fault
 //!   path; `/proc` files read without allocating;
-//! - `wake_cost`, `config`, `budget`, `probation`, `soft_dirty`: what
-//!   waking a sleeping thread costs here (the handler's default poll); the
-//!   settings; what the limit covers; the probation slab; the process's
-//!   soft-dirty bits (the clock's write references);
+//! - `config`, `budget`, `probation`, `soft_dirty`: the settings; what the
+//!   limit covers; the probation slab; the process's soft-dirty bits (the
+//!   clock's write references);
 //! - `shared`: what the threads share;
 //! - `evict`, `window`: the race-free eviction and bring-back sequences;
 //!   eviction under the limit by windows (one zap for scattered victims);
 //! - `follow`: which CPU the fault thread runs on;
 //! - `handler`, `evictor`, `signal`: the fault thread; the eviction thread
 //!   and the hints; faults served in the faulting thread (`SIGBUS`);
-//! - `workers`, `fork`: starting and stopping the threads; rebuilding in a
-//!   forked child;
+//! - `workers`, `fork`, `wake_cost`: starting and stopping the threads;
+//!   rebuilding in a forked child; what waking a sleeping thread costs here
+//!   (the handler's default poll, measured as a region is made);
 //! - `region`: the public [`Region`];
 //! - `own`: which code on a thread is the region's ([`in_own_code`]), for
 //!   a library that interposes `mmap` and `malloc`.
@@ -64,11 +64,10 @@ mod zaps;
 
 pub use budget::LimitCovers;
 pub use buf::mlock_refused;
-pub use config::{default_store, FaultService, RegionConfig, POLL_MAX, POLL_MIN, POLL_PER_WAKE};
+pub use config::{default_store, FaultService, RegionConfig};
 pub use controller::{ControllerConfig, PromotionController};
 pub use error::RegionError;
 pub use own::{in_own_code, OwnCode};
 pub use region::{page_size, Region};
 pub use stats::RegionStats;
 pub use uffd::{UffdMode, UffdOpen};
-pub use wake_cost::wake_cost;

@@ -8,17 +8,19 @@
 //! set (where it has two): left to the scheduler, both may land on one CPU
 //! and measure a local switch, which on this project's machine was 2.9 µs
 //! against 15-17 µs across CPUs. A round trip is two wake-ups; the median
-//! of the rounds, halved, is the figure. It differs by an order of magnitude
-//! between machines: about 25 µs on a virtual machine whose idle CPUs halt
-//! (every wake-up an interrupt and a VM exit), several hundred under
-//! emulation (TCG), a few on bare metal (BENCHMARKS.md, region).
+//! of the rounds, halved, is the figure. It differs between machines:
+//! 16-25 µs on this project's virtual machine, whose idle CPUs halt (every
+//! wake-up an interrupt and a VM exit), 35-73 µs in TCG guests on it
+//! (BENCHMARKS.md, region).
 //!
-//! Owns the measurement and its process-wide result; touches no region.
+//! Owns the measurement and its process-wide result; uses the region's
+//! eventfd calls (`shared`) and touches no region.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::own::OwnCode;
+use crate::shared::{drain, kick, new_eventfd};
 
 /// Round trips measured (the first two are warm-up and not counted).
 const ROUNDS: usize = 18;
@@ -29,7 +31,7 @@ static MEASURED_NS: AtomicU64 = AtomicU64::new(0);
 /// The cost of one wake-up of a sleeping thread, measured the first time
 /// it is asked for in this process (a forked child inherits it); `None`
 /// if the measurement could not run (no eventfd, no thread).
-pub fn wake_cost() -> Option<Duration> {
+pub(crate) fn wake_cost() -> Option<Duration> {
     let known = MEASURED_NS.load(Ordering::Relaxed);
     if known > 0 {
         return Some(Duration::from_nanos(known));
@@ -39,37 +41,32 @@ pub fn wake_cost() -> Option<Duration> {
     Some(Duration::from_nanos(ns))
 }
 
-/// A non-blocking eventfd, closed on drop.
-struct EventFd(libc::c_int);
+/// One of the region's eventfds (`shared::new_eventfd`), closed on drop.
+struct EventFd(AtomicI32);
 
 impl EventFd {
     fn new() -> Option<EventFd> {
-        // SAFETY: no pointers.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        (fd >= 0).then_some(EventFd(fd))
+        new_eventfd().ok().map(|fd| EventFd(AtomicI32::new(fd)))
     }
 
     fn post(&self) {
-        let one = 1u64;
-        // SAFETY: eight bytes from a valid u64.
-        unsafe { libc::write(self.0, (&one as *const u64).cast(), 8) };
+        kick(&self.0);
     }
 
-    /// Sleeps until posted, then takes the count; false on an error
-    /// other than an interruption.
+    /// Sleeps until posted, then takes the count; false after a second
+    /// without a post, or on an error other than an interruption.
     fn wait(&self) -> bool {
-        let mut fd = libc::pollfd {
-            fd: self.0,
+        let fd = self.0.load(Ordering::Relaxed);
+        let mut p = libc::pollfd {
+            fd,
             events: libc::POLLIN,
             revents: 0,
         };
         loop {
             // SAFETY: one valid pollfd.
-            let r = unsafe { libc::poll(&mut fd, 1, 1000) };
+            let r = unsafe { libc::poll(&mut p, 1, 1000) };
             if r > 0 {
-                let mut v = 0u64;
-                // SAFETY: eight bytes into a valid u64.
-                unsafe { libc::read(self.0, (&mut v as *mut u64).cast(), 8) };
+                drain(fd);
                 return true;
             }
             if r == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
@@ -82,7 +79,7 @@ impl EventFd {
 impl Drop for EventFd {
     fn drop(&mut self) {
         // SAFETY: our descriptor, closed once.
-        unsafe { libc::close(self.0) };
+        unsafe { libc::close(*self.0.get_mut()) };
     }
 }
 
