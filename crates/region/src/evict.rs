@@ -126,8 +126,8 @@ pub(crate) fn zap(sh: &Shared, first: usize, pages: usize, addr: usize) -> bool 
         sh.zaps.cancel(z);
         return false;
     }
-    // The handler has read the event (`madvise` returned); its batch is
-    // served before the pages are published. A program's drop of exactly
+    // The handler has read the event (`madvise` returned); the events of
+    // its batch are served before the pages are published. A program's drop of exactly
     // this range, taken for ours, leaves ours to be served as the
     // program's: it must flag the pages while they are held, not drop
     // them once they are published and written again.

@@ -4,8 +4,9 @@
 //!   pages; a page faulted in since the hand last passed (`REFERENCED`),
 //!   or written this epoch where the kernel has soft-dirty bits
 //!   (`soft_dirty`), gets a second chance, any other resident page is
-//!   compressed into the store, until the resident pages are a batch under
-//!   the limit; then the soft-dirty epoch ends if it is due.
+//!   compressed into the store, by windows (`window`) of at least
+//!   `window::VICTIMS_MIN` victims, until the resident pages are a batch
+//!   under the limit; then the soft-dirty epoch ends if it is due.
 //! - **Every scan** (`RegionConfig::scan_interval`), cold detection by
 //!   probing: a page whose last known reference is older than half the age
 //!   threshold is *probed*: its mapping is dropped and its uncompressed
@@ -202,8 +203,13 @@ fn make_room(sh: &Shared, buf: &mut [u8]) -> usize {
             }
         }
         // The window from the victim takes the victims after it, up to
-        // what is needed; the hand passes over the window.
-        let need = sh.resident.load(Ordering::Acquire).saturating_sub(target) as usize;
+        // what is needed but never fewer than `window::VICTIMS_MIN`: a zap
+        // costs a flush and the handler's reading of its event, which a
+        // window of a few victims would pay again and again while the
+        // faults the limit holds back wait. The hand passes over the
+        // window.
+        let need = (sh.resident.load(Ordering::Acquire).saturating_sub(target) as usize)
+            .max(window::VICTIMS_MIN);
         // Slots of pages brought back since are freed before a window is
         // stored: their space goes to the window, and in a slow fault
         // storm the queue would otherwise hold thousands of stale copies

@@ -12,6 +12,14 @@
 //! - unmap (`munmap`): the pages are gone, their copies freed;
 //! - remap (`mremap`): the moved pages' addresses follow.
 //!
+//! A batch's events are served before its faults, with the events lock
+//! held for writing from the read to the last event (`Shared::events`);
+//! the faults come after, without it. A fault and a drop of the same page
+//! in one batch were concurrent in the program, and the page reading as
+//! dropped is one of their two orders; an evicting thread whose zap the
+//! batch read waits for the lock, so it no longer waits for the batch's
+//! faults (in a TCG guest, 300 µs a zap on average).
+//!
 //! A fault that cannot be served now (`EAGAIN`: an event is still unread;
 //! another thread holds the page) waits in a fixed list and is tried again
 //! after the next read.
@@ -27,8 +35,9 @@
 //! list of waiting faults, one locked page buffer); never allocates while
 //! serving (the store's own read is the only allocation, and lz4 and lzo
 //! decode without one). Takes the events lock for writing over each batch
-//! it reads (`Shared::events`), the mapping's lock (written only by this
-//! thread) and, through the store, the store's.
+//! it reads until its events are served (`Shared::events`), the mapping's
+//! lock (written only by this thread) and, through the store, the
+//! store's.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -252,9 +261,9 @@ impl Handler {
                 return total;
             }
             look = true;
-            // A batch is read and served whole before another thread
-            // brings a page back (`Shared::events`).
-            let _batch = sh.events.write().unwrap_or_else(|e| e.into_inner());
+            // A batch's events are read and served before another thread
+            // brings a page back (`Shared::events`); its faults after.
+            let batch = sh.events.write().unwrap_or_else(|e| e.into_inner());
             self.sh.follow.woke();
             let n = match uffd.read(&mut self.msgs) {
                 Ok(n) => n,
@@ -273,32 +282,48 @@ impl Handler {
                 .busy(now.duration_since(self.sh.started).as_nanos() as u64);
             for i in 0..n {
                 let m = self.msgs[i];
-                self.serve(m, start);
+                if m.event != EVENT_PAGEFAULT {
+                    self.serve_event(m);
+                }
+            }
+            // The lock goes before the faults: an evicting thread whose zap
+            // this batch read waits for the lock, not for the faults.
+            drop(batch);
+            for i in 0..n {
+                let m = self.msgs[i];
+                if m.event == EVENT_PAGEFAULT {
+                    self.serve_fault(m, start);
+                }
             }
             self.sh.follow.done();
         }
     }
 
-    fn serve(&mut self, m: Msg, start: u64) {
+    /// A page fault message (`start`: when its batch was read).
+    fn serve_fault(&mut self, m: Msg, start: u64) {
+        let sh = &self.sh;
+        let ps = sh.page_size;
+        let addr = (m.arg[1] as usize) & !(ps - 1);
+        self.follow.fault(m.arg[2] as u32, start);
+        if m.arg[0] & FLAG_WP != 0 {
+            Counters::bump(&sh.counters.wp);
+            self.write_protect_fault(addr);
+        } else {
+            let fault = Waiting {
+                addr,
+                since: start,
+                write: m.arg[0] & FLAG_WRITE != 0,
+                tid: m.arg[2] as u32,
+            };
+            self.missing(fault, true);
+        }
+    }
+
+    /// An event message: a drop, an unmap or a move of the program's.
+    fn serve_event(&mut self, m: Msg) {
         let sh = &self.sh;
         let ps = sh.page_size;
         match m.event {
-            EVENT_PAGEFAULT => {
-                let addr = (m.arg[1] as usize) & !(ps - 1);
-                self.follow.fault(m.arg[2] as u32, start);
-                if m.arg[0] & FLAG_WP != 0 {
-                    Counters::bump(&sh.counters.wp);
-                    self.write_protect_fault(addr);
-                } else {
-                    let fault = Waiting {
-                        addr,
-                        since: start,
-                        write: m.arg[0] & FLAG_WRITE != 0,
-                        tid: m.arg[2] as u32,
-                    };
-                    self.missing(fault, true);
-                }
-            }
             EVENT_REMOVE | EVENT_UNMAP => {
                 let (start_a, end_a) = (m.arg[0] as usize, m.arg[1] as usize);
                 let map = sh.mapping.read().unwrap_or_else(|e| e.into_inner());

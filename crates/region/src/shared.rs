@@ -47,9 +47,10 @@ pub struct Shared {
     /// Page addresses.
     pub mapping: RwLock<Mapping>,
     /// Held for writing while the handler reads a batch of messages and
-    /// serves it; for reading while any other thread brings a page back
-    /// (a hint, a fault served in its own thread) or looks an address up
-    /// (such a fault, `Region::as_ptr`). The kernel counts an event as
+    /// serves its events (its faults are served after); for reading while
+    /// any other thread brings a page back (a hint, a fault served in its
+    /// own thread) or looks an address up (such a fault,
+    /// `Region::as_ptr`). The kernel counts an event as
     /// read when `read(2)` returns it (`madvise` then zaps, `mremap`
     /// returns), and until the handler has served it the page's state and
     /// the mapping are the old ones: a page brought back in between would
