@@ -9,15 +9,15 @@
 //! 3. copy it out (`process_vm_readv`, which fails instead of faulting if
 //!    the program unmapped it meanwhile) and store it (compressed, or raw
 //!    in a probation slot);
-//!    (a run of neighbouring pages takes each step once for the run:
-//!    `evict_run`)
+//!    (under the limit and for hints, a window of pages takes each step
+//!    once for the window, in its own order: `window`)
 //! 4. drop the mapping (`MADV_DONTNEED`; its remove event, which the
 //!    handler must read before the kernel zaps, is known as the region's
 //!    own by its exact range, registered in `zaps` before the call and
 //!    taken by the handler when it serves that event: the kernel counts an
 //!    event as read when `read(2)` returns it, which may be before the
 //!    handler gets to it in its batch, so the thread then waits for that
-//!    batch to be served: a program's drop of the same range, taken for
+//!    batch's events to be served: a program's drop of the same range, taken for
 //!    ours, leaves ours to flag the pages while they are held);
 //! 5. publish `STORED`/`PROBATION`: a fault from here finds the copy;
 //! 6. `UFFDIO_WAKE` the page: writers blocked in step 2 fault again, now as
@@ -185,88 +185,6 @@ pub fn probe(sh: &Shared, p: usize) -> bool {
     let _ = uffd.wake(addr, ps);
     settle_removed(sh, p);
     true
-}
-
-/// Pages evicted to the store at once: a run of neighbours costs one
-/// write-protect, one copy, one `madvise` (one remove event) and one wake.
-pub const RUN: usize = 32;
-
-/// Evicts to the store up to `max` resident pages from `first` on that
-/// are neighbours in memory (one segment), in the module's order, each
-/// step once for the run. `buf` holds `max` pages. Returns how many pages
-/// went (0 if `first` was not resident, was held, or could not go now).
-pub fn evict_run(sh: &Shared, first: usize, max: usize, buf: &mut [u8]) -> usize {
-    let ps = sh.page_size;
-    let n = sh.pages();
-    let max = max.min(buf.len() / ps).min(n - first);
-    let mut k = 0;
-    while k < max && sh.table.cas(first + k, RESIDENT, EVICTING) {
-        k += 1;
-    }
-    if k == 0 {
-        return 0;
-    }
-    let release = |from: usize, to: usize| {
-        for q in from..to {
-            sh.table.set(q, RESIDENT);
-            settle_removed(sh, q);
-        }
-    };
-    let (addr, k) = {
-        let map = sh.mapping.read().unwrap_or_else(|e| e.into_inner());
-        let Some(addr) = map.addr_of(first) else {
-            sh.table.set(first, GONE);
-            release(first + 1, first + k);
-            return 0;
-        };
-        let mut along = 1;
-        while along < k && map.addr_of(first + along) == Some(addr + along * ps) {
-            along += 1;
-        }
-        release(first + along, first + k);
-        (addr, along)
-    };
-    let uffd = sh.uffd();
-    if uffd.write_protect(addr, k * ps, true).is_err() {
-        // EAGAIN while the program changes its mapping: try later.
-        release(first, first + k);
-        return 0;
-    }
-    if read_own(sh, addr, buf.as_mut_ptr(), k * ps).is_err() {
-        // Wakes any writer blocked since the protection.
-        let _ = uffd.write_protect(addr, k * ps, false);
-        release(first, first + k);
-        return 0;
-    }
-    let mut stored = 0;
-    while stored < k {
-        let page = &buf[stored * ps..(stored + 1) * ps];
-        if sh.store.write_page((first + stored) as u64, page).is_err() {
-            Counters::bump(&sh.counters.evict_failed);
-            break;
-        }
-        stored += 1;
-    }
-    if stored < k {
-        let _ = uffd.write_protect(addr + stored * ps, (k - stored) * ps, false);
-        release(first + stored, first + k);
-    }
-    if stored == 0 {
-        return 0;
-    }
-    zap(sh, first, stored, addr);
-    for q in first..first + stored {
-        sh.table.set_flag(q, REFERENCED, false);
-    }
-    sh.resident.fetch_sub(stored as u64, Ordering::AcqRel);
-    for q in first..first + stored {
-        sh.table.set(q, STORED);
-    }
-    let _ = uffd.wake(addr, stored * ps);
-    for q in first..first + stored {
-        settle_removed(sh, q);
-    }
-    stored
 }
 
 /// What bringing a page back did.

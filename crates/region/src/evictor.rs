@@ -41,14 +41,14 @@ use std::time::Duration;
 
 use crate::budget::{self, LimitCovers};
 use crate::buf::{lock_stack, LockedBuf};
-use crate::evict::{bring_in, drain_discards, evict_run, probe, settle_probation, RUN};
+use crate::evict::{bring_in, drain_discards, probe, settle_probation};
 use crate::follow::WATCH_MS;
 use crate::gate::Side;
 use crate::shared::{drain, room_made, Shared};
 use crate::soft_dirty::Written;
 use crate::stats::Counters;
 use crate::table::{LOADING, PROBATION, REFERENCED, RESIDENT, STORED};
-use crate::window::{self, evict_window};
+use crate::window::{self, evict_window, Choice};
 
 /// Pages evicted below the limit at each wake-up: a batch, so the handler
 /// does not wake the evictor for every fault.
@@ -68,7 +68,7 @@ pub fn needs_room(sh: &Shared) -> bool {
 pub fn run(sh: Arc<Shared>) {
     lock_stack(64 * 1024);
     sh.follow.evictor_started();
-    let Ok(mut buf) = LockedBuf::new(RUN.max(window::RESIDENT_MAX) * sh.page_size) else {
+    let Ok(mut buf) = LockedBuf::new(window::RESIDENT_MAX * sh.page_size) else {
         return;
     };
     let efd = sh.evictor_efd.load(Ordering::Acquire);
@@ -215,7 +215,7 @@ fn make_room(sh: &Shared, buf: &mut [u8]) -> usize {
         // storm the queue would otherwise hold thousands of stale copies
         // while this loop evicts.
         drain_discards(sh);
-        let (len, went) = evict_window(sh, p, need, buf, &written);
+        let (len, went) = evict_window(sh, p, need, buf, Choice::Clock(&written));
         if len > 0 {
             sh.hand.fetch_add(len - 1, Ordering::Relaxed);
         }
@@ -314,7 +314,7 @@ fn compact_if_fragmented(sh: &Shared) {
 
 /// Evicts pages `first..end` now (probation pages too); returns how many.
 pub fn cold(sh: &Shared, first: usize, end: usize) -> usize {
-    let Ok(mut buf) = LockedBuf::new(RUN * sh.page_size) else {
+    let Ok(mut buf) = LockedBuf::new(window::RESIDENT_MAX * sh.page_size) else {
         return 0;
     };
     sh.gate.enter(Side::Evict);
@@ -330,22 +330,18 @@ pub fn cold(sh: &Shared, first: usize, end: usize) -> usize {
             spins += 1;
             state = sh.table.state(p);
         }
-        let went = match state {
-            RESIDENT => {
-                let mut len = 1;
-                while len < RUN && p + len < end && sh.table.state(p + len) == RESIDENT {
-                    len += 1;
-                }
-                evict_run(sh, p, len, buf.bytes())
-            }
-            PROBATION => usize::from(settle_probation(sh, p)),
-            _ => 0,
+        // A run of resident pages goes as one window (one write-protect,
+        // one copy, one zap); the next page is looked at after it.
+        let (len, went) = match state {
+            RESIDENT => evict_window(sh, p, end - p, buf.bytes(), Choice::All { end }),
+            PROBATION => (1, usize::from(settle_probation(sh, p))),
+            _ => (1, 0),
         };
         sh.counters
             .evicted_hint
             .fetch_add(went as u64, Ordering::Relaxed);
         done += went;
-        p += went.max(1);
+        p += len.max(1);
     }
     sh.gate.leave(Side::Evict);
     if done > 0 {

@@ -1,5 +1,7 @@
-//! Evicting under the limit a window of pages at once: one write-protect,
-//! one copy call and one zap for every victim in it, however scattered.
+//! Evicting a window of pages at once: one write-protect, one copy call
+//! and one zap for every victim in it, however scattered. Under the limit
+//! the clock chooses the victims (`Choice::Clock`, below); a `cold` hint
+//! takes every resident page of a run (`Choice::All`).
 //!
 //! Victims are rarely neighbours: with a quarter of a region resident and
 //! the hot pages spread over it, a run of resident unreferenced pages is
@@ -91,23 +93,41 @@ enum Role {
     Absent(u8),
 }
 
-/// Evicts up to `need` victims from page `first` (a resident page the
-/// hand chose), in one window within one segment of the mapping, using
-/// `buf` (`RESIDENT_MAX` pages). Returns `(window pages, pages stored)`:
-/// the hand moves past the window; `(0, 0)` if `first` could not be taken
-/// or the window could not go now. `written`: the soft-dirty bits the hand
-/// read from `first` on (a page written this epoch is spared too).
+/// Which pages of a window go to the store.
+#[derive(Clone, Copy)]
+pub enum Choice<'a> {
+    /// The clock's, under the limit: unreferenced resident pages go,
+    /// referenced ones and, by the soft-dirty bits the hand read from the
+    /// window's first page on, those written this epoch are spared; the
+    /// window holds absent pages to reach further victims.
+    Clock(&'a Written),
+    /// A hint's (`cold`): every resident page before page `end` goes; the
+    /// window ends at the first page not resident.
+    All {
+        /// The first page past the hint's range.
+        end: usize,
+    },
+}
+
+/// Evicts up to `need` victims from page `first` (a resident page), in
+/// one window within one segment of the mapping, using `buf`
+/// (`RESIDENT_MAX` pages), the victims chosen by `choice`. Returns
+/// `(window pages, pages stored)`: the caller moves past the window;
+/// `(0, 0)` if `first` could not be taken or the window could not go now.
 pub fn evict_window(
     sh: &Shared,
     first: usize,
     need: usize,
     buf: &mut [u8],
-    written: &Written,
+    choice: Choice<'_>,
 ) -> (usize, usize) {
     let ps = sh.page_size;
-    let n = sh.pages();
+    let n = match choice {
+        Choice::Clock(_) => sh.pages(),
+        Choice::All { end } => end.min(sh.pages()),
+    };
     let cap = RESIDENT_MAX.min(buf.len() / ps);
-    if need == 0 || cap == 0 || !sh.table.cas(first, RESIDENT, EVICTING) {
+    if need == 0 || cap == 0 || first >= n || !sh.table.cas(first, RESIDENT, EVICTING) {
         return (0, 0);
     }
     let mut role = [Role::Victim; WINDOW_MAX];
@@ -129,27 +149,27 @@ pub fn evict_window(
         {
             let q = first + len;
             let s = sh.table.state(q);
-            let r = match s {
-                RESIDENT => Role::Victim,
-                STORED | PROBATION => Role::Absent(s),
+            let r = match (s, choice) {
+                (RESIDENT, _) => Role::Victim,
+                (STORED | PROBATION, Choice::Clock(_)) => Role::Absent(s),
                 _ => break,
             };
             if !sh.table.cas(q, s, EVICTING) {
                 break;
             }
-            role[len] = match r {
-                Role::Victim
+            role[len] = match (r, choice) {
+                (Role::Victim, Choice::Clock(written))
                     if sh.table.set_flag(q, REFERENCED, false)
                         || written_this_epoch(sh, q, addr + len * ps, written) =>
                 {
                     spared += 1;
                     Role::Spared
                 }
-                Role::Victim => {
+                (Role::Victim, _) => {
                     victims += 1;
                     Role::Victim
                 }
-                other => other,
+                (other, _) => other,
             };
             len += 1;
         }
@@ -210,7 +230,9 @@ pub fn evict_window(
         return (0, 0);
     }
     zap(sh, first, len, addr);
-    Counters::bump(&sh.counters.window_zaps);
+    if let Choice::Clock(_) = choice {
+        Counters::bump(&sh.counters.window_zaps);
+    }
     for (k, &r) in role.iter().enumerate() {
         if let Role::Absent(_) = r {
             release(sh, first + k, r);

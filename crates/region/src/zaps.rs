@@ -25,8 +25,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// (its evictor and the threads calling hints).
 const SLOTS: usize = 64;
 
-/// Bits of a key for the run's length (runs are at most `evict::RUN`
-/// pages, a program's range can be anything: a longer one never matches).
+/// Bits of a key for the range's length (an eviction's is at most
+/// `window::WINDOW_MAX` pages, a program's can be anything: a longer one
+/// never matches).
 const LEN_BITS: u32 = 24;
 
 /// The registrations: 0 is a free slot.
