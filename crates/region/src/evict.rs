@@ -17,8 +17,8 @@
 //!    taken by the handler when it serves that event: the kernel counts an
 //!    event as read when `read(2)` returns it, which may be before the
 //!    handler gets to it in its batch, so the thread then waits for that
-//!    batch's events to be served: a program's drop of the same range, taken for
-//!    ours, leaves ours to flag the pages while they are held);
+//!    batch's events to be served: a program's drop of the same range,
+//!    taken for ours, leaves ours to flag the pages while they are held);
 //! 5. publish `STORED`/`PROBATION`: a fault from here finds the copy;
 //! 6. `UFFDIO_WAKE` the page: writers blocked in step 2 fault again, now as
 //!    missing, and get the stored copy with their write still to do.
@@ -127,10 +127,10 @@ pub(crate) fn zap(sh: &Shared, first: usize, pages: usize, addr: usize) -> bool 
         return false;
     }
     // The handler has read the event (`madvise` returned); the events of
-    // its batch are served before the pages are published. A program's drop of exactly
-    // this range, taken for ours, leaves ours to be served as the
-    // program's: it must flag the pages while they are held, not drop
-    // them once they are published and written again.
+    // its batch are served before the pages are published. A program's
+    // drop of exactly this range, taken for ours, leaves ours to be served
+    // as the program's: it must flag the pages while they are held, not
+    // drop them once they are published and written again.
     drop(sh.events.read().unwrap_or_else(|e| e.into_inner()));
     true
 }
