@@ -41,11 +41,11 @@ impl LimitCovers {
 }
 
 /// How often the evictor measures the process, in milliseconds.
-pub const EVERY_MS: u64 = 10;
+pub(crate) const EVERY_MS: u64 = 10;
 
 /// The region's share in pages: the limit less what lies outside, at
 /// least a quarter of the limit (and one page).
-pub fn share(limit_pages: u64, outside_pages: u64) -> u64 {
+pub(crate) fn share(limit_pages: u64, outside_pages: u64) -> u64 {
     limit_pages
         .saturating_sub(outside_pages)
         .max(limit_pages / 4)
@@ -56,7 +56,7 @@ pub fn share(limit_pages: u64, outside_pages: u64) -> u64 {
 /// this one), in bytes: `RssAnon + RssShmem + VmPTE` from its
 /// `/proc/PID/status`, read into the stack (the evictor's path allocates
 /// nothing for it). `None` if the process is gone.
-pub fn process_bytes(pid: Option<u32>) -> Option<u64> {
+pub(crate) fn process_bytes(pid: Option<u32>) -> Option<u64> {
     let mut buf = [0u8; 4096];
     let status = match pid {
         None => procfs::read(b"self/status", None, b"", &mut buf)?,
@@ -67,7 +67,7 @@ pub fn process_bytes(pid: Option<u32>) -> Option<u64> {
 
 /// `RssAnon + RssShmem + VmPTE` of a `/proc/PID/status` text, in bytes;
 /// `None` if `RssAnon` is missing.
-pub fn charged_bytes(status: &[u8]) -> Option<u64> {
+pub(crate) fn charged_bytes(status: &[u8]) -> Option<u64> {
     let mut anon = None;
     let mut rest = 0;
     for line in status.split(|&b| b == b'\n') {

@@ -28,7 +28,7 @@ fn lock(addr: *const u8, len: usize) {
 
 /// Anonymous memory of whole pages, populated and locked, unmapped on drop.
 #[derive(Debug)]
-pub struct LockedBuf {
+pub(crate) struct LockedBuf {
     ptr: *mut u8,
     len: usize,
 }
@@ -46,7 +46,7 @@ const MLOCK_ONFAULT: libc::c_uint = 1;
 impl LockedBuf {
     /// `len` bytes (a multiple of the page size, above 0), populated and
     /// locked now.
-    pub fn new(len: usize) -> std::io::Result<LockedBuf> {
+    pub(crate) fn new(len: usize) -> std::io::Result<LockedBuf> {
         let buf = LockedBuf::map(len, libc::MAP_POPULATE)?;
         lock(buf.ptr, len);
         Ok(buf)
@@ -57,7 +57,7 @@ impl LockedBuf {
     /// (`mlock2(MLOCK_ONFAULT)`), so once written it stays resident. Where
     /// the kernel has no `MLOCK_ONFAULT`, populated and locked now, as
     /// [`LockedBuf::new`].
-    pub fn on_fault(len: usize) -> std::io::Result<LockedBuf> {
+    pub(crate) fn on_fault(len: usize) -> std::io::Result<LockedBuf> {
         let buf = LockedBuf::map(len, 0)?;
         // SAFETY: mlock2 only changes how the mapping just made is paged;
         // a refusal is an error return.
@@ -97,12 +97,12 @@ impl LockedBuf {
     }
 
     /// The first byte.
-    pub fn ptr(&self) -> *mut u8 {
+    pub(crate) fn ptr(&self) -> *mut u8 {
         self.ptr
     }
 
     /// The bytes.
-    pub fn bytes(&mut self) -> &mut [u8] {
+    pub(crate) fn bytes(&mut self) -> &mut [u8] {
         // SAFETY: the mapping is ours, `len` bytes, and `&mut self` makes
         // this the only view.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
@@ -117,14 +117,14 @@ impl Drop for LockedBuf {
 }
 
 /// Locks the memory of `value` (a worker's state, boxed at start).
-pub fn lock_memory<T>(value: &T) {
+pub(crate) fn lock_memory<T>(value: &T) {
     lock((value as *const T).cast(), std::mem::size_of::<T>());
 }
 
 /// Locks the calling thread's stack from a little above the current frame
 /// down by `below` bytes (the worker threads run with stacks of known
 /// size, and lock what their loops use).
-pub fn lock_stack(below: usize) {
+pub(crate) fn lock_stack(below: usize) {
     let marker = 0u8;
     let here = std::ptr::addr_of!(marker) as usize;
     let page = 4096;

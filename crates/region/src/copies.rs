@@ -26,7 +26,7 @@ const FREE: u32 = 0;
 
 /// The threads copying now.
 #[derive(Debug)]
-pub struct Copies {
+pub(crate) struct Copies {
     slots: [AtomicU32; SLOTS],
 }
 
@@ -40,7 +40,7 @@ impl Default for Copies {
 
 /// A copy in flight; its slot is freed when it is dropped.
 #[must_use]
-pub struct Copy<'a> {
+pub(crate) struct Copy<'a> {
     slot: &'a AtomicU32,
 }
 
@@ -51,7 +51,7 @@ impl Drop for Copy<'_> {
 }
 
 /// The calling thread's id (`gettid`), read once per thread.
-pub fn this_thread() -> u32 {
+pub(crate) fn this_thread() -> u32 {
     thread_local! {
         static TID: u32 = {
             // SAFETY: `gettid` takes no argument and cannot fail.
@@ -64,7 +64,7 @@ pub fn this_thread() -> u32 {
 impl Copies {
     /// Registers the calling thread as copying until the guard is dropped
     /// (waiting for a free slot if every one is taken).
-    pub fn begin(&self) -> Copy<'_> {
+    pub(crate) fn begin(&self) -> Copy<'_> {
         let me = this_thread();
         loop {
             for s in &self.slots {
@@ -79,7 +79,7 @@ impl Copies {
     }
 
     /// Whether thread `tid` is copying now.
-    pub fn by(&self, tid: u32) -> bool {
+    pub(crate) fn by(&self, tid: u32) -> bool {
         tid != FREE && self.slots.iter().any(|s| s.load(Ordering::SeqCst) == tid)
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 /// The ring.
 #[derive(Debug)]
-pub struct Discards {
+pub(crate) struct Discards {
     slots: Box<[AtomicU32]>,
     head: AtomicUsize,
     tail: AtomicUsize,
@@ -21,7 +21,7 @@ pub struct Discards {
 
 impl Discards {
     /// A ring of `cap` entries (a power of two).
-    pub fn new(cap: usize) -> Discards {
+    pub(crate) fn new(cap: usize) -> Discards {
         let cap = cap.next_power_of_two();
         Discards {
             slots: (0..cap).map(|_| AtomicU32::new(0)).collect(),
@@ -34,7 +34,7 @@ impl Discards {
     /// Queues page `p`; false if the ring is full (the caller frees the
     /// slot itself). Any thread may push: the fault handler, a hint caller,
     /// a thread serving its own fault.
-    pub fn push(&self, p: usize) -> bool {
+    pub(crate) fn push(&self, p: usize) -> bool {
         let cap = self.slots.len();
         let tail = loop {
             // `head` first: it never passes a `tail` read after it.
@@ -60,21 +60,21 @@ impl Discards {
     }
 
     /// Entries queued.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         // `head` first: it never passes a `tail` read after it.
         let head = self.head.load(Ordering::Acquire);
         self.tail.load(Ordering::Acquire) - head
     }
 
     /// Whether at least half full.
-    pub fn half_full(&self) -> bool {
+    pub(crate) fn half_full(&self) -> bool {
         2 * self.len() >= self.slots.len()
     }
 
     /// Takes every queued page, one at a time, to `f` (one consumer at a
     /// time); stops early at an entry a producer reserved and has not
     /// written yet (the next drain takes it).
-    pub fn drain(&self, mut f: impl FnMut(usize)) {
+    pub(crate) fn drain(&self, mut f: impl FnMut(usize)) {
         let _one = self.consumer.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             let head = self.head.load(Ordering::Relaxed);

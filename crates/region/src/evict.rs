@@ -29,7 +29,9 @@
 //! handler thread, in its list of waiting faults).
 //!
 //! A write-protect fault seen while the page is `EVICTING`, `STORED` or in
-//! probation is left to step 6.
+//! probation is left to step 6; one on a page found `RESIDENT` meets a
+//! protection an abandoned eviction left, which `fault` takes away while it
+//! holds the page, so that it cannot be a later eviction's.
 //!
 //! The program may drop or unmap a page while a thread holds it
 //! `EVICTING`. The handler then only flags the page (`REMOVED`,
@@ -139,7 +141,7 @@ pub(crate) fn zap(sh: &Shared, first: usize, pages: usize, addr: usize) -> bool 
 /// its raw copy kept in a probation slot. False if the page was not
 /// resident, was taken by another thread, no slot was free, or it could not
 /// go now.
-pub fn probe(sh: &Shared, p: usize) -> bool {
+pub(crate) fn probe(sh: &Shared, p: usize) -> bool {
     let ps = sh.page_size;
     if !sh.table.cas(p, RESIDENT, EVICTING) {
         return false;
@@ -189,7 +191,7 @@ pub fn probe(sh: &Shared, p: usize) -> bool {
 
 /// What bringing a page back did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BringIn {
+pub(crate) enum BringIn {
     /// Mapped (and the waiting threads woken).
     Done,
     /// Already mapped: only woken.
@@ -203,7 +205,7 @@ pub enum BringIn {
 /// (`StoreFaultTime`): a clock read costs tens of nanoseconds on most
 /// machines, but microseconds in a guest whose clock is an emulated device
 /// (the HPET under TCG), and a fault would need four.
-pub const SPLIT_EVERY: u64 = 8;
+pub(crate) const SPLIT_EVERY: u64 = 8;
 
 /// Zeros to copy in for a write fault on a page never written (the largest
 /// page size Linux has on the architectures zmem builds for).
@@ -217,7 +219,7 @@ static ZEROS: [u8; 65536] = [0; 65536];
 /// `holders_copy`: the fault is an evicting thread's copy (`copies`), the
 /// only fault served on a page held `EVICTING`. Never allocates beyond the
 /// store's own read.
-pub fn bring_in(
+pub(crate) fn bring_in(
     sh: &Shared,
     p: usize,
     addr: usize,
@@ -421,7 +423,7 @@ fn unaccount(sh: &Shared, p: usize, kind: Option<&AtomicU64>) {
 /// flagged, for its holder to drop (the holder may be waiting on the
 /// handler, which calls this); a load (CPU work only, never waiting on the
 /// caller) is waited out. Returns whether the page held data.
-pub fn drop_page(sh: &Shared, p: usize, to: u8) -> bool {
+pub(crate) fn drop_page(sh: &Shared, p: usize, to: u8) -> bool {
     loop {
         let s = sh.table.state(p);
         match s {
@@ -468,7 +470,7 @@ pub fn drop_page(sh: &Shared, p: usize, to: u8) -> bool {
 
 /// Drops page `p` as the program asked while this thread held it
 /// `EVICTING` (see the module's comment), now that the thread has let go.
-pub fn settle_removed(sh: &Shared, p: usize) {
+pub(crate) fn settle_removed(sh: &Shared, p: usize) {
     let f = sh.table.take_flags(p, REMOVED | UNMAPPED);
     if f & UNMAPPED != 0 {
         drop_page(sh, p, GONE);
@@ -479,7 +481,7 @@ pub fn settle_removed(sh: &Shared, p: usize) {
 
 /// Compresses probation page `p` (no mapping to drop: it already is)
 /// into the store. False if it was not in probation or the store refused.
-pub fn settle_probation(sh: &Shared, p: usize) -> bool {
+pub(crate) fn settle_probation(sh: &Shared, p: usize) -> bool {
     if !sh.table.cas(p, PROBATION, EVICTING) {
         return false;
     }
@@ -503,7 +505,7 @@ pub fn settle_probation(sh: &Shared, p: usize) -> bool {
 /// Frees the store slots of pages brought back (queued by the handler):
 /// each page is held while its slot is freed, and a page stored again
 /// meanwhile (its slot holds the new copy) is passed over.
-pub fn drain_discards(sh: &Shared) {
+pub(crate) fn drain_discards(sh: &Shared) {
     sh.discards.drain(|p| loop {
         let s = sh.table.state(p);
         match s {

@@ -52,20 +52,20 @@ use crate::window::{self, evict_window, Choice};
 
 /// Pages evicted below the limit at each wake-up: a batch, so the handler
 /// does not wake the evictor for every fault.
-pub fn batch(sh: &Shared) -> u64 {
+pub(crate) fn batch(sh: &Shared) -> u64 {
     (sh.limit_pages() / 32).clamp(1, 64)
 }
 
 /// Whether the evictor should make room: the resident pages are within
 /// half a batch of the limit, and the region has more pages than the limit
 /// (otherwise everything fits).
-pub fn needs_room(sh: &Shared) -> bool {
+pub(crate) fn needs_room(sh: &Shared) -> bool {
     (sh.pages() as u64) > sh.limit_pages()
         && sh.resident.load(Ordering::Relaxed) + batch(sh) / 2 >= sh.limit_pages()
 }
 
 /// The thread's body.
-pub fn run(sh: Arc<Shared>) {
+pub(crate) fn run(sh: Arc<Shared>) {
     lock_stack(64 * 1024);
     sh.follow.evictor_started();
     let Ok(mut buf) = LockedBuf::new(window::RESIDENT_MAX * sh.page_size) else {
@@ -313,7 +313,7 @@ fn compact_if_fragmented(sh: &Shared) {
 }
 
 /// Evicts pages `first..end` now (probation pages too); returns how many.
-pub fn cold(sh: &Shared, first: usize, end: usize) -> usize {
+pub(crate) fn cold(sh: &Shared, first: usize, end: usize) -> usize {
     let Ok(mut buf) = LockedBuf::new(window::RESIDENT_MAX * sh.page_size) else {
         return 0;
     };
@@ -353,7 +353,7 @@ pub fn cold(sh: &Shared, first: usize, end: usize) -> usize {
 /// Brings the stored and probation pages of `first..end` back, as far as
 /// the limit allows; marks every resident one referenced now when `hot`.
 /// Returns the pages brought back.
-pub fn willneed(sh: &Shared, first: usize, end: usize, hot: bool) -> usize {
+pub(crate) fn willneed(sh: &Shared, first: usize, end: usize, hot: bool) -> usize {
     let Ok(mut buf) = LockedBuf::new(sh.page_size) else {
         return 0;
     };

@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use crate::procfs;
 
 /// How often the handler looks at whom it served.
-pub const PERIOD_NS: u64 = 10_000_000;
+pub(crate) const PERIOD_NS: u64 = 10_000_000;
 
 /// Faults a period needs before it moves the handler.
 const MIN_FAULTS: u32 = 16;
@@ -59,10 +59,10 @@ const MIN_FAULTS: u32 = 16;
 const TRACKED: usize = 8;
 
 /// How long the handler stays on a followed CPU without a fault.
-pub const QUIET_NS: u64 = 20_000_000;
+pub(crate) const QUIET_NS: u64 = 20_000_000;
 
 /// How often the evictor checks a pinned handler, in milliseconds.
-pub const WATCH_MS: u64 = 2;
+pub(crate) const WATCH_MS: u64 = 2;
 
 /// How long following stops after the evictor found the handler starved
 /// or the followed thread waited for its CPU; doubled for each time in a
@@ -93,7 +93,7 @@ const STUCK_NS: u64 = 8_000_000;
 
 /// What the handler and the evictor share about the handler's placement.
 #[derive(Debug, Default)]
-pub struct FollowState {
+pub(crate) struct FollowState {
     /// The handler's thread id (0 before it starts).
     tid: AtomicI32,
     /// The evictor's, kept off a followed CPU (0 before it starts).
@@ -119,23 +119,23 @@ pub struct FollowState {
 
 impl FollowState {
     /// Whether the handler is pinned (the evictor then watches it).
-    pub fn pinned(&self) -> bool {
+    pub(crate) fn pinned(&self) -> bool {
         self.pinned.load(Ordering::Acquire)
     }
 
     /// Whether the handler follows faulting threads (asked for, more than
     /// one CPU allowed, and `SCHED_IDLE` can be left).
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.enabled.load(Ordering::Acquire)
     }
 
     /// Times the evictor found the handler starved.
-    pub fn rescues(&self) -> u64 {
+    pub(crate) fn rescues(&self) -> u64 {
         self.rescues.load(Ordering::Relaxed)
     }
 
     /// Names the calling thread as the evictor.
-    pub fn evictor_started(&self) {
+    pub(crate) fn evictor_started(&self) {
         // SAFETY: gettid has no arguments.
         self.evictor_tid
             .store(unsafe { libc::gettid() }, Ordering::Release);
@@ -143,17 +143,17 @@ impl FollowState {
 
     /// The handler begins serving what it read, at `now` (ns on the
     /// region's clock).
-    pub fn busy(&self, now: u64) {
+    pub(crate) fn busy(&self, now: u64) {
         self.busy_since.store(now + 1, Ordering::Relaxed);
     }
 
     /// The handler has served what it read.
-    pub fn done(&self) {
+    pub(crate) fn done(&self) {
         self.busy_since.store(0, Ordering::Relaxed);
     }
 
     /// Counts one wake-up of the handler.
-    pub fn woke(&self) {
+    pub(crate) fn woke(&self) {
         self.wakes.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -166,7 +166,7 @@ impl FollowState {
     /// `SCHED_IDLE` thread can be preempted in the middle). Then its policy
     /// goes back to `SCHED_OTHER` (its affinity it restores itself, once it
     /// runs).
-    pub fn watch(&self, pending: bool, now: u64) {
+    pub(crate) fn watch(&self, pending: bool, now: u64) {
         let wakes = self.wakes.load(Ordering::Relaxed);
         let streak = if pending {
             self.pending_checks.fetch_add(1, Ordering::Relaxed) + 1
@@ -200,7 +200,7 @@ impl FollowState {
 }
 
 /// The handler's placement.
-pub struct Follow {
+pub(crate) struct Follow {
     enabled: bool,
     /// The CPUs the handler started with, restored when it stops following.
     start_mask: libc::cpu_set_t,
@@ -241,7 +241,7 @@ impl Follow {
     /// Placement for the calling thread (the handler); `enabled` false
     /// leaves it wherever the scheduler puts it, and so does a thread
     /// allowed on one CPU only or unable to leave `SCHED_IDLE`.
-    pub fn new(enabled: bool, now: u64, state: &FollowState) -> Follow {
+    pub(crate) fn new(enabled: bool, now: u64, state: &FollowState) -> Follow {
         // SAFETY: gettid has no arguments.
         state
             .tid
@@ -285,23 +285,23 @@ impl Follow {
 
     /// Whether the handler sits on a followed thread's CPU (and so must
     /// not poll).
-    pub fn pinned(&self) -> bool {
+    pub(crate) fn pinned(&self) -> bool {
         self.pinned.is_some()
     }
 
     /// Times the handler left a followed CPU because the thread it followed
     /// waited for that CPU.
-    pub fn contended(&self) -> u64 {
+    pub(crate) fn contended(&self) -> u64 {
         self.contended
     }
 
     /// Times the handler moved (to a thread's CPU or back).
-    pub fn moves(&self) -> u64 {
+    pub(crate) fn moves(&self) -> u64 {
         self.moves
     }
 
     /// Counts a fault from thread `tid` (0: not known) at `now`.
-    pub fn fault(&mut self, tid: u32, now: u64) {
+    pub(crate) fn fault(&mut self, tid: u32, now: u64) {
         if !self.enabled || tid == 0 {
             return;
         }
@@ -318,7 +318,7 @@ impl Follow {
     /// After a wake-up at `now`: takes back a rescue, leaves a CPU gone
     /// quiet, and at the end of a period moves the handler if the faults
     /// say so.
-    pub fn tick(&mut self, now: u64, state: &FollowState) {
+    pub(crate) fn tick(&mut self, now: u64, state: &FollowState) {
         if !self.enabled {
             return;
         }
@@ -432,7 +432,7 @@ impl Follow {
 
     /// How long the handler may sleep before it should look again: while
     /// pinned, until the CPU would count as quiet; else for good.
-    pub fn sleep_ns(&self, now: u64) -> Option<u64> {
+    pub(crate) fn sleep_ns(&self, now: u64) -> Option<u64> {
         self.pinned
             .map(|_| (self.last_fault + QUIET_NS).saturating_sub(now).max(1))
     }
@@ -526,7 +526,7 @@ fn pin_to(cpu: usize) -> bool {
 
 /// The CPU thread `tid` of this process last ran on: field 39 of
 /// `/proc/self/task/TID/stat`, read into the stack.
-pub fn cpu_of(tid: u32) -> Option<usize> {
+pub(crate) fn cpu_of(tid: u32) -> Option<usize> {
     let mut buf = [0u8; 1024];
     stat_cpu(procfs::read(b"self/task/", Some(tid), b"/stat", &mut buf)?)
 }
@@ -534,7 +534,7 @@ pub fn cpu_of(tid: u32) -> Option<usize> {
 /// The machine's busy time (the first line of `/proc/stat`: every state
 /// but idle and iowait) and this process's (`utime + stime` of
 /// `/proc/self/stat`), in clock ticks.
-pub fn machine_ticks() -> Option<(u64, u64)> {
+pub(crate) fn machine_ticks() -> Option<(u64, u64)> {
     let mut buf = [0u8; 256];
     let line = procfs::read(b"stat", None, b"", &mut buf)?;
     let line = line.split(|&b| b == b'\n').next()?;
@@ -566,7 +566,7 @@ pub fn machine_ticks() -> Option<(u64, u64)> {
 
 /// A thread's times from its `schedstat`, in ns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Times {
+pub(crate) struct Times {
     /// On a CPU.
     pub ran: u64,
     /// Runnable, waiting for a CPU.
@@ -575,7 +575,7 @@ pub struct Times {
 
 /// Thread `tid`'s times: the first two fields of
 /// `/proc/self/task/TID/schedstat`.
-pub fn sched_times(tid: u32) -> Option<Times> {
+pub(crate) fn sched_times(tid: u32) -> Option<Times> {
     let mut buf = [0u8; 128];
     let line = procfs::read(b"self/task/", Some(tid), b"/schedstat", &mut buf)?;
     // Each field is read up to its first non-digit (the last ends in a
@@ -593,7 +593,7 @@ pub fn sched_times(tid: u32) -> Option<Times> {
 /// Field 39 (`processor`) of a `/proc/.../stat` line. The command name
 /// (field 2) is in parentheses and may hold spaces and parentheses, so
 /// fields are counted from the last `)`.
-pub fn stat_cpu(line: &[u8]) -> Option<usize> {
+pub(crate) fn stat_cpu(line: &[u8]) -> Option<usize> {
     let close = line.iter().rposition(|&b| b == b')')?;
     // After ") " comes field 3 (state); processor is 36 fields further.
     let field = line[close + 1..]

@@ -72,7 +72,10 @@ fn list() -> &'static mut Vec<Weak<Shared>> {
 /// waits for it, so no thread of the parent holds the region's list of
 /// threads at the instant of the fork (the child's rebuild takes it). If
 /// `start` fails the region leaves the registry.
-pub fn register<E>(sh: &Arc<Shared>, start: impl FnOnce() -> Result<(), E>) -> Result<(), E> {
+pub(crate) fn register<E>(
+    sh: &Arc<Shared>,
+    start: impl FnOnce() -> Result<(), E>,
+) -> Result<(), E> {
     INSTALL.call_once(|| {
         // SAFETY: three `extern "C"` functions that live for the program.
         unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
@@ -89,7 +92,7 @@ pub fn register<E>(sh: &Arc<Shared>, start: impl FnOnce() -> Result<(), E>) -> R
 
 /// Takes a region out of the registry and runs `stop` (which stops its
 /// threads) with the registry locked, as `register` starts them.
-pub fn unregister(sh: &Shared, stop: impl FnOnce()) {
+pub(crate) fn unregister(sh: &Shared, stop: impl FnOnce()) {
     lock();
     remove(sh);
     stop();

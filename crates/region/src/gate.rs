@@ -20,7 +20,7 @@ use std::time::Duration;
 
 /// A side of the gate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Side {
+pub(crate) enum Side {
     /// The evictor thread and hint callers.
     Evict,
     /// The fault handler, and threads serving their own faults.
@@ -29,7 +29,7 @@ pub enum Side {
 
 /// The gate.
 #[derive(Debug, Default)]
-pub struct Gate {
+pub(crate) struct Gate {
     frozen: [AtomicBool; 2],
     busy: [AtomicUsize; 2],
 }
@@ -57,7 +57,7 @@ fn nap() {
 
 impl Gate {
     /// Starts a unit of work on `side`, waiting while it is frozen.
-    pub fn enter(&self, side: Side) {
+    pub(crate) fn enter(&self, side: Side) {
         let i = ix(side);
         loop {
             // Counted first, then the flag looked at; `freeze` sets the
@@ -75,13 +75,13 @@ impl Gate {
     }
 
     /// Ends a unit of work on `side`.
-    pub fn leave(&self, side: Side) {
+    pub(crate) fn leave(&self, side: Side) {
         self.busy[ix(side)].fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Freezes the evicting side, then the fault side, each after its
     /// units in progress end.
-    pub fn freeze(&self) {
+    pub(crate) fn freeze(&self) {
         for side in [Side::Evict, Side::Handler] {
             let i = ix(side);
             self.frozen[i].store(true, Ordering::SeqCst);
@@ -92,7 +92,7 @@ impl Gate {
     }
 
     /// Lets both sides run again (in the parent).
-    pub fn thaw(&self) {
+    pub(crate) fn thaw(&self) {
         for f in &self.frozen {
             f.store(false, Ordering::SeqCst);
         }
@@ -100,7 +100,7 @@ impl Gate {
 
     /// In a forked child: no thread of the parent's is inside (only the
     /// forking thread was copied, and it was not), and both sides run.
-    pub fn reset(&self) {
+    pub(crate) fn reset(&self) {
         for b in &self.busy {
             b.store(0, Ordering::SeqCst);
         }

@@ -1,11 +1,9 @@
 //! The fault handler thread: reads the userfaultfd and serves each message.
 //!
-//! - a missing fault: the page comes back from where it is (zero page,
-//!   store, probation slot; `evict::bring_in`). At the resident limit the
-//!   fault waits (the thread stays blocked) until the evictor makes room,
-//!   at most 5 ms, then is served over the limit rather than hang;
-//! - a write-protect fault: left to the eviction in progress (it wakes the
-//!   writer after dropping the page), or, stale, unprotected and woken;
+//! - a fault (missing or write-protect): served by the rule both fault
+//!   services share (`fault`); one that must wait (for room under the
+//!   limit, for the page's holder) stays blocked in the kernel and waits
+//!   in this thread's list;
 //! - remove (the program's `madvise(DONTNEED|FREE)`): the pages read as
 //!   zeros after, their copies freed; the region's own eviction zaps are
 //!   recognised by their exact range (`zaps`) and passed over;
@@ -18,7 +16,8 @@
 //! in one batch were concurrent in the program, and the page reading as
 //! dropped is one of their two orders; an evicting thread whose zap the
 //! batch read waits for the lock, so it no longer waits for the batch's
-//! faults (in a TCG guest, 300 µs a zap on average).
+//! faults (BENCHMARKS.md, "`zmem run` against the kernel's zram", where
+//! the evictor's time goes).
 //!
 //! A fault that cannot be served now (`EAGAIN`: an event is still unread;
 //! another thread holds the page) waits in a fixed list and is tried again
@@ -41,15 +40,15 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::buf::{lock_memory, lock_stack, LockedBuf};
-use crate::evict::{bring_in, drop_page, BringIn};
+use crate::evict::drop_page;
+use crate::fault::{self, Missing, Outcome, Service};
 use crate::follow::Follow;
 use crate::gate::Side;
-use crate::shared::{drain, kick, wake_evictor, Shared};
+use crate::shared::{drain, kick, Shared};
 use crate::stats::Counters;
-use crate::table::{EVICTING, GONE, PROBATION, RESIDENT, STORED, UNTOUCHED};
+use crate::table::{EVICTING, GONE, UNTOUCHED};
 use crate::uffd::{
     Msg, EVENT_PAGEFAULT, EVENT_REMAP, EVENT_REMOVE, EVENT_UNMAP, FLAG_WP, FLAG_WRITE,
 };
@@ -57,10 +56,6 @@ use crate::uffd::{
 /// Faults that can wait at once (more than the threads of most programs;
 /// beyond it a fault is woken to fault again).
 const WAITING: usize = 1024;
-
-/// How long a fault waits for room under the limit before it is served
-/// over it.
-const LIMIT_WAIT_NS: u64 = 5_000_000;
 
 /// A fault put off: its address, when it first arrived, its kind and its
 /// thread.
@@ -82,11 +77,10 @@ struct Handler {
     /// The waiting faults being tried again (a copy of the first `n`).
     retrying: [Waiting; WAITING],
     follow: Follow,
-    epoch: Instant,
 }
 
 /// The thread's body.
-pub fn run(sh: Arc<Shared>) {
+pub(crate) fn run(sh: Arc<Shared>) {
     // The handler's own state (about 50 KiB of fixed arrays) is boxed
     // below; the stack holds only the call frames of serving a fault.
     lock_stack(64 * 1024);
@@ -111,7 +105,6 @@ pub fn run(sh: Arc<Shared>) {
         nwaiting: 0,
         retrying: [Waiting::default(); WAITING],
         follow,
-        epoch: Instant::now(),
     });
     lock_memory(&*h);
     h.main();
@@ -119,7 +112,7 @@ pub fn run(sh: Arc<Shared>) {
 
 impl Handler {
     fn now_ns(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
+        fault::now_ns(&self.sh)
     }
 
     fn main(&mut self) {
@@ -205,8 +198,8 @@ impl Handler {
     /// passed since the last message, serving what comes. A thread asleep
     /// in `ppoll` costs the next fault a wake-up of the handler's CPU,
     /// which on a virtual machine whose idle CPUs halt is a VM exit and an
-    /// interrupt (measured: 20-25 µs for a store fault at p50 sleeping,
-    /// 14-16 µs polling). Not while faults wait for room: the evictor
+    /// interrupt (BENCHMARKS.md, "A region's faults and cold policy", the
+    /// handler's poll). Not while faults wait for room: the evictor
     /// needs the CPU then; nor on a followed thread's CPU, which the
     /// thread needs. False when the region is stopping.
     fn poll(&mut self) -> bool {
@@ -274,12 +267,9 @@ impl Handler {
             }
             total += n;
             // One clock read for the batch: its faults' start, and the
-            // follower's busy mark (on the region's epoch).
-            let now = Instant::now();
-            let start = now.duration_since(self.epoch).as_nanos() as u64;
-            self.sh
-                .follow
-                .busy(now.duration_since(self.sh.started).as_nanos() as u64);
+            // follower's busy mark (both on the region's clock).
+            let start = fault::now_ns(&self.sh);
+            self.sh.follow.busy(start);
             for i in 0..n {
                 let m = self.msgs[i];
                 if m.event != EVENT_PAGEFAULT {
@@ -367,7 +357,7 @@ impl Handler {
         }
     }
 
-    /// A write to a write-protected page.
+    /// A write to a write-protected page (the rule: `fault`).
     fn write_protect_fault(&mut self, addr: usize) {
         let sh = &self.sh;
         let ps = sh.page_size;
@@ -376,16 +366,14 @@ impl Handler {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .page_of(addr);
-        let state = page.map(|p| sh.table.state(p));
-        match state {
-            // The eviction in progress wakes the writer after the zap.
-            Some(EVICTING) | Some(STORED) | Some(PROBATION) => {}
-            Some(RESIDENT) => {
-                let _ = sh.uffd().write_protect(addr, ps, false);
-            }
-            _ => {
-                let _ = sh.uffd().wake(addr, ps);
-            }
+        let outcome = match page {
+            Some(p) => fault::write_protected(sh, p, addr, Service::HandlerThread),
+            None => Outcome::Turn,
+        };
+        if outcome == Outcome::Turn {
+            // The writer faults again, and its fault comes back as a
+            // message.
+            let _ = sh.uffd().wake(addr, ps);
         }
     }
 
@@ -394,7 +382,6 @@ impl Handler {
         let Waiting {
             addr, since, write, ..
         } = f;
-        let start = since;
         let sh = Arc::clone(&self.sh);
         let ps = sh.page_size;
         let page = sh
@@ -413,35 +400,26 @@ impl Handler {
             }
             return;
         };
-        let state = sh.table.state(p);
-        let maps = state == UNTOUCHED || state == STORED || state == PROBATION;
-        if maps && sh.at_limit() {
-            wake_evictor(&sh);
-            if self.now_ns().saturating_sub(since) < LIMIT_WAIT_NS {
-                self.put_off(f, first);
-                return;
-            }
-        }
         // Only a page held `EVICTING` asks whose fault it is.
-        let holders_copy = state == EVICTING && sh.copies.by(f.tid);
-        match bring_in(&sh, p, addr, self.buf.bytes(), true, write, holders_copy) {
-            BringIn::Done | BringIn::AlreadyThere => {
-                if maps && sh.resident.load(Ordering::Relaxed) > sh.limit_pages() {
-                    Counters::bump(&sh.counters.over_limit);
-                }
-                sh.counters.latency.record(self.now_ns() - start);
-                if crate::evictor::needs_room(&sh) || sh.discards.half_full() {
-                    wake_evictor(&sh);
-                }
-            }
-            BringIn::Later => self.put_off(f, first),
+        let holders_copy = sh.table.state(p) == EVICTING && sh.copies.by(f.tid);
+        let m = Missing {
+            page: p,
+            addr,
+            write,
+            since,
+            first,
+            holders_copy,
+        };
+        match fault::missing(&sh, m, self.buf.bytes(), Service::HandlerThread) {
+            Outcome::Served | Outcome::LeftToHolder => {}
+            // Tried again after the next read, or when the evictor makes
+            // room (it kicks the handler's eventfd).
+            Outcome::Turn | Outcome::Room { .. } => self.put_off(f),
         }
     }
 
-    fn put_off(&mut self, f: Waiting, first: bool) {
-        if first {
-            Counters::bump(&self.sh.counters.deferred);
-        }
+    /// Keeps fault `f` in the list of waiting faults (counted by `fault`).
+    fn put_off(&mut self, f: Waiting) {
         if self.nwaiting == WAITING {
             // No room: the thread faults again and comes back as a message.
             let _ = self.sh.uffd().wake(f.addr, self.sh.page_size);

@@ -6,7 +6,7 @@
 //! back.
 //!
 //! The crate is a tower (docs/design.md, "region, floor by floor"):
-//! - [`mod@error`], [`uffd`], [`stats`], [`controller`], `table`,
+//! - [`mod@error`], `uffd`, [`stats`], [`controller`], `table`,
 //!   `mapping`, `buf`, `gate`, `discards`, `procfs`: the error; the raw
 //!   userfaultfd calls; the counters and their JSON; the promotion-rate
 //!   controller (pure); the page states; page addresses; locked worker
@@ -19,6 +19,7 @@
 //! - `evict`, `window`: the race-free eviction and bring-back sequences;
 //!   eviction under the limit by windows (one zap for scattered victims);
 //! - `follow`: which CPU the fault thread runs on;
+//! - `fault`: the one rule for serving a fault, whichever thread serves it;
 //! - `handler`, `evictor`, `signal`: the fault thread; the eviction thread
 //!   and the hints; faults served in the faulting thread (`SIGBUS`);
 //! - `workers`, `fork`, `wake_cost`: starting and stopping the threads;
@@ -33,6 +34,8 @@
 //! allocations; it asks [`in_own_code`] so the region's own requests never
 //! land in a region.
 
+#![warn(unreachable_pub)]
+
 mod budget;
 mod buf;
 mod config;
@@ -42,6 +45,7 @@ mod discards;
 pub mod error;
 mod evict;
 mod evictor;
+mod fault;
 mod follow;
 mod fork;
 mod gate;
@@ -56,7 +60,7 @@ mod signal;
 mod soft_dirty;
 pub mod stats;
 mod table;
-pub mod uffd;
+mod uffd;
 mod wake_cost;
 mod window;
 mod workers;
@@ -70,4 +74,4 @@ pub use error::RegionError;
 pub use own::{in_own_code, OwnCode};
 pub use region::{page_size, Region};
 pub use stats::RegionStats;
-pub use uffd::{UffdMode, UffdOpen};
+pub use uffd::{probe as probe_userfaultfd, UffdMode, UffdOpen};

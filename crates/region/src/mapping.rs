@@ -8,7 +8,7 @@
 
 /// A run of pages at one address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Segment {
+pub(crate) struct Segment {
     /// Address of the first page.
     pub addr: usize,
     /// Bytes.
@@ -19,14 +19,14 @@ pub struct Segment {
 
 /// The region's segments.
 #[derive(Clone, Debug)]
-pub struct Mapping {
+pub(crate) struct Mapping {
     page_size: usize,
     segs: Vec<Segment>,
 }
 
 impl Mapping {
     /// One segment of `len` bytes at `addr`.
-    pub fn new(addr: usize, len: usize, page_size: usize) -> Mapping {
+    pub(crate) fn new(addr: usize, len: usize, page_size: usize) -> Mapping {
         let mut segs = Vec::with_capacity(16);
         segs.push(Segment {
             addr,
@@ -37,12 +37,12 @@ impl Mapping {
     }
 
     /// The segments.
-    pub fn segments(&self) -> &[Segment] {
+    pub(crate) fn segments(&self) -> &[Segment] {
         &self.segs
     }
 
     /// The page at `addr`, if it is one of the region's.
-    pub fn page_of(&self, addr: usize) -> Option<usize> {
+    pub(crate) fn page_of(&self, addr: usize) -> Option<usize> {
         self.segs
             .iter()
             .find(|s| addr >= s.addr && addr < s.addr + s.len)
@@ -50,7 +50,7 @@ impl Mapping {
     }
 
     /// The address of page `p`, if it is still mapped.
-    pub fn addr_of(&self, p: usize) -> Option<usize> {
+    pub(crate) fn addr_of(&self, p: usize) -> Option<usize> {
         let ps = self.page_size;
         self.segs
             .iter()
@@ -60,7 +60,7 @@ impl Mapping {
 
     /// Takes `[start, end)` out, returning the pieces removed (their own
     /// page numbering kept).
-    pub fn cut(&mut self, start: usize, end: usize) -> Vec<Segment> {
+    pub(crate) fn cut(&mut self, start: usize, end: usize) -> Vec<Segment> {
         let ps = self.page_size;
         let mut kept = Vec::with_capacity(self.segs.len() + 2);
         let mut cut = Vec::new();
@@ -96,7 +96,7 @@ impl Mapping {
     }
 
     /// Follows an mremap of `[from, from + len)` to `to`.
-    pub fn remap(&mut self, from: usize, to: usize, len: usize) {
+    pub(crate) fn remap(&mut self, from: usize, to: usize, len: usize) {
         let moved = self.cut(from, from + len);
         for m in moved {
             self.segs.push(Segment {

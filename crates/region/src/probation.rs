@@ -17,7 +17,7 @@ const FREE: u32 = u32::MAX;
 
 /// The slab.
 #[derive(Debug)]
-pub struct Probation {
+pub(crate) struct Probation {
     mem: Option<LockedBuf>,
     page_size: usize,
     owner: Box<[AtomicU32]>,
@@ -27,7 +27,7 @@ pub struct Probation {
 
 impl Probation {
     /// `slots` slots of `page_size` bytes (none: probation off).
-    pub fn new(slots: usize, page_size: usize) -> std::io::Result<Probation> {
+    pub(crate) fn new(slots: usize, page_size: usize) -> std::io::Result<Probation> {
         // Locked as slots are first written: a region whose pages never go
         // on probation (evicted at the limit, not by age) pays nothing for
         // the slab, and slots are reused last-freed first, so the pages
@@ -47,13 +47,13 @@ impl Probation {
     }
 
     /// Slots in all.
-    pub fn slots(&self) -> usize {
+    pub(crate) fn slots(&self) -> usize {
         self.owner.len()
     }
 
     /// Takes a free slot for page `page` at time `now_ms` (no allocation:
     /// the free list never grows past its first capacity).
-    pub fn take(&self, page: usize, now_ms: u64) -> Option<u32> {
+    pub(crate) fn take(&self, page: usize, now_ms: u64) -> Option<u32> {
         let s = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop()?;
         self.owner[s as usize].store(page as u32, Ordering::Release);
         self.since_ms[s as usize].store(now_ms, Ordering::Release);
@@ -61,24 +61,24 @@ impl Probation {
     }
 
     /// Gives slot `s` back.
-    pub fn give(&self, s: u32) {
+    pub(crate) fn give(&self, s: u32) {
         self.owner[s as usize].store(FREE, Ordering::Release);
         self.free.lock().unwrap_or_else(|e| e.into_inner()).push(s);
     }
 
     /// The page slot `s` holds and when it went in, if taken.
-    pub fn owner(&self, s: usize) -> Option<(usize, u64)> {
+    pub(crate) fn owner(&self, s: usize) -> Option<(usize, u64)> {
         let o = self.owner[s].load(Ordering::Acquire);
         (o != FREE).then(|| (o as usize, self.since_ms[s].load(Ordering::Acquire)))
     }
 
     /// Slots taken now.
-    pub fn used(&self) -> usize {
+    pub(crate) fn used(&self) -> usize {
         self.slots() - self.free.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// The memory of slot `s`.
-    pub fn slot_ptr(&self, s: u32) -> *mut u8 {
+    pub(crate) fn slot_ptr(&self, s: u32) -> *mut u8 {
         let mem = self.mem.as_ref().map_or(std::ptr::null_mut(), |m| m.ptr());
         mem.wrapping_add(s as usize * self.page_size)
     }

@@ -6,7 +6,7 @@
 
 /// Reads `/proc/` + `a` + `n` (in decimal, if given) + `b` into `buf`;
 /// returns the bytes read, or `None` if the file cannot be opened or read.
-pub fn read<'a>(a: &[u8], n: Option<u32>, b: &[u8], buf: &'a mut [u8]) -> Option<&'a [u8]> {
+pub(crate) fn read<'a>(a: &[u8], n: Option<u32>, b: &[u8], buf: &'a mut [u8]) -> Option<&'a [u8]> {
     let mut path = [0u8; 64];
     let mut len = 0;
     let mut push = |part: &[u8]| -> Option<()> {
@@ -57,7 +57,7 @@ pub fn read<'a>(a: &[u8], n: Option<u32>, b: &[u8], buf: &'a mut [u8]) -> Option
 /// An unsigned decimal field (`b"1200"`), read byte by byte without
 /// allocating; `None` if it is empty, holds anything but the digits `0-9`
 /// (a sign, a space, a newline), or does not fit in a `u64`.
-pub fn number(field: &[u8]) -> Option<u64> {
+pub(crate) fn number(field: &[u8]) -> Option<u64> {
     if field.is_empty() {
         return None;
     }

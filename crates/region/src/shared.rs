@@ -29,7 +29,7 @@ use crate::zaps::Zaps;
 
 /// The region's shared state.
 #[derive(Debug)]
-pub struct Shared {
+pub(crate) struct Shared {
     /// Bytes per page.
     pub page_size: usize,
     /// Bytes of the region as made.
@@ -129,34 +129,34 @@ pub struct Shared {
 
 impl Shared {
     /// The userfaultfd.
-    pub fn uffd(&self) -> Uffd {
+    pub(crate) fn uffd(&self) -> Uffd {
         Uffd::from_raw(self.uffd_fd.load(Ordering::Acquire), self.uffd_mode)
     }
 
     /// Milliseconds since the region was made.
-    pub fn now_ms(&self) -> u64 {
+    pub(crate) fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
 
     /// Milliseconds since the region was made, on the coarse clock (at
     /// most a scheduler tick behind `now_ms`): a page's stamp at each
     /// fault, read without the clock device.
-    pub fn stamp_ms(&self) -> u64 {
+    pub(crate) fn stamp_ms(&self) -> u64 {
         coarse_ns().saturating_sub(self.started_coarse_ns) / 1_000_000
     }
 
     /// Pages in the region.
-    pub fn pages(&self) -> usize {
+    pub(crate) fn pages(&self) -> usize {
         self.table.len()
     }
 
     /// The resident pages the region may keep now.
-    pub fn limit_pages(&self) -> u64 {
+    pub(crate) fn limit_pages(&self) -> u64 {
         self.share_pages.load(Ordering::Relaxed)
     }
 
     /// Whether the region's pages would pass the limit with one more.
-    pub fn at_limit(&self) -> bool {
+    pub(crate) fn at_limit(&self) -> bool {
         self.resident.load(Ordering::Acquire) >= self.limit_pages()
     }
 }
@@ -164,7 +164,7 @@ impl Shared {
 /// `CLOCK_MONOTONIC_COARSE` in nanoseconds: the time at the last
 /// scheduler tick, read from the vDSO without the clock device (which in a
 /// guest under TCG, the HPET, costs microseconds a read).
-pub fn coarse_ns() -> u64 {
+pub(crate) fn coarse_ns() -> u64 {
     let mut t = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -177,7 +177,7 @@ pub fn coarse_ns() -> u64 {
 
 /// The evictor made room under the limit: wakes the handler thread and
 /// every thread waiting in [`wait_for_room`].
-pub fn room_made(sh: &Shared) {
+pub(crate) fn room_made(sh: &Shared) {
     // The handler thread waits for room only with faults it serves, and
     // only with faults put off.
     if sh.config.fault_service == crate::config::FaultService::HandlerThread
@@ -204,7 +204,7 @@ pub fn room_made(sh: &Shared) {
 /// whichever is first; `seen` is `room` as read before the caller found
 /// the region at its limit (room made since then returns at once).
 /// Async-signal-safe: one system call.
-pub fn wait_for_room(sh: &Shared, seen: u32, ns: u64) {
+pub(crate) fn wait_for_room(sh: &Shared, seen: u32, ns: u64) {
     sh.room_waiters.fetch_add(1, Ordering::SeqCst);
     let t = libc::timespec {
         tv_sec: (ns / 1_000_000_000) as libc::time_t,
@@ -225,7 +225,7 @@ pub fn wait_for_room(sh: &Shared, seen: u32, ns: u64) {
 }
 
 /// A new eventfd (non-blocking, close-on-exec).
-pub fn new_eventfd() -> std::io::Result<libc::c_int> {
+pub(crate) fn new_eventfd() -> std::io::Result<libc::c_int> {
     // SAFETY: eventfd takes an initial value and flags.
     let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
     if fd < 0 {
@@ -241,7 +241,7 @@ pub fn new_eventfd() -> std::io::Result<libc::c_int> {
 /// count before it sleeps; the caller has changed that count (or the
 /// discards) and then looks at the flag: with a full fence on each side,
 /// one of the two sees the other.
-pub fn wake_evictor(sh: &Shared) {
+pub(crate) fn wake_evictor(sh: &Shared) {
     std::sync::atomic::fence(Ordering::SeqCst);
     if !sh.evictor_awake.load(Ordering::SeqCst) {
         kick(&sh.evictor_efd);
@@ -249,7 +249,7 @@ pub fn wake_evictor(sh: &Shared) {
 }
 
 /// Adds one to an eventfd (wakes its poller); no allocation.
-pub fn kick(fd: &AtomicI32) {
+pub(crate) fn kick(fd: &AtomicI32) {
     let one: u64 = 1;
     // SAFETY: writes 8 bytes from a local to a descriptor the region owns.
     unsafe {
@@ -262,7 +262,7 @@ pub fn kick(fd: &AtomicI32) {
 }
 
 /// Empties an eventfd.
-pub fn drain(fd: libc::c_int) {
+pub(crate) fn drain(fd: libc::c_int) {
     let mut v: u64 = 0;
     // SAFETY: reads 8 bytes into a local; the fd is non-blocking.
     unsafe { libc::read(fd, std::ptr::addr_of_mut!(v).cast(), 8) };

@@ -13,11 +13,12 @@
 //! it is torn down and waits until no thread is still inside the signal
 //! handler with it (a count per table entry).
 //!
-//! A fault that finds the page held by another thread (being evicted or
-//! brought back), or an event not yet read, yields and faults again; one
-//! at the resident limit kicks the evictor and sleeps on a futex until it
-//! makes room, for up to 5 ms (across its faults), then is served over the
-//! limit, as on the handler thread. The service enters the fork gate's
+//! What a fault waits for, and when it is served over the limit, is the
+//! rule both services share (`fault`); here a fault that must wait for
+//! the page's holder, or for an event not yet read, yields and faults
+//! again, and one that must wait for room under the limit kicks the
+//! evictor and sleeps on a futex until it makes room (its wait counted
+//! across its faults). The service enters the fork gate's
 //! fault side, so a fork never copies a page half brought back, and never
 //! waits inside it: a fork waits for it to leave, and what it waits for
 //! (the handler thread reading an event, the evictor) may be frozen.
@@ -40,23 +41,17 @@ use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Once};
 
 use crate::error::RegionError;
-use crate::evict::{bring_in, settle_removed, BringIn};
-use crate::evictor::needs_room;
+use crate::fault::{self, Missing, Outcome, Service};
 use crate::gate::Side;
-use crate::shared::{wait_for_room, wake_evictor, Shared};
+use crate::shared::{wait_for_room, Shared};
 use crate::stats::Counters;
-use crate::table::{EVICTING, GONE, LOADING, RESIDENT};
 
 /// Regions served in their faulting threads at once.
 const ENTRIES: usize = 64;
 
 /// The largest page the signal handler brings back (its buffer is on the
 /// faulting thread's stack).
-pub const MAX_PAGE: usize = 16384;
-
-/// How long a fault waits for room under the limit before it is served
-/// over it (the handler thread's bound too).
-const LIMIT_WAIT_NS: u64 = 5_000_000;
+pub(crate) const MAX_PAGE: usize = 16384;
 
 /// The regions in the table (null: a free entry).
 static REGIONS: [AtomicPtr<Shared>; ENTRIES] =
@@ -117,7 +112,7 @@ fn install() -> Result<(), RegionError> {
 }
 
 /// Puts `sh` in the table (installing the signal handler first).
-pub fn register(sh: &Arc<Shared>) -> Result<(), RegionError> {
+pub(crate) fn register(sh: &Arc<Shared>) -> Result<(), RegionError> {
     install()?;
     let ptr = Arc::as_ptr(sh).cast_mut();
     for entry in &REGIONS {
@@ -141,7 +136,7 @@ pub fn register(sh: &Arc<Shared>) -> Result<(), RegionError> {
 
 /// Takes `sh` out of the table and waits until no thread is inside the
 /// signal handler with it. No-op for a region not in the table.
-pub fn unregister(sh: &Shared) {
+pub(crate) fn unregister(sh: &Shared) {
     let ptr = (sh as *const Shared).cast_mut();
     for (i, entry) in REGIONS.iter().enumerate() {
         if entry
@@ -162,7 +157,7 @@ pub fn unregister(sh: &Shared) {
 
 /// In a forked child (one thread, not inside the signal handler): the
 /// in-flight counts of the parent's other threads are not the child's.
-pub fn forget_parent_threads() {
+pub(crate) fn forget_parent_threads() {
     for n in &IN_FLIGHT {
         n.store(0, Ordering::SeqCst);
     }
@@ -366,86 +361,45 @@ fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void)
 }
 
 /// A write to page `p` (at page address `addr`) while it is
-/// write-protected: an eviction holds it and drops its mapping after, and
-/// the write, run again, faults then as a missing page. A page found
-/// resident is protected by no eviction (a stale protection): it is
-/// unprotected, held for that while.
+/// write-protected (the rule: `fault`).
 fn write_protected(sh: &Shared, p: usize, addr: usize) -> Wait {
-    let now = sh.started.elapsed().as_nanos() as u64;
+    let now = fault::now_ns(sh);
     let waiting = waiting_since(addr, now);
     if waiting.is_none() {
         // Counted once per write, not per time it runs again.
         Counters::bump(&sh.counters.wp);
     }
-    if sh.table.cas(p, RESIDENT, EVICTING) {
-        let _ = sh.uffd().write_protect(addr, sh.page_size, false);
-        sh.table.set(p, RESIDENT);
-        settle_removed(sh, p);
-        done()
-    } else {
-        wait(addr, waiting.unwrap_or(now), Wait::Turn)
+    match fault::write_protected(sh, p, addr, Service::FaultingThread) {
+        Outcome::Served => done(),
+        _ => wait(addr, waiting.unwrap_or(now), Wait::Turn),
     }
 }
 
 /// Brings missing page `p` (at page address `addr`) back in the calling
-/// thread.
+/// thread (the rule: `fault`).
 fn missing(sh: &Shared, p: usize, addr: usize, write: bool) -> Wait {
     // The wait's start, kept across the faults of one wait.
-    let now = sh.started.elapsed().as_nanos() as u64;
+    let now = fault::now_ns(sh);
     let waiting = waiting_since(addr, now);
-    let start = waiting.unwrap_or(now);
-    let state = sh.table.state(p);
-    match state {
-        // Held by another thread (an eviction, which wakes no one in this
-        // mode: the write that faulted on its write-protection runs again
-        // after; or another fault's service).
-        EVICTING | LOADING => return wait(addr, start, Wait::Turn),
-        // Unmapped by the program meanwhile: the instruction, run again,
-        // gets the program's own `SIGSEGV`.
-        GONE => return done(),
-        _ => {}
-    }
-    let c = &sh.counters;
-    let seen = sh.room.load(Ordering::SeqCst);
-    if state != RESIDENT && sh.at_limit() {
-        wake_evictor(sh);
-        let waited = now - start;
-        if waited < LIMIT_WAIT_NS {
-            if waiting.is_none() {
-                Counters::bump(&c.deferred);
-            }
-            // Asleep until the evictor makes room, or a millisecond (the
-            // limit may move without room being made: a limit that covers
-            // the process).
-            let ns = (LIMIT_WAIT_NS - waited).min(1_000_000);
-            return wait(addr, start, Wait::Room(seen, ns));
-        }
-    }
-    let ps = sh.page_size;
+    let since = waiting.unwrap_or(now);
     let mut buf = [0u8; MAX_PAGE];
-    let batch = sh.events.read().unwrap_or_else(|e| e.into_inner());
-    // Never an evicting thread's copy: a kernel access of a page not
-    // mapped fails (`EFAULT`) in this mode instead of faulting here.
-    let got = bring_in(sh, p, addr, &mut buf[..ps], true, write, false);
-    drop(batch);
-    match got {
-        BringIn::Done | BringIn::AlreadyThere => {
-            let maps = state != RESIDENT;
-            if maps && sh.resident.load(Ordering::Relaxed) > sh.limit_pages() {
-                Counters::bump(&c.over_limit);
-            }
-            let end = sh.started.elapsed().as_nanos() as u64;
-            c.latency.record(end.saturating_sub(start));
-            if needs_room(sh) || sh.discards.half_full() {
-                wake_evictor(sh);
-            }
-            done()
-        }
-        // The mapping is changing (an event the handler thread has not
-        // read yet), another thread took the page first, or the store
-        // could not read it: the instruction faults again, outside the
-        // gate meanwhile.
-        BringIn::Later => wait(addr, start, Wait::Turn),
+    let f = Missing {
+        page: p,
+        addr,
+        write,
+        since,
+        first: waiting.is_none(),
+        // Never an evicting thread's copy: a kernel access of a page not
+        // mapped fails (`EFAULT`) in this mode instead of faulting here.
+        holders_copy: false,
+    };
+    match fault::missing(sh, f, &mut buf[..sh.page_size], Service::FaultingThread) {
+        Outcome::Served | Outcome::LeftToHolder => done(),
+        // Another thread holds the page, an event is still to be read, or
+        // the store could not read it: the instruction faults again,
+        // outside the gate meanwhile.
+        Outcome::Turn => wait(addr, since, Wait::Turn),
+        Outcome::Room { seen, ns } => wait(addr, since, Wait::Room(seen, ns)),
     }
 }
 

@@ -45,7 +45,7 @@ const PM_PRESENT: u64 = 1 << 63;
 const PM_SOFT_DIRTY: u64 = 1 << 55;
 
 /// Pagemap entries read at once (4 KiB).
-pub const BLOCK: usize = 512;
+pub(crate) const BLOCK: usize = 512;
 
 /// The shortest epoch. Each clear makes every page the process writes
 /// after it fault once more (in the kernel alone, but under emulation a
@@ -62,7 +62,7 @@ static CLAIMED: AtomicBool = AtomicBool::new(false);
 /// the kernel has none, another region has them, or they were not asked
 /// for.
 #[derive(Debug)]
-pub struct SoftDirty {
+pub(crate) struct SoftDirty {
     pagemap: AtomicI32,
     clear_refs: AtomicI32,
     /// The hand's position at the last clear (a running count of steps).
@@ -153,7 +153,7 @@ impl Drop for SoftDirty {
 
 impl SoftDirty {
     /// Off, for pages of `page_size` bytes.
-    pub fn off(page_size: usize) -> SoftDirty {
+    pub(crate) fn off(page_size: usize) -> SoftDirty {
         SoftDirty {
             page_size,
             pagemap: AtomicI32::new(-1),
@@ -166,7 +166,7 @@ impl SoftDirty {
     /// The bits for this region (of pages of `page_size` bytes) when
     /// `wanted`, the kernel has them and no other region of the process
     /// uses them; otherwise off.
-    pub fn open(wanted: bool, page_size: usize) -> SoftDirty {
+    pub(crate) fn open(wanted: bool, page_size: usize) -> SoftDirty {
         let sd = SoftDirty::off(page_size);
         if !wanted
             || CLAIMED
@@ -196,14 +196,14 @@ impl SoftDirty {
     }
 
     /// Whether the region uses the bits.
-    pub fn on(&self) -> bool {
+    pub(crate) fn on(&self) -> bool {
         self.pagemap.load(Ordering::Acquire) >= 0
     }
 
     /// In a forked child: the descriptors name the parent's files
     /// (`/proc/self` was the parent when they were opened); opens the
     /// child's own, or turns the bits off.
-    pub fn reopen_in_child(&self) {
+    pub(crate) fn reopen_in_child(&self) {
         if !self.on() {
             return;
         }
@@ -225,7 +225,7 @@ impl SoftDirty {
 }
 
 /// One block of pagemap entries, read for the clock hand as it goes.
-pub struct Written {
+pub(crate) struct Written {
     /// The first page of the block, its address, and the entries read.
     first: usize,
     addr: usize,
@@ -241,7 +241,7 @@ impl Default for Written {
 
 impl Written {
     /// An empty block (nothing read yet).
-    pub fn new() -> Written {
+    pub(crate) fn new() -> Written {
         Written {
             first: 0,
             addr: 0,
@@ -252,7 +252,7 @@ impl Written {
 
     /// Whether the block holds pages `p..p + want` (or up to page
     /// `pages`, the region's end).
-    pub fn holds(&self, p: usize, want: usize, pages: usize) -> bool {
+    pub(crate) fn holds(&self, p: usize, want: usize, pages: usize) -> bool {
         p >= self.first && (p + want).min(pages) <= self.first + self.len
     }
 
@@ -260,7 +260,7 @@ impl Written {
     /// addresses in `mapping`, up to `BLOCK`. The mapping is read for the
     /// lookup only and let go before the read (it is never held across a
     /// system call).
-    pub fn fill_from(&mut self, sd: &SoftDirty, mapping: &RwLock<Mapping>, p: usize) {
+    pub(crate) fn fill_from(&mut self, sd: &SoftDirty, mapping: &RwLock<Mapping>, p: usize) {
         self.len = 0;
         let fd = sd.pagemap.load(Ordering::Acquire);
         if fd < 0 {
@@ -278,7 +278,7 @@ impl Written {
     /// the hand's test then needs no lookup of its own. A page moved since
     /// (`mremap`) is judged by the bit at its old address, which at worst
     /// spares it or not once for a wrong reason.
-    pub fn addr_of(&self, p: usize, ps: usize) -> Option<usize> {
+    pub(crate) fn addr_of(&self, p: usize, ps: usize) -> Option<usize> {
         (p >= self.first && p < self.first + self.len).then(|| self.addr + (p - self.first) * ps)
     }
 
@@ -314,14 +314,14 @@ impl SoftDirty {
     /// written this epoch (by the block `w`, read before), and not by the
     /// region's own mapping of it. True: spare the page. No lock, no
     /// system call.
-    pub fn spares(&self, table: &PageTable, p: usize, addr: usize, w: &Written) -> bool {
+    pub(crate) fn spares(&self, table: &PageTable, p: usize, addr: usize, w: &Written) -> bool {
         self.on() && w.written(p, addr, self.page_size) && !table.flag(p, WRITE_SEEN)
     }
 
     /// Marks page `p`, about to be mapped by the region (`UFFDIO_COPY`
     /// sets its soft-dirty bit), so its bit is not taken for the
     /// program's write this epoch.
-    pub fn mapped_by_region(&self, table: &PageTable, p: usize) {
+    pub(crate) fn mapped_by_region(&self, table: &PageTable, p: usize) {
         if self.on() {
             table.set_flag(p, WRITE_SEEN, true);
         }
@@ -333,7 +333,7 @@ impl SoftDirty {
     /// milliseconds): sweeps the resident pages' bits into their flags
     /// and their stamps (`stamp`), then clears the bits. Returns whether
     /// the bits were cleared. Called by the evictor.
-    pub fn end_epoch_if_due(
+    pub(crate) fn end_epoch_if_due(
         &self,
         table: &PageTable,
         mapping: &RwLock<Mapping>,

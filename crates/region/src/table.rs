@@ -10,32 +10,32 @@
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 /// Never written (or dropped by the program): a fault gets the zero page.
-pub const UNTOUCHED: u8 = 0;
+pub(crate) const UNTOUCHED: u8 = 0;
 /// Mapped.
-pub const RESIDENT: u8 = 1;
+pub(crate) const RESIDENT: u8 = 1;
 /// Being evicted by one thread (write-protected, copied out).
-pub const EVICTING: u8 = 2;
+pub(crate) const EVICTING: u8 = 2;
 /// In the store; the mapping is dropped (or about to be).
-pub const STORED: u8 = 3;
+pub(crate) const STORED: u8 = 3;
 /// In a probation slot, uncompressed; the mapping is dropped (or about to
 /// be).
-pub const PROBATION: u8 = 4;
+pub(crate) const PROBATION: u8 = 4;
 /// Being brought back by one thread.
-pub const LOADING: u8 = 5;
+pub(crate) const LOADING: u8 = 5;
 /// Unmapped by the program.
-pub const GONE: u8 = 6;
+pub(crate) const GONE: u8 = 6;
 
 /// Flag: faulted in since the clock hand last passed.
-pub const REFERENCED: u8 = 1;
+pub(crate) const REFERENCED: u8 = 1;
 /// Flag: the page's soft-dirty bit this epoch is counted already (the
 /// hand spared the page for it, or the region mapped the page, which sets
 /// it): `soft_dirty`.
-pub const WRITE_SEEN: u8 = 2;
+pub(crate) const WRITE_SEEN: u8 = 2;
 /// Flag: the program dropped the page (`madvise`) while a thread held it
 /// `EVICTING`; the holder drops it when it lets go (`evict::settle_removed`).
-pub const REMOVED: u8 = 4;
+pub(crate) const REMOVED: u8 = 4;
 /// Flag: the program unmapped the page while a thread held it `EVICTING`.
-pub const UNMAPPED: u8 = 8;
+pub(crate) const UNMAPPED: u8 = 8;
 
 /// `n` atomics, all 0, from a zeroed allocation.
 fn zeroed_u8(n: usize) -> Box<[AtomicU8]> {
@@ -55,7 +55,7 @@ fn zeroed_u32(n: usize) -> Box<[AtomicU32]> {
 
 /// One entry per page.
 #[derive(Debug)]
-pub struct PageTable {
+pub(crate) struct PageTable {
     state: Box<[AtomicU8]>,
     flags: Box<[AtomicU8]>,
     stamp: Box<[AtomicU32]>,
@@ -67,7 +67,7 @@ impl PageTable {
     /// from the system, so a region's table costs memory only where its
     /// pages are used (a large region that a program fills from its start
     /// pays for the part it fills).
-    pub fn new(pages: usize) -> PageTable {
+    pub(crate) fn new(pages: usize) -> PageTable {
         const { assert!(UNTOUCHED == 0) };
         PageTable {
             state: zeroed_u8(pages),
@@ -78,29 +78,29 @@ impl PageTable {
 
     /// Pages.
     #[allow(clippy::len_without_is_empty)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.state.len()
     }
 
     /// The state of `p`.
-    pub fn state(&self, p: usize) -> u8 {
+    pub(crate) fn state(&self, p: usize) -> u8 {
         self.state[p].load(Ordering::Acquire)
     }
 
     /// Moves `p` from `from` to `to`; false if it was not in `from`.
-    pub fn cas(&self, p: usize, from: u8, to: u8) -> bool {
+    pub(crate) fn cas(&self, p: usize, from: u8, to: u8) -> bool {
         self.state[p]
             .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
 
     /// Sets the state of `p` (by the thread that holds it).
-    pub fn set(&self, p: usize, to: u8) {
+    pub(crate) fn set(&self, p: usize, to: u8) {
         self.state[p].store(to, Ordering::Release)
     }
 
     /// Sets or clears flag `f`; returns whether it was set.
-    pub fn set_flag(&self, p: usize, f: u8, on: bool) -> bool {
+    pub(crate) fn set_flag(&self, p: usize, f: u8, on: bool) -> bool {
         let old = if on {
             self.flags[p].fetch_or(f, Ordering::AcqRel)
         } else {
@@ -110,28 +110,28 @@ impl PageTable {
     }
 
     /// Whether flag `f` is set.
-    pub fn flag(&self, p: usize, f: u8) -> bool {
+    pub(crate) fn flag(&self, p: usize, f: u8) -> bool {
         self.flags[p].load(Ordering::Acquire) & f != 0
     }
 
     /// Clears the flags of `mask`; returns which of them were set.
-    pub fn take_flags(&self, p: usize, mask: u8) -> u8 {
+    pub(crate) fn take_flags(&self, p: usize, mask: u8) -> u8 {
         self.flags[p].fetch_and(!mask, Ordering::AcqRel) & mask
     }
 
     /// The stamp of `p`: milliseconds since the region began at its last
     /// known reference; the slot index while in probation.
-    pub fn stamp(&self, p: usize) -> u32 {
+    pub(crate) fn stamp(&self, p: usize) -> u32 {
         self.stamp[p].load(Ordering::Acquire)
     }
 
     /// Sets the stamp of `p`.
-    pub fn set_stamp(&self, p: usize, v: u32) {
+    pub(crate) fn set_stamp(&self, p: usize, v: u32) {
         self.stamp[p].store(v, Ordering::Release)
     }
 
     /// Pages in state `s` now (a walk: for statistics and tests).
-    pub fn count(&self, s: u8) -> u64 {
+    pub(crate) fn count(&self, s: u8) -> u64 {
         self.state
             .iter()
             .filter(|x| x.load(Ordering::Relaxed) == s)

@@ -35,17 +35,17 @@ const USERFAULTFD_IOC_NEW: libc::c_ulong = 0xAA00;
 const UFFD_USER_MODE_ONLY: libc::c_int = 1;
 
 /// `UFFD_EVENT_PAGEFAULT`.
-pub const EVENT_PAGEFAULT: u8 = 0x12;
+pub(crate) const EVENT_PAGEFAULT: u8 = 0x12;
 /// `UFFD_EVENT_REMAP` (mremap).
-pub const EVENT_REMAP: u8 = 0x14;
+pub(crate) const EVENT_REMAP: u8 = 0x14;
 /// `UFFD_EVENT_REMOVE` (madvise DONTNEED or FREE).
-pub const EVENT_REMOVE: u8 = 0x15;
+pub(crate) const EVENT_REMOVE: u8 = 0x15;
 /// `UFFD_EVENT_UNMAP` (munmap).
-pub const EVENT_UNMAP: u8 = 0x16;
+pub(crate) const EVENT_UNMAP: u8 = 0x16;
 /// `UFFD_PAGEFAULT_FLAG_WRITE`.
-pub const FLAG_WRITE: u64 = 1;
+pub(crate) const FLAG_WRITE: u64 = 1;
 /// `UFFD_PAGEFAULT_FLAG_WP`.
-pub const FLAG_WP: u64 = 2;
+pub(crate) const FLAG_WP: u64 = 2;
 
 /// `UFFD_FEATURE_PAGEFAULT_FLAG_WP`.
 const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
@@ -63,7 +63,7 @@ const FEATURE_SIGBUS: u64 = 1 << 7;
 const FEATURE_THREAD_ID: u64 = 1 << 8;
 /// What the region needs: write-protect faults, and the events that tell it
 /// the program changed its mapping.
-pub const FEATURES: u64 = FEATURE_PAGEFAULT_FLAG_WP
+pub(crate) const FEATURES: u64 = FEATURE_PAGEFAULT_FLAG_WP
     | FEATURE_EVENT_REMAP
     | FEATURE_EVENT_REMOVE
     | FEATURE_EVENT_UNMAP
@@ -136,7 +136,7 @@ struct UffdioWriteprotect {
 /// remove's or unmap's start and end).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Msg {
+pub(crate) struct Msg {
     /// `UFFD_EVENT_*`.
     pub event: u8,
     _reserved1: u8,
@@ -182,7 +182,7 @@ pub enum UffdOpen {
 /// An open userfaultfd: a descriptor and how it was opened, copied freely
 /// by the workers; its owner closes it once ([`Uffd::close`]).
 #[derive(Clone, Copy, Debug)]
-pub struct Uffd {
+pub(crate) struct Uffd {
     fd: libc::c_int,
     mode: UffdMode,
 }
@@ -243,12 +243,22 @@ fn telling_errno(errnos: &[i32]) -> i32 {
         .unwrap_or(libc::ENOSYS)
 }
 
+/// Whether a userfaultfd with the region's features can be opened the ways
+/// `how` allows: the mode that opened one (it is closed again), or why
+/// none could be.
+pub fn probe(how: UffdOpen) -> Result<UffdMode, RegionError> {
+    let uffd = Uffd::open(how, false)?;
+    let mode = uffd.mode();
+    uffd.close();
+    Ok(mode)
+}
+
 impl Uffd {
     /// Opens a userfaultfd the ways `how` allows and completes the API
     /// handshake with the region's features ([`FEATURES`]).
     /// With `sigbus`, faults are sent to the faulting thread as `SIGBUS`
     /// (`UFFD_FEATURE_SIGBUS`).
-    pub fn open(how: UffdOpen, sigbus: bool) -> Result<Uffd, RegionError> {
+    pub(crate) fn open(how: UffdOpen, sigbus: bool) -> Result<Uffd, RegionError> {
         let order: &[UffdMode] = match how {
             UffdOpen::Auto => &[UffdMode::Device, UffdMode::Syscall, UffdMode::UserModeOnly],
             UffdOpen::Device => &[UffdMode::Device],
@@ -305,7 +315,7 @@ impl Uffd {
 
     /// Whether a message is waiting to be read (a `poll` that does not
     /// sleep).
-    pub fn readable(&self) -> bool {
+    pub(crate) fn readable(&self) -> bool {
         let mut p = libc::pollfd {
             fd: self.fd,
             events: libc::POLLIN,
@@ -316,22 +326,22 @@ impl Uffd {
     }
 
     /// How it was opened.
-    pub fn mode(&self) -> UffdMode {
+    pub(crate) fn mode(&self) -> UffdMode {
         self.mode
     }
 
     /// The descriptor.
-    pub fn fd(&self) -> libc::c_int {
+    pub(crate) fn fd(&self) -> libc::c_int {
         self.fd
     }
 
     /// The value for a descriptor opened in `mode`.
-    pub fn from_raw(fd: libc::c_int, mode: UffdMode) -> Uffd {
+    pub(crate) fn from_raw(fd: libc::c_int, mode: UffdMode) -> Uffd {
         Uffd { fd, mode }
     }
 
     /// Registers `[start, start + len)` for missing and write-protect faults.
-    pub fn register(&self, start: usize, len: usize) -> io::Result<()> {
+    pub(crate) fn register(&self, start: usize, len: usize) -> io::Result<()> {
         let mut reg = UffdioRegister {
             range: UffdioRange {
                 start: start as u64,
@@ -348,7 +358,7 @@ impl Uffd {
     }
 
     /// Unregisters a range (waking any thread waiting on it).
-    pub fn unregister(&self, start: usize, len: usize) -> io::Result<()> {
+    pub(crate) fn unregister(&self, start: usize, len: usize) -> io::Result<()> {
         let range = UffdioRange {
             start: start as u64,
             len: len as u64,
@@ -364,13 +374,19 @@ impl Uffd {
     /// `dst`, waking the threads waiting on them. `EEXIST`: already mapped;
     /// `EAGAIN`: the mapping is changing (an event is unread), try again
     /// after reading events.
-    pub fn copy(&self, dst: usize, src: *const u8, len: usize) -> io::Result<()> {
+    pub(crate) fn copy(&self, dst: usize, src: *const u8, len: usize) -> io::Result<()> {
         self.copy_mode(dst, src, len, true)
     }
 
     /// `UFFDIO_COPY`, waking the waiters only when `wake` (otherwise
     /// `UFFDIO_COPY_MODE_DONTWAKE`: the caller wakes them).
-    pub fn copy_mode(&self, dst: usize, src: *const u8, len: usize, wake: bool) -> io::Result<()> {
+    pub(crate) fn copy_mode(
+        &self,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        wake: bool,
+    ) -> io::Result<()> {
         self.copy_with(dst, src, len, if wake { 0 } else { COPY_MODE_DONTWAKE })
     }
 
@@ -378,7 +394,7 @@ impl Uffd {
     /// write-protected, so a write to it blocks in a write-protect fault
     /// (the zero page of `UFFDIO_ZEROPAGE` would be copied on write by the
     /// kernel alone, unseen); wakes the waiters.
-    pub fn copy_protected(&self, dst: usize, src: *const u8, len: usize) -> io::Result<()> {
+    pub(crate) fn copy_protected(&self, dst: usize, src: *const u8, len: usize) -> io::Result<()> {
         self.copy_with(dst, src, len, COPY_MODE_WP)
     }
 
@@ -401,12 +417,12 @@ impl Uffd {
 
     /// `UFFDIO_ZEROPAGE`: maps the zero page at `dst` (read-only until the
     /// first write, which the kernel then handles alone), waking waiters.
-    pub fn zeropage(&self, dst: usize, len: usize) -> io::Result<()> {
+    pub(crate) fn zeropage(&self, dst: usize, len: usize) -> io::Result<()> {
         self.zeropage_mode(dst, len, true)
     }
 
     /// `UFFDIO_ZEROPAGE`, waking the waiters only when `wake`.
-    pub fn zeropage_mode(&self, dst: usize, len: usize, wake: bool) -> io::Result<()> {
+    pub(crate) fn zeropage_mode(&self, dst: usize, len: usize, wake: bool) -> io::Result<()> {
         let mut z = UffdioZeropage {
             range: UffdioRange {
                 start: dst as u64,
@@ -424,7 +440,7 @@ impl Uffd {
 
     /// Write-protects (`protect`) or unprotects a range. Unprotecting wakes
     /// the threads blocked on its write-protect faults.
-    pub fn write_protect(&self, start: usize, len: usize, protect: bool) -> io::Result<()> {
+    pub(crate) fn write_protect(&self, start: usize, len: usize, protect: bool) -> io::Result<()> {
         let mut wp = UffdioWriteprotect {
             range: UffdioRange {
                 start: start as u64,
@@ -440,7 +456,7 @@ impl Uffd {
     }
 
     /// Wakes the threads waiting on faults in a range; they fault again.
-    pub fn wake(&self, start: usize, len: usize) -> io::Result<()> {
+    pub(crate) fn wake(&self, start: usize, len: usize) -> io::Result<()> {
         let range = UffdioRange {
             start: start as u64,
             len: len as u64,
@@ -453,7 +469,7 @@ impl Uffd {
     }
 
     /// Reads up to `out.len()` messages without blocking; 0 when none.
-    pub fn read(&self, out: &mut [Msg]) -> io::Result<usize> {
+    pub(crate) fn read(&self, out: &mut [Msg]) -> io::Result<usize> {
         // SAFETY: `out` is writable for its whole length in bytes, and `Msg`
         // is plain data of the kernel's layout.
         let n = unsafe { libc::read(self.fd, out.as_mut_ptr().cast(), std::mem::size_of_val(out)) };
@@ -468,7 +484,7 @@ impl Uffd {
     }
 
     /// Closes the descriptor. Copies of this value must not be used after.
-    pub fn close(self) {
+    pub(crate) fn close(self) {
         // SAFETY: the descriptor is the region's, closed once, by its owner.
         unsafe { libc::close(self.fd) };
     }

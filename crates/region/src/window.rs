@@ -61,11 +61,11 @@ use crate::table::{
 };
 
 /// The longest window, in pages (1 MiB of 4 KiB pages).
-pub const WINDOW_MAX: usize = 256;
+pub(crate) const WINDOW_MAX: usize = 256;
 
 /// The resident pages (victims and spared) a window copies out at most: its
 /// buffer holds this many pages.
-pub const RESIDENT_MAX: usize = 64;
+pub(crate) const RESIDENT_MAX: usize = 64;
 
 /// The victims the evictor asks of a window under the limit at least,
 /// whatever it still needs: half the buffer. Under the limit the window
@@ -75,7 +75,7 @@ pub const RESIDENT_MAX: usize = 64;
 /// run, and faults waited for it. With this floor the same run made
 /// 21,000-22,000 zaps (6-7 s) and 40% fewer faults waited; a floor of 64
 /// with a 128-page buffer held pages longer than faults would wait for.
-pub const VICTIMS_MIN: usize = RESIDENT_MAX / 2;
+pub(crate) const VICTIMS_MIN: usize = RESIDENT_MAX / 2;
 
 /// A window stops growing when its spared pages outnumber twice its victims
 /// by this many: past a hot stretch, each spared page costs a copy out and
@@ -95,7 +95,7 @@ enum Role {
 
 /// Which pages of a window go to the store.
 #[derive(Clone, Copy)]
-pub enum Choice<'a> {
+pub(crate) enum Choice<'a> {
     /// The clock's, under the limit: unreferenced resident pages go,
     /// referenced ones and, by the soft-dirty bits the hand read from the
     /// window's first page on, those written this epoch are spared; the
@@ -114,7 +114,7 @@ pub enum Choice<'a> {
 /// (`RESIDENT_MAX` pages), the victims chosen by `choice`. Returns
 /// `(window pages, pages stored)`: the caller moves past the window;
 /// `(0, 0)` if `first` could not be taken or the window could not go now.
-pub fn evict_window(
+pub(crate) fn evict_window(
     sh: &Shared,
     first: usize,
     need: usize,
@@ -275,7 +275,7 @@ pub fn evict_window(
 /// The clock's second test of resident page `p`, now at `addr`, after
 /// its fault reference: written this epoch (soft-dirty bits, by the block
 /// `w`), counted as a page spared for a write.
-pub fn written_this_epoch(sh: &Shared, p: usize, addr: usize, w: &Written) -> bool {
+pub(crate) fn written_this_epoch(sh: &Shared, p: usize, addr: usize, w: &Written) -> bool {
     let spare = sh.soft_dirty.spares(&sh.table, p, addr, w);
     if spare {
         Counters::bump(&sh.counters.written_spared);

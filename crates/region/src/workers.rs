@@ -15,7 +15,7 @@ use crate::shared::{kick, new_eventfd, Shared};
 const STACK: usize = 256 * 1024;
 
 /// Makes fresh eventfds and starts both threads.
-pub fn start(sh: &Arc<Shared>) -> std::io::Result<()> {
+pub(crate) fn start(sh: &Arc<Shared>) -> std::io::Result<()> {
     sh.handler_efd.store(new_eventfd()?, Ordering::Release);
     sh.evictor_efd.store(new_eventfd()?, Ordering::Release);
     sh.stop.store(false, Ordering::Release);
@@ -46,7 +46,7 @@ pub fn start(sh: &Arc<Shared>) -> std::io::Result<()> {
 
 /// Stops both threads (the evictor first: its evictions need the handler),
 /// joins them and closes the eventfds.
-pub fn stop(sh: &Shared) {
+pub(crate) fn stop(sh: &Shared) {
     let threads: Vec<_> =
         std::mem::take(&mut *sh.threads.lock().unwrap_or_else(|e| e.into_inner()));
     let mut threads = threads.into_iter();
@@ -65,7 +65,7 @@ pub fn stop(sh: &Shared) {
 }
 
 /// Closes the eventfds.
-pub fn close_eventfds(sh: &Shared) {
+pub(crate) fn close_eventfds(sh: &Shared) {
     for fd in [&sh.handler_efd, &sh.evictor_efd] {
         let f = fd.swap(-1, Ordering::AcqRel);
         if f >= 0 {
@@ -77,7 +77,7 @@ pub fn close_eventfds(sh: &Shared) {
 
 /// In a forked child: forgets the parent's threads (they do not exist
 /// here; joining them would be undefined).
-pub fn forget_parent_threads(sh: &Shared) {
+pub(crate) fn forget_parent_threads(sh: &Shared) {
     let threads: Vec<_> =
         std::mem::take(&mut *sh.threads.lock().unwrap_or_else(|e| e.into_inner()));
     for t in threads {

@@ -32,7 +32,7 @@ const LEN_BITS: u32 = 24;
 
 /// The registrations: 0 is a free slot.
 #[derive(Debug)]
-pub struct Zaps {
+pub(crate) struct Zaps {
     slots: [AtomicU64; SLOTS],
 }
 
@@ -56,7 +56,7 @@ fn key(first: usize, pages: usize) -> Option<u64> {
 impl Zaps {
     /// Registers the zap of `pages` pages from page `first` (waiting for a
     /// free slot if every one is taken); returns its key for `cancel`.
-    pub fn register(&self, first: usize, pages: usize) -> u64 {
+    pub(crate) fn register(&self, first: usize, pages: usize) -> u64 {
         let k = key(first, pages).expect("an eviction's run fits a key");
         loop {
             for s in &self.slots {
@@ -71,13 +71,13 @@ impl Zaps {
     }
 
     /// Withdraws a registration whose `madvise` failed (no event comes).
-    pub fn cancel(&self, k: u64) {
+    pub(crate) fn cancel(&self, k: u64) {
         self.take_key(k);
     }
 
     /// Whether a remove event of `pages` pages from page `first` is the
     /// region's own; takes the registration if so.
-    pub fn take(&self, first: usize, pages: usize) -> bool {
+    pub(crate) fn take(&self, first: usize, pages: usize) -> bool {
         key(first, pages).is_some_and(|k| self.take_key(k))
     }
 

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Args;
-use region::uffd::{Uffd, UffdOpen};
+use region::UffdOpen;
 use serde_json::Value;
 use zcomp::Algorithm;
 
@@ -242,11 +242,8 @@ fn elf_is_dynamic(b: &[u8]) -> Option<bool> {
 fn check_userfaultfd() -> Result<(), CliError> {
     let mut why = Vec::new();
     for how in [UffdOpen::Device, UffdOpen::Syscall] {
-        match Uffd::open(how, false) {
-            Ok(u) => {
-                u.close();
-                return Ok(());
-            }
+        match region::probe_userfaultfd(how) {
+            Ok(_) => return Ok(()),
             Err(e) => why.push(e.to_string()),
         }
     }
