@@ -84,6 +84,45 @@ pub fn command() -> clap::Command {
     negative_values_reach_parsers(Cli::command())
 }
 
+/// clap's usage error as one line, with all it says before its usage
+/// lines: the problem, the missing argument's name, a "did you mean" tip,
+/// the list of valid values. (The usage and the pointer to `--help` are
+/// left out: `--help` prints both.)
+pub fn usage_error_line(text: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with("Usage:") || line.starts_with("For more information") {
+            break;
+        }
+        if !line.is_empty() {
+            parts.push(line);
+        }
+    }
+    if parts.is_empty() {
+        return "error: bad arguments (see --help)".to_string();
+    }
+    let mut out = parts[0].trim_end_matches(':').to_string();
+    let rest = &parts[1..];
+    if !rest.is_empty() {
+        // "...were not provided: <COMMAND>..."; a tip or a value list in
+        // parentheses.
+        let (named, notes): (Vec<&str>, Vec<&str>) = rest
+            .iter()
+            .partition(|l| !l.starts_with("tip:") && !l.starts_with('['));
+        if !named.is_empty() {
+            out.push_str(": ");
+            out.push_str(&named.join(", "));
+        }
+        for n in notes {
+            out.push_str(" (");
+            out.push_str(n.trim_start_matches('[').trim_end_matches(']'));
+            out.push(')');
+        }
+    }
+    out
+}
+
 /// Runs `zmem` with the process's arguments; the exit code: 0, 1 for a
 /// failed run, 2 for bad usage.
 pub fn main() -> ExitCode {
@@ -116,10 +155,7 @@ pub fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 };
             }
-            // One line: clap's first line names the flag and the problem.
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("error: bad arguments");
-            eprintln!("{first}");
+            eprintln!("{}", usage_error_line(&e.to_string()));
             return ExitCode::from(2);
         }
     };

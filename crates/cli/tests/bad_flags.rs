@@ -280,3 +280,35 @@ fn bad_values_are_one_line_usage_errors() {
     assert!(runs > 200, "only {runs} runs");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A usage error keeps what clap says before its usage lines, on one line:
+/// the missing argument's name, the "did you mean" tip, the valid values.
+#[test]
+fn usage_errors_keep_their_useful_half_on_one_line() {
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["run"], &["not provided", "<CMD>"]),
+        (&["ctl"], &["not provided", "<COMMAND"]),
+        (
+            &["serve", "--szie", "1"],
+            &["'--szie'", "similar argument", "'--size'"],
+        ),
+        (&["serve", "--exprt", "x"], &["'--exprt'", "'--export'"]),
+        (
+            &["completions", "nosuch"],
+            &["'nosuch'", "possible values", "bash", "zsh"],
+        ),
+    ];
+    for (args, wanted) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_zmem"))
+            .args(*args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "zmem {args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "zmem {args:?}: {err}");
+        assert!(err.starts_with("error: "), "zmem {args:?}: {err}");
+        for w in *wanted {
+            assert!(err.contains(w), "zmem {args:?}: no {w:?} in {err}");
+        }
+    }
+}
