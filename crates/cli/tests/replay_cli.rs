@@ -56,8 +56,16 @@ fn default_corpus_runs_and_says_what_it_used() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    // The first line says what was read, by input; the second the corpus.
+    // The first line says which kernel kernel-compat stands for, the
+    // second what was read, by input; the third the corpus.
     let mut lines = text.lines();
+    let kernel = lines.next().unwrap_or("");
+    assert!(kernel.starts_with("kernel-compat: "), "{text}");
+    let comp = kernel
+        .split("defaults to ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no default compressor in {kernel:?}"));
     let read = lines.next().unwrap_or("");
     assert!(
         read.starts_with("read ") && read.contains(" from /usr/"),
@@ -74,7 +82,7 @@ fn default_corpus_runs_and_says_what_it_used() {
     // Kernel-compat, what the kernel's zram would use, beside default mode,
     // and the difference in one line.
     assert!(
-        text.contains("mm_stat zsmalloc/kernel-compat/lzo-rle/4K:"),
+        text.contains(&format!("mm_stat zsmalloc/kernel-compat/{comp}/4K:")),
         "{text}"
     );
     assert!(
@@ -89,6 +97,40 @@ fn default_corpus_runs_and_says_what_it_used() {
                 || last.contains("% more than kernel-compat's ")),
         "{text}"
     );
+}
+
+/// `--kernel-comp` answers for another kernel: its default compressor in
+/// kernel-compat, said first; a compressor named with `--comp` still wins.
+#[test]
+fn kernel_compat_stands_for_the_kernel_given() {
+    let text = common::stdout_of(&["replay", "--default-size", "1M", "--kernel-comp", "lz4"]);
+    let first = text.lines().next().unwrap_or("");
+    assert_eq!(
+        first, "kernel-compat: a kernel whose zram defaults to lz4 (--kernel-comp)",
+        "{text}"
+    );
+    assert!(
+        text.contains("mm_stat zsmalloc/kernel-compat/lz4/4K:"),
+        "{text}"
+    );
+    let text = common::stdout_of(&[
+        "replay",
+        "--default-size",
+        "1M",
+        "--kernel-comp",
+        "lz4",
+        "--mode",
+        "kernel-compat",
+        "--comp",
+        "zstd",
+    ]);
+    assert!(
+        text.contains("mm_stat zsmalloc/kernel-compat/zstd/4K:"),
+        "{text}"
+    );
+    // Only kernel-compat stands for a kernel.
+    let text = common::stdout_of(&["replay", "--default-size", "1M", "--mode", "default"]);
+    assert!(text.starts_with("read "), "{text}");
 }
 
 #[test]

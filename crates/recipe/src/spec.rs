@@ -21,6 +21,7 @@ use zsmalloc::Mode;
 
 use zcomp::Algorithm;
 
+use crate::kernel::KernelCompat;
 use crate::Error;
 
 /// Store flags.
@@ -30,10 +31,16 @@ pub struct StoreArgs {
     #[arg(long, value_delimiter = ',', default_values_t = [String::from("zsmalloc")])]
     pub alloc: Vec<String>,
     /// Compressor(s), by zram's names: lzo-rle, lzo, lz4, lz4hc, zstd, deflate, lz4-flex
-    /// [default: the mode's: lzo-rle in kernel-compat, as zram's own default; lz4 in default
-    /// mode, whose store reads were 1.85x faster for 1.2% more memory (BENCHMARKS.md)]
+    /// [default: the mode's: in kernel-compat the kernel's zram default (--kernel-comp); lz4
+    /// in default mode, faster to read for little more memory ("zmem bench store" in
+    /// BENCHMARKS.md)]
     #[arg(long, value_delimiter = ',', value_parser = parse_comp)]
     pub comp: Vec<Algorithm>,
+    /// The kernel kernel-compat mode stands for, by its zram's default compressor (to
+    /// answer for another machine) [default: the running kernel's CONFIG_ZRAM_DEF_COMP, or a
+    /// hot-added zram device's; else upstream's lzo-rle]
+    #[arg(long, value_name = "NAME", value_parser = parse_comp)]
+    pub kernel_comp: Option<Algorithm>,
     /// Compressor settings in zram's algorithm_params syntax ("level=3 dict=FILE").
     #[arg(long, default_value = "")]
     pub comp_params: String,
@@ -174,14 +181,24 @@ pub fn parse_delta(s: &str) -> Result<u32, String> {
 }
 
 /// The compressor a mode uses when `--comp` is not given: kernel-compat
-/// takes zram's own default (CONFIG_ZRAM_DEF_COMP, lzo-rle); default mode
-/// takes lz4, whose store reads were 1.85x lzo-rle's in `zmem bench store`
-/// (2.6x before the lzo decoder was sped up) for 1.2% more memory on the
-/// built-in corpus.
+/// takes the running kernel's zram default ([`crate::kernel`]); default
+/// mode takes lz4, faster to read than lzo-rle for little more memory
+/// (BENCHMARKS.md, "zmem bench store").
 pub fn default_comp(mode: Mode) -> Algorithm {
     match mode {
-        Mode::KernelCompat => Algorithm::LzoRle,
+        Mode::KernelCompat => KernelCompat::running().comp,
         Mode::Default => Algorithm::Lz4,
+    }
+}
+
+impl StoreArgs {
+    /// The kernel kernel-compat mode stands for: `--kernel-comp`'s, else
+    /// the running kernel's.
+    pub fn kernel(&self) -> KernelCompat {
+        match self.kernel_comp {
+            Some(c) => KernelCompat::given(c),
+            None => KernelCompat::running().clone(),
+        }
     }
 }
 
@@ -282,7 +299,10 @@ impl StoreArgs {
                                 auto_compact.validate().map_err(Error::Usage)?;
                                 specs.push(StoreSpec {
                                     alloc: alloc.clone(),
-                                    comp: comp.unwrap_or(default_comp(mode)),
+                                    comp: comp.unwrap_or(match (mode, self.kernel_comp) {
+                                        (Mode::KernelCompat, Some(k)) => k,
+                                        _ => default_comp(mode),
+                                    }),
                                     comp_params: self.comp_params.clone(),
                                     page_size,
                                     unit,
@@ -429,7 +449,10 @@ mod tests {
                 (
                     Mode::KernelCompat,
                     AutoCompactMode::Off,
-                    "zsmalloc/kernel-compat/lzo-rle/4K".to_string()
+                    format!(
+                        "zsmalloc/kernel-compat/{}/4K",
+                        KernelCompat::running().comp.name()
+                    )
                 )
             ]
         );
@@ -483,8 +506,23 @@ mod tests {
             comps(&["--mode", "default,kernel-compat"]),
             [
                 (Mode::Default, Algorithm::Lz4),
-                (Mode::KernelCompat, Algorithm::LzoRle)
+                (Mode::KernelCompat, KernelCompat::running().comp)
             ]
+        );
+        assert_eq!(
+            comps(&["--mode", "kernel-compat", "--kernel-comp", "lz4"]),
+            [(Mode::KernelCompat, Algorithm::Lz4)]
+        );
+        assert_eq!(
+            comps(&[
+                "--mode",
+                "kernel-compat",
+                "--kernel-comp",
+                "lz4",
+                "--comp",
+                "zstd"
+            ]),
+            [(Mode::KernelCompat, Algorithm::Zstd)]
         );
         assert_eq!(
             comps(&["--mode", "kernel-compat", "--comp", "lz4,zstd"]),

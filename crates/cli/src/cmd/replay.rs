@@ -344,9 +344,26 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
         replay.set_backing_devs(&args.backing_devs)?;
         args.backing_devs.clone()
     };
+    // Which kernel kernel-compat stands for, first; a compressor that
+    // kernel's zram lacks, named.
+    let kernel = args.store.kernel();
+    let compat: Vec<_> = specs
+        .iter()
+        .filter(|s| s.mode == zsmalloc::Mode::KernelCompat)
+        .collect();
+    for comp in compat.iter().map(|s| s.comp) {
+        if let Some(w) = kernel.warning_for(comp) {
+            eprintln!("{w}");
+        }
+    }
     if args.format.get() == Format::Table {
+        let first = if compat.is_empty() {
+            String::new()
+        } else {
+            format!("{}\n", kernel.line())
+        };
         write_stdout(&format!(
-            "{read}\ncorpus: {}\n",
+            "{first}{read}\ncorpus: {}\n",
             replay.corpus().description
         ))?;
         for (spec, path) in specs.iter().zip(&backing_devs) {
