@@ -621,6 +621,18 @@ pub fn format(m: &MachineAdvice) -> String {
             z.zram_size
         ),
     );
+    if let Some(asked) = z.capped_from {
+        line(
+            &mut s,
+            format!(
+                "  capped at {} x RAM: the measured ratio asked for ram * {asked}, and the \
+                 kernel's zram documentation sees little point in a device over twice the \
+                 memory (a sample of mostly same-filled pages measures ratios the working \
+                 memory does not keep)",
+                sizing::MAX_RAM_FACTOR
+            ),
+        );
+    }
     line(
         &mut s,
         "the defaults on this machine (when full, at the measured ratio):".into(),

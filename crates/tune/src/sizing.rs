@@ -9,6 +9,12 @@
 //! `zram-size` takes an expression in MiB of `ram`; the defaults below are
 //! written in that syntax and evaluated here.
 //!
+//! The device is never sized past twice the RAM ([`MAX_RAM_FACTOR`]): the
+//! kernel's zram documentation says there is little point in a larger one,
+//! and a sample of mostly same-filled pages (which zram stores for
+//! nothing) measures ratios of ten and more that the memory of a working
+//! machine does not keep.
+//!
 //! This module only computes; it reads `/proc/meminfo` and nothing else.
 
 use serde::Serialize;
@@ -16,6 +22,11 @@ use serde::Serialize;
 use recipe::Error;
 
 const MIB: f64 = (1u64 << 20) as f64;
+
+/// The largest `disksize`, in multiples of RAM (Documentation/admin-guide/
+/// blockdev/zram.rst: "there is little point creating a zram of greater
+/// than twice the size of memory").
+pub const MAX_RAM_FACTOR: f64 = 2.0;
 
 /// What a distribution's default size would do on this machine.
 #[derive(Clone, Debug, Serialize)]
@@ -47,6 +58,9 @@ pub struct Sizing {
     pub disksize: u64,
     /// The same as zram-generator's `zram-size` expression.
     pub zram_size: String,
+    /// The factor of RAM the measured ratio asked for, when it was over
+    /// [`MAX_RAM_FACTOR`] and the size was capped there.
+    pub capped_from: Option<f64>,
     /// The common defaults on this machine.
     pub defaults: Vec<DefaultSize>,
 }
@@ -105,7 +119,9 @@ pub fn size(mem_total: u64, ratio: f64, target_share: f64) -> Sizing {
     let mem_limit_mib = (ram_mib * target_share).floor();
     // zram-size's factor, two decimals, rounded down so that the device
     // never holds more than the target at the measured ratio.
-    let factor = ((target_share * ratio) * 100.0).floor() / 100.0;
+    let asked = ((target_share * ratio) * 100.0).floor() / 100.0;
+    let factor = asked.min(MAX_RAM_FACTOR);
+    let capped_from = (asked > MAX_RAM_FACTOR).then_some(asked);
     let zram_size = format!("ram * {factor}");
     let disksize_mib = eval(&zram_size, ram_mib).floor();
     let defaults = DEFAULTS
@@ -129,6 +145,7 @@ pub fn size(mem_total: u64, ratio: f64, target_share: f64) -> Sizing {
         mem_limit: (mem_limit_mib * MIB) as u64,
         disksize: (disksize_mib * MIB) as u64,
         zram_size,
+        capped_from,
         defaults,
     }
 }
@@ -168,6 +185,7 @@ mod tests {
         let s = size(8 << 30, 2.789, 0.25);
         assert_eq!(s.zram_size, "ram * 0.69");
         assert!(s.disksize as f64 / s.ratio <= s.mem_limit as f64);
+        assert_eq!(s.capped_from, None);
         // A ratio below 1 (nothing compresses) sizes as 1.
         assert_eq!(size(8 << 30, 0.9, 0.25).ratio, 1.0);
     }
@@ -179,5 +197,19 @@ mod tests {
         assert_eq!(meminfo_field(text, "MemFree"), Some(102400));
         assert_eq!(meminfo_field(text, "Mem"), None);
         assert!(mem_total().unwrap() > 0);
+    }
+
+    /// A sample of mostly zero pages measures a ratio of 40: the device is
+    /// capped at twice the RAM, and says what the ratio asked for.
+    #[test]
+    fn the_device_is_never_more_than_twice_the_ram() {
+        let s = size(8 << 30, 40.0, 0.3);
+        assert_eq!(s.zram_size, "ram * 2");
+        assert_eq!(s.disksize, 16 << 30);
+        assert_eq!(s.capped_from, Some(12.0));
+        assert_eq!(s.mem_limit, (8192.0f64 * 0.3).floor() as u64 * (1 << 20));
+        let s = size(8 << 30, 6.0, 0.25);
+        assert_eq!(s.zram_size, "ram * 1.5");
+        assert_eq!(s.capped_from, None);
     }
 }
