@@ -10,10 +10,9 @@
 //! table and the table in docs/design.md together.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
+use testkit::workspace::{cargo, metadata};
 
 /// Every product crate (layers 0-5, and the region's C library at 6) and,
 /// last, the lab: what the CLI may depend on.
@@ -153,36 +152,6 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
 /// Package, dependency and feature: the package may depend on it only
 /// optionally, with that feature turning it on (`dep:NAME`).
 const OPTIONAL_ONLY: &[(&str, &str, &str)] = &[("zmem-cli", "zmem-lab", "lab")];
-
-/// The stdout of `cargo ARGS` run at the workspace root, which must succeed
-/// (the test fails with its stderr otherwise).
-fn cargo(args: &[&str]) -> String {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = Command::new(cargo)
-        .args(args)
-        .current_dir(&root)
-        .output()
-        .unwrap_or_else(|e| panic!("run cargo {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "cargo {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("cargo's stdout is UTF-8")
-}
-
-/// `cargo metadata` of the workspace (without its dependencies).
-fn metadata() -> Value {
-    let out = cargo(&[
-        "metadata",
-        "--format-version",
-        "1",
-        "--no-deps",
-        "--offline",
-    ]);
-    serde_json::from_str(&out).expect("cargo metadata is JSON")
-}
 
 /// Every breach of [`OPTIONAL_ONLY`] in `meta` (`cargo metadata`'s
 /// output), one line each: a dependency that is not optional, or that its
