@@ -16,18 +16,7 @@
 
 #include <zsmalloc.h>
 
-static unsigned long passed, failed;
-
-#define CHECK(cond)                                                          \
-	do {                                                                 \
-		if (cond) {                                                  \
-			passed++;                                            \
-		} else {                                                     \
-			failed++;                                            \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
-				__LINE__, #cond);                            \
-		}                                                            \
-	} while (0)
+#include "check.h"
 
 #define PAGE 4096
 
@@ -596,6 +585,5 @@ int main(void)
 	zs_destroy_pool(dflt);
 	zs_destroy_pool(compat);
 
-	printf("c_api: %lu passed, %lu failed\n", passed, failed);
-	return failed == 0 ? 0 : 1;
+	return check_summary(0);
 }
