@@ -31,7 +31,7 @@ pub struct StoreArgs {
     pub alloc: Vec<String>,
     /// Compressor(s), by zram's names: lzo-rle, lzo, lz4, lz4hc, zstd, deflate, lz4-flex
     /// [default: the mode's: lzo-rle in kernel-compat, as zram's own default; lz4 in default
-    /// mode, whose store reads were 1.85x faster for 1.2% more memory (BENCHMARKS.md)]
+    /// mode, whose store reads are faster for a little more memory (BENCHMARKS.md, `zmem bench store`)]
     #[arg(long, value_delimiter = ',', value_parser = parse_comp)]
     pub comp: Vec<Algorithm>,
     /// Compressor settings in zram's algorithm_params syntax ("level=3 dict=FILE").
@@ -175,9 +175,8 @@ pub fn parse_delta(s: &str) -> Result<u32, String> {
 
 /// The compressor a mode uses when `--comp` is not given: kernel-compat
 /// takes zram's own default (CONFIG_ZRAM_DEF_COMP, lzo-rle); default mode
-/// takes lz4, whose store reads were 1.85x lzo-rle's in `zmem bench store`
-/// (2.6x before the lzo decoder was sped up) for 1.2% more memory on the
-/// built-in corpus.
+/// takes lz4, whose store reads are faster than lzo-rle's for a little more
+/// memory on the built-in corpus (BENCHMARKS.md, `zmem bench store`).
 pub fn default_comp(mode: Mode) -> Algorithm {
     match mode {
         Mode::KernelCompat => Algorithm::LzoRle,
