@@ -307,7 +307,8 @@ fn the_optional_rule_rejects_a_lab_the_cli_always_links() {
 
 #[test]
 fn the_product_build_has_no_plotting_or_font_crates() {
-    // `zmem` without the lab's default feature: replay, classes, serve, ctl.
+    // `zmem` without the lab's default feature: replay, advise, classes,
+    // serve, ctl, run.
     let tree = |features: &[&str]| {
         let mut args = vec![
             "tree",
