@@ -14,14 +14,12 @@ use testkit::clib::{have_cc, have_or_skip, passed_checks, run, CLibrary};
 
 /// libzsmalloc: cargo writes it as libzsmalloc_capi (a lib named
 /// `zsmalloc` would collide with the allocator crate's rlib).
-const LIB: CLibrary = CLibrary {
-    crate_dir: env!("CARGO_MANIFEST_DIR"),
-    tmp_dir: env!("CARGO_TARGET_TMPDIR"),
-    built: "zsmalloc_capi",
-    name: "zsmalloc",
-    prefix: "zs_",
-    test_source: "tests/c/test_zsmalloc.c",
-};
+const LIB: CLibrary = testkit::c_library!(
+    "zsmalloc_capi",
+    "zsmalloc",
+    "zs_",
+    "tests/c/test_zsmalloc.c"
+);
 
 /// The C test linked statically against `libzsmalloc_capi.a`, built once.
 fn static_test_binary() -> &'static Path {
@@ -38,19 +36,8 @@ fn run_c_test(cmd: &mut Command) -> String {
 }
 
 #[test]
-fn header_compiles_strictly() {
-    if have_cc() {
-        LIB.compile_header_strictly("return zs_handle_is_err(0) + zs_handle_err(0);");
-    }
-}
-
-#[test]
-fn library_exports_exactly_the_header_functions() {
-    let declared = LIB.header_functions();
-    assert_eq!(declared.len(), 20, "{declared:?}");
-    if let Some(exported) = LIB.exported_functions("zs_") {
-        assert_eq!(exported, declared);
-    }
+fn the_header_compiles_strictly_and_is_what_the_library_exports() {
+    LIB.check_header("return zs_handle_is_err(0) + zs_handle_err(0);", 20, "zs_");
 }
 
 #[test]
@@ -87,14 +74,7 @@ fn installed_library_works_through_pkg_config() {
     if !have_cc() {
         return;
     }
-    let Some((prefix, flags)) = LIB.install() else {
-        return;
-    };
-    // Link the shared library the way a user would, and run.
-    let lib = prefix.join("lib");
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let bin = LIB.build_shared("test_zsmalloc_shared", &lib, &flags);
-    run_c_test(&mut Command::new(&bin));
-    // It loaded the installed copy, through its soname.
-    LIB.assert_loads_from(&bin, &lib);
+    if let Some(bin) = LIB.build_installed("test_zsmalloc_shared") {
+        run_c_test(&mut Command::new(&bin));
+    }
 }

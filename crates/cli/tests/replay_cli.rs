@@ -417,21 +417,22 @@ fn stage<'a>(r: &'a serde_json::Value, name: &str, n: usize) -> &'a serde_json::
         .unwrap_or_else(|| panic!("no stage {name} #{n}: {r}"))
 }
 
-#[test]
-fn writeback_idle_takes_every_idle_page_that_is_not_same_filled() {
-    let dir = tmp("wb");
+/// The report of `zmem replay` over [`mixed_pages`] with every page marked
+/// idle and written back (`--mark-idle all --writeback idle`), with `extra`
+/// flags; `tag` names its scratch directory.
+fn idle_writeback_report(tag: &str, extra: &[&str]) -> serde_json::Value {
+    let dir = tmp(tag);
     let f = dir.path().join("mixed");
     mixed_pages(&f);
-    let r = report(&[
-        "replay",
-        f.to_str().unwrap(),
-        "--mode",
-        "default,kernel-compat",
-        "--mark-idle",
-        "all",
-        "--writeback",
-        "idle",
-    ]);
+    let mut args = vec!["replay", f.to_str().unwrap()];
+    args.extend(extra);
+    args.extend(["--mark-idle", "all", "--writeback", "idle"]);
+    report(&args)
+}
+
+#[test]
+fn writeback_idle_takes_every_idle_page_that_is_not_same_filled() {
+    let r = idle_writeback_report("wb", &["--mode", "default,kernel-compat"]);
     let names: Vec<&str> = r["stages"]
         .as_array()
         .unwrap()
@@ -464,23 +465,17 @@ fn writeback_idle_takes_every_idle_page_that_is_not_same_filled() {
 
 #[test]
 fn writeback_compressed_side_by_side_writes_fewer_blocks_and_reads_back() {
-    let dir = tmp("wbc");
-    let f = dir.path().join("mixed");
-    mixed_pages(&f);
-    let r = report(&[
-        "replay",
-        f.to_str().unwrap(),
-        "--comp",
-        "lz4",
-        "--mode",
-        "default",
-        "--mark-idle",
-        "all",
-        "--writeback",
-        "idle",
-        "--writeback-compressed",
-        "0,1",
-    ]);
+    let r = idle_writeback_report(
+        "wbc",
+        &[
+            "--comp",
+            "lz4",
+            "--mode",
+            "default",
+            "--writeback-compressed",
+            "0,1",
+        ],
+    );
     let fill = &stage(&r, "fill", 0)["results"];
     let wb = &stage(&r, "writeback", 0)["results"];
     assert_eq!(

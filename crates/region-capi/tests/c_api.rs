@@ -20,14 +20,12 @@ use std::sync::OnceLock;
 use testkit::clib::{have_cc, ldd, passed_checks, run_expecting, CLibrary};
 
 /// libzmem_region, written by cargo under the name it installs as.
-const LIB: CLibrary = CLibrary {
-    crate_dir: env!("CARGO_MANIFEST_DIR"),
-    tmp_dir: env!("CARGO_TARGET_TMPDIR"),
-    built: "zmem_region",
-    name: "zmem_region",
-    prefix: "zmem_region_",
-    test_source: "tests/c/test_region.c",
-};
+const LIB: CLibrary = testkit::c_library!(
+    "zmem_region",
+    "zmem_region",
+    "zmem_region_",
+    "tests/c/test_region.c"
+);
 
 /// The C program's exit code where no userfaultfd can be opened.
 const SKIPPED: i32 = 77;
@@ -54,19 +52,9 @@ fn run_c_test(cmd: &mut Command) -> String {
 }
 
 #[test]
-fn header_compiles_strictly() {
-    if have_cc() {
-        LIB.compile_header_strictly("return zmem_region_len((const struct zmem_region *)0) != 0;");
-    }
-}
-
-#[test]
-fn library_exports_exactly_the_header_functions() {
-    let declared = LIB.header_functions();
-    assert_eq!(declared.len(), 11, "{declared:?}");
-    if let Some(exported) = LIB.exported_functions("zmem_") {
-        assert_eq!(exported, declared);
-    }
+fn the_header_compiles_strictly_and_is_what_the_library_exports() {
+    let main_body = "return zmem_region_len((const struct zmem_region *)0) != 0;";
+    LIB.check_header(main_body, 11, "zmem_");
 }
 
 /// The C test linked statically against `libzmem_region.a`, built once.
@@ -151,14 +139,7 @@ fn installed_library_works_through_pkg_config() {
     if !have_cc() {
         return;
     }
-    let Some((prefix, flags)) = LIB.install() else {
-        return;
-    };
-    // The C test, linked the way a user would from pkg-config's flags,
-    // against the installed copy through its soname.
-    let lib = prefix.join("lib");
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let bin = LIB.build_shared("test_region_installed", &lib, &flags);
-    LIB.assert_loads_from(&bin, &lib);
-    run_c_test(&mut Command::new(&bin));
+    if let Some(bin) = LIB.build_installed("test_region_installed") {
+        run_c_test(&mut Command::new(&bin));
+    }
 }

@@ -126,6 +126,24 @@ pub fn passed_checks(stdout: &str) -> u32 {
         .expect("a count of passed checks")
 }
 
+/// The [`CLibrary`] of the crate whose integration test this is expanded
+/// in (its manifest directory and scratch directory), given the name cargo
+/// writes its files under, the name it installs as, its functions' prefix
+/// and its C test program.
+#[macro_export]
+macro_rules! c_library {
+    ($built:expr, $name:expr, $prefix:expr, $test_source:expr) => {
+        $crate::clib::CLibrary {
+            crate_dir: env!("CARGO_MANIFEST_DIR"),
+            tmp_dir: env!("CARGO_TARGET_TMPDIR"),
+            built: $built,
+            name: $name,
+            prefix: $prefix,
+            test_source: $test_source,
+        }
+    };
+}
+
 /// One of the C libraries, as its crate's tests describe it.
 #[derive(Debug, Clone, Copy)]
 pub struct CLibrary {
@@ -257,6 +275,29 @@ impl CLibrary {
         Some(exported)
     }
 
+    /// The header's checks: it compiles strictly around `main_body` (where
+    /// there is a C compiler), and declares exactly the `count` functions
+    /// the fresh `.so` exports among its symbols starting with
+    /// `export_prefix` ([`Self::assert_exports_match_the_header`]).
+    pub fn check_header(&self, main_body: &str, count: usize, export_prefix: &str) {
+        if have_cc() {
+            self.compile_header_strictly(main_body);
+        }
+        self.assert_exports_match_the_header(count, export_prefix);
+    }
+
+    /// Panics unless the header declares `count` functions and the fresh
+    /// `.so` exports exactly those among its symbols starting with
+    /// `export_prefix` (the export check is skipped, with a line, without
+    /// `nm`). The count makes a parser that finds nothing fail.
+    pub fn assert_exports_match_the_header(&self, count: usize, export_prefix: &str) {
+        let declared = self.header_functions();
+        assert_eq!(declared.len(), count, "{declared:?}");
+        if let Some(exported) = self.exported_functions(export_prefix) {
+            assert_eq!(exported, declared);
+        }
+    }
+
     /// `cc` with [`CFLAGS`], the include directories and the C test
     /// program, writing `bin`; the caller adds what it links.
     fn cc_test(&self, bin: &Path) -> Command {
@@ -302,6 +343,19 @@ impl CLibrary {
         let ldd = ldd(bin);
         let wanted = format!("lib{}.so.0 => {}", self.name, dir.display());
         assert!(ldd.contains(&wanted), "{ldd}");
+    }
+
+    /// The C test program installed the way a user would build it: the
+    /// library installed by [`Self::install`], the program linked with
+    /// pkg-config's flags and checked to load the installed copy through
+    /// its soname. `None` where [`Self::install`] gives none.
+    pub fn build_installed(&self, bin_name: &str) -> Option<PathBuf> {
+        let (prefix, flags) = self.install()?;
+        let lib = prefix.join("lib");
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let bin = self.build_shared(bin_name, &lib, &flags);
+        self.assert_loads_from(&bin, &lib);
+        Some(bin)
     }
 
     /// Installs the fresh library under `out_dir()/prefix` with

@@ -39,6 +39,22 @@ const PRODUCT_AND_LAB: &[&str] = &[
 /// Every product crate: what the lab may depend on.
 const PRODUCT: &[&str] = PRODUCT_AND_LAB.split_at(PRODUCT_AND_LAB.len() - 1).0;
 
+/// What the region may depend on: the store and what is below it.
+const REGION_DEPS: &[&str] = REGION_AND_BELOW.split_at(REGION_AND_BELOW.len() - 1).0;
+
+/// The region and what it may depend on: what its C library and the preload
+/// library of `zmem run` (layer 6) may depend on.
+const REGION_AND_BELOW: &[&str] = &[
+    "zmem-pages",
+    "zmem-zpool",
+    "zmem-zcomp",
+    "zmem-zsmalloc",
+    "zmem-zalloc",
+    "zmem-zram",
+    "zmem-recipe",
+    "zmem-region",
+];
+
 /// Package, the workspace packages it may depend on, and the ones its tests
 /// may use beyond those.
 const RULES: &[(&str, &[&str], &[&str])] = &[
@@ -100,50 +116,12 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
         ],
         &["zmem-zsmalloc", "zmem-zalloc"],
     ),
-    (
-        "zmem-region",
-        &[
-            "zmem-pages",
-            "zmem-zpool",
-            "zmem-zcomp",
-            "zmem-zsmalloc",
-            "zmem-zalloc",
-            "zmem-zram",
-            "zmem-recipe",
-        ],
-        &[],
-    ),
+    ("zmem-region", REGION_DEPS, &[]),
     // Layer 6.
-    (
-        "zmem-region-capi",
-        &[
-            "zmem-pages",
-            "zmem-zpool",
-            "zmem-zcomp",
-            "zmem-zsmalloc",
-            "zmem-zalloc",
-            "zmem-zram",
-            "zmem-recipe",
-            "zmem-region",
-        ],
-        &[],
-    ),
+    ("zmem-region-capi", REGION_AND_BELOW, &[]),
     // Layer 6. Nothing may depend on it (it is in no list above): linking
     // it would replace the linking program's malloc with its hooks.
-    (
-        "zmem-preload",
-        &[
-            "zmem-pages",
-            "zmem-zpool",
-            "zmem-zcomp",
-            "zmem-zsmalloc",
-            "zmem-zalloc",
-            "zmem-zram",
-            "zmem-recipe",
-            "zmem-region",
-        ],
-        &[],
-    ),
+    ("zmem-preload", REGION_AND_BELOW, &[]),
     ("zmem-lab", PRODUCT, &[]),
     ("zmem-cli", PRODUCT_AND_LAB, &[]),
     ("zmem-testkit", &[], &[]),
