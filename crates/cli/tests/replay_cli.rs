@@ -241,13 +241,7 @@ fn bad_input_gets_one_clear_error() {
             "chain",
         ),
     ];
-    for (args, code, needle) in cases {
-        let out = zmem(args);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
-        assert!(err.contains(needle), "{args:?}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
-    }
+    assert_refused(&cases);
     let list = d.join("list");
     fs::write(&list, "0\n99\n").unwrap();
     let out = zmem(&["replay", f, "--discard-pages", list.to_str().unwrap()]);
@@ -404,6 +398,18 @@ fn mixed_pages(path: &Path) {
         data.extend(page);
     }
     fs::write(path, data).unwrap();
+}
+
+/// Runs each case's arguments, which must exit with its code and one line on
+/// standard error containing its text.
+fn assert_refused(cases: &[(&[&str], i32, &str)]) {
+    for &(args, code, needle) in cases {
+        let out = zmem(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
 }
 
 /// The stage named `name` (the `n`th of that name, from 0).
@@ -637,13 +643,7 @@ fn bad_writeback_and_recompress_flags_get_one_clear_error() {
             "0 or 1",
         ),
     ];
-    for (args, code, needle) in cases {
-        let out = zmem(args);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
-        assert!(err.contains(needle), "{args:?}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
-    }
+    assert_refused(&cases);
     // One configuration (no kernel-compat beside it): one backing file.
     let out = zmem(&[
         "replay",
