@@ -1,6 +1,6 @@
 //! Gives the shared library the soname `libzsmalloc.so.0`, so programs linked
 //! against an installed copy keep working across compatible upgrades (see
-//! `install.sh`, which installs the versioned file and its links).
+//! `scripts/install-clib`, which installs the versioned file and its links).
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");

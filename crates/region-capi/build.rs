@@ -1,6 +1,6 @@
 //! Gives the shared library the soname `libzmem_region.so.0`, so programs
 //! linked against an installed copy keep working across compatible upgrades
-//! (see `install.sh`, which installs the versioned file and its links).
+//! (see `scripts/install-clib`, which installs the versioned file and its links).
 //!
 //! Owns the link arguments of the cdylib; builds no code.
 

@@ -1,5 +1,5 @@
 //! The C API of zmem's zsmalloc, built as `libzsmalloc_capi.so` and `.a`
-//! and installed (crates/capi/install.sh) as `libzsmalloc.so` and
+//! and installed (`scripts/install-clib zsmalloc`) as `libzsmalloc.so` and
 //! `libzsmalloc.a`, with the header `include/zsmalloc.h`.
 //!
 //! The functions have the kernel's names and shapes (`zs_create_pool`,

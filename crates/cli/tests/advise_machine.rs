@@ -16,6 +16,16 @@ use common::zmem;
 /// the devices before and after.
 static KERNEL_DEVICES: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// The right to add kernel zram devices, held until dropped; `None`, after
+/// saying why, where this machine cannot (not root, no zram-control).
+fn kernel_devices() -> Option<std::sync::MutexGuard<'static, ()>> {
+    if !kernel_zram_here() {
+        eprintln!("skipped: needs root and /sys/class/zram-control");
+        return None;
+    }
+    Some(KERNEL_DEVICES.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
 fn ok(out: &Output) -> String {
     assert!(
         out.status.success(),
@@ -157,11 +167,9 @@ impl Drop for Loop {
 
 #[test]
 fn the_sysfs_lines_are_all_accepted_in_order_by_a_kernel_device() {
-    if !kernel_zram_here() {
-        eprintln!("skipped: needs root and /sys/class/zram-control");
+    let Some(_one_at_a_time) = kernel_devices() else {
         return;
-    }
-    let _one_at_a_time = KERNEL_DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let before = zram_devices();
     let h = Holder::start("same", 32, Duration::from_secs(60));
     // With a backing device and a watch, the script holds the writeback
@@ -347,11 +355,9 @@ fn a_process_that_exits_while_watched_is_noted_and_the_rest_kept() {
 
 #[test]
 fn an_interrupted_verify_removes_its_kernel_device() {
-    if !kernel_zram_here() {
-        eprintln!("skipped: needs root and /sys/class/zram-control");
+    let Some(_one_at_a_time) = kernel_devices() else {
         return;
-    }
-    let _one_at_a_time = KERNEL_DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    };
     let before = zram_devices();
     let h = Holder::start("binaries", 1024, Duration::from_secs(120));
     let pid = h.pid().to_string();

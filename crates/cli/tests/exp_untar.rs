@@ -16,18 +16,9 @@ use std::time::{Duration, Instant};
 
 use common::{json, zmem};
 
-const DIRS: [&str; 10] = [
-    "drivers",
-    "arch",
-    "fs",
-    "sound",
-    "include",
-    "net",
-    "Documentation",
-    "firmware",
-    "kernel",
-    "tools",
-];
+/// The directories the experiment removes, in its order: the generated
+/// tree has each of them.
+const DIRS: [&str; 10] = lab::exp::untar::REMOVE;
 
 /// One run at a time: the interrupt test finds its run by its mount.
 static SERIAL: Mutex<()> = Mutex::new(());

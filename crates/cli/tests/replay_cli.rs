@@ -283,13 +283,7 @@ fn bad_input_gets_one_clear_error() {
             "chain",
         ),
     ];
-    for (args, code, needle) in cases {
-        let out = zmem(args);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
-        assert!(err.contains(needle), "{args:?}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
-    }
+    assert_refused(&cases);
     let list = d.join("list");
     fs::write(&list, "0\n99\n").unwrap();
     let out = zmem(&["replay", f, "--discard-pages", list.to_str().unwrap()]);
@@ -448,6 +442,18 @@ fn mixed_pages(path: &Path) {
     fs::write(path, data).unwrap();
 }
 
+/// Runs each case's arguments, which must exit with its code and one line on
+/// standard error containing its text.
+fn assert_refused(cases: &[(&[&str], i32, &str)]) {
+    for &(args, code, needle) in cases {
+        let out = zmem(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+}
+
 /// The stage named `name` (the `n`th of that name, from 0).
 fn stage<'a>(r: &'a serde_json::Value, name: &str, n: usize) -> &'a serde_json::Value {
     r["stages"]
@@ -459,21 +465,22 @@ fn stage<'a>(r: &'a serde_json::Value, name: &str, n: usize) -> &'a serde_json::
         .unwrap_or_else(|| panic!("no stage {name} #{n}: {r}"))
 }
 
-#[test]
-fn writeback_idle_takes_every_idle_page_that_is_not_same_filled() {
-    let dir = tmp("wb");
+/// The report of `zmem replay` over [`mixed_pages`] with every page marked
+/// idle and written back (`--mark-idle all --writeback idle`), with `extra`
+/// flags; `tag` names its scratch directory.
+fn idle_writeback_report(tag: &str, extra: &[&str]) -> serde_json::Value {
+    let dir = tmp(tag);
     let f = dir.path().join("mixed");
     mixed_pages(&f);
-    let r = report(&[
-        "replay",
-        f.to_str().unwrap(),
-        "--mode",
-        "default,kernel-compat",
-        "--mark-idle",
-        "all",
-        "--writeback",
-        "idle",
-    ]);
+    let mut args = vec!["replay", f.to_str().unwrap()];
+    args.extend(extra);
+    args.extend(["--mark-idle", "all", "--writeback", "idle"]);
+    report(&args)
+}
+
+#[test]
+fn writeback_idle_takes_every_idle_page_that_is_not_same_filled() {
+    let r = idle_writeback_report("wb", &["--mode", "default,kernel-compat"]);
     let names: Vec<&str> = r["stages"]
         .as_array()
         .unwrap()
@@ -506,23 +513,17 @@ fn writeback_idle_takes_every_idle_page_that_is_not_same_filled() {
 
 #[test]
 fn writeback_compressed_side_by_side_writes_fewer_blocks_and_reads_back() {
-    let dir = tmp("wbc");
-    let f = dir.path().join("mixed");
-    mixed_pages(&f);
-    let r = report(&[
-        "replay",
-        f.to_str().unwrap(),
-        "--comp",
-        "lz4",
-        "--mode",
-        "default",
-        "--mark-idle",
-        "all",
-        "--writeback",
-        "idle",
-        "--writeback-compressed",
-        "0,1",
-    ]);
+    let r = idle_writeback_report(
+        "wbc",
+        &[
+            "--comp",
+            "lz4",
+            "--mode",
+            "default",
+            "--writeback-compressed",
+            "0,1",
+        ],
+    );
     let fill = &stage(&r, "fill", 0)["results"];
     let wb = &stage(&r, "writeback", 0)["results"];
     assert_eq!(
@@ -684,13 +685,7 @@ fn bad_writeback_and_recompress_flags_get_one_clear_error() {
             "0 or 1",
         ),
     ];
-    for (args, code, needle) in cases {
-        let out = zmem(args);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
-        assert!(err.contains(needle), "{args:?}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
-    }
+    assert_refused(&cases);
     // One configuration (no kernel-compat beside it): one backing file.
     let out = zmem(&[
         "replay",

@@ -969,17 +969,20 @@ fn backing_file() -> (tempfile::TempDir, String) {
     (dir, path.to_string_lossy().into_owned())
 }
 
+/// A server with one 8 MiB export `w` backed by a fresh [`backing_file`],
+/// started with `extra` flags; the guard, the file's path and the server.
+fn with_backing(extra: &[&str]) -> (tempfile::TempDir, String, Zmem) {
+    let (dir, backing) = backing_file();
+    let mut args = vec!["--export", "w:8M", "--backing-dev", backing.as_str()];
+    args.extend(extra);
+    let z = Zmem::start(&args);
+    (dir, backing, z)
+}
+
 #[test]
 fn serve_writeback_compressed_packs_pages_and_reads_them_back() {
     require_tools!("nbdcopy");
-    let (_dir, backing) = backing_file();
-    let z = Zmem::start(&[
-        "--export",
-        "w:8M",
-        "--backing-dev",
-        &backing,
-        "--writeback-compressed",
-    ]);
+    let (_dir, _backing, z) = with_backing(&["--writeback-compressed"]);
     // The name Linux 7.0 released, and the old one as its alias.
     assert_eq!(z.ctl_ok(&["compressed_writeback"]), "1\n");
     assert_eq!(z.ctl_ok(&["writeback_compressed"]), "1\n");
@@ -1025,15 +1028,7 @@ fn serve_writeback_compressed_packs_pages_and_reads_them_back() {
 #[test]
 fn writeback_and_recompression_through_ctl_read_back_identical() {
     require_tools!("nbdcopy");
-    let (_dir, backing) = backing_file();
-    let z = Zmem::start(&[
-        "--export",
-        "w:8M",
-        "--backing-dev",
-        &backing,
-        "--recomp-algorithm",
-        "algo=zstd priority=1",
-    ]);
+    let (_dir, backing, z) = with_backing(&["--recomp-algorithm", "algo=zstd priority=1"]);
     assert_eq!(z.ctl_ok(&["backing_dev"]), format!("{backing}\n"));
     assert_eq!(z.ctl_ok(&["recomp_algorithm"]), "#1: [zstd]\n");
     assert_eq!(z.ctl_ok(&["bd_stat"]), "       0        0        0\n");

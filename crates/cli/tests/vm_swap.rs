@@ -30,21 +30,18 @@ fn guest(mem_mib: u32, timeout_s: u64) -> Guest {
     }
 }
 
-/// The command's output, or `None` (after saying why) where no guest can
-/// run; any other outcome fails the test.
-fn ran(outcome: Outcome, want_code: i32) -> Option<String> {
-    match outcome {
-        Outcome::Unavailable(why) => {
-            eprintln!("skipped: {why}");
-            None
-        }
-        Outcome::TimedOut { output } => panic!("the guest timed out:\n{output}"),
-        Outcome::Ran { code, output, took } => {
-            eprintln!("guest ran in {took:?}");
-            assert_eq!(code, want_code, "{output}");
-            Some(output)
-        }
-    }
+/// Panics unless the guest's output shows it swapped more than 10,000
+/// pages out (its `pswpout` line): the run went through the swap device.
+fn assert_swapped_enough(out: &str) {
+    let swapped: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("pswpout "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(
+        swapped > 10_000,
+        "the guest swapped {swapped} pages:\n{out}"
+    );
 }
 
 fn qemu_processes() -> usize {
@@ -57,10 +54,10 @@ fn qemu_processes() -> usize {
 
 #[test]
 fn the_harness_passes_exit_codes_and_kills_a_guest_past_its_deadline() {
-    let Some(out) = ran(
-        guest(256, 120).run("uname -r; grep -c . /proc/cpuinfo >/dev/null; exit 7"),
-        7,
-    ) else {
+    let Some(out) = guest(256, 120)
+        .run("uname -r; grep -c . /proc/cpuinfo >/dev/null; exit 7")
+        .output_if_exited(7)
+    else {
         return;
     };
     assert!(out.contains("6.1."), "the guest runs its own kernel: {out}");
@@ -87,7 +84,7 @@ fn a_guest_swaps_onto_its_kernel_zram_and_every_page_is_right() {
         {prog} 288 2
         grep -E '^(pswpout|oom_kill) ' /proc/vmstat"
     );
-    let Some(out) = ran(guest(256, 600).run(&script), 0) else {
+    let Some(out) = guest(256, 600).run(&script).output_if_exited(0) else {
         return;
     };
     let runs: Vec<&str> = out.lines().filter(|l| l.starts_with("pages ")).collect();
@@ -95,15 +92,7 @@ fn a_guest_swaps_onto_its_kernel_zram_and_every_page_is_right() {
     for r in &runs {
         assert!(r.contains(" 0 wrong"), "{r}");
     }
-    let swapped: u64 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("pswpout "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    assert!(
-        swapped > 10_000,
-        "the guest swapped {swapped} pages:\n{out}"
-    );
+    assert_swapped_enough(&out);
 }
 
 #[test]
@@ -150,7 +139,7 @@ fn a_guest_swaps_onto_a_zmem_export_through_qemus_nbd_driver() {
         .unwrap();
     let _ = serve.kill();
     let _ = serve.wait();
-    let Some(out) = ran(outcome, 0) else {
+    let Some(out) = outcome.output_if_exited(0) else {
         return;
     };
     let runs: Vec<&str> = out.lines().filter(|l| l.starts_with("pages ")).collect();
@@ -202,7 +191,7 @@ fn a_guest_swaps_onto_zmem_serve_swap_inside_itself_over_nbd_ko() {
         zmem = env!("CARGO_BIN_EXE_zmem"),
         prog = prog.display()
     );
-    let Some(out) = ran(guest(256, 600).run(&script), 0) else {
+    let Some(out) = guest(256, 600).run(&script).output_if_exited(0) else {
         return;
     };
     assert!(out.contains("on reserve="), "swap mode is on: {out}");
@@ -210,15 +199,7 @@ fn a_guest_swaps_onto_zmem_serve_swap_inside_itself_over_nbd_ko() {
     let runs: Vec<&str> = out.lines().filter(|l| l.starts_with("pages ")).collect();
     assert_eq!(runs.len(), 1, "{out}");
     assert!(runs[0].contains(" 0 wrong"), "{}", runs[0]);
-    let swapped: u64 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("pswpout "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    assert!(
-        swapped > 10_000,
-        "the guest swapped {swapped} pages:\n{out}"
-    );
+    assert_swapped_enough(&out);
     // The store held what was swapped, within its mem_limit.
     let used_max: u64 = out
         .lines()

@@ -130,16 +130,25 @@ fn synthetic_pages_match_the_kernel_to_the_byte() {
     let Some(Stages { ours, kernel }) = stages else {
         return;
     };
+    assert_every_column_equal("lz4", &ours, &kernel);
+}
+
+/// Panics unless each of the three stages (fill, discard, compact) gave
+/// zmem's `mm_stat` (`ours`, JSON) every column of the kernel's: the same
+/// pages, discards and compaction give the kernel's numbers exactly.
+fn assert_every_column_equal(label: &str, ours: &[serde_json::Value], kernel: &[Vec<u64>]) {
     assert_eq!((ours.len(), kernel.len()), (3, 3));
     for (stage, (o, k)) in ["fill", "discard", "compact"]
         .iter()
-        .zip(ours.iter().zip(&kernel))
+        .zip(ours.iter().zip(kernel))
     {
-        eprintln!("{stage}: zmem {o}\n{stage}: kernel mm_stat {k:?}");
-        // Every column: the same pages, discards and compaction give the
-        // kernel's numbers exactly.
+        eprintln!("{label} {stage}: zmem {o}\n{label} {stage}: kernel mm_stat {k:?}");
         for (i, name) in MM_STAT.iter().enumerate() {
-            assert_eq!(col(o, i), k[i], "{stage}: {name}: zmem {o} vs kernel {k:?}");
+            assert_eq!(
+                col(o, i),
+                k[i],
+                "{label} {stage}: {name}: zmem {o} vs kernel {k:?}"
+            );
         }
     }
 }
@@ -228,20 +237,7 @@ fn lzo_real_data_matches_the_kernel_to_the_byte() {
         let Some(Stages { ours, kernel }) = run_both(&bins, comp) else {
             return;
         };
-        assert_eq!((ours.len(), kernel.len()), (3, 3));
-        for (stage, (o, k)) in ["fill", "discard", "compact"]
-            .iter()
-            .zip(ours.iter().zip(&kernel))
-        {
-            eprintln!("{comp} {stage}: zmem {o}\n{comp} {stage}: kernel mm_stat {k:?}");
-            for (i, name) in MM_STAT.iter().enumerate() {
-                assert_eq!(
-                    col(o, i),
-                    k[i],
-                    "{comp} {stage}: {name}: zmem {o} vs kernel {k:?}"
-                );
-            }
-        }
+        assert_every_column_equal(comp, &ours, &kernel);
         // The test means something only if pages were moved.
         assert!(col(&ours[2], 6) > 0, "{comp}: nothing compacted");
     }

@@ -4,8 +4,8 @@
 //! A fresh `vec![0; len]` per request costs a zero-fill of every byte (and,
 //! when the allocator has trimmed its heap, a page fault per page) before
 //! the socket or the device overwrites them all; under a client that keeps
-//! dozens of requests in flight that is 3-4% of a write's CPU and more of a
-//! read's. [`Buffers`] hands out [`Lease`]s instead: a buffer given back is
+//! dozens of requests in flight that is a visible share of a write's CPU
+//! and more of a read's. [`Buffers`] hands out [`Lease`]s instead: a buffer given back is
 //! kept and lent again, and only bytes a buffer has never held are zeroed.
 //!
 //! Nothing is kept while the connection is idle: when the last lease comes

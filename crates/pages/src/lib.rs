@@ -21,8 +21,9 @@
 //! Giving pages back costs more than the system call: the kernel must shoot
 //! their translations out of the TLB of every CPU the process runs on, with
 //! an interrupt to each. A thread reading objects on another CPU while
-//! compaction frees hundreds of zspages takes hundreds of interrupts (this
-//! made a reader's p99.9 latency 11x worse in `zmem bench read-latency`). So
+//! compaction frees hundreds of zspages takes hundreds of interrupts (what
+//! that does to a reader's tail is `zmem bench read-latency`'s, in
+//! BENCHMARKS.md). So
 //! pages are not given back one run at a time:
 //!
 //! - [`PageSource::free`] puts a freed run in a small cache, still resident.

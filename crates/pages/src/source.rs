@@ -130,8 +130,9 @@ pub struct PageSource {
 }
 
 /// The most pages one chunk of a batch releases under the mutex. A batch of
-/// a compaction's hold (up to 16 MiB) took 1-3 ms under the mutex in one
-/// call, and every allocation, free and reclaim of the source waited for it.
+/// a compaction's hold (up to 16 MiB) released in one call held the mutex
+/// for milliseconds, and every allocation, free and reclaim of the source
+/// waited for it.
 /// Released a chunk at a time, with waiters let in between, they wait for
 /// one chunk at most.
 const RELEASE_CHUNK_PAGES: usize = 256;

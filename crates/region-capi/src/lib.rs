@@ -1,6 +1,6 @@
 //! The C API of zmem's region, built as `libzmem_region.so` and `.a`, with
 //! the header `include/zmem_region.h` (installed by
-//! `crates/region-capi/install.sh`).
+//! `scripts/install-clib zmem_region`).
 //!
 //! A region is compressed memory for one process: an anonymous mapping the
 //! program uses as ordinary memory, whose pages beyond a resident limit are

@@ -10,12 +10,11 @@
 //! else the scheduler moves the thread to the idle CPU and the next fault is
 //! cross-CPU again: so on a followed CPU the handler runs as `SCHED_IDLE`,
 //! which the scheduler treats as free, and the woken thread preempts it.
-//! What that saves is what a cross-CPU wake-up costs at the time
-//! (BENCHMARKS.md, 2-vCPU machine): a fault from the store took 13.0 µs
-//! at p50 following against 20.5-21.5 unpinned while wake-ups were slow,
-//! but 34.9 against 14.1 (`zmem bench region`) while they were not; in a
-//! TCG guest, where every wake-up is emulated, following won in every run.
-//! So it is off unless asked for (`RegionConfig::handler_follows`).
+//! What that saves is what a cross-CPU wake-up costs at the time: it wins
+//! where wake-ups are dear (a TCG guest, where every one is emulated) and
+//! loses where they are cheap (BENCHMARKS.md, "A region's faults and cold
+//! policy" and "`zmem bench region`"). So it is off unless asked for
+//! (`RegionConfig::handler_follows`).
 //!
 //! The steering: the handler counts whose faults it serves (the kernel
 //! names the faulting thread with `UFFD_FEATURE_THREAD_ID`); every

@@ -49,10 +49,11 @@ pub(crate) const BLOCK: usize = 512;
 
 /// The shortest epoch. Each clear makes every page the process writes
 /// after it fault once more (in the kernel alone, but under emulation a
-/// fault is dear): in a TCG guest, the word index of `zmem run`'s
-/// benchmark with a clear at every half turn of the hand (1.8 s there) had
-/// 7.7% fewer faults from the store and took 12% longer; with 4 s, 4.6%
-/// fewer faults and 3% less time (design.md, region, "Cold detection").
+/// fault is dear): clearing at every half turn of the hand found more
+/// writes but cost the program more time than it saved; epochs at least
+/// this long keep most of the gain (BENCHMARKS.md, "`zmem run` against the
+/// kernel's zram and a memory cgroup, in one guest"; docs/region.md,
+/// "Writes through soft-dirty bits").
 const MIN_EPOCH_MS: u64 = 4000;
 
 /// Whether a region of this process uses the soft-dirty bits.

@@ -6,12 +6,12 @@
 //! sleeping in `poll(2)` between turns, as a faulting thread and a
 //! sleeping handler do. They run on two different CPUs of the process's
 //! set (where it has two): left to the scheduler, both may land on one CPU
-//! and measure a local switch, which on this project's machine was 2.9 µs
-//! against 15-17 µs across CPUs. A round trip is two wake-ups; the median
-//! of the rounds, halved, is the figure. It differs between machines:
-//! 16-25 µs on this project's virtual machine, whose idle CPUs halt (every
-//! wake-up an interrupt and a VM exit), 35-73 µs in TCG guests on it
-//! (BENCHMARKS.md, region).
+//! and measure a local switch, several times cheaper than a wake-up across
+//! CPUs. A round trip is two wake-ups; the median of the rounds, halved, is
+//! the figure. It differs between machines by more than tenfold: a virtual
+//! machine whose idle CPUs halt pays an interrupt and a VM exit a wake-up,
+//! an emulated guest far more (BENCHMARKS.md, "A region's faults and cold
+//! policy").
 //!
 //! Owns the measurement and its process-wide result; uses the region's
 //! eventfd calls (`shared`) and touches no region.

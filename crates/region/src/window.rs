@@ -68,13 +68,13 @@ pub(crate) const WINDOW_MAX: usize = 256;
 pub(crate) const RESIDENT_MAX: usize = 64;
 
 /// The victims the evictor asks of a window under the limit at least,
-/// whatever it still needs: half the buffer. Under the limit the window
-/// was sized to the need, a few victims at a time, and in a TCG guest its
-/// zap (a TLB flush, and a wait for the handler to read the remove event)
-/// took 300-600 µs: 28,000 zaps held the evictor for 13-19 s of a 65-78 s
-/// run, and faults waited for it. With this floor the same run made
-/// 21,000-22,000 zaps (6-7 s) and 40% fewer faults waited; a floor of 64
-/// with a 128-page buffer held pages longer than faults would wait for.
+/// whatever it still needs: half the buffer. Sized to the need alone, a
+/// window held a few victims, and each of its zaps (a TLB flush, and a wait
+/// for the handler to read the remove event) is dear under emulation: the
+/// floor makes fewer zaps, and fewer faults wait for room (BENCHMARKS.md,
+/// "`zmem run` against the kernel's zram and a memory cgroup, in one
+/// guest"). A larger floor with a larger buffer held pages longer than
+/// faults would wait for.
 pub(crate) const VICTIMS_MIN: usize = RESIDENT_MAX / 2;
 
 /// A window stops growing when its spared pages outnumber twice its victims

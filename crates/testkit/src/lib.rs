@@ -8,14 +8,18 @@
 //! ([`peer_closed`]), real data ([`real_data`]), incompressible bytes
 //! ([`noise`]), seeded generators and object contents ([`Rng`],
 //! [`SplitMix64`], [`pattern`]), reading the process's resident set ([`rss`]),
-//! TLS certificates made with `openssl` ([`certs`]), and commands run in a
-//! qemu guest with a kernel of its own ([`vm`]). What is about one crate (a test server, the
-//! `zmem` binary) stays in that crate's tests.
+//! TLS certificates made with `openssl` ([`certs`]), commands run in a qemu
+//! guest with a kernel of its own ([`vm`]), the workspace as cargo and the
+//! file tree describe it ([`workspace`]), and the harness both C libraries'
+//! tests build, run and install their library with ([`clib`]). What is about
+//! one crate (a test server, the `zmem` binary) stays in that crate's tests.
 
 pub mod certs;
+pub mod clib;
 pub mod clients;
 pub mod rss;
 pub mod vm;
+pub mod workspace;
 
 use std::io::Read;
 use std::path::PathBuf;

@@ -45,6 +45,26 @@ pub enum Outcome {
     Unavailable(String),
 }
 
+impl Outcome {
+    /// The command's output if it ran and exited with `want_code`; `None`,
+    /// after saying why, where no guest can run. Panics on a timeout or
+    /// another exit code, with the guest's output.
+    pub fn output_if_exited(self, want_code: i32) -> Option<String> {
+        match self {
+            Outcome::Unavailable(why) => {
+                eprintln!("skipped: {why}");
+                None
+            }
+            Outcome::TimedOut { output } => panic!("the guest timed out:\n{output}"),
+            Outcome::Ran { code, output, took } => {
+                eprintln!("guest ran in {took:?}");
+                assert_eq!(code, want_code, "{output}");
+                Some(output)
+            }
+        }
+    }
+}
+
 impl Guest {
     /// Runs `sh -c SCRIPT` in a fresh guest.
     pub fn run(&self, script: &str) -> Outcome {

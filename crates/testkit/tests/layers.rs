@@ -10,10 +10,9 @@
 //! table and the table in docs/design.md together.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
+use testkit::workspace::{cargo, metadata};
 
 /// Every product crate (layers 0-5, and the region's C library at 6) and,
 /// last, the lab: what the CLI may depend on.
@@ -39,6 +38,22 @@ const PRODUCT_AND_LAB: &[&str] = &[
 
 /// Every product crate: what the lab may depend on.
 const PRODUCT: &[&str] = PRODUCT_AND_LAB.split_at(PRODUCT_AND_LAB.len() - 1).0;
+
+/// What the region may depend on: the store and what is below it.
+const REGION_DEPS: &[&str] = REGION_AND_BELOW.split_at(REGION_AND_BELOW.len() - 1).0;
+
+/// The region and what it may depend on: what its C library and the preload
+/// library of `zmem run` (layer 6) may depend on.
+const REGION_AND_BELOW: &[&str] = &[
+    "zmem-pages",
+    "zmem-zpool",
+    "zmem-zcomp",
+    "zmem-zsmalloc",
+    "zmem-zalloc",
+    "zmem-zram",
+    "zmem-recipe",
+    "zmem-region",
+];
 
 /// Package, the workspace packages it may depend on, and the ones its tests
 /// may use beyond those.
@@ -101,50 +116,12 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
         ],
         &["zmem-zsmalloc", "zmem-zalloc"],
     ),
-    (
-        "zmem-region",
-        &[
-            "zmem-pages",
-            "zmem-zpool",
-            "zmem-zcomp",
-            "zmem-zsmalloc",
-            "zmem-zalloc",
-            "zmem-zram",
-            "zmem-recipe",
-        ],
-        &[],
-    ),
+    ("zmem-region", REGION_DEPS, &[]),
     // Layer 6.
-    (
-        "zmem-region-capi",
-        &[
-            "zmem-pages",
-            "zmem-zpool",
-            "zmem-zcomp",
-            "zmem-zsmalloc",
-            "zmem-zalloc",
-            "zmem-zram",
-            "zmem-recipe",
-            "zmem-region",
-        ],
-        &[],
-    ),
+    ("zmem-region-capi", REGION_AND_BELOW, &[]),
     // Layer 6. Nothing may depend on it (it is in no list above): linking
     // it would replace the linking program's malloc with its hooks.
-    (
-        "zmem-preload",
-        &[
-            "zmem-pages",
-            "zmem-zpool",
-            "zmem-zcomp",
-            "zmem-zsmalloc",
-            "zmem-zalloc",
-            "zmem-zram",
-            "zmem-recipe",
-            "zmem-region",
-        ],
-        &[],
-    ),
+    ("zmem-preload", REGION_AND_BELOW, &[]),
     ("zmem-lab", PRODUCT, &[]),
     ("zmem-cli", PRODUCT_AND_LAB, &[]),
     ("zmem-testkit", &[], &[]),
@@ -153,36 +130,6 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
 /// Package, dependency and feature: the package may depend on it only
 /// optionally, with that feature turning it on (`dep:NAME`).
 const OPTIONAL_ONLY: &[(&str, &str, &str)] = &[("zmem-cli", "zmem-lab", "lab")];
-
-/// The stdout of `cargo ARGS` run at the workspace root, which must succeed
-/// (the test fails with its stderr otherwise).
-fn cargo(args: &[&str]) -> String {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = Command::new(cargo)
-        .args(args)
-        .current_dir(&root)
-        .output()
-        .unwrap_or_else(|e| panic!("run cargo {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "cargo {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("cargo's stdout is UTF-8")
-}
-
-/// `cargo metadata` of the workspace (without its dependencies).
-fn metadata() -> Value {
-    let out = cargo(&[
-        "metadata",
-        "--format-version",
-        "1",
-        "--no-deps",
-        "--offline",
-    ]);
-    serde_json::from_str(&out).expect("cargo metadata is JSON")
-}
 
 /// Every breach of [`OPTIONAL_ONLY`] in `meta` (`cargo metadata`'s
 /// output), one line each: a dependency that is not optional, or that its
@@ -338,7 +285,8 @@ fn the_optional_rule_rejects_a_lab_the_cli_always_links() {
 
 #[test]
 fn the_product_build_has_no_plotting_or_font_crates() {
-    // `zmem` without the lab's default feature: replay, classes, serve, ctl.
+    // `zmem` without the lab's default feature: replay, advise, classes,
+    // serve, ctl, run.
     let tree = |features: &[&str]| {
         let mut args = vec![
             "tree",

@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use testkit::vm::{Guest, Outcome};
+use testkit::vm::Guest;
 
 /// An example binary of this crate, built by `cargo test` beside the
 /// test binaries (target/PROFILE/examples/), outside /tmp as the guest
@@ -41,23 +41,6 @@ fn guest(timeout_s: u64) -> Guest {
     }
 }
 
-/// The command's output, or `None` (after saying why) where no guest can
-/// run; any other outcome than exit 0 fails the test.
-fn ran(outcome: Outcome) -> Option<String> {
-    match outcome {
-        Outcome::Unavailable(why) => {
-            eprintln!("skipped: {why}");
-            None
-        }
-        Outcome::TimedOut { output } => panic!("the guest timed out:\n{output}"),
-        Outcome::Ran { code, output, took } => {
-            eprintln!("guest ran in {took:?}:\n{output}");
-            assert_eq!(code, 0, "{output}");
-            Some(output)
-        }
-    }
-}
-
 /// A RAM-backed device with two queues: a pattern written through
 /// /dev/ublkb0 with O_DIRECT reads back, and the target holds it; flush,
 /// discard and write-zeroes reach the target; after stop the block
@@ -67,7 +50,7 @@ fn ran(outcome: Outcome) -> Option<String> {
 fn ram_device_round_trip_in_guest() {
     let bin = example("ublk_ram");
     let script = format!("modprobe ublk_drv && {} 32 2", bin.display());
-    let Some(out) = ran(guest(300).run_on("6.12", &script)) else {
+    let Some(out) = guest(300).run_on("6.12", &script).output_if_exited(0) else {
         return;
     };
     assert!(out.contains("ublk_ram: PASS"), "{out}");
@@ -115,7 +98,7 @@ exit 0
 "#,
         bin = bin.display()
     );
-    let Some(out) = ran(guest(300).run_on("6.12", &script)) else {
+    let Some(out) = guest(300).run_on("6.12", &script).output_if_exited(0) else {
         return;
     };
     assert!(out.contains("ublk_null: serving /dev/ublkb0"), "{out}");

@@ -2,13 +2,10 @@
 //! in-page compaction and refused handles (`zalloc::z3fold`; the shared
 //! suite is `suite.rs`).
 
+mod common;
+
 use zalloc::z3fold::*;
 use zpool::{read_into, ZHandle, ZPool, ZPoolError};
-
-// The refusals of a handle, as every allocator here words them.
-const FOREIGN: ZPoolError = ZPoolError::InvalidHandle("not a handle of this pool");
-const FREED: ZPoolError = ZPoolError::InvalidHandle("the object was freed");
-const STALE: ZPoolError = ZPoolError::InvalidHandle("stale: its slot holds another object");
 
 fn offset_of(pool: &Z3Fold, h: ZHandle) -> usize {
     let p = pool.read_begin(h, 0).unwrap().cast::<u8>().as_ptr() as usize;
@@ -129,11 +126,7 @@ fn stale_and_foreign_handles_are_refused() {
     let pool = Z3Fold::new(4096, None).unwrap();
     let other = Z3Fold::new(4096, None).unwrap();
     let h = pool.malloc(100).unwrap();
-    assert_eq!(other.free(h).unwrap_err(), FOREIGN);
-    pool.free(h).unwrap();
-    assert_eq!(pool.free(h).unwrap_err(), FREED);
-    let h2 = pool.malloc(100).unwrap();
-    assert_eq!(pool.write(h, b"x").unwrap_err(), STALE);
+    let h2 = common::assert_handle_refusals(&pool, &other, h);
     pool.free(h2).unwrap();
     pool.check_invariants().unwrap();
 }

@@ -1,13 +1,10 @@
 //! zblock through its own API: the type for each size, the computed tables
 //! and refused handles (`zalloc::zblock`; the shared suite is `suite.rs`).
 
+mod common;
+
 use zalloc::zblock::*;
 use zpool::{read_into, ZHandle, ZPool, ZPoolError};
-
-// The refusals of a handle, as every allocator here words them.
-const FOREIGN: ZPoolError = ZPoolError::InvalidHandle("not a handle of this pool");
-const FREED: ZPoolError = ZPoolError::InvalidHandle("the object was freed");
-const STALE: ZPoolError = ZPoolError::InvalidHandle("stale: its slot holds another object");
 
 #[test]
 fn sizes_go_to_the_smallest_slot_that_holds_them() {
@@ -60,14 +57,10 @@ fn stale_and_foreign_handles_are_refused() {
     let other = ZBlock::new(4096, None).unwrap();
     let h = pool.malloc(100).unwrap();
     let keep = pool.malloc(100).unwrap();
-    assert_eq!(other.free(h).unwrap_err(), FOREIGN);
-    pool.free(h).unwrap();
-    assert_eq!(pool.free(h).unwrap_err(), FREED);
-    let h2 = pool.malloc(100).unwrap();
-    assert_eq!(pool.write(h, b"x").unwrap_err(), STALE);
+    let h2 = common::assert_handle_refusals(&pool, &other, h);
     // A slot index past the type's slot count.
     let forged = ZHandle::from_raw(keep.to_raw() | 0xff).unwrap();
-    assert_eq!(pool.free(forged).unwrap_err(), FOREIGN);
+    assert_eq!(pool.free(forged).unwrap_err(), common::FOREIGN);
     pool.free(h2).unwrap();
     pool.free(keep).unwrap();
     pool.check_invariants().unwrap();

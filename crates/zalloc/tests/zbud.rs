@@ -2,13 +2,10 @@
 //! list scan and refused handles (`zalloc::zbud`; the shared suite is
 //! `suite.rs`).
 
+mod common;
+
 use zalloc::zbud::*;
 use zpool::{read_into, ZPool, ZPoolError};
-
-// The refusals of a handle, as every allocator here words them.
-const FOREIGN: ZPoolError = ZPoolError::InvalidHandle("not a handle of this pool");
-const FREED: ZPoolError = ZPoolError::InvalidHandle("the object was freed");
-const STALE: ZPoolError = ZPoolError::InvalidHandle("stale: its slot holds another object");
 
 #[test]
 fn geometry_is_the_kernels() {
@@ -86,12 +83,7 @@ fn stale_and_foreign_handles_are_refused() {
     let pool = ZBud::new(4096, None).unwrap();
     let other = ZBud::new(4096, None).unwrap();
     let h = pool.malloc(100).unwrap();
-    assert_eq!(other.free(h).unwrap_err(), FOREIGN);
-    pool.free(h).unwrap();
-    assert_eq!(pool.free(h).unwrap_err(), FREED);
-    let h2 = pool.malloc(100).unwrap();
-    assert_ne!(h, h2, "the generation changed");
-    assert_eq!(pool.write(h, b"x").unwrap_err(), STALE);
+    let h2 = common::assert_handle_refusals(&pool, &other, h);
     assert!(pool.read_begin(h, 1).is_err());
     pool.free(h2).unwrap();
     pool.check_invariants().unwrap();

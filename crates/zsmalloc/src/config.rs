@@ -59,9 +59,10 @@ impl std::str::FromStr for Mode {
 /// space analogue of the kernel's free page lists; `Pool::set_page_retain_divisor`).
 /// Not counted in `mem_used_total`. kernel-compat keeps none. With kept
 /// pages released by time (not by every background compaction), 1/8 is the
-/// share at which `zmem exp latency`'s stores fault rarely enough for a p99.9
-/// under 1.2x zbud's, with the resident set 1.09x the pool during the churn
-/// and still under zbud's (1/16 and 1/32: 1.37-1.43x; BENCHMARKS.md). An idle store gives them back within seconds.
+/// share at which `zmem exp latency`'s stores fault rarely enough to meet
+/// its tail-latency goal against zbud, with the resident set still under
+/// zbud's (smaller shares miss it: BENCHMARKS.md, `zmem exp latency`). An
+/// idle store gives them back within seconds.
 pub const DEFAULT_RETAIN_DIVISOR: usize = 8;
 
 /// Everything a pool is created from.
@@ -102,10 +103,9 @@ impl PoolConfig {
     /// On pages above 4 KiB the pool is framed: its zspages are 4 KiB frames
     /// of shared system pages, laid out as a unit of `page_size` on 4 KiB
     /// pages, so its class step is that unit's
-    /// ([`PoolConfig::default_mode_for_unit`]). Measured ("Dense at every
-    /// page size and compression unit" in BENCHMARKS.md, three corpora, lz4
-    /// and zstd): with `page_size / 128`, 1.34-2.55% over the compressed
-    /// bytes after a fill; with `page_size / 512` the unit rows' 1.04-1.64%.
+    /// ([`PoolConfig::default_mode_for_unit`]); that step wastes less than
+    /// `page_size / 128` (BENCHMARKS.md, "Page sizes and compression
+    /// units").
     pub fn default_mode(page_size: u32) -> PoolConfig {
         PoolConfig {
             geometry: GeometryConfig {
@@ -130,11 +130,8 @@ impl PoolConfig {
     /// with units above the page, objects are mostly larger than a page,
     /// and after freeing half and compacting each occupied class keeps one
     /// partly filled zspage (up to a page unused), so fewer, wider classes
-    /// waste less. Measured (three corpora, lz4 and zstd, "Dense at every
-    /// page size and unit" in BENCHMARKS.md): 64 KiB units with 16-byte
-    /// classes were 1.80-3.12% over the compressed bytes after half +
-    /// compact, with 128-byte classes 1.39-1.85%; 16 KiB units 1.89-2.85%,
-    /// with 32-byte classes 1.51-2.30%; after a fill 1.04-1.64%.
+    /// waste less (BENCHMARKS.md, "Page sizes and compression units", three
+    /// corpora, lz4 and zstd).
     pub fn default_mode_for_unit(page_size: u32, unit: u32) -> PoolConfig {
         let mut config = Self::default_mode(page_size);
         config.geometry.unit = unit;

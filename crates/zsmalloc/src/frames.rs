@@ -2,8 +2,9 @@
 //! builds its zspages on system pages above 4 KiB.
 //!
 //! A class that owns whole system pages keeps one partly filled page per
-//! occupied class: on 16 and 64 KiB pages that alone is 2-6% of the
-//! compressed bytes. A *framed* pool instead builds each zspage from 4 KiB
+//! occupied class: on 16 and 64 KiB pages that alone is several percent of
+//! the compressed bytes (BENCHMARKS.md, "Page sizes and compression
+//! units"). A *framed* pool instead builds each zspage from 4 KiB
 //! frames, and the frames of one system page may belong to zspages of any
 //! class. The pool counts a system page (`mem_used_total`, `pages_used`,
 //! the resident set) while any frame of it is taken. A new frame comes from

@@ -16,18 +16,7 @@
 
 #include <zsmalloc.h>
 
-static unsigned long passed, failed;
-
-#define CHECK(cond)                                                          \
-	do {                                                                 \
-		if (cond) {                                                  \
-			passed++;                                            \
-		} else {                                                     \
-			failed++;                                            \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
-				__LINE__, #cond);                            \
-		}                                                            \
-	} while (0)
+#include "check.h"
 
 #define PAGE 4096
 
@@ -147,21 +136,19 @@ static void test_errors_and_null(void)
 			zs_destroy_pool(old);
 		}
 		CHECK(zs_create_pool_ex("x", NULL) == NULL);
-		bad = cfg;
-		bad.page_size = 5000;
-		CHECK(zs_create_pool_ex("x", &bad) == NULL);
-		bad = cfg;
-		bad.chain = 17;
-		CHECK(zs_create_pool_ex("x", &bad) == NULL);
-		bad = cfg;
-		bad.delta = 12;
-		CHECK(zs_create_pool_ex("x", &bad) == NULL);
-		bad = cfg;
-		bad.mode = 9;
-		CHECK(zs_create_pool_ex("x", &bad) == NULL);
-		bad = cfg;
-		bad.compaction = 3;
-		CHECK(zs_create_pool_ex("x", &bad) == NULL);
+/* cfg with one field set to a value out of its range is refused. */
+#define CHECK_REFUSED(field, value)                                          \
+	do {                                                                 \
+		bad = cfg;                                                   \
+		bad.field = value;                                           \
+		CHECK(zs_create_pool_ex("x", &bad) == NULL);                 \
+	} while (0)
+		CHECK_REFUSED(page_size, 5000);
+		CHECK_REFUSED(chain, 17);
+		CHECK_REFUSED(delta, 12);
+		CHECK_REFUSED(mode, 9);
+		CHECK_REFUSED(compaction, 3);
+#undef CHECK_REFUSED
 	}
 
 	/* A page limit turns into -ENOMEM. */
@@ -596,6 +583,5 @@ int main(void)
 	zs_destroy_pool(dflt);
 	zs_destroy_pool(compat);
 
-	printf("c_api: %lu passed, %lu failed\n", passed, failed);
-	return failed == 0 ? 0 : 1;
+	return check_summary(0);
 }

@@ -1,7 +1,7 @@
 //! The subcommands of `zmem`, one module each (and `status`, the zramctl
 //! view `ctl status` prints, and `docs`, which writes completions and man
 //! pages): the product commands
-//! (`replay`, `classes`, `serve`, `ctl`, `run`) and, with the `lab` feature, the
+//! (`replay`, `advise`, `classes`, `serve`, `ctl`, `run`) and, with the `lab` feature, the
 //! command trees of `exp` and `bench`, which dispatch to the lab crate.
 
 pub mod advise;

@@ -25,31 +25,7 @@
 #include <string.h>
 #include <time.h>
 
-#define PAGE 4096
-
-static uint64_t state;
-
-static uint64_t next(void)
-{
-	/* splitmix64 */
-	uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
-/* A hash of one page, eight bytes at a time. */
-static uint64_t checksum(const unsigned char *p)
-{
-	uint64_t h = 1469598103934665603ULL;
-	for (int i = 0; i < PAGE; i += 8) {
-		uint64_t w;
-		memcpy(&w, p + i, 8);
-		h = (h ^ w) * 0x100000001b3ULL;
-		h ^= h >> 29;
-	}
-	return h;
-}
+#include "pages.h"
 
 static const char *words[] = {
 	"static ", "int ", "return ", "struct ", "page ", "memory ", "the ", "of ",

@@ -254,7 +254,12 @@ impl RawClient {
             offset,
             length,
         };
-        let mut b = h.encode().to_vec();
+        self.send(&h.encode(), payload);
+    }
+
+    /// Writes an encoded request header and its payload in one write.
+    fn send(&mut self, header: &[u8], payload: &[u8]) {
+        let mut b = header.to_vec();
         b.extend_from_slice(payload);
         self.s.write_all(&b).unwrap();
     }
@@ -279,9 +284,7 @@ impl RawClient {
             offset,
             length,
         };
-        let mut b = h.encode().to_vec();
-        b.extend_from_slice(payload);
-        self.s.write_all(&b).unwrap();
+        self.send(&h.encode(), payload);
     }
 
     /// Reads one whole reply (all chunks of a structured one).

@@ -22,18 +22,7 @@
 
 #include <zmem_region.h>
 
-static unsigned long passed, failed;
-
-#define CHECK(cond)                                                          \
-	do {                                                                 \
-		if (cond) {                                                  \
-			passed++;                                            \
-		} else {                                                     \
-			failed++;                                            \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
-				__LINE__, #cond);                            \
-		}                                                            \
-	} while (0)
+#include "check.h"
 
 #define MIB ((size_t)1 << 20)
 /* Bytes passed to write(2) and read(2): under a pipe's 64 KiB capacity. */
@@ -363,8 +352,7 @@ int main(void)
 	r = zmem_region_new(64 * MIB, 8 * MIB, NULL);
 	if (!r && (errno == ENOSYS || errno == EPERM || errno == EACCES)) {
 		printf("SKIPPED: no userfaultfd here (%s)\n", strerror(errno));
-		printf("c_api: %lu passed, %lu failed\n", passed, failed);
-		return failed ? 1 : 77;
+		return check_summary(77);
 	}
 	CHECK(r != NULL);
 	if (r) {
@@ -384,6 +372,5 @@ int main(void)
 		zmem_region_free(r);
 	}
 
-	printf("c_api: %lu passed, %lu failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return check_summary(0);
 }

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use zalloc::AllocOptions;
-use zpool::ZPool;
+use zpool::{ZHandle, ZPool, ZPoolError};
 use zsmalloc::Mode;
 
 /// One allocator configuration the suite runs against.
@@ -101,4 +101,25 @@ pub fn read_vec(pool: &dyn ZPool, h: zpool::ZHandle, len: usize) -> Vec<u8> {
     let mut buf = vec![0; len];
     zpool::read_into(pool, h, &mut buf).expect("read of a live object");
     buf
+}
+
+/// The refusals of a handle, as every allocator here words them.
+pub const FOREIGN: ZPoolError = ZPoolError::InvalidHandle("not a handle of this pool");
+/// A handle whose object was freed.
+pub const FREED: ZPoolError = ZPoolError::InvalidHandle("the object was freed");
+/// A handle whose slot holds another object now.
+pub const STALE: ZPoolError = ZPoolError::InvalidHandle("stale: its slot holds another object");
+
+/// Checks how `pool` refuses its handle `h` (live, 100 bytes or more):
+/// `other`, another pool, refuses it as foreign; freed, it is refused as
+/// freed; once a new object may have its slot, writing through it is
+/// refused as stale. Returns that new object's handle, still live.
+pub fn assert_handle_refusals(pool: &dyn ZPool, other: &dyn ZPool, h: ZHandle) -> ZHandle {
+    assert_eq!(other.free(h).unwrap_err(), FOREIGN);
+    pool.free(h).unwrap();
+    assert_eq!(pool.free(h).unwrap_err(), FREED);
+    let h2 = pool.malloc(100).unwrap();
+    assert_ne!(h, h2, "the generation changed");
+    assert_eq!(pool.write(h, b"x").unwrap_err(), STALE);
+    h2
 }
