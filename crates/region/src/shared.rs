@@ -8,7 +8,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use zram::Store;
@@ -118,7 +117,7 @@ pub(crate) struct Shared {
     /// the poll was set, or not measured).
     pub wake_cost_ns: u64,
     /// The workers' handles.
-    pub threads: Mutex<Vec<JoinHandle<()>>>,
+    pub threads: Mutex<Vec<crate::workers::Worker>>,
     /// The clock hand (a page index).
     pub hand: AtomicUsize,
     /// Where the handler runs, watched by the evictor.

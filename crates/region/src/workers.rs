@@ -2,9 +2,19 @@
 //! the evictor) with their eventfds; used when a region is made, dropped,
 //! and rebuilt in a forked child.
 //!
+//! The threads are POSIX threads made here, not `std::thread`s: a std
+//! thread's start registers a thread-local destructor, which in glibc takes
+//! the dynamic loader's lock, and a region is often made (and its threads
+//! started) by a library's constructor while another thread, or the same
+//! one, is inside `dlopen` holding that lock. Had the handler waited for
+//! the lock, a fault of the `dlopen`ing thread on the region would never be
+//! served (a JVM loading libjvm.so hung so). The loops use no thread-local
+//! with a destructor.
+//!
 //! Owns the threads' lifetimes; their loops are `handler`'s and
 //! `evictor`'s.
 
+use std::ffi::CStr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -14,6 +24,71 @@ use crate::shared::{kick, new_eventfd, Shared};
 /// Stack of each worker thread (its loops lock the top 64 KiB).
 const STACK: usize = 256 * 1024;
 
+/// The fault handler thread's name (as `ps` and `/proc/PID/task/*/comm`
+/// show it; at most 15 bytes).
+pub(crate) const HANDLER_NAME: &CStr = c"zmem-fault";
+
+/// The evictor thread's name.
+pub(crate) const EVICTOR_NAME: &CStr = c"zmem-evict";
+
+/// One of the region's threads, to join.
+#[derive(Debug)]
+pub(crate) struct Worker {
+    thread: libc::pthread_t,
+}
+
+/// What a new thread runs: its loop, on the region.
+struct Start {
+    body: fn(Arc<Shared>),
+    sh: Arc<Shared>,
+}
+
+/// The new thread's first Rust frame.
+extern "C" fn trampoline(arg: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: `arg` is the `Box<Start>` that `Worker::spawn` leaked for
+    // this thread alone; taken back once, here.
+    let start = unsafe { Box::from_raw(arg.cast::<Start>()) };
+    let _own = OwnCode::enter();
+    // A panic must not unwind into the C frame that called this one.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (start.body)(start.sh)));
+    std::ptr::null_mut()
+}
+
+impl Worker {
+    /// Starts `body(sh)` on a new thread named `name`.
+    fn spawn(name: &CStr, body: fn(Arc<Shared>), sh: Arc<Shared>) -> std::io::Result<Worker> {
+        let start = Box::into_raw(Box::new(Start { body, sh }));
+        // SAFETY: an attribute object initialised, used and destroyed
+        // here; `trampoline` takes ownership of `start` only if the thread
+        // was made, and it is taken back here otherwise.
+        unsafe {
+            let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+            let rc = libc::pthread_attr_init(&mut attr);
+            if rc != 0 {
+                drop(Box::from_raw(start));
+                return Err(std::io::Error::from_raw_os_error(rc));
+            }
+            libc::pthread_attr_setstacksize(&mut attr, STACK);
+            let mut thread: libc::pthread_t = std::mem::zeroed();
+            let rc = libc::pthread_create(&mut thread, &attr, trampoline, start.cast());
+            libc::pthread_attr_destroy(&mut attr);
+            if rc != 0 {
+                drop(Box::from_raw(start));
+                return Err(std::io::Error::from_raw_os_error(rc));
+            }
+            libc::pthread_setname_np(thread, name.as_ptr());
+            Ok(Worker { thread })
+        }
+    }
+
+    /// Waits for the thread to end.
+    fn join(self) {
+        // SAFETY: a thread made by `spawn`, joinable, joined once (`self`
+        // is consumed).
+        unsafe { libc::pthread_join(self.thread, std::ptr::null_mut()) };
+    }
+}
+
 /// Makes fresh eventfds and starts both threads.
 pub(crate) fn start(sh: &Arc<Shared>) -> std::io::Result<()> {
     sh.handler_efd.store(new_eventfd()?, Ordering::Release);
@@ -21,26 +96,16 @@ pub(crate) fn start(sh: &Arc<Shared>) -> std::io::Result<()> {
     sh.stop.store(false, Ordering::Release);
     sh.stop_handler.store(false, Ordering::Release);
     let mut threads = sh.threads.lock().unwrap_or_else(|e| e.into_inner());
-    let h = Arc::clone(sh);
-    threads.push(
-        std::thread::Builder::new()
-            .name("zmem-region-fault".into())
-            .stack_size(STACK)
-            .spawn(move || {
-                let _own = OwnCode::enter();
-                crate::handler::run(h)
-            })?,
-    );
-    let e = Arc::clone(sh);
-    threads.push(
-        std::thread::Builder::new()
-            .name("zmem-region-evict".into())
-            .stack_size(STACK)
-            .spawn(move || {
-                let _own = OwnCode::enter();
-                crate::evictor::run(e)
-            })?,
-    );
+    threads.push(Worker::spawn(
+        HANDLER_NAME,
+        crate::handler::run,
+        Arc::clone(sh),
+    )?);
+    threads.push(Worker::spawn(
+        EVICTOR_NAME,
+        crate::evictor::run,
+        Arc::clone(sh),
+    )?);
     Ok(())
 }
 
@@ -54,12 +119,12 @@ pub(crate) fn stop(sh: &Shared) {
     sh.stop.store(true, Ordering::Release);
     kick(&sh.evictor_efd);
     if let Some(t) = evictor {
-        let _ = t.join();
+        t.join();
     }
     sh.stop_handler.store(true, Ordering::Release);
     kick(&sh.handler_efd);
     if let Some(t) = handler {
-        let _ = t.join();
+        t.join();
     }
     close_eventfds(sh);
 }
@@ -78,9 +143,5 @@ pub(crate) fn close_eventfds(sh: &Shared) {
 /// In a forked child: forgets the parent's threads (they do not exist
 /// here; joining them would be undefined).
 pub(crate) fn forget_parent_threads(sh: &Shared) {
-    let threads: Vec<_> =
-        std::mem::take(&mut *sh.threads.lock().unwrap_or_else(|e| e.into_inner()));
-    for t in threads {
-        std::mem::forget(t);
-    }
+    sh.threads.lock().unwrap_or_else(|e| e.into_inner()).clear();
 }

@@ -15,7 +15,7 @@ fn region_threads() -> usize {
         .filter(|t| {
             let comm = t.as_ref().unwrap().path().join("comm");
             std::fs::read_to_string(comm)
-                .map(|c| c.starts_with("zmem-region"))
+                .map(|c| c.trim_end() == "zmem-fault" || c.trim_end() == "zmem-evict")
                 .unwrap_or(false)
         })
         .count()
