@@ -11,7 +11,8 @@
 //! unpacks into ~/.cache/zmem/linux-source-7.3. Without either, each test
 //! says so in one line and passes without checking. Corpus pages are read
 //! from $ZMEM_DATA (scripts/make-corpus) where it has them, else from the
-//! system's libraries, programs and headers.
+//! system's libraries, programs and headers: 4 MiB of each (1 MiB for
+//! LZ4HC and the dictionaries), or $ZMEM_LZ4_MIB MiB of each.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -175,6 +176,10 @@ fn text(len: usize) -> Vec<u8> {
 /// $ZMEM_DATA (or /var/tmp/zmem-data) has them, and always system
 /// binaries and text; `mib` MiB of each.
 fn corpus_pages(mib: usize) -> Vec<Vec<u8>> {
+    let mib = std::env::var("ZMEM_LZ4_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(mib);
     let len = mib << 20;
     let dir = std::env::var_os("ZMEM_DATA")
         .map_or_else(|| PathBuf::from("/var/tmp/zmem-data"), PathBuf::from);
