@@ -302,6 +302,7 @@ fn all_inputs() -> Vec<Vec<u8>> {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "runs the kernel's C in a process, which Miri cannot start")]
 fn fast_equals_the_kernel() {
     if harness().is_none() {
         return;
@@ -354,6 +355,7 @@ fn fast_equals_the_kernel() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "runs the kernel's C in a process, which Miri cannot start")]
 fn hc_equals_the_kernel() {
     if harness().is_none() {
         return;
@@ -406,6 +408,7 @@ fn dicts(pages: &[Vec<u8>]) -> Vec<Vec<u8>> {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "runs the kernel's C in a process, which Miri cannot start")]
 fn dictionaries_equal_the_kernel() {
     if harness().is_none() {
         return;
@@ -466,6 +469,7 @@ fn dictionaries_equal_the_kernel() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "runs the kernel's C in a process, which Miri cannot start")]
 fn streams_equal_the_kernel() {
     if harness().is_none() {
         return;
