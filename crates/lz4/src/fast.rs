@@ -314,6 +314,12 @@ impl Compressor {
     /// the compressed length. With `dst` at least [`compress_bound`] long
     /// it cannot fail for an input up to [`MAX_INPUT_SIZE`]; with less,
     /// the kernel's limited-output checks decide.
+    ///
+    /// From an acceleration of 2^26 on, the kernel's search step
+    /// (`acceleration << 6` in 32 bits) wraps to 0 and each position is
+    /// found as its own match, at offset 0: the output, the kernel's to the
+    /// byte, is no valid block (zram takes such a level and stores pages it
+    /// cannot read back).
     pub fn compress_fast(
         &mut self,
         src: &[u8],
