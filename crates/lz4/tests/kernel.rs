@@ -4,6 +4,8 @@
 //! settings, and every output must be equal, byte for byte, and decode to
 //! its input.
 //!
+//! The inputs include the fuzz target's committed corpus.
+//!
 //! The oracle is tests/oracle/harness.c, compiled at test time with the
 //! kernel's lib/lz4/lz4_compress.c and lz4hc_compress.c and its
 //! include/linux/lz4.h (GPL-2.0 / BSD, never in zmem's tree) from
@@ -294,15 +296,34 @@ fn caps(inputs: &[Vec<u8>], rng: &mut Rng) -> Vec<usize> {
         .collect()
 }
 
+/// The fuzz target's committed corpus (fuzz/corpus/lz4), whole files.
+fn fuzz_corpus() -> Vec<Vec<u8>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/lz4");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    files.sort();
+    let v: Vec<Vec<u8>> = files
+        .iter()
+        .map(|f| std::fs::read(f).expect("corpus file"))
+        .collect();
+    assert!(!v.is_empty(), "no fuzz corpus in {}", dir.display());
+    v
+}
+
 fn all_inputs() -> Vec<Vec<u8>> {
     let mut v = corpus_pages(4);
     v.extend(shapes());
+    v.extend(fuzz_corpus());
     v.extend(random_inputs(5, 600));
     v
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "runs the kernel's C in a process, which Miri cannot start")]
+#[cfg_attr(
+    miri,
+    ignore = "runs the kernel's C in a process, which Miri cannot start"
+)]
 fn fast_equals_the_kernel() {
     if harness().is_none() {
         return;
@@ -355,7 +376,10 @@ fn fast_equals_the_kernel() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "runs the kernel's C in a process, which Miri cannot start")]
+#[cfg_attr(
+    miri,
+    ignore = "runs the kernel's C in a process, which Miri cannot start"
+)]
 fn hc_equals_the_kernel() {
     if harness().is_none() {
         return;
@@ -363,6 +387,7 @@ fn hc_equals_the_kernel() {
     let pages = corpus_pages(1);
     let mut inputs: Vec<Vec<u8>> = pages.into_iter().step_by(2).collect();
     inputs.extend(shapes());
+    inputs.extend(fuzz_corpus());
     inputs.extend(random_inputs(6, 200));
     let mut rng = Rng(2);
     let caps = caps(&inputs, &mut rng);
@@ -408,7 +433,10 @@ fn dicts(pages: &[Vec<u8>]) -> Vec<Vec<u8>> {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "runs the kernel's C in a process, which Miri cannot start")]
+#[cfg_attr(
+    miri,
+    ignore = "runs the kernel's C in a process, which Miri cannot start"
+)]
 fn dictionaries_equal_the_kernel() {
     if harness().is_none() {
         return;
@@ -469,7 +497,10 @@ fn dictionaries_equal_the_kernel() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "runs the kernel's C in a process, which Miri cannot start")]
+#[cfg_attr(
+    miri,
+    ignore = "runs the kernel's C in a process, which Miri cannot start"
+)]
 fn streams_equal_the_kernel() {
     if harness().is_none() {
         return;
