@@ -69,6 +69,9 @@ fn lz4_dictionaries_round_trip_and_help() {
         .copied()
         .take(64 * 1024)
         .collect();
+    let (fd, hd) = (lz4k::Dict::new(&dict), lz4k::HcDict::new(&dict));
+    let mut fast = lz4k::Compressor::new();
+    let mut hc = lz4k::HcCompressor::new();
     for algorithm in [Algorithm::Lz4, Algorithm::Lz4Hc] {
         let plain = Compressor::new(algorithm, &Params::default())
             .unwrap()
@@ -84,6 +87,14 @@ fn lz4_dictionaries_round_trip_and_help() {
             a += pc.compress_buffered(p).unwrap().len();
             let z = wc.compress_buffered(p).unwrap().to_vec();
             b += z.len();
+            // zmem-lz4's bytes: zram's dictionary path of the kernel.
+            let mut direct = vec![0u8; lz4k::compress_bound(PAGE)];
+            let n = if algorithm == Algorithm::Lz4 {
+                fast.compress_fast_dict(&fd, p, &mut direct, 1).unwrap()
+            } else {
+                hc.compress_dict(&hd, p, &mut direct, 9).unwrap()
+            };
+            assert_eq!(z, direct[..n], "{algorithm}");
             assert_eq!(wc.decompress(&z, &mut back).unwrap(), PAGE);
             assert!(back == *p);
             assert_eq!(
