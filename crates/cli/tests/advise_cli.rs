@@ -68,7 +68,7 @@ fn advise_measures_the_candidates_and_ranks_them_by_memory() {
     // Bad candidates are usage errors naming the problem; no pages is a failure.
     for (bad, what) in [
         ("zstd:99", "level"),
-        ("lz4:1:dict", "dictionary"),
+        ("lzo:1:dict", "dictionary"),
         ("lzma", "lzma"),
     ] {
         let o = zmem(&["advise", input.to_str().unwrap(), "--comp", bad]);

@@ -222,10 +222,10 @@ fn dictionary_stores_pages_smaller() {
         ),
         ("zstd", "algo=zstd level=3", 2, "algo="),
         (
-            "lz4",
+            "lzo",
             params.as_str(),
             1,
-            "lz4 does not take the parameter dict",
+            "lzo does not take the parameter dict",
         ),
     ] {
         let out = common::zmem(&region_args(

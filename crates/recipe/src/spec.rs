@@ -388,6 +388,13 @@ impl StoreSpec {
             .map_err(|e| Error::Usage(format!("{}: {e}", self.label())))?;
         let comp = zcomp::Compressor::parse(self.comp.name(), &self.comp_params)
             .map_err(|e| Error::Usage(format!("--comp {}: {e}", self.comp)))?;
+        // kernel-compat compresses lz4 and lz4hc as the kernel's lib/lz4
+        // does (zmem-lz4); default mode keeps the faster liblz4.
+        let comp = if self.mode == Mode::KernelCompat {
+            comp.kernel_compat()
+        } else {
+            comp
+        };
         let block = self.block_size();
         let pages = disk_bytes.div_ceil(block as u64);
         let store = Store::with_block_size(Arc::clone(&pool), comp, pages, block)
@@ -403,6 +410,37 @@ impl StoreSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_compat_compresses_lz4_as_the_kernel() {
+        for (mode, comp, implementation) in [
+            (Mode::KernelCompat, Algorithm::Lz4, "zmem-lz4"),
+            (Mode::KernelCompat, Algorithm::Lz4Hc, "zmem-lz4"),
+            (Mode::Default, Algorithm::Lz4, "liblz4 1.10"),
+            (Mode::KernelCompat, Algorithm::LzoRle, "zmem-lzo"),
+        ] {
+            let spec = StoreSpec {
+                alloc: "zsmalloc".into(),
+                comp,
+                comp_params: String::new(),
+                page_size: 4096,
+                unit: None,
+                mode,
+                chain: None,
+                delta: None,
+                merge: true,
+                mem_limit: 0,
+                auto_compact: zram::AutoCompactPolicy::new(default_auto_compact(mode)),
+                retain_divisor: None,
+            };
+            let store = spec.open(1 << 20).unwrap();
+            assert_eq!(
+                store.compressor().implementation(),
+                implementation,
+                "{mode:?} {comp}"
+            );
+        }
+    }
 
     #[test]
     fn page_sizes_are_the_geometrys() {

@@ -24,10 +24,12 @@ pub enum Algorithm {
     /// `lzo`: plain LZO1X-1 through the `zmem-lzo` crate. Its data and
     /// lzo-rle's are read by either.
     Lzo,
-    /// `lz4`: liblz4 1.10 through the `lz4` crate's block API; `level` is the
-    /// acceleration factor, as in zram.
+    /// `lz4`: liblz4 1.10 through the `lz4` crate's block API, or (in
+    /// kernel-compat mode and with a dictionary) zmem-lz4, the kernel's
+    /// lib/lz4 byte for byte; `level` is the acceleration factor, as in zram.
     Lz4,
-    /// `lz4hc`: liblz4's high-compression mode; `level` 1..=12.
+    /// `lz4hc`: liblz4's high-compression mode, or zmem-lz4's port of the
+    /// kernel's; `level` 1..=16 (liblz4 runs levels above 12 as 12).
     Lz4Hc,
     /// `zstd`: libzstd 1.5.7 through the `zstd` crate; `level` may be
     /// negative; an optional dictionary.
@@ -90,7 +92,8 @@ impl Algorithm {
             Algorithm::Lz4 => 1..=65537,
             // lz4_flex has no acceleration setting, LZO1X-1 no level.
             Algorithm::Lz4Flex | Algorithm::LzoRle | Algorithm::Lzo => 1..=1,
-            Algorithm::Lz4Hc => 1..=12,
+            // LZ4HC_MAX_CLEVEL of the kernel (liblz4's is 12).
+            Algorithm::Lz4Hc => 1..=16,
             // ZSTD_minCLevel()..=ZSTD_maxCLevel(); 0 means zstd's default.
             Algorithm::Zstd => -(1 << 17)..=22,
             // -1 is zlib's Z_DEFAULT_COMPRESSION (6); 0 stores.
@@ -108,11 +111,14 @@ impl Algorithm {
         }
     }
 
-    /// Whether `dict=` is accepted. zstd and lz4-flex take a dictionary;
-    /// liblz4's dictionary calls are not in the `lz4` crate's block API, so
-    /// lz4 and lz4hc (which take one in the kernel) do not here.
+    /// Whether `dict=` is accepted: zstd, lz4 and lz4hc (as in the kernel,
+    /// lz4 and lz4hc through zmem-lz4: liblz4's dictionary calls are not in
+    /// the `lz4` crate's block API), and lz4-flex.
     pub fn supports_dictionary(self) -> bool {
-        matches!(self, Algorithm::Zstd | Algorithm::Lz4Flex)
+        matches!(
+            self,
+            Algorithm::Zstd | Algorithm::Lz4 | Algorithm::Lz4Hc | Algorithm::Lz4Flex
+        )
     }
 
     /// Whether `deflate.winbits=` is accepted (deflate only).

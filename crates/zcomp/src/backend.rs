@@ -1,9 +1,11 @@
-//! The six backends: their shared prepared state and their per-thread state.
+//! The backends: their shared prepared state and their per-thread state.
 //!
 //! This module owns everything that touches a compression library: the
-//! prepared zstd dictionaries shared by all contexts ([`Prepared`]), each
-//! context's library state ([`State`]: zstd's CCtx/DCtx, zlib-rs's deflate
-//! and inflate streams, lz4_flex's and LZO1X-1's hash tables), the worst-case output size
+//! prepared zstd and lz4 dictionaries shared by all contexts ([`Prepared`]),
+//! which lz4 runs (liblz4, or zmem-lz4's ports of the kernel's lib/lz4:
+//! [`Lz4Impl`]), each context's library state ([`State`]: zstd's CCtx/DCtx,
+//! zlib-rs's deflate and inflate streams, lz4_flex's, zmem-lz4's and
+//! LZO1X-1's tables), the worst-case output size
 //! of each algorithm, and the translation of library failures into
 //! [`Error`]s. It assumes its callers (the [`crate::Context`] methods) have
 //! validated the parameters and pass an output buffer of at least
@@ -42,6 +44,31 @@ pub(crate) fn compress_bound(algorithm: Algorithm, len: usize) -> usize {
     }
 }
 
+/// Which code compresses lz4 and lz4hc (the data of both reads with either).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lz4Impl {
+    /// liblz4 1.10 through the `lz4` crate (no dictionaries).
+    Liblz4,
+    /// zmem-lz4: the kernel's lib/lz4, byte for byte.
+    Kernel,
+}
+
+/// The lz4 and lz4hc dictionaries, as zmem-lz4 prepares them.
+#[derive(Clone)]
+pub(crate) enum Lz4Dict {
+    Fast(lz4k::Dict),
+    Hc(lz4k::HcDict),
+}
+
+impl Lz4Dict {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Lz4Dict::Fast(d) => d.bytes(),
+            Lz4Dict::Hc(d) => d.bytes(),
+        }
+    }
+}
+
 /// What every context of one compressor shares: the resolved settings and
 /// the prepared dictionaries.
 pub(crate) struct Prepared {
@@ -49,6 +76,9 @@ pub(crate) struct Prepared {
     pub(crate) level: i32,
     pub(crate) window_bits: u8,
     pub(crate) dict: Option<Dictionary>,
+    /// Which lz4 compresses (lz4 and lz4hc only).
+    pub(crate) lz4: Lz4Impl,
+    lz4_dict: Option<Lz4Dict>,
     zstd: Option<(CDict<'static>, DDict<'static>)>,
 }
 
@@ -60,8 +90,31 @@ impl Prepared {
             level,
             window_bits,
             dict: None,
+            lz4: Lz4Impl::Liblz4,
+            lz4_dict: None,
             zstd: None,
         }
+    }
+
+    /// The same settings compressed by `lz4` (lz4 and lz4hc; the others
+    /// have one implementation and keep it). A dictionary needs zmem-lz4.
+    pub(crate) fn with_lz4(&self, lz4: Lz4Impl) -> Option<Prepared> {
+        if !matches!(self.algorithm, Algorithm::Lz4 | Algorithm::Lz4Hc) {
+            return None;
+        }
+        Some(Prepared {
+            algorithm: self.algorithm,
+            level: self.level,
+            window_bits: self.window_bits,
+            dict: self.dict.clone(),
+            lz4: if self.lz4_dict.is_some() {
+                Lz4Impl::Kernel
+            } else {
+                lz4
+            },
+            lz4_dict: self.lz4_dict.clone(),
+            zstd: None,
+        })
     }
 
     /// Prepares the dictionary for `algorithm`; the settings are valid.
@@ -83,11 +136,48 @@ impl Prepared {
             }
             _ => None,
         };
+        // zram's lz4 backends take a dictionary only if the kernel's
+        // LZ4_loadDict / LZ4_loadDictHC keep all of it (-EINVAL otherwise).
+        let lz4_dict = match (&dict, algorithm) {
+            (Some(d), Algorithm::Lz4) => {
+                let fast = lz4k::Dict::new(d.bytes());
+                if !fast.accepted_by_zram() {
+                    return Err(Error::Dictionary {
+                        path: d.source().to_string(),
+                        reason: format!(
+                            "lz4 takes a dictionary of 8 bytes to 64 KiB, not {} bytes",
+                            d.bytes().len()
+                        ),
+                    });
+                }
+                Some(Lz4Dict::Fast(fast))
+            }
+            (Some(d), Algorithm::Lz4Hc) => {
+                let hc = lz4k::HcDict::new(d.bytes());
+                if !hc.accepted_by_zram() {
+                    return Err(Error::Dictionary {
+                        path: d.source().to_string(),
+                        reason: format!(
+                            "lz4hc takes a dictionary of at most 64 KiB, not {} bytes",
+                            d.bytes().len()
+                        ),
+                    });
+                }
+                Some(Lz4Dict::Hc(hc))
+            }
+            _ => None,
+        };
         Ok(Prepared {
             algorithm,
             level,
             window_bits,
             dict,
+            lz4: if lz4_dict.is_some() {
+                Lz4Impl::Kernel
+            } else {
+                Lz4Impl::Liblz4
+            },
+            lz4_dict,
             zstd,
         })
     }
@@ -101,6 +191,10 @@ pub(crate) enum State {
     Lz4,
     /// liblz4's HC state is allocated by each call (LZ4HC_HEAPMODE).
     Lz4Hc,
+    /// zmem-lz4's fast compressor: its 16 KiB of tables.
+    Lz4Kernel(Box<lz4k::Compressor>),
+    /// zmem-lz4's LZ4HC: its 256 KiB of tables.
+    Lz4HcKernel(Box<lz4k::HcCompressor>),
     /// The reusable hash table (dictionary-less compression only).
     Lz4Flex(Box<CompressTable>),
     /// zstd's compression and decompression contexts.
@@ -158,6 +252,12 @@ pub(crate) fn decompress_stateless(
         Algorithm::LzoRle | Algorithm::Lzo => lzo::decompress(src, dst)
             .map_err(|e| corrupt(algorithm, e))
             .and_then(|n| exact(algorithm, expected, n)),
+        Algorithm::Lz4 | Algorithm::Lz4Hc if p.lz4_dict.is_some() => {
+            let dict = p.lz4_dict.as_ref().map_or(&[][..], Lz4Dict::bytes);
+            lz4k::decompress_with_dict(src, dst, dict)
+                .map_err(|e| corrupt(algorithm, e))
+                .and_then(|n| exact(algorithm, expected, n))
+        }
         Algorithm::Lz4 | Algorithm::Lz4Hc => {
             let Some(size) = i32::try_from(expected)
                 .ok()
@@ -190,6 +290,8 @@ impl State {
     pub(crate) fn new(p: &Prepared) -> Result<State> {
         Ok(match p.algorithm {
             Algorithm::LzoRle | Algorithm::Lzo => State::Lzo(Box::default()),
+            Algorithm::Lz4 if p.lz4 == Lz4Impl::Kernel => State::Lz4Kernel(Box::default()),
+            Algorithm::Lz4Hc if p.lz4 == Lz4Impl::Kernel => State::Lz4HcKernel(Box::default()),
             Algorithm::Lz4 => State::Lz4,
             Algorithm::Lz4Hc => State::Lz4Hc,
             Algorithm::Lz4Flex => State::Lz4Flex(Box::default()),
@@ -249,6 +351,20 @@ impl State {
                 lz4::block::compress_to_buffer(src, Some(mode), false, &mut dst[..bound])
                     .map_err(|e| failed(e.to_string()))
             }
+            State::Lz4Kernel(c) => {
+                let result = match &p.lz4_dict {
+                    Some(Lz4Dict::Fast(d)) => c.compress_fast_dict(d, src, dst, p.level),
+                    _ => c.compress_fast(src, dst, p.level),
+                };
+                result.map_err(|e| lz4k_error(algorithm, e))
+            }
+            State::Lz4HcKernel(c) => {
+                let result = match &p.lz4_dict {
+                    Some(Lz4Dict::Hc(d)) => c.compress_dict(d, src, dst, p.level),
+                    _ => c.compress(src, dst, p.level),
+                };
+                result.map_err(|e| lz4k_error(algorithm, e))
+            }
             State::Lz4Flex(table) => {
                 let result = match &p.dict {
                     Some(d) => lz4_flex::block::compress_into_with_dict(src, dst, d.bytes()),
@@ -282,10 +398,13 @@ impl State {
         let algorithm = p.algorithm;
         let expected = dst.len();
         match self {
-            State::Lzo(_) | State::Lz4 | State::Lz4Hc | State::Lz4Flex(_) => {
-                decompress_stateless(p, src, dst)
-                    .expect("these algorithms decompress without a context")
-            }
+            State::Lzo(_)
+            | State::Lz4
+            | State::Lz4Hc
+            | State::Lz4Kernel(_)
+            | State::Lz4HcKernel(_)
+            | State::Lz4Flex(_) => decompress_stateless(p, src, dst)
+                .expect("these algorithms decompress without a context"),
             State::Zstd { dctx, .. } => {
                 let result = match &p.zstd {
                     Some((_, ddict)) => dctx.decompress_using_ddict(dst, src, ddict),
@@ -315,6 +434,17 @@ impl State {
                 }
             }
         }
+    }
+}
+
+/// zmem-lz4's refusals as the crate's errors.
+fn lz4k_error(algorithm: Algorithm, e: lz4k::Error) -> Error {
+    match e {
+        lz4k::Error::InputTooLarge { len } => Error::InputTooLarge { algorithm, len },
+        lz4k::Error::OutputFull { capacity } => Error::OutputTooSmall {
+            algorithm,
+            capacity,
+        },
     }
 }
 

@@ -16,6 +16,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::algorithm::{Algorithm, DEFLATE_DEFAULT_WINBITS};
+pub use crate::backend::Lz4Impl;
 use crate::backend::{self, Prepared, State};
 use crate::error::{Error, Result};
 use crate::params::{AlgorithmParams, Dictionary, Params};
@@ -142,6 +143,42 @@ impl Compressor {
             .then_some(self.prepared.window_bits)
     }
 
+    /// The same compressor as kernel-compat mode runs it: lz4 and lz4hc
+    /// through zmem-lz4, whose output is the kernel's lib/lz4's byte for
+    /// byte (default mode runs liblz4, faster; see BENCHMARKS.md). The other
+    /// algorithms have one implementation each and come back unchanged.
+    pub fn kernel_compat(&self) -> Compressor {
+        self.with_lz4(Lz4Impl::Kernel)
+    }
+
+    /// The same compressor with lz4 and lz4hc run by `lz4` (with a
+    /// dictionary, always zmem-lz4, the one that takes one).
+    pub fn with_lz4(&self, lz4: Lz4Impl) -> Compressor {
+        match self.prepared.with_lz4(lz4) {
+            Some(p) => Compressor {
+                prepared: Arc::new(p),
+            },
+            None => self.clone(),
+        }
+    }
+
+    /// Which code compresses lz4 and lz4hc (meaningless for the others).
+    pub fn lz4_impl(&self) -> Lz4Impl {
+        self.prepared.lz4
+    }
+
+    /// The code that compresses, as a report names it.
+    pub fn implementation(&self) -> &'static str {
+        match (self.algorithm(), self.prepared.lz4) {
+            (Algorithm::LzoRle | Algorithm::Lzo, _) => "zmem-lzo",
+            (Algorithm::Lz4 | Algorithm::Lz4Hc, Lz4Impl::Kernel) => "zmem-lz4",
+            (Algorithm::Lz4 | Algorithm::Lz4Hc, Lz4Impl::Liblz4) => "liblz4 1.10",
+            (Algorithm::Zstd, _) => "libzstd 1.5.7",
+            (Algorithm::Deflate, _) => "zlib-rs",
+            (Algorithm::Lz4Flex, _) => "lz4_flex",
+        }
+    }
+
     /// The dictionary, if one was given.
     pub fn dictionary(&self) -> Option<&Dictionary> {
         self.prepared.dict.as_ref()
@@ -161,6 +198,7 @@ impl fmt::Debug for Compressor {
             .field("level", &self.level())
             .field("window_bits", &self.window_bits())
             .field("dictionary", &self.dictionary())
+            .field("implementation", &self.implementation())
             .finish()
     }
 }
@@ -300,7 +338,7 @@ mod tests {
     fn settings_an_algorithm_lacks_are_refused() {
         let cases: [(&str, &str, &str); 10] = [
             ("lz4", "level=0", "bad value '0' for level: expected 1 to 65537 for lz4"),
-            ("lz4hc", "level=13", "bad value '13' for level: expected 1 to 12 for lz4hc"),
+            ("lz4hc", "level=17", "bad value '17' for level: expected 1 to 16 for lz4hc"),
             ("lz4-flex", "level=2", "bad value '2' for level: expected 1 to 1 for lz4-flex"),
             ("zstd", "level=23", "bad value '23' for level: expected -131072 to 22 for zstd"),
             ("deflate", "level=10", "bad value '10' for level: expected -1 to 9 for deflate"),
@@ -315,13 +353,7 @@ mod tests {
             assert_eq!(err.to_string(), message, "{name} {params}");
         }
         let dict = Dictionary::from_bytes(&b"some dictionary"[..]).unwrap();
-        for algorithm in [
-            Algorithm::LzoRle,
-            Algorithm::Lzo,
-            Algorithm::Lz4,
-            Algorithm::Lz4Hc,
-            Algorithm::Deflate,
-        ] {
+        for algorithm in [Algorithm::LzoRle, Algorithm::Lzo, Algorithm::Deflate] {
             let params = Params {
                 dict: Some(dict.clone()),
                 ..Params::default()
@@ -340,8 +372,11 @@ mod tests {
     #[test]
     fn small_outputs_go_through_scratch() {
         let text = b"hello hello hello hello hello hello hello hello hello".repeat(20);
-        for algorithm in Algorithm::ALL {
-            let c = Compressor::with_defaults(algorithm);
+        let kernel = [Algorithm::Lz4, Algorithm::Lz4Hc]
+            .map(|a| Compressor::with_defaults(a).kernel_compat());
+        let all = Algorithm::ALL.map(Compressor::with_defaults);
+        for c in all.into_iter().chain(kernel) {
+            let algorithm = c.algorithm();
             let mut ctx = c.context().unwrap();
             let mut big = vec![0u8; c.compress_bound(text.len())];
             let n = ctx.compress(&text, &mut big).unwrap();

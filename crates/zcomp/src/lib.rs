@@ -8,7 +8,12 @@
 //!
 //! Algorithms are chosen by zram's names (`lzo-rle`, `lzo`, `lz4`, `lz4hc`,
 //! `zstd`, `deflate`, plus `lz4-flex`, a pure-Rust lz4), and settings by zram's
-//! `algorithm_params` syntax (`"level=3 dict=/path"`).
+//! `algorithm_params` syntax (`"level=3 dict=/path"`). lz4 and lz4hc have two
+//! implementations ([`Lz4Impl`]): liblz4 1.10, the faster, by default, and
+//! zmem-lz4, the kernel's lib/lz4 byte for byte, which
+//! [`Compressor::kernel_compat`] picks (kernel-compat mode) and every lz4 or
+//! lz4hc dictionary uses (liblz4's dictionary calls are not in the `lz4`
+//! crate's API).
 //!
 //! ```
 //! use zcomp::Compressor;
@@ -39,6 +44,6 @@ pub mod error;
 pub mod params;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
-pub use compressor::{Compressor, Context};
+pub use compressor::{Compressor, Context, Lz4Impl};
 pub use error::{Error, Result};
 pub use params::{AlgorithmParams, Dictionary, Params};

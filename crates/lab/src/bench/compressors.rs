@@ -1,8 +1,10 @@
 //! `zmem bench compressors`: each compressor's own speed and ratio, page by
 //! page, beside the kernel's zram with the same algorithm.
 //!
-//! For every data set and every compressor (lzo-rle, lzo, lz4 and zstd at
-//! level -1, and any other given with `--comp`), in one run, interleaved
+//! For every data set and every compressor (lzo-rle, lzo, lz4 and lz4hc
+//! each by liblz4 and by zmem-lz4, the port of the kernel's lib/lz4 that
+//! kernel-compat mode runs, zstd at level -1, and any other given with
+//! `--comp`), in one run, interleaved
 //! round by round so that a noisy machine affects them alike:
 //! - compression of every 4 KiB page with one context on one thread, as
 //!   zram compresses (into the context's buffer);
@@ -37,12 +39,17 @@ use recipe::output::{write_json, write_stdout, Format, FormatArg};
 const PAGE: usize = 4096;
 
 /// The compressors always measured: zram's default and its plain variant,
-/// lz4, and zstd at its fastest common level (name, `algorithm_params`).
-const DEFAULT_COMPRESSORS: [(&str, &str); 4] = [
-    ("lzo-rle", ""),
-    ("lzo", ""),
-    ("lz4", ""),
-    ("zstd", "level=-1"),
+/// lz4 and lz4hc by both implementations (liblz4, default mode's, and
+/// zmem-lz4, kernel-compat mode's), and zstd at its fastest common level
+/// (name, `algorithm_params`, which lz4).
+const DEFAULT_COMPRESSORS: [(&str, &str, zcomp::Lz4Impl); 7] = [
+    ("lzo-rle", "", zcomp::Lz4Impl::Liblz4),
+    ("lzo", "", zcomp::Lz4Impl::Liblz4),
+    ("lz4", "", zcomp::Lz4Impl::Liblz4),
+    ("lz4", "", zcomp::Lz4Impl::Kernel),
+    ("lz4hc", "", zcomp::Lz4Impl::Liblz4),
+    ("lz4hc", "", zcomp::Lz4Impl::Kernel),
+    ("zstd", "level=-1", zcomp::Lz4Impl::Liblz4),
 ];
 
 /// Arguments of `zmem bench compressors`.
@@ -53,7 +60,8 @@ pub struct CompressorsArgs {
     #[arg(long = "data", visible_alias = "input")]
     data: Vec<PathBuf>,
     /// More compressors to measure, by zram's names (comma list), beside
-    /// lzo-rle, lzo, lz4 and zstd at level -1.
+    /// lzo-rle, lzo, lz4 and lz4hc (each by liblz4 and by zmem-lz4) and
+    /// zstd at level -1.
     #[arg(long, value_delimiter = ',')]
     comp: Vec<String>,
     /// Bytes of each file used, from its start (4K to 1T; default: all of it).
@@ -74,9 +82,11 @@ pub struct CompressorsArgs {
 struct Row {
     /// The data file.
     corpus: String,
-    /// The compressor: its zram name, and its settings if not zram's
-    /// defaults.
+    /// The compressor: its zram name, its settings if not zram's
+    /// defaults, and `[zmem-lz4]` for the port of the kernel's lz4.
     compressor: String,
+    /// The code that compressed (`zmem-lz4`, `liblz4 1.10`, ...).
+    implementation: String,
     pages: usize,
     /// The bytes compressed (`pages` times 4096).
     input_bytes: u64,
@@ -110,6 +120,7 @@ struct Report {
 /// compressed bytes and the figures of each round.
 struct Subject {
     label: String,
+    implementation: &'static str,
     ctx: zcomp::Context,
     /// The kernel's device for this algorithm, or why there is none.
     kernel: Result<(KernelZram, String), String>,
@@ -135,13 +146,18 @@ fn failed(what: &str, e: impl std::fmt::Display) -> Error {
 /// (each with zram's default settings) not already among them.
 fn compressors(extra: &[String]) -> Result<Vec<(String, zcomp::Compressor)>, Error> {
     let mut out = Vec::new();
-    for (name, params) in DEFAULT_COMPRESSORS {
-        let comp = zcomp::Compressor::parse(name, params).map_err(|e| failed(name, e))?;
-        let label = if params.is_empty() {
+    for (name, params, lz4) in DEFAULT_COMPRESSORS {
+        let comp = zcomp::Compressor::parse(name, params)
+            .map_err(|e| failed(name, e))?
+            .with_lz4(lz4);
+        let mut label = if params.is_empty() {
             name.to_string()
         } else {
             format!("{name} {params}")
         };
+        if lz4 == zcomp::Lz4Impl::Kernel {
+            label.push_str(" [zmem-lz4]");
+        }
         out.push((label, comp));
     }
     for name in extra {
@@ -301,9 +317,14 @@ pub fn run(args: &CompressorsArgs) -> Result<(), Error> {
         for (label, comp) in &comps {
             let ctx = comp.context().map_err(|e| failed(label, e))?;
             let name = comp.algorithm().name();
-            let kernel = kernel_device(args, name, label != name, data.len() as u64);
+            let kernel = if label.ends_with("[zmem-lz4]") {
+                Err("the kernel's zram runs on the liblz4 row".to_string())
+            } else {
+                kernel_device(args, name, label != name, data.len() as u64)
+            };
             subjects.push(Subject {
                 label: label.clone(),
+                implementation: comp.implementation(),
                 ctx,
                 kernel,
                 compressed: Vec::new(),
@@ -329,6 +350,7 @@ pub fn run(args: &CompressorsArgs) -> Result<(), Error> {
             rows.push(Row {
                 corpus: path.display().to_string(),
                 compressor: s.label,
+                implementation: s.implementation.to_string(),
                 pages: data.len() / PAGE,
                 input_bytes: data.len() as u64,
                 compressed_bytes,
@@ -361,7 +383,7 @@ fn table(report: &Report) -> String {
         report.rounds
     );
     s.push_str(&format!(
-        "{:<28} {:<15} {:>8} {:>7} {:>13} {:>15} {:>13} {:>12}\n",
+        "{:<28} {:<20} {:>8} {:>7} {:>13} {:>15} {:>13} {:>12}\n",
         "corpus",
         "compressor",
         "pages",
@@ -378,7 +400,7 @@ fn table(report: &Report) -> String {
             .map_or(r.corpus.clone(), |n| n.to_string_lossy().into_owned());
         let kernel = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"));
         s.push_str(&format!(
-            "{:<28} {:<15} {:>8} {:>7.3} {:>13.1} {:>15.1} {:>13} {:>12}\n",
+            "{:<28} {:<20} {:>8} {:>7.3} {:>13.1} {:>15.1} {:>13} {:>12}\n",
             corpus,
             r.compressor,
             r.pages,

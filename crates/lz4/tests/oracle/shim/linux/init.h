@@ -1,0 +1,1 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 (zmem's test shim) */
