@@ -22,6 +22,8 @@
 //! - `fault`: the one rule for serving a fault, whichever thread serves it;
 //! - `handler`, `evictor`, `signal`: the fault thread; the eviction thread
 //!   and the hints; faults served in the faulting thread (`SIGBUS`);
+//! - `os_thread`: threads made without std's start (which may wait for
+//!   the dynamic loader's lock);
 //! - `workers`, `fork`, `wake_cost`: starting and stopping the threads;
 //!   rebuilding in a forked child; what waking a sleeping thread costs here
 //!   (the handler's default poll, measured as a region is made);
@@ -51,6 +53,7 @@ mod fork;
 mod gate;
 mod handler;
 mod mapping;
+mod os_thread;
 mod own;
 mod probation;
 mod procfs;

@@ -117,7 +117,7 @@ pub(crate) struct Shared {
     /// the poll was set, or not measured).
     pub wake_cost_ns: u64,
     /// The workers' handles.
-    pub threads: Mutex<Vec<crate::workers::Worker>>,
+    pub threads: Mutex<Vec<crate::os_thread::OsThread>>,
     /// The clock hand (a page index).
     pub hand: AtomicUsize,
     /// Where the handler runs, watched by the evictor.

@@ -2,23 +2,15 @@
 //! the evictor) with their eventfds; used when a region is made, dropped,
 //! and rebuilt in a forked child.
 //!
-//! The threads are POSIX threads made here, not `std::thread`s: a std
-//! thread's start registers a thread-local destructor, which in glibc takes
-//! the dynamic loader's lock, and a region is often made (and its threads
-//! started) by a library's constructor while another thread, or the same
-//! one, is inside `dlopen` holding that lock. Had the handler waited for
-//! the lock, a fault of the `dlopen`ing thread on the region would never be
-//! served (a JVM loading libjvm.so hung so). The loops use no thread-local
-//! with a destructor.
+//! The threads are `os_thread`'s, not `std::thread`s (why: there).
 //!
 //! Owns the threads' lifetimes; their loops are `handler`'s and
 //! `evictor`'s.
 
-use std::ffi::CStr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::own::OwnCode;
+use crate::os_thread::OsThread;
 use crate::shared::{kick, new_eventfd, Shared};
 
 /// Stack of each worker thread (its loops lock the top 64 KiB).
@@ -26,68 +18,10 @@ const STACK: usize = 256 * 1024;
 
 /// The fault handler thread's name (as `ps` and `/proc/PID/task/*/comm`
 /// show it; at most 15 bytes).
-pub(crate) const HANDLER_NAME: &CStr = c"zmem-fault";
+const HANDLER_NAME: &std::ffi::CStr = c"zmem-fault";
 
 /// The evictor thread's name.
-pub(crate) const EVICTOR_NAME: &CStr = c"zmem-evict";
-
-/// One of the region's threads, to join.
-#[derive(Debug)]
-pub(crate) struct Worker {
-    thread: libc::pthread_t,
-}
-
-/// What a new thread runs: its loop, on the region.
-struct Start {
-    body: fn(Arc<Shared>),
-    sh: Arc<Shared>,
-}
-
-/// The new thread's first Rust frame.
-extern "C" fn trampoline(arg: *mut libc::c_void) -> *mut libc::c_void {
-    // SAFETY: `arg` is the `Box<Start>` that `Worker::spawn` leaked for
-    // this thread alone; taken back once, here.
-    let start = unsafe { Box::from_raw(arg.cast::<Start>()) };
-    let _own = OwnCode::enter();
-    // A panic must not unwind into the C frame that called this one.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (start.body)(start.sh)));
-    std::ptr::null_mut()
-}
-
-impl Worker {
-    /// Starts `body(sh)` on a new thread named `name`.
-    fn spawn(name: &CStr, body: fn(Arc<Shared>), sh: Arc<Shared>) -> std::io::Result<Worker> {
-        let start = Box::into_raw(Box::new(Start { body, sh }));
-        // SAFETY: an attribute object initialised, used and destroyed
-        // here; `trampoline` takes ownership of `start` only if the thread
-        // was made, and it is taken back here otherwise.
-        unsafe {
-            let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-            let rc = libc::pthread_attr_init(&mut attr);
-            if rc != 0 {
-                drop(Box::from_raw(start));
-                return Err(std::io::Error::from_raw_os_error(rc));
-            }
-            libc::pthread_attr_setstacksize(&mut attr, STACK);
-            let mut thread: libc::pthread_t = std::mem::zeroed();
-            let rc = libc::pthread_create(&mut thread, &attr, trampoline, start.cast());
-            libc::pthread_attr_destroy(&mut attr);
-            if rc != 0 {
-                drop(Box::from_raw(start));
-                return Err(std::io::Error::from_raw_os_error(rc));
-            }
-            libc::pthread_setname_np(thread, name.as_ptr());
-            Ok(Worker { thread })
-        }
-    }
-
-    /// Waits for the thread to end.
-    fn join(self) {
-        // SAFETY: a thread made by `spawn`, joinable, joined once (`self`
-        // is consumed).
-        unsafe { libc::pthread_join(self.thread, std::ptr::null_mut()) };
-    }
-}
+const EVICTOR_NAME: &std::ffi::CStr = c"zmem-evict";
 
 /// Makes fresh eventfds and starts both threads.
 pub(crate) fn start(sh: &Arc<Shared>) -> std::io::Result<()> {
@@ -96,16 +30,14 @@ pub(crate) fn start(sh: &Arc<Shared>) -> std::io::Result<()> {
     sh.stop.store(false, Ordering::Release);
     sh.stop_handler.store(false, Ordering::Release);
     let mut threads = sh.threads.lock().unwrap_or_else(|e| e.into_inner());
-    threads.push(Worker::spawn(
-        HANDLER_NAME,
-        crate::handler::run,
-        Arc::clone(sh),
-    )?);
-    threads.push(Worker::spawn(
-        EVICTOR_NAME,
-        crate::evictor::run,
-        Arc::clone(sh),
-    )?);
+    let h = Arc::clone(sh);
+    threads.push(OsThread::spawn(HANDLER_NAME, STACK, move || {
+        crate::handler::run(h)
+    })?);
+    let e = Arc::clone(sh);
+    threads.push(OsThread::spawn(EVICTOR_NAME, STACK, move || {
+        crate::evictor::run(e)
+    })?);
     Ok(())
 }
 
