@@ -735,20 +735,20 @@ fn recomp_algorithms(settings: &Settings) -> Result<String, CtlError> {
 /// Whether an `algorithm_params` value is for a secondary compressor: it
 /// gives a priority from 1, or an algorithm other than `primary` without a
 /// priority. `EINVAL` if it does not parse.
-fn for_secondary(v: &str, primary: &str) -> Result<bool, CtlError> {
+fn for_secondary(v: &str, primary: zcomp::Algorithm) -> Result<bool, CtlError> {
     let parsed = zcomp::AlgorithmParams::parse(v)
         .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
     Ok(match (parsed.priority, parsed.algo) {
         (Some(p), _) => p > 0,
-        (None, Some(a)) => a.name() != primary,
+        (None, Some(a)) => a != primary,
         (None, None) => false,
     })
 }
 
 /// `algorithm_params PARAMS` before init: the primary's, or a secondary's.
 fn set_algorithm_params(settings: &mut Settings, v: &str) -> Result<(), CtlError> {
-    if !for_secondary(v, settings.comp.name())? {
-        zcomp::Compressor::parse(settings.comp.name(), v)
+    if !for_secondary(v, settings.comp)? {
+        zcomp::Compressor::with_params(settings.comp, v)
             .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
         settings.comp_params = v.to_string();
         return Ok(());
@@ -774,7 +774,7 @@ fn set_algorithm_params(settings: &mut Settings, v: &str) -> Result<(), CtlError
 /// `algorithm_params PARAMS` after init: a secondary's until the first
 /// write; the primary's is fixed (`EBUSY`, the table's errno).
 fn algorithm_params(s: &Served, v: &str) -> Result<(), CtlError> {
-    if !for_secondary(v, s.store.compressor().algorithm().name())? {
+    if !for_secondary(v, s.store.compressor().algorithm())? {
         let attr = find("algorithm_params").expect("in the table");
         return Err(attr.wrong_state_error(attr.name, &s.name, State::Initialised));
     }
