@@ -45,7 +45,6 @@
 use std::sync::Arc;
 
 use nbd::{BlockAligned, BlockDevice, BlockSize, DeviceError, DeviceResult, Errno, Extent};
-use zpool::ErrorKind;
 use zram::{SlotState, Store, StoreError};
 
 /// Largest READ or WRITE payload advertised (the server may cap it lower).
@@ -55,23 +54,11 @@ pub const MAX_REQUEST: u32 = 32 * 1024 * 1024;
 /// this many descriptors anyway).
 const MAX_EXTENTS: usize = 4096;
 
-/// The errno of a store error, for every front end (see the module
-/// documentation).
+/// The errno of a store error for an NBD reply: the store's own mapping
+/// for block requests ([`StoreError::block_errno`]), which the ublk path
+/// uses too.
 pub fn store_errno(e: &StoreError) -> Errno {
-    match e {
-        StoreError::OutOfRange { .. } | StoreError::MemLimit { .. } => Errno::ENOSPC,
-        StoreError::BadLength { .. } | StoreError::Config(_) => Errno::EINVAL,
-        StoreError::Alloc(a) => match a.kind() {
-            ErrorKind::NoMemory | ErrorKind::TooLarge => Errno::ENOSPC,
-            ErrorKind::InvalidArgument | ErrorKind::InvalidHandle => Errno::EIO,
-        },
-        StoreError::Compress(_) | StoreError::Corrupt { .. } => Errno::EIO,
-        StoreError::Os { errno, .. } => match *errno {
-            libc::ENOSPC => Errno::ENOSPC,
-            libc::EINVAL => Errno::EINVAL,
-            _ => Errno::EIO,
-        },
-    }
+    Errno::from_number(e.block_errno()).unwrap_or(Errno::EIO)
 }
 
 /// The NBD error for a store error.

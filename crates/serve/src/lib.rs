@@ -18,13 +18,17 @@
 //! - [`ctl_socket`]: the control socket's line protocol, server and client;
 //! - [`metrics`]: the Prometheus text format and its tiny HTTP server;
 //! - [`paths`]: the default socket paths `zmem serve` and `zmem ctl` share;
+//! - [`server`]: a running `zmem serve` as a whole ([`Server::start`] from a
+//!   [`ServerConfig`], and its shutdown): the order its parts come up and
+//!   go down in;
 //! - [`trim`]: giving idle memory back to the OS once I/O goes quiet;
 //! - [`swap`]: swap mode, for a server its own kernel swaps onto (locked
 //!   memory, a reserve the stores draw from, the I/O-flusher flag);
 //! - [`ublk_exports`]: the exports as ublk block devices (`/dev/ublkbN`,
 //!   `zmem serve --ublk`), and the store as their target.
 //!
-//! The command line, logging and signal handling live in the `zmem` binary.
+//! The command line, the configuration file, logging and signal handling
+//! live in the `zmem` binary.
 //! The only `unsafe` code is [`trim`]'s two glibc calls, [`swap`]'s
 //! C calls, and [`ublk_exports::warm_up`]'s aligned buffer and its
 //! affinity and discard calls.
@@ -40,6 +44,7 @@ pub mod device;
 pub mod metrics;
 pub mod paths;
 pub mod registry;
+pub mod server;
 #[allow(unsafe_code)]
 pub mod swap;
 #[cfg(test)]
@@ -54,3 +59,7 @@ pub use ctl_socket::{request, CtlServer};
 pub use device::{export_device, nbd_error, PageDevice};
 pub use metrics::MetricsServer;
 pub use registry::{Registry, Served, Settings, StoreFactory};
+pub use server::{
+    ExportConfig, Front, Listen, NbdFront, ServeError, Server, ServerConfig, StoreSettings,
+    UblkFront,
+};

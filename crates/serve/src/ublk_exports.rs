@@ -98,10 +98,10 @@ impl StoreTarget {
     }
 }
 
-/// The errno a store error completes a request with: the NBD side's
-/// ([`crate::device::store_errno`]).
+/// The errno a store error completes a request with: the store's own
+/// mapping for block requests ([`StoreError::block_errno`]), as NBD's.
 pub fn ublk_errno(e: &StoreError) -> ublk::Errno {
-    crate::device::store_errno(e).number()
+    e.block_errno()
 }
 
 impl ublk::BlockTarget for StoreTarget {

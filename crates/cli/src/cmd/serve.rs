@@ -20,18 +20,19 @@
 //! its store factory (`recipe::SpecFactory`): a reset export is made again
 //! with it, and `zmem ctl hot_add` uses the first configuration.
 
-use std::io;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
-use log::{error, info, LevelFilter};
-use nbd::{Config, InheritedListener, ListenAddr, Server};
-use recipe::{PolicyFlags, SpecFactory, StoreArgs, StoreFactory, StoreSpec};
-use serve::paths::{ctl_path_for, default_dir, default_socket, ensure_private_dir, tcp_ctl_path};
-use serve::trim::Trimmer;
-use serve::{CtlServer, MetricsServer, Registry, Served};
+use log::{info, LevelFilter};
+use nbd::Config;
+use recipe::{PolicyFlags, StoreArgs, StoreSpec};
+use serve::{
+    ExportConfig, Front, Listen, NbdFront, ServeError, Server, ServerConfig, StoreSettings,
+    UblkFront,
+};
 
 use crate::error::CliError;
 use crate::{logger, signals};
@@ -356,47 +357,6 @@ const EXPORT_MIN: u64 = 4096;
 /// The largest export (its slot table alone takes 4 GiB at 4 KiB pages).
 const EXPORT_MAX: u64 = 1 << 40;
 
-/// Applies the in-flight memory flags (the largest request never exceeds a
-/// connection's bound, and the server's total must hold one connection)
-/// and swap mode's connection threads.
-fn inflight_config(args: &ServeArgs, config: Config) -> Result<Config, CliError> {
-    // Swap mode's request buffers come from a heap grown ahead: smaller
-    // bounds unless given.
-    let (conn_default, total_default) = if args.swap {
-        (serve::swap::INFLIGHT_PER_CONN, serve::swap::INFLIGHT_TOTAL)
-    } else {
-        (config.inflight_bytes, config.inflight_total)
-    };
-    let per_conn = args.inflight_per_conn.unwrap_or(conn_default);
-    let total = args.inflight_total.unwrap_or(total_default);
-    if total < per_conn + (1 << 20) {
-        return Err(CliError::Usage(format!(
-            "--inflight-total {total} must be at least --inflight-per-conn ({per_conn}) plus 1M"
-        )));
-    }
-    // Swap mode's connection threads start after its memory is locked:
-    // each populates and locks its own (smaller) stack before it serves.
-    let (conn_thread_stack, on_conn_thread_start) = if args.swap {
-        (
-            Some(serve::swap::IO_THREAD_STACK_BYTES),
-            Some(serve::swap::lock_own_stack as fn()),
-        )
-    } else {
-        (config.conn_thread_stack, config.on_conn_thread_start)
-    };
-    Ok(Config {
-        conn_thread_stack,
-        on_conn_thread_start,
-        max_request: config.max_request.min(per_conn as u32),
-        inflight_bytes: per_conn,
-        inflight_total: total,
-        stall_timeout: args.stall_limit.map_or(config.stall_timeout, |s| {
-            std::time::Duration::from_secs(u64::from(s))
-        }),
-        ..config
-    })
-}
-
 /// One `--export`: name, size (0: uninitialised), read-only.
 type ExportSpec = (String, u64, bool);
 
@@ -445,288 +405,90 @@ fn check_writeback_type(s: &str) -> Result<String, String> {
 }
 
 /// The policy flags, kept by the store factory so that every store it
-/// makes (at start, by `hot_add` or after a `reset`) runs the same rules;
-/// checked against the others.
-fn policy_flags(args: &ServeArgs) -> Result<PolicyFlags, CliError> {
-    let flags = PolicyFlags {
+/// makes (at start, by `hot_add` or after a `reset`) runs the same rules
+/// (checked against the others when the server starts).
+fn policy_flags(args: &ServeArgs) -> PolicyFlags {
+    PolicyFlags {
         idle_after: args.idle_after,
         interval: args.policy_interval,
         auto_recompress: args.auto_recompress,
         auto_writeback: args.auto_writeback.clone(),
         writeback_near_limit: args.writeback_near_limit,
-    };
-    flags.check(
-        !args.recomp_algorithms.is_empty(),
-        !args.backing_devs.is_empty(),
-    )?;
-    Ok(flags)
+    }
 }
 
-/// The exports to make: (name, size, read-only, configuration).
-fn plan(args: &ServeArgs) -> Result<Vec<(String, u64, bool, StoreSpec)>, CliError> {
+/// The exports to make, each with its configuration and backing device
+/// (`--backing-dev` paths pair with the exports in order).
+fn plan(args: &ServeArgs) -> Result<Vec<ExportConfig>, CliError> {
     let specs = args.store.specs()?;
     if args.size == 0 {
         return Err(CliError::Usage("--size must be more than 0".into()));
     }
-    if args.exports.is_empty() {
-        return Ok(specs
+    let named: Vec<(ExportSpec, StoreSpec)> = if args.exports.is_empty() {
+        specs
             .into_iter()
             .enumerate()
-            .map(|(i, spec)| (format!("zram{i}"), args.size, args.read_only, spec))
-            .collect());
-    }
-    let named: Vec<ExportSpec> = args
-        .exports
-        .iter()
-        .map(|e| parse_export(e, args.size))
-        .collect::<Result<_, _>>()?;
-    let specs: Vec<StoreSpec> = match specs.len() {
-        1 => vec![specs[0].clone(); named.len()],
-        n if n == named.len() => specs,
-        n => {
-            return Err(CliError::Usage(format!(
-                "{} --export flags but {n} store configurations: give one configuration, \
-                 or one --export per configuration",
-                named.len()
-            )))
-        }
+            .map(|(i, spec)| ((format!("zram{i}"), args.size, args.read_only), spec))
+            .collect()
+    } else {
+        let named: Vec<ExportSpec> = args
+            .exports
+            .iter()
+            .map(|e| parse_export(e, args.size))
+            .collect::<Result<_, _>>()?;
+        let specs: Vec<StoreSpec> = match specs.len() {
+            1 => vec![specs[0].clone(); named.len()],
+            n if n == named.len() => specs,
+            n => {
+                return Err(CliError::Usage(format!(
+                    "{} --export flags but {n} store configurations: give one configuration, \
+                     or one --export per configuration",
+                    named.len()
+                )))
+            }
+        };
+        named
+            .into_iter()
+            .map(|(n, s, ro)| (n, s, ro || args.read_only))
+            .zip(specs)
+            .collect()
     };
-    Ok(named
-        .into_iter()
-        .zip(specs)
-        .map(|((n, s, ro), spec)| (n, s, ro || args.read_only, spec))
-        .collect())
-}
-
-/// Writes the PID file (via a temporary file and a rename, so readers never
-/// see it half written).
-fn write_pid_file(path: &Path) -> io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    std::fs::write(&tmp, format!("{}\n", std::process::id()))?;
-    std::fs::rename(&tmp, path)
-}
-
-/// Removes the PID file if it is still ours.
-fn remove_pid_file(path: &Path) {
-    let ours = std::fs::read_to_string(path)
-        .map(|s| s.trim() == std::process::id().to_string())
-        .unwrap_or(false);
-    if ours {
-        if let Err(e) = std::fs::remove_file(path) {
-            error!("cannot remove the PID file {}: {e}", path.display());
-        }
-    }
-}
-
-/// Runs `zmem serve` until SIGINT or SIGTERM.
-pub fn run(args: &ServeArgs) -> Result<(), CliError> {
-    // The flags that depend on each other are checked before anything starts.
-    inflight_config(args, Config::default())?;
-    check_remote(args)?;
-    let tls = tls_config(args)?;
-    let policy = policy_flags(args)?;
-    logger::init(logger::level(args.log_level));
-    // Before any thread exists: every thread inherits the blocked mask.
-    let signals = signals::block_termination()
-        .map_err(|e| CliError::Failed(format!("cannot block SIGINT/SIGTERM: {e}")))?;
-    serve::trim::one_heap_arena();
-
-    let plan = plan(args)?;
-    if args.backing_devs.len() > plan.len() {
+    if args.backing_devs.len() > named.len() {
         return Err(CliError::Usage(format!(
             "{} --backing-dev paths for {} exports (one per export, in order)",
             args.backing_devs.len(),
-            plan.len()
+            named.len()
         )));
     }
-    let registry = Arc::new(Registry::default());
-    // Swap mode's first half (the heap, the I/O-flusher flag that the
-    // stores' threads inherit); the second locks memory once they exist.
-    let swap = if args.swap {
-        let mut limits = Vec::new();
-        for (name, _, _, spec) in &plan {
-            if spec.mem_limit == 0 {
-                return Err(CliError::Usage(format!(
-                    "--swap needs --mem-limit: the pages of export {name:?} come from a \
-                     reserve locked at start, sized by it"
-                )));
-            }
-            limits.push(spec.mem_limit);
-        }
-        // The heap is grown ahead for NBD's request buffers; ublk's are its
-        // queues' own mappings.
-        let total = if args.ublk {
-            0
-        } else {
-            args.inflight_total.unwrap_or(serve::swap::INFLIGHT_TOTAL)
-        };
-        let heap =
-            serve::swap::enter(total).map_err(|e| CliError::Failed(format!("--swap: {e}")))?;
-        Some((serve::swap::reserve_for(&limits), heap))
-    } else {
-        None
-    };
-    for (i, (name, size, read_only, spec)) in plan.iter().enumerate() {
-        let factory = Arc::new(SpecFactory {
-            spec: spec.clone(),
-            max_disksize: EXPORT_MAX,
-            recomp: args.recomp_algorithms.clone(),
-            policy: policy.clone(),
-            writeback_batch: args.writeback_batch_size,
-            writeback_compressed: args.writeback_compressed,
-        });
-        if *read_only {
-            info!("export {name:?}: read-only");
-        }
-        if i == 0 {
-            registry.set_factory(factory.clone());
-        }
-        if *size == 0 {
-            let mut settings = factory.defaults();
-            settings.backing_dev = args.backing_devs.get(i).cloned();
-            info!("export {name:?}: uninitialised, {}", spec.label());
-            registry.push_uninitialised(name, settings, Some(factory), *read_only);
-            continue;
-        }
-        let store = spec.open(*size)?;
-        if let Some(path) = args.backing_devs.get(i) {
-            store
-                .set_backing_dev(path)
-                .map_err(|e| CliError::Usage(format!("--backing-dev: {e}")))?;
-            info!("export {name:?}: backing_dev {}", path.display());
-        }
-        if let Some(n) = args.writeback_batch_size {
-            store
-                .set_writeback_batch_size(n)
-                .map_err(|e| CliError::Usage(format!("--writeback-batch-size: {e}")))?;
-        }
-        store
-            .set_writeback_compressed(args.writeback_compressed)
-            .map_err(|e| CliError::Usage(format!("--writeback-compressed: {e}")))?;
-        for algo in &args.recomp_algorithms {
-            store
-                .set_recomp_algorithm(algo)
-                .map_err(|e| CliError::Usage(format!("--recomp-algorithm {algo:?}: {e}")))?;
-        }
-        info!(
-            "export {name:?}: {} bytes, {}{}",
-            store.disk_size(),
-            spec.label(),
-            if spec.mem_limit > 0 {
-                format!(", mem_limit {}", spec.mem_limit)
-            } else {
-                String::new()
-            }
-        );
-        let store = Arc::new(store);
-        let policy = policy.start(name, &store)?;
-        registry.push(
-            Served {
-                name: name.clone(),
-                label: spec.label(),
-                store,
-                policy,
-            },
-            Some(factory),
-            *read_only,
-        );
-    }
-    // The devices' queue threads and buffers exist before swap mode locks
-    // the process's memory (and inherit the I/O-flusher flag).
-    let ublk = if args.ublk {
-        Some(start_ublk(args, &registry)?)
-    } else {
-        None
-    };
-    if let Some((reserve, heap)) = swap {
-        // ublk runs each device's I/O path once below, so its code is
-        // locked as touched; NBD's is locked whole.
-        let mode = serve::swap::lock(reserve, heap, ublk.is_some())
-            .map_err(|e| CliError::Failed(format!("--swap: {e}")))?;
-        if let Some(front) = &ublk {
-            front
-                .warm_up_all()
-                .map_err(|e| CliError::Failed(format!("--swap: {e}")))?;
-        }
-        info!("swap mode: {mode}");
-        if mode.min_free_kbytes < serve::swap::ADVISED_MIN_FREE_KBYTES {
-            log::warn!(
-                "vm.min_free_kbytes is {}: a kernel swapping onto this server over a socket \
-                 has stalled at such values; sysctl vm.min_free_kbytes={} (docs/serve.md)",
-                mode.min_free_kbytes,
-                serve::swap::ADVISED_MIN_FREE_KBYTES
-            );
-        }
-        if args.tcp.is_some() {
-            log::warn!(
-                "--swap over TCP: a kernel in this machine swapping onto this server \
-                 stalls more often over loopback TCP than over the Unix socket \
-                 (--socket, nbd-client -u; docs/serve.md has the runs)"
-            );
-        }
-        registry.set_swap_mode(mode);
-    }
-    if args.ublk {
-        return serve_until_signalled(args, &registry, None, &signals);
-    }
-    let exports = registry
-        .nbd_exports()
-        .map_err(|e| CliError::Usage(e.to_string()))?;
+    Ok(named
+        .into_iter()
+        .enumerate()
+        .map(|(i, ((name, size, read_only), spec))| ExportConfig {
+            name,
+            size,
+            read_only,
+            spec,
+            backing_dev: args.backing_devs.get(i).cloned(),
+        })
+        .collect())
+}
 
+/// The NBD front end the flags ask for: the listener (systemd's, TCP or a
+/// Unix socket) and the server's limits.
+fn nbd_front(args: &ServeArgs, tls: Option<Arc<nbd::Tls>>) -> Result<NbdFront, CliError> {
     let inherited = crate::activation::inherited_listener().map_err(CliError::Failed)?;
-    if inherited.is_some() && (args.tcp.is_some() || args.socket.is_some()) {
-        return Err(CliError::Usage(
-            "started with a socket from systemd: --socket and --tcp do not apply".into(),
-        ));
-    }
-    let (addr, ctl_path) = match (&inherited, &args.tcp, &args.socket) {
-        (Some(l), _, _) => {
-            let addr = match l {
-                InheritedListener::Unix(u) => u
-                    .local_addr()
-                    .ok()
-                    .and_then(|a| a.as_pathname().map(|p| ListenAddr::Unix(p.to_path_buf()))),
-                InheritedListener::Tcp(t) => t.local_addr().ok().map(ListenAddr::Tcp),
-            }
-            .ok_or_else(|| CliError::Failed("the socket from systemd has no address".into()))?;
-            let ctl = match (&args.ctl_socket, &addr) {
-                (Some(p), _) => p.clone(),
-                (None, ListenAddr::Unix(p)) => ctl_path_for(p),
-                (None, ListenAddr::Tcp(a)) => {
-                    ensure_private_dir(&default_dir()).map_err(CliError::Failed)?;
-                    tcp_ctl_path(a.port())
-                }
-            };
-            (addr, ctl)
+    let listen = match (inherited, args.tcp, &args.socket) {
+        (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
+            return Err(CliError::Usage(
+                "started with a socket from systemd: --socket and --tcp do not apply".into(),
+            ))
         }
-        (None, Some(tcp), _) => {
-            let ctl = match &args.ctl_socket {
-                Some(p) => p.clone(),
-                None => {
-                    ensure_private_dir(&default_dir()).map_err(CliError::Failed)?;
-                    tcp_ctl_path(tcp.port())
-                }
-            };
-            (ListenAddr::Tcp(*tcp), ctl)
-        }
-        (None, None, socket) => {
-            let path = match socket {
-                Some(p) => p.clone(),
-                None => {
-                    ensure_private_dir(&default_dir()).map_err(CliError::Failed)?;
-                    default_socket()
-                }
-            };
-            serve::ctl_socket::claim_socket_path(&path)
-                .map_err(|e| CliError::Failed(e.to_string()))?;
-            let ctl = args
-                .ctl_socket
-                .clone()
-                .unwrap_or_else(|| ctl_path_for(&path));
-            (ListenAddr::Unix(path), ctl)
-        }
+        (Some(l), None, None) => Listen::Inherited(l),
+        (None, Some(tcp), _) => Listen::Tcp(tcp),
+        (None, None, socket) => Listen::Unix(socket.clone()),
     };
+    let defaults = Config::default();
+    let secs = |s: u32| Duration::from_secs(u64::from(s));
     let config = Config {
         workers: args
             .workers
@@ -734,174 +496,79 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         allow_remote: args.allow_remote,
         insecure: args.insecure,
         tls,
-        ..Config::default()
-    };
-    let config = Config {
-        handshake_timeout: args.handshake_limit.map_or(config.handshake_timeout, |s| {
-            std::time::Duration::from_secs(u64::from(s))
-        }),
+        handshake_timeout: args
+            .handshake_limit
+            .map_or(defaults.handshake_timeout, secs),
         max_connections: args
             .max_connections
-            .map_or(config.max_connections, |n| n as usize),
+            .map_or(defaults.max_connections, |n| n as usize),
         max_handshakes: args
             .max_handshakes
-            .map_or(config.max_handshakes, |n| n as usize),
-        ..config
+            .map_or(defaults.max_handshakes, |n| n as usize),
+        stall_timeout: args.stall_limit.map_or(defaults.stall_timeout, secs),
+        ..defaults
     };
-    let config = inflight_config(args, config)?;
-    let server = match inherited {
-        Some(l) => Server::from_listener(l, exports, config).map_err(|e| {
-            CliError::Failed(format!(
-                "cannot serve on the socket from systemd ({addr}): {e}"
-            ))
-        })?,
-        None => Server::bind(addr.clone(), exports, config)
-            .map_err(|e| CliError::Failed(format!("cannot listen on {addr}: {e}")))?,
-    };
-    let server = Arc::new(server);
-    registry.attach(&server);
-    serve_until_signalled(args, &registry, Some((server, ctl_path)), &signals)
+    Ok(NbdFront {
+        listen,
+        config,
+        inflight_per_conn: args.inflight_per_conn,
+        inflight_total: args.inflight_total,
+    })
 }
 
-/// Makes a ublk device for each initialised export (after deleting those
-/// a killed server left).
-fn start_ublk(
-    args: &ServeArgs,
-    registry: &Arc<Registry>,
-) -> Result<Arc<serve::ublk_exports::UblkExports>, CliError> {
-    let queues = args.ublk_queues.unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(1, |n| n.get().min(64) as u16)
-    });
-    // Swap mode locks every buffer from the start: fewer, smaller ones.
-    use serve::ublk_exports::{DEFAULT_DEPTH, MAX_IO_BYTES, SWAP_DEPTH, SWAP_MAX_IO_BYTES};
-    let (depth, max_io_bytes) = if args.swap {
-        (SWAP_DEPTH, SWAP_MAX_IO_BYTES)
+/// The server's error as the command's: usage errors exit with 2.
+fn cli_error(e: ServeError) -> CliError {
+    if e.is_usage() {
+        CliError::Usage(e.to_string())
     } else {
-        (DEFAULT_DEPTH, MAX_IO_BYTES)
-    };
-    let settings = serve::ublk_exports::UblkSettings {
-        queues,
-        depth: args.queue_depth.unwrap_or(depth),
-        max_io_bytes,
-    };
-    let fail = |e: std::io::Error| CliError::Failed(format!("--ublk: {e}"));
-    let front = serve::ublk_exports::UblkExports::new(settings).map_err(fail)?;
-    for gone in serve::ublk_exports::remove_abandoned().map_err(fail)? {
-        info!(
-            "removed /dev/ublkc{}, left by a server that is gone",
-            gone.id
-        );
+        CliError::Failed(e.to_string())
     }
-    let front = Arc::new(front);
-    registry
-        .attach_ublk(front.clone())
-        .map_err(|e| CliError::Failed(format!("--ublk: {e}")))?;
-    Ok(front)
 }
 
-/// Serves the control socket and metrics beside the front end (the NBD
-/// `server` and its control path, or the ublk devices) until SIGINT or
-/// SIGTERM, then shuts everything down in order.
-fn serve_until_signalled(
-    args: &ServeArgs,
-    registry: &Arc<Registry>,
-    nbd: Option<(Arc<Server>, PathBuf)>,
-    signals: &signals::Blocked,
-) -> Result<(), CliError> {
-    let (ctl_path, front) = match &nbd {
-        Some((server, ctl)) => (ctl.clone(), format!("NBD on {}", server.local_addr())),
-        None => {
-            let ctl = match &args.ctl_socket {
-                Some(p) => p.clone(),
-                None => {
-                    ensure_private_dir(&default_dir()).map_err(CliError::Failed)?;
-                    ctl_path_for(&default_socket())
-                }
-            };
-            let devices: Vec<String> = registry
-                .names()
-                .iter()
-                .filter_map(|n| registry.ublk_device(n))
-                .map(|p| p.display().to_string())
-                .collect();
-            (ctl, format!("ublk {}", devices.join(" ")))
-        }
-    };
-    let ctl = CtlServer::bind(&ctl_path, registry.clone()).map_err(|e| {
-        CliError::Failed(format!(
-            "cannot listen on the control socket {}: {e}",
-            ctl_path.display()
-        ))
-    })?;
-    let metrics = match args.metrics {
-        Some(a) => Some(
-            MetricsServer::bind(a, args.allow_remote, registry.clone())
-                .map_err(|e| CliError::Failed(format!("metrics on {a}: {e}")))?,
-        ),
-        None => None,
-    };
-    // Swap mode keeps every page it has: nothing to trim.
-    let trimmer = if args.swap {
-        None
+/// Runs `zmem serve` until SIGINT or SIGTERM.
+pub fn run(args: &ServeArgs) -> Result<(), CliError> {
+    // The flags that depend on each other are checked before anything starts.
+    check_remote(args)?;
+    let tls = tls_config(args)?;
+    logger::init(logger::level(args.log_level));
+    // Before any thread exists: every thread inherits the blocked mask.
+    let signals = signals::block_termination()
+        .map_err(|e| CliError::Failed(format!("cannot block SIGINT/SIGTERM: {e}")))?;
+    let exports = plan(args)?;
+    let front = if args.ublk {
+        Front::Ublk(UblkFront {
+            queues: args.ublk_queues,
+            depth: args.queue_depth,
+        })
     } else {
-        Some(
-            Trimmer::start(registry.clone())
-                .map_err(|e| CliError::Failed(format!("cannot start a thread: {e}")))?,
-        )
+        Front::Nbd(nbd_front(args, tls)?)
     };
-    info!(
-        "ready: {front}, control on {}, {} export(s), pid {}",
-        ctl_path.display(),
-        registry.len(),
-        std::process::id()
-    );
-    // Last: whoever waits for the PID file finds everything up.
-    if let Some(p) = &args.pid_file {
-        write_pid_file(p)
-            .map_err(|e| CliError::Failed(format!("PID file {}: {e}", p.display())))?;
-    }
-
-    let result = match signals.wait() {
+    let server = Server::start(ServerConfig {
+        exports,
+        store: StoreSettings {
+            max_disksize: EXPORT_MAX,
+            recomp: args.recomp_algorithms.clone(),
+            policy: policy_flags(args),
+            writeback_batch: args.writeback_batch_size,
+            writeback_compressed: args.writeback_compressed,
+        },
+        swap: args.swap,
+        front,
+        ctl_socket: args.ctl_socket.clone(),
+        metrics: args.metrics,
+        allow_remote: args.allow_remote,
+        pid_file: args.pid_file.clone(),
+    })
+    .map_err(cli_error)?;
+    let waited = match signals.wait() {
         Ok(sig) => {
             info!("{}: shutting down", signals::name(sig));
             Ok(())
         }
         Err(e) => Err(CliError::Failed(format!("waiting for signals: {e}"))),
     };
-
-    // New clients are refused and requests in flight finish first; ublk
-    // devices are stopped (their requests drain) and deleted.
-    if let Some((server, _)) = &nbd {
-        server.shutdown_handle().shutdown();
-    }
-    let mut result = result;
-    if let Some(front) = registry.ublk() {
-        let failed = front.stop_all();
-        if failed > 0 && result.is_ok() {
-            result = Err(CliError::Failed(format!(
-                "{failed} ublk device(s) did not stop cleanly"
-            )));
-        }
-    }
-    if let Some(m) = metrics {
-        m.shutdown();
-    }
-    ctl.shutdown();
-    if let Some(t) = trimmer {
-        t.stop();
-    }
-    // The policy threads stop with their exports, when the registry goes.
-    if let Some((server, _)) = nbd {
-        match Arc::try_unwrap(server) {
-            Ok(s) => s.wait(),
-            Err(_) => error!("the NBD server is still referenced; leaving it to exit"),
-        }
-    }
-    if let Some(p) = &args.pid_file {
-        remove_pid_file(p);
-    }
-    info!("stopped");
-    result
+    let stopped = server.shutdown().map_err(cli_error);
+    waited.and(stopped)
 }
 
 #[cfg(test)]
