@@ -15,7 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use zcomp::Algorithm;
-use zram::{PolicyConfig, PolicyRunner, RecompressRequest, Store, StoreError, WritebackRequest};
+use zram::{
+    PolicyConfig, PolicyRunner, RecompAlgorithm, RecompressRequest, Store, StoreError,
+    WritebackMode, WritebackRequest,
+};
 
 use crate::spec::StoreSpec;
 
@@ -37,9 +40,9 @@ pub struct Settings {
     /// `writeback_batch_size`, if written before init (the store's own
     /// default, or the server's flag, otherwise).
     pub writeback_batch_size: Option<u64>,
-    /// `recomp_algorithm` values (`algo=NAME priority=N`), in the order
-    /// written; a later one for the same priority wins, as in the store.
-    pub recomp: Vec<String>,
+    /// `recomp_algorithm` values, in the order written; a later one for
+    /// the same priority wins, as in the store.
+    pub recomp: Vec<RecompAlgorithm>,
     /// `algorithm_params` values for the secondary compressors
     /// (`priority=N ...` or `algo=NAME ...`), in the order written.
     pub recomp_params: Vec<String>,
@@ -85,9 +88,9 @@ impl Settings {
                 .set_writeback_batch_size(pages)
                 .map_err(refused("--writeback-batch-size"))?;
         }
-        for algo in &self.recomp {
+        for &recomp in &self.recomp {
             store
-                .set_recomp_algorithm(algo)
+                .set_recomp(recomp)
                 .map_err(refused("--recomp-algorithm"))?;
         }
         for params in &self.recomp_params {
@@ -219,7 +222,7 @@ pub struct PolicyFlags {
     /// `--auto-recompress`: recompress idle pages after each marking.
     pub auto_recompress: bool,
     /// `--auto-writeback`: the writeback type after each marking.
-    pub auto_writeback: Option<String>,
+    pub auto_writeback: Option<WritebackMode>,
     /// `--writeback-near-limit`: the memory-aware rule's percent.
     pub writeback_near_limit: Option<u32>,
 }
@@ -237,12 +240,11 @@ impl PolicyFlags {
         {
             return Err(FactoryError::NeedsBackingDev);
         }
-        self.config(1).map(|_| ())
+        self.config().map(|_| ())
     }
 
-    /// The timed rule for a store of `pages` pages (`None`: no thread
-    /// needed).
-    pub fn config(&self, pages: u64) -> Result<Option<PolicyConfig>, FactoryError> {
+    /// The timed rule for a store (`None`: no thread needed).
+    pub fn config(&self) -> Result<Option<PolicyConfig>, FactoryError> {
         let recompress = self
             .auto_recompress
             .then(|| RecompressRequest::parse("type=idle"))
@@ -251,15 +253,11 @@ impl PolicyFlags {
                 flag: "--auto-recompress",
                 error,
             })?;
-        let writeback = self
-            .auto_writeback
-            .as_deref()
-            .map(|t| WritebackRequest::parse(t, pages))
-            .transpose()
-            .map_err(|error| FactoryError::Setting {
-                flag: "--auto-writeback",
-                error,
-            })?;
+        // Every page of the disk: no ranges.
+        let writeback = self.auto_writeback.map(|mode| WritebackRequest {
+            mode,
+            ranges: Vec::new(),
+        });
         let config = PolicyConfig {
             interval: Duration::from_secs(u64::from(self.interval.unwrap_or(60))),
             idle_after: self.idle_after.map(|s| Duration::from_secs(u64::from(s))),
@@ -276,7 +274,7 @@ impl PolicyFlags {
         name: &str,
         store: &Arc<Store>,
     ) -> Result<Option<PolicyRunner>, FactoryError> {
-        let Some(config) = self.config(store.disk_pages())? else {
+        let Some(config) = self.config()? else {
             return Ok(None);
         };
         if store.backing_dev() == "none" {
@@ -306,7 +304,7 @@ pub struct SpecFactory {
     /// The largest disk it makes, in bytes.
     pub max_disksize: u64,
     /// `--recomp-algorithm` values, for every export.
-    pub recomp: Vec<String>,
+    pub recomp: Vec<RecompAlgorithm>,
     /// The timed policy and memory-aware rule, for every store.
     pub policy: PolicyFlags,
     /// `--writeback-batch-size`, for every export.
@@ -392,7 +390,7 @@ mod tests {
             comp_params: "level=1".into(),
             mem_limit: 1 << 20,
             writeback_batch_size: Some(16),
-            recomp: vec!["algo=lz4 priority=2".into()],
+            recomp: vec![RecompAlgorithm::parse("algo=lz4 priority=2").unwrap()],
             ..defaults
         };
         let (store, label) = f.make(&settings, 1 << 20).unwrap();
@@ -422,11 +420,12 @@ mod tests {
         assert!(matches!(e, FactoryError::Spec(_)) && e.is_usage(), "{e:?}");
         assert!(e.to_string().contains("level"), "{e}");
         let settings = Settings {
-            recomp: vec!["algo=lz4 priority=9".into()],
+            recomp: vec![RecompAlgorithm::parse("algo=lz4 priority=1").unwrap()],
+            recomp_params: vec!["priority=1 level=99".into()],
             ..lz4("")
         };
         let e = f.make(&settings, 1 << 20).unwrap_err();
-        assert!(e.to_string().starts_with("--recomp-algorithm: "), "{e}");
+        assert!(e.to_string().starts_with("algorithm_params: "), "{e}");
     }
 
     #[test]
@@ -448,12 +447,21 @@ mod tests {
             near.check(false, false),
             Err(FactoryError::NeedsBackingDev)
         ));
-        let bad = PolicyFlags {
-            auto_writeback: Some("sometimes".into()),
+        let idle: WritebackMode = "idle".parse().unwrap();
+        let writeback = PolicyFlags {
+            idle_after: Some(60),
+            auto_writeback: Some(idle),
             ..PolicyFlags::default()
         };
-        let e = bad.check(false, true).unwrap_err();
-        assert!(e.to_string().starts_with("--auto-writeback: "), "{e}");
-        assert!(PolicyFlags::default().config(1).unwrap().is_none());
+        assert!(writeback.check(false, true).is_ok());
+        let config = writeback.config().unwrap().unwrap();
+        assert_eq!(
+            config.writeback,
+            Some(WritebackRequest {
+                mode: idle,
+                ranges: Vec::new()
+            })
+        );
+        assert!(PolicyFlags::default().config().unwrap().is_none());
     }
 }

@@ -512,8 +512,8 @@ pub static ATTRS: [Attr; 31] = [
         }),
         store: store(
             |s, v| {
-                recomp_entry(v)?;
-                s.recomp.push(v.to_string());
+                let recomp = zram::RecompAlgorithm::parse(v).map_err(|e| store_error(&e))?;
+                s.recomp.push(recomp);
                 Ok(())
             },
             |s, v| {
@@ -689,41 +689,11 @@ fn set_comp_algorithm(settings: &mut Settings, v: &str) -> Result<(), CtlError> 
     Ok(())
 }
 
-/// `(priority, algorithm)` of a `recomp_algorithm` value (`algo=NAME
-/// priority=N`, priority 1 when not given), checked as the store checks it.
-fn recomp_entry(text: &str) -> Result<(u32, String), CtlError> {
-    let mut algo = None;
-    let mut priority = 1u32;
-    for word in text.split_whitespace() {
-        match word.split_once('=') {
-            Some(("algo", v)) if !v.is_empty() => algo = Some(v),
-            Some(("priority", v)) => {
-                priority = v
-                    .parse()
-                    .ok()
-                    .filter(|p| (1..=3).contains(p))
-                    .ok_or_else(|| {
-                        CtlError::inval(format!("recomp_algorithm: priority {v:?} is not 1 to 3"))
-                    })?
-            }
-            _ => {
-                return Err(CtlError::inval(format!(
-                    "recomp_algorithm: {word:?} is not algo=NAME or priority=N"
-                )))
-            }
-        }
-    }
-    let algo = algo.ok_or_else(|| CtlError::inval("recomp_algorithm: algo=NAME is required"))?;
-    check_comp(algo)?;
-    Ok((priority, algo.to_string()))
-}
-
 /// `recomp_algorithm` before init: the secondaries the settings name.
 fn recomp_algorithms(settings: &Settings) -> Result<String, CtlError> {
-    let mut slots: [Option<String>; 4] = Default::default();
-    for text in &settings.recomp {
-        let (p, algo) = recomp_entry(text)?;
-        slots[p as usize] = Some(algo);
+    let mut slots: [Option<zcomp::Algorithm>; 4] = Default::default();
+    for r in &settings.recomp {
+        slots[r.priority] = Some(r.algorithm);
     }
     Ok(slots
         .iter()

@@ -69,7 +69,7 @@ pub struct StoreSettings {
     /// The largest disk a store is made with, in bytes.
     pub max_disksize: u64,
     /// `--recomp-algorithm` values.
-    pub recomp: Vec<String>,
+    pub recomp: Vec<zram::RecompAlgorithm>,
     /// The timed policy and the memory-aware rule.
     pub policy: PolicyFlags,
     /// `--writeback-batch-size`.
