@@ -421,7 +421,7 @@ mod tests {
         assert!(e.to_string().contains("level"), "{e}");
         let settings = Settings {
             recomp: vec![RecompAlgorithm::parse("algo=lz4 priority=1").unwrap()],
-            recomp_params: vec!["priority=1 level=99".into()],
+            recomp_params: vec!["priority=5 level=1".into()],
             ..lz4("")
         };
         let e = f.make(&settings, 1 << 20).unwrap_err();
