@@ -42,6 +42,7 @@ pub mod ctl_error;
 pub mod ctl_socket;
 pub mod device;
 pub mod metrics;
+mod page_range;
 pub mod paths;
 pub mod registry;
 pub mod server;

@@ -3,7 +3,9 @@
 //! This module owns the order in which a server comes up and goes down.
 //! [`Server::start`] takes a [`ServerConfig`] (what the flags and the
 //! configuration file said, already parsed) and:
-//! 1. checks the settings that depend on each other (in-flight bounds, the
+//! 1. checks the settings that depend on each other (a non-loopback TCP
+//!    address needs remote clients allowed, and TLS required unless they
+//!    may be served without it; in-flight bounds, the
 //!    policy flags against the secondary compressors and backing devices,
 //!    one backing device per export at most, swap mode's `mem_limit`s);
 //! 2. keeps the C heap to one arena; in swap mode enters its first half
@@ -147,6 +149,10 @@ pub struct ServerConfig {
 /// Why a server did not start, or did not stop cleanly.
 #[derive(Debug)]
 pub enum ServeError {
+    /// A non-loopback TCP address without remote clients allowed.
+    NotLoopback(SocketAddr),
+    /// Remote clients allowed without TLS required, nor plaintext allowed.
+    RemoteWithoutTls(SocketAddr),
     /// `--inflight-total` is below `--inflight-per-conn` plus 1 MiB.
     InflightTotal {
         /// The total bound.
@@ -202,6 +208,16 @@ impl ServeError {
 impl fmt::Display for ServeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            ServeError::NotLoopback(addr) => write!(
+                f,
+                "refusing to listen on {addr}: not a loopback address (pass --allow-remote to \
+                 serve remote clients)"
+            ),
+            ServeError::RemoteWithoutTls(addr) => write!(
+                f,
+                "--tcp {addr} serves remote clients: use --tls require with --tls-certificates \
+                 DIR, or --insecure to serve them without TLS"
+            ),
             ServeError::InflightTotal { total, per_conn } => write!(
                 f,
                 "--inflight-total {total} must be at least --inflight-per-conn ({per_conn}) plus 1M"
@@ -289,7 +305,10 @@ impl Server {
             pid_file,
         } = config;
         let nbd_config = match &front {
-            Front::Nbd(n) => Some(inflight_config(n, swap)?),
+            Front::Nbd(n) => {
+                check_remote(n)?;
+                Some(inflight_config(n, swap)?)
+            }
             Front::Ublk(_) => None,
         };
         store.policy.check(
@@ -521,6 +540,29 @@ fn make_export(
         Some(factory),
         *read_only,
     );
+    Ok(())
+}
+
+/// Refuses a non-loopback TCP address the configuration does not allow:
+/// remote clients need `allow_remote`, and TLS required unless `insecure`.
+fn check_remote(front: &NbdFront) -> Result<(), ServeError> {
+    let Listen::Tcp(addr) = front.listen else {
+        return Ok(());
+    };
+    if addr.ip().is_loopback() {
+        return Ok(());
+    }
+    if !front.config.allow_remote {
+        return Err(ServeError::NotLoopback(addr));
+    }
+    let required = front
+        .config
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.mode() == nbd::TlsMode::Require);
+    if !required && !front.config.insecure {
+        return Err(ServeError::RemoteWithoutTls(addr));
+    }
     Ok(())
 }
 

@@ -49,6 +49,7 @@ use nbd::Errno;
 use zram::{Store, StoreError};
 
 use crate::ctl_error::CtlError;
+use crate::page_range::PageRange;
 
 pub use ublk::{remove_abandoned, Abandoned};
 
@@ -74,27 +75,16 @@ pub const SWAP_DEPTH: u16 = 32;
 
 /// A store as a ublk block device's contents.
 pub struct StoreTarget {
-    store: Arc<Store>,
-    page: usize,
+    range: PageRange,
 }
 
 impl StoreTarget {
     /// The target over `store`, whose page must be the device's logical
     /// block (4 KiB).
     pub fn new(store: Arc<Store>) -> StoreTarget {
-        let page = store.page_size();
-        StoreTarget { store, page }
-    }
-
-    /// `(first page, pages)` of a byte range; the driver only sends ranges
-    /// of whole blocks inside the device.
-    fn pages(&self, off: u64, len: u64) -> Result<(u64, u64), ublk::Errno> {
-        let page = self.page as u64;
-        let end = off.checked_add(len).ok_or(libc::EINVAL)?;
-        if off % page != 0 || len % page != 0 || end > self.store.disk_size() {
-            return Err(libc::EINVAL);
+        StoreTarget {
+            range: PageRange::new(store),
         }
-        Ok((off / page, len / page))
     }
 }
 
@@ -104,37 +94,23 @@ pub fn ublk_errno(e: &StoreError) -> ublk::Errno {
     e.block_errno()
 }
 
+/// The driver only sends ranges of whole blocks inside the device; any
+/// other is `EINVAL`.
 impl ublk::BlockTarget for StoreTarget {
     fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), ublk::Errno> {
-        let (first, _) = self.pages(off, buf.len() as u64)?;
-        for (i, page) in buf.chunks_exact_mut(self.page).enumerate() {
-            self.store
-                .read_page(first + i as u64, page)
-                .map_err(|e| ublk_errno(&e))?;
-        }
-        Ok(())
+        self.range.read(off, buf).map_err(|e| e.errno())
     }
 
     fn write(&self, off: u64, buf: &[u8]) -> Result<(), ublk::Errno> {
-        let (first, _) = self.pages(off, buf.len() as u64)?;
-        for (i, page) in buf.chunks_exact(self.page).enumerate() {
-            self.store
-                .write_page(first + i as u64, page)
-                .map_err(|e| ublk_errno(&e))?;
-        }
-        Ok(())
+        self.range.write(off, buf).map_err(|e| e.errno())
     }
 
     fn discard(&self, off: u64, len: u64) -> Result<(), ublk::Errno> {
-        let (first, count) = self.pages(off, len)?;
-        self.store.discard(first, count).map_err(|e| ublk_errno(&e))
+        self.range.discard(off, len).map_err(|e| e.errno())
     }
 
     fn write_zeroes(&self, off: u64, len: u64) -> Result<(), ublk::Errno> {
-        let (first, count) = self.pages(off, len)?;
-        self.store
-            .write_zeroes(first, count)
-            .map_err(|e| ublk_errno(&e))
+        self.range.write_zeroes(off, len).map_err(|e| e.errno())
     }
 
     fn flush(&self) -> Result<(), ublk::Errno> {

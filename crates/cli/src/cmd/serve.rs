@@ -69,27 +69,6 @@ fn tls_config(args: &ServeArgs) -> Result<Option<Arc<nbd::Tls>>, CliError> {
         .map_err(|e| CliError::Failed(format!("--tls-certificates: {e}")))
 }
 
-/// Refuses a non-loopback --tcp address the flags do not allow: remote
-/// clients need --allow-remote, and TLS required unless --insecure.
-fn check_remote(args: &ServeArgs) -> Result<(), CliError> {
-    let Some(addr) = args.tcp.filter(|a| !a.ip().is_loopback()) else {
-        return Ok(());
-    };
-    if !args.allow_remote {
-        return Err(CliError::Failed(format!(
-            "refusing to listen on {addr}: not a loopback address (pass --allow-remote to serve \
-             remote clients)"
-        )));
-    }
-    if args.tls != TlsArg::Require && !args.insecure {
-        return Err(CliError::Failed(format!(
-            "--tcp {addr} serves remote clients: use --tls require with --tls-certificates \
-             DIR, or --insecure to serve them without TLS"
-        )));
-    }
-    Ok(())
-}
-
 /// The policy flags, kept by the store factory so that every store it
 /// makes (at start, by `hot_add` or after a `reset`) runs the same rules
 /// (checked against the others when the server starts).
@@ -213,8 +192,6 @@ fn cli_error(e: ServeError) -> CliError {
 
 /// Runs `zmem serve` until SIGINT or SIGTERM.
 pub fn run(args: &ServeArgs) -> Result<(), CliError> {
-    // The flags that depend on each other are checked before anything starts.
-    check_remote(args)?;
     let tls = tls_config(args)?;
     logger::init(logger::level(args.log_level));
     // Before any thread exists: every thread inherits the blocked mask.
