@@ -487,13 +487,8 @@ fn make_export(
     export: &ExportConfig,
     first: bool,
 ) -> Result<(), ServeError> {
-    let ExportConfig {
-        name,
-        size,
-        read_only,
-        spec,
-        backing_dev,
-    } = export;
+    let (name, size, read_only, spec) =
+        (&export.name, &export.size, &export.read_only, &export.spec);
     let factory = Arc::new(SpecFactory {
         spec: spec.clone(),
         max_disksize: store.max_disksize,
@@ -509,14 +504,14 @@ fn make_export(
         registry.set_factory(factory.clone());
     }
     let mut settings = factory.defaults();
-    settings.backing_dev = backing_dev.clone();
+    settings.backing_dev = export.backing_dev.clone();
     if *size == 0 {
         info!("export {name:?}: uninitialised, {}", spec.label());
         registry.push_uninitialised(name, settings, Some(factory), *read_only);
         return Ok(());
     }
     let (made, label) = factory.make(&settings, *size)?;
-    if let Some(path) = backing_dev {
+    if let Some(path) = &export.backing_dev {
         info!("export {name:?}: backing_dev {}", path.display());
     }
     info!(
