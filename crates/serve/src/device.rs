@@ -50,7 +50,7 @@ use zram::{SlotState, Store, StoreError};
 use crate::page_range::{PageError, PageRange};
 
 /// Largest READ or WRITE payload advertised (the server may cap it lower).
-pub const MAX_REQUEST: u32 = 32 * 1024 * 1024;
+pub(crate) const MAX_REQUEST: u32 = 32 * 1024 * 1024;
 
 /// Most extents one BLOCK_STATUS answer carries (the server sends at most
 /// this many descriptors anyway).
@@ -59,7 +59,7 @@ const MAX_EXTENTS: usize = 4096;
 /// The errno of a store error for an NBD reply: the store's own mapping
 /// for block requests ([`StoreError::block_errno`]), which the ublk path
 /// uses too.
-pub fn store_errno(e: &StoreError) -> Errno {
+pub(crate) fn store_errno(e: &StoreError) -> Errno {
     Errno::from_number(e.block_errno()).unwrap_or(Errno::EIO)
 }
 

@@ -115,7 +115,7 @@ pub enum ExportView<'a> {
 }
 
 /// The longest export name `hot_add` takes (a file name's limit).
-pub const MAX_NAME: usize = 255;
+pub(crate) const MAX_NAME: usize = 255;
 
 /// The NBD description of an initialised export.
 fn description(s: &Served) -> String {
@@ -150,7 +150,7 @@ fn nbd_export(name: &str, read_only: bool, life: &Life) -> Export {
 /// whitespace or control characters (the control protocol is
 /// whitespace-separated lines) and no `/`, `?` or `#` (NBD URIs carry the
 /// name as their path).
-pub fn check_name(name: &str) -> Result<(), CtlError> {
+pub(crate) fn check_name(name: &str) -> Result<(), CtlError> {
     let bad = |why: &str| Err(CtlError::inval(format!("export name {name:?}: {why}")));
     if name.is_empty() {
         return bad("empty (the default export is named only at start)");

@@ -131,7 +131,7 @@ pub struct ServerConfig {
     pub exports: Vec<ExportConfig>,
     /// What every store gets.
     pub store: StoreSettings,
-    /// Swap mode (see [`crate::swap`]).
+    /// Swap mode (see the `swap` module).
     pub swap: bool,
     /// The front end.
     pub front: Front,

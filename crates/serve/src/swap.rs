@@ -109,7 +109,7 @@ impl std::error::Error for SwapError {
 /// Bytes the C heap is grown by beyond the in-flight bound: per-CPU
 /// compression contexts (lz4's are 16 KiB, zstd's about 1.3 MiB at level 3),
 /// reply headers and the page sources' bookkeeping, with room to spare.
-pub const HEAP_SPARE_BYTES: u64 = 4 << 20;
+pub(crate) const HEAP_SPARE_BYTES: u64 = 4 << 20;
 
 /// The free bytes at the C heap's top below which the reserve's thread
 /// grows the heap again ([`HEAP_TOP_BYTES`]). The stores' bookkeeping
@@ -117,35 +117,35 @@ pub const HEAP_SPARE_BYTES: u64 = 4 << 20;
 /// of heap for 50 MiB of pool measured, and a handle table's next segment
 /// can be 1 MiB on its own), so a heap grown once at start would be
 /// outgrown near a large `mem_limit`, by faults on the I/O path.
-pub const HEAP_TOP_LOW_BYTES: usize = 1 << 20;
+pub(crate) const HEAP_TOP_LOW_BYTES: usize = 1 << 20;
 
 /// What the reserve's thread grows the heap's free top to.
-pub const HEAP_TOP_BYTES: usize = 2 << 20;
+pub(crate) const HEAP_TOP_BYTES: usize = 2 << 20;
 
 /// Bytes of the reserve populated and locked at start: the pieces the
 /// refill thread keeps ready beyond what is taken
 /// (`pages::reserve::LOW_WATER_PIECES`), no more. Before the first
 /// swap-out the kernel's zram holds nothing either.
-pub const INITIAL_RESERVE_BYTES: u64 =
+pub(crate) const INITIAL_RESERVE_BYTES: u64 =
     (pages::reserve::LOW_WATER_PIECES * pages::reserve::PIECE_BYTES) as u64;
 
 /// The in-flight bound per connection in swap mode unless given: the
 /// request buffers come from the heap grown ahead.
-pub const INFLIGHT_PER_CONN: u64 = 2 << 20;
+pub(crate) const INFLIGHT_PER_CONN: u64 = 2 << 20;
 
 /// The in-flight bound of all connections together in swap mode unless
 /// given.
-pub const INFLIGHT_TOTAL: u64 = 4 << 20;
+pub(crate) const INFLIGHT_TOTAL: u64 = 4 << 20;
 
 /// Pieces of the locked reserve each store may hold partly carved beyond
 /// its `mem_limit`: its pool's two frontiers and its huge-page source's two.
-pub const PIECES_PER_STORE: u64 = 4;
+pub(crate) const PIECES_PER_STORE: u64 = 4;
 
 /// The `vm.min_free_kbytes` below which swap mode warns: the kernel keeps
 /// this much free, and the socket memory of the server's replies is
 /// allocated from it while the kernel waits for the server (docs/serve.md
 /// has the runs behind the figure).
-pub const ADVISED_MIN_FREE_KBYTES: u64 = 32768;
+pub(crate) const ADVISED_MIN_FREE_KBYTES: u64 = 32768;
 
 /// What swap mode set, for `zmem ctl status` and the `swap_mode` attribute.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -164,7 +164,7 @@ pub struct SwapMode {
 }
 
 /// The system's `vm.min_free_kbytes`, if readable.
-pub fn min_free_kbytes() -> Option<u64> {
+pub(crate) fn min_free_kbytes() -> Option<u64> {
     std::fs::read_to_string("/proc/sys/vm/min_free_kbytes")
         .ok()?
         .trim()
@@ -198,7 +198,7 @@ impl fmt::Display for SwapMode {
 
 /// The reserve for stores whose `mem_limit`s are `limits` (bytes): their
 /// sum, plus [`PIECES_PER_STORE`] pieces each.
-pub fn reserve_for(limits: &[u64]) -> u64 {
+pub(crate) fn reserve_for(limits: &[u64]) -> u64 {
     let piece = pages::reserve::PIECE_BYTES as u64;
     limits
         .iter()
@@ -212,7 +212,7 @@ pub fn reserve_for(limits: &[u64]) -> u64 {
 /// stores' own threads too: they take locks the I/O path waits for); and
 /// `oom_score_adj`. Then [`lock`]. An error names the setting the kernel
 /// refused; nothing is undone (the caller exits).
-pub fn enter(inflight_total: u64) -> Result<u64, SwapError> {
+pub(crate) fn enter(inflight_total: u64) -> Result<u64, SwapError> {
     heap_never_shrinks()?;
     let heap_bytes = inflight_total + HEAP_SPARE_BYTES;
     grow_heap(heap_bytes as usize);
@@ -244,7 +244,7 @@ pub fn enter(inflight_total: u64) -> Result<u64, SwapError> {
 /// With `code_on_fault` (a front end that runs its I/O path once before it
 /// announces a device: ublk's `warm_up`), code and constants are locked
 /// as they are touched instead of populated whole.
-pub fn lock(
+pub(crate) fn lock(
     reserve_bytes: u64,
     heap_bytes: u64,
     code_on_fault: bool,
@@ -369,7 +369,7 @@ fn lock_writable_mappings() -> Result<(), SwapError> {
 /// connection's reader and workers, whose stacks [`lock`] could not see):
 /// small enough to populate whole, with room for a store's deepest call,
 /// its compressor included (as a ublk queue thread's).
-pub const IO_THREAD_STACK_BYTES: usize = 512 << 10;
+pub(crate) const IO_THREAD_STACK_BYTES: usize = 512 << 10;
 
 /// Populates and locks the calling thread's whole stack, as
 /// `pthread_getattr_np` gives it. For an I/O thread started after [`lock`]:
@@ -378,7 +378,7 @@ pub const IO_THREAD_STACK_BYTES: usize = 512 << 10;
 /// short of memory and waiting for this thread (seen in a guest: an NBD
 /// connection's reader stuck in reclaim on a fresh stack page). A failure
 /// is logged; the thread then faults its stack in as before.
-pub fn lock_own_stack() {
+pub(crate) fn lock_own_stack() {
     match own_stack() {
         // SAFETY: mlock only populates and pins pages of the calling
         // thread's own stack mapping; it changes no memory's contents.
@@ -479,7 +479,7 @@ fn heap_never_shrinks() -> Result<(), SwapError> {
 /// `mallinfo2().uordblks`, every arena), the figure the heap grown ahead
 /// must stay above.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-pub fn heap_in_use() -> u64 {
+pub(crate) fn heap_in_use() -> u64 {
     // SAFETY: mallinfo2 only reads the allocator's counters under its locks.
     unsafe { libc::mallinfo2() }.uordblks as u64
 }

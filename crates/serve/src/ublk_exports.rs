@@ -46,52 +46,46 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use nbd::Errno;
-use zram::{Store, StoreError};
+use zram::Store;
 
 use crate::ctl_error::CtlError;
 use crate::page_range::PageRange;
 
-pub use ublk::{remove_abandoned, Abandoned};
+pub(crate) use ublk::remove_abandoned;
 
 /// The logical block of every device: one store page.
-pub const BLOCK_SHIFT: u8 = 12;
+pub(crate) const BLOCK_SHIFT: u8 = 12;
 
 /// The largest request, bytes (each queue thread has a buffer this large
 /// with user copy, else each tag of each queue, touched only as requests
 /// that large come).
-pub const MAX_IO_BYTES: u32 = 512 << 10;
+pub(crate) const MAX_IO_BYTES: u32 = 512 << 10;
 
 /// The default requests in flight per queue.
-pub const DEFAULT_DEPTH: u16 = 128;
+pub(crate) const DEFAULT_DEPTH: u16 = 128;
 
 /// In swap mode every buffer is populated and locked from the start
 /// (queues x the largest request with user copy, else queues x depth x
 /// the largest request): smaller requests and fewer of them, 256 KiB or
 /// 8 MiB for two queues (the block layer splits larger requests).
-pub const SWAP_MAX_IO_BYTES: u32 = 128 << 10;
+pub(crate) const SWAP_MAX_IO_BYTES: u32 = 128 << 10;
 
 /// The default requests in flight per queue in swap mode.
-pub const SWAP_DEPTH: u16 = 32;
+pub(crate) const SWAP_DEPTH: u16 = 32;
 
 /// A store as a ublk block device's contents.
-pub struct StoreTarget {
+pub(crate) struct StoreTarget {
     range: PageRange,
 }
 
 impl StoreTarget {
     /// The target over `store`, whose page must be the device's logical
     /// block (4 KiB).
-    pub fn new(store: Arc<Store>) -> StoreTarget {
+    pub(crate) fn new(store: Arc<Store>) -> StoreTarget {
         StoreTarget {
             range: PageRange::new(store),
         }
     }
-}
-
-/// The errno a store error completes a request with: the store's own
-/// mapping for block requests ([`StoreError::block_errno`]), as NBD's.
-pub fn ublk_errno(e: &StoreError) -> ublk::Errno {
-    e.block_errno()
 }
 
 /// The driver only sends ranges of whole blocks inside the device; any
@@ -248,7 +242,7 @@ impl UblkExports {
         self.devices().get(name).map(ublk::Running::block_path)
     }
 
-    /// Runs [`warm_up`] on every device, before swap mode announces them.
+    /// Runs `warm_up` on every device, before swap mode announces them.
     pub fn warm_up_all(&self) -> io::Result<()> {
         let paths: Vec<PathBuf> = self
             .devices()
@@ -325,7 +319,7 @@ impl Drop for Aligned {
 /// write, read or discard touches is then present, and with swap mode's
 /// `MCL_ONFAULT` locked, before the first swap-out. The device ends as it
 /// began (the range reads as zeros; its io_stat counts these requests).
-pub fn warm_up(path: &std::path::Path) -> io::Result<()> {
+pub(crate) fn warm_up(path: &std::path::Path) -> io::Result<()> {
     use std::os::unix::fs::FileExt;
     let fail = |what: &str, e: io::Error| {
         io::Error::new(
