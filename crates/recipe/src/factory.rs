@@ -15,7 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use zcomp::Algorithm;
-use zram::{PolicyConfig, PolicyRunner, RecompressRequest, Store, StoreError, WritebackRequest};
+use zram::{
+    PolicyConfig, PolicyRunner, RecompAlgorithm, RecompressRequest, Store, StoreError,
+    WritebackMode, WritebackRequest,
+};
 
 use crate::spec::StoreSpec;
 
@@ -37,9 +40,9 @@ pub struct Settings {
     /// `writeback_batch_size`, if written before init (the store's own
     /// default, or the server's flag, otherwise).
     pub writeback_batch_size: Option<u64>,
-    /// `recomp_algorithm` values (`algo=NAME priority=N`), in the order
-    /// written; a later one for the same priority wins, as in the store.
-    pub recomp: Vec<String>,
+    /// `recomp_algorithm` values, in the order written; a later one for
+    /// the same priority wins, as in the store.
+    pub recomp: Vec<RecompAlgorithm>,
     /// `algorithm_params` values for the secondary compressors
     /// (`priority=N ...` or `algo=NAME ...`), in the order written.
     pub recomp_params: Vec<String>,
@@ -62,22 +65,56 @@ impl Default for Settings {
     }
 }
 
-/// Makes the stores of exports initialised while the server runs.
+impl Settings {
+    /// Applies the settings a store takes after it is made, in the order
+    /// a zram disk takes them before `disksize`: `mem_limit`,
+    /// `backing_dev`, `writeback_compressed`, `writeback_batch_size`,
+    /// `recomp_algorithm`, then the secondaries' `algorithm_params`. The
+    /// compressor and its parameters are the store's own (given when it is
+    /// made). A refusal names the setting.
+    pub fn apply(&self, store: &Store) -> Result<(), FactoryError> {
+        let refused = |flag: &'static str| move |error| FactoryError::Setting { flag, error };
+        store.set_mem_limit(self.mem_limit);
+        if let Some(path) = &self.backing_dev {
+            store
+                .set_backing_dev(path)
+                .map_err(refused("--backing-dev"))?;
+        }
+        store
+            .set_writeback_compressed(self.writeback_compressed)
+            .map_err(refused("--writeback-compressed"))?;
+        if let Some(pages) = self.writeback_batch_size {
+            store
+                .set_writeback_batch_size(pages)
+                .map_err(refused("--writeback-batch-size"))?;
+        }
+        for &recomp in &self.recomp {
+            store
+                .set_recomp(recomp)
+                .map_err(refused("--recomp-algorithm"))?;
+        }
+        for params in &self.recomp_params {
+            store
+                .set_algorithm_params(params)
+                .map_err(refused("algorithm_params"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Makes the stores of a server's exports: those given at start, and those
+/// initialised while it runs (`disksize`, `hot_add NAME SIZE`, after a
+/// `reset`).
 pub trait StoreFactory: Send + Sync {
     /// The settings a hot-added export starts with and a reset one returns
     /// to (the server's own store flags, as a new zram disk starts with the
     /// module's defaults).
     fn defaults(&self) -> Settings;
 
-    /// A store of `disksize` bytes (rounded up to whole pages) compressing
-    /// with `comp` and `comp_params`, and the label naming its
-    /// configuration; `Err` says why not.
-    fn make(
-        &self,
-        comp: Algorithm,
-        comp_params: &str,
-        disksize: u64,
-    ) -> Result<(Store, String), FactoryError>;
+    /// A store of `disksize` bytes (rounded up to whole pages) made with
+    /// `settings` (its compressor, then [`Settings::apply`]), and the label
+    /// naming its configuration; `Err` says why not.
+    fn make(&self, settings: &Settings, disksize: u64) -> Result<(Store, String), FactoryError>;
 
     /// Starts what runs beside a store the registry just made for the
     /// export `name` (the server's timed policy and memory-aware rule), so a
@@ -185,7 +222,7 @@ pub struct PolicyFlags {
     /// `--auto-recompress`: recompress idle pages after each marking.
     pub auto_recompress: bool,
     /// `--auto-writeback`: the writeback type after each marking.
-    pub auto_writeback: Option<String>,
+    pub auto_writeback: Option<WritebackMode>,
     /// `--writeback-near-limit`: the memory-aware rule's percent.
     pub writeback_near_limit: Option<u32>,
 }
@@ -203,12 +240,11 @@ impl PolicyFlags {
         {
             return Err(FactoryError::NeedsBackingDev);
         }
-        self.config(1).map(|_| ())
+        self.config().map(|_| ())
     }
 
-    /// The timed rule for a store of `pages` pages (`None`: no thread
-    /// needed).
-    pub fn config(&self, pages: u64) -> Result<Option<PolicyConfig>, FactoryError> {
+    /// The timed rule for a store (`None`: no thread needed).
+    pub fn config(&self) -> Result<Option<PolicyConfig>, FactoryError> {
         let recompress = self
             .auto_recompress
             .then(|| RecompressRequest::parse("type=idle"))
@@ -217,15 +253,11 @@ impl PolicyFlags {
                 flag: "--auto-recompress",
                 error,
             })?;
-        let writeback = self
-            .auto_writeback
-            .as_deref()
-            .map(|t| WritebackRequest::parse(t, pages))
-            .transpose()
-            .map_err(|error| FactoryError::Setting {
-                flag: "--auto-writeback",
-                error,
-            })?;
+        // Every page of the disk: no ranges.
+        let writeback = self.auto_writeback.map(|mode| WritebackRequest {
+            mode,
+            ranges: Vec::new(),
+        });
         let config = PolicyConfig {
             interval: Duration::from_secs(u64::from(self.interval.unwrap_or(60))),
             idle_after: self.idle_after.map(|s| Duration::from_secs(u64::from(s))),
@@ -242,7 +274,7 @@ impl PolicyFlags {
         name: &str,
         store: &Arc<Store>,
     ) -> Result<Option<PolicyRunner>, FactoryError> {
-        let Some(config) = self.config(store.disk_pages())? else {
+        let Some(config) = self.config()? else {
             return Ok(None);
         };
         if store.backing_dev() == "none" {
@@ -272,7 +304,7 @@ pub struct SpecFactory {
     /// The largest disk it makes, in bytes.
     pub max_disksize: u64,
     /// `--recomp-algorithm` values, for every export.
-    pub recomp: Vec<String>,
+    pub recomp: Vec<RecompAlgorithm>,
     /// The timed policy and memory-aware rule, for every store.
     pub policy: PolicyFlags,
     /// `--writeback-batch-size`, for every export.
@@ -295,12 +327,7 @@ impl StoreFactory for SpecFactory {
         }
     }
 
-    fn make(
-        &self,
-        comp: Algorithm,
-        comp_params: &str,
-        disksize: u64,
-    ) -> Result<(Store, String), FactoryError> {
+    fn make(&self, settings: &Settings, disksize: u64) -> Result<(Store, String), FactoryError> {
         if disksize > self.max_disksize {
             return Err(FactoryError::TooLarge {
                 bytes: disksize,
@@ -308,19 +335,13 @@ impl StoreFactory for SpecFactory {
             });
         }
         let spec = StoreSpec {
-            comp,
-            comp_params: comp_params.to_string(),
+            comp: settings.comp,
+            comp_params: settings.comp_params.clone(),
+            mem_limit: settings.mem_limit,
             ..self.spec.clone()
         };
         let store = spec.open(disksize).map_err(FactoryError::Spec)?;
-        if let Some(n) = self.writeback_batch {
-            store
-                .set_writeback_batch_size(n)
-                .map_err(|error| FactoryError::Setting {
-                    flag: "--writeback-batch-size",
-                    error,
-                })?;
-        }
+        settings.apply(&store)?;
         Ok((store, spec.label()))
     }
 
@@ -364,23 +385,47 @@ mod tests {
         let defaults = f.defaults();
         assert_eq!(defaults.comp, Algorithm::LzoRle);
         assert_eq!(defaults.writeback_batch_size, Some(8));
-        let (store, label) = f.make(Algorithm::Zstd, "level=1", 1 << 20).unwrap();
+        let settings = Settings {
+            comp: Algorithm::Zstd,
+            comp_params: "level=1".into(),
+            mem_limit: 1 << 20,
+            writeback_batch_size: Some(16),
+            recomp: vec![RecompAlgorithm::parse("algo=lz4 priority=2").unwrap()],
+            ..defaults
+        };
+        let (store, label) = f.make(&settings, 1 << 20).unwrap();
         assert_eq!(label, "zsmalloc/kernel-compat/zstd/4K");
         assert_eq!(store.disk_size(), 1 << 20);
+        assert_eq!(store.compressor().level(), 1);
+        assert_eq!(store.mem_limit(), 1 << 20);
+        assert_eq!(store.writeback_batch_size(), 16);
+        assert_eq!(store.recomp_algorithms(), vec![(2, "lz4")]);
     }
 
     #[test]
     fn says_why_it_makes_no_store() {
         let f = factory(&[]);
-        let e = f.make(Algorithm::Lz4, "", 2 << 30).unwrap_err();
+        let lz4 = |params: &str| Settings {
+            comp: Algorithm::Lz4,
+            comp_params: params.into(),
+            ..f.defaults()
+        };
+        let e = f.make(&lz4(""), 2 << 30).unwrap_err();
         assert!(matches!(e, FactoryError::TooLarge { .. }), "{e:?}");
         assert_eq!(
             e.to_string(),
             format!("{} bytes is more than 1G", 2u64 << 30)
         );
-        let e = f.make(Algorithm::Lz4, "level=0", 1 << 20).unwrap_err();
+        let e = f.make(&lz4("level=0"), 1 << 20).unwrap_err();
         assert!(matches!(e, FactoryError::Spec(_)) && e.is_usage(), "{e:?}");
         assert!(e.to_string().contains("level"), "{e}");
+        let settings = Settings {
+            recomp: vec![RecompAlgorithm::parse("algo=lz4 priority=1").unwrap()],
+            recomp_params: vec!["priority=5 level=1".into()],
+            ..lz4("")
+        };
+        let e = f.make(&settings, 1 << 20).unwrap_err();
+        assert!(e.to_string().starts_with("algorithm_params: "), "{e}");
     }
 
     #[test]
@@ -402,12 +447,21 @@ mod tests {
             near.check(false, false),
             Err(FactoryError::NeedsBackingDev)
         ));
-        let bad = PolicyFlags {
-            auto_writeback: Some("sometimes".into()),
+        let idle: WritebackMode = "idle".parse().unwrap();
+        let writeback = PolicyFlags {
+            idle_after: Some(60),
+            auto_writeback: Some(idle),
             ..PolicyFlags::default()
         };
-        let e = bad.check(false, true).unwrap_err();
-        assert!(e.to_string().starts_with("--auto-writeback: "), "{e}");
-        assert!(PolicyFlags::default().config(1).unwrap().is_none());
+        assert!(writeback.check(false, true).is_ok());
+        let config = writeback.config().unwrap().unwrap();
+        assert_eq!(
+            config.writeback,
+            Some(WritebackRequest {
+                mode: idle,
+                ranges: Vec::new()
+            })
+        );
+        assert!(PolicyFlags::default().config().unwrap().is_none());
     }
 }

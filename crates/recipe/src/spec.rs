@@ -386,7 +386,7 @@ impl StoreSpec {
     pub fn open(&self, disk_bytes: u64) -> Result<Store, Error> {
         let pool = zalloc::open(&self.alloc, &self.alloc_options())
             .map_err(|e| Error::Usage(format!("{}: {e}", self.label())))?;
-        let comp = zcomp::Compressor::parse(self.comp.name(), &self.comp_params)
+        let comp = zcomp::Compressor::with_params(self.comp, &self.comp_params)
             .map_err(|e| Error::Usage(format!("--comp {}: {e}", self.comp)))?;
         // kernel-compat compresses lz4 and lz4hc as the kernel's lib/lz4
         // does (zmem-lz4); default mode keeps the faster liblz4.

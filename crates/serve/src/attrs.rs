@@ -58,23 +58,23 @@ use crate::ctl_error::{disksize_bytes, memparse, store_error, CtlError};
 use crate::registry::{Registry, Served, Settings};
 
 /// Reads an attribute of an uninitialised export, from its settings.
-pub type ShowSettings = fn(&Settings) -> Result<String, CtlError>;
+pub(crate) type ShowSettings = fn(&Settings) -> Result<String, CtlError>;
 /// Reads an attribute of an initialised export, from its store.
-pub type ShowStore = fn(&Served) -> Result<String, CtlError>;
+pub(crate) type ShowStore = fn(&Served) -> Result<String, CtlError>;
 /// Reads a server-wide attribute.
-pub type ShowServer = fn(&Registry) -> String;
+pub(crate) type ShowServer = fn(&Registry) -> String;
 /// Checks a value before the export's state is looked at.
-pub type Check = fn(&str) -> Result<(), CtlError>;
+pub(crate) type Check = fn(&str) -> Result<(), CtlError>;
 /// Writes an attribute of an uninitialised export: one of its settings.
-pub type StoreSettings = fn(&mut Settings, &str) -> Result<(), CtlError>;
+pub(crate) type StoreSettings = fn(&mut Settings, &str) -> Result<(), CtlError>;
 /// Writes an attribute of an initialised export.
-pub type StoreStore = fn(&Served, &str) -> Result<(), CtlError>;
+pub(crate) type StoreStore = fn(&Served, &str) -> Result<(), CtlError>;
 /// Writes a server-wide attribute or an export's life: the registry, the
 /// export named (`None`: the first) and the value.
-pub type StoreServer = fn(&Registry, Option<&str>, &str) -> Result<(), CtlError>;
+pub(crate) type StoreServer = fn(&Registry, Option<&str>, &str) -> Result<(), CtlError>;
 
 /// How an attribute is read (`COMMAND` alone).
-pub enum Show {
+pub(crate) enum Show {
     /// Write-only (the kernel's `DEVICE_ATTR_WO`).
     None,
     /// An export's attribute: its function in each state (`None`: the
@@ -91,7 +91,7 @@ pub enum Show {
 
 /// How an attribute is written (`COMMAND VALUE`; a write-only attribute
 /// written without a value is given the empty string).
-pub enum Store {
+pub(crate) enum Store {
     /// Read-only (the kernel's `DEVICE_ATTR_RO`).
     None,
     /// An export's attribute.
@@ -109,7 +109,7 @@ pub enum Store {
 
 /// An export's state, as the table's rules name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum State {
+pub(crate) enum State {
     /// Before `disksize` (`initstate 0`).
     Uninitialised,
     /// After `disksize` (`initstate 1`).
@@ -117,7 +117,7 @@ pub enum State {
 }
 
 /// One control command: a zram attribute (or one of zmem's own).
-pub struct Attr {
+pub(crate) struct Attr {
     /// The name (the sysfs file's).
     pub name: &'static str,
     /// An older name it also answers to.
@@ -133,12 +133,12 @@ pub struct Attr {
 
 impl Attr {
     /// Whether it answers to `name` (its name or its alias).
-    pub fn is_called(&self, name: &str) -> bool {
+    pub(crate) fn is_called(&self, name: &str) -> bool {
         self.name == name || self.alias == Some(name)
     }
 
     /// Whether it can be read in `state`.
-    pub fn readable(&self, state: State) -> bool {
+    pub(crate) fn readable(&self, state: State) -> bool {
         match (&self.show, state) {
             (Show::None, _) => false,
             (Show::Server(_), _) => true,
@@ -149,7 +149,8 @@ impl Attr {
 
     /// Whether it can be written in `state` (for [`Store::Server`] the
     /// registry still checks the export's life).
-    pub fn writable(&self, state: State) -> bool {
+    #[cfg(test)]
+    pub(crate) fn writable(&self, state: State) -> bool {
         match (&self.store, state) {
             (Store::None, _) => false,
             (Store::Server(_), _) => true,
@@ -160,7 +161,7 @@ impl Attr {
 
     /// The error for `cmd` (its name as given) on the export `export` in
     /// `state`, which has no function for it: [`Attr::wrong_state`].
-    pub fn wrong_state_error(&self, cmd: &str, export: &str, state: State) -> CtlError {
+    pub(crate) fn wrong_state_error(&self, cmd: &str, export: &str, state: State) -> CtlError {
         let message = match state {
             State::Uninitialised => {
                 format!("{cmd}: export {export:?} is not initialised (set its disksize first)")
@@ -212,7 +213,7 @@ const fn store_after(after: StoreStore) -> Store {
 const COMPRESSED_WRITEBACK: &str = "compressed_writeback";
 
 /// The table: every control command, once.
-pub static ATTRS: [Attr; 31] = [
+pub(crate) static ATTRS: [Attr; 31] = [
     Attr {
         name: "mm_stat",
         alias: None,
@@ -512,8 +513,8 @@ pub static ATTRS: [Attr; 31] = [
         }),
         store: store(
             |s, v| {
-                recomp_entry(v)?;
-                s.recomp.push(v.to_string());
+                let recomp = zram::RecompAlgorithm::parse(v).map_err(|e| store_error(&e))?;
+                s.recomp.push(recomp);
                 Ok(())
             },
             |s, v| {
@@ -579,12 +580,12 @@ pub static ATTRS: [Attr; 31] = [
 ];
 
 /// The attribute called `name` (or with that alias).
-pub fn find(name: &str) -> Option<&'static Attr> {
+pub(crate) fn find(name: &str) -> Option<&'static Attr> {
     ATTRS.iter().find(|a| a.is_called(name))
 }
 
 /// Every command name, in the table's order (aliases not included).
-pub fn names() -> impl Iterator<Item = &'static str> {
+pub(crate) fn names() -> impl Iterator<Item = &'static str> {
     ATTRS.iter().map(|a| a.name)
 }
 
@@ -689,41 +690,11 @@ fn set_comp_algorithm(settings: &mut Settings, v: &str) -> Result<(), CtlError> 
     Ok(())
 }
 
-/// `(priority, algorithm)` of a `recomp_algorithm` value (`algo=NAME
-/// priority=N`, priority 1 when not given), checked as the store checks it.
-fn recomp_entry(text: &str) -> Result<(u32, String), CtlError> {
-    let mut algo = None;
-    let mut priority = 1u32;
-    for word in text.split_whitespace() {
-        match word.split_once('=') {
-            Some(("algo", v)) if !v.is_empty() => algo = Some(v),
-            Some(("priority", v)) => {
-                priority = v
-                    .parse()
-                    .ok()
-                    .filter(|p| (1..=3).contains(p))
-                    .ok_or_else(|| {
-                        CtlError::inval(format!("recomp_algorithm: priority {v:?} is not 1 to 3"))
-                    })?
-            }
-            _ => {
-                return Err(CtlError::inval(format!(
-                    "recomp_algorithm: {word:?} is not algo=NAME or priority=N"
-                )))
-            }
-        }
-    }
-    let algo = algo.ok_or_else(|| CtlError::inval("recomp_algorithm: algo=NAME is required"))?;
-    check_comp(algo)?;
-    Ok((priority, algo.to_string()))
-}
-
 /// `recomp_algorithm` before init: the secondaries the settings name.
 fn recomp_algorithms(settings: &Settings) -> Result<String, CtlError> {
-    let mut slots: [Option<String>; 4] = Default::default();
-    for text in &settings.recomp {
-        let (p, algo) = recomp_entry(text)?;
-        slots[p as usize] = Some(algo);
+    let mut slots: [Option<zcomp::Algorithm>; 4] = Default::default();
+    for r in &settings.recomp {
+        slots[r.priority] = Some(r.algorithm);
     }
     Ok(slots
         .iter()
@@ -735,20 +706,20 @@ fn recomp_algorithms(settings: &Settings) -> Result<String, CtlError> {
 /// Whether an `algorithm_params` value is for a secondary compressor: it
 /// gives a priority from 1, or an algorithm other than `primary` without a
 /// priority. `EINVAL` if it does not parse.
-fn for_secondary(v: &str, primary: &str) -> Result<bool, CtlError> {
+fn for_secondary(v: &str, primary: zcomp::Algorithm) -> Result<bool, CtlError> {
     let parsed = zcomp::AlgorithmParams::parse(v)
         .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
     Ok(match (parsed.priority, parsed.algo) {
         (Some(p), _) => p > 0,
-        (None, Some(a)) => a.name() != primary,
+        (None, Some(a)) => a != primary,
         (None, None) => false,
     })
 }
 
 /// `algorithm_params PARAMS` before init: the primary's, or a secondary's.
 fn set_algorithm_params(settings: &mut Settings, v: &str) -> Result<(), CtlError> {
-    if !for_secondary(v, settings.comp.name())? {
-        zcomp::Compressor::parse(settings.comp.name(), v)
+    if !for_secondary(v, settings.comp)? {
+        zcomp::Compressor::with_params(settings.comp, v)
             .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
         settings.comp_params = v.to_string();
         return Ok(());
@@ -774,7 +745,7 @@ fn set_algorithm_params(settings: &mut Settings, v: &str) -> Result<(), CtlError
 /// `algorithm_params PARAMS` after init: a secondary's until the first
 /// write; the primary's is fixed (`EBUSY`, the table's errno).
 fn algorithm_params(s: &Served, v: &str) -> Result<(), CtlError> {
-    if !for_secondary(v, s.store.compressor().algorithm().name())? {
+    if !for_secondary(v, s.store.compressor().algorithm())? {
         let attr = find("algorithm_params").expect("in the table");
         return Err(attr.wrong_state_error(attr.name, &s.name, State::Initialised));
     }

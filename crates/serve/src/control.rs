@@ -18,7 +18,11 @@ use crate::registry::{ExportView, Registry};
 
 /// Runs `line` (`COMMAND [VALUE]`) on the export called `export` (`None`:
 /// the first). Returns the text a read answers, empty for a write.
-pub fn execute(reg: &Registry, export: Option<&str>, line: &str) -> Result<String, CtlError> {
+pub(crate) fn execute(
+    reg: &Registry,
+    export: Option<&str>,
+    line: &str,
+) -> Result<String, CtlError> {
     let line = line.trim();
     let (cmd, arg) = match line.split_once(char::is_whitespace) {
         Some((c, a)) => (c, Some(a.trim())),

@@ -54,7 +54,7 @@ pub(crate) fn store_error(e: &zram::StoreError) -> CtlError {
 
 /// Parses a size with the one size parser (`recipe::size`, the kernel's
 /// `memparse`: K, M, G, T, P or E); a refusal is `EINVAL` with its text.
-pub fn memparse(s: &str) -> Result<u64, CtlError> {
+pub(crate) fn memparse(s: &str) -> Result<u64, CtlError> {
     recipe::size::parse(s).map_err(|e| CtlError::inval(e.to_string()))
 }
 

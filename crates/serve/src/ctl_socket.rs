@@ -1,7 +1,7 @@
 //! The control socket: a line protocol on a Unix socket, server and client.
 //!
 //! This module owns the transport of control commands (their meaning is in
-//! [`crate::control`]). A client connects, sends lines and reads one reply
+//! `control`). A client connects, sends lines and reads one reply
 //! per line, as many times as it likes:
 //!
 //! ```text

@@ -45,33 +45,22 @@
 use std::sync::Arc;
 
 use nbd::{BlockAligned, BlockDevice, BlockSize, DeviceError, DeviceResult, Errno, Extent};
-use zpool::ErrorKind;
 use zram::{SlotState, Store, StoreError};
 
+use crate::page_range::{PageError, PageRange};
+
 /// Largest READ or WRITE payload advertised (the server may cap it lower).
-pub const MAX_REQUEST: u32 = 32 * 1024 * 1024;
+pub(crate) const MAX_REQUEST: u32 = 32 * 1024 * 1024;
 
 /// Most extents one BLOCK_STATUS answer carries (the server sends at most
 /// this many descriptors anyway).
 const MAX_EXTENTS: usize = 4096;
 
-/// The errno of a store error, for every front end (see the module
-/// documentation).
-pub fn store_errno(e: &StoreError) -> Errno {
-    match e {
-        StoreError::OutOfRange { .. } | StoreError::MemLimit { .. } => Errno::ENOSPC,
-        StoreError::BadLength { .. } | StoreError::Config(_) => Errno::EINVAL,
-        StoreError::Alloc(a) => match a.kind() {
-            ErrorKind::NoMemory | ErrorKind::TooLarge => Errno::ENOSPC,
-            ErrorKind::InvalidArgument | ErrorKind::InvalidHandle => Errno::EIO,
-        },
-        StoreError::Compress(_) | StoreError::Corrupt { .. } => Errno::EIO,
-        StoreError::Os { errno, .. } => match *errno {
-            libc::ENOSPC => Errno::ENOSPC,
-            libc::EINVAL => Errno::EINVAL,
-            _ => Errno::EIO,
-        },
-    }
+/// The errno of a store error for an NBD reply: the store's own mapping
+/// for block requests ([`StoreError::block_errno`]), which the ublk path
+/// uses too.
+pub(crate) fn store_errno(e: &StoreError) -> Errno {
+    Errno::from_number(e.block_errno()).unwrap_or(Errno::EIO)
 }
 
 /// The NBD error for a store error.
@@ -81,17 +70,26 @@ pub fn nbd_error(e: &StoreError) -> DeviceError {
 
 /// A store seen as a block device of whole pages.
 pub struct PageDevice {
-    store: Arc<Store>,
+    range: PageRange,
     page: u64,
     zero_page: Box<[u8]>,
+}
+
+/// The NBD error for a failed page request.
+fn page_error(e: PageError) -> DeviceError {
+    match e {
+        PageError::Range(why) => DeviceError::invalid(why),
+        PageError::Store(e) => nbd_error(&e),
+    }
 }
 
 impl PageDevice {
     /// The device over `store`.
     pub fn new(store: Arc<Store>) -> PageDevice {
-        let page = store.page_size();
+        let range = PageRange::new(store);
+        let page = range.page();
         PageDevice {
-            store,
+            range,
             page: page as u64,
             zero_page: vec![0u8; page].into_boxed_slice(),
         }
@@ -99,27 +97,20 @@ impl PageDevice {
 
     /// The store.
     pub fn store(&self) -> &Arc<Store> {
-        &self.store
+        self.range.store()
     }
 
     /// `(first page, page count)` of an aligned range; the server and
     /// `BlockAligned` only pass aligned ranges, anything else is a bug and
     /// is refused rather than rounded.
     fn pages(&self, offset: u64, len: u64) -> DeviceResult<(u64, u64)> {
-        nbd::check_range(self.size(), offset, len)?;
-        if offset % self.page != 0 || len % self.page != 0 {
-            return Err(DeviceError::invalid(format!(
-                "{offset}+{len} is not aligned to the {}-byte page",
-                self.page
-            )));
-        }
-        Ok((offset / self.page, len / self.page))
+        self.range.pages(offset, len).map_err(page_error)
     }
 }
 
 impl BlockDevice for PageDevice {
     fn size(&self) -> u64 {
-        self.store.disk_size()
+        self.store().disk_size()
     }
 
     fn block_size(&self) -> BlockSize {
@@ -132,23 +123,11 @@ impl BlockDevice for PageDevice {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> DeviceResult<()> {
-        let (first, _) = self.pages(offset, buf.len() as u64)?;
-        for (i, page) in buf.chunks_exact_mut(self.page as usize).enumerate() {
-            self.store
-                .read_page(first + i as u64, page)
-                .map_err(|e| nbd_error(&e))?;
-        }
-        Ok(())
+        self.range.read(offset, buf).map_err(page_error)
     }
 
     fn write_at(&self, offset: u64, data: &[u8], _fua: bool) -> DeviceResult<()> {
-        let (first, _) = self.pages(offset, data.len() as u64)?;
-        for (i, page) in data.chunks_exact(self.page as usize).enumerate() {
-            self.store
-                .write_page(first + i as u64, page)
-                .map_err(|e| nbd_error(&e))?;
-        }
-        Ok(())
+        self.range.write(offset, data).map_err(page_error)
     }
 
     fn flush(&self) -> DeviceResult<()> {
@@ -156,20 +135,16 @@ impl BlockDevice for PageDevice {
     }
 
     fn trim(&self, offset: u64, len: u64) -> DeviceResult<()> {
-        let (first, count) = self.pages(offset, len)?;
-        self.store.discard(first, count).map_err(|e| nbd_error(&e))
+        self.range.discard(offset, len).map_err(page_error)
     }
 
     fn write_zeroes(&self, offset: u64, len: u64, may_trim: bool, _fast: bool) -> DeviceResult<()> {
-        let (first, count) = self.pages(offset, len)?;
         if may_trim {
-            return self
-                .store
-                .write_zeroes(first, count)
-                .map_err(|e| nbd_error(&e));
+            return self.range.write_zeroes(offset, len).map_err(page_error);
         }
+        let (first, count) = self.pages(offset, len)?;
         for index in first..first + count {
-            self.store
+            self.store()
                 .write_page(index, &self.zero_page)
                 .map_err(|e| nbd_error(&e))?;
         }
@@ -180,7 +155,7 @@ impl BlockDevice for PageDevice {
         let (first, count) = self.pages(offset, len)?;
         let mut out: Vec<Extent> = Vec::new();
         for index in first..first + count {
-            let info = self.store.slot_info(index).map_err(|e| nbd_error(&e))?;
+            let info = self.store().slot_info(index).map_err(|e| nbd_error(&e))?;
             let flags = match info.state {
                 SlotState::Empty => Extent::HOLE | Extent::ZERO,
                 SlotState::Same(0) => Extent::ZERO,

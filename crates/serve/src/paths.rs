@@ -8,6 +8,7 @@
 //! and the check that the default directory is private to the user. It opens
 //! no socket.
 
+use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -38,20 +39,23 @@ pub fn tcp_ctl_path(port: u16) -> PathBuf {
 }
 
 /// Creates `dir` (mode 0700) if needed, and refuses one that belongs to
-/// another user (someone could have put sockets there). The error is a
-/// sentence naming the directory.
-pub fn ensure_private_dir(dir: &Path) -> Result<(), String> {
-    let fail = |e: std::io::Error| format!("{}: {e}", dir.display());
+/// another user (someone could have put sockets there). The error's
+/// message is a sentence naming the directory.
+pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
+    let fail = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", dir.display()));
     if !dir.exists() {
         std::fs::create_dir_all(dir).map_err(fail)?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(fail)?;
     }
     let meta = std::fs::metadata(dir).map_err(fail)?;
     if meta.uid() != uid() {
-        return Err(format!(
-            "{} belongs to uid {}, not to us; give --socket explicitly",
-            dir.display(),
-            meta.uid()
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} belongs to uid {}, not to us; give --socket explicitly",
+                dir.display(),
+                meta.uid()
+            ),
         ));
     }
     Ok(())

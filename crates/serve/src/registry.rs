@@ -46,6 +46,7 @@ use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use nbd::{BudgetStats, Errno, Export, ExportError, Exports, Server, SessionStats};
 use zram::{PolicyRunner, Store};
 
+use recipe::FactoryError;
 pub use recipe::{Settings, StoreFactory};
 
 use crate::ctl_error::{disksize_bytes, CtlError};
@@ -114,7 +115,7 @@ pub enum ExportView<'a> {
 }
 
 /// The longest export name `hot_add` takes (a file name's limit).
-pub const MAX_NAME: usize = 255;
+pub(crate) const MAX_NAME: usize = 255;
 
 /// The NBD description of an initialised export.
 fn description(s: &Served) -> String {
@@ -149,7 +150,7 @@ fn nbd_export(name: &str, read_only: bool, life: &Life) -> Export {
 /// whitespace or control characters (the control protocol is
 /// whitespace-separated lines) and no `/`, `?` or `#` (NBD URIs carry the
 /// name as their path).
-pub fn check_name(name: &str) -> Result<(), CtlError> {
+pub(crate) fn check_name(name: &str) -> Result<(), CtlError> {
     let bad = |why: &str| Err(CtlError::inval(format!("export name {name:?}: {why}")));
     if name.is_empty() {
         return bad("empty (the default export is named only at start)");
@@ -631,44 +632,22 @@ fn nbd_refusal(e: &ExportError) -> CtlError {
 }
 
 /// The store of an export being initialised with `settings`, `bytes` big
-/// (already checked and rounded by `ctl_error::disksize_bytes`).
+/// (already checked and rounded by `ctl_error::disksize_bytes`), made by
+/// the export's factory, and its policy started. A setting the store
+/// refuses keeps the store's errno; any other refusal is `ENOMEM`.
 fn make_store(
     name: &str,
     factory: &dyn StoreFactory,
     settings: &Settings,
     bytes: u64,
 ) -> Result<Served, CtlError> {
-    let (store, label) = factory
-        .make(settings.comp, &settings.comp_params, bytes)
-        .map_err(|m| CtlError::new(Errno::ENOMEM, format!("export {name:?}: {m}")))?;
-    store.set_mem_limit(settings.mem_limit);
-    if let Some(path) = &settings.backing_dev {
-        store
-            .set_backing_dev(path)
-            .map_err(|e| crate::ctl_error::store_error(&e))?;
-    }
-    store
-        .set_writeback_compressed(settings.writeback_compressed)
-        .map_err(|e| crate::ctl_error::store_error(&e))?;
-    if let Some(pages) = settings.writeback_batch_size {
-        store
-            .set_writeback_batch_size(pages)
-            .map_err(|e| crate::ctl_error::store_error(&e))?;
-    }
-    for algo in &settings.recomp {
-        store
-            .set_recomp_algorithm(algo)
-            .map_err(|e| crate::ctl_error::store_error(&e))?;
-    }
-    for params in &settings.recomp_params {
-        store
-            .set_algorithm_params(params)
-            .map_err(|e| crate::ctl_error::store_error(&e))?;
-    }
+    let refused = |m: FactoryError| CtlError::new(Errno::ENOMEM, format!("export {name:?}: {m}"));
+    let (store, label) = factory.make(settings, bytes).map_err(|e| match e {
+        FactoryError::Setting { error, .. } => crate::ctl_error::store_error(&error),
+        e => refused(e),
+    })?;
     let store = Arc::new(store);
-    let policy = factory
-        .start_policy(name, &store)
-        .map_err(|m| CtlError::new(Errno::ENOMEM, format!("export {name:?}: {m}")))?;
+    let policy = factory.start_policy(name, &store).map_err(refused)?;
     Ok(Served {
         name: name.to_string(),
         label,

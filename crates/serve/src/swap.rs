@@ -46,11 +46,70 @@
 //! each with its SAFETY argument.
 
 use std::fmt;
+use std::io;
+
+/// Why swap mode could not be entered: the setting the kernel or the C
+/// library refused. Nothing is undone (the caller exits).
+#[derive(Debug)]
+pub enum SwapError {
+    /// A system call or a /proc file refused.
+    Os {
+        /// What was asked (`mlockall`, `mlock RANGE`, `oom_score_adj -1000`).
+        what: String,
+        /// The error.
+        error: io::Error,
+        /// What the call needs, for the message (empty: nothing to add).
+        needs: &'static str,
+    },
+    /// The C heap cannot be kept from shrinking (glibc refused a tunable,
+    /// or the C library is not glibc).
+    Heap(&'static str),
+    /// The locked reserve could not be made.
+    Reserve(pages::PagesError),
+    /// The reserve's refill thread could not be started.
+    Thread(io::Error),
+}
+
+impl SwapError {
+    fn os(what: impl Into<String>, error: io::Error, needs: &'static str) -> SwapError {
+        SwapError::Os {
+            what: what.into(),
+            error,
+            needs,
+        }
+    }
+}
+
+impl fmt::Display for SwapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SwapError::Os {
+                what,
+                error,
+                needs: "",
+            } => write!(f, "{what}: {error}"),
+            SwapError::Os { what, error, needs } => write!(f, "{what}: {error} ({needs})"),
+            SwapError::Heap(why) => f.write_str(why),
+            SwapError::Reserve(e) => write!(f, "{e}"),
+            SwapError::Thread(e) => write!(f, "cannot start a thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SwapError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SwapError::Os { error, .. } | SwapError::Thread(error) => Some(error),
+            SwapError::Reserve(e) => Some(e),
+            SwapError::Heap(_) => None,
+        }
+    }
+}
 
 /// Bytes the C heap is grown by beyond the in-flight bound: per-CPU
 /// compression contexts (lz4's are 16 KiB, zstd's about 1.3 MiB at level 3),
 /// reply headers and the page sources' bookkeeping, with room to spare.
-pub const HEAP_SPARE_BYTES: u64 = 4 << 20;
+pub(crate) const HEAP_SPARE_BYTES: u64 = 4 << 20;
 
 /// The free bytes at the C heap's top below which the reserve's thread
 /// grows the heap again ([`HEAP_TOP_BYTES`]). The stores' bookkeeping
@@ -58,35 +117,35 @@ pub const HEAP_SPARE_BYTES: u64 = 4 << 20;
 /// of heap for 50 MiB of pool measured, and a handle table's next segment
 /// can be 1 MiB on its own), so a heap grown once at start would be
 /// outgrown near a large `mem_limit`, by faults on the I/O path.
-pub const HEAP_TOP_LOW_BYTES: usize = 1 << 20;
+pub(crate) const HEAP_TOP_LOW_BYTES: usize = 1 << 20;
 
 /// What the reserve's thread grows the heap's free top to.
-pub const HEAP_TOP_BYTES: usize = 2 << 20;
+pub(crate) const HEAP_TOP_BYTES: usize = 2 << 20;
 
 /// Bytes of the reserve populated and locked at start: the pieces the
 /// refill thread keeps ready beyond what is taken
 /// (`pages::reserve::LOW_WATER_PIECES`), no more. Before the first
 /// swap-out the kernel's zram holds nothing either.
-pub const INITIAL_RESERVE_BYTES: u64 =
+pub(crate) const INITIAL_RESERVE_BYTES: u64 =
     (pages::reserve::LOW_WATER_PIECES * pages::reserve::PIECE_BYTES) as u64;
 
 /// The in-flight bound per connection in swap mode unless given: the
 /// request buffers come from the heap grown ahead.
-pub const INFLIGHT_PER_CONN: u64 = 2 << 20;
+pub(crate) const INFLIGHT_PER_CONN: u64 = 2 << 20;
 
 /// The in-flight bound of all connections together in swap mode unless
 /// given.
-pub const INFLIGHT_TOTAL: u64 = 4 << 20;
+pub(crate) const INFLIGHT_TOTAL: u64 = 4 << 20;
 
 /// Pieces of the locked reserve each store may hold partly carved beyond
 /// its `mem_limit`: its pool's two frontiers and its huge-page source's two.
-pub const PIECES_PER_STORE: u64 = 4;
+pub(crate) const PIECES_PER_STORE: u64 = 4;
 
 /// The `vm.min_free_kbytes` below which swap mode warns: the kernel keeps
 /// this much free, and the socket memory of the server's replies is
 /// allocated from it while the kernel waits for the server (docs/serve.md
 /// has the runs behind the figure).
-pub const ADVISED_MIN_FREE_KBYTES: u64 = 32768;
+pub(crate) const ADVISED_MIN_FREE_KBYTES: u64 = 32768;
 
 /// What swap mode set, for `zmem ctl status` and the `swap_mode` attribute.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,7 +164,7 @@ pub struct SwapMode {
 }
 
 /// The system's `vm.min_free_kbytes`, if readable.
-pub fn min_free_kbytes() -> Option<u64> {
+pub(crate) fn min_free_kbytes() -> Option<u64> {
     std::fs::read_to_string("/proc/sys/vm/min_free_kbytes")
         .ok()?
         .trim()
@@ -139,7 +198,7 @@ impl fmt::Display for SwapMode {
 
 /// The reserve for stores whose `mem_limit`s are `limits` (bytes): their
 /// sum, plus [`PIECES_PER_STORE`] pieces each.
-pub fn reserve_for(limits: &[u64]) -> u64 {
+pub(crate) fn reserve_for(limits: &[u64]) -> u64 {
     let piece = pages::reserve::PIECE_BYTES as u64;
     limits
         .iter()
@@ -153,19 +212,25 @@ pub fn reserve_for(limits: &[u64]) -> u64 {
 /// stores' own threads too: they take locks the I/O path waits for); and
 /// `oom_score_adj`. Then [`lock`]. An error names the setting the kernel
 /// refused; nothing is undone (the caller exits).
-pub fn enter(inflight_total: u64) -> Result<u64, String> {
+pub(crate) fn enter(inflight_total: u64) -> Result<u64, SwapError> {
     heap_never_shrinks()?;
     let heap_bytes = inflight_total + HEAP_SPARE_BYTES;
     grow_heap(heap_bytes as usize);
     // SAFETY: prctl with integer arguments only sets a flag on this task.
     if unsafe { libc::prctl(PR_SET_IO_FLUSHER, 1, 0, 0, 0) } != 0 {
-        return Err(format!(
-            "prctl(PR_SET_IO_FLUSHER): {} (Linux 5.6 and CAP_SYS_RESOURCE)",
-            std::io::Error::last_os_error()
+        return Err(SwapError::os(
+            "prctl(PR_SET_IO_FLUSHER)",
+            io::Error::last_os_error(),
+            "Linux 5.6 and CAP_SYS_RESOURCE",
         ));
     }
-    std::fs::write("/proc/self/oom_score_adj", format!("{OOM_SCORE_ADJ}\n"))
-        .map_err(|e| format!("oom_score_adj {OOM_SCORE_ADJ}: {e} (needs CAP_SYS_RESOURCE)"))?;
+    std::fs::write("/proc/self/oom_score_adj", format!("{OOM_SCORE_ADJ}\n")).map_err(|e| {
+        SwapError::os(
+            format!("oom_score_adj {OOM_SCORE_ADJ}"),
+            e,
+            "needs CAP_SYS_RESOURCE",
+        )
+    })?;
     Ok(heap_bytes)
 }
 
@@ -179,7 +244,11 @@ pub fn enter(inflight_total: u64) -> Result<u64, String> {
 /// With `code_on_fault` (a front end that runs its I/O path once before it
 /// announces a device: ublk's `warm_up`), code and constants are locked
 /// as they are touched instead of populated whole.
-pub fn lock(reserve_bytes: u64, heap_bytes: u64, code_on_fault: bool) -> Result<SwapMode, String> {
+pub(crate) fn lock(
+    reserve_bytes: u64,
+    heap_bytes: u64,
+    code_on_fault: bool,
+) -> Result<SwapMode, SwapError> {
     if code_on_fault {
         drop_code_pages()?;
     }
@@ -199,9 +268,10 @@ pub fn lock(reserve_bytes: u64, heap_bytes: u64, code_on_fault: bool) -> Result<
     // faulted in, so that address space reserved is not populated whole.
     let future = unsafe { libc::mlockall(libc::MCL_FUTURE | libc::MCL_ONFAULT) };
     if current != 0 || future != 0 {
-        return Err(format!(
-            "mlockall: {} (swap mode needs CAP_IPC_LOCK or a large RLIMIT_MEMLOCK)",
-            std::io::Error::last_os_error()
+        return Err(SwapError::os(
+            "mlockall",
+            io::Error::last_os_error(),
+            "swap mode needs CAP_IPC_LOCK or a large RLIMIT_MEMLOCK",
         ));
     }
     // Every writable mapping (the heap grown ahead, the stores' tables,
@@ -212,7 +282,7 @@ pub fn lock(reserve_bytes: u64, heap_bytes: u64, code_on_fault: bool) -> Result<
     // space is populated only as far as `lock_reserve` and its refill
     // thread take it.
     pages::reserve::lock_reserve(reserve_bytes, INITIAL_RESERVE_BYTES.min(reserve_bytes))
-        .map_err(|e| e.to_string())?;
+        .map_err(SwapError::Reserve)?;
     keep_heap_ahead();
     pages::reserve::start_refill(
         || {
@@ -224,7 +294,7 @@ pub fn lock(reserve_bytes: u64, heap_bytes: u64, code_on_fault: bool) -> Result<
         },
         keep_heap_ahead,
     )
-    .map_err(|e| format!("cannot start a thread: {e}"))?;
+    .map_err(SwapError::Thread)?;
     Ok(SwapMode {
         reserve_bytes,
         heap_bytes,
@@ -246,9 +316,9 @@ struct MapsLine<'a> {
 
 /// Calls `f` with each mapping of this process, in /proc/self/maps order;
 /// stops at `f`'s first error.
-fn each_mapping(mut f: impl FnMut(&MapsLine) -> Result<(), String>) -> Result<(), String> {
-    let maps =
-        std::fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
+fn each_mapping(mut f: impl FnMut(&MapsLine) -> Result<(), SwapError>) -> Result<(), SwapError> {
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .map_err(|e| SwapError::os("/proc/self/maps", e, ""))?;
     for line in maps.lines() {
         let mut fields = line.split_whitespace();
         let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
@@ -276,7 +346,7 @@ fn each_mapping(mut f: impl FnMut(&MapsLine) -> Result<(), String>) -> Result<()
 /// /proc/self/maps lists them. Mappings the kernel will not populate
 /// (device memory such as io_uring's rings, which are the kernel's own
 /// pages) are passed over; any other failure is an error.
-fn lock_writable_mappings() -> Result<(), String> {
+fn lock_writable_mappings() -> Result<(), SwapError> {
     each_mapping(|m| {
         if m.perms.get(1) != Some(&b'w') {
             return Ok(());
@@ -288,7 +358,7 @@ fn lock_writable_mappings() -> Result<(), String> {
             // Shared mappings of a device (io_uring's rings, ublk's
             // descriptors) may refuse; they are kernel memory.
             if m.perms.get(3) != Some(&b's') {
-                return Err(format!("mlock {}: {e}", m.line));
+                return Err(SwapError::os(format!("mlock {}", m.line), e, ""));
             }
         }
         Ok(())
@@ -299,7 +369,7 @@ fn lock_writable_mappings() -> Result<(), String> {
 /// connection's reader and workers, whose stacks [`lock`] could not see):
 /// small enough to populate whole, with room for a store's deepest call,
 /// its compressor included (as a ublk queue thread's).
-pub const IO_THREAD_STACK_BYTES: usize = 512 << 10;
+pub(crate) const IO_THREAD_STACK_BYTES: usize = 512 << 10;
 
 /// Populates and locks the calling thread's whole stack, as
 /// `pthread_getattr_np` gives it. For an I/O thread started after [`lock`]:
@@ -308,7 +378,7 @@ pub const IO_THREAD_STACK_BYTES: usize = 512 << 10;
 /// short of memory and waiting for this thread (seen in a guest: an NBD
 /// connection's reader stuck in reclaim on a fresh stack page). A failure
 /// is logged; the thread then faults its stack in as before.
-pub fn lock_own_stack() {
+pub(crate) fn lock_own_stack() {
     match own_stack() {
         // SAFETY: mlock only populates and pins pages of the calling
         // thread's own stack mapping; it changes no memory's contents.
@@ -345,7 +415,7 @@ fn own_stack() -> Option<(usize, usize)> {
 /// the page cache, and they are locked then. Only code: its pages are the
 /// file's own (a writable or relocated mapping's private copies would be
 /// lost).
-fn drop_code_pages() -> Result<(), String> {
+fn drop_code_pages() -> Result<(), SwapError> {
     each_mapping(|m| {
         // Exactly r-xp: executable, not writable, private; a named file
         // (not [vdso] or [vsyscall], which the kernel keeps).
@@ -364,10 +434,10 @@ fn drop_code_pages() -> Result<(), String> {
             )
         };
         if rc != 0 {
-            return Err(format!(
-                "madvise(MADV_DONTNEED) {}: {}",
-                m.line,
-                std::io::Error::last_os_error()
+            return Err(SwapError::os(
+                format!("madvise(MADV_DONTNEED) {}", m.line),
+                io::Error::last_os_error(),
+                "",
             ));
         }
         Ok(())
@@ -382,7 +452,7 @@ const OOM_SCORE_ADJ: i32 = -1000;
 
 /// Keeps freed heap memory in the heap and serves every allocation from it.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn heap_never_shrinks() -> Result<(), String> {
+fn heap_never_shrinks() -> Result<(), SwapError> {
     // SAFETY: mallopt only sets glibc tunables; called before the I/O
     // threads start.
     let ok = unsafe {
@@ -393,21 +463,23 @@ fn heap_never_shrinks() -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err("mallopt refused M_TRIM_THRESHOLD, M_MMAP_MAX or M_ARENA_MAX".into())
+        Err(SwapError::Heap(
+            "mallopt refused M_TRIM_THRESHOLD, M_MMAP_MAX or M_ARENA_MAX",
+        ))
     }
 }
 
 /// Off glibc there is no tunable to set; swap mode is refused.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn heap_never_shrinks() -> Result<(), String> {
-    Err("swap mode needs glibc's malloc tunables".into())
+fn heap_never_shrinks() -> Result<(), SwapError> {
+    Err(SwapError::Heap("swap mode needs glibc's malloc tunables"))
 }
 
 /// Bytes of the C heap's arenas in use by allocations now (glibc's
 /// `mallinfo2().uordblks`, every arena), the figure the heap grown ahead
 /// must stay above.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-pub fn heap_in_use() -> u64 {
+pub(crate) fn heap_in_use() -> u64 {
     // SAFETY: mallinfo2 only reads the allocator's counters under its locks.
     unsafe { libc::mallinfo2() }.uordblks as u64
 }
@@ -514,9 +586,10 @@ mod tests {
         let mut seen = 0;
         let r = each_mapping(|_| {
             seen += 1;
-            Err("stop".into())
+            Err(SwapError::Heap("stop"))
         });
-        assert_eq!((r, seen), (Err("stop".to_string()), 1));
+        assert!(matches!(r, Err(SwapError::Heap("stop"))), "{r:?}");
+        assert_eq!(seen, 1);
     }
 
     #[test]

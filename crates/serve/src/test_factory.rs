@@ -1,5 +1,5 @@
 //! A store factory for this crate's unit tests: zsmalloc stores of 4 KiB
-//! pages compressing with what the export's settings say.
+//! pages made with what the export's settings say.
 
 use std::sync::Arc;
 
@@ -24,8 +24,7 @@ impl StoreFactory for Factory {
 
     fn make(
         &self,
-        comp: zcomp::Algorithm,
-        params: &str,
+        settings: &Settings,
         disksize: u64,
     ) -> Result<(zram::Store, String), FactoryError> {
         let refused = |e: String| FactoryError::Spec(recipe::Error::Usage(e));
@@ -36,11 +35,12 @@ impl StoreFactory for Factory {
         }
         let pool = zalloc::open("zsmalloc", &zalloc::AllocOptions::default())
             .map_err(|e| refused(e.to_string()))?;
-        let comp =
-            zcomp::Compressor::parse(comp.name(), params).map_err(|e| refused(e.to_string()))?;
+        let comp = zcomp::Compressor::with_params(settings.comp, &settings.comp_params)
+            .map_err(|e| refused(e.to_string()))?;
         let label = format!("zsmalloc/default/{}/4K", comp.algorithm().name());
         let store = zram::Store::new(pool, comp, disksize.div_ceil(4096))
             .map_err(|e| refused(e.to_string()))?;
+        settings.apply(&store)?;
         Ok((store, label))
     }
 }

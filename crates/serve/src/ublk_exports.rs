@@ -46,95 +46,65 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use nbd::Errno;
-use zram::{Store, StoreError};
+use zram::Store;
 
 use crate::ctl_error::CtlError;
+use crate::page_range::PageRange;
 
-pub use ublk::{remove_abandoned, Abandoned};
+pub(crate) use ublk::remove_abandoned;
 
 /// The logical block of every device: one store page.
-pub const BLOCK_SHIFT: u8 = 12;
+pub(crate) const BLOCK_SHIFT: u8 = 12;
 
 /// The largest request, bytes (each queue thread has a buffer this large
 /// with user copy, else each tag of each queue, touched only as requests
 /// that large come).
-pub const MAX_IO_BYTES: u32 = 512 << 10;
+pub(crate) const MAX_IO_BYTES: u32 = 512 << 10;
 
 /// The default requests in flight per queue.
-pub const DEFAULT_DEPTH: u16 = 128;
+pub(crate) const DEFAULT_DEPTH: u16 = 128;
 
 /// In swap mode every buffer is populated and locked from the start
 /// (queues x the largest request with user copy, else queues x depth x
 /// the largest request): smaller requests and fewer of them, 256 KiB or
 /// 8 MiB for two queues (the block layer splits larger requests).
-pub const SWAP_MAX_IO_BYTES: u32 = 128 << 10;
+pub(crate) const SWAP_MAX_IO_BYTES: u32 = 128 << 10;
 
 /// The default requests in flight per queue in swap mode.
-pub const SWAP_DEPTH: u16 = 32;
+pub(crate) const SWAP_DEPTH: u16 = 32;
 
 /// A store as a ublk block device's contents.
-pub struct StoreTarget {
-    store: Arc<Store>,
-    page: usize,
+pub(crate) struct StoreTarget {
+    range: PageRange,
 }
 
 impl StoreTarget {
     /// The target over `store`, whose page must be the device's logical
     /// block (4 KiB).
-    pub fn new(store: Arc<Store>) -> StoreTarget {
-        let page = store.page_size();
-        StoreTarget { store, page }
-    }
-
-    /// `(first page, pages)` of a byte range; the driver only sends ranges
-    /// of whole blocks inside the device.
-    fn pages(&self, off: u64, len: u64) -> Result<(u64, u64), ublk::Errno> {
-        let page = self.page as u64;
-        let end = off.checked_add(len).ok_or(libc::EINVAL)?;
-        if off % page != 0 || len % page != 0 || end > self.store.disk_size() {
-            return Err(libc::EINVAL);
+    pub(crate) fn new(store: Arc<Store>) -> StoreTarget {
+        StoreTarget {
+            range: PageRange::new(store),
         }
-        Ok((off / page, len / page))
     }
 }
 
-/// The errno a store error completes a request with: the NBD side's
-/// ([`crate::device::store_errno`]).
-pub fn ublk_errno(e: &StoreError) -> ublk::Errno {
-    crate::device::store_errno(e).number()
-}
-
+/// The driver only sends ranges of whole blocks inside the device; any
+/// other is `EINVAL`.
 impl ublk::BlockTarget for StoreTarget {
     fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), ublk::Errno> {
-        let (first, _) = self.pages(off, buf.len() as u64)?;
-        for (i, page) in buf.chunks_exact_mut(self.page).enumerate() {
-            self.store
-                .read_page(first + i as u64, page)
-                .map_err(|e| ublk_errno(&e))?;
-        }
-        Ok(())
+        self.range.read(off, buf).map_err(|e| e.errno())
     }
 
     fn write(&self, off: u64, buf: &[u8]) -> Result<(), ublk::Errno> {
-        let (first, _) = self.pages(off, buf.len() as u64)?;
-        for (i, page) in buf.chunks_exact(self.page).enumerate() {
-            self.store
-                .write_page(first + i as u64, page)
-                .map_err(|e| ublk_errno(&e))?;
-        }
-        Ok(())
+        self.range.write(off, buf).map_err(|e| e.errno())
     }
 
     fn discard(&self, off: u64, len: u64) -> Result<(), ublk::Errno> {
-        let (first, count) = self.pages(off, len)?;
-        self.store.discard(first, count).map_err(|e| ublk_errno(&e))
+        self.range.discard(off, len).map_err(|e| e.errno())
     }
 
     fn write_zeroes(&self, off: u64, len: u64) -> Result<(), ublk::Errno> {
-        let (first, count) = self.pages(off, len)?;
-        self.store
-            .write_zeroes(first, count)
-            .map_err(|e| ublk_errno(&e))
+        self.range.write_zeroes(off, len).map_err(|e| e.errno())
     }
 
     fn flush(&self) -> Result<(), ublk::Errno> {
@@ -272,7 +242,7 @@ impl UblkExports {
         self.devices().get(name).map(ublk::Running::block_path)
     }
 
-    /// Runs [`warm_up`] on every device, before swap mode announces them.
+    /// Runs `warm_up` on every device, before swap mode announces them.
     pub fn warm_up_all(&self) -> io::Result<()> {
         let paths: Vec<PathBuf> = self
             .devices()
@@ -349,7 +319,7 @@ impl Drop for Aligned {
 /// write, read or discard touches is then present, and with swap mode's
 /// `MCL_ONFAULT` locked, before the first swap-out. The device ends as it
 /// began (the range reads as zeros; its io_stat counts these requests).
-pub fn warm_up(path: &std::path::Path) -> io::Result<()> {
+pub(crate) fn warm_up(path: &std::path::Path) -> io::Result<()> {
     use std::os::unix::fs::FileExt;
     let fail = |what: &str, e: io::Error| {
         io::Error::new(

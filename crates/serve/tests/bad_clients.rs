@@ -232,10 +232,10 @@ fn misbehaving_clients_touch_nothing_else() {
     // between requests (the worker gives the read's buffer back just after
     // the client has the reply, so allow it a moment).
     let start = std::time::Instant::now();
-    let mut text = serve::metrics::render(&reg);
+    let mut text = serve::render(&reg);
     while !text.contains("zmem_nbd_inflight_bytes 0\n") && start.elapsed().as_secs() < 5 {
         std::thread::sleep(std::time::Duration::from_millis(5));
-        text = serve::metrics::render(&reg);
+        text = serve::render(&reg);
     }
     let limit = Config::default().inflight_total;
     assert!(text.contains(&format!("zmem_nbd_inflight_limit_bytes {limit}\n")));

@@ -88,7 +88,13 @@ impl Compressor {
     /// the same algorithm; `priority=` is refused (it picks a zram slot, which
     /// the store resolves before it asks for a compressor).
     pub fn parse(name: &str, params: &str) -> Result<Compressor> {
-        let algorithm = Algorithm::from_name(name)?;
+        Compressor::with_params(Algorithm::from_name(name)?, params)
+    }
+
+    /// `algorithm` with the settings of an `algorithm_params` string, as
+    /// [`Compressor::parse`] takes them, for a caller that already holds
+    /// the algorithm (a parsed `--comp` flag or `comp_algorithm` setting).
+    pub fn with_params(algorithm: Algorithm, params: &str) -> Result<Compressor> {
         let parsed = AlgorithmParams::parse(params)?;
         if let Some(algo) = parsed.algo.filter(|&a| a != algorithm) {
             return Err(Error::BadValue {

@@ -1,6 +1,7 @@
 //! The store's error type.
 //!
-//! Owns the error type and its errno mapping; may not touch any other module
+//! Owns the error type and its errno mapping (one, with its narrowing for
+//! block requests); may not touch any other module
 //! (floor 0).
 
 use std::fmt;
@@ -71,6 +72,27 @@ impl StoreError {
             StoreError::Os { errno, .. } => *errno,
         }
     }
+
+    /// The errno a block request (an NBD command, a ublk I/O) fails with:
+    /// [`StoreError::errno`] narrowed to what a block device reports. A
+    /// full device, whether past its end, at `mem_limit` or with the
+    /// allocator out of memory, is `ENOSPC` (as a thin-provisioned disk
+    /// that is full answers; NBD asks servers to avoid `ENOMEM`); a
+    /// malformed request is `EINVAL`; anything else, an allocator refusing
+    /// its arguments included (a bug of the store, not of the request), is
+    /// `EIO`.
+    pub fn block_errno(&self) -> i32 {
+        if let StoreError::Alloc(a) = self {
+            if a.errno() == libc::EINVAL {
+                return libc::EIO;
+            }
+        }
+        match self.errno() {
+            libc::ENOSPC | libc::ENOMEM => libc::ENOSPC,
+            libc::EINVAL => libc::EINVAL,
+            _ => libc::EIO,
+        }
+    }
 }
 
 impl fmt::Display for StoreError {
@@ -121,5 +143,53 @@ impl From<ZPoolError> for StoreError {
 impl From<zcomp::Error> for StoreError {
     fn from(e: zcomp::Error) -> Self {
         StoreError::Compress(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_requests_see_full_invalid_or_io() {
+        let full = [
+            StoreError::OutOfRange { index: 9, pages: 8 },
+            StoreError::MemLimit {
+                used_pages: 2,
+                limit_pages: 1,
+            },
+            StoreError::Alloc(ZPoolError::OutOfMemory("test".into())),
+            StoreError::os(libc::ENOSPC, "backing store full"),
+        ];
+        for e in &full {
+            assert_eq!(e.block_errno(), libc::ENOSPC, "{e:?}");
+        }
+        assert_eq!(
+            StoreError::MemLimit {
+                used_pages: 2,
+                limit_pages: 1
+            }
+            .errno(),
+            libc::ENOMEM
+        );
+        let bad = StoreError::BadLength {
+            len: 1,
+            page_size: 4096,
+        };
+        assert_eq!(bad.block_errno(), libc::EINVAL);
+        for e in [
+            StoreError::Alloc(ZPoolError::ZeroSize),
+            StoreError::os(libc::EBUSY, "busy"),
+            StoreError::Corrupt {
+                index: 0,
+                reason: "test".into(),
+            },
+        ] {
+            assert_eq!(e.block_errno(), libc::EIO, "{e:?}");
+        }
+        assert_eq!(
+            StoreError::Alloc(ZPoolError::ZeroSize).errno(),
+            libc::EINVAL
+        );
     }
 }

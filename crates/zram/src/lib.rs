@@ -82,7 +82,7 @@ pub use compactor::{AutoCompactMode, AutoCompactPolicy};
 pub use error::StoreError;
 pub use idle::IdleCutoff;
 pub use policy::{PolicyConfig, PolicyRunner};
-pub use recompress::RecompressRequest;
+pub use recompress::{RecompAlgorithm, RecompressRequest};
 pub use stats::{
     AutoCompactStats, BdStat, DebugStat, IoStat, MmStat, PolicyStats, BD_STAT_COLUMNS,
     IO_STAT_COLUMNS, MM_STAT_COLUMNS,

@@ -62,6 +62,68 @@ fn parse_num<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, StoreError> 
         .map_err(|_| inval(format!("{key}={v}: not a number in range")))
 }
 
+/// A parsed `recomp_algorithm` value: a secondary compressor and the
+/// priority (1..=3) it takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecompAlgorithm {
+    /// The compressor.
+    pub algorithm: zcomp::Algorithm,
+    /// Its priority, 1 to 3.
+    pub priority: usize,
+}
+
+impl RecompAlgorithm {
+    /// Parses what is written to `recomp_algorithm`: `algo=NAME
+    /// [priority=N]` (priority 1 when not given; other keys ignored, as the
+    /// kernel ignores them). `EINVAL` for a missing or unknown algorithm,
+    /// a word without a value or a priority outside 1..=3; `E2BIG` for a
+    /// name of 128 bytes or more.
+    pub fn parse(text: &str) -> Result<RecompAlgorithm, StoreError> {
+        let mut algo = None;
+        let mut priority: i64 = 1;
+        for (k, v) in pairs("recomp_algorithm", text)? {
+            match k {
+                "algo" => algo = Some(v),
+                "priority" => priority = parse_num::<i32>(k, v)?.into(),
+                _ => {}
+            }
+        }
+        let algo = algo.ok_or_else(|| inval("recomp_algorithm: algo=NAME is required".into()))?;
+        if !(1..=MAX_SECONDARIES as i64).contains(&priority) {
+            return Err(inval(format!(
+                "recomp_algorithm: priority {priority} is not 1 to 3"
+            )));
+        }
+        if algo.len() > MAX_ALGO_NAME {
+            return Err(StoreError::os(
+                libc::E2BIG,
+                "recomp_algorithm: name too long",
+            ));
+        }
+        let algorithm = zcomp::Algorithm::from_name(algo)
+            .map_err(|e| inval(format!("recomp_algorithm: {e}")))?;
+        Ok(RecompAlgorithm {
+            algorithm,
+            priority: priority as usize,
+        })
+    }
+}
+
+impl std::str::FromStr for RecompAlgorithm {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<RecompAlgorithm, StoreError> {
+        RecompAlgorithm::parse(s)
+    }
+}
+
+impl std::fmt::Display for RecompAlgorithm {
+    /// As written to `recomp_algorithm`: `algo=NAME priority=N`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "algo={} priority={}", self.algorithm, self.priority)
+    }
+}
+
 /// A parsed `recompress` command.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecompressRequest {
@@ -156,38 +218,23 @@ impl Recompress {
     /// missing or unknown algorithm, a word without a value or a priority
     /// outside 1..=3; `E2BIG` for a name of 128 bytes or more; `EBUSY` once
     /// the store is initialised.
-    pub(crate) fn set_recomp_algorithm(&self, disk: &Disk, text: &str) -> Result<(), StoreError> {
-        let mut algo = None;
-        let mut priority: i64 = 1;
-        for (k, v) in pairs("recomp_algorithm", text)? {
-            match k {
-                "algo" => algo = Some(v),
-                "priority" => priority = parse_num::<i32>(k, v)?.into(),
-                _ => {}
-            }
-        }
-        let algo = algo.ok_or_else(|| inval("recomp_algorithm: algo=NAME is required".into()))?;
-        if !(1..=MAX_SECONDARIES as i64).contains(&priority) {
-            return Err(inval(format!(
-                "recomp_algorithm: priority {priority} is not 1 to 3"
-            )));
-        }
-        if algo.len() > MAX_ALGO_NAME {
-            return Err(StoreError::os(
-                libc::E2BIG,
-                "recomp_algorithm: name too long",
-            ));
-        }
-        let algorithm = zcomp::Algorithm::from_name(algo)
-            .map_err(|e| inval(format!("recomp_algorithm: {e}")))?;
-        let params = self.secondary_params(priority as usize);
+    pub(crate) fn set_recomp_algorithm(
+        &self,
+        disk: &Disk,
+        recomp: RecompAlgorithm,
+    ) -> Result<(), StoreError> {
+        let RecompAlgorithm {
+            algorithm,
+            priority,
+        } = recomp;
+        let params = self.secondary_params(priority);
         let compressor = zcomp::Compressor::new(algorithm, &params).map_err(|e| {
             inval(format!(
-                "recomp_algorithm: {algo} with this priority's algorithm_params: {e}"
+                "recomp_algorithm: {algorithm} with this priority's algorithm_params: {e}"
             ))
         })?;
         disk.refuse_if_initialised("recomp_algorithm")?;
-        disk.set_secondary(priority as usize, Streams::new(compressor));
+        disk.set_secondary(priority, Streams::new(compressor));
         Ok(())
     }
 

@@ -29,7 +29,7 @@ use crate::error::StoreError;
 use crate::idle::{self, IdleCutoff};
 use crate::policy::{Parts, Policy, PolicyConfig, PolicyRunner, ReclaimReport};
 use crate::postprocess::PostProcess;
-use crate::recompress::{Recompress, RecompressReport, RecompressRequest};
+use crate::recompress::{RecompAlgorithm, Recompress, RecompressReport, RecompressRequest};
 use crate::stats::{AutoCompactStats, BdStat, DebugStat, IoStat, MmStat, PolicyStats};
 use crate::writeback::{Writeback, WritebackLimit, WritebackReport, WritebackRequest};
 
@@ -478,7 +478,15 @@ impl Store {
     /// outside 1..=3; `E2BIG` for a name of 128 bytes or more; `EBUSY` once
     /// the store is initialised.
     pub fn set_recomp_algorithm(&self, text: &str) -> Result<(), StoreError> {
-        self.recompress.set_recomp_algorithm(&self.disk, text)
+        self.set_recomp(RecompAlgorithm::parse(text)?)
+    }
+
+    /// Sets a secondary compressor already parsed (see
+    /// [`Store::set_recomp_algorithm`]): `EINVAL` if the algorithm refuses
+    /// its priority's `algorithm_params`, `EBUSY` once the store is
+    /// initialised.
+    pub fn set_recomp(&self, recomp: RecompAlgorithm) -> Result<(), StoreError> {
+        self.recompress.set_recomp_algorithm(&self.disk, recomp)
     }
 
     /// Sets the parameters of a secondary compressor (`echo "priority=N

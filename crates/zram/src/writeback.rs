@@ -152,8 +152,18 @@ pub struct WritebackMode {
     pub incompressible: bool,
 }
 
+impl std::str::FromStr for WritebackMode {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<WritebackMode, StoreError> {
+        WritebackMode::parse(s)
+    }
+}
+
 impl WritebackMode {
-    fn parse(word: &str) -> Result<WritebackMode, StoreError> {
+    /// The mode a `writeback` type names: `idle`, `huge`, `huge_idle` or
+    /// `incompressible`; `EINVAL` for anything else.
+    pub fn parse(word: &str) -> Result<WritebackMode, StoreError> {
         let m = |idle, huge, incompressible| WritebackMode {
             idle,
             huge,

@@ -286,7 +286,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, CliError> {
     let params = args.algorithm_params.as_deref().unwrap_or("");
     // Checked here, dictionary read and all: the library can only report a
     // setting it cannot take, not refuse to run.
-    zcomp::Compressor::parse(args.comp.name(), params)
+    zcomp::Compressor::with_params(args.comp, params)
         .map_err(|e| CliError::Usage(format!("--algorithm-params '{params}': {e}")))?;
     let library = find_library()?;
     let program = resolve(&args.command[0])?;

@@ -1,14 +1,11 @@
 //! `zmem serve`: zram stores as NBD exports or ublk block devices, with a
 //! control socket.
 //!
-//! This module owns the command: it turns the flags into stores and export
-//! names, binds the NBD socket (Unix by default, or TCP) or, with `--ublk`,
-//! makes a `/dev/ublkbN` per export, binds the control socket and the
-//! optional metrics endpoint, writes the PID file, then waits for SIGINT or
-//! SIGTERM and shuts everything down in order: the front end first (no new
-//! NBD clients, requests in flight finish; the ublk devices stopped and
-//! deleted), then metrics and control, then the PID file. The parts
-//! themselves are in the `serve`, `nbd` and `ublk` crates.
+//! This module owns the command: it turns the flags ([`flags`]) into a
+//! [`serve::ServerConfig`] (the exports and their store configurations,
+//! the front end, the sockets) and loads the TLS certificates, starts the
+//! [`serve::Server`], waits for SIGINT or SIGTERM and shuts the server
+//! down. The start-up sequence and the shutdown's order are the server's.
 //!
 //! Exports and store configurations: the store flags take comma lists, as
 //! in `zmem replay`, and expand to N configurations. With no `--export`,
@@ -20,276 +17,24 @@
 //! its store factory (`recipe::SpecFactory`): a reset export is made again
 //! with it, and `zmem ctl hot_add` uses the first configuration.
 
-use std::io;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-use clap::Args;
-use log::{error, info, LevelFilter};
-use nbd::{Config, InheritedListener, ListenAddr, Server};
-use recipe::{PolicyFlags, SpecFactory, StoreArgs, StoreFactory, StoreSpec};
-use serve::paths::{ctl_path_for, default_dir, default_socket, ensure_private_dir, tcp_ctl_path};
-use serve::trim::Trimmer;
-use serve::{CtlServer, MetricsServer, Registry, Served};
+use log::info;
+use nbd::Config;
+use recipe::{PolicyFlags, StoreSpec};
+use serve::{
+    ExportConfig, Front, Listen, NbdFront, ServeError, Server, ServerConfig, StoreSettings,
+    UblkFront,
+};
 
 use crate::error::CliError;
 use crate::{logger, signals};
 
-/// Arguments of `zmem serve`.
-#[derive(Args, Debug)]
-#[command(
-    args_override_self = true,
-    after_long_help = "\
-EXPORTS
-  The store flags take comma lists and expand to N configurations (as in
-  `zmem replay`). Without --export, each configuration is served as its own
-  export: zram0, zram1, ... With --export, either one configuration serves
-  every export, or N --export flags pair with the N configurations in order.
-  NAME:0 starts an export uninitialised (disksize 0, as a hot-added zram
-  disk): it is listed but refuses clients until `zmem ctl --export NAME
-  disksize SIZE`. `zmem ctl hot_add NAME [SIZE] [ro]` and `hot_remove NAME`
-  add and remove exports while serving (new ones use the first configuration
-  and the policy flags); `reset` returns an export to uninitialised, and it
-  stays read-only if it was.
+mod flags;
 
-PAGE SIZES AND UNITS
-  --unit 32K compresses 32 KiB blocks (zstd gains most from large blocks)
-  into zspages of 4 KiB pages, so the pool stays as dense as at 4 KiB and
-  mem_used_total is what is resident. --page-size models a system whose
-  pages are larger (16K, 64K); on this machine's 4 KiB pages, --unit is the
-  one to use. In `zmem bench serve`, zstd with --unit 32K used 0.99-1.00x
-  the resident memory of nbdkit's zstd allocator (BENCHMARKS.md).
-
-EXAMPLES
-  zmem serve --size 4G --comp zstd --unit 32K
-  qemu-img convert -n -f raw -O raw disk.img \\
-      \"nbd+unix:///zram0?socket=$XDG_RUNTIME_DIR/zmem/nbd.sock\"
-  zmem ctl mm_stat
-  zmem serve --export a:1G --export b:2G --comp lz4,zstd --tcp 127.0.0.1:10809
-  zmem serve --export a:1G --export spare:0   # spare starts uninitialised
-  zmem ctl hot_add c; zmem ctl --export c comp_algorithm zstd
-  zmem ctl --export c disksize 2G; zmem ctl hot_remove c
-  zmem serve --ublk --export swap:4G --comp lz4 --mem-limit 2G --swap
-  mkswap /dev/ublkb0 && swapon /dev/ublkb0
-
-UBLK
-  --ublk (root, the kernel's ublk_drv: Linux 6.0+, CONFIG_BLK_DEV_UBLK)
-  serves each initialised export as a block device, /dev/ublkbN, instead of
-  over NBD: 4 KiB logical blocks, discard and write-zeroes free pages as
-  zram's do, read-only exports are read-only devices, --ublk-queues queues
-  (one thread each) of --queue-depth requests. `zmem ctl exports` names each
-  device; `disksize`, `hot_add NAME SIZE` make one, `reset` and
-  `hot_remove` remove it (EBUSY while it is mounted or swapped on). SIGTERM
-  and SIGINT remove every device. A server killed with SIGKILL leaves
-  /dev/ublkcN behind (the kernel removes /dev/ublkbN): the next `zmem serve
-  --ublk` deletes every ublk device whose server is gone.
-
-SOCKETS
-  NBD: --socket PATH (default $XDG_RUNTIME_DIR/zmem/nbd.sock, or
-  /tmp/zmem-UID/nbd.sock), or --tcp [ADDR] (default 127.0.0.1:10809). A
-  non-loopback --tcp address needs --allow-remote, and then --tls require
-  (or --insecure for plaintext).
-  Control: --ctl-socket PATH (default: the NBD socket's path plus .ctl; with
-  --tcp, DIR/tcp-PORT.ctl in the default directory). `zmem ctl` reads and
-  writes the zram attributes through it.
-
-TLS
-  zmem serve --tls require --tls-certificates /etc/pki/zmem --tcp
-  nbdinfo 'nbds://localhost/zram0?tls-certificates=/etc/pki/zmem-client'
-  The directory holds server-cert.pem, server-key.pem and, for
-  --tls-verify-peer, ca-cert.pem (nbdkit's and qemu-nbd's layout).
-
-The server runs in the foreground and stops cleanly on SIGINT or SIGTERM."
-)]
-pub struct ServeArgs {
-    /// A TOML file of these flags (`comp = "zstd"`, `export = ["a:4G"]`,
-    /// `allow-remote = true`); flags given here override it, repeatable
-    /// ones add to it.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// An export NAME, or NAME:SIZE, or NAME:0 for an uninitialised one,
-    /// and `:ro` after either for a read-only export (repeatable; default
-    /// one per store configuration, zram0, zram1, ...).
-    #[arg(long = "export", value_name = "NAME[:SIZE][:ro]", value_parser = check_export)]
-    exports: Vec<String>,
-    /// Serve every export read-only: NBD clients see NBD_FLAG_READ_ONLY
-    /// and their writes, trims and zeroes fail with EPERM (`zmem ctl`
-    /// still resets and compacts).
-    #[arg(long)]
-    read_only: bool,
-    /// Size of each export that does not give its own (K, M, G, T, P, E
-    /// suffixes; rounded up to whole 4 KiB pages as zram's disksize is, then
-    /// 4K to 1T).
-    #[arg(long, value_parser = recipe::flags::disk_size(EXPORT_MIN, EXPORT_MAX), default_value = "1G")]
-    size: u64,
-    #[command(flatten)]
-    store: StoreArgs,
-    /// A file or block device pages are written back to (zram's
-    /// `backing_dev`; then `zmem ctl writeback idle`): one per export, in
-    /// export order (repeatable).
-    #[arg(long = "backing-dev", value_name = "PATH")]
-    backing_devs: Vec<PathBuf>,
-    /// Pages written back with one write call (zram's
-    /// `writeback_batch_size`, 1 to 256; 32 by default), for every export.
-    #[arg(long, value_name = "PAGES", value_parser = recipe::flags::whole::<u64>(1, 256))]
-    writeback_batch_size: Option<u64>,
-    /// Write pages back compressed, several objects packed into each
-    /// block, instead of decompressed (zram's `writeback_compressed`,
-    /// Linux 7.0), for every export.
-    #[arg(long)]
-    writeback_compressed: bool,
-    /// A secondary compressor for `zmem ctl recompress` (zram's
-    /// `recomp_algorithm`), `"algo=NAME priority=N"` with N from 1 to 3, for
-    /// every export (repeatable, up to three).
-    #[arg(long = "recomp-algorithm", value_name = "\"algo=NAME priority=N\"")]
-    recomp_algorithms: Vec<String>,
-    /// Every --policy-interval, mark pages idle that were not accessed for
-    /// this many seconds (as `zmem ctl idle SECONDS`; 1 to 2592000); then
-    /// --auto-recompress and --auto-writeback act on them.
-    #[arg(long, value_name = "SECONDS", value_parser = recipe::flags::whole::<u32>(1, 30 * 86400))]
-    idle_after: Option<u32>,
-    /// Seconds between runs of the idle marking, --auto-recompress and
-    /// --auto-writeback (default 60, range 1..86400).
-    #[arg(long, value_name = "SECONDS", value_parser = recipe::flags::whole::<u32>(1, 86400))]
-    policy_interval: Option<u32>,
-    /// After each marking, recompress idle pages with the secondary
-    /// compressors (`recompress type=idle`; needs --recomp-algorithm).
-    #[arg(long)]
-    auto_recompress: bool,
-    /// After each marking (and recompression), write pages back (`writeback
-    /// TYPE`: idle, huge, huge_idle or incompressible; needs --backing-dev).
-    #[arg(long, value_name = "TYPE", value_parser = check_writeback_type)]
-    auto_writeback: Option<String>,
-    /// The memory-aware rule: when mem_used_total passes PERCENT of its
-    /// ceiling (50 to 99), write back idle pages, then the least recently
-    /// accessed, until it is 10 points lower; a write that would pass the
-    /// ceiling does so first instead of failing (needs --backing-dev). The
-    /// ceiling is mem_limit minus the store's own metadata (the slot table,
-    /// 16 bytes a page of the disk, and the backing file's block bitmap)
-    /// and the writeback's buffers (4 x --writeback-batch-size pages),
-    /// never below half of mem_limit, so that the store as a whole stays
-    /// within mem_limit; a write still fails only past mem_limit itself,
-    /// as in the kernel.
-    #[arg(long, value_name = "PERCENT", value_parser = recipe::flags::whole::<u32>(50, 99))]
-    writeback_near_limit: Option<u32>,
-    /// Swap mode, for a server its own kernel swaps onto (nbd-client
-    /// -swap): the pages the stores hold come from a locked reserve of at
-    /// most the exports' mem_limit plus 4 MiB each (so every export needs
-    /// --mem-limit), 16 MiB locked at start and more locked ahead of need by
-    /// a thread of its own; the process is locked in memory (mlockall), its
-    /// I/O threads are I/O flushers (PR_SET_IO_FLUSHER), oom_score_adj is
-    /// -1000, and the in-flight bounds default to 2M per connection and 4M
-    /// in all, with a heap grown ahead for them. A write the reserve cannot
-    /// hold fails with ENOSPC, as the kernel's zram fails one past
-    /// mem_limit; exports added with hot_add share the reserve. Needs root
-    /// (CAP_IPC_LOCK, CAP_SYS_RESOURCE).
-    #[arg(long)]
-    swap: bool,
-    /// Serve each export as a ublk block device, /dev/ublkbN, instead of
-    /// over NBD (root; the kernel's ublk_drv).
-    #[arg(long, conflicts_with_all = ["socket", "tcp", "tls_certificates", "allow_remote"])]
-    ublk: bool,
-    /// With --ublk: queues per device, each served by a thread of its own
-    /// (default: one per CPU, 1 to 64).
-    #[arg(long, value_name = "N", requires = "ublk",
-          value_parser = recipe::flags::whole::<u16>(1, 64))]
-    ublk_queues: Option<u16>,
-    /// With --ublk: requests in flight per queue (default 128, or 32 with
-    /// --swap; 1 to 4096). Each has a buffer of the largest request: 512K,
-    /// or 128K with --swap, where all are locked from the start.
-    #[arg(long, value_name = "N", requires = "ublk",
-          value_parser = recipe::flags::whole::<u16>(1, 4096))]
-    queue_depth: Option<u16>,
-    /// Unix socket for NBD clients.
-    #[arg(long, value_name = "PATH", conflicts_with = "tcp")]
-    socket: Option<PathBuf>,
-    /// Listen on TCP instead of a Unix socket.
-    #[arg(long, value_name = "ADDR", num_args = 0..=1,
-          default_missing_value = "127.0.0.1:10809")]
-    tcp: Option<SocketAddr>,
-    /// Serve remote clients: allow --tcp and --metrics on non-loopback
-    /// addresses. NBD on such an address also needs --tls require (or
-    /// --insecure); /metrics has no TLS.
-    #[arg(long)]
-    allow_remote: bool,
-    /// With --allow-remote: serve remote NBD clients without requiring TLS
-    /// (no encryption, no authentication).
-    #[arg(long, requires = "allow_remote")]
-    insecure: bool,
-    /// TLS for NBD clients (NBD_OPT_STARTTLS), as nbdkit's --tls: off; on
-    /// (offered, plaintext clients still served); require (a plaintext
-    /// client can only start TLS or leave). on and require need
-    /// --tls-certificates.
-    #[arg(long, value_enum, value_name = "MODE", default_value = "off")]
-    tls: TlsArg,
-    /// Directory holding server-cert.pem and server-key.pem (and
-    /// ca-cert.pem for --tls-verify-peer), laid out as nbdkit and qemu-nbd
-    /// read it. No TLS-PSK: rustls has no pre-shared keys.
-    #[arg(long, value_name = "DIR")]
-    tls_certificates: Option<PathBuf>,
-    /// Require a client certificate signed by the directory's ca-cert.pem.
-    #[arg(long)]
-    tls_verify_peer: bool,
-    /// Unix socket for `zmem ctl`.
-    #[arg(long, value_name = "PATH")]
-    ctl_socket: Option<PathBuf>,
-    /// Write the server's PID here once it is ready (removed at exit).
-    #[arg(long, value_name = "PATH")]
-    pid_file: Option<PathBuf>,
-    /// Serve Prometheus metrics on http://ADDR/metrics (loopback).
-    #[arg(long, value_name = "ADDR")]
-    metrics: Option<SocketAddr>,
-    /// Request worker threads per connection (default: one per CPU, at
-    /// most 4).
-    #[arg(long, value_parser = recipe::flags::whole::<u16>(1, 64))]
-    workers: Option<u16>,
-    /// Seconds a client may take to finish the NBD handshake before it is
-    /// closed (as qemu-nbd's --handshake-limit; default 10).
-    #[arg(long, value_name = "SECONDS", value_parser = recipe::flags::whole::<u32>(1, 3600))]
-    handshake_limit: Option<u32>,
-    /// Clients past the handshake served at once (default 64); a client
-    /// beyond it is closed with a log line saying why.
-    #[arg(long, value_name = "N", value_parser = recipe::flags::whole::<u32>(1, 4096))]
-    max_connections: Option<u32>,
-    /// Clients in the handshake at once (default 64), counted apart so that
-    /// stalled handshakes never lock out clients that finished theirs; when
-    /// full, the client that has negotiated longest is closed.
-    #[arg(long, value_name = "N", value_parser = recipe::flags::whole::<u32>(1, 4096))]
-    max_handshakes: Option<u32>,
-    /// Bytes of request and reply data one connection may have in flight
-    /// (default 32M, range 1M..1G); a client that does not read its replies
-    /// stops being read at this bound. Below 32M it also lowers the largest
-    /// request advertised.
-    #[arg(long, value_name = "SIZE", value_parser = recipe::flags::size(1 << 20, 1 << 30))]
-    inflight_per_conn: Option<u64>,
-    /// Bytes of request and reply data all connections together may have in
-    /// flight (default 256M, range 2M..64G, at least --inflight-per-conn
-    /// plus 1M); requests beyond it wait their turn, first come first
-    /// served.
-    #[arg(long, value_name = "SIZE", value_parser = recipe::flags::size(2 << 20, 64 << 30))]
-    inflight_total: Option<u64>,
-    /// Seconds a client may read none of its replies while other clients
-    /// wait for --inflight-total before it is closed (default 10, range
-    /// 1..3600).
-    #[arg(long, value_name = "SECONDS", value_parser = recipe::flags::whole::<u32>(1, 3600))]
-    stall_limit: Option<u32>,
-    /// Log level: off, error, warn, info, debug, trace (default: $ZMEM_LOG
-    /// or info).
-    #[arg(long, value_name = "LEVEL", value_parser = parse_level)]
-    log_level: Option<LevelFilter>,
-}
-
-/// `--tls`: whether TLS is offered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum TlsArg {
-    /// No TLS.
-    Off,
-    /// TLS offered; plaintext clients are served too.
-    On,
-    /// TLS required before any export is served.
-    Require,
-}
+pub use flags::ServeArgs;
+use flags::{parse_export, ExportSpec, TlsArg, EXPORT_MAX};
 
 /// The TLS configuration the flags ask for (`None`: off), with the
 /// certificates loaded; errors are one line naming the flag or file.
@@ -324,409 +69,91 @@ fn tls_config(args: &ServeArgs) -> Result<Option<Arc<nbd::Tls>>, CliError> {
         .map_err(|e| CliError::Failed(format!("--tls-certificates: {e}")))
 }
 
-/// Refuses a non-loopback --tcp address the flags do not allow: remote
-/// clients need --allow-remote, and TLS required unless --insecure.
-fn check_remote(args: &ServeArgs) -> Result<(), CliError> {
-    let Some(addr) = args.tcp.filter(|a| !a.ip().is_loopback()) else {
-        return Ok(());
-    };
-    if !args.allow_remote {
-        return Err(CliError::Failed(format!(
-            "refusing to listen on {addr}: not a loopback address (pass --allow-remote to serve \
-             remote clients)"
-        )));
-    }
-    if args.tls != TlsArg::Require && !args.insecure {
-        return Err(CliError::Failed(format!(
-            "--tcp {addr} serves remote clients: use --tls require with --tls-certificates \
-             DIR, or --insecure to serve them without TLS"
-        )));
-    }
-    Ok(())
-}
-
-/// A log level by name.
-fn parse_level(s: &str) -> Result<LevelFilter, String> {
-    s.parse()
-        .map_err(|_| format!("'{s}' is not a log level (off, error, warn, info, debug, trace)"))
-}
-
-/// The smallest export: one page of the smallest page size.
-const EXPORT_MIN: u64 = 4096;
-/// The largest export (its slot table alone takes 4 GiB at 4 KiB pages).
-const EXPORT_MAX: u64 = 1 << 40;
-
-/// Applies the in-flight memory flags (the largest request never exceeds a
-/// connection's bound, and the server's total must hold one connection)
-/// and swap mode's connection threads.
-fn inflight_config(args: &ServeArgs, config: Config) -> Result<Config, CliError> {
-    // Swap mode's request buffers come from a heap grown ahead: smaller
-    // bounds unless given.
-    let (conn_default, total_default) = if args.swap {
-        (serve::swap::INFLIGHT_PER_CONN, serve::swap::INFLIGHT_TOTAL)
-    } else {
-        (config.inflight_bytes, config.inflight_total)
-    };
-    let per_conn = args.inflight_per_conn.unwrap_or(conn_default);
-    let total = args.inflight_total.unwrap_or(total_default);
-    if total < per_conn + (1 << 20) {
-        return Err(CliError::Usage(format!(
-            "--inflight-total {total} must be at least --inflight-per-conn ({per_conn}) plus 1M"
-        )));
-    }
-    // Swap mode's connection threads start after its memory is locked:
-    // each populates and locks its own (smaller) stack before it serves.
-    let (conn_thread_stack, on_conn_thread_start) = if args.swap {
-        (
-            Some(serve::swap::IO_THREAD_STACK_BYTES),
-            Some(serve::swap::lock_own_stack as fn()),
-        )
-    } else {
-        (config.conn_thread_stack, config.on_conn_thread_start)
-    };
-    Ok(Config {
-        conn_thread_stack,
-        on_conn_thread_start,
-        max_request: config.max_request.min(per_conn as u32),
-        inflight_bytes: per_conn,
-        inflight_total: total,
-        stall_timeout: args.stall_limit.map_or(config.stall_timeout, |s| {
-            std::time::Duration::from_secs(u64::from(s))
-        }),
-        ..config
-    })
-}
-
-/// One `--export`: name, size (0: uninitialised), read-only.
-type ExportSpec = (String, u64, bool);
-
-/// Splits `NAME[:SIZE][:ro]`: a colon starts the size or `ro`, so a name
-/// has none, and a size must be from 4K to 1T, or 0 for an uninitialised
-/// export.
-fn parse_export(s: &str, default_size: u64) -> Result<ExportSpec, CliError> {
-    let (rest, read_only) = match s.strip_suffix(":ro") {
-        Some(rest) => (rest, true),
-        None => (s, false),
-    };
-    let Some((name, size)) = rest.split_once(':') else {
-        return Ok((rest.to_string(), default_size, read_only));
-    };
-    if size == "0" {
-        return Ok((name.to_string(), 0, read_only));
-    }
-    match recipe::flags::disk_size(EXPORT_MIN, EXPORT_MAX)(size) {
-        Ok(bytes) => Ok((name.to_string(), bytes, read_only)),
-        Err(e) => Err(CliError::Usage(format!(
-            "--export {s}: {e} (NAME[:SIZE][:ro], SIZE 0 for uninitialised; a name has no colon)"
-        ))),
-    }
-}
-
-/// The `--export` value parser: checks `NAME[:SIZE]` when the arguments
-/// are parsed, keeping the text for [`parse_export`].
-fn check_export(s: &str) -> Result<String, String> {
-    match parse_export(s, EXPORT_MIN) {
-        Ok(_) => Ok(s.to_string()),
-        Err(CliError::Usage(e) | CliError::Failed(e)) => Err(e
-            .strip_prefix(&format!("--export {s}: "))
-            .unwrap_or(&e)
-            .to_string()),
-    }
-}
-
-/// The `--auto-writeback` value parser: a type `writeback` accepts.
-fn check_writeback_type(s: &str) -> Result<String, String> {
-    match s {
-        "idle" | "huge" | "huge_idle" | "incompressible" => Ok(s.to_string()),
-        _ => Err(format!(
-            "'{s}' is not a writeback type (idle, huge, huge_idle, incompressible)"
-        )),
-    }
-}
-
 /// The policy flags, kept by the store factory so that every store it
-/// makes (at start, by `hot_add` or after a `reset`) runs the same rules;
-/// checked against the others.
-fn policy_flags(args: &ServeArgs) -> Result<PolicyFlags, CliError> {
-    let flags = PolicyFlags {
+/// makes (at start, by `hot_add` or after a `reset`) runs the same rules
+/// (checked against the others when the server starts).
+fn policy_flags(args: &ServeArgs) -> PolicyFlags {
+    PolicyFlags {
         idle_after: args.idle_after,
         interval: args.policy_interval,
         auto_recompress: args.auto_recompress,
-        auto_writeback: args.auto_writeback.clone(),
+        auto_writeback: args.auto_writeback,
         writeback_near_limit: args.writeback_near_limit,
-    };
-    flags.check(
-        !args.recomp_algorithms.is_empty(),
-        !args.backing_devs.is_empty(),
-    )?;
-    Ok(flags)
+    }
 }
 
-/// The exports to make: (name, size, read-only, configuration).
-fn plan(args: &ServeArgs) -> Result<Vec<(String, u64, bool, StoreSpec)>, CliError> {
+/// The exports to make, each with its configuration and backing device
+/// (`--backing-dev` paths pair with the exports in order).
+fn plan(args: &ServeArgs) -> Result<Vec<ExportConfig>, CliError> {
     let specs = args.store.specs()?;
     if args.size == 0 {
         return Err(CliError::Usage("--size must be more than 0".into()));
     }
-    if args.exports.is_empty() {
-        return Ok(specs
+    let named: Vec<(ExportSpec, StoreSpec)> = if args.exports.is_empty() {
+        specs
             .into_iter()
             .enumerate()
-            .map(|(i, spec)| (format!("zram{i}"), args.size, args.read_only, spec))
-            .collect());
-    }
-    let named: Vec<ExportSpec> = args
-        .exports
-        .iter()
-        .map(|e| parse_export(e, args.size))
-        .collect::<Result<_, _>>()?;
-    let specs: Vec<StoreSpec> = match specs.len() {
-        1 => vec![specs[0].clone(); named.len()],
-        n if n == named.len() => specs,
-        n => {
-            return Err(CliError::Usage(format!(
-                "{} --export flags but {n} store configurations: give one configuration, \
-                 or one --export per configuration",
-                named.len()
-            )))
-        }
+            .map(|(i, spec)| ((format!("zram{i}"), args.size, args.read_only), spec))
+            .collect()
+    } else {
+        let named: Vec<ExportSpec> = args
+            .exports
+            .iter()
+            .map(|e| parse_export(e, args.size))
+            .collect::<Result<_, _>>()?;
+        let specs: Vec<StoreSpec> = match specs.len() {
+            1 => vec![specs[0].clone(); named.len()],
+            n if n == named.len() => specs,
+            n => {
+                return Err(CliError::Usage(format!(
+                    "{} --export flags but {n} store configurations: give one configuration, \
+                     or one --export per configuration",
+                    named.len()
+                )))
+            }
+        };
+        named
+            .into_iter()
+            .map(|(n, s, ro)| (n, s, ro || args.read_only))
+            .zip(specs)
+            .collect()
     };
-    Ok(named
-        .into_iter()
-        .zip(specs)
-        .map(|((n, s, ro), spec)| (n, s, ro || args.read_only, spec))
-        .collect())
-}
-
-/// Writes the PID file (via a temporary file and a rename, so readers never
-/// see it half written).
-fn write_pid_file(path: &Path) -> io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    std::fs::write(&tmp, format!("{}\n", std::process::id()))?;
-    std::fs::rename(&tmp, path)
-}
-
-/// Removes the PID file if it is still ours.
-fn remove_pid_file(path: &Path) {
-    let ours = std::fs::read_to_string(path)
-        .map(|s| s.trim() == std::process::id().to_string())
-        .unwrap_or(false);
-    if ours {
-        if let Err(e) = std::fs::remove_file(path) {
-            error!("cannot remove the PID file {}: {e}", path.display());
-        }
-    }
-}
-
-/// Runs `zmem serve` until SIGINT or SIGTERM.
-pub fn run(args: &ServeArgs) -> Result<(), CliError> {
-    // The flags that depend on each other are checked before anything starts.
-    inflight_config(args, Config::default())?;
-    check_remote(args)?;
-    let tls = tls_config(args)?;
-    let policy = policy_flags(args)?;
-    logger::init(logger::level(args.log_level));
-    // Before any thread exists: every thread inherits the blocked mask.
-    let signals = signals::block_termination()
-        .map_err(|e| CliError::Failed(format!("cannot block SIGINT/SIGTERM: {e}")))?;
-    serve::trim::one_heap_arena();
-
-    let plan = plan(args)?;
-    if args.backing_devs.len() > plan.len() {
+    if args.backing_devs.len() > named.len() {
         return Err(CliError::Usage(format!(
             "{} --backing-dev paths for {} exports (one per export, in order)",
             args.backing_devs.len(),
-            plan.len()
+            named.len()
         )));
     }
-    let registry = Arc::new(Registry::default());
-    // Swap mode's first half (the heap, the I/O-flusher flag that the
-    // stores' threads inherit); the second locks memory once they exist.
-    let swap = if args.swap {
-        let mut limits = Vec::new();
-        for (name, _, _, spec) in &plan {
-            if spec.mem_limit == 0 {
-                return Err(CliError::Usage(format!(
-                    "--swap needs --mem-limit: the pages of export {name:?} come from a \
-                     reserve locked at start, sized by it"
-                )));
-            }
-            limits.push(spec.mem_limit);
-        }
-        // The heap is grown ahead for NBD's request buffers; ublk's are its
-        // queues' own mappings.
-        let total = if args.ublk {
-            0
-        } else {
-            args.inflight_total.unwrap_or(serve::swap::INFLIGHT_TOTAL)
-        };
-        let heap =
-            serve::swap::enter(total).map_err(|e| CliError::Failed(format!("--swap: {e}")))?;
-        Some((serve::swap::reserve_for(&limits), heap))
-    } else {
-        None
-    };
-    for (i, (name, size, read_only, spec)) in plan.iter().enumerate() {
-        let factory = Arc::new(SpecFactory {
-            spec: spec.clone(),
-            max_disksize: EXPORT_MAX,
-            recomp: args.recomp_algorithms.clone(),
-            policy: policy.clone(),
-            writeback_batch: args.writeback_batch_size,
-            writeback_compressed: args.writeback_compressed,
-        });
-        if *read_only {
-            info!("export {name:?}: read-only");
-        }
-        if i == 0 {
-            registry.set_factory(factory.clone());
-        }
-        if *size == 0 {
-            let mut settings = factory.defaults();
-            settings.backing_dev = args.backing_devs.get(i).cloned();
-            info!("export {name:?}: uninitialised, {}", spec.label());
-            registry.push_uninitialised(name, settings, Some(factory), *read_only);
-            continue;
-        }
-        let store = spec.open(*size)?;
-        if let Some(path) = args.backing_devs.get(i) {
-            store
-                .set_backing_dev(path)
-                .map_err(|e| CliError::Usage(format!("--backing-dev: {e}")))?;
-            info!("export {name:?}: backing_dev {}", path.display());
-        }
-        if let Some(n) = args.writeback_batch_size {
-            store
-                .set_writeback_batch_size(n)
-                .map_err(|e| CliError::Usage(format!("--writeback-batch-size: {e}")))?;
-        }
-        store
-            .set_writeback_compressed(args.writeback_compressed)
-            .map_err(|e| CliError::Usage(format!("--writeback-compressed: {e}")))?;
-        for algo in &args.recomp_algorithms {
-            store
-                .set_recomp_algorithm(algo)
-                .map_err(|e| CliError::Usage(format!("--recomp-algorithm {algo:?}: {e}")))?;
-        }
-        info!(
-            "export {name:?}: {} bytes, {}{}",
-            store.disk_size(),
-            spec.label(),
-            if spec.mem_limit > 0 {
-                format!(", mem_limit {}", spec.mem_limit)
-            } else {
-                String::new()
-            }
-        );
-        let store = Arc::new(store);
-        let policy = policy.start(name, &store)?;
-        registry.push(
-            Served {
-                name: name.clone(),
-                label: spec.label(),
-                store,
-                policy,
-            },
-            Some(factory),
-            *read_only,
-        );
-    }
-    // The devices' queue threads and buffers exist before swap mode locks
-    // the process's memory (and inherit the I/O-flusher flag).
-    let ublk = if args.ublk {
-        Some(start_ublk(args, &registry)?)
-    } else {
-        None
-    };
-    if let Some((reserve, heap)) = swap {
-        // ublk runs each device's I/O path once below, so its code is
-        // locked as touched; NBD's is locked whole.
-        let mode = serve::swap::lock(reserve, heap, ublk.is_some())
-            .map_err(|e| CliError::Failed(format!("--swap: {e}")))?;
-        if let Some(front) = &ublk {
-            front
-                .warm_up_all()
-                .map_err(|e| CliError::Failed(format!("--swap: {e}")))?;
-        }
-        info!("swap mode: {mode}");
-        if mode.min_free_kbytes < serve::swap::ADVISED_MIN_FREE_KBYTES {
-            log::warn!(
-                "vm.min_free_kbytes is {}: a kernel swapping onto this server over a socket \
-                 has stalled at such values; sysctl vm.min_free_kbytes={} (docs/serve.md)",
-                mode.min_free_kbytes,
-                serve::swap::ADVISED_MIN_FREE_KBYTES
-            );
-        }
-        if args.tcp.is_some() {
-            log::warn!(
-                "--swap over TCP: a kernel in this machine swapping onto this server \
-                 stalls more often over loopback TCP than over the Unix socket \
-                 (--socket, nbd-client -u; docs/serve.md has the runs)"
-            );
-        }
-        registry.set_swap_mode(mode);
-    }
-    if args.ublk {
-        return serve_until_signalled(args, &registry, None, &signals);
-    }
-    let exports = registry
-        .nbd_exports()
-        .map_err(|e| CliError::Usage(e.to_string()))?;
+    Ok(named
+        .into_iter()
+        .enumerate()
+        .map(|(i, ((name, size, read_only), spec))| ExportConfig {
+            name,
+            size,
+            read_only,
+            spec,
+            backing_dev: args.backing_devs.get(i).cloned(),
+        })
+        .collect())
+}
 
+/// The NBD front end the flags ask for: the listener (systemd's, TCP or a
+/// Unix socket) and the server's limits.
+fn nbd_front(args: &ServeArgs, tls: Option<Arc<nbd::Tls>>) -> Result<NbdFront, CliError> {
     let inherited = crate::activation::inherited_listener().map_err(CliError::Failed)?;
-    if inherited.is_some() && (args.tcp.is_some() || args.socket.is_some()) {
-        return Err(CliError::Usage(
-            "started with a socket from systemd: --socket and --tcp do not apply".into(),
-        ));
-    }
-    let (addr, ctl_path) = match (&inherited, &args.tcp, &args.socket) {
-        (Some(l), _, _) => {
-            let addr = match l {
-                InheritedListener::Unix(u) => u
-                    .local_addr()
-                    .ok()
-                    .and_then(|a| a.as_pathname().map(|p| ListenAddr::Unix(p.to_path_buf()))),
-                InheritedListener::Tcp(t) => t.local_addr().ok().map(ListenAddr::Tcp),
-            }
-            .ok_or_else(|| CliError::Failed("the socket from systemd has no address".into()))?;
-            let ctl = match (&args.ctl_socket, &addr) {
-                (Some(p), _) => p.clone(),
-                (None, ListenAddr::Unix(p)) => ctl_path_for(p),
-                (None, ListenAddr::Tcp(a)) => {
-                    ensure_private_dir(&default_dir()).map_err(CliError::Failed)?;
-                    tcp_ctl_path(a.port())
-                }
-            };
-            (addr, ctl)
+    let listen = match (inherited, args.tcp, &args.socket) {
+        (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
+            return Err(CliError::Usage(
+                "started with a socket from systemd: --socket and --tcp do not apply".into(),
+            ))
         }
-        (None, Some(tcp), _) => {
-            let ctl = match &args.ctl_socket {
-                Some(p) => p.clone(),
-                None => {
-                    ensure_private_dir(&default_dir()).map_err(CliError::Failed)?;
-                    tcp_ctl_path(tcp.port())
-                }
-            };
-            (ListenAddr::Tcp(*tcp), ctl)
-        }
-        (None, None, socket) => {
-            let path = match socket {
-                Some(p) => p.clone(),
-                None => {
-                    ensure_private_dir(&default_dir()).map_err(CliError::Failed)?;
-                    default_socket()
-                }
-            };
-            serve::ctl_socket::claim_socket_path(&path)
-                .map_err(|e| CliError::Failed(e.to_string()))?;
-            let ctl = args
-                .ctl_socket
-                .clone()
-                .unwrap_or_else(|| ctl_path_for(&path));
-            (ListenAddr::Unix(path), ctl)
-        }
+        (Some(l), None, None) => Listen::Inherited(l),
+        (None, Some(tcp), _) => Listen::Tcp(tcp),
+        (None, None, socket) => Listen::Unix(socket.clone()),
     };
+    let defaults = Config::default();
+    let secs = |s: u32| Duration::from_secs(u64::from(s));
     let config = Config {
         workers: args
             .workers
@@ -734,203 +161,75 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         allow_remote: args.allow_remote,
         insecure: args.insecure,
         tls,
-        ..Config::default()
-    };
-    let config = Config {
-        handshake_timeout: args.handshake_limit.map_or(config.handshake_timeout, |s| {
-            std::time::Duration::from_secs(u64::from(s))
-        }),
+        handshake_timeout: args
+            .handshake_limit
+            .map_or(defaults.handshake_timeout, secs),
         max_connections: args
             .max_connections
-            .map_or(config.max_connections, |n| n as usize),
+            .map_or(defaults.max_connections, |n| n as usize),
         max_handshakes: args
             .max_handshakes
-            .map_or(config.max_handshakes, |n| n as usize),
-        ..config
+            .map_or(defaults.max_handshakes, |n| n as usize),
+        stall_timeout: args.stall_limit.map_or(defaults.stall_timeout, secs),
+        ..defaults
     };
-    let config = inflight_config(args, config)?;
-    let server = match inherited {
-        Some(l) => Server::from_listener(l, exports, config).map_err(|e| {
-            CliError::Failed(format!(
-                "cannot serve on the socket from systemd ({addr}): {e}"
-            ))
-        })?,
-        None => Server::bind(addr.clone(), exports, config)
-            .map_err(|e| CliError::Failed(format!("cannot listen on {addr}: {e}")))?,
-    };
-    let server = Arc::new(server);
-    registry.attach(&server);
-    serve_until_signalled(args, &registry, Some((server, ctl_path)), &signals)
+    Ok(NbdFront {
+        listen,
+        config,
+        inflight_per_conn: args.inflight_per_conn,
+        inflight_total: args.inflight_total,
+    })
 }
 
-/// Makes a ublk device for each initialised export (after deleting those
-/// a killed server left).
-fn start_ublk(
-    args: &ServeArgs,
-    registry: &Arc<Registry>,
-) -> Result<Arc<serve::ublk_exports::UblkExports>, CliError> {
-    let queues = args.ublk_queues.unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(1, |n| n.get().min(64) as u16)
-    });
-    // Swap mode locks every buffer from the start: fewer, smaller ones.
-    use serve::ublk_exports::{DEFAULT_DEPTH, MAX_IO_BYTES, SWAP_DEPTH, SWAP_MAX_IO_BYTES};
-    let (depth, max_io_bytes) = if args.swap {
-        (SWAP_DEPTH, SWAP_MAX_IO_BYTES)
+/// The server's error as the command's: usage errors exit with 2.
+fn cli_error(e: ServeError) -> CliError {
+    if e.is_usage() {
+        CliError::Usage(e.to_string())
     } else {
-        (DEFAULT_DEPTH, MAX_IO_BYTES)
-    };
-    let settings = serve::ublk_exports::UblkSettings {
-        queues,
-        depth: args.queue_depth.unwrap_or(depth),
-        max_io_bytes,
-    };
-    let fail = |e: std::io::Error| CliError::Failed(format!("--ublk: {e}"));
-    let front = serve::ublk_exports::UblkExports::new(settings).map_err(fail)?;
-    for gone in serve::ublk_exports::remove_abandoned().map_err(fail)? {
-        info!(
-            "removed /dev/ublkc{}, left by a server that is gone",
-            gone.id
-        );
+        CliError::Failed(e.to_string())
     }
-    let front = Arc::new(front);
-    registry
-        .attach_ublk(front.clone())
-        .map_err(|e| CliError::Failed(format!("--ublk: {e}")))?;
-    Ok(front)
 }
 
-/// Serves the control socket and metrics beside the front end (the NBD
-/// `server` and its control path, or the ublk devices) until SIGINT or
-/// SIGTERM, then shuts everything down in order.
-fn serve_until_signalled(
-    args: &ServeArgs,
-    registry: &Arc<Registry>,
-    nbd: Option<(Arc<Server>, PathBuf)>,
-    signals: &signals::Blocked,
-) -> Result<(), CliError> {
-    let (ctl_path, front) = match &nbd {
-        Some((server, ctl)) => (ctl.clone(), format!("NBD on {}", server.local_addr())),
-        None => {
-            let ctl = match &args.ctl_socket {
-                Some(p) => p.clone(),
-                None => {
-                    ensure_private_dir(&default_dir()).map_err(CliError::Failed)?;
-                    ctl_path_for(&default_socket())
-                }
-            };
-            let devices: Vec<String> = registry
-                .names()
-                .iter()
-                .filter_map(|n| registry.ublk_device(n))
-                .map(|p| p.display().to_string())
-                .collect();
-            (ctl, format!("ublk {}", devices.join(" ")))
-        }
-    };
-    let ctl = CtlServer::bind(&ctl_path, registry.clone()).map_err(|e| {
-        CliError::Failed(format!(
-            "cannot listen on the control socket {}: {e}",
-            ctl_path.display()
-        ))
-    })?;
-    let metrics = match args.metrics {
-        Some(a) => Some(
-            MetricsServer::bind(a, args.allow_remote, registry.clone())
-                .map_err(|e| CliError::Failed(format!("metrics on {a}: {e}")))?,
-        ),
-        None => None,
-    };
-    // Swap mode keeps every page it has: nothing to trim.
-    let trimmer = if args.swap {
-        None
+/// Runs `zmem serve` until SIGINT or SIGTERM.
+pub fn run(args: &ServeArgs) -> Result<(), CliError> {
+    let tls = tls_config(args)?;
+    logger::init(logger::level(args.log_level));
+    // Before any thread exists: every thread inherits the blocked mask.
+    let signals = signals::block_termination()
+        .map_err(|e| CliError::Failed(format!("cannot block SIGINT/SIGTERM: {e}")))?;
+    let exports = plan(args)?;
+    let front = if args.ublk {
+        Front::Ublk(UblkFront {
+            queues: args.ublk_queues,
+            depth: args.queue_depth,
+        })
     } else {
-        Some(
-            Trimmer::start(registry.clone())
-                .map_err(|e| CliError::Failed(format!("cannot start a thread: {e}")))?,
-        )
+        Front::Nbd(nbd_front(args, tls)?)
     };
-    info!(
-        "ready: {front}, control on {}, {} export(s), pid {}",
-        ctl_path.display(),
-        registry.len(),
-        std::process::id()
-    );
-    // Last: whoever waits for the PID file finds everything up.
-    if let Some(p) = &args.pid_file {
-        write_pid_file(p)
-            .map_err(|e| CliError::Failed(format!("PID file {}: {e}", p.display())))?;
-    }
-
-    let result = match signals.wait() {
+    let server = Server::start(ServerConfig {
+        exports,
+        store: StoreSettings {
+            max_disksize: EXPORT_MAX,
+            recomp: args.recomp_algorithms.clone(),
+            policy: policy_flags(args),
+            writeback_batch: args.writeback_batch_size,
+            writeback_compressed: args.writeback_compressed,
+        },
+        swap: args.swap,
+        front,
+        ctl_socket: args.ctl_socket.clone(),
+        metrics: args.metrics,
+        allow_remote: args.allow_remote,
+        pid_file: args.pid_file.clone(),
+    })
+    .map_err(cli_error)?;
+    let waited = match signals.wait() {
         Ok(sig) => {
             info!("{}: shutting down", signals::name(sig));
             Ok(())
         }
         Err(e) => Err(CliError::Failed(format!("waiting for signals: {e}"))),
     };
-
-    // New clients are refused and requests in flight finish first; ublk
-    // devices are stopped (their requests drain) and deleted.
-    if let Some((server, _)) = &nbd {
-        server.shutdown_handle().shutdown();
-    }
-    let mut result = result;
-    if let Some(front) = registry.ublk() {
-        let failed = front.stop_all();
-        if failed > 0 && result.is_ok() {
-            result = Err(CliError::Failed(format!(
-                "{failed} ublk device(s) did not stop cleanly"
-            )));
-        }
-    }
-    if let Some(m) = metrics {
-        m.shutdown();
-    }
-    ctl.shutdown();
-    if let Some(t) = trimmer {
-        t.stop();
-    }
-    // The policy threads stop with their exports, when the registry goes.
-    if let Some((server, _)) = nbd {
-        match Arc::try_unwrap(server) {
-            Ok(s) => s.wait(),
-            Err(_) => error!("the NBD server is still referenced; leaving it to exit"),
-        }
-    }
-    if let Some(p) = &args.pid_file {
-        remove_pid_file(p);
-    }
-    info!("stopped");
-    result
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn export_flags() {
-        assert_eq!(parse_export("a", 7).unwrap(), ("a".into(), 7, false));
-        assert_eq!(
-            parse_export("a:1M", 7).unwrap(),
-            ("a".into(), 1 << 20, false)
-        );
-        assert_eq!(parse_export("a:ro", 7).unwrap(), ("a".into(), 7, true));
-        assert_eq!(
-            parse_export("a:1M:ro", 7).unwrap(),
-            ("a".into(), 1 << 20, true)
-        );
-        assert!(parse_export("a:ro:1M", 7).is_err());
-        assert!(parse_export("a:b", 7).is_err());
-        assert!(parse_export("a:xx", 7).is_err());
-        assert!(parse_export("a:1:2", 7).is_err());
-        assert_eq!(parse_export(":4K", 7).unwrap(), ("".into(), 4096, false));
-        assert_eq!(parse_export("a:0", 7).unwrap(), ("a".into(), 0, false));
-        assert_eq!(parse_export("a:0:ro", 7).unwrap(), ("a".into(), 0, true));
-        // Rounded up to a page, as zram's disksize.
-        assert_eq!(
-            parse_export("a:1000", 7).unwrap(),
-            ("a".into(), 4096, false)
-        );
-    }
+    let stopped = server.shutdown().map_err(cli_error);
+    waited.and(stopped)
 }

@@ -204,7 +204,7 @@ pub fn run(args: &StoreBenchArgs) -> Result<(), Error> {
             return Err(Error::Usage("no input pages".into()));
         }
         let mib = data.len() as f64 / 1048576.0;
-        let comp = zcomp::Compressor::parse(spec.comp.name(), &spec.comp_params)
+        let comp = zcomp::Compressor::with_params(spec.comp, &spec.comp_params)
             .map_err(|e| Error::Usage(e.to_string()))?;
         let mut ctx = comp.context().map_err(|e| Error::Failed(e.to_string()))?;
         let compressed: Vec<Vec<u8>> = data
