@@ -425,3 +425,78 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A JVM under `zmem run`: its launcher `dlopen`s libjvm.so, whose
+/// constructors touch memory in the region while the dynamic loader's lock
+/// is held; the region's threads must never wait for that lock. Three runs
+/// under each limit rule, each under a deadline, the output the plain
+/// run's. (Skipped where there is no `java`.)
+#[test]
+fn a_jvm_finishes_under_either_limit_rule() {
+    if !full_userfaultfd() {
+        eprintln!("skipped: no access to /dev/userfaultfd");
+        return;
+    }
+    if Command::new("java").arg("-version").output().is_err() {
+        eprintln!("skipped: no java");
+        return;
+    }
+    let d = scratch("jvm");
+    let src = d.join("Big.java");
+    std::fs::write(
+        &src,
+        "import java.nio.ByteBuffer;\n\
+         import java.util.HashMap;\n\
+         public class Big {\n\
+           public static void main(String[] a) {\n\
+             HashMap<Integer, String> m = new HashMap<>();\n\
+             for (int i = 0; i < 1_000_000; i++) m.put(i, \"value-\" + (i * 7919L));\n\
+             ByteBuffer[] b = new ByteBuffer[100];\n\
+             for (int i = 0; i < 100; i++) {\n\
+               b[i] = ByteBuffer.allocateDirect(1 << 20);\n\
+               for (int j = 0; j < (1 << 20); j += 4096) b[i].put(j, (byte) (i + j));\n\
+             }\n\
+             long sum = 0;\n\
+             for (int i = 0; i < 1_000_000; i += 3) sum += m.get(i).length();\n\
+             for (int i = 0; i < 100; i++)\n\
+               for (int j = 0; j < (1 << 20); j += 4096) sum += b[i].get(j);\n\
+             System.out.println(\"sum \" + sum + \" size \" + m.size());\n\
+           }\n\
+         }\n",
+    )
+    .unwrap();
+    let java = ["java", "-Xmx512m", "-XX:MaxDirectMemorySize=512m"];
+    let plain = Command::new("timeout")
+        .arg("120")
+        .args(java)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(plain.status.success(), "plain: {}", text(&plain.stderr));
+    let want = text(&plain.stdout);
+    assert!(want.starts_with("sum "), "plain: {want}");
+    for rule in [&["--limit-covers", "process"][..], &[][..]] {
+        for round in 0..3 {
+            let mut args = vec!["--limit", "96M"];
+            args.extend(rule);
+            args.push("--");
+            args.extend(java);
+            args.push(src.to_str().unwrap());
+            let out = Command::new("timeout")
+                .arg("120")
+                .arg(ZMEM)
+                .arg("run")
+                .args(&args)
+                .output()
+                .unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "zmem run {rule:?}, round {round} (124: the deadline): {}",
+                text(&out.stderr)
+            );
+            assert_eq!(text(&out.stdout), want, "zmem run {rule:?}, round {round}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}

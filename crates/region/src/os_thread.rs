@@ -30,7 +30,7 @@ extern "C" fn trampoline(arg: *mut libc::c_void) -> *mut libc::c_void {
     let body = unsafe { Box::from_raw(arg.cast::<Body>()) };
     let _own = OwnCode::enter();
     // A panic must not unwind into the C frame that called this one.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || body()));
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
     std::ptr::null_mut()
 }
 
