@@ -524,30 +524,12 @@ pub(crate) fn drain_discards(sh: &Shared) {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use std::sync::atomic::AtomicBool;
     use std::time::Duration;
 
     use super::*;
     use crate::{Region, RegionConfig, RegionError};
-
-    /// A region of four pages, under its limit, that never evicts by age
-    /// or probes: the crate's tests play the evicting thread themselves.
-    /// `None` (after saying why) where no userfaultfd can be had.
-    pub(crate) fn four_page_region() -> Option<Region> {
-        let ps = crate::page_size();
-        let mut cfg = RegionConfig::new(4 * ps);
-        cfg.age_eviction = false;
-        cfg.probation_pages = Some(0);
-        match Region::new(4 * ps, cfg) {
-            Ok(r) => Some(r),
-            Err(RegionError::Userfaultfd { why, .. }) => {
-                eprintln!("skipped: no userfaultfd here ({why})");
-                None
-            }
-            Err(e) => panic!("region: {e}"),
-        }
-    }
 
     /// The program drops a page an evicting thread holds and writes it
     /// again while the holder is still copying it out: the holder's copy
@@ -556,8 +538,16 @@ pub(crate) mod tests {
     #[test]
     fn a_write_after_a_drop_outlives_the_holders_zap() {
         let ps = crate::page_size();
-        let Some(r) = four_page_region() else {
-            return;
+        let mut cfg = RegionConfig::new(4 * ps);
+        cfg.age_eviction = false;
+        cfg.probation_pages = Some(0);
+        let r = match Region::new(4 * ps, cfg) {
+            Ok(r) => r,
+            Err(RegionError::Userfaultfd { why, .. }) => {
+                eprintln!("skipped: no userfaultfd here ({why})");
+                return;
+            }
+            Err(e) => panic!("region: {e}"),
         };
         let sh = r.shared();
         let p = 1;
