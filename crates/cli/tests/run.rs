@@ -464,7 +464,7 @@ fn a_program_it_runs_sees_only_the_descriptors_it_was_given() {
 
 /// One line on standard error and the exit code.
 fn refused(args: &[&str], code: i32, says: &str, env: &[(&str, &str)]) {
-    let run = zmem_run_with(Path::new(ZMEM), args, env, &[]);
+    let run = zmem_run_with(Path::new(ZMEM), args, env);
     let err = text(&run.stderr);
     assert_eq!(run.status.code(), Some(code), "{args:?}: {err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
