@@ -91,8 +91,21 @@ fn main() {
     }
     let deps = std::fs::read_to_string(dir.join("libzmem_preload.d"))
         .expect("the preload library's dep-info");
+    // Each source, and the manifest and build script of each of the
+    // workspace's crates they belong to (the dep-info names sources only).
+    let crates = manifest_dir.join("..").canonicalize().expect("crates/");
+    let mut manifests = std::collections::BTreeSet::new();
     for path in dep_info_sources(&deps) {
+        if let Ok(rest) = Path::new(&path).strip_prefix(&crates) {
+            if let Some(name) = rest.components().next() {
+                manifests.insert(crates.join(name).join("Cargo.toml"));
+                manifests.insert(crates.join(name).join("build.rs"));
+            }
+        }
         println!("cargo:rerun-if-changed={path}");
+    }
+    for m in manifests {
+        println!("cargo:rerun-if-changed={}", m.display());
     }
 }
 

@@ -52,7 +52,8 @@ its own. It needs a userfaultfd that serves the kernel's faults (root, access to
 /dev/userfaultfd, or vm.unprivileged_userfaultfd=1). It cannot serve static binaries or \
 set-user-ID programs (LD_PRELOAD does not reach them); memory a program maps with MAP_FIXED, \
 MAP_SHARED or file mappings, its thread stacks and glibc's own heap below --min-size stay \
-ordinary memory."
+ordinary memory. The preload library is built into zmem; ZMEM_PRELOAD=PATH uses another copy \
+of libzmem_preload.so."
 )]
 pub struct RunArgs {
     /// Bytes of the program's large memory kept uncompressed (the rest
