@@ -9,7 +9,8 @@
 //!
 //! The binary carries its preload library (a copy of zmem alone in a
 //! directory runs a program in a region); a program it runs sees only the
-//! descriptors it was given, and its standard error stays its own.
+//! descriptors it was given, and its standard error stays its own; a child
+//! forked from a thread that is not the main one ends when its thread does.
 //!
 //! The region needs a userfaultfd that serves the kernel's faults (root or
 //! /dev/userfaultfd here); elsewhere `zmem run` must refuse, which the
@@ -460,6 +461,35 @@ fn a_program_it_runs_sees_only_the_descriptors_it_was_given() {
         .count();
     assert!(served >= 4, "{served} served processes: {err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_child_forked_from_a_thread_that_is_not_the_main_one_ends() {
+    let Some(py) = python_in_a_region() else {
+        return;
+    };
+    // The child's one thread is the copy of the thread that forked; when
+    // it returns, glibc ends the process, unless the region's threads in
+    // the child keep it alive (the parent would wait for ever: the
+    // command's deadline is 120 s, the program takes well under one).
+    let workload = root().join("crates/cli/tests/workloads/fork_from_thread.py");
+    let plain = Command::new(&py).arg(&workload).output().unwrap();
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    let run = Command::new("timeout")
+        .arg("120")
+        .arg(ZMEM)
+        .args(["run", "-q", "--limit", "16M", "--"])
+        .arg(&py)
+        .arg(&workload)
+        .env_remove("ZMEM_PRELOAD")
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    assert_eq!(text(&run.stdout), text(&plain.stdout));
+    assert_eq!(
+        text(&plain.stdout),
+        "Thread-1 (func)\nTrue\nTrue\nchild status 0\n"
+    );
 }
 
 /// One line on standard error and the exit code.

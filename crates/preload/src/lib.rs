@@ -24,7 +24,9 @@
 //!   the way (also this library's Rust allocator);
 //! - `process`: the process's region and the span's books under a lock;
 //! - `hooks`: the interposed symbols;
-//! - `report`: the statistics at exit, and the library's messages.
+//! - `report`: the statistics at exit, and the library's messages;
+//! - `threads`: the program's threads counted, so the region's own never
+//!   keep a process alive after the program's last thread ends.
 
 pub mod settings;
 pub mod span;
@@ -38,6 +40,8 @@ mod hooks;
 mod process;
 #[cfg(not(test))]
 mod report;
+#[cfg(not(test))]
+mod threads;
 
 /// The library's own allocations go straight to glibc.
 #[cfg(not(test))]
@@ -58,7 +62,10 @@ extern "C" fn load() {
         }
     };
     match process::Process::start(settings) {
-        Ok(_) => report::at_exit(),
+        Ok(_) => {
+            report::at_exit();
+            threads::start();
+        }
         Err(e) => report::problem(&format!("no region ({e}); the program runs without one")),
     }
 }

@@ -1,3 +1,7 @@
+"""What the children of a process see of its descriptors: an unserved one,
+served ones started by vfork and by fork, one started by posix_spawn with
+descriptor 0 closed, and one whose region cannot start. `zmem run`'s tests
+compare this output with the plain run's."""
 import os, subprocess, sys
 # One descriptor passed on purpose: inheritable, at a number of its own.
 given = os.dup2(os.open(os.devnull, os.O_RDONLY), 40)
