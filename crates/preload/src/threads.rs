@@ -65,7 +65,9 @@ pub fn after_fork_child() {
 /// Gives the calling thread the value whose destructor counts it out.
 fn mark() {
     // SAFETY: a key made by `start`; any non-null value.
-    unsafe { libc::pthread_setspecific(KEY.load(Ordering::Acquire), 1usize as *const c_void) };
+    unsafe {
+        libc::pthread_setspecific(KEY.load(Ordering::Acquire), std::ptr::dangling::<c_void>())
+    };
 }
 
 /// Runs as a counted thread ends.
