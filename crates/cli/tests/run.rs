@@ -7,10 +7,14 @@
 //! threads, a forked child and a program it runs work; the exit code is
 //! the program's; bad input is one line and a non-zero exit.
 //!
+//! The binary carries its preload library (a copy of zmem alone in a
+//! directory runs a program in a region); a program it runs sees only the
+//! descriptors it was given, and its standard error stays its own; a child
+//! forked from a thread that is not the main one ends when its thread does.
+//!
 //! The region needs a userfaultfd that serves the kernel's faults (root or
 //! /dev/userfaultfd here); elsewhere `zmem run` must refuse, which the
-//! tests check instead. `zmem run` finds `libzmem_preload.so` beside
-//! itself: `cargo test --workspace` builds it with the preload crate.
+//! tests check instead.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -57,13 +61,22 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn zmem_run(args: &[&str]) -> Output {
-    Command::new("timeout")
-        .arg("600")
-        .arg(ZMEM)
+    zmem_run_with(Path::new(ZMEM), args, &[])
+}
+
+/// `zmem run` of the binary at `zmem`, with `env` added to its
+/// environment (and `ZMEM_PRELOAD` removed unless given).
+fn zmem_run_with(zmem: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new("timeout");
+    cmd.arg("600")
+        .arg(zmem)
         .arg("run")
         .args(args)
-        .output()
-        .unwrap()
+        .env_remove("ZMEM_PRELOAD");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
 }
 
 /// `zmem run`'s arguments: `--limit limit`, then `options`, then
@@ -353,9 +366,135 @@ fn the_exit_code_is_the_programs() {
     );
 }
 
+#[test]
+fn the_binary_carries_its_preload_library() {
+    let Some(py) = python_in_a_region() else {
+        return;
+    };
+    // A copy of zmem alone in a directory: nothing beside it to find.
+    let dir = scratch("alone");
+    let zmem = dir.join("zmem");
+    std::fs::copy(ZMEM, &zmem).unwrap();
+    let stats = dir.join("stats.json");
+    // 48 MiB of bytearrays at a limit of 8M; the program prints where its
+    // loader found the library and the descriptors it has below 256.
+    let script = "import os\nb = [bytearray(os.urandom(1 << 16)) * 16 for _ in range(48)]\n\
+        print(sum(len(x) for x in b), os.environ['LD_PRELOAD'])";
+    let run = zmem_run_with(
+        &zmem,
+        &run_args("8M", &[], &stats, &py, &["-c", script]),
+        &[],
+    );
+    let err = text(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    let out = text(&run.stdout);
+    let (bytes, preload) = out.trim().split_once(' ').expect("two words");
+    assert_eq!(bytes, (48u64 << 20).to_string(), "{err}");
+    // A sealed memfd of the zmem process, reached through /proc.
+    assert!(
+        preload.starts_with("/proc/") && preload.contains("/fd/"),
+        "{preload}"
+    );
+    let own = &stats_of(&stats)[0];
+    assert!(
+        own["region"]["faults"]["missing_store"].as_u64().unwrap() > 0,
+        "{own}"
+    );
+    // ZMEM_PRELOAD overrides it: a file that is no library reaches the
+    // program's loader, which refuses it (and the program runs unserved).
+    let not_a_library = dir.join("not-a-library.so");
+    std::fs::write(&not_a_library, "text\n").unwrap();
+    let run = zmem_run_with(
+        &zmem,
+        &["--limit", "8M", "--", "true"],
+        &[("ZMEM_PRELOAD", not_a_library.to_str().unwrap())],
+    );
+    let err = text(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    assert!(err.contains("not-a-library.so"), "{err}");
+    assert!(err.contains("no statistics from it"), "{err}");
+    refused(
+        &["--limit", "8M", "--", "true"],
+        1,
+        "ZMEM_PRELOAD=/nonexistent/lib.so is not a file",
+        &[("ZMEM_PRELOAD", "/nonexistent/lib.so")],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_program_it_runs_sees_only_the_descriptors_it_was_given() {
+    let Some(py) = python_in_a_region() else {
+        return;
+    };
+    let dir = scratch("fds");
+    let stats = dir.join("stats.json");
+    // The Python program lists what its children see: an unserved one
+    // (`ls /proc/self/fd`), a served one by vfork and by fork (the numbers
+    // below 256, as CPython's own tests scan them), one started by
+    // posix_spawn with descriptor 0 closed, and one whose region cannot
+    // start (its standard error must stay empty).
+    let workload = root().join("crates/cli/tests/workloads/descriptors.py");
+    let plain = Command::new(&py).arg(&workload).output().unwrap();
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    let run = zmem_run(&run_args(
+        "8M",
+        &[],
+        &stats,
+        &py,
+        &[workload.to_str().unwrap()],
+    ));
+    let err = text(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    assert_eq!(text(&run.stdout), text(&plain.stdout), "{err}");
+    assert!(text(&plain.stdout).contains("spawned 0 closed 9"));
+    assert!(text(&plain.stdout).contains("unserved ok ''"));
+    // The unserved child's reason is in the summary instead.
+    assert!(
+        err.contains("ran without one; the first: ZMEM_RUN_SOFT_DIRTY=maybe"),
+        "{err}"
+    );
+    // Every served child had a region of its own: they were served.
+    let served = stats_of(&stats)
+        .iter()
+        .filter(|v| v["region"].is_object())
+        .count();
+    assert!(served >= 4, "{served} served processes: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_child_forked_from_a_thread_that_is_not_the_main_one_ends() {
+    let Some(py) = python_in_a_region() else {
+        return;
+    };
+    // The child's one thread is the copy of the thread that forked; when
+    // it returns, glibc ends the process, unless the region's threads in
+    // the child keep it alive (the parent would wait for ever: the
+    // command's deadline is 120 s, the program takes well under one).
+    let workload = root().join("crates/cli/tests/workloads/fork_from_thread.py");
+    let plain = Command::new(&py).arg(&workload).output().unwrap();
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    let run = Command::new("timeout")
+        .arg("120")
+        .arg(ZMEM)
+        .args(["run", "-q", "--limit", "16M", "--"])
+        .arg(&py)
+        .arg(&workload)
+        .env_remove("ZMEM_PRELOAD")
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    assert_eq!(text(&run.stdout), text(&plain.stdout));
+    assert_eq!(
+        text(&plain.stdout),
+        "Thread-1 (func)\nTrue\nTrue\nchild status 0\n"
+    );
+}
+
 /// One line on standard error and the exit code.
-fn refused(args: &[&str], code: i32, says: &str) {
-    let run = zmem_run(args);
+fn refused(args: &[&str], code: i32, says: &str, env: &[(&str, &str)]) {
+    let run = zmem_run_with(Path::new(ZMEM), args, env);
     let err = text(&run.stderr);
     assert_eq!(run.status.code(), Some(code), "{args:?}: {err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
@@ -365,16 +504,27 @@ fn refused(args: &[&str], code: i32, says: &str) {
 
 #[test]
 fn bad_input_is_one_line_and_a_non_zero_exit() {
-    refused(&["--limit", "0", "--", "true"], 2, "out of range");
+    refused(&["--limit", "0", "--", "true"], 2, "out of range", &[]);
     refused(
         &["--limit", "2G", "--span", "1G", "--", "true"],
         2,
         "above the region's span",
+        &[],
     );
-    refused(&["--comp", "nope", "--", "true"], 2, "nope");
-    refused(&["--handler-cpu", "nowhere", "--", "true"], 2, "nowhere");
-    refused(&["--limit-covers", "machine", "--", "true"], 2, "machine");
-    refused(&["--soft-dirty", "maybe", "--", "true"], 2, "maybe");
+    refused(&["--comp", "nope", "--", "true"], 2, "nope", &[]);
+    refused(
+        &["--handler-cpu", "nowhere", "--", "true"],
+        2,
+        "nowhere",
+        &[],
+    );
+    refused(
+        &["--limit-covers", "machine", "--", "true"],
+        2,
+        "machine",
+        &[],
+    );
+    refused(&["--soft-dirty", "maybe", "--", "true"], 2, "maybe", &[]);
     refused(
         &[
             "--comp",
@@ -386,6 +536,7 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
         ],
         2,
         "/nonexistent/d",
+        &[],
     );
     refused(
         &[
@@ -398,10 +549,11 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
         ],
         2,
         "speed",
+        &[],
     );
-    refused(&["--", "/nonexistent/program"], 1, "no such file");
-    refused(&["--", "no-such-command-zmem"], 1, "command not found");
-    refused(&[], 2, "required");
+    refused(&["--", "/nonexistent/program"], 1, "no such file", &[]);
+    refused(&["--", "no-such-command-zmem"], 1, "command not found", &[]);
+    refused(&[], 2, "required", &[]);
     let dir = scratch("static");
     let src = dir.join("s.c");
     std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
@@ -412,7 +564,7 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
         .arg(&src)
         .status();
     if built.map(|s| s.success()).unwrap_or(false) {
-        refused(&["--", bin.to_str().unwrap()], 1, "a static binary");
+        refused(&["--", bin.to_str().unwrap()], 1, "a static binary", &[]);
     } else {
         eprintln!("no static C build here: the static-binary case is not run");
     }
@@ -421,6 +573,7 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
             &["--", "true"],
             1,
             "no userfaultfd that serves the kernel's faults",
+            &[],
         );
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -11,7 +11,9 @@
 //!
 //! Without `ZMEM_RUN_LIMIT` in its environment the library does nothing.
 //! At exit each process writes its statistics (`PID.json`) into
-//! `ZMEM_RUN_STATS_DIR`. A forked child keeps its own copy of the region
+//! `ZMEM_RUN_STATS_DIR`; a process that cannot make its region writes why
+//! there instead, and says it on its standard error only with
+//! `ZMEM_RUN_VERBOSE` (the program's own output stays the program's). A forked child keeps its own copy of the region
 //! (the region rebuilds itself); a program it runs gets a region of its
 //! own.
 //!
@@ -22,7 +24,9 @@
 //!   the way (also this library's Rust allocator);
 //! - `process`: the process's region and the span's books under a lock;
 //! - `hooks`: the interposed symbols;
-//! - `report`: the statistics at exit.
+//! - `report`: the statistics at exit, and the library's messages;
+//! - `threads`: the program's threads counted, so the region's own never
+//!   keep a process alive after the program's last thread ends.
 
 pub mod settings;
 pub mod span;
@@ -36,6 +40,8 @@ mod hooks;
 mod process;
 #[cfg(not(test))]
 mod report;
+#[cfg(not(test))]
+mod threads;
 
 /// The library's own allocations go straight to glibc.
 #[cfg(not(test))]
@@ -51,13 +57,16 @@ extern "C" fn load() {
         Ok(Some(s)) => s,
         Ok(None) => return,
         Err(e) => {
-            eprintln!("zmem run: {e}; the program runs without a region");
+            report::problem(&format!("{e}; the program runs without a region"));
             return;
         }
     };
     match process::Process::start(settings) {
-        Ok(_) => report::at_exit(),
-        Err(e) => eprintln!("zmem run: no region ({e}); the program runs without one"),
+        Ok(_) => {
+            report::at_exit();
+            threads::start();
+        }
+        Err(e) => report::problem(&format!("no region ({e}); the program runs without one")),
     }
 }
 

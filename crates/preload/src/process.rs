@@ -126,7 +126,7 @@ impl Process {
         }));
         PROCESS.store(p, Ordering::Release);
         // SAFETY: three `extern "C"` functions that live for the program.
-        unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_after), Some(fork_after)) };
+        unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_after), Some(fork_child)) };
         p
     }
 
@@ -212,6 +212,11 @@ extern "C" fn fork_prepare() {
         // `fork_after` in the parent and in the child.
         unsafe { libc::pthread_mutex_lock(p.locked.mutex.get()) };
     }
+}
+
+extern "C" fn fork_child() {
+    crate::threads::after_fork_child();
+    fork_after();
 }
 
 extern "C" fn fork_after() {

@@ -2,7 +2,8 @@
 //! environment: the resident limit, the span, the compressor and its
 //! settings, the smallest
 //! request served from the region, where to write the statistics and how
-//! long the fault handler polls.
+//! long the fault handler polls, and whether its messages may go to the
+//! program's standard error.
 //!
 //! Owns the variable names and their parsing; it starts nothing.
 
@@ -35,6 +36,9 @@ pub const LIMIT_COVERS: &str = "ZMEM_RUN_LIMIT_COVERS";
 pub const HANDLER_CPU: &str = "ZMEM_RUN_HANDLER_CPU";
 /// Whether the clock sees writes through soft-dirty bits: `on` or `off`.
 pub const SOFT_DIRTY: &str = "ZMEM_RUN_SOFT_DIRTY";
+/// Set (to anything): the library's messages go to the program's standard
+/// error as well as to the statistics.
+pub const VERBOSE: &str = "ZMEM_RUN_VERBOSE";
 
 /// What the library was told.
 #[derive(Clone, Debug)]

@@ -223,14 +223,14 @@ pub(crate) fn wait_for_room(sh: &Shared, seen: u32, ns: u64) {
     sh.room_waiters.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// A new eventfd (non-blocking, close-on-exec).
+/// A new eventfd (non-blocking, close-on-exec, at a high number).
 pub(crate) fn new_eventfd() -> std::io::Result<libc::c_int> {
     // SAFETY: eventfd takes an initial value and flags.
     let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(fd)
+    Ok(crate::fork::out_of_the_way(fd))
 }
 
 /// Wakes the evictor to make room, unless it is awake: a system call

@@ -74,11 +74,13 @@ pub(crate) struct SoftDirty {
     page_size: usize,
 }
 
-/// Opens `/proc/self/` + `name` (a NUL-terminated name).
+/// Opens `/proc/self/` + `name` (a NUL-terminated name), at a high
+/// number.
 fn open_proc(name: &[u8], flags: libc::c_int) -> libc::c_int {
     debug_assert_eq!(name.last(), Some(&0));
     // SAFETY: a NUL-terminated path.
-    unsafe { libc::open(name.as_ptr().cast(), flags | libc::O_CLOEXEC) }
+    let fd = unsafe { libc::open(name.as_ptr().cast(), flags | libc::O_CLOEXEC) };
+    crate::fork::out_of_the_way(fd)
 }
 
 /// Closes `fd` if open.

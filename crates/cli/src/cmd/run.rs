@@ -3,15 +3,18 @@
 //! library (`libzmem_preload.so`, the `preload` crate), and prints the
 //! region's statistics when it exits.
 //!
-//! Owns the checks before the program starts (the library found, the
-//! program one `LD_PRELOAD` can reach, a userfaultfd that serves the
-//! kernel's faults), the environment the library reads, the wait and the
-//! report. It never links the preload library (its interposed `malloc`
-//! would become zmem's own).
+//! Owns the checks before the program starts (the program one
+//! `LD_PRELOAD` can reach, a userfaultfd that serves the kernel's faults),
+//! the place the program's loader finds the library (the copy built into
+//! this binary, in a sealed memfd, or `ZMEM_PRELOAD`), the environment the
+//! library reads, the wait and the report. It never links the preload
+//! library (its interposed `malloc` would become zmem's own): the bytes it
+//! carries are the cdylib `build.rs` builds.
 
 use std::ffi::{OsStr, OsString};
-use std::io::Read;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -36,7 +39,8 @@ const ENV_HANDLER_CPU: &str = "ZMEM_RUN_HANDLER_CPU";
 const ENV_LIMIT_COVERS: &str = "ZMEM_RUN_LIMIT_COVERS";
 const ENV_SOFT_DIRTY: &str = "ZMEM_RUN_SOFT_DIRTY";
 const ENV_PID: &str = "ZMEM_RUN_PID";
-/// Where to find the library, ahead of the places next to `zmem`.
+const ENV_VERBOSE: &str = "ZMEM_RUN_VERBOSE";
+/// A preload library to use instead of the one built into `zmem`.
 const ENV_PRELOAD: &str = "ZMEM_PRELOAD";
 const LIBRARY: &str = "libzmem_preload.so";
 
@@ -48,7 +52,8 @@ its own. It needs a userfaultfd that serves the kernel's faults (root, access to
 /dev/userfaultfd, or vm.unprivileged_userfaultfd=1). It cannot serve static binaries or \
 set-user-ID programs (LD_PRELOAD does not reach them); memory a program maps with MAP_FIXED, \
 MAP_SHARED or file mappings, its thread stacks and glibc's own heap below --min-size stay \
-ordinary memory."
+ordinary memory. The preload library is built into zmem; ZMEM_PRELOAD=PATH uses another copy \
+of libzmem_preload.so."
 )]
 pub struct RunArgs {
     /// Bytes of the program's large memory kept uncompressed (the rest
@@ -105,6 +110,11 @@ pub struct RunArgs {
     /// Print no statistics at exit.
     #[arg(long, short)]
     quiet: bool,
+    /// Let the preload library write its messages (a process that runs
+    /// without a region, and why) to the programs' standard error too;
+    /// without it they reach the summary and --stats-json only.
+    #[arg(long, short)]
+    verbose: bool,
     /// The command and its arguments.
     #[arg(
         required = true,
@@ -126,13 +136,29 @@ fn mem_total() -> Result<u64, CliError> {
         .ok_or_else(|| CliError::Failed("no MemTotal in /proc/meminfo".into()))
 }
 
-/// The preload library: `$ZMEM_PRELOAD`, else next to `zmem` (where cargo
-/// and `scripts/install` put it).
-fn find_library() -> Result<PathBuf, CliError> {
+/// The preload library built with this binary (`build.rs` compiles the
+/// preload crate for it).
+static EMBEDDED: &[u8] = include_bytes!(env!("ZMEM_PRELOAD_SO"));
+
+/// Where the program's loader finds the preload library, and the
+/// descriptor that keeps that place alive while zmem waits.
+struct Library {
+    path: PathBuf,
+    _keep: Option<OwnedFd>,
+}
+
+/// The preload library: `$ZMEM_PRELOAD` if set, else the one built into
+/// this binary, in a sealed memfd that the program's loader opens as
+/// `/proc/PID/fd/N` (PID: this process, which outlives the program); where
+/// no memfd can be made, a file in `dir` (this run's private directory).
+fn library(dir: &Path) -> Result<Library, CliError> {
     if let Some(p) = std::env::var_os(ENV_PRELOAD) {
         let p = PathBuf::from(p);
         return if p.is_file() {
-            Ok(p)
+            Ok(Library {
+                path: p.canonicalize().unwrap_or(p),
+                _keep: None,
+            })
         } else {
             Err(CliError::Failed(format!(
                 "{ENV_PRELOAD}={} is not a file",
@@ -140,25 +166,66 @@ fn find_library() -> Result<PathBuf, CliError> {
             )))
         };
     }
-    let exe = std::env::current_exe()
-        .map_err(|e| CliError::Failed(format!("finding zmem's own path: {e}")))?;
-    let dir = exe.parent().unwrap_or(Path::new("/"));
-    let places = [
-        dir.join(LIBRARY),
-        dir.join("deps").join(LIBRARY),
-        dir.join("../lib/zmem").join(LIBRARY),
-    ];
-    places
-        .iter()
-        .find(|p| p.is_file())
-        .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
-        .ok_or_else(|| {
-            CliError::Failed(format!(
-                "{LIBRARY} is not next to zmem ({}): build it with `cargo build --release -p \
-                 zmem-preload` or set {ENV_PRELOAD}",
-                dir.display()
-            ))
+    let memfd = sealed_memfd(EMBEDDED).and_then(|fd| {
+        let path = PathBuf::from(format!(
+            "/proc/{}/fd/{}",
+            std::process::id(),
+            fd.as_raw_fd()
+        ));
+        // The path the program will open, opened once here.
+        std::fs::File::open(&path).map(|_| Library {
+            path,
+            _keep: Some(fd),
         })
+    });
+    let memfd_err = match memfd {
+        Ok(lib) => return Ok(lib),
+        Err(e) => e,
+    };
+    let path = dir.join(LIBRARY);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o500)
+        .open(&path)
+        .and_then(|mut f| f.write_all(EMBEDDED))
+        .map_err(|e| {
+            CliError::Failed(format!(
+                "no place for the preload library (a memfd: {memfd_err}; {}: {e}); set \
+                 {ENV_PRELOAD} to a copy of {LIBRARY}",
+                path.display()
+            ))
+        })?;
+    Ok(Library { path, _keep: None })
+}
+
+/// `bytes` in a new memfd, sealed against any change (close-on-exec: the
+/// program reaches it by its /proc path only).
+fn sealed_memfd(bytes: &[u8]) -> std::io::Result<OwnedFd> {
+    let name = c"libzmem_preload.so";
+    let base = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+    // Not executable as a program (the loader only maps it), which also
+    // keeps a kernel with memfd_noexec from warning; kernels before 6.3
+    // know no such flag and refuse it.
+    // SAFETY: a NUL-terminated name and flags; the result is checked.
+    let mut fd = unsafe { libc::memfd_create(name.as_ptr(), base | libc::MFD_NOEXEC_SEAL) };
+    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+        // SAFETY: as above.
+        fd = unsafe { libc::memfd_create(name.as_ptr(), base) };
+    }
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just made and owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut file = std::fs::File::from(fd);
+    file.write_all(bytes)?;
+    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+    // SAFETY: fcntl on our own descriptor; no writable mapping of it exists.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(file.into())
 }
 
 /// `cmd` as `execvp` would find it.
@@ -288,12 +355,14 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, CliError> {
     // setting it cannot take, not refuse to run.
     zcomp::Compressor::with_params(args.comp, params)
         .map_err(|e| CliError::Usage(format!("--algorithm-params '{params}': {e}")))?;
-    let library = find_library()?;
     let program = resolve(&args.command[0])?;
     check_program(&program, 0)?;
     check_userfaultfd()?;
     let dir = stats_dir()?;
-    let mut preload = library.into_os_string();
+    let library = library(&dir).inspect_err(|_| {
+        let _ = std::fs::remove_dir_all(&dir);
+    })?;
+    let mut preload = library.path.clone().into_os_string();
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
         preload.push(":");
         preload.push(old);
@@ -304,6 +373,11 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, CliError> {
         Some(us) => command.env(ENV_HANDLER_POLL, us.to_string()),
         None => command.env_remove(ENV_HANDLER_POLL),
     };
+    if args.verbose {
+        command.env(ENV_VERBOSE, "1");
+    } else {
+        command.env_remove(ENV_VERBOSE);
+    }
     let spawned = command
         .arg0(&args.command[0])
         .args(&args.command[1..])
@@ -388,8 +462,12 @@ fn report(cmd: &OsStr, pid: u32, code: i32, secs: f64, stats: &[Value]) -> Strin
             "  no statistics from it: it ended without running exit handlers (a signal, _exit) \
              or never loaded the library\n",
         );
-        return out;
+        return out + &others(stats, pid);
     };
+    if let Some(why) = s["error"].as_str() {
+        out.push_str(&format!("  {why}\n"));
+        return out + &others(stats, pid);
+    }
     let r = &s["region"];
     let page = r["page_size"].as_u64().unwrap_or(4096) as f64;
     let pages = |v: &Value| Value::from(v.as_f64().unwrap_or(0.0) * page);
@@ -436,10 +514,29 @@ fn report(cmd: &OsStr, pid: u32, code: i32, secs: f64, stats: &[Value]) -> Strin
         "  evicted: {} at the limit, {} past the age threshold; the clock saw {refs}\n",
         e["limit"], e["age"],
     ));
-    if stats.len() > 1 {
+    out + &others(stats, pid)
+}
+
+/// The summary's line on the command's other processes: how many had
+/// regions of their own, how many ran without one, and the first reason.
+fn others(stats: &[Value], pid: u32) -> String {
+    let rest = || {
+        stats
+            .iter()
+            .filter(|v| v["pid"].as_u64() != Some(pid as u64))
+    };
+    let without: Vec<&str> = rest().filter_map(|v| v["error"].as_str()).collect();
+    let with = rest().count() - without.len();
+    let mut out = String::new();
+    if with > 0 {
         out.push_str(&format!(
-            "  {} more process(es) had regions of their own (--stats-json has them)\n",
-            stats.len() - 1
+            "  {with} more process(es) had regions of their own (--stats-json has them)\n"
+        ));
+    }
+    if let Some(first) = without.first() {
+        out.push_str(&format!(
+            "  {} more process(es) ran without one; the first: {first}\n",
+            without.len()
         ));
     }
     out
