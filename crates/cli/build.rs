@@ -7,6 +7,7 @@
 //! names the file `cmd/run.rs` embeds. The inner directory is one per outer
 //! target directory, not one per `OUT_DIR`, so `cargo check`, `clippy`,
 //! `doc` and `test` of one profile share one inner build.
+//! `ZMEM_PRELOAD_PREBUILT=PATH` carries a library built before instead.
 //!
 //! It owns this build step only; what the binary does with the bytes is
 //! `cmd/run.rs`'s. The inner build's dep-info lists every source file the
@@ -26,7 +27,24 @@ const CLEARED: &[&str] = &[
     "CARGO_BUILD_RUSTC_WORKSPACE_WRAPPER",
 ];
 
+/// A `libzmem_preload.so` already built (by a packager, or by the test
+/// suite, which builds it once for every check of the workspace): carried
+/// as it is, and nothing is built.
+const PREBUILT: &str = "ZMEM_PRELOAD_PREBUILT";
+
 fn main() {
+    println!("cargo:rerun-if-env-changed={PREBUILT}");
+    if let Some(so) = env::var_os(PREBUILT) {
+        let so = PathBuf::from(so);
+        assert!(
+            so.is_file(),
+            "{PREBUILT}={}: no such file (a libzmem_preload.so to carry)",
+            so.display()
+        );
+        println!("cargo:rerun-if-changed={}", so.display());
+        println!("cargo:rustc-env=ZMEM_PRELOAD_SO={}", so.display());
+        return;
+    }
     let manifest_dir =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
