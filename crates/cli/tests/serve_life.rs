@@ -338,3 +338,79 @@ fn serve_swap_needs_a_mem_limit_and_says_what_the_kernel_refused() {
     assert!(field("heap_top=") >= 1 << 20, "{text}");
     assert!(field("heap_in_use=") > 0, "{text}");
 }
+
+/// `zmem ctl socket` in the environment the server ran in.
+fn ctl_socket(runtime_dir: Option<&std::path::Path>) -> String {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_zmem"));
+    cmd.args(["ctl", "socket"]);
+    match runtime_dir {
+        Some(d) => cmd.env("XDG_RUNTIME_DIR", d),
+        None => cmd.env_remove("XDG_RUNTIME_DIR"),
+    };
+    let o = cmd.output().expect("run zmem ctl socket");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout)
+        .expect("utf-8")
+        .trim_end()
+        .to_string()
+}
+
+#[test]
+fn the_default_socket_is_the_one_zmem_ctl_socket_prints_and_its_directory_goes_at_stop() {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    assert_eq!(ctl_socket(None), format!("/tmp/zmem-{uid}/nbd.sock"));
+
+    // The server and the client agree on the default, and the directory the
+    // server made is gone once it stops.
+    let runtime = tempfile::tempdir().expect("temp dir");
+    let dir = runtime.path().join("zmem");
+    let log = runtime.path().join("zmem.log");
+    let pid_file = runtime.path().join("zmem.pid");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .args(["serve", "--size", "16M", "--pid-file"])
+        .arg(&pid_file)
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("start zmem serve");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !pid_file.exists() {
+        assert!(child.try_wait().expect("wait").is_none(), "exited: {}", {
+            std::fs::read_to_string(&log).unwrap_or_default()
+        });
+        assert!(Instant::now() < deadline, "not ready after 60 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let sock = ctl_socket(Some(runtime.path()));
+    assert_eq!(sock, dir.join("nbd.sock").to_string_lossy());
+    let conn = raw_go(std::path::Path::new(&sock), "zram0").expect("an NBD client on it");
+    drop(conn);
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .args(["ctl", "status"])
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .output()
+        .expect("zmem ctl status");
+    assert!(status.status.success(), "{status:?}");
+    assert!(String::from_utf8_lossy(&status.stdout).contains("zram0"));
+    // SAFETY: kill has no memory-safety preconditions; the PID is our own
+    // unreaped child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            assert!(st.success(), "{st}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "zmem serve did not stop");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        !dir.exists(),
+        "{} is left behind: {:?}",
+        dir.display(),
+        std::fs::read_dir(&dir).map(|d| d.count())
+    );
+}

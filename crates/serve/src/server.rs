@@ -28,7 +28,8 @@
 //! [`Server::shutdown`] goes down in order: the front end first (no new
 //! NBD clients, requests in flight finish; ublk devices stopped and
 //! deleted), then metrics and control, the trimmer, the NBD threads, then
-//! the PID file. Flags, logging and signals are the binary's: this module
+//! the PID file, and the default socket directory if this server used it
+//! and it is empty. Flags, logging and signals are the binary's: this module
 //! neither parses arguments nor waits for a signal.
 
 use std::fmt;
@@ -275,6 +276,9 @@ pub struct Server {
     metrics: Option<MetricsServer>,
     trimmer: Option<Trimmer>,
     pid_file: Option<PathBuf>,
+    /// The default directory, when this server's sockets are in it: removed
+    /// at shutdown if nothing else is left in it.
+    own_dir: Option<PathBuf>,
 }
 
 impl fmt::Debug for Server {
@@ -396,6 +400,7 @@ impl Server {
                 (None, ctl, format!("ublk {}", devices.join(" ")))
             }
         };
+        let own_dir = Some(default_dir()).filter(|d| ctl_path.parent() == Some(d.as_path()));
         let ctl = CtlServer::bind(&ctl_path, registry.clone()).map_err(ServeError::io(format!(
             "cannot listen on the control socket {}",
             ctl_path.display()
@@ -433,6 +438,7 @@ impl Server {
             metrics,
             trimmer,
             pid_file,
+            own_dir,
         })
     }
 
@@ -472,6 +478,10 @@ impl Server {
         }
         if let Some(p) = &self.pid_file {
             remove_pid_file(p);
+        }
+        if let Some(dir) = &self.own_dir {
+            // Only an empty directory goes: another server's sockets keep it.
+            let _ = std::fs::remove_dir(dir);
         }
         info!("stopped");
         result

@@ -5,7 +5,8 @@
 //! the sysfs file reads, so `zmem ctl mm_stat` prints what
 //! `cat /sys/block/zram0/mm_stat` would; with `--format json` it prints the
 //! same answer as JSON, with the kernel's column names as keys. `zmem ctl
-//! status` is zramctl's table of every export (the `status` module). A
+//! status` is zramctl's table of every export (the `status` module), and
+//! `zmem ctl socket` prints the NBD socket's path for a client. A
 //! refused command prints the errno and the reason on standard error and
 //! exits with 1. The commands are listed in `serve::control`.
 
@@ -25,6 +26,8 @@ use crate::error::CliError;
 #[command(after_long_help = "\
 COMMANDS (as zram's sysfs attributes; reads print the file's text)
   status (zramctl's table of every export; see its flags below)
+  socket (the NBD socket's path that goes with the control socket, for a
+  client: `socket=$(zmem ctl socket)`; asks no server)
   mm_stat | io_stat | debug_stat | classes | disksize | comp_algorithm
   | max_comp_streams | initstate | objs_moved | exports
   compact | idle all | idle SECONDS | reset | mem_limit SIZE | mem_used_max 0
@@ -103,6 +106,9 @@ pub fn run(args: &CtlArgs) -> Result<(), CliError> {
     if args.command[0] == "status" {
         return print_status(args, &path);
     }
+    if args.command[0] == "socket" {
+        return print_socket(args, &path);
+    }
     if status_flags || args.output_all {
         return Err(CliError::Usage(
             "--bytes, --raw, --noheadings, --output and --output-all go with `status` only".into(),
@@ -124,6 +130,23 @@ pub fn run(args: &CtlArgs) -> Result<(), CliError> {
         },
         Err(e) => Err(CliError::Failed(format!("{line}: {e}"))),
     }
+}
+
+/// `zmem ctl socket`: the NBD socket that goes with the control socket,
+/// the path an NBD client gives (`nbd+unix:///zram0?socket=...`). It asks
+/// no server: the path follows the same rule as `zmem serve`'s default.
+fn print_socket(args: &CtlArgs, ctl: &std::path::Path) -> Result<(), CliError> {
+    if args.command.len() > 1 {
+        return Err(CliError::Usage("socket takes no value".into()));
+    }
+    let text = ctl.to_string_lossy();
+    let Some(nbd) = text.strip_suffix(".ctl").filter(|s| !s.is_empty()) else {
+        return Err(CliError::Usage(format!(
+            "{text}: a control socket's name ends in .ctl after its NBD socket's; \
+             give the NBD socket's path to the client directly"
+        )));
+    };
+    Ok(recipe::output::write_stdout(&format!("{nbd}\n"))?)
 }
 
 fn print_status(args: &CtlArgs, path: &std::path::Path) -> Result<(), CliError> {

@@ -44,7 +44,7 @@ PAGE SIZES AND UNITS
 EXAMPLES
   zmem serve --size 4G --comp zstd --unit 32K
   qemu-img convert -n -f raw -O raw disk.img \\
-      \"nbd+unix:///zram0?socket=$XDG_RUNTIME_DIR/zmem/nbd.sock\"
+      \"nbd+unix:///zram0?socket=$(zmem ctl socket)\"
   zmem ctl mm_stat
   zmem serve --export a:1G --export b:2G --comp lz4,zstd --tcp 127.0.0.1:10809
   zmem serve --export a:1G --export spare:0   # spare starts uninitialised
@@ -67,7 +67,8 @@ UBLK
 
 SOCKETS
   NBD: --socket PATH (default $XDG_RUNTIME_DIR/zmem/nbd.sock, or
-  /tmp/zmem-UID/nbd.sock), or --tcp [ADDR] (default 127.0.0.1:10809). A
+  /tmp/zmem-UID/nbd.sock where XDG_RUNTIME_DIR is unset; `zmem ctl socket`
+  prints it; the directory goes when the server stops, if empty), or --tcp [ADDR] (default 127.0.0.1:10809). A
   non-loopback --tcp address needs --allow-remote, and then --tls require
   (or --insecure for plaintext).
   Control: --ctl-socket PATH (default: the NBD socket's path plus .ctl; with
