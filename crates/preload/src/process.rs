@@ -93,6 +93,12 @@ impl Process {
         if let Some(follows) = settings.handler_follows {
             config.handler_follows = follows;
         }
+        // SAFETY: getpid has no arguments.
+        let pid = unsafe { libc::getpid() };
+        config.stuck_log = settings
+            .stats_dir
+            .as_ref()
+            .map(|d| d.join(format!("{pid}.log")));
         let mut last = String::new();
         for how in [UffdOpen::Device, UffdOpen::Syscall] {
             config.uffd = how;

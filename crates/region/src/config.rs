@@ -84,6 +84,14 @@ pub struct RegionConfig {
     /// runs it; a forked child, whose parent it is not, counts itself
     /// alone).
     pub limit_also_covers: Option<u32>,
+    /// How long a fault the handler thread holds may wait before the
+    /// watchdog reports it (once): its page, the page's state, and the
+    /// evictor's and the limit's state (`watchdog`).
+    pub stuck_after: Duration,
+    /// The file the watchdog appends its one-line reports to (made when
+    /// the first report comes; `None`: counted only, in
+    /// `FaultStats::stuck`). A path longer than 255 bytes is not written.
+    pub stuck_log: Option<std::path::PathBuf>,
 }
 
 /// Which thread brings a page back when the program touches it.
@@ -159,6 +167,8 @@ impl RegionConfig {
             limit_also_covers: None,
             soft_dirty: true,
             fault_service: FaultService::HandlerThread,
+            stuck_after: Duration::from_secs(10),
+            stuck_log: None,
         }
     }
 

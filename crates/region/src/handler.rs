@@ -21,7 +21,8 @@
 //!
 //! A fault that cannot be served now (`EAGAIN`: an event is still unread;
 //! another thread holds the page) waits in a fixed list and is tried again
-//! after the next read.
+//! after the next read; one that has waited past `stuck_after` is reported
+//! once (`watchdog`).
 //!
 //! When one thread sends most faults, the handler runs on that thread's
 //! CPU (`follow`) and sleeps in `ppoll` as soon as it has served them.
@@ -52,6 +53,7 @@ use crate::table::{EVICTING, GONE, UNTOUCHED};
 use crate::uffd::{
     Msg, EVENT_PAGEFAULT, EVENT_REMAP, EVENT_REMOVE, EVENT_UNMAP, FLAG_WP, FLAG_WRITE,
 };
+use crate::watchdog;
 
 /// Faults that can wait at once (more than the threads of most programs;
 /// beyond it a fault is woken to fault again).
@@ -65,6 +67,8 @@ struct Waiting {
     since: u64,
     write: bool,
     tid: u32,
+    /// Whether the watchdog has reported it.
+    reported: bool,
 }
 
 /// The handler's own memory.
@@ -304,6 +308,7 @@ impl Handler {
                 since: start,
                 write: m.arg[0] & FLAG_WRITE != 0,
                 tid: m.arg[2] as u32,
+                reported: false,
             };
             self.missing(fault, true);
         }
@@ -438,8 +443,19 @@ impl Handler {
         }
         self.retrying[..n].copy_from_slice(&self.waiting[..n]);
         self.nwaiting = 0;
+        let now = self.now_ns();
         for k in 0..n {
-            let w = self.retrying[k];
+            let mut w = self.retrying[k];
+            if !w.reported && watchdog::overdue(&self.sh, w.since, now) {
+                let page = self
+                    .sh
+                    .mapping
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .page_of(w.addr);
+                watchdog::report(&self.sh, w.addr, page, w.since, now, n);
+                w.reported = true;
+            }
             self.missing(w, false);
         }
     }

@@ -230,7 +230,7 @@ pub(crate) fn new_eventfd() -> std::io::Result<libc::c_int> {
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(crate::fork::out_of_the_way(fd))
+    Ok(crate::descriptors::out_of_the_way(fd))
 }
 
 /// Wakes the evictor to make room, unless it is awake: a system call

@@ -80,7 +80,7 @@ fn open_proc(name: &[u8], flags: libc::c_int) -> libc::c_int {
     debug_assert_eq!(name.last(), Some(&0));
     // SAFETY: a NUL-terminated path.
     let fd = unsafe { libc::open(name.as_ptr().cast(), flags | libc::O_CLOEXEC) };
-    crate::fork::out_of_the_way(fd)
+    crate::descriptors::out_of_the_way(fd)
 }
 
 /// Closes `fd` if open.

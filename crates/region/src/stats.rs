@@ -126,6 +126,8 @@ pub struct Counters {
     /// Faults that mapped a page past the resident limit: the evictor made
     /// no room within 5 ms.
     pub over_limit: AtomicU64,
+    /// Faults the watchdog reported (waiting past `stuck_after`).
+    pub stuck: AtomicU64,
     /// Pages evicted to keep under the resident limit.
     pub evicted_limit: AtomicU64,
     /// Pages evicted because they stayed untouched past the age threshold.
@@ -203,6 +205,9 @@ pub struct FaultStats {
     pub deferred: u64,
     /// Faults served over the resident limit (no room made within 5 ms).
     pub over_limit: u64,
+    /// Faults that waited longer than `RegionConfig::stuck_after`, each
+    /// reported once by the watchdog.
+    pub stuck: u64,
 }
 
 /// Evictions by cause.
@@ -338,6 +343,7 @@ impl Counters {
             wp: l(&self.wp),
             deferred: l(&self.deferred),
             over_limit: l(&self.over_limit),
+            stuck: l(&self.stuck),
         };
         let ev = EvictionStats {
             limit: l(&self.evicted_limit),

@@ -211,7 +211,7 @@ fn open_raw(mode: UffdMode) -> io::Result<libc::c_int> {
             if fd < 0 {
                 Err(err)
             } else {
-                Ok(crate::fork::out_of_the_way(fd))
+                Ok(crate::descriptors::out_of_the_way(fd))
             }
         }
         UffdMode::Syscall | UffdMode::UserModeOnly => {
@@ -225,7 +225,7 @@ fn open_raw(mode: UffdMode) -> io::Result<libc::c_int> {
             if fd < 0 {
                 Err(last_err())
             } else {
-                Ok(crate::fork::out_of_the_way(fd as libc::c_int))
+                Ok(crate::descriptors::out_of_the_way(fd as libc::c_int))
             }
         }
     }

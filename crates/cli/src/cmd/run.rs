@@ -410,11 +410,31 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, CliError> {
     // the compressor's check) goes back to the OS: zmem waits for the
     // program in whatever memory cgroup runs them both, and counts there.
     serve::trim::release_free_heap();
-    let status = child
-        .wait()
-        .map_err(|e| CliError::Failed(format!("waiting for the program: {e}")))?;
+    // The program is waited for on a thread of its own, so the watchdog's
+    // logs are shown while it runs and its exit is seen at once.
+    let child_pid = child.id();
+    let (exited, exit) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = exited.send(child.wait());
+    });
+    let mut logs = Logs::default();
+    let status = loop {
+        match exit.recv_timeout(std::time::Duration::from_secs(1)) {
+            Ok(waited) => {
+                break waited
+                    .map_err(|e| CliError::Failed(format!("waiting for the program: {e}")))?
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => logs.show_new(&dir),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(CliError::Failed(
+                    "waiting for the program: no answer".into(),
+                ))
+            }
+        }
+    };
+    logs.show_new(&dir);
     let secs = started.elapsed().as_secs_f64();
-    let stats = collect(&dir, child.id());
+    let stats = collect(&dir, child_pid);
     let _ = std::fs::remove_dir_all(&dir);
     let code = match (status.code(), status.signal()) {
         (Some(c), _) => c,
@@ -424,7 +444,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, CliError> {
     if !args.quiet {
         eprint!(
             "{}",
-            report(&args.command[0], child.id(), code, secs, &stats)
+            report(&args.command[0], child_pid, code, secs, &stats)
         );
     }
     if let Some(path) = &args.stats_json {
@@ -433,6 +453,39 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, CliError> {
             .map_err(|e| CliError::Failed(format!("writing {}: {e}", path.display())))?;
     }
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// The watchdog's logs (`PID.log` in the statistics directory, one line per
+/// fault a region's handler saw waiting too long), shown on zmem's standard
+/// error as they grow, while the program runs: a program that hangs on its
+/// region says why while it hangs.
+#[derive(Default)]
+struct Logs {
+    /// How much of each log has been shown.
+    shown: std::collections::HashMap<PathBuf, usize>,
+}
+
+impl Logs {
+    fn show_new(&mut self, dir: &Path) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for path in entries.flatten().map(|e| e.path()) {
+            if path.extension().is_none_or(|x| x != "log") {
+                continue;
+            }
+            let Ok(text) = std::fs::read(&path) else {
+                continue;
+            };
+            let shown = self.shown.entry(path).or_insert(0);
+            // Whole lines only: the rest comes with the next look.
+            let end = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            if end > *shown {
+                eprint!("{}", String::from_utf8_lossy(&text[*shown..end]));
+                *shown = end;
+            }
+        }
+    }
 }
 
 /// Every process's statistics, the command's own (`pid`) first.
@@ -492,11 +545,16 @@ fn report(cmd: &OsStr, pid: u32, code: i32, secs: f64, stats: &[Value]) -> Strin
         mib(&r["mm_stat"]["mem_used_total"]),
     ));
     out.push_str(&format!(
-        "  faults: {} from the store, {} from probation, {} zero; {} waited for room; service p50 {:.1} us, p99 {:.1} us, max {:.1} us\n",
+        "  faults: {} from the store, {} from probation, {} zero; {} waited for room{}; \
+         service p50 <= {:.1} us, p99 <= {:.1} us (bounds of power-of-two buckets), max {:.1} us\n",
         f["missing_store"],
         f["missing_probation"],
         f["missing_zero"],
         f["deferred"],
+        match f["stuck"].as_u64() {
+            Some(n) if n > 0 => format!(", {n} past the watchdog's threshold (reported above)"),
+            _ => String::new(),
+        },
         us(&l["p50_ns"]),
         us(&l["p99_ns"]),
         us(&l["max_ns"]),
