@@ -7,6 +7,13 @@
 //! fault (a JVM loading libjvm.so hung so). The bodies run here use no
 //! thread-local with a destructor.
 //!
+//! Each starts with every signal blocked but those a fault raises in the
+//! thread itself (`SIGSEGV`, `SIGBUS`, `SIGFPE`, `SIGILL`, `SIGTRAP`): a
+//! signal sent to the process (`kill(getpid(), SIGALRM)` with the signal
+//! blocked in the program's own thread, to be taken by `sigtimedwait`) is
+//! the program's, and must never be taken by one of the region's threads,
+//! where its handler would run unasked.
+//!
 //! Owns starting, naming and joining such a thread; knows nothing of the
 //! region's state. Each runs as the region's own code (`own`).
 
@@ -55,8 +62,24 @@ impl OsThread {
                 return Err(std::io::Error::from_raw_os_error(rc));
             }
             libc::pthread_attr_setstacksize(&mut attr, stack);
+            // The new thread inherits the mask in force here; the caller's
+            // own is put back at once.
+            let mut blocked: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut blocked);
+            for sig in [
+                libc::SIGSEGV,
+                libc::SIGBUS,
+                libc::SIGFPE,
+                libc::SIGILL,
+                libc::SIGTRAP,
+            ] {
+                libc::sigdelset(&mut blocked, sig);
+            }
+            libc::pthread_sigmask(libc::SIG_SETMASK, &blocked, &mut old);
             let mut thread: libc::pthread_t = std::mem::zeroed();
             let rc = libc::pthread_create(&mut thread, &attr, trampoline, arg.cast());
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
             libc::pthread_attr_destroy(&mut attr);
             if rc != 0 {
                 drop(Box::from_raw(arg));
@@ -92,5 +115,35 @@ mod tests {
         .unwrap();
         t.join();
         assert!(ran.load(Ordering::SeqCst));
+    }
+
+    /// A signal sent to the process is never the region's thread's: the
+    /// thread starts with it blocked, and the caller's own mask is as it
+    /// was.
+    #[test]
+    fn a_thread_starts_with_the_processs_signals_blocked() {
+        fn blocked(sig: libc::c_int) -> bool {
+            // SAFETY: reads this thread's mask into a zeroed set.
+            unsafe {
+                let mut now: libc::sigset_t = std::mem::zeroed();
+                libc::pthread_sigmask(libc::SIG_SETMASK, std::ptr::null(), &mut now);
+                libc::sigismember(&now, sig) == 1
+            }
+        }
+        let before = (blocked(libc::SIGALRM), blocked(libc::SIGUSR1));
+        let seen = Arc::new(std::sync::Mutex::new(None));
+        let s = Arc::clone(&seen);
+        let t = OsThread::spawn(c"zmem-test", 64 * 1024, move || {
+            *s.lock().unwrap() = Some((
+                blocked(libc::SIGALRM),
+                blocked(libc::SIGUSR1),
+                blocked(libc::SIGTERM),
+                blocked(libc::SIGBUS),
+            ));
+        })
+        .unwrap();
+        t.join();
+        assert_eq!(*seen.lock().unwrap(), Some((true, true, true, false)));
+        assert_eq!((blocked(libc::SIGALRM), blocked(libc::SIGUSR1)), before);
     }
 }
