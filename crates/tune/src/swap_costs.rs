@@ -270,7 +270,7 @@ impl Disk {
             (1, Some(p)) => p.clone(),
             (n, Some(p)) => format!(
                 "{n} system files on the disk under / ({} MiB; the largest {p})",
-                total * 4096 >> 20
+                (total * 4096) >> 20
             ),
         };
         Some(Disk { files, name })
