@@ -156,6 +156,12 @@ pub struct Chosen {
     /// Pages the prediction was made from (single pages at even steps,
     /// more than the candidates' sample).
     pub prediction_pages: u64,
+    /// Pages chosen for it: those of processes that exited or unmapped them
+    /// since the scan could not be read.
+    pub prediction_pages_asked: u64,
+    /// Where fewer than a quarter of those could be read, what that means,
+    /// in one line.
+    pub prediction_note: Option<String>,
     /// The scanned bytes over the prediction.
     pub ratio: f64,
     /// Its random 4 KiB read median on the sample, microseconds.
@@ -323,6 +329,7 @@ pub fn run(opts: &MachineOptions) -> Result<MachineAdvice, Error> {
     let (kc_store, predicted, sampling_error_pct, prediction_pages) =
         predict_chosen(&scan, &kc_spec, opts.advise.seed)?;
     let scanned_bytes = scan.pages * scan.page_size;
+    let prediction_pages_asked = PREDICTION_PAGES.min(scan.pages).max(1);
     let elsewhere = choose_elsewhere(&advice.candidates, &kernel, &opts.goal).map(|r| Elsewhere {
         label: r.label.clone(),
         comp: r.candidate.comp.name().to_string(),
@@ -341,6 +348,8 @@ pub fn run(opts: &MachineOptions) -> Result<MachineAdvice, Error> {
         predicted_default_mode: best.predicted_mem_used_total,
         sampling_error_pct,
         prediction_pages,
+        prediction_pages_asked,
+        prediction_note: few_pages_note(prediction_pages, prediction_pages_asked),
         ratio: scanned_bytes as f64 / predicted.max(1) as f64,
         read_p50_us: best.read_p50_us,
         elsewhere,
@@ -353,7 +362,7 @@ pub fn run(opts: &MachineOptions) -> Result<MachineAdvice, Error> {
         opts.target_share,
         same_filled_share,
     );
-    let swap_costs = swap_costs::measure(&kc_store, opts.advise.seed);
+    let swap_costs = swap_costs::measure(&kc_store, prediction_pages, opts.advise.seed);
     drop(kc_store);
 
     let mut warnings = Vec::new();
@@ -416,6 +425,20 @@ pub fn run(opts: &MachineOptions) -> Result<MachineAdvice, Error> {
         backing_dev: opts.backing_dev.as_ref().map(|p| p.display().to_string()),
         warnings,
         seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// A line for a prediction made from fewer than a quarter of the pages
+/// chosen for it (`None` otherwise): the memory changed under the
+/// measurement.
+fn few_pages_note(read: u64, asked: u64) -> Option<String> {
+    (read * 4 < asked).then(|| {
+        format!(
+            "only {read} of the {asked} pages chosen for the prediction could still be read \
+             (their processes exited or unmapped them since the scan): the memory changed under \
+             the measurement, and the prediction and the sizes stand on few pages; run again \
+             when the machine is steadier"
+        )
     })
 }
 
@@ -691,6 +714,9 @@ pub fn format(m: &MachineAdvice) -> String {
             mib(c.predicted_default_mode)
         ),
     );
+    if let Some(note) = &c.prediction_note {
+        line(&mut s, format!("  warning: {note}"));
+    }
     let z = &m.sizing;
     let rounding = if z.capped_from.is_some() {
         String::new()
@@ -1036,6 +1062,8 @@ mod tests {
             predicted_default_mode: best.predicted_mem_used_total,
             sampling_error_pct: 0.0,
             prediction_pages: 64,
+            prediction_pages_asked: 64,
+            prediction_note: None,
             ratio: 64.0 * 4096.0 / best.predicted_mem_used_total as f64,
             read_p50_us: best.read_p50_us,
             elsewhere,
@@ -1119,6 +1147,24 @@ mod tests {
             m.sizing.disksize >> 20
         )));
         assert!(text.contains(&format!("zram-size = {}", m.sizing.zram_size)));
+    }
+
+    /// A prediction from fewer than a quarter of its pages says so under
+    /// the choice.
+    #[test]
+    fn a_prediction_from_few_pages_says_so() {
+        assert!(few_pages_note(25452, 65536).is_none());
+        let note = few_pages_note(534, 65536).unwrap();
+        assert!(note.starts_with("only 534 of the 65536 pages"), "{note}");
+        let (mut m, _) = report();
+        m.chosen.prediction_note = Some(note.clone());
+        let text = format(&m);
+        let lines: Vec<&str> = text.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with("for this kernel"))
+            .unwrap();
+        assert_eq!(lines[at + 1], format!("  warning: {note}"));
     }
 
     /// Three quarters of the sample are zero pages: the line after the
