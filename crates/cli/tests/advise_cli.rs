@@ -81,3 +81,95 @@ fn advise_measures_the_candidates_and_ranks_them_by_memory() {
     let o = zmem(&["advise", empty.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
 }
+
+/// The kernel-compat `mem_used_total` of `zmem replay --mode kernel-compat`
+/// on `input`, with `extra` flags.
+fn replay_kernel_compat(input: &str, extra: &[&str]) -> (u64, String) {
+    let mut args = vec![
+        "replay",
+        input,
+        "--mode",
+        "kernel-compat",
+        "--format",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let r = json(&zmem(&args));
+    let result = &r["stages"][0]["results"][0];
+    (
+        result["mm_stat"]["mem_used_total"].as_u64().unwrap(),
+        result["config"].as_str().unwrap().to_string(),
+    )
+}
+
+/// "What zram would use" is one figure: `zmem advise` reports the same
+/// kernel-compat mem_used_total as `zmem replay`, with the running kernel's
+/// compressor and with one given by --kernel-comp (also one that is not
+/// among the candidates measured), in JSON to the byte and in the table to
+/// a tenth of a MiB, and names the same kernel in its first line.
+#[test]
+fn advise_and_replay_agree_on_what_zram_would_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("real.bin");
+    // 3 MiB of real data: 768 pages, taken whole (no sampling).
+    std::fs::write(&input, testkit::real_data(3 << 20)).unwrap();
+    let input = input.to_str().unwrap();
+    for kernel in [None, Some("lz4"), Some("zstd"), Some("lzo-rle")] {
+        let extra: Vec<&str> = kernel.map_or(Vec::new(), |k| vec!["--kernel-comp", k]);
+        let (replayed, config) = replay_kernel_compat(input, &extra);
+        let mut args = vec![
+            "advise",
+            input,
+            "--comp",
+            "lz4,zstd:3",
+            "--latency-reads",
+            "200",
+        ];
+        args.extend_from_slice(&extra);
+        let mut json_args = args.clone();
+        json_args.extend(["--format", "json"]);
+        let a = json(&zmem(&json_args));
+        assert!(
+            a["sample"].as_str().unwrap().starts_with("all 768 pages"),
+            "{}",
+            a["sample"]
+        );
+        let z = &a["zram_default"];
+        assert_eq!(z["store"].as_str().unwrap(), config, "{kernel:?}");
+        assert_eq!(
+            z["mem_used_total"].as_u64().unwrap(),
+            replayed,
+            "{kernel:?}"
+        );
+        assert_eq!(
+            z["predicted_mem_used_total"].as_u64().unwrap(),
+            replayed,
+            "{kernel:?}"
+        );
+        if let Some(k) = kernel {
+            assert_eq!(z["comp"], k);
+        }
+        // The table: the same MiB and the same kernel line as replay's.
+        let text = String::from_utf8(zmem(&args).stdout).unwrap();
+        let mib = format!("would use {:.1} MiB", replayed as f64 / 1048576.0);
+        assert!(text.contains(&mib), "{kernel:?}: no '{mib}' in\n{text}");
+        let mut replay_args = vec!["replay", input, "--mode", "kernel-compat"];
+        replay_args.extend_from_slice(&extra);
+        let replay_text = String::from_utf8(zmem(&replay_args).stdout).unwrap();
+        assert_eq!(
+            text.lines().next(),
+            replay_text.lines().next(),
+            "{kernel:?}"
+        );
+        assert!(text.lines().next().unwrap().starts_with("kernel-compat: "));
+    }
+    // A compressor zram does not know is one line and exit 2.
+    let o = zmem(&["advise", input, "--kernel-comp", "lzma"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--kernel-comp") && err.contains("lzma"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}

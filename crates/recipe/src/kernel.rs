@@ -79,6 +79,22 @@ impl KernelCompat {
             .map(|o| o.iter().any(|n| n == comp.name()))
     }
 
+    /// The kernel in a few words, for a sentence: `this machine's Linux
+    /// 6.18.4`, `upstream Linux`, `a kernel whose zram defaults to lz4`.
+    pub fn name(&self) -> String {
+        match &self.source {
+            Source::Given => format!(
+                "a kernel whose zram defaults to {} (--kernel-comp)",
+                self.comp.name()
+            ),
+            Source::Config(_) | Source::Device => format!(
+                "this machine's Linux {}",
+                self.release.as_deref().unwrap_or("?")
+            ),
+            Source::Upstream => "upstream Linux".into(),
+        }
+    }
+
     /// The line that opens a report: which kernel kernel-compat stands for.
     pub fn line(&self) -> String {
         let comp = self.comp.name();
@@ -268,6 +284,11 @@ mod tests {
         assert!(k.warning_for(Algorithm::Zstd).is_none());
         assert!(k.line().contains("Linux 7.3.4+deb13-amd64"), "{}", k.line());
         assert!(k.line().contains("defaults to lz4"), "{}", k.line());
+        assert_eq!(k.name(), "this machine's Linux 7.3.4+deb13-amd64");
+        assert_eq!(
+            KernelCompat::given(Algorithm::Zstd).name(),
+            "a kernel whose zram defaults to zstd (--kernel-comp)"
+        );
     }
 
     #[test]

@@ -6,10 +6,13 @@
 //! core each (compress and decompress throughput, the compressed bytes),
 //! each candidate's memory in a real store (`mem_used_total` after the
 //! sample is written to a default-mode zsmalloc store, and the 4 KiB random
-//! read latency there), the allocators compared with the two leading
-//! compressors, and primary-plus-recompression pairs for idle pages
-//! estimated from the per-page sizes. It reads pages from a [`Corpus`] and
-//! never writes anywhere but its own stores.
+//! read latency there), the allocators compared with the least-memory
+//! compressor and the kernel's zram default, what the kernel's zram would
+//! use (kernel-compat zsmalloc with the compressor a new device of the
+//! kernel takes, [`recipe::kernel`]: the same figure `zmem replay` prints),
+//! and primary-plus-recompression pairs for idle pages estimated from the
+//! per-page sizes. It reads pages from a [`Corpus`] and never writes
+//! anywhere but its own stores.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -23,7 +26,7 @@ use zsmalloc::Mode;
 use crate::corpus::Corpus;
 use crate::rng::Rng;
 use recipe::spec::StoreSpec;
-use recipe::Error;
+use recipe::{Error, KernelCompat};
 
 /// Pages a sample takes from one place: runs keep the neighbourhood that
 /// real workloads (and compression units, later) see.
@@ -45,6 +48,9 @@ pub struct AdviseOptions {
     pub page_size: usize,
     /// Draw a progress line on standard error (for a terminal).
     pub progress: bool,
+    /// The kernel whose zram "what zram would use" stands for
+    /// (`--kernel-comp`, else the running kernel's).
+    pub kernel: KernelCompat,
 }
 
 impl Default for AdviseOptions {
@@ -56,6 +62,7 @@ impl Default for AdviseOptions {
             latency_reads: 20_000,
             page_size: 4096,
             progress: false,
+            kernel: KernelCompat::running().clone(),
         }
     }
 }
@@ -333,6 +340,29 @@ pub struct RecompressionPair {
     pub secondary_decompress_mbps: f64,
 }
 
+/// What the kernel's zram would use for the input: kernel-compat zsmalloc
+/// (the kernel's geometry) with the compressor a new device of that kernel
+/// takes, at its default level.
+#[derive(Clone, Debug, Serialize)]
+pub struct ZramDefault {
+    /// Which kernel, in a few words (`this machine's Linux 6.18.4`).
+    pub kernel: String,
+    /// The line saying which kernel and how that was read.
+    pub kernel_line: String,
+    /// Its zram's default compressor.
+    #[serde(serialize_with = "recipe::spec::algorithm_name")]
+    pub comp: Algorithm,
+    /// The store configuration (`zsmalloc/kernel-compat/lzo-rle/4K`).
+    pub store: String,
+    /// `mem_used_total` after the sample is written.
+    pub mem_used_total: u64,
+    /// `compr_data_size` there.
+    pub compr_data_size: u64,
+    /// The whole input's `mem_used_total` predicted from the sample's (the
+    /// sample's own when the sample is the whole input).
+    pub predicted_mem_used_total: u64,
+}
+
 /// What to set for one goal, as commands.
 #[derive(Clone, Debug, Serialize)]
 pub struct Recommendation {
@@ -374,6 +404,8 @@ pub struct Advice {
     pub units: Vec<UnitResult>,
     /// Recompression pairs for idle pages.
     pub recompression: Vec<RecompressionPair>,
+    /// What the kernel's zram would use.
+    pub zram_default: ZramDefault,
     /// The advice, one sentence each.
     pub advice: Vec<String>,
     /// Candidates no other beats on both memory and compression speed
@@ -442,18 +474,19 @@ pub fn advise(
     }
     measured.sort_by_key(|r| r.mem_used_total);
 
-    // Allocators: with the least-memory candidate and with zram's default.
-    let mut leaders: Vec<&CandidateResult> = vec![&measured[0]];
-    if let Some(def) = measured
-        .iter()
-        .find(|r| r.candidate.comp == Algorithm::LzoRle)
-    {
-        if def.label != measured[0].label {
-            leaders.push(def);
-        }
+    // Allocators: with the least-memory candidate and with the kernel's
+    // zram default (at its default level, as a new device takes it), which
+    // is measured there even when it is not among the candidates.
+    let kernel_comp = opts.kernel.comp;
+    let kernel_lead = Candidate::new(kernel_comp, kernel_comp.default_level());
+    let mut leaders: Vec<(Candidate, String)> =
+        vec![(measured[0].candidate.clone(), measured[0].label.clone())];
+    if leaders[0].1 != kernel_lead.label() {
+        leaders.push((kernel_lead.clone(), kernel_lead.label()));
     }
     let mut allocators = Vec::new();
-    for lead in &leaders {
+    let mut zram_default = None;
+    for (candidate, label) in &leaders {
         for (alloc, mode) in [
             ("zsmalloc", Mode::Default),
             ("zsmalloc", Mode::KernelCompat),
@@ -461,18 +494,36 @@ pub fn advise(
             ("z3fold", Mode::Default),
             ("zbud", Mode::Default),
         ] {
-            let spec = spec_for(&lead.candidate, alloc, mode, opts.page_size);
-            let store = open_store(&spec, &lead.candidate, dict.as_ref(), sample)?;
+            let is_kernel = *label == kernel_lead.label();
+            let mut spec = spec_for(candidate, alloc, mode, opts.page_size);
+            if is_kernel {
+                // No algorithm_params: the kernel's default, as `zmem
+                // replay`'s kernel-compat store has it.
+                spec.comp_params = String::new();
+            }
+            let store = open_store(&spec, candidate, dict.as_ref(), sample)?;
             let (mm, predicted) = fill_and_predict(&store, sample)?;
+            if is_kernel && alloc == "zsmalloc" && mode == Mode::KernelCompat {
+                zram_default = Some(ZramDefault {
+                    kernel: opts.kernel.name(),
+                    kernel_line: opts.kernel.line(),
+                    comp: kernel_comp,
+                    store: spec.label(),
+                    mem_used_total: mm.mem_used_total,
+                    compr_data_size: mm.compr_data_size,
+                    predicted_mem_used_total: predicted,
+                });
+            }
             allocators.push(AllocatorResult {
                 store: spec.label(),
-                compressor: lead.label.clone(),
+                compressor: label.clone(),
                 mem_used_total: mm.mem_used_total,
                 compr_data_size: mm.compr_data_size,
                 predicted_mem_used_total: predicted,
             });
         }
     }
+    let zram_default = zram_default.expect("the kernel's compressor is a leader");
 
     // Compression units: the same leaders, the sample written in 16 and 64
     // KiB blocks (its runs are 64 KiB, so no unit crosses a run).
@@ -483,7 +534,7 @@ pub fn advise(
     }
     if let Some(def) = measured
         .iter()
-        .find(|r| r.candidate.comp == Algorithm::LzoRle)
+        .find(|r| !r.candidate.dictionary && r.label == kernel_lead.label())
     {
         if unit_leads.iter().all(|l| l.label != def.label) {
             unit_leads.push(def);
@@ -546,7 +597,7 @@ pub fn advise(
     }
     recompression.sort_by_key(|p| p.recompressed_bytes);
 
-    let mut advice = write_advice(&measured, &allocators, &recompression);
+    let mut advice = write_advice(&measured, &allocators, &zram_default, &recompression);
     if let (Some(small), Some(big)) = (
         units.iter().find(|u| u.unit == opts.page_size),
         units
@@ -577,6 +628,7 @@ pub fn advise(
         allocators,
         units,
         recompression,
+        zram_default,
         pareto_memory_write,
         pareto_memory_read,
         recommendations,
@@ -676,12 +728,16 @@ pub(crate) fn fill_and_predict(
 /// held the first `half` (`at_half`). Compressed bytes scale with the
 /// blocks; the memory above them is fitted as a fixed part and a part per
 /// block from the two points (without the half point, it scales whole).
+/// A store holding every block is its own answer.
 pub(crate) fn predict(
     full: &zram::MmStat,
     at_half: Option<(&zram::MmStat, usize)>,
     n: usize,
     input_blocks: f64,
 ) -> u64 {
+    if input_blocks == n as f64 {
+        return full.mem_used_total;
+    }
     let scale = input_blocks / n.max(1) as f64;
     let over = |m: &zram::MmStat| m.mem_used_total as f64 - m.compr_data_size as f64;
     let overhead = match at_half {
@@ -815,7 +871,10 @@ fn pareto(measured: &[CandidateResult], better: fn(&CandidateResult) -> f64) -> 
 
 /// The candidate of `pool` for `goal`: the least memory (`memory`); the
 /// fastest reads within 5% of that memory (`balanced`, and any other
-/// word); the fastest reads (`latency`). `None` for an empty pool.
+/// word); the fastest reads (`latency`). Reads within [`READ_TIE`] of the
+/// fastest count as as fast (the least memory of them is taken): medians
+/// that close change places from one run to the next. `None` for an empty
+/// pool.
 pub(crate) fn for_goal<'a>(
     pool: &[&'a CandidateResult],
     goal: &str,
@@ -876,13 +935,22 @@ fn recommend(measured: &[CandidateResult], sample: &Sample) -> Vec<Recommendatio
         .collect()
 }
 
-/// The candidate with the fastest reads (then the least memory).
+/// Read medians within this share of the fastest one are taken as equally
+/// fast: two runs on the same memory differ by about that much.
+pub const READ_TIE: f64 = 0.10;
+
+/// The candidate with the least memory among those whose reads are within
+/// [`READ_TIE`] of the fastest.
 fn fastest<'a>(pool: impl Iterator<Item = &'a CandidateResult>) -> Option<&'a CandidateResult> {
-    pool.min_by(|a, b| {
-        a.read_p50_us
-            .total_cmp(&b.read_p50_us)
-            .then(a.predicted_mem_used_total.cmp(&b.predicted_mem_used_total))
-    })
+    let pool: Vec<&CandidateResult> = pool.collect();
+    let quickest = pool.iter().map(|r| r.read_p50_us).min_by(f64::total_cmp)?;
+    pool.into_iter()
+        .filter(|r| r.read_p50_us <= quickest * (1.0 + READ_TIE))
+        .min_by(|a, b| {
+            a.predicted_mem_used_total
+                .cmp(&b.predicted_mem_used_total)
+                .then(a.read_p50_us.total_cmp(&b.read_p50_us))
+        })
 }
 
 /// The 95% half-width, in percent, of the error of the whole input's
@@ -913,11 +981,13 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-/// The advice: least memory; the fastest reads within 5% of it; zram's
-/// default for comparison; the best allocator; the best idle pair.
+/// The advice: least memory; the fastest reads within 5% of it; what the
+/// kernel's zram would use, beside the least-memory compressor in the same
+/// kernel-compat zsmalloc; the best allocator; the best idle pair.
 fn write_advice(
     measured: &[CandidateResult],
     allocators: &[AllocatorResult],
+    zram: &ZramDefault,
     pairs: &[RecompressionPair],
 ) -> Vec<String> {
     let mut advice = Vec::new();
@@ -945,16 +1015,27 @@ fn write_advice(
             ));
         }
     }
-    if let Some(def) = measured
+    // The least-memory compressor in the same kernel-compat zsmalloc.
+    let least_compat = allocators
         .iter()
-        .find(|r| r.candidate.comp == Algorithm::LzoRle)
-    {
-        advice.push(format!(
-            "zram's default lzo-rle would use {:.1} MiB, {:+.1}% against the least",
-            mib(def.predicted_mem_used_total),
-            (def.mem_used_total as f64 / best.mem_used_total as f64 - 1.0) * 100.0
-        ));
-    }
+        .find(|a| a.compressor == best.label && a.store.starts_with("zsmalloc/kernel-compat/"));
+    let against = match least_compat {
+        Some(l) if l.store != zram.store => format!(
+            ", {:+.1}% against {}'s {:.1} MiB there",
+            (zram.mem_used_total as f64 / l.mem_used_total.max(1) as f64 - 1.0) * 100.0,
+            best.label,
+            mib(l.predicted_mem_used_total)
+        ),
+        _ => String::new(),
+    };
+    advice.push(format!(
+        "what zram would use, on {}: its default {} in the kernel's zsmalloc ({}) would \
+         use {:.1} MiB for the whole input{against}",
+        zram.kernel,
+        zram.comp.name(),
+        zram.store,
+        mib(zram.predicted_mem_used_total)
+    ));
     if let Some(a) = allocators.iter().min_by_key(|a| a.mem_used_total) {
         advice.push(format!(
             "least memory among allocators: {} ({:.1} MiB)",
@@ -976,12 +1057,54 @@ fn write_advice(
     advice
 }
 
-/// The report as tables.
+/// The report as tables, with the configuration for `goal` as commands
+/// (for an input: which kernel will take them is not known here, so they
+/// say they need one that offers the compressor).
 pub fn format_advice(a: &Advice, goal: &str) -> String {
+    let mut s = tables(a);
+    if let Some(r) = a.recommendations.iter().find(|r| r.goal == goal) {
+        s.push_str(&format!(
+            "\nfor --goal {goal}: {} ({:.1} MiB for the whole input, reads p50 {:.1} us)\n",
+            r.label,
+            mib(r.predicted_mem_used_total),
+            r.read_p50_us,
+        ));
+        if !r.kernel.is_empty() {
+            s.push_str(&format!(
+                "  kernel zram (where it offers {}):\n",
+                r.label.split(' ').next().unwrap_or_default()
+            ));
+        }
+        for line in &r.kernel {
+            s.push_str(&format!("    {line}\n"));
+        }
+        s.push_str(&format!("  zmem:\n    {}\n", r.zmem));
+    }
+    s.push_str(&footer(a));
+    s
+}
+
+/// The measurements alone: the tables and the advice, without commands
+/// (a machine's report prints its own, for its kernel).
+pub fn format_measurements(a: &Advice) -> String {
+    let mut s = tables(a);
+    s.push_str(&footer(a));
+    s
+}
+
+fn footer(a: &Advice) -> String {
+    format!(
+        "(measured in {:.1} s on this machine; throughput is one core's, with {} candidates at a time)\n",
+        a.seconds, a.threads
+    )
+}
+
+/// The kernel line, the input and the sample, the tables and the advice.
+fn tables(a: &Advice) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "input: {}\nsample: {} ({} same-filled)\n\n",
-        a.input, a.sample, a.same_filled_pages
+        "{}\ninput: {}\nsample: {} ({} same-filled)\n\n",
+        a.zram_default.kernel_line, a.input, a.sample, a.same_filled_pages
     ));
     s.push_str(&format!(
         "{:<14} {:>6} {:>10} {:>11} {:>7} {:>9} {:>10} {:>10} {:>9} {:>9} {:>6}\n",
@@ -1079,24 +1202,6 @@ pub fn format_advice(a: &Advice, goal: &str) -> String {
     for line in &a.advice {
         s.push_str(&format!("  {line}\n"));
     }
-    if let Some(r) = a.recommendations.iter().find(|r| r.goal == goal) {
-        s.push_str(&format!(
-            "\nfor --goal {goal}: {} ({:.1} MiB for the whole input, reads p50 {:.1} us)\n  \
-             kernel zram (where it offers {}):\n",
-            r.label,
-            mib(r.predicted_mem_used_total),
-            r.read_p50_us,
-            r.label.split(' ').next().unwrap_or_default()
-        ));
-        for line in &r.kernel {
-            s.push_str(&format!("    {line}\n"));
-        }
-        s.push_str(&format!("  zmem:\n    {}\n", r.zmem));
-    }
-    s.push_str(&format!(
-        "(measured in {:.1} s on this machine; throughput is one core's, with {} candidates at a time)\n",
-        a.seconds, a.threads
-    ));
     s
 }
 
@@ -1161,6 +1266,7 @@ mod tests {
         let c = corpus(256);
         let opts = AdviseOptions {
             latency_reads: 200,
+            kernel: KernelCompat::given(Algorithm::LzoRle),
             ..AdviseOptions::default()
         };
         let s = sample(&c, &opts).unwrap();
@@ -1231,6 +1337,105 @@ mod tests {
         let text = format_advice(&a, "balanced");
         assert!(text.contains("for --goal balanced"), "{text}");
         assert!(text.contains("advice:"), "{text}");
+        // The measurements alone hold no commands.
+        let alone = format_measurements(&a);
+        assert!(alone.contains("advice:"), "{alone}");
+        assert!(!alone.contains("echo "), "{alone}");
+        assert!(!alone.contains("for --goal"), "{alone}");
+    }
+
+    /// "What zram would use" is the kernel's compressor in kernel-compat
+    /// zsmalloc, measured even when it is not a candidate, and the sentence
+    /// names the kernel.
+    #[test]
+    fn what_zram_would_use_is_kernel_compat_with_the_kernels_compressor() {
+        let c = corpus(128);
+        let opts = AdviseOptions {
+            latency_reads: 200,
+            kernel: KernelCompat::given(Algorithm::Lz4),
+            ..AdviseOptions::default()
+        };
+        let s = sample(&c, &opts).unwrap();
+        let a = advise("t".into(), &s, &[Candidate::new(Algorithm::Zstd, 3)], &opts).unwrap();
+        let z = &a.zram_default;
+        assert_eq!(z.comp, Algorithm::Lz4);
+        assert_eq!(z.store, "zsmalloc/kernel-compat/lz4/4K");
+        // The same pages in a kernel-compat store of the kernel's default
+        // compressor, written here.
+        let mut spec = spec_for(
+            &Candidate::new(Algorithm::Lz4, 1),
+            "zsmalloc",
+            Mode::KernelCompat,
+            4096,
+        );
+        spec.comp_params = String::new();
+        let store = spec.open(s.bytes.len() as u64).unwrap();
+        for (i, page) in s.bytes.chunks(4096).enumerate() {
+            store.write_page(i as u64, page).unwrap();
+        }
+        assert_eq!(z.mem_used_total, store.mm_stat().mem_used_total);
+        // The whole input is the sample: the prediction is the measurement.
+        assert_eq!(z.predicted_mem_used_total, z.mem_used_total);
+        // And it is not the default mode's figure for lz4.
+        let default_mode = a
+            .allocators
+            .iter()
+            .find(|r| r.store.starts_with("zsmalloc/default/") && r.compressor == "lz4 1")
+            .unwrap();
+        assert_ne!(default_mode.mem_used_total, z.mem_used_total);
+        let line = a
+            .advice
+            .iter()
+            .find(|l| l.starts_with("what zram would use"))
+            .unwrap();
+        assert!(
+            line.contains("on a kernel whose zram defaults to lz4 (--kernel-comp)"),
+            "{line}"
+        );
+        assert!(line.contains("zsmalloc/kernel-compat/lz4/4K"), "{line}");
+        assert!(line.contains("against zstd 3's"), "{line}");
+        let text = format_advice(&a, "memory");
+        assert!(
+            text.starts_with("kernel-compat: a kernel whose zram defaults to lz4"),
+            "{text}"
+        );
+    }
+
+    fn result(label: &str, mem: u64, read: f64) -> CandidateResult {
+        CandidateResult {
+            candidate: Candidate::new(Algorithm::Lz4, 1),
+            label: label.into(),
+            ratio: 2.0,
+            compress_mbps: 100.0,
+            decompress_mbps: 100.0,
+            mem_used_total: mem,
+            compr_data_size: mem,
+            predicted_mem_used_total: mem,
+            sampling_error_pct: 1.0,
+            read_p50_us: read,
+            read_p99_us: read,
+            sizes: Vec::new(),
+        }
+    }
+
+    /// Reads within a tenth of the fastest are as fast: the least memory of
+    /// them is taken, so two runs whose medians swap places agree.
+    #[test]
+    fn reads_within_a_tenth_of_the_fastest_count_as_as_fast() {
+        let runs = [(4.2, 4.4), (4.4, 4.2)];
+        for (lzo, lzo_rle) in runs {
+            let a = result("lzo", 1244, lzo);
+            let b = result("lzo-rle", 1278, lzo_rle);
+            let c = result("lz4 1", 1365, 3.1);
+            let pool = [&a, &b, &c];
+            assert_eq!(for_goal(&pool, "balanced").unwrap().label, "lzo");
+            assert_eq!(for_goal(&pool, "latency").unwrap().label, "lz4 1");
+        }
+        // Reads more than a tenth faster win within 5% of the memory.
+        let a = result("lzo", 1244, 4.2);
+        let b = result("lz4 1", 1290, 3.1);
+        assert_eq!(for_goal(&[&a, &b], "balanced").unwrap().label, "lz4 1");
+        assert_eq!(for_goal(&[&a, &b], "memory").unwrap().label, "lzo");
     }
 
     #[test]

@@ -13,8 +13,12 @@
 //! scanned page into a hot-added kernel zram device ([`kernel_zram`]).
 //!
 //! This module owns the choice, the policy and the kernel check, and the
-//! report; the files to install from it are [`crate::emit`]'s. It never
-//! touches an existing zram device but to read its attributes.
+//! report. The report gives one answer: the configuration for this kernel
+//! first, as the sysfs and zram-generator lines it accepts, with its sizes
+//! and sysctls; then, marked as not for this kernel, what a kernel whose
+//! zram offers more compressors would gain; then the measurements. The
+//! files to install from it are [`crate::emit`]'s. It never touches an
+//! existing zram device but to read its attributes.
 //!
 //! [`system_memory`]: crate::system_memory
 //! [`advise`]: crate::advise
@@ -152,11 +156,45 @@ pub struct Chosen {
     /// Pages the prediction was made from (single pages at even steps,
     /// more than the candidates' sample).
     pub prediction_pages: u64,
+    /// Pages chosen for it: those of processes that exited or unmapped them
+    /// since the scan could not be read.
+    pub prediction_pages_asked: u64,
+    /// Where fewer than a quarter of those could be read, what that means,
+    /// in one line.
+    pub prediction_note: Option<String>,
     /// The scanned bytes over the prediction.
     pub ratio: f64,
-    /// A candidate with less memory that this kernel's zram lacks, with
-    /// its prediction, where there is one.
-    pub better_elsewhere: Option<(String, u64)>,
+    /// Its random 4 KiB read median on the sample, microseconds.
+    pub read_p50_us: f64,
+    /// What the goal would choose on a kernel whose zram offered every
+    /// compressor measured, where that is one this kernel's zram lacks.
+    pub elsewhere: Option<Elsewhere>,
+}
+
+/// The configuration a kernel with more compressors would take for the
+/// goal: not one this kernel accepts.
+#[derive(Clone, Debug, Serialize)]
+pub struct Elsewhere {
+    /// The candidate's label.
+    pub label: String,
+    /// Its compressor, by the kernel's name.
+    pub comp: String,
+    /// The kernel option that builds that compressor into zram (6.12 on).
+    pub kernel_option: String,
+    /// Its `mem_used_total` predicted for all the memory in zmem's default
+    /// mode (as [`Chosen::predicted_default_mode`], to compare).
+    pub predicted_default_mode: u64,
+    /// Its random 4 KiB read median on the sample, microseconds.
+    pub read_p50_us: f64,
+}
+
+/// The kernel option that builds `comp` into zram (Linux 6.12 and later).
+pub fn backend_option(comp: &str) -> String {
+    let name = match comp {
+        "lzo" | "lzo-rle" => "LZO",
+        other => return format!("CONFIG_ZRAM_BACKEND_{}", other.to_uppercase()),
+    };
+    format!("CONFIG_ZRAM_BACKEND_{name}")
 }
 
 /// An idle writeback and recompression policy.
@@ -239,6 +277,32 @@ fn choose<'a>(
     advise::for_goal(&usable, goal)
 }
 
+/// Leaves out of the input's recommendations the sysfs lines this kernel
+/// would refuse: they name the lines for any kernel, and here the kernel is
+/// known.
+fn keep_accepted(advice: &mut Advice, kernel: &KernelInfo) {
+    for r in &mut advice.recommendations {
+        let comp = r.label.split(' ').next().unwrap_or_default();
+        if !kernel.has_algorithm(comp) {
+            r.kernel.clear();
+        }
+    }
+}
+
+/// What `goal` would choose among every measured candidate a command line
+/// can name, where this kernel's zram lacks its compressor.
+fn choose_elsewhere<'a>(
+    measured: &'a [CandidateResult],
+    kernel: &KernelInfo,
+    goal: &str,
+) -> Option<&'a CandidateResult> {
+    let plain: Vec<&CandidateResult> = measured
+        .iter()
+        .filter(|r| !r.candidate.dictionary)
+        .collect();
+    advise::for_goal(&plain, goal).filter(|r| !kernel.has_algorithm(r.candidate.comp.name()))
+}
+
 /// Runs the whole advice.
 pub fn run(opts: &MachineOptions) -> Result<MachineAdvice, Error> {
     let start = Instant::now();
@@ -250,8 +314,9 @@ pub fn run(opts: &MachineOptions) -> Result<MachineAdvice, Error> {
     } else {
         opts.candidates.clone()
     };
-    let advice = advise::advise(scan.summary(), &sample, &candidates, &opts.advise)?;
+    let mut advice = advise::advise(scan.summary(), &sample, &candidates, &opts.advise)?;
     let kernel = KernelInfo::read();
+    keep_accepted(&mut advice, &kernel);
     let best = choose(&advice.candidates, &kernel, &opts.goal).ok_or_else(|| {
         Error::Failed(format!(
             "no candidate measured is one this kernel's zram offers ({})",
@@ -264,13 +329,14 @@ pub fn run(opts: &MachineOptions) -> Result<MachineAdvice, Error> {
     let (kc_store, predicted, sampling_error_pct, prediction_pages) =
         predict_chosen(&scan, &kc_spec, opts.advise.seed)?;
     let scanned_bytes = scan.pages * scan.page_size;
-    let better_elsewhere = advice
-        .candidates
-        .iter()
-        .filter(|r| !r.candidate.dictionary && !kernel.has_algorithm(r.candidate.comp.name()))
-        .min_by_key(|r| r.predicted_mem_used_total)
-        .filter(|r| r.predicted_mem_used_total < best.predicted_mem_used_total)
-        .map(|r| (r.label.clone(), r.predicted_mem_used_total));
+    let prediction_pages_asked = PREDICTION_PAGES.min(scan.pages).max(1);
+    let elsewhere = choose_elsewhere(&advice.candidates, &kernel, &opts.goal).map(|r| Elsewhere {
+        label: r.label.clone(),
+        comp: r.candidate.comp.name().to_string(),
+        kernel_option: backend_option(r.candidate.comp.name()),
+        predicted_default_mode: r.predicted_mem_used_total,
+        read_p50_us: r.read_p50_us,
+    });
     let chosen = Chosen {
         goal: opts.goal.clone(),
         label: best.label.clone(),
@@ -282,12 +348,21 @@ pub fn run(opts: &MachineOptions) -> Result<MachineAdvice, Error> {
         predicted_default_mode: best.predicted_mem_used_total,
         sampling_error_pct,
         prediction_pages,
+        prediction_pages_asked,
+        prediction_note: few_pages_note(prediction_pages, prediction_pages_asked),
         ratio: scanned_bytes as f64 / predicted.max(1) as f64,
-        better_elsewhere,
+        read_p50_us: best.read_p50_us,
+        elsewhere,
     };
     let mem_total = sizing::mem_total()?;
-    let sizing = sizing::size(mem_total, chosen.ratio, opts.target_share);
-    let swap_costs = swap_costs::measure(&kc_store, 200, 20_000, opts.advise.seed);
+    let same_filled_share = advice.same_filled_pages as f64 / advice.sample_pages.max(1) as f64;
+    let sizing = sizing::size(
+        mem_total,
+        chosen.ratio,
+        opts.target_share,
+        same_filled_share,
+    );
+    let swap_costs = swap_costs::measure(&kc_store, prediction_pages, opts.advise.seed);
     drop(kc_store);
 
     let mut warnings = Vec::new();
@@ -298,15 +373,6 @@ pub fn run(opts: &MachineOptions) -> Result<MachineAdvice, Error> {
              or zswap.enabled=0 on the kernel command line) when zram is the swap device"
                 .into(),
         );
-    }
-    if let Some((label, bytes)) = &chosen.better_elsewhere {
-        warnings.push(format!(
-            "this kernel's zram lacks {label}, which would need {:.1} MiB against {:.1} MiB: it \
-             offers {}",
-            *bytes as f64 / 1048576.0,
-            chosen.predicted_default_mode as f64 / 1048576.0,
-            kernel.algorithms.join(" ")
-        ));
     }
     if let Some(w) = scan.skipped.first() {
         warnings.push(format!(
@@ -359,6 +425,20 @@ pub fn run(opts: &MachineOptions) -> Result<MachineAdvice, Error> {
         backing_dev: opts.backing_dev.as_ref().map(|p| p.display().to_string()),
         warnings,
         seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// A line for a prediction made from fewer than a quarter of the pages
+/// chosen for it (`None` otherwise): the memory changed under the
+/// measurement.
+fn few_pages_note(read: u64, asked: u64) -> Option<String> {
+    (read * 4 < asked).then(|| {
+        format!(
+            "only {read} of the {asked} pages chosen for the prediction could still be read \
+             (their processes exited or unmapped them since the scan): the memory changed under \
+             the measurement, and the prediction and the sizes stand on few pages; run again \
+             when the machine is steadier"
+        )
     })
 }
 
@@ -562,7 +642,32 @@ fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / 1048576.0)
 }
 
-/// The report as text.
+/// The sysfs lines for the chosen configuration, in the order the kernel
+/// takes them (the compressor and its level before `disksize`, `mem_limit`
+/// after), for a device `zramN`.
+pub fn sysfs_lines(m: &MachineAdvice) -> Vec<String> {
+    let c = &m.chosen;
+    let mut v = vec![format!("echo {} > /sys/block/zramN/comp_algorithm", c.comp)];
+    if c.level_set {
+        v.push(format!(
+            "echo \"algo={} level={}\" > /sys/block/zramN/algorithm_params",
+            c.comp, c.level
+        ));
+    }
+    v.push(format!(
+        "echo {}M > /sys/block/zramN/disksize",
+        m.sizing.disksize >> 20
+    ));
+    v.push(format!(
+        "echo {}M > /sys/block/zramN/mem_limit",
+        m.sizing.mem_limit >> 20
+    ));
+    v
+}
+
+/// The report as text: the configuration for this kernel first (its
+/// commands, sizes and sysctls), then what a kernel with more compressors
+/// would gain, marked as such, then the measurements.
 pub fn format(m: &MachineAdvice) -> String {
     let mut s = String::new();
     let line = |s: &mut String, t: String| {
@@ -596,8 +701,9 @@ pub fn format(m: &MachineAdvice) -> String {
     line(
         &mut s,
         format!(
-            "chosen ({}): {} in kernel-compat mode: {} of memory for {} of pages, ratio {:.2} \
-             (+/-{:.1}% sampling error, 95%, from {} pages); zmem's default mode: {}",
+            "for this kernel (--goal {}): {} in kernel-compat mode: {} of memory for {} of \
+             pages, ratio {:.2} (+/-{:.1}% sampling error, 95%, from {} pages); zmem's default \
+             mode: {}",
             c.goal,
             c.label,
             mib(c.predicted_mem_used_total),
@@ -608,19 +714,34 @@ pub fn format(m: &MachineAdvice) -> String {
             mib(c.predicted_default_mode)
         ),
     );
+    if let Some(note) = &c.prediction_note {
+        line(&mut s, format!("  warning: {note}"));
+    }
     let z = &m.sizing;
+    let rounding = if z.capped_from.is_some() {
+        String::new()
+    } else {
+        format!(
+            "; the ratio asks for ram * {:.2}, rounded down to a step of {}, as the ratio moves \
+             with the memory in use from run to run more than its sampling error",
+            z.asked_factor, z.factor_step
+        )
+    };
     line(
         &mut s,
         format!(
             "sizes for at most {:.0}% of {} RAM compressed: mem_limit {}, disksize {} \
-             (zram-generator: zram-size = {})",
+             (zram-generator: zram-size = {}{rounding})",
             z.target_share * 100.0,
             mib(z.mem_total),
             mib(z.mem_limit),
             mib(z.disksize),
-            z.zram_size
+            z.zram_size,
         ),
     );
+    if let Some(note) = &z.same_filled_note {
+        line(&mut s, format!("  {note}"));
+    }
     if let Some(asked) = z.capped_from {
         line(
             &mut s,
@@ -635,21 +756,18 @@ pub fn format(m: &MachineAdvice) -> String {
     }
     line(
         &mut s,
-        "the defaults on this machine (when full, at the measured ratio):".into(),
+        "  sysfs, in this order (--emit sysfs writes them as a script):".into(),
     );
-    for d in &z.defaults {
-        line(
-            &mut s,
-            format!(
-                "  {:<24} {:<22} disksize {:>12}, holds {:>12} = {:>5.1}% of RAM",
-                d.name,
-                d.zram_size,
-                mib(d.disksize),
-                mib(d.mem_when_full),
-                d.share_of_ram * 100.0
-            ),
-        );
+    for l in sysfs_lines(m) {
+        line(&mut s, format!("    {l}"));
     }
+    line(
+        &mut s,
+        "  zram-generator.conf (--emit zram-generator):".into(),
+    );
+    line(&mut s, "    [zram0]".into());
+    line(&mut s, format!("    zram-size = {}", z.zram_size));
+    line(&mut s, format!("    compression-algorithm = {}", c.comp));
     let k = &m.swap_costs;
     line(
         &mut s,
@@ -667,6 +785,50 @@ pub fn format(m: &MachineAdvice) -> String {
             k.page_cluster, k.page_cluster_reason
         ),
     );
+    line(
+        &mut s,
+        "the defaults on this machine (when full, at the measured ratio):".into(),
+    );
+    for d in &z.defaults {
+        line(
+            &mut s,
+            format!(
+                "  {:<24} {:<22} disksize {:>12}, holds {:>12} = {:>5.1}% of RAM",
+                d.name,
+                d.zram_size,
+                mib(d.disksize),
+                mib(d.mem_when_full),
+                d.share_of_ram * 100.0
+            ),
+        );
+    }
+    if let Some(e) = &c.elsewhere {
+        line(&mut s, String::new());
+        line(
+            &mut s,
+            format!(
+                "with a kernel whose zram also offers {} (this one's does not: {}; not for this \
+                 machine):",
+                e.comp, e.kernel_option
+            ),
+        );
+        line(
+            &mut s,
+            format!(
+                "  --goal {} would take {}: {} against {}'s {} ({:+.1}%), reads p50 {:.1} us \
+                 against {:.1} us (both in zmem's default mode, for all the memory)",
+                c.goal,
+                e.label,
+                mib(e.predicted_default_mode),
+                c.label,
+                mib(c.predicted_default_mode),
+                (e.predicted_default_mode as f64 / c.predicted_default_mode.max(1) as f64 - 1.0)
+                    * 100.0,
+                e.read_p50_us,
+                c.read_p50_us
+            ),
+        );
+    }
     if let Some(i) = &m.idle {
         line(&mut s, String::new());
         line(&mut s, format!("idle over {} s ({}):", i.seconds, i.method));
@@ -769,6 +931,12 @@ pub fn format(m: &MachineAdvice) -> String {
     for w in &m.warnings {
         line(&mut s, format!("warning: {w}"));
     }
+    line(&mut s, String::new());
+    line(
+        &mut s,
+        "measured on the sample (every candidate, whatever this kernel offers):".into(),
+    );
+    s.push_str(&advise::format_measurements(&m.advice));
     line(
         &mut s,
         format!(
@@ -837,5 +1005,188 @@ mod tests {
             ..kernel
         };
         assert!(choose(&measured, &none, "memory").is_none());
+    }
+
+    /// A machine's report on a kernel whose zram offers lzo-rle, lzo and
+    /// lz4, measured on a sample of mostly zero pages where zstd 7 needs
+    /// the least memory.
+    fn report() -> (MachineAdvice, String) {
+        let mut bytes = vec![0u8; 48 * 4096];
+        for i in 0..16usize {
+            bytes.extend(
+                (0..4096).map(|j| b"zram page text and some more "[(i * 7 + j / 3 + j % 5) % 29]),
+            );
+        }
+        let sample = advise::Sample {
+            input_pages: 64,
+            page_size: 4096,
+            how: "all 64 pages".into(),
+            training: Vec::new(),
+            bytes,
+        };
+        let opts = AdviseOptions {
+            latency_reads: 200,
+            kernel: recipe::KernelCompat::given(Algorithm::LzoRle),
+            ..AdviseOptions::default()
+        };
+        let candidates = [
+            Candidate::new(Algorithm::Zstd, 7),
+            Candidate::new(Algorithm::Lzo, 1),
+        ];
+        let mut advice = advise::advise("test".into(), &sample, &candidates, &opts).unwrap();
+        let kernel = KernelInfo {
+            source: "test".into(),
+            algorithms: vec!["lzo-rle".into(), "lzo".into(), "lz4".into()],
+            attributes: Vec::new(),
+            zswap_enabled: None,
+        };
+        keep_accepted(&mut advice, &kernel);
+        let best = choose(&advice.candidates, &kernel, "memory")
+            .unwrap()
+            .clone();
+        let elsewhere =
+            choose_elsewhere(&advice.candidates, &kernel, "memory").map(|r| Elsewhere {
+                label: r.label.clone(),
+                comp: r.candidate.comp.name().to_string(),
+                kernel_option: backend_option(r.candidate.comp.name()),
+                predicted_default_mode: r.predicted_mem_used_total,
+                read_p50_us: r.read_p50_us,
+            });
+        let chosen = Chosen {
+            goal: "memory".into(),
+            label: best.label.clone(),
+            comp: best.candidate.comp.name().into(),
+            level: best.candidate.level,
+            level_set: false,
+            predicted_mem_used_total: best.predicted_mem_used_total,
+            predicted_default_mode: best.predicted_mem_used_total,
+            sampling_error_pct: 0.0,
+            prediction_pages: 64,
+            prediction_pages_asked: 64,
+            prediction_note: None,
+            ratio: 64.0 * 4096.0 / best.predicted_mem_used_total as f64,
+            read_p50_us: best.read_p50_us,
+            elsewhere,
+        };
+        let same = advice.same_filled_pages as f64 / advice.sample_pages as f64;
+        let m = MachineAdvice {
+            scan: Scan {
+                scope: "test".into(),
+                page_size: 4096,
+                processes: Vec::new(),
+                skipped: Vec::new(),
+                kernel_threads: 0,
+                pages: 64,
+                shared_pages: 0,
+                seconds: 0.0,
+            },
+            sizing: sizing::size(8 << 30, chosen.ratio, 0.25, same),
+            advice,
+            kernel,
+            chosen,
+            swap_costs: SwapCosts {
+                device: Some("/dev/test".into()),
+                device_read_us: Some(50.0),
+                device_read8_us: Some(80.0),
+                device_cost: None,
+                store_read_us: 3.0,
+                store_read8_us: 24.0,
+                store_cost: None,
+                swappiness_exact: Some(188.7),
+                swappiness_range: Some((186.0, 190.0)),
+                swappiness: Some(180),
+                swappiness_reason: "measured".into(),
+                page_cluster: 0,
+                page_cluster_reason: "measured".into(),
+            },
+            idle: None,
+            policy: None,
+            verify: None,
+            backing_dev: None,
+            warnings: Vec::new(),
+            seconds: 1.0,
+        };
+        let text = format(&m);
+        (m, text)
+    }
+
+    /// The report gives this kernel's configuration first, as lines it
+    /// accepts; what zstd would gain comes after, marked as for another
+    /// kernel, and no line anywhere is a command this kernel refuses.
+    #[test]
+    fn the_report_gives_this_kernels_commands_first_and_no_others() {
+        let (m, text) = report();
+        assert_eq!(m.chosen.label, "lzo");
+        let e = m.chosen.elsewhere.as_ref().unwrap();
+        assert_eq!(e.label, "zstd 7");
+        assert_eq!(e.kernel_option, "CONFIG_ZRAM_BACKEND_ZSTD");
+        let at = |needle: &str| {
+            text.find(needle)
+                .unwrap_or_else(|| panic!("no {needle:?} in\n{text}"))
+        };
+        let ours = at("    echo lzo > /sys/block/zramN/comp_algorithm");
+        let theirs = at("with a kernel whose zram also offers zstd (this one's does not");
+        assert!(ours < theirs, "{text}");
+        assert!(at("vm.swappiness = 180") < theirs, "{text}");
+        assert!(at("    compression-algorithm = lzo\n") < theirs, "{text}");
+        assert!(theirs < at("measured on the sample"), "{text}");
+        assert!(at("not for this machine") > theirs);
+        // Every command names a compressor this kernel offers.
+        for line in text.lines().filter(|l| l.contains("echo ")) {
+            assert!(!line.contains("zstd"), "{line}\n{text}");
+        }
+        assert!(!text.contains("for --goal"), "{text}");
+        assert!(m
+            .advice
+            .recommendations
+            .iter()
+            .all(|r| !r.label.starts_with("zstd") || r.kernel.is_empty()));
+        // The sysfs lines are the sizes'.
+        assert!(text.contains(&format!(
+            "    echo {}M > /sys/block/zramN/disksize\n",
+            m.sizing.disksize >> 20
+        )));
+        assert!(text.contains(&format!("zram-size = {}", m.sizing.zram_size)));
+    }
+
+    /// A prediction from fewer than a quarter of its pages says so under
+    /// the choice.
+    #[test]
+    fn a_prediction_from_few_pages_says_so() {
+        assert!(few_pages_note(25452, 65536).is_none());
+        let note = few_pages_note(534, 65536).unwrap();
+        assert!(note.starts_with("only 534 of the 65536 pages"), "{note}");
+        let (mut m, _) = report();
+        m.chosen.prediction_note = Some(note.clone());
+        let text = format(&m);
+        let lines: Vec<&str> = text.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with("for this kernel"))
+            .unwrap();
+        assert_eq!(lines[at + 1], format!("  warning: {note}"));
+    }
+
+    /// Three quarters of the sample are zero pages: the line after the
+    /// sizes says so.
+    #[test]
+    fn mostly_same_filled_pages_are_noted_beside_the_sizes() {
+        let (m, text) = report();
+        assert_eq!(m.advice.same_filled_pages, 48);
+        let lines: Vec<&str> = text.lines().collect();
+        let sizes = lines
+            .iter()
+            .position(|l| l.starts_with("sizes for at most 25%"))
+            .unwrap();
+        assert!(
+            lines[sizes + 1].starts_with("  75% of the sampled pages are same-filled"),
+            "{text}"
+        );
+        // Capped: the cap's line says what the ratio asked for.
+        assert!(m.sizing.capped_from.is_some());
+        assert!(
+            lines[sizes + 2].starts_with("  capped at 2 x RAM"),
+            "{text}"
+        );
     }
 }

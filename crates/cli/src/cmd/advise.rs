@@ -2,7 +2,8 @@
 //! this data, measured on this machine.
 //!
 //! This module owns the command: its flags (inputs as `zmem replay` takes
-//! them, the sample's size and seed, the candidates) and printing. The
+//! them, the sample's size and seed, the candidates, the kernel "what zram
+//! would use" stands for) and printing. The
 //! measurement and the advice are the product's ([`tune::advise`]); the
 //! `--plot` figures are the lab's (feature `lab`).
 
@@ -28,9 +29,16 @@ WHAT IT MEASURES
   the ratio; its memory in a real default-mode zsmalloc store
   (mem_used_total, not only compressed bytes) and random 4 KiB read latency
   there; the five allocators (zsmalloc default and kernel-compat, zblock,
-  z3fold, zbud) with the least-memory compressor and with zram's default
-  lzo-rle; and pairs of a fast primary with a strong secondary for idle pages
+  z3fold, zbud) with the least-memory compressor and with the kernel's zram
+  default; and pairs of a fast primary with a strong secondary for idle pages
   (recompression), from each page's two sizes.
+
+  What zram would use is kernel-compat mode (the kernel's zsmalloc
+  geometry) with the compressor a new zram device of the kernel takes: the
+  running kernel's CONFIG_ZRAM_DEF_COMP (lz4 on Debian's 6.12 and later,
+  upstream's lzo-rle elsewhere), or --kernel-comp NAME for another machine.
+  The report's first line names that kernel, as zmem replay's does, and the
+  figure is the one zmem replay prints for kernel-compat.
 
   Large inputs are sampled: --sample-pages pages in runs of 16 consecutive
   pages, chosen uniformly with --seed; the first line says what was read and
@@ -40,11 +48,15 @@ A WHOLE MACHINE
   --system (root), --cgroup PATH, or --pid alone: the private anonymous
   memory of every process (of the cgroup, of the pids), as zram would receive
   it when the kernel swaps, each process weighted by its size; zmem itself
-  and kernel threads left out. Then, beside the measurement: the
-  configuration chosen among the compressors this kernel's zram offers and
-  its mem_used_total in kernel-compat mode, disksize and mem_limit for
-  --target-share of RAM against the distributions' defaults, and
-  vm.swappiness and vm.page-cluster from measured read costs. --watch
+  and kernel threads left out. The report starts with the configuration
+  chosen among the compressors this kernel's zram offers, as the sysfs and
+  zram-generator lines this kernel accepts: its mem_used_total in
+  kernel-compat mode, disksize and mem_limit for --target-share of RAM
+  (zram-size's factor of RAM rounded down to a tenth), and vm.swappiness
+  (rounded to a step of 20) and vm.page-cluster from read costs measured
+  until their medians settle. Then, marked as not for this machine, what a
+  kernel whose zram offers more compressors would take; then the
+  distributions' defaults and the measurements. --watch
   DURATION clears the processes' accessed and soft-dirty bits and reports
   the memory untouched after 1 min, 10 min, 1 h, ... and an idle writeback
   and recompression policy; --verify writes every page into a hot-added
@@ -121,10 +133,18 @@ pub struct AdviseArgs {
     #[arg(long, default_value_t = 20_000, value_parser = recipe::flags::whole::<u32>(100, 10_000_000))]
     latency_reads: u32,
     /// Which configuration to print as commands: the least memory, the
-    /// fastest reads within 5% of that memory, or the fastest reads (all
-    /// three are in the JSON).
+    /// fastest reads within 5% of that memory, or the fastest reads (reads
+    /// within 10% of the fastest count as as fast, and the least memory of
+    /// them is taken; all three are in the JSON). For a machine, among the
+    /// compressors its kernel's zram offers.
     #[arg(long, default_value = "balanced", value_parser = clap::builder::PossibleValuesParser::new(advise::GOALS))]
     goal: String,
+    /// The kernel whose zram "what zram would use" stands for, by its zram's
+    /// default compressor (to answer for another machine) [default: the
+    /// running kernel's CONFIG_ZRAM_DEF_COMP, or a hot-added zram device's;
+    /// else upstream's lzo-rle]
+    #[arg(long, value_name = "NAME", value_parser = recipe::spec::parse_comp)]
+    kernel_comp: Option<zcomp::Algorithm>,
     /// Size of the built-in default corpus (4K to 1T).
     #[arg(long, value_parser = recipe::flags::size(4096, 1 << 40), default_value = "64M")]
     default_size: u64,
@@ -195,6 +215,10 @@ fn advise_options(args: &AdviseArgs) -> AdviseOptions {
         latency_reads: args.latency_reads as usize,
         page_size: 4096,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        kernel: match args.kernel_comp {
+            Some(c) => recipe::KernelCompat::given(c),
+            None => recipe::KernelCompat::running().clone(),
+        },
     }
 }
 
@@ -224,11 +248,7 @@ fn run_machine(args: &AdviseArgs, scope: Scope) -> Result<(), CliError> {
     }
     match args.format.get() {
         Format::Json => Ok(write_json(&m)?),
-        Format::Table => Ok(write_stdout(&format!(
-            "{}\n{}",
-            advise::format_advice(&m.advice, &args.goal),
-            machine::format(&m)
-        ))?),
+        Format::Table => Ok(write_stdout(&machine::format(&m))?),
     }
 }
 
