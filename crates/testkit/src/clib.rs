@@ -30,10 +30,11 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 /// Libraries the Rust standard library inside a static library needs
-/// (`rustc --print native-static-libs`; also `Libs.private` in the .pc
-/// files).
+/// (`rustc --print native-static-libs`, with the static unwinder
+/// `-lgcc_eh` for its `-lgcc_s`, which `cc -static` cannot link; also
+/// `Libs.private` in the .pc files).
 pub const NATIVE_LIBS: &[&str] = &[
-    "-lgcc_s",
+    "-lgcc_eh",
     "-lutil",
     "-lrt",
     "-lpthread",
@@ -338,6 +339,33 @@ impl CLibrary {
         bin
     }
 
+    /// The C test program linked the way a user links a program that
+    /// needs no library at run time: `cc -static` with `pkg-config
+    /// --static`'s flags for the installed library (`None` where
+    /// [`Self::install`] gives none, or glibc's static libraries are
+    /// missing, with a `SKIPPED:` line).
+    pub fn build_installed_static(&self, bin_name: &str) -> Option<PathBuf> {
+        let (prefix, _) = self.install()?;
+        let flags = run(Command::new("pkg-config")
+            .args(["--static", "--cflags", "--libs", self.name])
+            .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig")))
+        .stdout;
+        let flags = String::from_utf8(flags).expect("pkg-config's output is UTF-8");
+        let bin = self.out_dir().join(bin_name);
+        let mut cmd = self.cc_test(&bin);
+        cmd.arg("-static").args(flags.split_whitespace());
+        let out = cmd.output().expect("run cc");
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            if err.contains("cannot find -lc") {
+                eprintln!("SKIPPED: no static glibc (libc6-dev's libc.a)");
+                return None;
+            }
+            panic!("{cmd:?} failed:\n{err}");
+        }
+        Some(bin)
+    }
+
     /// Panics unless `bin` loads `lib{name}.so.0` from `dir`.
     pub fn assert_loads_from(&self, bin: &Path, dir: &Path) {
         let ldd = ldd(bin);
@@ -407,6 +435,26 @@ impl CLibrary {
             env!("CARGO_PKG_VERSION"),
             "the .pc file's version"
         );
+        // `--static` adds what the standard library inside the `.a` needs.
+        let static_flags = pkg_config(&["--static", "--libs"]);
+        for want in NATIVE_LIBS {
+            assert!(
+                static_flags.split_whitespace().any(|f| f == *want),
+                "{want} not in pkg-config --static --libs: {static_flags}"
+            );
+        }
+        // The installer fills in the placeholders, and nothing else: its
+        // comments read as written.
+        let pc = prefix.join(format!("lib/pkgconfig/{n}.pc"));
+        let text = std::fs::read_to_string(&pc).expect("the installed .pc file");
+        let prefix_text = prefix.display().to_string();
+        for line in text.lines().filter(|l| l.starts_with('#')) {
+            assert!(
+                !line.contains(&prefix_text),
+                "{}: a comment the installer changed: {line}",
+                pc.display()
+            );
+        }
         Some((prefix, flags))
     }
 }

@@ -322,10 +322,13 @@ pub fn linux_tar(path: &Path) -> Result<PathBuf, Error> {
          run `xz -dc {LINUX_TAR_XZ} > {LINUX_TAR}`, or pass another tar",
         path.display()
     );
-    if path != Path::new(LINUX_TAR) || !Path::new(LINUX_TAR_XZ).exists() {
+    if !Path::new(LINUX_TAR_XZ).exists() {
         return Err(Error::Failed(how));
     }
-    eprintln!("decompressing {LINUX_TAR_XZ} to {LINUX_TAR} (once)...");
+    eprintln!(
+        "decompressing {LINUX_TAR_XZ} to {} (once)...",
+        path.display()
+    );
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
     }

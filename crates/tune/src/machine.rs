@@ -832,6 +832,19 @@ pub fn format(m: &MachineAdvice) -> String {
     if let Some(i) = &m.idle {
         line(&mut s, String::new());
         line(&mut s, format!("idle over {} s ({}):", i.seconds, i.method));
+        if !i.exited.is_empty() {
+            let pids: Vec<String> = i.exited.iter().take(8).map(u32::to_string).collect();
+            line(
+                &mut s,
+                format!(
+                    "  {} watched process(es) exited during the watch ({}{}): counted in the points \
+                     taken before each exit, left out of those after",
+                    i.exited.len(),
+                    pids.join(" "),
+                    if i.exited.len() > 8 { " ..." } else { "" }
+                ),
+            );
+        }
         for p in &i.points {
             line(
                 &mut s,

@@ -571,6 +571,19 @@ fn pct(x: f64) -> String {
     format!("{:.2}%", x * 100.0)
 }
 
+/// What the rows of [`stage_table`] that are not `mm_stat`'s own columns
+/// mean, for the report's help and docs/tune.md.
+pub const ROW_DEFINITIONS: &str = "\
+ROWS OF EACH STAGE'S TABLE
+  orig_data_size .. objs_moved: mm_stat's columns, as zram's sysfs file has them
+  ratio: orig_data_size / mem_used_total (the pages' bytes per byte of memory used)
+  overhead: mem_used_total / compr_data_size - 1 (what the allocator adds to the
+  compressed bytes: class rounding, partly used pages, metadata)
+  objs/page: stored objects per page of memory the allocator holds
+  store time: seconds the stage took in that store
+  auto ...: the background compactor's runs, pages freed, objects moved, CPU and
+  longest step (rows shown when it ran; the JSON report has them always)";
+
 /// The table of one stage: one column per configuration.
 pub fn stage_table(stage: &Stage) -> String {
     let mut rows: Vec<(&str, Vec<String>)> = vec![
@@ -584,6 +597,7 @@ pub fn stage_table(stage: &Stage) -> String {
         ("huge_pages", vec![]),
         ("huge_pages_since", vec![]),
         ("objs_moved", vec![]),
+        ("ratio", vec![]),
         ("overhead", vec![]),
         ("objs/page", vec![]),
         ("store time", vec![]),
@@ -601,6 +615,11 @@ pub fn stage_table(stage: &Stage) -> String {
             m.huge_pages.to_string(),
             m.huge_pages_since.to_string(),
             m.objs_moved.to_string(),
+            if m.mem_used_total == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.2}", m.orig_data_size as f64 / m.mem_used_total as f64)
+            },
             pct(r.overhead_ratio),
             format!("{:.2}", r.objs_per_page),
             format!("{:.2}s", r.seconds),
@@ -609,8 +628,13 @@ pub fn stage_table(stage: &Stage) -> String {
             row.1.push(v);
         }
     }
-    // The background compactor's rows, when any configuration has it.
-    if stage.results.iter().any(|r| r.auto_compact.is_some()) {
+    // The background compactor's rows, when it ran in any configuration
+    // (the JSON report has them always).
+    if stage
+        .results
+        .iter()
+        .any(|r| r.auto_compact.as_ref().is_some_and(|a| a.runs > 0))
+    {
         let auto = |f: fn(&AutoCompactStats) -> String| -> Vec<String> {
             stage
                 .results

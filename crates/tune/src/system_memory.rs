@@ -257,6 +257,13 @@ impl FrameSet {
 fn reason(e: &std::io::Error) -> String {
     match e.kind() {
         ErrorKind::NotFound => "exited before it was read".into(),
+        // SAFETY: geteuid has no arguments and cannot fail.
+        ErrorKind::PermissionDenied if unsafe { libc::geteuid() } == 0 => {
+            "permission denied even to root (a process of another user namespace, or one the \
+             kernel's lockdown or a security module keeps its page tables from); its memory is \
+             left out of the sizes"
+                .into()
+        }
         ErrorKind::PermissionDenied => {
             "permission denied (needs ptrace access or CAP_SYS_PTRACE)".into()
         }

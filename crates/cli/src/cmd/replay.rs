@@ -6,11 +6,12 @@
 //! `--discard-pages FILE`; `--compact`; `--mark-idle all|SECONDS`;
 //! `--recompress REQUEST`; `--writeback TYPE` (`--writeback-compressed`
 //! 1, or 0,1 for both side by side), with the pages marked idle
-//! again first when `--mark-idle` and `--recompress` both ran, since
-//! recompression takes the mark off; verify unless `--no-verify`) and the
-//! report. With no `--mode` each configuration runs in default mode and in
-//! kernel-compat (what the kernel's zram would use, to the byte), and one
-//! line says how their `mem_used_total` differ. The stages themselves are
+//! again first, inside that stage, when `--mark-idle` and `--recompress`
+//! both ran, since recompression takes the mark off; verify unless
+//! `--no-verify`) and the report. With no `--mode` each configuration runs
+//! in default mode and in kernel-compat (what the kernel's zram would use,
+//! to the byte), and for each pair of them one line per stage says how
+//! their `mem_used_total` differ. The stages themselves are
 //! the replay engine ([`tune::replay::Replay`]), which the experiments run
 //! too.
 
@@ -30,6 +31,7 @@ use crate::error::CliError;
 
 /// Arguments of `zmem replay`.
 #[derive(Args, Debug)]
+#[command(after_long_help = tune::replay::ROW_DEFINITIONS)]
 pub struct ReplayArgs {
     /// Files, directories, tar archives, ELF core files, block devices,
     /// pipes, FIFOs, or - for standard input. None (and no --pid): a
@@ -207,9 +209,6 @@ fn compare_modes(
     per_store: &[bool],
     stage: &Stage,
 ) -> Vec<Comparison> {
-    if !args.store.mode.is_empty() {
-        return Vec::new();
-    }
     let twins = |d: &StoreSpec, k: &StoreSpec| {
         d.alloc == k.alloc
             && d.page_size == k.page_size
@@ -251,19 +250,36 @@ fn compare_modes(
     out
 }
 
-/// One line per comparison: `default mode: mem_used_total 41.2 MiB after
-/// fill, 3.1% less than kernel-compat's 42.5 MiB` (with the configurations'
-/// labels when there are several).
+/// One line per comparison (a pair of stores at one stage): `default mode:
+/// mem_used_total 41.2 MiB after fill, 3.1% less than kernel-compat's 42.5
+/// MiB` (with the configurations' labels when there are several pairs).
 fn comparison_lines(comparisons: &[Comparison]) -> String {
     let mib = |b: u64| b as f64 / 1048576.0;
+    // One pair of stores (compared at each stage) goes by the modes' names.
+    let single = comparisons
+        .iter()
+        .filter(|c| c.stage == comparisons[0].stage)
+        .count()
+        == 1;
     comparisons
         .iter()
         .map(|c| {
-            let (ours, theirs) = if comparisons.len() == 1 {
+            let (ours, theirs) = if single {
                 ("default mode".to_string(), "kernel-compat's".to_string())
             } else {
                 (c.config.clone(), format!("{}'s", c.kernel_compat_config))
             };
+            if c.mem_used_total == 0 && c.kernel_compat_mem_used_total == 0 {
+                let theirs = if single {
+                    "kernel-compat"
+                } else {
+                    &c.kernel_compat_config
+                };
+                return format!(
+                    "{ours} and {theirs}: mem_used_total 0 after {} (nothing held)\n",
+                    c.stage
+                );
+            }
             let how = if c.percent_less >= 0.0 {
                 format!("{:.1}% less than", c.percent_less)
             } else {
@@ -426,10 +442,16 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
     }
     if let Some(text) = &args.writeback {
         if let (Some(cutoff), Some(_)) = (args.mark_idle, &recompress) {
-            // Recompression takes the idle mark off the pages it tries.
+            // Recompression takes the idle mark off the pages it tries, as
+            // zram's does: they are marked again, with the same cutoff,
+            // as part of this stage, which the `--mark-idle` asked for.
             replay.mark_idle(cutoff);
-            stages.push(replay.snapshot("mark-idle"));
-            emit(&stages[stages.len() - 1])?;
+            if args.format.get() == Format::Table {
+                write_stdout(
+                    "writeback: the pages marked idle again first (recompression takes the mark \
+                     off the pages it tries, as zram's does)\n",
+                )?;
+            }
         }
         replay.writeback(text)?;
         stages.push(replay.snapshot("writeback"));
@@ -440,10 +462,11 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
     } else {
         Some(replay.verify()?)
     };
-    let comparisons = match stages.last() {
-        Some(last) => compare_modes(args, &specs, &per_store, last),
-        None => Vec::new(),
-    };
+    // Each stage asked for, default mode beside kernel-compat.
+    let comparisons: Vec<Comparison> = stages
+        .iter()
+        .flat_map(|stage| compare_modes(args, &specs, &per_store, stage))
+        .collect();
     match args.format.get() {
         Format::Table => {
             if let Some(n) = verified {
