@@ -95,7 +95,7 @@ impl Process {
         }
         // SAFETY: getpid has no arguments.
         let pid = unsafe { libc::getpid() };
-        config.stuck_log = settings
+        config.report_log = settings
             .stats_dir
             .as_ref()
             .map(|d| d.join(format!("{pid}.log")));

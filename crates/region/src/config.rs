@@ -88,10 +88,12 @@ pub struct RegionConfig {
     /// watchdog reports it (once): its page, the page's state, and the
     /// evictor's and the limit's state (`watchdog`).
     pub stuck_after: Duration,
-    /// The file the watchdog appends its one-line reports to (made when
-    /// the first report comes; `None`: counted only, in
-    /// `FaultStats::stuck`). A path longer than 255 bytes is not written.
-    pub stuck_log: Option<std::path::PathBuf>,
+    /// The file the region appends its one-line reports to (made when the
+    /// first report comes): a fault held past `stuck_after`, a page the
+    /// store could not read, the handler thread stopping (`report_log`).
+    /// `None`: counted only (`FaultStats::stuck`, `FaultStats::refused`). A
+    /// path longer than 255 bytes is not written.
+    pub report_log: Option<std::path::PathBuf>,
 }
 
 /// Which thread brings a page back when the program touches it.
@@ -168,7 +170,7 @@ impl RegionConfig {
             soft_dirty: true,
             fault_service: FaultService::HandlerThread,
             stuck_after: Duration::from_secs(10),
-            stuck_log: None,
+            report_log: None,
         }
     }
 

@@ -56,6 +56,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use crate::report_log;
 use crate::shared::Shared;
 use crate::stats::Counters;
 use crate::table::{
@@ -199,6 +200,11 @@ pub(crate) enum BringIn {
     /// Not now (the mapping is changing, another thread holds the page, or
     /// the page is not stored); try again after reading events.
     Later,
+    /// The store could not read the page (a slot that no longer
+    /// decompresses, a backing store's I/O error): its data is lost, and
+    /// trying again would fail again. The page stays stored; the report is
+    /// made (`report_log::unreadable`) for a fault's.
+    Unreadable,
 }
 
 /// One missing-from-store fault in this many is timed part by part
@@ -292,9 +298,17 @@ pub(crate) fn bring_in(
                 && c.missing_store.load(Ordering::Relaxed) % SPLIT_EVERY == 0;
             let t0 = timed.then(Instant::now);
             let (src, t1) = if state == STORED {
-                if sh.store.read_page(p as u64, &mut buf[..ps]).is_err() {
+                #[cfg(test)]
+                let read = failing_reads::of(sh, p)
+                    .map_or_else(|| sh.store.read_page(p as u64, &mut buf[..ps]), Err);
+                #[cfg(not(test))]
+                let read = sh.store.read_page(p as u64, &mut buf[..ps]);
+                if let Err(e) = read {
                     sh.table.set(p, state);
-                    return BringIn::Later;
+                    if fault {
+                        report_log::unreadable(sh, addr, p, &e);
+                    }
+                    return BringIn::Unreadable;
                 }
                 (buf.as_ptr(), timed.then(Instant::now))
             } else {
@@ -523,13 +537,42 @@ pub(crate) fn drain_discards(sh: &Shared) {
     });
 }
 
+/// A test's failing store reads: makes the store's read of one page of
+/// one region fail, as a slot that no longer decompresses would.
+#[cfg(test)]
+pub(crate) mod failing_reads {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use crate::shared::Shared;
+
+    /// The region (its `Shared`'s address; 0: none) and its page.
+    static FOR: AtomicUsize = AtomicUsize::new(0);
+    static PAGE: AtomicUsize = AtomicUsize::new(0);
+
+    /// From now on the store's reads of page `p` of `sh`'s region fail.
+    pub(crate) fn set(sh: &Shared, p: usize) {
+        PAGE.store(p, Ordering::Release);
+        FOR.store(sh as *const Shared as usize, Ordering::Release);
+    }
+
+    /// The error a read of page `p` of `sh`'s region gets, if it must fail.
+    pub(crate) fn of(sh: &Shared, p: usize) -> Option<zram::StoreError> {
+        (FOR.load(Ordering::Acquire) == sh as *const Shared as usize
+            && PAGE.load(Ordering::Acquire) == p)
+            .then(|| zram::StoreError::Corrupt {
+                index: p as u64,
+                reason: "made to fail by a test".to_string(),
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::AtomicBool;
     use std::time::Duration;
 
     use super::*;
-    use crate::{Region, RegionConfig, RegionError};
+    use crate::test_region::four_pages;
 
     /// The program drops a page an evicting thread holds and writes it
     /// again while the holder is still copying it out: the holder's copy
@@ -538,16 +581,8 @@ mod tests {
     #[test]
     fn a_write_after_a_drop_outlives_the_holders_zap() {
         let ps = crate::page_size();
-        let mut cfg = RegionConfig::new(4 * ps);
-        cfg.age_eviction = false;
-        cfg.probation_pages = Some(0);
-        let r = match Region::new(4 * ps, cfg) {
-            Ok(r) => r,
-            Err(RegionError::Userfaultfd { why, .. }) => {
-                eprintln!("skipped: no userfaultfd here ({why})");
-                return;
-            }
-            Err(e) => panic!("region: {e}"),
+        let Some(r) = four_pages(|_| {}) else {
+            return;
         };
         let sh = r.shared();
         let p = 1;

@@ -17,7 +17,9 @@
 //!   waits for room, at most [`LIMIT_WAIT_NS`] from its first arrival,
 //!   then is served over the limit (counted) rather than hang;
 //! - otherwise is brought back (`evict::bring_in`); its latency, from its
-//!   first arrival, is recorded.
+//!   first arrival, is recorded;
+//! - on a page the store cannot read (its data is lost), is refused: the
+//!   service turns it into the program's own `SIGBUS`, never a wait.
 //!
 //! A write-protect fault is a write to a page an eviction protected. The
 //! eviction in progress lets the writer go after its zap; a page found
@@ -97,6 +99,11 @@ pub(crate) enum Outcome {
     /// wakes the writer after its zap (handler thread only: a faulting
     /// thread takes a turn instead).
     LeftToHolder,
+    /// The page cannot be brought back (the store could not read it): the
+    /// program's access must end in its own `SIGBUS` (counted in
+    /// `refused`, reported in the region's log), not in a wait that never
+    /// ends.
+    Refused,
 }
 
 /// Nanoseconds since the region started: the clock of `Missing::since`.
@@ -106,6 +113,8 @@ pub(crate) fn now_ns(sh: &Shared) -> u64 {
 
 /// Serves missing fault `f`, decompressing into `buf` (one page).
 pub(crate) fn missing(sh: &Shared, f: Missing, buf: &mut [u8], service: Service) -> Outcome {
+    #[cfg(test)]
+    hook::at(sh, hook::Point::Missing);
     let c = &sh.counters;
     let state = sh.table.state(f.page);
     match state {
@@ -151,9 +160,12 @@ pub(crate) fn missing(sh: &Shared, f: Missing, buf: &mut [u8], service: Service)
             }
             Outcome::Served
         }
-        // The mapping is changing, another thread took the page first, or
-        // the store could not read it.
+        // The mapping is changing, or another thread took the page first.
         BringIn::Later => put_off(sh, f, Outcome::Turn),
+        BringIn::Unreadable => {
+            Counters::bump(&c.refused);
+            Outcome::Refused
+        }
     }
 }
 
@@ -229,6 +241,8 @@ pub(crate) mod hook {
             /// The state read.
             state: u8,
         },
+        /// A missing fault's service begins.
+        Missing,
     }
 
     type Hook = Box<dyn FnMut(&Shared, Point) + Send>;
@@ -269,15 +283,7 @@ mod tests {
     use super::hook::{self, Point};
     use super::*;
     use crate::evict::{read_own_ranges, zap};
-    use crate::{Region, RegionConfig, RegionError};
-
-    fn wait_until(what: &str, f: impl Fn() -> bool) {
-        let t0 = Instant::now();
-        while !f() {
-            assert!(t0.elapsed() < Duration::from_secs(10), "never {what}");
-            std::thread::yield_now();
-        }
-    }
+    use crate::test_region::{four_pages, wait_until};
 
     /// An eviction is abandoned while a write waits on its protection, and
     /// a second eviction of the same page starts while the write's fault is
@@ -289,16 +295,8 @@ mod tests {
     #[test]
     fn a_stale_protection_never_unprotects_a_later_eviction() {
         let ps = crate::page_size();
-        let mut cfg = RegionConfig::new(4 * ps);
-        cfg.age_eviction = false;
-        cfg.probation_pages = Some(0);
-        let r = match Region::new(4 * ps, cfg) {
-            Ok(r) => r,
-            Err(RegionError::Userfaultfd { why, .. }) => {
-                eprintln!("skipped: no userfaultfd here ({why})");
-                return;
-            }
-            Err(e) => panic!("region: {e}"),
+        let Some(r) = four_pages(|_| {}) else {
+            return;
         };
         let sh = r.shared();
         let p = 1;
@@ -401,6 +399,186 @@ mod tests {
         assert!(
             !early,
             "a write landed on a page held for eviction, before its zap"
+        );
+    }
+
+    /// The program's own `SIGBUS` handler, installed by a refusal child
+    /// before its region: writes `sigbus addr=0x... code=N` to standard
+    /// output and exits with 7. Async-signal-safe (formats on the stack).
+    extern "C" fn on_programs_sigbus(
+        _sig: libc::c_int,
+        info: *mut libc::siginfo_t,
+        _ctx: *mut libc::c_void,
+    ) {
+        // SAFETY: the kernel passes a valid `siginfo_t`.
+        let (addr, code) = unsafe { ((*info).si_addr() as usize, (*info).si_code) };
+        let mut line = *b"sigbus addr=0x0000000000000000 code=-00\n";
+        for i in 0..16 {
+            line[14 + i] = b"0123456789abcdef"[(addr >> (60 - 4 * i)) & 15];
+        }
+        line[36] = if code < 0 { b'-' } else { b'+' };
+        line[37] = b'0' + (code.unsigned_abs() / 10 % 10) as u8;
+        line[38] = b'0' + (code.unsigned_abs() % 10) as u8;
+        // SAFETY: writes the line to standard output, then exits at once.
+        unsafe {
+            libc::write(1, line.as_ptr().cast(), line.len());
+            libc::_exit(7);
+        }
+    }
+
+    /// The child's side of a refusal test (`case`: which service, which
+    /// failure): a region with a page in the store, the failure made to
+    /// happen, then a read of the page, which must end in the program's
+    /// `SIGBUS` handler, never return and never hang.
+    fn refusal_child(case: &str) -> ! {
+        let ps = crate::page_size();
+        // SAFETY: installs a plain `SA_SIGINFO` handler for `SIGBUS`
+        // before any region exists (a region serving faults in the
+        // faulting thread passes other `SIGBUS`es on to it).
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_programs_sigbus as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO;
+            libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+        }
+        let Some(r) = four_pages(|c| {
+            c.report_log = std::env::var_os("ZMEM_REFUSAL_LOG").map(Into::into);
+            if case == "faulting-thread-read" {
+                c.fault_service = crate::FaultService::FaultingThread;
+            }
+        }) else {
+            std::process::exit(77);
+        };
+        let sh = r.shared();
+        let p = 2;
+        let addr = r.as_ptr() as usize + p * ps;
+        // SAFETY: page 2 of the region.
+        unsafe { std::ptr::write_bytes(addr as *mut u8, 0x5a, ps) };
+        wait_until("resident", || sh.table.state(p) == RESIDENT);
+        assert_eq!(r.cold(p * ps..(p + 1) * ps).unwrap(), 1);
+        wait_until("stored", || sh.table.state(p) == STORED);
+        match case {
+            "handler-panic" => hook::set(sh, |_, point| {
+                if point == Point::Missing {
+                    panic!("a test's panic in the fault's service");
+                }
+            }),
+            _ => crate::evict::failing_reads::set(sh, p),
+        }
+        println!("page at {addr:#018x}");
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        // SAFETY: page 2 of the region; must end in `SIGBUS`.
+        let b = unsafe { (addr as *const u8).read_volatile() };
+        println!("the read returned {b:#x}");
+        std::process::exit(0);
+    }
+
+    /// Runs refusal case `case` in a child (this test binary, test `name`
+    /// only) under a deadline; checks that its read ended in its own
+    /// `SIGBUS` handler at the page's address, with the code `codes`
+    /// allows, and that the region's log says `why`.
+    fn refusal(name: &str, case: &str, codes: &[i32], why: &str) {
+        if let Ok(case) = std::env::var("ZMEM_REFUSAL_CHILD") {
+            refusal_child(&case);
+        }
+        let log =
+            std::env::temp_dir().join(format!("zmem-refusal-{}-{case}.log", std::process::id()));
+        let _ = std::fs::remove_file(&log);
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env("ZMEM_REFUSAL_CHILD", case)
+            .env("ZMEM_REFUSAL_LOG", &log)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{case}: the child hung on a fault that cannot be served");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if status.code() == Some(77) {
+            eprintln!("{}", stderr.trim());
+            return;
+        }
+        let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+        let _ = std::fs::remove_file(&log);
+        assert_eq!(
+            status.code(),
+            Some(7),
+            "{case}: not the program's SIGBUS handler ({status}):\n{stdout}\n{stderr}"
+        );
+        let page = stdout
+            .lines()
+            .find_map(|l| l.split("page at ").nth(1))
+            .unwrap_or_else(|| panic!("{case}: no page line in {stdout}"));
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("sigbus "))
+            .unwrap_or_else(|| panic!("{case}: no SIGBUS line in {stdout}"));
+        let code: i32 = line.rsplit("code=").next().unwrap().parse().unwrap();
+        assert!(codes.contains(&code), "{case}: si_code {code} ({line})");
+        // A signal sent by `tgkill` (a kernel without poison) has no address.
+        if code > 0 {
+            assert_eq!(line, format!("sigbus addr={page} code=+0{code}"), "{case}");
+        }
+        assert!(log_text.contains(why), "{case}: the log says {log_text:?}");
+        eprintln!("{case}: {line}; log: {}", log_text.trim());
+    }
+
+    /// `BUS_ADRERR` (a fault's; Linux 6.18 gives it for a poisoned page
+    /// too), `BUS_MCEERR_AR` (a memory error's, which a poisoned page
+    /// stands for) and `SI_TKILL` (the signal sent to the thread).
+    const BUS_ADRERR: i32 = 2;
+    const BUS_MCEERR_AR: i32 = 4;
+    const SI_TKILL: i32 = -6;
+
+    /// A page the store cannot read, faulted on the handler thread: the
+    /// program's own `SIGBUS` at the page (poisoned, or the thread sent the
+    /// signal on a kernel before 6.6), and the log says which page.
+    #[test]
+    fn an_unreadable_page_is_the_programs_sigbus_on_the_handler_thread() {
+        refusal(
+            "fault::tests::an_unreadable_page_is_the_programs_sigbus_on_the_handler_thread",
+            "handler-thread-read",
+            &[BUS_ADRERR, BUS_MCEERR_AR, SI_TKILL],
+            "could not be read from the store (page 2 does not decompress: made to fail by a test)",
+        );
+    }
+
+    /// The same fault served in the faulting thread: the `SIGBUS` the
+    /// kernel sent for it goes on to the program's handler, at its address.
+    #[test]
+    fn an_unreadable_page_is_the_programs_sigbus_in_the_faulting_thread() {
+        refusal(
+            "fault::tests::an_unreadable_page_is_the_programs_sigbus_in_the_faulting_thread",
+            "faulting-thread-read",
+            &[BUS_ADRERR],
+            "could not be read from the store",
+        );
+    }
+
+    /// The handler thread panics while serving a fault: the fault it had
+    /// read, and every later one, ends in the program's `SIGBUS`; the log
+    /// says the handler stopped, and why.
+    #[test]
+    fn a_fault_after_the_handler_stopped_is_the_programs_sigbus() {
+        refusal(
+            "fault::tests::a_fault_after_the_handler_stopped_is_the_programs_sigbus",
+            "handler-panic",
+            &[BUS_ADRERR, BUS_MCEERR_AR, SI_TKILL],
+            "the fault handler thread stopped (a test's panic in the fault's service)",
         );
     }
 }

@@ -22,7 +22,9 @@
 //! A fault that cannot be served now (`EAGAIN`: an event is still unread;
 //! another thread holds the page) waits in a fixed list and is tried again
 //! after the next read; one that has waited past `stuck_after` is reported
-//! once (`watchdog`).
+//! once (`watchdog`). One that can never be served (the store cannot read
+//! the page) becomes the program's own `SIGBUS`, as does every fault after
+//! a panic of this thread, which the region's log reports (`report_log`).
 //!
 //! When one thread sends most faults, the handler runs on that thread's
 //! CPU (`follow`) and sleeps in `ppoll` as soon as it has served them.
@@ -47,11 +49,12 @@ use crate::evict::drop_page;
 use crate::fault::{self, Missing, Outcome, Service};
 use crate::follow::Follow;
 use crate::gate::Side;
+use crate::report_log;
 use crate::shared::{drain, kick, Shared};
 use crate::stats::Counters;
 use crate::table::{EVICTING, GONE, UNTOUCHED};
 use crate::uffd::{
-    Msg, EVENT_PAGEFAULT, EVENT_REMAP, EVENT_REMOVE, EVENT_UNMAP, FLAG_WP, FLAG_WRITE,
+    Msg, Uffd, EVENT_PAGEFAULT, EVENT_REMAP, EVENT_REMOVE, EVENT_UNMAP, FLAG_WP, FLAG_WRITE,
 };
 use crate::watchdog;
 
@@ -81,6 +84,9 @@ struct Handler {
     /// The waiting faults being tried again (a copy of the first `n`).
     retrying: [Waiting; WAITING],
     follow: Follow,
+    /// Inside the fork gate (left after a panic, or a fork would wait for
+    /// this thread forever).
+    in_gate: bool,
 }
 
 /// The thread's body.
@@ -109,9 +115,44 @@ pub(crate) fn run(sh: Arc<Shared>) {
         nwaiting: 0,
         retrying: [Waiting::default(); WAITING],
         follow,
+        in_gate: false,
     });
     lock_memory(&*h);
-    h.main();
+    // A panic here is a bug; it must not leave the program's faults
+    // asleep in the kernel with nobody to serve them.
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.main()));
+    if let Err(panic) = ran {
+        h.stopped(&*panic);
+    }
+}
+
+/// Turns the fault of thread `tid` at page address `addr` into the
+/// program's own `SIGBUS`. The page is poisoned (Linux 6.6 and later): the
+/// woken access runs again and takes a `SIGBUS` at that address, until
+/// the program drops the page. On an older kernel the thread is sent `SIGBUS`, which
+/// ends its wait in the kernel; the program's handler or the default
+/// action takes it.
+fn refuse(sh: &Shared, addr: usize, tid: u32) {
+    match sh.uffd().poison(addr, sh.page_size) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && !Uffd::poisons() => {
+            // SAFETY: sends a signal to one thread of this process; no
+            // memory is passed.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_tgkill,
+                    libc::getpid(),
+                    tid as libc::pid_t,
+                    libc::SIGBUS,
+                )
+            };
+        }
+        // Mapped meanwhile (`EEXIST`), or the mapping is changing: the
+        // access runs again and faults again if it must.
+        Err(_) => {
+            let _ = sh.uffd().wake(addr, sh.page_size);
+        }
+    }
 }
 
 impl Handler {
@@ -167,11 +208,13 @@ impl Handler {
                 drain(efd);
             }
             self.sh.gate.enter(Side::Handler);
+            self.in_gate = true;
             let served = self.read_all(fds[0].revents == 0);
             self.retry();
             self.sh
                 .handler_waiting
                 .store(self.nwaiting as u32, Ordering::Relaxed);
+            self.in_gate = false;
             self.sh.gate.leave(Side::Handler);
             let was_pinned = self.follow.pinned();
             let (moves, contended) = (self.follow.moves(), self.follow.contended());
@@ -420,6 +463,70 @@ impl Handler {
             // Tried again after the next read, or when the evictor makes
             // room (it kicks the handler's eventfd).
             Outcome::Turn | Outcome::Room { .. } => self.put_off(f),
+            Outcome::Refused => refuse(&sh, addr, f.tid),
+        }
+    }
+
+    /// After a panic in `main` (`panic`: its payload): the region can no
+    /// longer be served, and says so once in its log; from then on every
+    /// fault is refused (`refuse`) and every event read (an unread event
+    /// holds the program's `madvise`, `munmap` or `mremap`), until the
+    /// region stops.
+    fn stopped(&mut self, panic: &(dyn std::any::Any + Send)) {
+        if self.in_gate {
+            self.in_gate = false;
+            self.sh.gate.leave(Side::Handler);
+        }
+        let why = panic
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("a panic");
+        report_log::handler_stopped(&self.sh, why);
+        let sh = Arc::clone(&self.sh);
+        // The faults read before the panic sleep in the kernel: woken, they
+        // fault again and come back as messages.
+        let uffd = sh.uffd();
+        let wake_all = || {
+            let map = sh.mapping.read().unwrap_or_else(|e| e.into_inner());
+            for seg in map.segments() {
+                let _ = uffd.wake(seg.addr, seg.len);
+            }
+        };
+        wake_all();
+        let efd = sh.handler_efd.load(Ordering::Acquire);
+        loop {
+            let mut fds = [
+                libc::pollfd {
+                    fd: uffd.fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: efd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two valid pollfd entries, no timeout, no signal mask.
+            unsafe { libc::ppoll(fds.as_mut_ptr(), 2, std::ptr::null(), std::ptr::null()) };
+            if sh.stop_handler.load(Ordering::Acquire) {
+                return;
+            }
+            if fds[1].revents != 0 {
+                drain(efd);
+            }
+            let n = uffd.read(&mut self.msgs).unwrap_or(0);
+            for m in &self.msgs[..n] {
+                if m.event == EVENT_PAGEFAULT {
+                    Counters::bump(&sh.counters.refused);
+                    refuse(
+                        &sh,
+                        (m.arg[1] as usize) & !(sh.page_size - 1),
+                        m.arg[2] as u32,
+                    );
+                }
+            }
         }
     }
 

@@ -59,11 +59,14 @@ mod own;
 mod probation;
 mod procfs;
 mod region;
+mod report_log;
 mod shared;
 mod signal;
 mod soft_dirty;
 pub mod stats;
 mod table;
+#[cfg(test)]
+mod test_region;
 mod uffd;
 mod wake_cost;
 mod watchdog;

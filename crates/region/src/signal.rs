@@ -213,7 +213,9 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // (`BUS_ADRERR`) its address field is the faulting address (for a
     // signal sent by `kill`, the same bytes are the sender's pid and uid).
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
-    if code != BUS_ADRERR || !serve_any(addr, ctx) {
+    // A fault the region refuses (its page cannot be read) is the
+    // program's own `SIGBUS`, passed on as it came: at its address.
+    if code != BUS_ADRERR || serve_any(addr, ctx) != Answer::Served {
         pass_on(sig, info, ctx);
     }
     // SAFETY: as above.
@@ -237,11 +239,32 @@ enum Wait {
     /// Room under the limit: the `room` futex word as seen, and how long
     /// at most.
     Room(u32, u64),
+    /// Never: the page cannot be brought back (`Outcome::Refused`).
+    Refused,
 }
 
-/// Serves `addr` if a region in the table holds it; false otherwise.
-fn serve_any(addr: usize, ctx: *mut libc::c_void) -> bool {
-    any_region(|sh| serve(sh, addr, ctx)) || any_region(|sh| grown(sh, addr))
+/// What became of a fault.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// Served, or to be tried again: the instruction runs again.
+    Served,
+    /// A region's, refused: the program's own `SIGBUS`.
+    Refused,
+    /// No region's.
+    NotOurs,
+}
+
+/// Serves `addr` if a region in the table holds it.
+fn serve_any(addr: usize, ctx: *mut libc::c_void) -> Answer {
+    let mut answer = Answer::NotOurs;
+    any_region(|sh| {
+        answer = serve(sh, addr, ctx);
+        answer != Answer::NotOurs
+    });
+    if answer == Answer::NotOurs && any_region(|sh| grown(sh, addr)) {
+        answer = Answer::Served;
+    }
+    answer
 }
 
 /// Calls `f` on each region in the table, in turn, until it returns true;
@@ -269,8 +292,8 @@ fn any_region(mut f: impl FnMut(&Shared) -> bool) -> bool {
     false
 }
 
-/// Serves a fault at `addr` if region `sh` holds the page; whether it did.
-fn serve(sh: &Shared, addr: usize, ctx: *mut libc::c_void) -> bool {
+/// Serves a fault at `addr` if region `sh` holds the page.
+fn serve(sh: &Shared, addr: usize, ctx: *mut libc::c_void) -> Answer {
     // The gate before any lock (a fork copies no lock held here), and
     // every wait after it (a fork waits for this thread to leave, and what
     // it waits for may be frozen meanwhile).
@@ -302,8 +325,13 @@ fn serve(sh: &Shared, addr: usize, ctx: *mut libc::c_void) -> bool {
         Wait::No => {}
         Wait::Turn => std::thread::yield_now(),
         Wait::Room(seen, ns) => wait_for_room(sh, seen, ns),
+        Wait::Refused => return Answer::Refused,
     }
-    page.is_some()
+    if page.is_some() {
+        Answer::Served
+    } else {
+        Answer::NotOurs
+    }
 }
 
 /// A page no region's mapping holds, in a range registered with one of
@@ -395,11 +423,14 @@ fn missing(sh: &Shared, p: usize, addr: usize, write: bool) -> Wait {
     };
     match fault::missing(sh, f, &mut buf[..sh.page_size], Service::FaultingThread) {
         Outcome::Served | Outcome::LeftToHolder => done(),
-        // Another thread holds the page, an event is still to be read, or
-        // the store could not read it: the instruction faults again,
-        // outside the gate meanwhile.
+        // Another thread holds the page, or an event is still to be read:
+        // the instruction faults again, outside the gate meanwhile.
         Outcome::Turn => wait(addr, since, Wait::Turn),
         Outcome::Room { seen, ns } => wait(addr, since, Wait::Room(seen, ns)),
+        Outcome::Refused => {
+            done();
+            Wait::Refused
+        }
     }
 }
 

@@ -128,6 +128,9 @@ pub struct Counters {
     pub over_limit: AtomicU64,
     /// Faults the watchdog reported (waiting past `stuck_after`).
     pub stuck: AtomicU64,
+    /// Faults refused with `SIGBUS`: the store could not read the page, or
+    /// the handler thread had stopped.
+    pub refused: AtomicU64,
     /// Pages evicted to keep under the resident limit.
     pub evicted_limit: AtomicU64,
     /// Pages evicted because they stayed untouched past the age threshold.
@@ -208,6 +211,10 @@ pub struct FaultStats {
     /// Faults that waited longer than `RegionConfig::stuck_after`, each
     /// reported once by the watchdog.
     pub stuck: u64,
+    /// Faults refused with the program's own `SIGBUS` (each reported in
+    /// `RegionConfig::report_log`): a page the store could not read, or a
+    /// fault after the handler thread stopped.
+    pub refused: u64,
 }
 
 /// Evictions by cause.
@@ -344,6 +351,7 @@ impl Counters {
             deferred: l(&self.deferred),
             over_limit: l(&self.over_limit),
             stuck: l(&self.stuck),
+            refused: l(&self.refused),
         };
         let ev = EvictionStats {
             limit: l(&self.evicted_limit),

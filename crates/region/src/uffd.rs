@@ -1,6 +1,6 @@
 //! The raw userfaultfd interface: opening a userfaultfd, the API handshake,
 //! registration, and the range ioctls the region uses (copy, zero page,
-//! write-protect, wake), with the kernel's structures and numbers from
+//! write-protect, wake, poison), with the kernel's structures and numbers from
 //! `<linux/userfaultfd.h>` (x86-64 and arm64 share them).
 //!
 //! Owns the file descriptor's system calls and nothing else: it knows no
@@ -29,6 +29,8 @@ const UFFDIO_COPY: libc::c_ulong = 0xC028_AA03;
 const UFFDIO_ZEROPAGE: libc::c_ulong = 0xC020_AA04;
 /// `_IOWR(0xAA, 0x06, struct uffdio_writeprotect)`.
 const UFFDIO_WRITEPROTECT: libc::c_ulong = 0xC018_AA06;
+/// `_IOWR(0xAA, 0x08, struct uffdio_poison)` (Linux 6.6).
+const UFFDIO_POISON: libc::c_ulong = 0xC020_AA08;
 /// `_IO(0xAA, 0x00)` on /dev/userfaultfd (Linux 6.1).
 const USERFAULTFD_IOC_NEW: libc::c_ulong = 0xAA00;
 /// `UFFD_USER_MODE_ONLY` (Linux 5.11).
@@ -61,6 +63,14 @@ const FEATURE_SIGBUS: u64 = 1 << 7;
 /// `UFFD_FEATURE_THREAD_ID`: a page fault's message names the faulting
 /// thread (`arg[2]`, low 32 bits).
 const FEATURE_THREAD_ID: u64 = 1 << 8;
+/// `UFFD_FEATURE_POISON` (Linux 6.6): `UFFDIO_POISON`, which maps a
+/// marker that makes every access of the page a `SIGBUS`.
+const FEATURE_POISON: u64 = 1 << 14;
+
+/// Whether this kernel's userfaultfd takes `UFFD_FEATURE_POISON`: unknown
+/// (0) until the first handshake, then yes (1) or no (2). One answer per
+/// process: every descriptor of a process is opened on the same kernel.
+static POISON: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 /// What the region needs: write-protect faults, and the events that tell it
 /// the program changed its mapping.
 pub(crate) const FEATURES: u64 = FEATURE_PAGEFAULT_FLAG_WP
@@ -122,6 +132,14 @@ struct UffdioZeropage {
     range: UffdioRange,
     mode: u64,
     zeropage: i64,
+}
+
+/// `struct uffdio_poison`.
+#[repr(C)]
+struct UffdioPoison {
+    range: UffdioRange,
+    mode: u64,
+    updated: i64,
 }
 
 /// `struct uffdio_writeprotect`.
@@ -271,11 +289,28 @@ impl Uffd {
             match open_raw(mode) {
                 Ok(fd) => {
                     let uffd = Uffd { fd, mode };
-                    if let Err(e) = uffd.handshake(sigbus) {
-                        uffd.close();
-                        return Err(e);
+                    let poison = POISON.load(std::sync::atomic::Ordering::Relaxed) != 2;
+                    match uffd.handshake(sigbus, poison) {
+                        Ok(()) => {
+                            if poison {
+                                POISON.store(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                            return Ok(uffd);
+                        }
+                        Err(RegionError::Userfaultfd { errno, .. })
+                            if poison && errno == libc::EINVAL =>
+                        {
+                            // A kernel before 6.6: the handshake is made
+                            // once per descriptor, so on a new one.
+                            uffd.close();
+                            POISON.store(2, std::sync::atomic::Ordering::Relaxed);
+                            return Uffd::open_mode(mode, sigbus);
+                        }
+                        Err(e) => {
+                            uffd.close();
+                            return Err(e);
+                        }
                     }
-                    return Ok(uffd);
                 }
                 Err(e) => {
                     tried.push(format!("{mode:?}: {e}"));
@@ -289,12 +324,30 @@ impl Uffd {
         })
     }
 
+    /// Opens one in `mode` on a kernel whose answer on `UFFD_FEATURE_POISON`
+    /// is known.
+    fn open_mode(mode: UffdMode, sigbus: bool) -> Result<Uffd, RegionError> {
+        let fd = open_raw(mode).map_err(|e| RegionError::Userfaultfd {
+            why: format!("{mode:?}: {e}"),
+            errno: e.raw_os_error().unwrap_or(libc::ENOSYS),
+        })?;
+        let uffd = Uffd { fd, mode };
+        let poison = POISON.load(std::sync::atomic::Ordering::Relaxed) == 1;
+        if let Err(e) = uffd.handshake(sigbus, poison) {
+            uffd.close();
+            return Err(e);
+        }
+        Ok(uffd)
+    }
+
     /// `UFFDIO_API` with the region's features (and `UFFD_FEATURE_SIGBUS`
-    /// when `sigbus`).
-    fn handshake(&self, sigbus: bool) -> Result<(), RegionError> {
+    /// when `sigbus`, `UFFD_FEATURE_POISON` when `poison`).
+    fn handshake(&self, sigbus: bool, poison: bool) -> Result<(), RegionError> {
         let mut api = UffdioApi {
             api: UFFD_API,
-            features: FEATURES | if sigbus { FEATURE_SIGBUS } else { 0 },
+            features: FEATURES
+                | if sigbus { FEATURE_SIGBUS } else { 0 }
+                | if poison { FEATURE_POISON } else { 0 },
             ioctls: 0,
         };
         // SAFETY: `api` is a valid `struct uffdio_api` the kernel reads and
@@ -453,6 +506,35 @@ impl Uffd {
             return Err(last_err());
         }
         Ok(())
+    }
+
+    /// `UFFDIO_POISON` of the missing page(s) at `[start, start + len)`:
+    /// every access of them is a `SIGBUS` until the program drops them;
+    /// wakes the threads waiting on them, which take that `SIGBUS`.
+    /// `EINVAL` on a kernel before 6.6 (see [`Uffd::poisons`]).
+    pub(crate) fn poison(&self, start: usize, len: usize) -> io::Result<()> {
+        if !Uffd::poisons() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let mut p = UffdioPoison {
+            range: UffdioRange {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode: 0,
+            updated: 0,
+        };
+        // SAFETY: a valid `struct uffdio_poison`.
+        if unsafe { libc::ioctl(self.fd, UFFDIO_POISON, &mut p) } < 0 {
+            return Err(last_err());
+        }
+        Ok(())
+    }
+
+    /// Whether this process's userfaultfds were opened with
+    /// `UFFD_FEATURE_POISON` (Linux 6.6 and later).
+    pub(crate) fn poisons() -> bool {
+        POISON.load(std::sync::atomic::Ordering::Relaxed) == 1
     }
 
     /// Wakes the threads waiting on faults in a range; they fault again.

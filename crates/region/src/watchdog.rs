@@ -3,14 +3,11 @@
 //! is reported once, so that a program that hangs on the region says why
 //! while it hangs, not at an exit that never comes.
 //!
-//! A report is one line appended to `RegionConfig::stuck_log` (when
-//! given; the file is opened for each report and closed after, so a
-//! region holds no descriptor for it) and a count (`FaultStats::stuck`): the fault's address and page, the page's
-//! state, how long it has waited, the limit's state (resident pages
-//! against the region's share), whether the evictor is awake, and how
-//! many faults wait with it. The path and the line are formatted on the
-//! stack and the line written with one `write(2)`: the handler thread
-//! allocates nothing here either.
+//! A report is one line in the region's log (`report_log`) and a count
+//! (`FaultStats::stuck`): the fault's address and page, the page's state,
+//! how long it has waited, the limit's state (resident pages against the
+//! region's share), whether the evictor is awake, and how many faults wait
+//! with it. Like every report there, it allocates nothing.
 //!
 //! Owns the report; which faults wait and for how long is the handler's
 //! (`handler`), the rule that makes them wait is `fault`'s. Faults served
@@ -20,6 +17,7 @@
 use std::io::Write;
 use std::sync::atomic::Ordering;
 
+use crate::report_log::{append, pid};
 use crate::shared::Shared;
 use crate::stats::Counters;
 use crate::table::{EVICTING, GONE, LOADING, PROBATION, RESIDENT, STORED, UNTOUCHED};
@@ -56,23 +54,10 @@ pub(crate) fn report(
     waiting: usize,
 ) {
     Counters::bump(&sh.counters.stuck);
-    let Some(log) = &sh.config.stuck_log else {
-        return;
-    };
-    let mut path = [0u8; 256];
-    let bytes = std::os::unix::ffi::OsStrExt::as_bytes(log.as_os_str());
-    if bytes.len() >= path.len() || bytes.contains(&0) {
-        return;
-    }
-    path[..bytes.len()].copy_from_slice(bytes);
-    let mut line = [0u8; 320];
-    let size = line.len();
-    let len = {
-        let mut out = &mut line[..];
-        let waited = now_ns.saturating_sub(since_ns);
-        // SAFETY: getpid has no arguments.
-        let pid = unsafe { libc::getpid() };
-        let _ = match page {
+    let waited = now_ns.saturating_sub(since_ns);
+    append(sh, |out| {
+        let pid = pid();
+        match page {
             Some(p) => write!(
                 out,
                 "zmem region (pid {pid}): a fault at {addr:#x} (page {p}, {}) has waited \
@@ -88,8 +73,8 @@ pub(crate) fn report(
                 waited / 1_000_000_000,
                 waited / 1_000_000 % 1000
             ),
-        };
-        let _ = writeln!(
+        }?;
+        write!(
             out,
             " resident {} of {} pages, the evictor {}, {waiting} fault(s) waiting",
             sh.resident.load(Ordering::Relaxed),
@@ -99,31 +84,8 @@ pub(crate) fn report(
             } else {
                 "asleep"
             },
-        );
-        size - out.len()
-    };
-    // A line cut short by the buffer still ends the report.
-    if len == line.len() {
-        line[len - 1] = b'\n';
-    }
-    // SAFETY: `path` is NUL-terminated (its tail is zeros); the flags and
-    // mode are plain values.
-    let fd = unsafe {
-        libc::open(
-            path.as_ptr().cast(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
-            0o600 as libc::c_uint,
         )
-    };
-    if fd < 0 {
-        return;
-    }
-    // SAFETY: writes `len` initialised bytes of `line` to the descriptor
-    // just opened, then closes it once.
-    unsafe {
-        libc::write(fd, line.as_ptr().cast(), len);
-        libc::close(fd);
-    }
+    });
 }
 
 #[cfg(test)]
@@ -132,7 +94,7 @@ mod tests {
 
     use super::*;
     use crate::evict::{settle_removed, zap};
-    use crate::{Region, RegionConfig, RegionError};
+    use crate::test_region::four_pages;
 
     /// A fault on a page an eviction took and never finished waits in the
     /// handler: the watchdog reports it once, with the page and its
@@ -143,18 +105,11 @@ mod tests {
         let ps = crate::page_size();
         let log = std::env::temp_dir().join(format!("zmem-watchdog-{}.log", std::process::id()));
         let _ = std::fs::remove_file(&log);
-        let mut cfg = RegionConfig::new(4 * ps);
-        cfg.age_eviction = false;
-        cfg.probation_pages = Some(0);
-        cfg.stuck_after = Duration::from_millis(200);
-        cfg.stuck_log = Some(log.clone());
-        let r = match Region::new(4 * ps, cfg) {
-            Ok(r) => r,
-            Err(RegionError::Userfaultfd { why, .. }) => {
-                eprintln!("skipped: no userfaultfd here ({why})");
-                return;
-            }
-            Err(e) => panic!("region: {e}"),
+        let Some(r) = four_pages(|c| {
+            c.stuck_after = Duration::from_millis(200);
+            c.report_log = Some(log.clone());
+        }) else {
+            return;
         };
         let sh = r.shared();
         let p = 2;
