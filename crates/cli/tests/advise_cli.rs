@@ -173,3 +173,88 @@ fn advise_and_replay_agree_on_what_zram_would_use() {
     );
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
+
+/// zram or zswap: `zmem advise` stores the sample in the kernel's zram and
+/// in zswap, and its figures are `zmem replay`'s for the same pages (the
+/// sample is the whole input here): zram's pool is "what zram would use",
+/// zswap's pool is `replay --front zswap`'s pool_total_size; the parts of
+/// the difference add up, and it recommends one of the two with a reason.
+#[test]
+fn advise_compares_zram_and_zswap_with_replays_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("real.bin");
+    let mut data = testkit::real_data(2 << 20);
+    data.extend(vec![0u8; 64 << 10]);
+    std::fs::write(&input, data).unwrap();
+    let input = input.to_str().unwrap();
+    let zswap = ["--zswap-comp", "lzo", "--ram", "1G"];
+    let mut args = vec![
+        "advise",
+        input,
+        "--comp",
+        "lz4",
+        "--latency-reads",
+        "200",
+        "--kernel-comp",
+        "lz4",
+        "--format",
+        "json",
+    ];
+    args.extend(zswap);
+    let a = json(&zmem(&args));
+    let c = &a["zram_or_zswap"];
+    assert_eq!(c["pages"], 528, "{c}");
+    assert_eq!(c["zero_pages"], 16, "{c}");
+    assert_eq!(c["zram"]["comp"], "lz4");
+    assert_eq!(c["zswap"]["comp"], "lzo");
+    assert_eq!(
+        c["zram"]["pool_bytes"], a["zram_default"]["mem_used_total"],
+        "{c}"
+    );
+    let mut replay = vec![
+        "replay",
+        input,
+        "--mode",
+        "kernel-compat",
+        "--front",
+        "zswap",
+        "--format",
+        "json",
+    ];
+    replay.extend(zswap);
+    let r = json(&zmem(&replay));
+    assert_eq!(
+        c["zswap"]["pool_bytes"], r["zswap"]["stages"][0]["stats"]["debugfs"]["pool_total_size"],
+        "{c}"
+    );
+    let total = |m: &serde_json::Value| m["total_bytes"].as_i64().unwrap();
+    let parts: i64 = c["difference"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["bytes"].as_i64().unwrap())
+        .sum();
+    assert_eq!(parts, total(&c["zswap"]) - total(&c["zram"]), "{c}");
+    assert!(["zram", "zswap"].contains(&c["recommend"].as_str().unwrap()));
+    assert!(!c["reason"].as_str().unwrap().is_empty());
+    // The table says it in words.
+    let text = String::from_utf8(
+        zmem(
+            &args[..args.len() - 2 - zswap.len()]
+                .iter()
+                .chain(&zswap)
+                .copied()
+                .collect::<Vec<_>>(),
+        )
+        .stdout,
+    )
+    .unwrap();
+    assert!(
+        text.contains("zram or zswap, for the sampled pages"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\n  use zram: ") || text.contains("\n  use zswap: "),
+        "{text}"
+    );
+}

@@ -229,6 +229,47 @@ fn the_sysfs_lines_are_all_accepted_in_order_by_a_kernel_device() {
     assert_eq!(zram_devices(), before);
 }
 
+/// `--emit zswap`: the kernel command line fragment and the module
+/// parameters' lines, in the order the module takes them, with a
+/// max_pool_percent within the target share.
+#[test]
+fn the_zswap_file_sets_the_module_parameters() {
+    let h = Holder::start("same", 32, Duration::from_secs(60));
+    let text = emit(
+        h.pid(),
+        &["--zswap-comp", "lz4", "--target-share", "15"],
+        "zswap",
+    );
+    let cmdline = text
+        .lines()
+        .find(|l| l.starts_with("zswap.enabled=1 "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(cmdline.contains(" zswap.compressor=lz4 "), "{text}");
+    let percent: u32 = cmdline
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("zswap.max_pool_percent="))
+        .unwrap_or_else(|| panic!("{text}"))
+        .parse()
+        .unwrap();
+    assert!((1..=15).contains(&percent), "{text}");
+    let p = "/sys/module/zswap/parameters";
+    let order = [
+        "echo lz4 > /sys/module/zswap/parameters/compressor".to_string(),
+        format!("echo {percent} > {p}/max_pool_percent"),
+        format!("echo Y > {p}/enabled"),
+    ];
+    let at: Vec<usize> = order
+        .iter()
+        .map(|l| {
+            text.lines()
+                .position(|t| t == l)
+                .unwrap_or_else(|| panic!("no {l:?} in\n{text}"))
+        })
+        .collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "{text}");
+    assert!(text.contains("# The advice: use z"), "{text}");
+}
+
 #[test]
 fn the_sysctl_and_zmem_files_say_why_and_the_command_starts() {
     let h = Holder::start("same", 32, Duration::from_secs(60));

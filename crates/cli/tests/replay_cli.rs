@@ -782,3 +782,112 @@ fn bad_writeback_and_recompress_flags_get_one_clear_error() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("/nonexistent/b"), "{err}");
 }
+
+/// `--front zswap` over [`mixed_pages`] (240 pages: 24 zero-filled, 31 of
+/// noise, the rest text): zswap's counters beside zram's for the same pages,
+/// without a limit and with one that makes the shrink worker write back.
+#[test]
+fn front_zswap_counts_the_pages_as_zswap_would() {
+    let dir = tmp("zswap");
+    let f = dir.path().join("mixed");
+    mixed_pages(&f);
+    let path = f.to_str().unwrap();
+    let base = [
+        "replay",
+        path,
+        "--mode",
+        "kernel-compat",
+        "--front",
+        "zswap",
+        "--zswap-comp",
+        "lzo",
+    ];
+    let run = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        report(&args)
+    };
+    // 1 GiB of RAM: the pool's limit is far away.
+    let r = run(&["--ram", "1G"]);
+    let z = &r["zswap"];
+    assert_eq!(z["settings"]["compressor"], "lzo", "{z}");
+    let fill = &z["stages"][0];
+    assert_eq!(fill["name"], "fill");
+    let d = &fill["stats"]["debugfs"];
+    assert_eq!(d["stored_pages"], 216, "{d}");
+    assert_eq!(d["stored_incompressible_pages"], 31, "{d}");
+    assert_eq!(d["written_back_pages"], 0, "{d}");
+    assert_eq!(d["pool_limit_hit"], 0, "{d}");
+    assert_eq!(fill["stats"]["vmstat"]["swpout_zero"], 24);
+    let pool = d["pool_total_size"].as_u64().unwrap();
+    // At least the noise pages' own pages, less than a page per page.
+    assert!((31 * 4096..216 * 4096).contains(&pool), "{pool}");
+    assert_eq!(pool % 4096, 0);
+    assert!(fill["stats"]["metadata"]["total_bytes"].as_u64().unwrap() > 0);
+    // zram's kernel-compat store of the same pages: the zero pages are its
+    // same_pages, and the beside line names it.
+    assert_eq!(
+        stage(&r, "fill", 0)["results"][0]["mm_stat"]["same_pages"],
+        24
+    );
+    assert!(
+        z["beside"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("zswap after fill: "),
+        "{z}"
+    );
+    assert_eq!(z["verify"]["zswap"], 216);
+    assert_eq!(z["verify"]["zero_filled"], 24);
+    assert_eq!(z["verify"]["swap_device"], 0);
+    // 100 pages of RAM, 20% of it: the pool may take 20 pages; the store
+    // that finds it full is refused and the shrink worker writes back.
+    let r = run(&["--ram", "400K", "--max-pool-percent", "20"]);
+    let z = &r["zswap"];
+    let s = &z["stages"][0]["stats"];
+    let d = &s["debugfs"];
+    assert!(d["pool_limit_hit"].as_u64().unwrap() > 0, "{d}");
+    assert!(d["written_back_pages"].as_u64().unwrap() > 0, "{d}");
+    let pool_pages = d["pool_total_size"].as_u64().unwrap() / 4096;
+    assert!(pool_pages <= 20 + 8, "{d}");
+    let stored = d["stored_pages"].as_u64().unwrap();
+    let device = s["swap_device_pages"].as_u64().unwrap();
+    assert_eq!(stored + device, 216, "{s}");
+    assert_eq!(
+        s["vmstat"]["pswpout"].as_u64().unwrap(),
+        device,
+        "every page on the swap device was written there once: {s}"
+    );
+    assert_eq!(z["verify"]["zswap"], stored);
+    assert_eq!(z["verify"]["swap_device"], device);
+    // The table has zswap's own rows and the line beside zram.
+    let out = zmem(
+        &base
+            .iter()
+            .chain(&["--ram", "1G"])
+            .copied()
+            .collect::<Vec<_>>(),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("== zswap/lzo =="), "{text}");
+    assert!(text.contains("\nstored_incompressible_pages "), "{text}");
+    assert!(text.contains("\nzswap after fill: "), "{text}");
+    // zswap's flags without --front zswap, and a compressor zswap lacks.
+    assert_refused(&[
+        (
+            &["replay", path, "--ram", "1G"],
+            2,
+            "--ram is for --front zswap",
+        ),
+        (
+            &["replay", path, "--front", "zswap", "--zswap-comp", "842"],
+            2,
+            "zswap compressor \"842\"",
+        ),
+    ]);
+}

@@ -28,6 +28,7 @@ const PRODUCT_AND_LAB: &[&str] = &[
     "zmem-zsmalloc",
     "zmem-zalloc",
     "zmem-zram",
+    "zmem-zswap",
     "zmem-capi",
     "zmem-recipe",
     "zmem-serve",
@@ -82,6 +83,7 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
         &["zmem-pages", "zmem-zpool", "zmem-zcomp"],
         &["zmem-zsmalloc", "zmem-zalloc"],
     ),
+    ("zmem-zswap", &["zmem-zcomp", "zmem-zsmalloc"], &[]),
     ("zmem-capi", &["zmem-zpool", "zmem-zsmalloc"], &[]),
     (
         "zmem-recipe",
@@ -101,6 +103,7 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
             "zmem-zalloc",
             "zmem-zcomp",
             "zmem-zram",
+            "zmem-zswap",
             "zmem-recipe",
         ],
         &[],

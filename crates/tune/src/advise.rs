@@ -420,6 +420,9 @@ pub struct Advice {
     pub seconds: f64,
     /// Candidates measured at once.
     pub threads: usize,
+    /// zram against zswap for the sampled pages, with the kernel's
+    /// compressors ([`crate::front::compare`]), where the caller asked.
+    pub zram_or_zswap: Option<crate::front::FrontComparison>,
 }
 
 /// Measures every candidate on `sample` and writes the advice.
@@ -635,6 +638,7 @@ pub fn advise(
         advice,
         seconds: start.elapsed().as_secs_f64(),
         threads: opts.threads.max(1),
+        zram_or_zswap: None,
     })
 }
 
@@ -1081,7 +1085,16 @@ pub fn format_advice(a: &Advice, goal: &str) -> String {
         s.push_str(&format!("  zmem:\n    {}\n", r.zmem));
     }
     s.push_str(&footer(a));
+    s.push_str(&zram_or_zswap(a));
     s
+}
+
+/// The comparison of zram and zswap, after a blank line, where it ran.
+fn zram_or_zswap(a: &Advice) -> String {
+    match &a.zram_or_zswap {
+        Some(c) => format!("\n{}", crate::front::format_comparison(c)),
+        None => String::new(),
+    }
 }
 
 /// The measurements alone: the tables and the advice, without commands
@@ -1089,6 +1102,7 @@ pub fn format_advice(a: &Advice, goal: &str) -> String {
 pub fn format_measurements(a: &Advice) -> String {
     let mut s = tables(a);
     s.push_str(&footer(a));
+    s.push_str(&zram_or_zswap(a));
     s
 }
 

@@ -16,6 +16,10 @@
 //! then `mem_limit` and the writeback limits. Attributes this kernel's zram
 //! lacks are written as comments saying so.
 //!
+//! `zswap`: zswap's parameters instead of zram's, as a kernel command line
+//! fragment and `/sys/module/zswap/parameters` lines; a file for zram
+//! says when zswap is on in front of it ([`zswap_warning`]).
+//!
 //! This module only formats; every figure comes from [`MachineAdvice`].
 
 use crate::machine::MachineAdvice;
@@ -31,10 +35,13 @@ pub enum Emit {
     Sysctl,
     /// The `zmem serve` command line.
     Zmem,
+    /// zswap instead of zram: a kernel command line fragment and the
+    /// `/sys/module/zswap/parameters` lines.
+    Zswap,
 }
 
 /// The names `--emit` takes.
-pub const EMIT_NAMES: [&str; 4] = ["zram-generator", "sysfs", "sysctl", "zmem"];
+pub const EMIT_NAMES: [&str; 5] = ["zram-generator", "sysfs", "sysctl", "zmem", "zswap"];
 
 impl Emit {
     /// From its `--emit` name.
@@ -44,6 +51,7 @@ impl Emit {
             "sysfs" => Emit::Sysfs,
             "sysctl" => Emit::Sysctl,
             "zmem" => Emit::Zmem,
+            "zswap" => Emit::Zswap,
             _ => return None,
         })
     }
@@ -56,7 +64,81 @@ pub fn emit(m: &MachineAdvice, what: Emit) -> String {
         Emit::Sysfs => sysfs(m),
         Emit::Sysctl => sysctl(m),
         Emit::Zmem => zmem(m),
+        Emit::Zswap => zswap(m),
     }
+}
+
+/// The warning a file for zram carries when this kernel's zswap is on
+/// (`/sys/module/zswap/parameters/enabled`), `None` otherwise.
+pub fn zswap_warning(m: &MachineAdvice, what: Emit) -> Option<String> {
+    (what != Emit::Zswap && m.kernel.zswap_enabled == Some(true)).then(|| {
+        "zswap is enabled (/sys/module/zswap/parameters/enabled is Y): in front of this zram \
+         swap it compresses each page first and zram compresses it again when zswap writes it \
+         back; turn it off with echo N > /sys/module/zswap/parameters/enabled and zswap.enabled=0 \
+         on the kernel command line"
+            .to_string()
+    })
+}
+
+/// zswap's parameters for this machine: the kernel's compressor, and a
+/// `max_pool_percent` that holds the scanned pages at zswap's measured
+/// memory per page, at most the target share of RAM.
+fn zswap(m: &MachineAdvice) -> String {
+    let mut s = format!(
+        "# Written by zmem advise from {} ({} pages sampled).\n",
+        m.scan.scope, m.advice.sample_pages
+    );
+    let Some(c) = &m.advice.zram_or_zswap else {
+        s.push_str("# No zswap comparison ran: nothing to set.\n");
+        return s;
+    };
+    let z = &c.zswap;
+    let settings = &c.zswap_settings;
+    let needed = z.predicted_total_bytes;
+    let percent =
+        crate::front::max_pool_percent_for(needed, m.sizing.mem_total, m.sizing.target_share);
+    let ratio = (c.pages * 4096) as f64 / z.total_bytes.max(1) as f64;
+    s.push_str(&format!(
+        "# zswap (Linux 7.3, modelled) with {}: ratio {ratio:.2} on the sample (pool and \
+         metadata);\n# the {} pages scanned need {} MiB, {:.1}% of {} MiB of RAM; \
+         max_pool_percent {percent} (at most\n# the target share, {:.0}%). zram would use {} MiB \
+         for them (kernel-compat, {}).\n",
+        z.comp.name(),
+        m.scan.pages,
+        mib(needed),
+        needed as f64 / m.sizing.mem_total.max(1) as f64 * 100.0,
+        mib(m.sizing.mem_total),
+        m.sizing.target_share * 100.0,
+        mib(c.zram.predicted_total_bytes),
+        c.zram.comp.name()
+    ));
+    s.push_str(&format!(
+        "# The advice: use {}: {}\n",
+        c.recommend, c.reason
+    ));
+    if !crate::machine::has_disk_swap() {
+        s.push_str(
+            "# zswap sits in front of a swap device on disk, and this machine has none: add one \
+             (a swap file or partition) first.\n",
+        );
+    }
+    s.push_str(&format!(
+        "#\n# On the kernel command line (GRUB_CMDLINE_LINUX in /etc/default/grub, then \
+         update-grub):\nzswap.enabled=1 zswap.compressor={} zswap.max_pool_percent={percent} \
+         zswap.accept_threshold_percent={}\n",
+        z.comp.name(),
+        settings.accept_threshold_percent
+    ));
+    s.push_str(&format!(
+        "#\n# Or now, as root (the compressor first: a new pool; enabled last):\n\
+         echo {} > /sys/module/zswap/parameters/compressor\n\
+         echo {percent} > /sys/module/zswap/parameters/max_pool_percent\n\
+         echo {} > /sys/module/zswap/parameters/accept_threshold_percent\n\
+         echo Y > /sys/module/zswap/parameters/enabled\n",
+        z.comp.name(),
+        settings.accept_threshold_percent
+    ));
+    s
 }
 
 fn mib(b: u64) -> u64 {
@@ -65,18 +147,23 @@ fn mib(b: u64) -> u64 {
 
 fn header(m: &MachineAdvice, comment: &str) -> String {
     let c = &m.chosen;
-    format!(
-        "{comment} Written by zmem advise from {} ({} pages sampled).\n{comment} {} in \
+    let warning = match zswap_warning(m, Emit::Sysfs) {
+        Some(w) => format!("{comment} Warning: {w}.\n"),
+        None => String::new(),
+    };
+    warning
+        + &format!(
+            "{comment} Written by zmem advise from {} ({} pages sampled).\n{comment} {} in \
          kernel-compat mode: ratio {:.2} (+/-{:.1}%), at most {:.0}% of {} MiB of RAM \
          compressed.\n",
-        m.scan.scope,
-        m.advice.sample_pages,
-        c.label,
-        c.ratio,
-        c.sampling_error_pct,
-        m.sizing.target_share * 100.0,
-        mib(m.sizing.mem_total)
-    )
+            m.scan.scope,
+            m.advice.sample_pages,
+            c.label,
+            c.ratio,
+            c.sampling_error_pct,
+            m.sizing.target_share * 100.0,
+            mib(m.sizing.mem_total)
+        )
 }
 
 /// The recompression chain in a newer zram-generator's syntax.

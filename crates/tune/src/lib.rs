@@ -25,6 +25,8 @@
 //!   sysctl.d, `zmem serve` flags);
 //! - [`kernel_zram`]: a hot-added device of the kernel's own zram, which
 //!   `zmem advise --verify` checks the prediction against;
+//! - [`front`]: zram or zswap: the same pages through the zswap model
+//!   beside the kernel's zram, for `replay --front zswap` and the advice;
 //! - [`rng`]: the seeded generator the sampling and discards use.
 //!
 //! It sits above the recipe and the stores and below the lab and the `zmem`
@@ -34,6 +36,7 @@ pub mod advise;
 pub mod corpus;
 pub mod elf_core;
 pub mod emit;
+pub mod front;
 pub mod idle_watch;
 pub mod kernel_zram;
 pub mod machine;

@@ -36,6 +36,7 @@ use serde::Serialize;
 use zsmalloc::Mode;
 
 use crate::advise::{self, Advice, AdviseOptions, Candidate, CandidateResult};
+use crate::front;
 use crate::idle_watch::{self, IdleReport};
 use crate::kernel_zram::{self, KernelZram, PageBuffer};
 use crate::sizing::{self, Sizing};
@@ -59,6 +60,9 @@ pub struct MachineOptions {
     pub watch: Option<Duration>,
     /// The device idle pages would be written back to.
     pub backing_dev: Option<PathBuf>,
+    /// zswap's settings, to compare zram with zswap on the sample (none:
+    /// no comparison).
+    pub zswap: Option<crate::front::ZswapSettings>,
 }
 
 /// What this machine's kernel zram offers.
@@ -315,6 +319,15 @@ pub fn run(opts: &MachineOptions) -> Result<MachineAdvice, Error> {
         opts.candidates.clone()
     };
     let mut advice = advise::advise(scan.summary(), &sample, &candidates, &opts.advise)?;
+    if let Some(settings) = &opts.zswap {
+        advice.zram_or_zswap = Some(front::compare(
+            &sample.bytes,
+            scan.pages,
+            opts.advise.kernel.comp,
+            settings,
+            Some(has_disk_swap()),
+        )?);
+    }
     let kernel = KernelInfo::read();
     keep_accepted(&mut advice, &kernel);
     let best = choose(&advice.candidates, &kernel, &opts.goal).ok_or_else(|| {
@@ -425,6 +438,17 @@ pub fn run(opts: &MachineOptions) -> Result<MachineAdvice, Error> {
         backing_dev: opts.backing_dev.as_ref().map(|p| p.display().to_string()),
         warnings,
         seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Whether `/proc/swaps` lists a swap area that is not a zram device: a
+/// disk zswap can sit in front of.
+pub fn has_disk_swap() -> bool {
+    std::fs::read_to_string("/proc/swaps").is_ok_and(|t| {
+        t.lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().next())
+            .any(|dev| !dev.starts_with("/dev/zram"))
     })
 }
 

@@ -105,7 +105,11 @@ pub struct AdviseArgs {
     /// With --system, --cgroup or --pid: print this file instead of the
     /// report: zram-generator (a zram-generator.conf for the installed
     /// 1.1.2), sysfs (a shell script of sysfs lines in the order the kernel
-    /// requires), sysctl (a sysctl.d file), zmem (the zmem serve command).
+    /// requires), sysctl (a sysctl.d file), zmem (the zmem serve command),
+    /// zswap (zswap instead of zram: a kernel command line fragment and
+    /// /sys/module/zswap/parameters lines, max_pool_percent from zswap's
+    /// measured memory and --target-share). A file for zram warns when
+    /// zswap is on.
     #[arg(long, value_name = "KIND", value_parser = clap::builder::PossibleValuesParser::new(tune::emit::EMIT_NAMES))]
     emit: Option<String>,
     /// With --system, --cgroup or --pid: the block device idle pages would
@@ -145,6 +149,19 @@ pub struct AdviseArgs {
     /// else upstream's lzo-rle]
     #[arg(long, value_name = "NAME", value_parser = recipe::spec::parse_comp)]
     kernel_comp: Option<zcomp::Algorithm>,
+    /// zswap's compressor for the zram-or-zswap comparison (the crypto
+    /// API's name; default: the running kernel's
+    /// /sys/module/zswap/parameters/compressor, else lzo).
+    #[arg(long, value_name = "NAME")]
+    zswap_comp: Option<String>,
+    /// The RAM zswap's max_pool_percent is a share of, for the comparison
+    /// (default: this machine's MemTotal).
+    #[arg(long, value_name = "SIZE", value_parser = recipe::flags::size(4096, 1 << 50))]
+    ram: Option<u64>,
+    /// zswap's max_pool_percent for the comparison (0..=100; default: the
+    /// running kernel's, else 20).
+    #[arg(long, value_name = "PERCENT", value_parser = recipe::flags::whole::<u32>(0, 100))]
+    max_pool_percent: Option<u32>,
     /// Size of the built-in default corpus (4K to 1T).
     #[arg(long, value_parser = recipe::flags::size(4096, 1 << 40), default_value = "64M")]
     default_size: u64,
@@ -207,6 +224,17 @@ fn scope(args: &AdviseArgs) -> Option<Scope> {
     }
 }
 
+/// zswap's settings for the comparison: the flags, else the running
+/// kernel's parameters, else Linux 7.3's defaults.
+fn zswap_settings(args: &AdviseArgs) -> Result<tune::front::ZswapSettings, CliError> {
+    Ok(tune::front::ZswapSettings::resolve(
+        args.zswap_comp.as_deref(),
+        args.ram,
+        args.max_pool_percent,
+        None,
+    )?)
+}
+
 fn advise_options(args: &AdviseArgs) -> AdviseOptions {
     AdviseOptions {
         sample_pages: args.sample_pages,
@@ -237,6 +265,7 @@ fn run_machine(args: &AdviseArgs, scope: Scope) -> Result<(), CliError> {
         target_share: f64::from(args.target_share) / 100.0,
         watch: args.watch,
         backing_dev: args.backing_dev.clone(),
+        zswap: Some(zswap_settings(args)?),
     };
     let mut m = machine::run(&opts)?;
     if args.verify {
@@ -244,6 +273,9 @@ fn run_machine(args: &AdviseArgs, scope: Scope) -> Result<(), CliError> {
     }
     if let Some(kind) = &args.emit {
         let what = Emit::from_name(kind).expect("clap checked the name");
+        if let Some(w) = tune::emit::zswap_warning(&m, what) {
+            eprintln!("warning: {w}");
+        }
         return Ok(write_stdout(&tune::emit::emit(&m, what))?);
     }
     match args.format.get() {
@@ -309,7 +341,15 @@ pub fn run(args: &AdviseArgs) -> Result<(), CliError> {
     } else {
         args.comp.clone()
     };
-    let advice = advise::advise(read, &sample, &candidates, &opts)?;
+    let settings = zswap_settings(args)?;
+    let mut advice = advise::advise(read, &sample, &candidates, &opts)?;
+    advice.zram_or_zswap = Some(tune::front::compare(
+        &sample.bytes,
+        sample.input_pages,
+        opts.kernel.comp,
+        &settings,
+        None,
+    )?);
     #[cfg(feature = "lab")]
     if let Some(stem) = &args.plot {
         for f in lab::advise_plot::plot_fronts(&advice, stem)? {

@@ -23,6 +23,7 @@ use recipe::output::{write_json, write_stdout, Format, FormatArg};
 use recipe::spec::{StoreArgs, StoreSpec};
 use serde::Serialize;
 use tune::corpus::Corpus;
+use tune::front::{beside_line, zswap_table, ZswapReplay, ZswapSettings, ZswapStage, ZswapVerify};
 use tune::replay::{stage_table, Replay, Stage, WritebackSettings};
 use zram::{IdleCutoff, RecompressRequest, WritebackRequest};
 use zsmalloc::Mode;
@@ -31,7 +32,7 @@ use crate::error::CliError;
 
 /// Arguments of `zmem replay`.
 #[derive(Args, Debug)]
-#[command(after_long_help = tune::replay::ROW_DEFINITIONS)]
+#[command(after_long_help = row_definitions())]
 pub struct ReplayArgs {
     /// Files, directories, tar archives, ELF core files, block devices,
     /// pipes, FIFOs, or - for standard input. None (and no --pid): a
@@ -112,12 +113,45 @@ pub struct ReplayArgs {
     /// Size of the built-in default corpus (4K to 1T).
     #[arg(long, value_parser = recipe::flags::size(4096, 1 << 40), default_value = "64M")]
     default_size: u64,
+    /// The kernel's front end of the pages: zram (alone), or zswap: every
+    /// page also stored as Linux 7.3's zswap would (page i at swap offset
+    /// i; zero-filled pages to the zero map; discards invalidate; verify
+    /// loads), with zswap's debugfs counters and its metadata in a table
+    /// of its own and one line per stage beside the kernel-compat zram's
+    /// memory for the same pages.
+    #[arg(long, value_name = "zram|zswap", default_value = "zram", value_parser = ["zram", "zswap"])]
+    front: String,
+    /// zswap's compressor (the crypto API's name; default: the running
+    /// kernel's /sys/module/zswap/parameters/compressor, else lzo).
+    #[arg(long, value_name = "NAME")]
+    zswap_comp: Option<String>,
+    /// The RAM zswap's max_pool_percent is a share of (default: this
+    /// machine's MemTotal).
+    #[arg(long, value_name = "SIZE", value_parser = recipe::flags::size(4096, 1 << 50))]
+    ram: Option<u64>,
+    /// zswap's max_pool_percent (0..=100; default: the running kernel's,
+    /// else 20).
+    #[arg(long, value_name = "PERCENT", value_parser = recipe::flags::whole::<u32>(0, 100))]
+    max_pool_percent: Option<u32>,
+    /// zswap's accept_threshold_percent (0..=100; default: the running
+    /// kernel's, else 90).
+    #[arg(long, value_name = "PERCENT", value_parser = recipe::flags::whole::<u32>(0, 100))]
+    accept_threshold_percent: Option<u32>,
     #[command(flatten)]
     format: FormatArg,
     /// Never draw a progress line (it is drawn only when stderr is a
     /// terminal).
     #[arg(long)]
     quiet: bool,
+}
+
+/// The help's definitions of the rows of zram's tables and zswap's.
+fn row_definitions() -> String {
+    format!(
+        "{}\n\n{}",
+        tune::replay::ROW_DEFINITIONS,
+        tune::front::ZSWAP_ROW_DEFINITIONS
+    )
 }
 
 /// The largest process ID Linux allows (PID_MAX_LIMIT, 2^22).
@@ -175,6 +209,20 @@ struct Report<'a> {
     /// --mode was given.
     #[serde(skip_serializing_if = "<[Comparison]>::is_empty")]
     vs_kernel_compat: &'a [Comparison],
+    /// The same pages through zswap, with --front zswap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    zswap: Option<ZswapReport<'a>>,
+}
+
+/// zswap's part of the report (--front zswap).
+#[derive(Serialize)]
+struct ZswapReport<'a> {
+    settings: &'a ZswapSettings,
+    stages: &'a [ZswapStage],
+    /// The zram configuration each stage is set beside, and the lines.
+    beside_config: Option<String>,
+    beside: Vec<String>,
+    verify: Option<ZswapVerify>,
 }
 
 /// A default-mode store's memory beside its kernel-compat twin's (what the
@@ -347,6 +395,37 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
         .iter()
         .flat_map(|spec| compressed.iter().map(move |&on| (spec.clone(), on)))
         .unzip();
+    let zswap_settings = if args.front == "zswap" {
+        Some(ZswapSettings::resolve(
+            args.zswap_comp.as_deref(),
+            args.ram,
+            args.max_pool_percent,
+            args.accept_threshold_percent,
+        )?)
+    } else {
+        if let Some(flag) = [
+            ("--zswap-comp", args.zswap_comp.is_some()),
+            ("--ram", args.ram.is_some()),
+            ("--max-pool-percent", args.max_pool_percent.is_some()),
+            (
+                "--accept-threshold-percent",
+                args.accept_threshold_percent.is_some(),
+            ),
+        ]
+        .iter()
+        .find_map(|(f, given)| given.then_some(f))
+        {
+            return Err(CliError::Usage(format!(
+                "{flag} is for --front zswap, which was not given"
+            )));
+        }
+        None
+    };
+    let mut zswap = match &zswap_settings {
+        Some(s) => Some(ZswapReplay::new(s)?),
+        None => None,
+    };
+    let mut zswap_stages: Vec<ZswapStage> = Vec::new();
     let progress = !args.quiet && std::io::stderr().is_terminal();
     let mut replay = Replay::new(specs.clone(), corpus, progress)?;
     replay.set_recomp_algorithms(&args.recomp_algorithms)?;
@@ -405,6 +484,10 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
     replay.fill()?;
     stages.push(replay.snapshot("fill"));
     emit(&stages[stages.len() - 1])?;
+    if let Some(z) = &mut zswap {
+        z.fill(replay.corpus())?;
+        zswap_stages.push(z.snapshot("fill"));
+    }
     if args.free_fraction.is_some() || listed.is_some() {
         let mut written = Vec::new();
         for ps in replay.page_sizes() {
@@ -424,11 +507,24 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
         }
         stages.push(replay.snapshot("discard"));
         emit(&stages[stages.len() - 1])?;
+        if let Some(z) = &mut zswap {
+            // The same discards in 4 KiB pages: swap slots freed.
+            let mut pages = listed.clone().unwrap_or_default();
+            if let Some(f) = args.free_fraction {
+                pages.extend(replay.pick(tune::front::PAGE, f, args.seed));
+            }
+            z.discard(&pages)?;
+            zswap_stages.push(z.snapshot("discard"));
+        }
     }
     if args.compact {
         replay.compact();
         stages.push(replay.snapshot("compact"));
         emit(&stages[stages.len() - 1])?;
+        if let Some(z) = &mut zswap {
+            z.compact();
+            zswap_stages.push(z.snapshot("compact"));
+        }
     }
     if let Some(cutoff) = args.mark_idle {
         replay.mark_idle(cutoff);
@@ -462,6 +558,31 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
     } else {
         Some(replay.verify()?)
     };
+    let zswap_verified = match (&mut zswap, args.no_verify) {
+        (Some(z), false) => Some(z.verify()?),
+        _ => None,
+    };
+    // zswap beside the kernel's zram (the first kernel-compat
+    // configuration of 4 KiB pages) at each stage both ran.
+    let beside_index = specs
+        .iter()
+        .position(|s| s.mode == Mode::KernelCompat && s.block_size() == tune::front::PAGE);
+    let mut beside = Vec::new();
+    if let (Some(settings), Some(j)) = (&zswap_settings, beside_index) {
+        let disk_pages = replay.corpus().pages(tune::front::PAGE).max(1);
+        for zs in &zswap_stages {
+            if let Some(stage) = stages.iter().find(|s| s.name == zs.name) {
+                let r = &stage.results[j];
+                beside.push(beside_line(
+                    zs,
+                    &r.config,
+                    &r.mm_stat,
+                    disk_pages,
+                    settings.nr_cpus,
+                ));
+            }
+        }
+    }
     // Each stage asked for, default mode beside kernel-compat.
     let comparisons: Vec<Comparison> = stages
         .iter()
@@ -475,6 +596,23 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
                 ))?;
             }
             write_stdout(&comparison_lines(&comparisons))?;
+            if let Some(settings) = &zswap_settings {
+                write_stdout(&zswap_table(settings, &zswap_stages))?;
+                if let Some(v) = zswap_verified {
+                    write_stdout(&format!(
+                        "zswap verify: {} pages loaded from zswap and {} from the zero map read \
+                         back identical; {} on the swap device, {} discarded\n",
+                        v.zswap, v.zero_filled, v.swap_device, v.nothing
+                    ))?;
+                }
+                if beside_index.is_none() {
+                    write_stdout(
+                        "zswap beside zram: no kernel-compat configuration of 4 KiB pages ran \
+                         (add --mode kernel-compat)\n",
+                    )?;
+                }
+                write_stdout(&beside.concat())?;
+            }
             Ok(())
         }
         Format::Json => {
@@ -494,6 +632,13 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
                 stages: &stages,
                 verified_pages: verified,
                 vs_kernel_compat: &comparisons,
+                zswap: zswap_settings.as_ref().map(|settings| ZswapReport {
+                    settings,
+                    stages: &zswap_stages,
+                    beside_config: beside_index.map(|j| specs[j].label()),
+                    beside: beside.iter().map(|l| l.trim_end().to_string()).collect(),
+                    verify: zswap_verified,
+                }),
             };
             Ok(write_json(&report)?)
         }
