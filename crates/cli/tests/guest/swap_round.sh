@@ -59,6 +59,7 @@ echo "swap_mode after the burst: $(ctl swap_mode)"
 mkswap $dev >/dev/null
 swapon $dev
 before=$(awk '/^pswpout /{print $2}' /proc/vmstat)
+kills=$(awk '/^oom_kill /{print $2}' /proc/vmstat)
 dmesg -c >/dev/null
 start=$(cut -d' ' -f1 /proc/uptime)
 "$prog" "$mib" 1 >/tmp/prog.out 2>&1
@@ -66,9 +67,10 @@ code=$?
 end=$(cut -d' ' -f1 /proc/uptime)
 cat /tmp/prog.out
 if [ $code = 0 ] && grep -q ' 0 wrong' /tmp/prog.out; then outcome=ok
-elif [ $code = 137 ] && dmesg | grep -q 'Killed process'; then outcome=oom
+elif [ $code = 137 ] && [ "$(awk '/^oom_kill /{print $2}' /proc/vmstat)" -gt "$kills" ]; then outcome=oom
 else outcome=WRONG; fi
-dmesg | grep -E 'Killed process|Out of memory|error \(|I/O error|Write-error' | sort | uniq -c | sort -rn | head -5
+dmesg | grep -E 'Killed process|Manual OOM|error \(|I/O error|Write-error|Read-error' \
+    | sed 's/^\[[ 0-9.]*\] //; s/([0-9:]*)$//' | sort | uniq -c | sort -rn | head -8
 if kill -0 $zp 2>/dev/null; then up=up; else up=DEAD; fi
 after=$(awk '/^pswpout /{print $2}' /proc/vmstat)
 failed=$(ctl io_stat 2>/dev/null | awk '{print $2}')
