@@ -266,10 +266,13 @@ fn read_only_and_policies_hold_for_every_store_an_export_gets() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("EINVAL"));
 }
 
-/// `--swap` without a mem_limit is refused before anything starts; with
-/// one, a process the kernel lets lock memory and set the I/O-flusher flag
-/// (root with CAP_IPC_LOCK and CAP_SYS_RESOURCE) serves in swap mode and
-/// says so, and any other gets one line naming what the kernel refused.
+/// `--swap` without a mem_limit is refused before anything starts, and so
+/// is a resident reserve larger than the reserve; with one, a process the
+/// kernel lets lock memory and set the I/O-flusher flag (root with
+/// CAP_IPC_LOCK and CAP_SYS_RESOURCE) serves in swap mode with its resident
+/// reserve locked and ready before it is ready, says so in its ready line,
+/// and stops on SIGTERM with vm.min_free_kbytes as it found it; any other
+/// gets one line naming what the kernel refused.
 #[test]
 fn serve_swap_needs_a_mem_limit_and_says_what_the_kernel_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -284,10 +287,24 @@ fn serve_swap_needs_a_mem_limit_and_says_what_the_kernel_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("--swap needs --mem-limit"), "{err}");
+    let out = std::process::Command::new(zmem)
+        .args(["serve", "--swap", "--size", "64M", "--mem-limit", "16M"])
+        .args(["--swap-reserve", "64M", "--socket"])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--swap-reserve 67108864 is more than"),
+        "{err}"
+    );
 
+    let min_free_before = std::fs::read_to_string("/proc/sys/vm/min_free_kbytes").ok();
     let mut child = std::process::Command::new(zmem)
         .args(["serve", "--swap", "--size", "64M", "--mem-limit", "16M"])
-        .arg("--socket")
+        .args(["--swap-reserve", "8M", "--socket"])
         .arg(&sock)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -321,10 +338,38 @@ fn serve_swap_needs_a_mem_limit_and_says_what_the_kernel_refused() {
         .arg("swap_mode")
         .output()
         .unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
+    let vm_lck_kib: u64 = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmLck:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    // SAFETY: kill(2) on the child this test started and has not reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/vm/min_free_kbytes").ok(),
+        min_free_before,
+        "vm.min_free_kbytes is as it was: {err}"
+    );
+    let ready = err
+        .lines()
+        .find(|l| l.contains("ready: NBD on"))
+        .unwrap_or_else(|| panic!("no ready line: {err}"));
+    assert!(
+        ready.contains("swap reserve resident=8388608 locked=8388608 ready=8388608"),
+        "{ready}"
+    );
+    assert!(vm_lck_kib >= 8 << 10, "VmLck {vm_lck_kib} kB");
     let text = String::from_utf8_lossy(&ctl.stdout);
     assert!(text.starts_with("on reserve="), "{text}");
+    assert!(
+        text.contains(" resident=8388608 ") && text.contains(" ready=8388608 "),
+        "{text}"
+    );
     assert!(text.contains("oom_score_adj=-1000"), "{text}");
     // The heap is kept ahead of the stores' bookkeeping: its free top is
     // at least 1 MiB once the server is ready, and allocations use some of

@@ -157,58 +157,95 @@ fn a_guest_swaps_onto_a_zmem_export_through_qemus_nbd_driver() {
     assert!(orig > 0, "zmem holds nothing after the guest swapped: {mm}");
 }
 
-#[test]
-#[ignore = "swap over NBD in the same kernel can stall on the reply's socket buffer (docs/serve.md: 9 of 9 at 192 MiB, 2 of 5 at 288 MiB); run with --ignored"]
-fn a_guest_swaps_onto_zmem_serve_swap_inside_itself_over_nbd_ko() {
-    // zmem in the guest it is swap for: every page it needs to store a
-    // swapped page must exist before the write comes (`--swap`). Without
-    // it, the same guest hangs within seconds of the first swap-out.
-    let prog = swap_pages();
+/// One round of `crates/cli/tests/guest/swap_round.sh`: `zmem serve
+/// --swap` (FRONT `nbd` or `ublk`) in a 256 MiB guest with the kernel's
+/// own sysctls, BURST MiB of random data through the device, then a 192
+/// MiB program swapping onto it; the guest's output.
+fn swap_round(kernel: &str, cpus: u32, front: &str, burst: u32, deadline: u64) -> Outcome {
     let script = format!(
-        r#"set -e
-        ip link set lo up
-        modprobe nbd
-        echo 32768 > /proc/sys/vm/min_free_kbytes
-        Z={zmem}
-        $Z serve --swap --size 512M --mem-limit 128M --comp lz4 \
-            --socket /run/zmem-nbd.sock --pid-file /tmp/z.pid 2>/tmp/serve.log &
-        for i in $(seq 100); do [ -s /tmp/z.pid ] && break; sleep 0.2; done
-        zp=$(cat /tmp/z.pid)
-        ctl() {{ $Z ctl --socket /run/zmem-nbd.sock.ctl "$@"; }}
-        ctl swap_mode
-        nbd-client -N zram0 -u /run/zmem-nbd.sock /dev/nbd0 -b 4096 -swap >/dev/null
-        mkswap /dev/nbd0 >/dev/null
-        swapon --discard=pages /dev/nbd0
-        {prog} 192 1
-        grep -E '^pswpout ' /proc/vmstat
-        ctl mm_stat | sed "s/^/mm_stat /"
-        ctl status
-        swapoff /dev/nbd0
-        nbd-client -d /dev/nbd0 >/dev/null
-        kill -0 $zp && echo "zmem alive"
-        grep -E '^(VmRSS|VmHWM)' /proc/$zp/status
-        kill $zp"#,
+        "bash {dir}/tests/guest/swap_round.sh {zmem} {front} {burst} {prog} 192 {deadline} {wd}",
+        dir = env!("CARGO_MANIFEST_DIR"),
         zmem = env!("CARGO_BIN_EXE_zmem"),
-        prog = prog.display()
+        prog = swap_pages().display(),
+        wd = common::workload_binary("watchdog", "watchdog").display(),
     );
-    let Some(out) = guest(256, 600).run(&script).output_if_exited(0) else {
-        return;
+    let guest = Guest {
+        mem_mib: 256,
+        cpus,
+        timeout: Duration::from_secs(deadline + 120),
     };
-    assert!(out.contains("on reserve="), "swap mode is on: {out}");
-    assert!(out.contains("zmem alive"), "{out}");
-    let runs: Vec<&str> = out.lines().filter(|l| l.starts_with("pages ")).collect();
-    assert_eq!(runs.len(), 1, "{out}");
-    assert!(runs[0].contains(" 0 wrong"), "{}", runs[0]);
-    assert_swapped_enough(&out);
-    // The store held what was swapped, within its mem_limit.
-    let used_max: u64 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("mm_stat "))
-        .and_then(|l| l.split_whitespace().nth(4)?.parse().ok())
-        .unwrap_or_else(|| panic!("no mm_stat:\n{out}"));
-    assert!(used_max > 8 << 20 && used_max <= 128 << 20, "{out}");
+    guest.run_on(kernel, &script)
+}
+
+/// The user's case, one cheap round: Debian's 6.1 kernel, one vCPU, 256
+/// MiB, the kernel's default sysctls, `zmem serve --swap --size 2G
+/// --mem-limit 128M` behind nbd.ko over a Unix socket, 4 MiB of random
+/// data through /dev/nbd0 and read back, then 192 MiB swapped onto it.
+/// The program finishes with every page right or is OOM-killed, and zmem
+/// stays up; a hang ends at the round's deadline with the guest's task
+/// dump (sysrq-t) in the failure. Before the reserve was resident at
+/// ready, this guest hung past its deadline (swap writes failing, the
+/// program never done). 3 min 40 s under TCG on a busy 2-core host, too
+/// long for the default suite: `cargo test --release -p zmem-cli --test
+/// vm_swap -- --ignored`. `scripts/vm-swap-rounds` runs the whole matrix
+/// (6.1 and 6.12, one and two vCPUs, nbd and ublk, 4 and 32 MiB bursts).
+#[test]
+#[ignore = "a guest round takes minutes under TCG; run with --ignored (scripts/vm-swap-rounds for the matrix)"]
+fn a_guest_swaps_onto_zmem_serve_swap_inside_itself_with_default_sysctls() {
+    let out = match swap_round("6.1", 1, "nbd", 4, 240) {
+        Outcome::Unavailable(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        Outcome::TimedOut { output } => panic!("the guest timed out:\n{output}"),
+        Outcome::Ran { code, output, took } => {
+            eprintln!("guest ran in {took:?}");
+            assert!(!output.contains("WATCHDOG"), "the guest hung:\n{output}");
+            assert_eq!(code, 0, "{output}");
+            output
+        }
+    };
     assert!(
-        out.contains("swap mode: "),
-        "zmem ctl status shows swap mode: {out}"
+        out.contains("burst: 4 MiB of random data read back right"),
+        "{out}"
     );
+    let round = out
+        .lines()
+        .find(|l| l.starts_with("ROUND "))
+        .unwrap_or_else(|| panic!("no ROUND line:\n{out}"));
+    assert!(round.contains("zmem=up"), "{round}\n{out}");
+    assert!(
+        round.contains("outcome=ok") || round.contains("outcome=oom"),
+        "{round}"
+    );
+    // The resident part was locked before the device was offered: the
+    // ready line and swap_mode say so, in bytes.
+    let ready = out
+        .lines()
+        .find(|l| l.contains("ready: NBD on"))
+        .unwrap_or_else(|| panic!("no ready line:\n{out}"));
+    let field = |line: &str, key: &str| -> u64 {
+        line.split([' ', ','])
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {key}= in {line}"))
+    };
+    let resident = field(ready, "resident");
+    assert!(resident >= 16 << 20, "{ready}");
+    assert!(field(ready, "locked") >= resident, "{ready}");
+    let mode = out
+        .lines()
+        .find_map(|l| l.strip_prefix("swap_mode ready: "))
+        .unwrap_or_else(|| panic!("no swap_mode:\n{out}"));
+    assert_eq!(field(mode, "ready"), resident, "{mode}");
+    assert_eq!(field(mode, "min_free_kbytes"), 32768, "{mode}");
+    // The sysctl swap mode raised went back when it stopped.
+    let was = field(mode, "min_free_kbytes_was");
+    assert!(
+        out.contains(&format!("vm.min_free_kbytes now {was}")),
+        "{out}"
+    );
+    if round.contains("outcome=ok") {
+        assert!(field(round, "pswpout") > 10_000, "{round}");
+    }
 }

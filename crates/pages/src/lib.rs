@@ -150,8 +150,8 @@ pub enum PagesError {
         limit: usize,
     },
     /// No piece of the locked reserve is ready ([`reserve`]): all are
-    /// taken and the refill did not make another in time, or the reserve is
-    /// used up.
+    /// taken and the refill has not made another from free memory, or the
+    /// reserve is used up. Returned at once, never after a wait.
     ReserveExhausted {
         /// Bytes of the reserve populated when it happened.
         bytes: u64,

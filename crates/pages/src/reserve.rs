@@ -7,18 +7,26 @@
 //! reclaim).
 //!
 //! [`lock_reserve`] reserves address space for the most the stores may
-//! hold and populates and locks a first part of it. Frontiers take
-//! [`PIECE_BYTES`] pieces of populated memory from it instead of mapping
-//! chunks. A refill thread ([`start_refill`]) keeps [`LOW_WATER_PIECES`]
-//! pieces ready: when fewer are left it populates more, ahead of need,
-//! outside the I/O path (and runs its caller's `top_up`, for other memory
-//! kept ahead the same way). That thread may wait in reclaim, and reclaim may
-//! swap pages out to this very process: those writes are stored with the
-//! pieces still ready. A frontier that finds none waits for the thread at
-//! most [`TAKE_WAIT`], then gets an error (the store's write fails, as the
-//! kernel's zram fails a write it has no memory for); past the address
-//! space reserved, it gets an error at once. A source that drops gives its
-//! pieces back, zeroed.
+//! hold and populates and locks the *resident* part of it at once, before
+//! the caller offers any device: pieces of [`PIECE_BYTES`] kept ready, the
+//! memory the device absorbs writes with when the kernel has none to give.
+//! Frontiers take ready pieces instead of mapping chunks. A taker never
+//! waits: when no piece is ready it gets [`PagesError::ReserveExhausted`]
+//! at once (the store's write fails, as the kernel's zram fails a write it
+//! has no memory for), and so it does past the address space reserved.
+//!
+//! A refill thread ([`start_refill`]) brings the ready pieces back to the
+//! resident size as they are taken, but only from memory that is free: it
+//! populates a piece only while the system's free memory (`MemFree`) stays
+//! above the zones' min watermarks (`/proc/zoneinfo`) by
+//! [`FREE_MARGIN_BYTES`] plus the piece, where an allocation is served
+//! from the free lists without entering reclaim (between the low and the
+//! min watermark the kernel wakes kswapd, which is then at work already,
+//! and serves it all the same; a program's faults take memory down to the
+//! min watermark, so a refill that stopped at the low one would lose every
+//! race to them). Below that it waits ([`FREE_POLL`]) and looks again; it
+//! never faults under pressure. It also runs its caller's `top_up`, for other memory kept
+//! ahead the same way. A source that drops gives its pieces back, zeroed.
 //!
 //! Giving pages back to the kernel is impossible in locked memory
 //! (`MADV_DONTNEED` refuses locked ranges), so released ranges are zeroed
@@ -41,17 +49,21 @@ use crate::PagesError;
 /// allocation fails.
 pub const PIECE_BYTES: usize = 1 << 20;
 
-/// Pieces the refill thread keeps ready. A swap-out burst is bounded by
-/// the requests in flight (ublk's default, two queues of 32 requests of at
-/// most 128 KiB, is 8 MiB of pages, about 4 MiB stored at 2:1), and the
-/// thread populates a piece in well under the [`TAKE_WAIT`] a taker waits;
-/// every locked piece not yet taken is memory the machine that swaps does
-/// not have.
-pub const LOW_WATER_PIECES: usize = 4;
+/// Free memory the refill thread leaves above the zones' min watermarks
+/// beyond the piece it populates: the kernel's own allocations between two
+/// looks (socket buffers, bios, page tables) come from it, and the refill
+/// never brings free memory down to where allocations enter reclaim.
+pub const FREE_MARGIN_BYTES: u64 = 2 << 20;
 
-/// How long a frontier that finds no ready piece waits for the refill
-/// thread before its allocation fails.
-pub const TAKE_WAIT: Duration = Duration::from_millis(100);
+/// How long the refill thread waits before it looks at free memory again
+/// when there was too little to take a piece: short, since free memory
+/// rises above the floor only between kswapd's reclaim and the next
+/// program's faults.
+pub const FREE_POLL: Duration = Duration::from_millis(10);
+
+/// How often the refill thread runs its caller's `top_up` when no piece is
+/// taken.
+pub const TOP_UP_EVERY: Duration = Duration::from_millis(250);
 
 /// `MADV_POPULATE_WRITE` (Linux 5.14), which the libc crate may not name.
 const MADV_POPULATE_WRITE: libc::c_int = 23;
@@ -61,9 +73,11 @@ struct Reserve {
     base: NonNull<u8>,
     /// Bytes of address space reserved.
     len: usize,
+    /// Pieces the refill thread keeps ready: the resident part.
+    target: usize,
     state: Mutex<State>,
-    /// Signalled when pieces are taken below the low water mark (the refill
-    /// thread waits on it) and when pieces are made ready (takers wait).
+    /// Signalled when pieces are taken below the target (the refill thread
+    /// waits on it).
     changed: Condvar,
 }
 
@@ -77,6 +91,11 @@ struct State {
     /// Set when populating failed (the kernel refused memory): the refill
     /// thread stops trying until a piece is given back.
     refused: bool,
+    /// Takes that found no ready piece.
+    exhausted: u64,
+    /// Times the refill thread found too little free memory to take a
+    /// piece.
+    waited: u64,
 }
 
 // SAFETY: the mapping is process memory handed out piece by piece; the
@@ -92,22 +111,32 @@ static RESERVE: OnceLock<Reserve> = OnceLock::new();
 pub struct ReserveStats {
     /// Bytes of address space reserved: the most the stores may hold.
     pub limit: u64,
+    /// Bytes kept ready when free memory allows: the resident part, all of
+    /// it populated and locked by [`lock_reserve`].
+    pub resident: u64,
     /// Bytes populated and locked so far.
     pub locked: u64,
     /// Bytes of the pieces handed to page sources.
     pub taken: u64,
+    /// Bytes of the ready pieces: populated, locked, not handed out.
+    pub ready: u64,
+    /// Takes that found no ready piece (each a failed allocation).
+    pub exhausted: u64,
+    /// Times the refill thread found too little free memory to take a piece.
+    pub refill_waits: u64,
 }
 
 /// Reserves `limit` bytes of address space (rounded up to whole pieces)
 /// for every page source of the process, and populates and locks the first
-/// `initial` bytes of it (rounded up likewise, at most `limit`). From now on
-/// every page source carves from it. Once per process: a second call is an
-/// error, as is a limit of 0.
+/// `resident` bytes of it (rounded up likewise, at most `limit`): the
+/// pieces kept ready from now on. From now on every page source carves
+/// from it. Once per process: a second call is an error, as is a limit of
+/// 0.
 ///
-/// Fails when the kernel refuses to lock the first part (`RLIMIT_MEMLOCK`
-/// without `CAP_IPC_LOCK`, or not enough memory): the error names the
-/// errno.
-pub fn lock_reserve(limit: u64, initial: u64) -> Result<ReserveStats, PagesError> {
+/// Fails when the kernel refuses to lock the resident part
+/// (`RLIMIT_MEMLOCK` without `CAP_IPC_LOCK`, or not enough memory): the
+/// error names the errno.
+pub fn lock_reserve(limit: u64, resident: u64) -> Result<ReserveStats, PagesError> {
     let whole = |bytes: u64| -> Result<usize, PagesError> {
         usize::try_from(bytes.div_ceil(PIECE_BYTES as u64))
             .ok()
@@ -118,7 +147,7 @@ pub fn lock_reserve(limit: u64, initial: u64) -> Result<ReserveStats, PagesError
         return Err(PagesError::Reserve("a reserve of 0 bytes".into()));
     }
     let len = whole(limit)?;
-    let first = whole(initial)?.min(len);
+    let first = whole(resident)?.min(len);
     if RESERVE.get().is_some() {
         return Err(PagesError::Reserve("the reserve is already locked".into()));
     }
@@ -158,10 +187,13 @@ pub fn lock_reserve(limit: u64, initial: u64) -> Result<ReserveStats, PagesError
     let reserve = Reserve {
         base,
         len,
+        target: first / PIECE_BYTES,
         state: Mutex::new(State {
             ready,
             populated: first,
             refused: false,
+            exhausted: 0,
+            waited: 0,
         }),
         changed: Condvar::new(),
     };
@@ -213,24 +245,75 @@ pub fn active() -> bool {
 pub fn stats() -> Option<ReserveStats> {
     let r = RESERVE.get()?;
     let s = r.state.lock().unwrap_or_else(|e| e.into_inner());
+    let ready = (s.ready.len() * PIECE_BYTES) as u64;
     Some(ReserveStats {
         limit: r.len as u64,
+        resident: (r.target * PIECE_BYTES) as u64,
         locked: s.populated as u64,
-        taken: (s.populated - s.ready.len() * PIECE_BYTES) as u64,
+        taken: s.populated as u64 - ready,
+        ready,
+        exhausted: s.exhausted,
+        refill_waits: s.waited,
     })
 }
 
-/// How often the refill thread runs its caller's `top_up` when no piece is
-/// taken.
-pub const TOP_UP_EVERY: Duration = Duration::from_millis(250);
+/// `MemFree` of a `/proc/meminfo` text, in bytes.
+fn mem_free_bytes(meminfo: &str) -> Option<u64> {
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemFree:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib << 10)
+}
 
-/// Starts the thread (named `reserve`) that keeps [`LOW_WATER_PIECES`]
-/// pieces ready; it runs `setup` first. It must not be a thread the kernel
-/// spares I/O (`PR_SET_IO_FLUSHER`): its faults are the ones allowed to
-/// wait for reclaim, which may swap (`setup` is where the caller clears
-/// such a flag). It also runs `top_up` whenever a piece is taken and at
-/// least every [`TOP_UP_EVERY`]: the caller's other memory kept ahead of
-/// need the same way (the C heap). Does nothing without a reserve.
+/// The sum of every zone's min watermark in a `/proc/zoneinfo` text, in
+/// bytes (`page` bytes a page): an allocation above it is served from the
+/// free lists, one below it enters direct reclaim.
+fn min_watermarks_bytes(zoneinfo: &str, page: u64) -> Option<u64> {
+    let mut pages = 0u64;
+    let mut zones = 0;
+    for line in zoneinfo.lines() {
+        let mut words = line.split_whitespace();
+        if words.next() == Some("min") {
+            pages += words.next()?.parse::<u64>().ok()?;
+            zones += 1;
+        }
+    }
+    (zones > 0).then_some(pages * page)
+}
+
+/// Whether `bytes` more can be taken from the kernel now without bringing
+/// free memory within [`FREE_MARGIN_BYTES`] of the zones' min watermarks:
+/// an allocation the kernel serves from its free lists, with no reclaim.
+/// `false` when either file cannot be read.
+pub fn memory_free_for(bytes: u64) -> bool {
+    let read = |p| std::fs::read_to_string(p).ok();
+    let (Some(meminfo), Some(zoneinfo)) = (read("/proc/meminfo"), read("/proc/zoneinfo")) else {
+        return false;
+    };
+    match (
+        mem_free_bytes(&meminfo),
+        min_watermarks_bytes(&zoneinfo, crate::os_page_size() as u64),
+    ) {
+        (Some(free), Some(min)) => free >= min + FREE_MARGIN_BYTES + bytes,
+        _ => false,
+    }
+}
+
+/// Starts the thread (named `reserve`) that brings the ready pieces back
+/// to the resident part as they are taken, from free memory only
+/// ([`memory_free_for`]); it runs `setup` first. It must not be a thread
+/// the kernel spares I/O (`PR_SET_IO_FLUSHER`), so that a fault of its own
+/// in a race with the kernel's other allocations is an ordinary one
+/// (`setup` is where the caller clears such a flag). It also runs `top_up`
+/// whenever a piece is taken and at least every [`TOP_UP_EVERY`]: the
+/// caller's other memory kept ahead of need the same way (the C heap),
+/// which should ask [`memory_free_for`] too. Does nothing without a
+/// reserve.
 pub fn start_refill(
     setup: impl FnOnce() + Send + 'static,
     top_up: impl FnMut() + Send + 'static,
@@ -252,20 +335,21 @@ impl Reserve {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether the refill thread has a piece to make: fewer than the
+    /// target ready, address space left, and the kernel not refusing.
+    fn wants(&self, s: &State) -> bool {
+        !s.refused && s.ready.len() < self.target && s.populated + PIECE_BYTES <= self.len
+    }
+
     /// The refill thread's loop: populate a piece whenever fewer than the
-    /// low water mark are ready and address space is left; run `top_up`
-    /// after every wake-up.
+    /// target are ready, address space is left and memory is free; run
+    /// `top_up` after every wake-up.
     fn refill_forever(&self, mut top_up: impl FnMut()) -> ! {
         loop {
             top_up();
             let next = {
                 let s = self.lock();
-                let wanted = |s: &State| {
-                    !s.refused
-                        && s.ready.len() < LOW_WATER_PIECES
-                        && s.populated + PIECE_BYTES <= self.len
-                };
-                let s = if wanted(&s) {
+                let s = if self.wants(&s) {
                     s
                 } else {
                     // A take's notification or the period ends the wait;
@@ -275,11 +359,16 @@ impl Reserve {
                         .unwrap_or_else(|e| e.into_inner())
                         .0
                 };
-                if !wanted(&s) {
+                if !self.wants(&s) {
                     continue;
                 }
                 s.populated
             };
+            if !memory_free_for(PIECE_BYTES as u64) {
+                self.lock().waited += 1;
+                std::thread::sleep(FREE_POLL);
+                continue;
+            }
             // SAFETY: `next..next + PIECE_BYTES` lies in the mapping (checked
             // above) past every populated piece, so nobody holds it; only this
             // thread advances `populated`.
@@ -292,32 +381,24 @@ impl Reserve {
                 }
                 Err(_) => s.refused = true,
             }
-            drop(s);
-            self.changed.notify_all();
         }
     }
 }
 
 /// A ready piece (its start; [`PIECE_BYTES`] long, every byte zero,
-/// resident and locked). Waits at most [`TAKE_WAIT`] for the refill thread
-/// when none is ready; an error when none came or the reserve is used up.
+/// resident and locked). Never waits: an error at once when none is ready
+/// (the refill thread is told) or the reserve is used up.
 pub(crate) fn take_piece() -> Result<NonNull<u8>, PagesError> {
     let r = RESERVE.get().ok_or(PagesError::OutOfMemory(libc::ENOMEM))?;
     let mut s = r.lock();
-    if s.ready.is_empty() && s.populated + PIECE_BYTES <= r.len && !s.refused {
-        r.changed.notify_all();
-        s = r
-            .changed
-            .wait_timeout_while(s, TAKE_WAIT, |s| s.ready.is_empty() && !s.refused)
-            .unwrap_or_else(|e| e.into_inner())
-            .0;
-    }
     let Some(off) = s.ready.pop() else {
-        return Err(PagesError::ReserveExhausted {
-            bytes: s.populated as u64,
-        });
+        s.exhausted += 1;
+        let bytes = s.populated as u64;
+        drop(s);
+        r.changed.notify_all();
+        return Err(PagesError::ReserveExhausted { bytes });
     };
-    let low = s.ready.len() < LOW_WATER_PIECES;
+    let low = s.ready.len() < r.target;
     drop(s);
     if low {
         r.changed.notify_all();
@@ -344,4 +425,40 @@ pub(crate) unsafe fn give_piece(piece: NonNull<u8>) {
     s.refused = false;
     drop(s);
     r.changed.notify_all();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines of a 6.1 guest's (256 MiB) and of this machine's files, in
+    /// the kernel's format.
+    const MEMINFO: &str = "MemTotal:         220508 kB\nMemFree:           51204 kB\n\
+                           MemAvailable:     120332 kB\n";
+    const ZONEINFO: &str = "Node 0, zone      DMA\n  per-node stats\n      nr_inactive_anon 1\n\
+        \x20 pages free     3968\n        boost    0\n        min      33\n        low      41\n\
+        \x20       high     49\nNode 0, zone    DMA32\n  pages free     8000\n        boost    0\n\
+        \x20       min      6788\n        low      8485\n        high     10182\n\
+        Node 0, zone  Movable\n  pages free     0\n        min      0\n        low      0\n";
+
+    #[test]
+    fn free_memory_and_the_min_watermarks_are_read_as_the_kernel_writes_them() {
+        assert_eq!(mem_free_bytes(MEMINFO), Some(51204 << 10));
+        assert_eq!(mem_free_bytes("MemTotal: 1 kB\n"), None);
+        assert_eq!(
+            min_watermarks_bytes(ZONEINFO, 4096),
+            Some((33 + 6788) * 4096)
+        );
+        assert_eq!(min_watermarks_bytes("Node 0, zone DMA\n", 4096), None);
+        assert_eq!(min_watermarks_bytes("        min      x\n", 4096), None);
+    }
+
+    #[cfg_attr(miri, ignore = "Miri reads no /proc")]
+    #[test]
+    fn this_machine_has_memory_free_for_a_piece_and_not_for_all_of_it() {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+        let free = mem_free_bytes(&meminfo).unwrap();
+        assert!(memory_free_for(0) || free < 64 << 20, "{free} bytes free");
+        assert!(!memory_free_for(free), "all of the free memory");
+    }
 }

@@ -13,8 +13,10 @@
 //!   [`nbd::BlockDevice`]; [`nbd_error`]: a store error as NBD's;
 //! - [`CtlServer`], [`request`] and [`CtlError`]: the control socket and
 //!   its errors; [`MetricsServer`] and [`render`]: the Prometheus endpoint;
-//! - [`SwapMode`], [`SwapError`], [`UblkExports`]: what swap mode set, why
-//!   it could not, and the ublk front end, as the registry reports them;
+//! - [`SwapMode`], [`SwapError`], [`SysctlError`], [`UblkExports`]: what
+//!   swap mode set, why it could not (a setting of its own, or a kernel
+//!   setting it needs), and the ublk front end, as the registry reports
+//!   them;
 //! - [`ctl_socket`] (the control socket's line protocol), [`paths`] (the
 //!   default socket paths `zmem serve` and `zmem ctl` share) and [`trim`]
 //!   (giving idle memory back to the OS once I/O goes quiet).
@@ -28,7 +30,8 @@
 //! (how a command runs, answering exactly what sysfs would), `ctl_error`
 //! (its errors, each with the kernel's errno), `metrics`, `server` (the
 //! order the parts come up and go down in), `swap` (swap mode: locked
-//! memory, a reserve the stores draw from, the I/O-flusher flag) and
+//! memory, a reserve the stores draw from, the I/O-flusher flag), `sysctl`
+//! (the kernel settings swap mode raises, put back when it stops) and
 //! `ublk_exports` (the exports as `/dev/ublkbN`, and the store as their
 //! target).
 //!
@@ -53,6 +56,7 @@ mod registry;
 mod server;
 #[allow(unsafe_code)]
 mod swap;
+mod sysctl;
 #[cfg(test)]
 mod test_factory;
 #[allow(unsafe_code)]
@@ -70,4 +74,5 @@ pub use server::{
     UblkFront,
 };
 pub use swap::{SwapError, SwapMode};
+pub use sysctl::SysctlError;
 pub use ublk_exports::UblkExports;

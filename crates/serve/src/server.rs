@@ -7,10 +7,12 @@
 //!    address needs remote clients allowed, and TLS required unless they
 //!    may be served without it; in-flight bounds, the
 //!    policy flags against the secondary compressors and backing devices,
-//!    one backing device per export at most, swap mode's `mem_limit`s);
-//! 2. keeps the C heap to one arena; in swap mode enters its first half
-//!    (the heap that never shrinks, the I/O-flusher flag the stores'
-//!    threads inherit, `oom_score_adj`);
+//!    one backing device per export at most, swap mode's `mem_limit`s and
+//!    its resident reserve);
+//! 2. keeps the C heap to one arena; in swap mode raises the kernel
+//!    settings it needs (`sysctl`: put back when the server stops) and
+//!    enters its first half (the heap that never shrinks, the I/O-flusher
+//!    flag the stores' threads inherit, `oom_score_adj`);
 //! 3. makes every export given at start with its [`SpecFactory`] (the one
 //!    that also makes its store again on `disksize`, `hot_add` and after a
 //!    `reset`), uninitialised ones as settings only, and starts their
@@ -18,8 +20,9 @@
 //! 4. with ublk, makes a `/dev/ublkbN` per initialised export (after
 //!    removing those a killed server left);
 //! 5. in swap mode, locks the process's memory (once the stores' tables
-//!    and the queues' buffers exist) and runs each ublk device's I/O path
-//!    once (warm-up);
+//!    and the queues' buffers exist), populates and locks the reserve's
+//!    resident part, and runs each ublk device's I/O path once (warm-up),
+//!    all before any device is offered;
 //! 6. with NBD, binds the listener (or takes the one systemd gave);
 //! 7. binds the control socket and the metrics endpoint, starts the
 //!    idle-memory trimmer (not in swap mode), announces itself in the log
@@ -29,7 +32,8 @@
 //! NBD clients, requests in flight finish; ublk devices stopped and
 //! deleted), then metrics and control, the trimmer, the NBD threads, then
 //! the PID file, and the default socket directory if this server used it
-//! and it is empty. Flags, logging and signals are the binary's: this module
+//! and it is empty; last, the kernel settings swap mode raised are put
+//! back. Flags, logging and signals are the binary's: this module
 //! neither parses arguments nor waits for a signal.
 
 use std::fmt;
@@ -48,6 +52,7 @@ use crate::metrics::MetricsServer;
 use crate::paths::{ctl_path_for, default_dir, default_socket, ensure_private_dir, tcp_ctl_path};
 use crate::registry::{Registry, Served};
 use crate::swap::{self, SwapError};
+use crate::sysctl::{Raises, SysctlError};
 use crate::trim::Trimmer;
 use crate::ublk_exports::{self, UblkExports, UblkSettings};
 
@@ -134,6 +139,13 @@ pub struct ServerConfig {
     pub store: StoreSettings,
     /// Swap mode (see the `swap` module).
     pub swap: bool,
+    /// Swap mode's resident reserve in bytes (`--swap-reserve`; default
+    /// `swap::default_resident`).
+    pub swap_reserve: Option<u64>,
+    /// Seconds the reserve may stay used up, writes failing, before swap
+    /// mode asks the OOM killer to run (`--swap-oom-after`; default 10; 0:
+    /// never).
+    pub swap_oom_after: Option<u32>,
     /// The front end.
     pub front: Front,
     /// The control socket (default: beside the NBD socket, or in the
@@ -163,6 +175,15 @@ pub enum ServeError {
     },
     /// Swap mode without a `mem_limit` for this export.
     SwapNeedsMemLimit(String),
+    /// A resident reserve larger than the reserve the `mem_limit`s make.
+    SwapReserve {
+        /// The resident reserve asked for.
+        wanted: u64,
+        /// The reserve: the `mem_limit`s and the pieces of each store.
+        limit: u64,
+    },
+    /// A kernel setting swap mode needs could not be made.
+    Sysctl(SysctlError),
     /// The exports' names make no NBD export table.
     Exports(ExportError),
     /// A store factory refused (a store, a setting or a policy).
@@ -194,6 +215,7 @@ impl ServeError {
         match self {
             ServeError::InflightTotal { .. }
             | ServeError::SwapNeedsMemLimit(_)
+            | ServeError::SwapReserve { .. }
             | ServeError::Exports(_) => true,
             ServeError::Store(e) => e.is_usage(),
             _ => false,
@@ -228,6 +250,12 @@ impl fmt::Display for ServeError {
                 "--swap needs --mem-limit: the pages of export {name:?} come from a reserve \
                  locked at start, sized by it"
             ),
+            ServeError::SwapReserve { wanted, limit } => write!(
+                f,
+                "--swap-reserve {wanted} is more than the reserve the exports' mem_limit make \
+                 ({limit} bytes: each mem_limit plus 4 MiB)"
+            ),
+            ServeError::Sysctl(e) => write!(f, "--swap: {e}"),
             ServeError::Exports(e) => write!(f, "{e}"),
             ServeError::Store(e) => write!(f, "{e}"),
             ServeError::Swap(e) => write!(f, "--swap: {e}"),
@@ -247,6 +275,7 @@ impl std::error::Error for ServeError {
             ServeError::Exports(e) => Some(e),
             ServeError::Store(e) => Some(e),
             ServeError::Swap(e) => Some(e),
+            ServeError::Sysctl(e) => Some(e),
             ServeError::Ublk(e) | ServeError::WarmUp(e) | ServeError::Io { error: e, .. } => {
                 Some(e)
             }
@@ -279,6 +308,8 @@ pub struct Server {
     /// The default directory, when this server's sockets are in it: removed
     /// at shutdown if nothing else is left in it.
     own_dir: Option<PathBuf>,
+    /// The kernel settings swap mode raised: put back when dropped, last.
+    sysctls: Option<Raises>,
 }
 
 impl fmt::Debug for Server {
@@ -307,6 +338,8 @@ impl Server {
             metrics,
             allow_remote,
             pid_file,
+            swap_reserve,
+            swap_oom_after,
         } = config;
         let nbd_config = match &front {
             Front::Nbd(n) => {
@@ -321,9 +354,12 @@ impl Server {
         )?;
         crate::trim::one_heap_arena();
         let registry = Arc::new(Registry::default());
-        // Swap mode's first half (the heap, the I/O-flusher flag that the
-        // stores' threads inherit); the second locks memory once they exist.
-        let swap_heap = if swap {
+        // Swap mode's first half (the kernel settings, the heap, the
+        // I/O-flusher flag that the stores' threads inherit); the second
+        // locks memory once they exist. Dropped on an error below, the
+        // settings are put back.
+        let mut sysctls = None;
+        let swap_plan = if swap {
             let mut limits = Vec::new();
             for e in &exports {
                 if e.spec.mem_limit == 0 {
@@ -331,11 +367,34 @@ impl Server {
                 }
                 limits.push(e.spec.mem_limit);
             }
+            // What the front end may have in flight at once: NBD's
+            // in-flight bound, or every ublk queue full of the largest
+            // requests.
+            let burst = match (&front, &nbd_config) {
+                (_, Some(c)) => c.inflight_total,
+                (Front::Ublk(u), None) => {
+                    let s = ublk_settings(u, true);
+                    u64::from(s.queues) * u64::from(s.depth) * u64::from(s.max_io_bytes)
+                }
+                (Front::Nbd(_), None) => 0,
+            };
+            let reserve = swap::reserve_for(&limits);
+            let resident = swap_reserve.unwrap_or_else(|| swap::default_resident(&limits, burst));
+            if resident > reserve {
+                return Err(ServeError::SwapReserve {
+                    wanted: resident,
+                    limit: reserve,
+                });
+            }
+            let raises = sysctls.insert(Raises::default());
+            let min_free_was = raises
+                .raise("vm.min_free_kbytes", swap::ADVISED_MIN_FREE_KBYTES)
+                .map_err(ServeError::Sysctl)?;
             // The heap is grown ahead for NBD's request buffers; ublk's are
             // its queues' own mappings.
             let total = nbd_config.as_ref().map_or(0, |c| c.inflight_total);
-            let heap = swap::enter(total)?;
-            Some((swap::reserve_for(&limits), heap))
+            let heap = swap::enter(total, limits.iter().sum())?;
+            Some((reserve, resident, heap, min_free_was))
         } else {
             None
         };
@@ -348,22 +407,27 @@ impl Server {
             Front::Ublk(u) => Some(start_ublk(u, swap, &registry)?),
             Front::Nbd(_) => None,
         };
-        if let Some((reserve, heap)) = swap_heap {
+        if let Some((reserve, resident, heap, min_free_was)) = swap_plan {
             // ublk runs each device's I/O path once below, so its code is
             // locked as touched; NBD's is locked whole.
-            let mode = swap::lock(reserve, heap, ublk.is_some())?;
+            let oom_after = match swap_oom_after {
+                None => Some(swap::DEFAULT_OOM_AFTER),
+                Some(0) => None,
+                Some(s) => Some(std::time::Duration::from_secs(u64::from(s))),
+            };
+            let mode = swap::lock(
+                reserve,
+                resident,
+                heap,
+                ublk.is_some(),
+                min_free_was,
+                oom_after,
+                failed_writes(Arc::downgrade(&registry)),
+            )?;
             if let Some(front) = &ublk {
                 front.warm_up_all().map_err(ServeError::WarmUp)?;
             }
             info!("swap mode: {mode}");
-            if mode.min_free_kbytes < swap::ADVISED_MIN_FREE_KBYTES {
-                warn!(
-                    "vm.min_free_kbytes is {}: a kernel swapping onto this server over a socket \
-                     has stalled at such values; sysctl vm.min_free_kbytes={} (docs/serve.md)",
-                    mode.min_free_kbytes,
-                    swap::ADVISED_MIN_FREE_KBYTES
-                );
-            }
             if let Front::Nbd(NbdFront {
                 listen: Listen::Tcp(_),
                 ..
@@ -421,8 +485,17 @@ impl Server {
                     .map_err(ServeError::io("cannot start a thread"))?,
             )
         };
+        // In swap mode, the reserve as it is now: its resident part locked
+        // before any device was offered.
+        let reserve = match pages::reserve::stats() {
+            Some(r) if swap => format!(
+                ", swap reserve resident={} locked={} ready={}",
+                r.resident, r.locked, r.ready
+            ),
+            _ => String::new(),
+        };
         info!(
-            "ready: {announced}, control on {}, {} export(s), pid {}",
+            "ready: {announced}, control on {}, {} export(s), pid {}{reserve}",
             ctl_path.display(),
             registry.len(),
             std::process::id()
@@ -439,6 +512,7 @@ impl Server {
             trimmer,
             pid_file,
             own_dir,
+            sysctls,
         })
     }
 
@@ -483,6 +557,8 @@ impl Server {
             // Only an empty directory goes: another server's sockets keep it.
             let _ = std::fs::remove_dir(dir);
         }
+        // No device is served any more: the kernel settings go back.
+        drop(self.sysctls);
         info!("stopped");
         result
     }
@@ -613,13 +689,21 @@ fn private_dir() -> Result<(), ServeError> {
     ensure_private_dir(&default_dir()).map_err(ServeError::io(""))
 }
 
-/// Makes a ublk device for each initialised export (after deleting those
-/// a killed server left).
-fn start_ublk(
-    front: &UblkFront,
-    swap: bool,
-    registry: &Arc<Registry>,
-) -> Result<Arc<UblkExports>, ServeError> {
+/// The stores' failed writes so far, for swap mode's stall watch; 0 once
+/// the registry is gone.
+fn failed_writes(registry: std::sync::Weak<Registry>) -> impl Fn() -> u64 + Send + 'static {
+    move || {
+        registry.upgrade().map_or(0, |r| {
+            r.served()
+                .iter()
+                .map(|s| s.store.io_stat().failed_writes)
+                .sum()
+        })
+    }
+}
+
+/// The ublk devices' queues, depth and largest request.
+fn ublk_settings(front: &UblkFront, swap: bool) -> UblkSettings {
     let queues = front.queues.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, |n| n.get().min(64) as u16)
     });
@@ -629,12 +713,21 @@ fn start_ublk(
     } else {
         (ublk_exports::DEFAULT_DEPTH, ublk_exports::MAX_IO_BYTES)
     };
-    let settings = UblkSettings {
+    UblkSettings {
         queues,
         depth: front.depth.unwrap_or(depth),
         max_io_bytes,
-    };
-    let ublk = UblkExports::new(settings).map_err(ServeError::Ublk)?;
+    }
+}
+
+/// Makes a ublk device for each initialised export (after deleting those
+/// a killed server left).
+fn start_ublk(
+    front: &UblkFront,
+    swap: bool,
+    registry: &Arc<Registry>,
+) -> Result<Arc<UblkExports>, ServeError> {
+    let ublk = UblkExports::new(ublk_settings(front, swap)).map_err(ServeError::Ublk)?;
     for gone in ublk_exports::remove_abandoned().map_err(ServeError::Ublk)? {
         info!(
             "removed /dev/ublkc{}, left by a server that is gone",

@@ -8,17 +8,21 @@
 //! for a thread that may not start I/O, spins in reclaim). So in swap mode,
 //! before any I/O thread starts:
 //! - the pages the stores hold come from a locked reserve
-//!   (`pages::reserve`): address space for the exports' `mem_limit`, a
-//!   first part populated and locked now, and a thread that populates more
-//!   ahead of need, outside the I/O path; a write that finds no ready piece
-//!   fails with an error the kernel sees, as the kernel's zram fails a write
-//!   it has no memory for;
+//!   (`pages::reserve`): address space for the exports' `mem_limit`, its
+//!   resident part ([`default_resident`], or `--swap-reserve`) populated
+//!   and locked now, before any device is offered, and a thread that
+//!   brings the ready pieces back to that size from free memory only,
+//!   outside the I/O path; a write that finds no ready piece fails at once
+//!   with an error the kernel sees, as the kernel's zram fails a write it
+//!   has no memory for;
 //! - the C heap never gives memory back, never maps a fresh region per
 //!   allocation and is one arena for every thread (`M_TRIM_THRESHOLD`,
 //!   `M_MMAP_MAX` 0, `M_ARENA_MAX` 1: a thread's own arena would grow by
 //!   faults on the I/O path), and is grown ahead by the in-flight bound
-//!   plus [`HEAP_SPARE_BYTES`], and after that by the reserve's thread
-//!   whenever its free top falls below [`HEAP_TOP_LOW_BYTES`], so that
+//!   plus [`HEAP_SPARE_BYTES`] plus the stores' bookkeeping at their
+//!   `mem_limit` ([`HEAP_PER_POOL_DIVISOR`]), and after that by the
+//!   reserve's thread, from free memory, whenever its free top falls below
+//!   [`HEAP_TOP_LOW_BYTES`], so that
 //!   request buffers, compression contexts and the stores' bookkeeping
 //!   are carved from resident, locked memory;
 //! - every page the process has is locked, and so is every page it faults
@@ -37,7 +41,13 @@
 //!   them on the device they serve (the reserve's thread, started before,
 //!   is not one: its faults are the ones allowed to wait for reclaim);
 //! - `oom_score_adj` -1000: the OOM killer picks the programs whose pages
-//!   fill the device, never the device.
+//!   fill the device, never the device;
+//! - when writes keep failing (the reserve used up with no free memory to
+//!   refill it, or `mem_limit` reached) for `oom_after` on end
+//!   ([`StallWatch`]), the kernel's OOM killer is asked to run
+//!   (`/proc/sysrq-trigger`, `f`): the kernel retries a failed swap write
+//!   instead of counting the device full, so memory no one can free would
+//!   otherwise end in a machine that swaps in a loop.
 //!
 //! This module applies those settings and reports them; the idle-memory
 //! trimmer (`trim`) must not run in swap mode (the caller leaves it off).
@@ -47,6 +57,8 @@
 
 use std::fmt;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// Why swap mode could not be entered: the setting the kernel or the C
 /// library refused. Nothing is undone (the caller exits).
@@ -122,12 +134,31 @@ pub(crate) const HEAP_TOP_LOW_BYTES: usize = 1 << 20;
 /// What the reserve's thread grows the heap's free top to.
 pub(crate) const HEAP_TOP_BYTES: usize = 2 << 20;
 
-/// Bytes of the reserve populated and locked at start: the pieces the
-/// refill thread keeps ready beyond what is taken
-/// (`pages::reserve::LOW_WATER_PIECES`), no more. Before the first
-/// swap-out the kernel's zram holds nothing either.
-pub(crate) const INITIAL_RESERVE_BYTES: u64 =
-    (pages::reserve::LOW_WATER_PIECES * pages::reserve::PIECE_BYTES) as u64;
+/// The heap grown ahead at start for the stores' bookkeeping: one byte
+/// in this many of their `mem_limit`s together (zsmalloc's zspage and
+/// handle tables measured 0.8 MiB of heap for 50 MiB of pool, one in 62).
+pub(crate) const HEAP_PER_POOL_DIVISOR: u64 = 32;
+
+/// The share of the exports' `mem_limit`s kept resident by default: one
+/// byte in this many (16 MiB of a 128M limit), unless the burst rule of
+/// [`default_resident`] asks for more.
+pub(crate) const RESIDENT_DIVISOR: u64 = 8;
+
+/// The resident part of the reserve unless `--swap-reserve` gives it:
+/// what the device must absorb with no fresh memory. The larger of
+/// - one [`RESIDENT_DIVISOR`]th of the `mem_limit`s, and
+/// - two bursts of `burst` bytes (the front end's requests in flight, all
+///   writes of incompressible pages, each stored whole: one burst in
+///   flight, the next arriving before the refill has free memory to take)
+///   plus the pieces each store holds partly carved ([`PIECES_PER_STORE`]);
+///
+/// in whole pieces, at most the reserve itself ([`reserve_for`]).
+pub(crate) fn default_resident(limits: &[u64], burst: u64) -> u64 {
+    let piece = pages::reserve::PIECE_BYTES as u64;
+    let share = limits.iter().sum::<u64>() / RESIDENT_DIVISOR;
+    let bursts = 2 * burst + limits.len() as u64 * PIECES_PER_STORE * piece;
+    (share.max(bursts).div_ceil(piece) * piece).min(reserve_for(limits))
+}
 
 /// The in-flight bound per connection in swap mode unless given: the
 /// request buffers come from the heap grown ahead.
@@ -141,17 +172,94 @@ pub(crate) const INFLIGHT_TOTAL: u64 = 4 << 20;
 /// its `mem_limit`: its pool's two frontiers and its huge-page source's two.
 pub(crate) const PIECES_PER_STORE: u64 = 4;
 
-/// The `vm.min_free_kbytes` below which swap mode warns: the kernel keeps
-/// this much free, and the socket memory of the server's replies is
-/// allocated from it while the kernel waits for the server (docs/serve.md
-/// has the runs behind the figure).
+/// The `vm.min_free_kbytes` swap mode raises the system's to when it is
+/// lower: the kernel keeps this much free, the socket memory of the
+/// server's replies is allocated from it while the kernel waits for the
+/// server, and the refill takes pieces only above the watermarks it sets
+/// (docs/serve.md has the runs behind the figure).
 pub(crate) const ADVISED_MIN_FREE_KBYTES: u64 = 32768;
+
+/// How long the stores' writes may keep failing (the reserve used up with
+/// too little free memory to refill it, or `mem_limit` reached) before the
+/// OOM killer is asked to run, unless `--swap-oom-after` gives it.
+pub(crate) const DEFAULT_OOM_AFTER: Duration = Duration::from_secs(10);
+
+/// How recent a failed write must be for writes to count as failing still.
+const FAILING_WITHIN: Duration = Duration::from_secs(1);
+
+/// Times swap mode asked the kernel's OOM killer to run.
+static OOM_KILLS: AtomicU64 = AtomicU64::new(0);
+
+/// Watches the stores' writes for a stall no one else ends: a write failed
+/// within every [`FAILING_WITHIN`] for `after` on end. Pure: told the time
+/// and the failed writes so far, it says when to ask the OOM killer.
+#[derive(Debug)]
+pub(crate) struct StallWatch {
+    after: Duration,
+    last_failed: u64,
+    last_fail: Option<Instant>,
+    since: Option<Instant>,
+}
+
+impl StallWatch {
+    /// A watch that fires after `after` of stall.
+    pub(crate) fn new(after: Duration) -> StallWatch {
+        StallWatch {
+            after,
+            last_failed: 0,
+            last_fail: None,
+            since: None,
+        }
+    }
+
+    /// One look at `now`: the stores' failed writes so far. True when the
+    /// stall has lasted `after` (the watch then starts over, so the next
+    /// kill waits as long again).
+    pub(crate) fn look(&mut self, now: Instant, failed: u64) -> bool {
+        if failed > self.last_failed {
+            self.last_failed = failed;
+            self.last_fail = Some(now);
+        }
+        let failing = self
+            .last_fail
+            .is_some_and(|t| now.duration_since(t) < FAILING_WITHIN);
+        if !failing {
+            self.since = None;
+            return false;
+        }
+        let since = *self.since.get_or_insert(now);
+        if now.duration_since(since) >= self.after {
+            self.since = None;
+            return true;
+        }
+        false
+    }
+}
+
+/// Asks the kernel's OOM killer to run (`f` to /proc/sysrq-trigger, which
+/// the sysrq mask does not restrict): it kills the process with the
+/// highest badness, never this one (`oom_score_adj` -1000).
+fn ask_oom_killer(after: Duration) {
+    OOM_KILLS.fetch_add(1, Ordering::Relaxed);
+    log::warn!(
+        "swap mode: swap writes have failed for {} s on end (the reserve used up with no free \
+         memory to refill it, or mem_limit reached): asking the kernel's OOM killer to run \
+         (sysrq f)",
+        after.as_secs()
+    );
+    if let Err(e) = std::fs::write("/proc/sysrq-trigger", "f") {
+        log::error!("swap mode: cannot write /proc/sysrq-trigger: {e}");
+    }
+}
 
 /// What swap mode set, for `zmem ctl status` and the `swap_mode` attribute.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SwapMode {
     /// Bytes of address space the locked reserve may grow to.
     pub reserve_bytes: u64,
+    /// Bytes of the reserve kept resident: locked before the server was
+    /// ready, and refilled to from free memory.
+    pub resident_bytes: u64,
     /// Bytes the C heap was grown by.
     pub heap_bytes: u64,
     /// Code and constants are locked as they are touched (`MCL_ONFAULT`),
@@ -159,8 +267,11 @@ pub struct SwapMode {
     pub code_on_fault: bool,
     /// `oom_score_adj` as set.
     pub oom_score_adj: i32,
-    /// `vm.min_free_kbytes` when swap mode began (0 if unreadable).
+    /// `vm.min_free_kbytes` once swap mode began (0 if unreadable).
     pub min_free_kbytes: u64,
+    /// `vm.min_free_kbytes` before swap mode raised it (equal to
+    /// `min_free_kbytes` when it was left as it was).
+    pub min_free_kbytes_was: u64,
 }
 
 /// The system's `vm.min_free_kbytes`, if readable.
@@ -177,11 +288,17 @@ impl fmt::Display for SwapMode {
         let s = pages::reserve::stats().unwrap_or_default();
         write!(
             f,
-            "on reserve={} locked={} taken={} heap={} heap_in_use={} heap_top={} \
-             mlockall={} io_flusher=1 oom_score_adj={} min_free_kbytes={}",
+            "on reserve={} resident={} locked={} ready={} taken={} exhausted={} \
+             refill_waits={} oom_kills={} heap={} heap_in_use={} heap_top={} mlockall={} \
+             io_flusher=1 oom_score_adj={} min_free_kbytes={} min_free_kbytes_was={}",
             self.reserve_bytes,
+            self.resident_bytes,
             s.locked,
+            s.ready,
             s.taken,
+            s.exhausted,
+            s.refill_waits,
+            OOM_KILLS.load(Ordering::Relaxed),
             self.heap_bytes,
             heap_in_use(),
             heap_top_free(),
@@ -191,7 +308,8 @@ impl fmt::Display for SwapMode {
                 "current,future-onfault"
             },
             self.oom_score_adj,
-            self.min_free_kbytes
+            self.min_free_kbytes,
+            self.min_free_kbytes_was
         )
     }
 }
@@ -207,14 +325,15 @@ pub(crate) fn reserve_for(limits: &[u64]) -> u64 {
 }
 
 /// Enters swap mode's first half, before the stores are made: the heap
-/// that never shrinks, grown by `inflight_total` plus [`HEAP_SPARE_BYTES`];
+/// that never shrinks, grown by `inflight_total` plus [`HEAP_SPARE_BYTES`]
+/// plus the bookkeeping of pools of `pool_bytes` ([`HEAP_PER_POOL_DIVISOR`]);
 /// the I/O-flusher flag, which every thread created after inherits (the
 /// stores' own threads too: they take locks the I/O path waits for); and
 /// `oom_score_adj`. Then [`lock`]. An error names the setting the kernel
 /// refused; nothing is undone (the caller exits).
-pub(crate) fn enter(inflight_total: u64) -> Result<u64, SwapError> {
+pub(crate) fn enter(inflight_total: u64, pool_bytes: u64) -> Result<u64, SwapError> {
     heap_never_shrinks()?;
-    let heap_bytes = inflight_total + HEAP_SPARE_BYTES;
+    let heap_bytes = inflight_total + HEAP_SPARE_BYTES + pool_bytes / HEAP_PER_POOL_DIVISOR;
     grow_heap(heap_bytes as usize);
     // SAFETY: prctl with integer arguments only sets a flag on this task.
     if unsafe { libc::prctl(PR_SET_IO_FLUSHER, 1, 0, 0, 0) } != 0 {
@@ -237,17 +356,24 @@ pub(crate) fn enter(inflight_total: u64) -> Result<u64, SwapError> {
 /// Swap mode's second half, once the stores are made (their tables exist)
 /// and before the server's threads start: locks every page the process has
 /// and every page it faults in later, populates the writable mappings
-/// whole, makes the locked reserve of at most
-/// `reserve_bytes` and starts its refill thread. `heap_bytes` is what
-/// [`enter`] returned.
+/// whole, makes the locked reserve of at most `reserve_bytes` with
+/// `resident_bytes` of it populated and locked now, and starts its refill
+/// thread. `heap_bytes` is what [`enter`] returned; `min_free_kbytes_was`
+/// what `vm.min_free_kbytes` was before swap mode raised it; `oom_after`
+/// the stall after which the refill thread asks the OOM killer to run
+/// (`None`: never), with `failed_writes` the stores' failed writes so far.
 ///
 /// With `code_on_fault` (a front end that runs its I/O path once before it
 /// announces a device: ublk's `warm_up`), code and constants are locked
 /// as they are touched instead of populated whole.
 pub(crate) fn lock(
     reserve_bytes: u64,
+    resident_bytes: u64,
     heap_bytes: u64,
     code_on_fault: bool,
+    min_free_kbytes_was: u64,
+    oom_after: Option<Duration>,
+    failed_writes: impl Fn() -> u64 + Send + 'static,
 ) -> Result<SwapMode, SwapError> {
     if code_on_fault {
         drop_code_pages()?;
@@ -279,28 +405,38 @@ pub(crate) fn lock(
     // populated and locked whole: a write to one never faults.
     lock_writable_mappings()?;
     // After the writable mappings are populated: the reserve's address
-    // space is populated only as far as `lock_reserve` and its refill
-    // thread take it.
-    pages::reserve::lock_reserve(reserve_bytes, INITIAL_RESERVE_BYTES.min(reserve_bytes))
+    // space is populated as far as its resident part now, and beyond only
+    // as its refill thread takes free memory.
+    pages::reserve::lock_reserve(reserve_bytes, resident_bytes.min(reserve_bytes))
         .map_err(SwapError::Reserve)?;
     keep_heap_ahead();
+    let mut watch = oom_after.map(StallWatch::new);
     pages::reserve::start_refill(
         || {
-            // The refill thread's faults are the ones allowed to wait for
-            // reclaim, which may swap: it gives up the inherited flag.
+            // The refill thread is no I/O flusher: its allocations are
+            // ordinary ones. It gives up the inherited flag.
             // SAFETY: prctl with integer arguments only clears a flag on
             // this task.
             unsafe { libc::prctl(PR_SET_IO_FLUSHER, 0, 0, 0, 0) };
         },
-        keep_heap_ahead,
+        move || {
+            keep_heap_ahead();
+            if let Some(w) = watch.as_mut() {
+                if w.look(Instant::now(), failed_writes()) {
+                    ask_oom_killer(w.after);
+                }
+            }
+        },
     )
     .map_err(SwapError::Thread)?;
     Ok(SwapMode {
         reserve_bytes,
+        resident_bytes: pages::reserve::stats().map_or(0, |s| s.resident),
         heap_bytes,
         code_on_fault,
         oom_score_adj: OOM_SCORE_ADJ,
         min_free_kbytes: min_free_kbytes().unwrap_or(0),
+        min_free_kbytes_was,
     })
 }
 
@@ -506,12 +642,13 @@ fn heap_top_free() -> usize {
 }
 
 /// Grows the C heap's free top back to [`HEAP_TOP_BYTES`] once it is below
-/// [`HEAP_TOP_LOW_BYTES`]: run by the reserve's thread (whose faults may
-/// wait for reclaim) as the stores grow, so that the I/O path's
-/// allocations find resident, locked heap.
+/// [`HEAP_TOP_LOW_BYTES`], from free memory only
+/// (`pages::reserve::memory_free_for`): run by the reserve's thread as the
+/// stores grow, so that the I/O path's allocations find resident, locked
+/// heap.
 fn keep_heap_ahead() {
     let top = heap_top_free();
-    if top < HEAP_TOP_LOW_BYTES {
+    if top < HEAP_TOP_LOW_BYTES && pages::reserve::memory_free_for(HEAP_TOP_BYTES as u64) {
         grow_heap(HEAP_TOP_BYTES);
     }
 }
@@ -602,17 +739,64 @@ mod tests {
     }
 
     #[test]
+    fn the_stall_watch_fires_only_after_a_whole_stall_of_failing_writes() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut w = StallWatch::new(Duration::from_secs(10));
+        // Nothing failing: no stall, however long.
+        assert!(!w.look(at(0), 0));
+        assert!(!w.look(at(20_000), 0));
+        // A write failing every half second: fires at 10 s, then 10 s later.
+        let mut fired = Vec::new();
+        for i in 0..50u64 {
+            if w.look(at(30_000 + i * 500), 1 + i) {
+                fired.push(i * 500);
+            }
+        }
+        assert_eq!(fired, vec![10_000, 20_500]);
+        // A second with no failure ends the stall.
+        let mut w = StallWatch::new(Duration::from_secs(10));
+        assert!(!w.look(at(0), 1));
+        assert!(!w.look(at(5_000), 1), "no failure for 5 s");
+        assert!(!w.look(at(11_000), 2));
+        assert!(!w.look(at(20_000), 3));
+        assert!(!w.look(at(20_500), 3));
+        assert!(w.look(at(21_000), 4));
+    }
+
+    #[test]
+    fn the_resident_part_covers_two_bursts_or_a_share_of_the_limit() {
+        let (m, piece) = (1u64 << 20, pages::reserve::PIECE_BYTES as u64);
+        // 128M over NBD (4 MiB in flight): the share, 16 MiB.
+        assert_eq!(default_resident(&[128 * m], 4 * m), 16 * m);
+        // Over ublk, two queues of 32 requests of 128 KiB: 8 MiB in flight.
+        assert_eq!(default_resident(&[128 * m], 8 * m), 16 * m + 4 * piece);
+        // A small limit: never more than the reserve itself.
+        assert_eq!(default_resident(&[4 * m], 8 * m), reserve_for(&[4 * m]));
+        // Whole pieces.
+        assert_eq!(default_resident(&[1000 * m + 1], 0) % piece, 0);
+    }
+
+    #[test]
     fn the_report_names_every_setting() {
         let m = SwapMode {
             reserve_bytes: 8 << 20,
+            resident_bytes: 4 << 20,
             heap_bytes: 8 << 20,
             code_on_fault: false,
             oom_score_adj: -1000,
             min_free_kbytes: 32768,
+            min_free_kbytes_was: 1739,
         };
         let text = m.to_string();
         for want in [
             "reserve=8388608",
+            "resident=4194304",
+            "ready=",
+            "exhausted=",
+            "refill_waits=",
+            "oom_kills=",
+            "min_free_kbytes_was=1739",
             "heap=8388608",
             "heap_in_use=",
             "heap_top=",

@@ -40,6 +40,8 @@ fn config(dir: &Path, exports: Vec<ExportConfig>) -> ServerConfig {
             ..StoreSettings::default()
         },
         swap: false,
+        swap_reserve: None,
+        swap_oom_after: None,
         front: Front::Nbd(NbdFront {
             listen: Listen::Unix(Some(dir.join("nbd.sock"))),
             config: nbd::Config::default(),

@@ -216,6 +216,8 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             writeback_compressed: args.writeback_compressed,
         },
         swap: args.swap,
+        swap_reserve: args.swap_reserve,
+        swap_oom_after: args.swap_oom_after,
         front,
         ctl_socket: args.ctl_socket.clone(),
         metrics: args.metrics,

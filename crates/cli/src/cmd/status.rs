@@ -413,20 +413,24 @@ pub fn swap_line(path: &Path) -> Result<Option<String>, CliError> {
         text.split_whitespace()
             .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
     };
-    let size = |key: &str| -> String {
-        field(key)
-            .and_then(|v| v.parse().ok())
-            .map_or_else(|| "?".into(), human_size)
+    let bytes = |key: &str| field(key).unwrap_or("?");
+    let was = match (field("min_free_kbytes"), field("min_free_kbytes_was")) {
+        (Some(now), Some(was)) if now != was => format!(" (was {was})"),
+        _ => String::new(),
     };
     Ok(Some(format!(
-        "swap mode: {} locked of a {} reserve ({} taken), {} heap ahead, mlockall, \
-         PR_SET_IO_FLUSHER, oom_score_adj {}, vm.min_free_kbytes {}\n",
-        size("locked"),
-        size("reserve"),
-        size("taken"),
-        size("heap"),
-        field("oom_score_adj").unwrap_or("?"),
-        field("min_free_kbytes").unwrap_or("?")
+        "swap mode: reserve resident={} locked={} ready={} taken={} of {} bytes, \
+         exhausted={}, heap={} ahead, mlockall, PR_SET_IO_FLUSHER, oom_score_adj {}, \
+         vm.min_free_kbytes {}{was}\n",
+        bytes("resident"),
+        bytes("locked"),
+        bytes("ready"),
+        bytes("taken"),
+        bytes("reserve"),
+        bytes("exhausted"),
+        bytes("heap"),
+        bytes("oom_score_adj"),
+        bytes("min_free_kbytes"),
     )))
 }
 

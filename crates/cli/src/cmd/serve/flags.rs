@@ -158,16 +158,35 @@ pub struct ServeArgs {
     /// Swap mode, for a server its own kernel swaps onto (nbd-client
     /// -swap): the pages the stores hold come from a locked reserve of at
     /// most the exports' mem_limit plus 4 MiB each (so every export needs
-    /// --mem-limit), 16 MiB locked at start and more locked ahead of need by
-    /// a thread of its own; the process is locked in memory (mlockall), its
-    /// I/O threads are I/O flushers (PR_SET_IO_FLUSHER), oom_score_adj is
-    /// -1000, and the in-flight bounds default to 2M per connection and 4M
-    /// in all, with a heap grown ahead for them. A write the reserve cannot
-    /// hold fails with ENOSPC, as the kernel's zram fails one past
+    /// --mem-limit), whose resident part (--swap-reserve) is populated and
+    /// locked before the server is ready and refilled from free memory
+    /// only; the process is locked in memory (mlockall), its I/O threads
+    /// are I/O flushers (PR_SET_IO_FLUSHER), oom_score_adj is -1000,
+    /// vm.min_free_kbytes is raised to 32768 if lower (put back at exit),
+    /// and the in-flight bounds default to 2M per connection and 4M in all,
+    /// with a heap grown ahead for them. A write the ready pieces cannot
+    /// hold fails at once with ENOSPC, as the kernel's zram fails one past
     /// mem_limit; exports added with hot_add share the reserve. Needs root
-    /// (CAP_IPC_LOCK, CAP_SYS_RESOURCE).
+    /// (CAP_IPC_LOCK, CAP_SYS_RESOURCE, vm.min_free_kbytes).
     #[arg(long)]
     pub(super) swap: bool,
+    /// With --swap: bytes of the reserve kept resident, locked before the
+    /// server is ready: what the device absorbs with no fresh memory
+    /// (default: the larger of an eighth of the exports' mem_limit and two
+    /// front ends' worth of requests in flight, all incompressible, plus 4
+    /// MiB per export; at most the reserve, 1M to 1T).
+    #[arg(long, value_name = "SIZE", requires = "swap",
+          value_parser = recipe::flags::size(1 << 20, 1 << 40))]
+    pub(super) swap_reserve: Option<u64>,
+    /// With --swap: seconds the reserve may stay used up, swap writes
+    /// failing and too little free memory to refill it, before the server
+    /// asks the kernel's OOM killer to run (sysrq f; this server is never
+    /// its victim): the kernel retries a failed swap write rather than
+    /// count the device full, and would otherwise swap in a loop (default
+    /// 10; 0: never; up to 3600).
+    #[arg(long, value_name = "SECONDS", requires = "swap",
+          value_parser = recipe::flags::whole::<u32>(0, 3600))]
+    pub(super) swap_oom_after: Option<u32>,
     /// Serve each export as a ublk block device, /dev/ublkbN, instead of
     /// over NBD (root; the kernel's ublk_drv).
     #[arg(long, conflicts_with_all = ["socket", "tcp", "tls_certificates", "allow_remote"])]
