@@ -11,7 +11,7 @@
 /// at the top of the numbers a program counts as its own.
 const BAND: libc::rlim_t = 64;
 
-/// The largest soft `RLIMIT_NOFILE` the region lowers by [`BAND`] when the
+/// The largest soft `RLIMIT_NOFILE` the region lowers by `BAND` (64) when the
 /// hard limit leaves no room above it: a descriptor numbered near the
 /// limit makes the kernel's table of the process's descriptors that large
 /// (8 bytes a number, copied by each fork), so above this the band stays
@@ -28,9 +28,9 @@ const LOWER_UP_TO: libc::rlim_t = 65536;
 ///   limit allows: the soft limit is raised for the moment of the move and
 ///   put back (a number above it stays valid);
 /// - else, where the hard limit is above the soft one, into the top
-///   [`BAND`] numbers under the hard limit, the same way;
-/// - else, where the soft limit is from 1024 to [`LOWER_UP_TO`], into the
-///   top [`BAND`] numbers under it, and the soft limit is lowered below
+///   `BAND` (64) numbers under the hard limit, the same way;
+/// - else, where the soft limit is from 1024 to `LOWER_UP_TO` (65536), into the
+///   top `BAND` (64) numbers under it, and the soft limit is lowered below
 ///   them (the program sees a limit 64 lower than it was given; its
 ///   children inherit that, and their own regions then take the first
 ///   way);
