@@ -108,6 +108,8 @@ const RANGES: &[(&str, bool, &[&str])] = &[
     ("serve --delta", false, &["12", "65544"]),
     ("serve --mem-limit", true, &["2T"]),
     ("serve --writeback-batch-size", false, &["257"]),
+    ("serve --swap-reserve", false, &["512K", "2T"]),
+    ("serve --swap-oom-after", true, &["3601"]),
     ("serve --ublk-queues", false, &["65"]),
     ("serve --queue-depth", false, &["4097"]),
     ("serve --workers", false, &["65"]),
