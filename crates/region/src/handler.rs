@@ -126,6 +126,21 @@ pub(crate) fn run(sh: Arc<Shared>) {
     }
 }
 
+/// Sleeps in `ppoll` until the userfaultfd `uffd` has a message or the
+/// eventfd `efd` is kicked, at most `timeout` (null: no limit); whether
+/// each is ready.
+fn sleep_on(uffd: libc::c_int, efd: libc::c_int, timeout: *const libc::timespec) -> (bool, bool) {
+    let mut fds = [uffd, efd].map(|fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    // SAFETY: two valid pollfd entries, a valid or null timeout, no signal
+    // mask.
+    unsafe { libc::ppoll(fds.as_mut_ptr(), 2, timeout, std::ptr::null()) };
+    (fds[0].revents != 0, fds[1].revents != 0)
+}
+
 /// Turns the fault of thread `tid` at page address `addr` into the
 /// program's own `SIGBUS`. The page is poisoned (Linux 6.6 and later): the
 /// woken access runs again and takes a `SIGBUS` at that address, until
@@ -164,18 +179,6 @@ impl Handler {
         let efd = self.sh.handler_efd.load(Ordering::Acquire);
         loop {
             let uffd = self.sh.uffd();
-            let mut fds = [
-                libc::pollfd {
-                    fd: uffd.fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: efd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
             // Waiting faults are tried again after 20 µs, or as soon as the
             // evictor makes room (it kicks the eventfd) or a message comes.
             let wait = libc::timespec {
@@ -198,18 +201,16 @@ impl Handler {
             } else {
                 std::ptr::null()
             };
-            // SAFETY: two valid pollfd entries, a valid or null timeout, no
-            // signal mask.
-            unsafe { libc::ppoll(fds.as_mut_ptr(), 2, timeout, std::ptr::null()) };
+            let (messages, kicked) = sleep_on(uffd.fd(), efd, timeout);
             if self.sh.stop_handler.load(Ordering::Acquire) {
                 return;
             }
-            if fds[1].revents != 0 {
+            if kicked {
                 drain(efd);
             }
             self.sh.gate.enter(Side::Handler);
             self.in_gate = true;
-            let served = self.read_all(fds[0].revents == 0);
+            let served = self.read_all(!messages);
             self.retry();
             self.sh
                 .handler_waiting
@@ -487,33 +488,21 @@ impl Handler {
         // The faults read before the panic sleep in the kernel: woken, they
         // fault again and come back as messages.
         let uffd = sh.uffd();
-        let wake_all = || {
-            let map = sh.mapping.read().unwrap_or_else(|e| e.into_inner());
-            for seg in map.segments() {
-                let _ = uffd.wake(seg.addr, seg.len);
-            }
-        };
-        wake_all();
+        for seg in sh
+            .mapping
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .segments()
+        {
+            let _ = uffd.wake(seg.addr, seg.len);
+        }
         let efd = sh.handler_efd.load(Ordering::Acquire);
         loop {
-            let mut fds = [
-                libc::pollfd {
-                    fd: uffd.fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: efd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            // SAFETY: two valid pollfd entries, no timeout, no signal mask.
-            unsafe { libc::ppoll(fds.as_mut_ptr(), 2, std::ptr::null(), std::ptr::null()) };
+            let (_, kicked) = sleep_on(uffd.fd(), efd, std::ptr::null());
             if sh.stop_handler.load(Ordering::Acquire) {
                 return;
             }
-            if fds[1].revents != 0 {
+            if kicked {
                 drain(efd);
             }
             let n = uffd.read(&mut self.msgs).unwrap_or(0);
