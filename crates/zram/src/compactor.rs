@@ -621,8 +621,10 @@ fn run(shared: &Shared, w: &Watched) {
                             c
                         } else {
                             drop(c);
-                            w.pool.decay_retained_pages();
+                            // Counted before the pages go back, so whoever
+                            // sees the pages gone also sees the epoch.
                             t.idle_decays.fetch_add(1, Ordering::Relaxed);
+                            w.pool.decay_retained_pages();
                             shared.control()
                         }
                     }
