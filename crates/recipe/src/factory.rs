@@ -43,9 +43,13 @@ pub struct Settings {
     /// `recomp_algorithm` values, in the order written; a later one for
     /// the same priority wins, as in the store.
     pub recomp: Vec<RecompAlgorithm>,
-    /// `algorithm_params` values for the secondary compressors
-    /// (`priority=N ...` or `algo=NAME ...`), in the order written.
-    pub recomp_params: Vec<String>,
+    /// `algorithm_params` of the secondary compressors by priority (index
+    /// 0 is priority 1): the settings of the last write for that priority,
+    /// without `algo=`/`priority=` (empty: the algorithm's defaults). As in
+    /// Linux 7.x, a `recomp_algorithm` write for a priority empties its
+    /// entry, and the settings are checked against the algorithm when the
+    /// store is made (`disksize`).
+    pub recomp_params: [String; zram::MAX_SECONDARIES],
 }
 
 impl Default for Settings {
@@ -60,12 +64,28 @@ impl Default for Settings {
             writeback_compressed: false,
             writeback_batch_size: None,
             recomp: Vec::new(),
-            recomp_params: Vec::new(),
+            recomp_params: Default::default(),
         }
     }
 }
 
 impl Settings {
+    /// The primary compressor: `comp_algorithm` with its
+    /// `algorithm_params`. As Linux 7.x's `disksize` write, this is where
+    /// settings the algorithm does not take are refused (`EINVAL`, named
+    /// `algorithm_params`), not the `algorithm_params` write.
+    pub fn compressor(&self) -> Result<zcomp::Compressor, FactoryError> {
+        zcomp::Compressor::with_params(self.comp, &self.comp_params).map_err(|e| {
+            FactoryError::Setting {
+                flag: "algorithm_params",
+                error: StoreError::Config(format!(
+                    "algorithm_params {:?} for {}: {e}",
+                    self.comp_params, self.comp
+                )),
+            }
+        })
+    }
+
     /// Applies the settings a store takes after it is made, in the order
     /// a zram disk takes them before `disksize`: `mem_limit`,
     /// `backing_dev`, `writeback_compressed`, `writeback_batch_size`,
@@ -93,10 +113,12 @@ impl Settings {
                 .set_recomp(recomp)
                 .map_err(refused("--recomp-algorithm"))?;
         }
-        for params in &self.recomp_params {
-            store
-                .set_algorithm_params(params)
-                .map_err(refused("algorithm_params"))?;
+        for (i, params) in self.recomp_params.iter().enumerate() {
+            if !params.is_empty() {
+                store
+                    .set_algorithm_params(&format!("priority={} {params}", i + 1))
+                    .map_err(refused("algorithm_params"))?;
+            }
         }
         Ok(())
     }
@@ -323,7 +345,7 @@ impl StoreFactory for SpecFactory {
             writeback_compressed: self.writeback_compressed,
             writeback_batch_size: self.writeback_batch,
             recomp: self.recomp.clone(),
-            recomp_params: Vec::new(),
+            recomp_params: Default::default(),
         }
     }
 
@@ -334,6 +356,7 @@ impl StoreFactory for SpecFactory {
                 max: self.max_disksize,
             });
         }
+        settings.compressor()?;
         let spec = StoreSpec {
             comp: settings.comp,
             comp_params: settings.comp_params.clone(),
@@ -417,11 +440,21 @@ mod tests {
             format!("{} bytes is more than 1G", 2u64 << 30)
         );
         let e = f.make(&lz4("level=0"), 1 << 20).unwrap_err();
-        assert!(matches!(e, FactoryError::Spec(_)) && e.is_usage(), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                FactoryError::Setting {
+                    flag: "algorithm_params",
+                    ..
+                }
+            ) && e.is_usage(),
+            "{e:?}"
+        );
         assert!(e.to_string().contains("level"), "{e}");
         let settings = Settings {
             recomp: vec![RecompAlgorithm::parse("algo=lz4 priority=1").unwrap()],
-            recomp_params: vec!["priority=5 level=1".into()],
+            // Checked when the store is made, as the kernel's disksize does.
+            recomp_params: ["level=0".into(), String::new(), String::new()],
             ..lz4("")
         };
         let e = f.make(&settings, 1 << 20).unwrap_err();

@@ -399,6 +399,9 @@ impl StoreSpec {
         let pages = disk_bytes.div_ceil(block as u64);
         let store = Store::with_block_size(Arc::clone(&pool), comp, pages, block)
             .map_err(|e| Error::Usage(format!("{}: {e}", self.label())))?;
+        if self.mode == Mode::KernelCompat {
+            store.set_recomp_lz4(zcomp::Lz4Impl::Kernel);
+        }
         store.set_mem_limit(self.mem_limit);
         store
             .set_auto_compact(self.auto_compact)
@@ -439,6 +442,20 @@ mod tests {
                 implementation,
                 "{mode:?} {comp}"
             );
+            // Its lz4 secondaries are compressed by the same code as an lz4
+            // primary would be.
+            for secondary in ["lz4", "lz4hc"] {
+                store
+                    .set_recomp_algorithm(&format!("algo={secondary} priority=1"))
+                    .unwrap();
+                let want = if mode == Mode::KernelCompat {
+                    "zmem-lz4"
+                } else {
+                    "liblz4 1.10"
+                };
+                let got = store.secondary_compressor(1).unwrap();
+                assert_eq!(got.implementation(), want, "{mode:?} {secondary}");
+            }
         }
     }
 

@@ -19,7 +19,7 @@
 //! | `classes` | debugfs `zsmalloc/<pool>/classes` | the allocator's class table |
 //! | `disksize`, `comp_algorithm`, `initstate` | same (read) | size in bytes (0 before init), `[algo]`, `1` or `0` |
 //! | `disksize SIZE` | `disksize` | initialises an uninitialised export: makes its store (memparse suffixes, rounded up to a 4 KiB page as the kernel's `PAGE_ALIGN`; `EINVAL` for 0, `EBUSY` once initialised) |
-//! | `comp_algorithm NAME`, `algorithm_params PARAMS` | same | before init only (`EBUSY` after, as in the kernel): any zcomp name (`EINVAL` otherwise, `E2BIG` for 128 bytes or more); `level=N dict=FILE deflate.winbits=N` for it; with `priority=N` (1 to 3) or `algo=NAME` (a secondary's) the parameters of that recompression compressor, taken until the store's first write |
+//! | `comp_algorithm NAME`, `algorithm_params PARAMS` | same | before init only (`EBUSY` after, as in the kernel): any zcomp name (`EINVAL` otherwise, `E2BIG` for 128 bytes or more), which resets the primary's parameters; `level=N dict=FILE deflate.winbits=N` for it, each write replacing the whole set, checked against the algorithm by `disksize` (Linux 7.x); with `priority=N` (1 to 3) or `algo=NAME` (a secondary's) the parameters of that recompression compressor, taken until the store's first write |
 //! | `hot_add NAME [SIZE] [ro]`, `hot_remove NAME` | `/sys/class/zram-control/hot_add`, `hot_remove` | adds an export (uninitialised without SIZE; read-only for its whole life with `ro`) or removes one; `EEXIST`, `EINVAL` for a bad name, `ENOENT`, `EBUSY` while a client is connected to it |
 //! | `objs_moved` | (zmem's; from the fine-grained fullness series) | objects moved by compaction |
 //! | `compact` | `compact` | compacts the allocator |
@@ -213,7 +213,7 @@ const fn store_after(after: StoreStore) -> Store {
 const COMPRESSED_WRITEBACK: &str = "compressed_writeback";
 
 /// The table: every control command, once.
-pub(crate) static ATTRS: [Attr; 31] = [
+pub(crate) static ATTRS: [Attr; 30] = [
     Attr {
         name: "mm_stat",
         alias: None,
@@ -276,20 +276,6 @@ pub(crate) static ATTRS: [Attr; 31] = [
             after: None,
         },
         wrong_state: Errno::EBUSY,
-    },
-    Attr {
-        name: "max_comp_streams",
-        alias: None,
-        show: show(
-            |_| {
-                Ok(line(
-                    std::thread::available_parallelism().map_or(1, |n| n.get()),
-                ))
-            },
-            |s| Ok(line(s.store.max_comp_streams())),
-        ),
-        store: Store::None,
-        wrong_state: Errno::EINVAL,
     },
     Attr {
         name: "initstate",
@@ -515,6 +501,11 @@ pub(crate) static ATTRS: [Attr; 31] = [
             |s, v| {
                 let recomp = zram::RecompAlgorithm::parse(v).map_err(|e| store_error(&e))?;
                 s.recomp.push(recomp);
+                // Linux 7.x: a priority's new algorithm starts from its
+                // default settings.
+                if let Some(params) = s.recomp_params.get_mut(recomp.priority - 1) {
+                    params.clear();
+                }
                 Ok(())
             },
             |s, v| {
@@ -677,16 +668,13 @@ fn check_comp(name: &str) -> Result<(), CtlError> {
         .map_err(|e| CtlError::inval(format!("comp_algorithm: {e}")))
 }
 
-/// `comp_algorithm NAME` before init (the name is checked already).
+/// `comp_algorithm NAME` before init (the name is checked already). As in
+/// Linux 7.x, the new algorithm starts from its default settings: the
+/// primary's `algorithm_params` are reset, even for the same name.
 fn set_comp_algorithm(settings: &mut Settings, v: &str) -> Result<(), CtlError> {
-    zcomp::Compressor::parse(v, &settings.comp_params).map_err(|e| {
-        CtlError::inval(format!(
-            "algorithm_params {:?} do not fit {v}: {e}",
-            settings.comp_params
-        ))
-    })?;
     settings.comp = zcomp::Algorithm::from_name(v)
         .map_err(|e| CtlError::inval(format!("comp_algorithm: {e}")))?;
+    settings.comp_params.clear();
     Ok(())
 }
 
@@ -716,29 +704,50 @@ fn for_secondary(v: &str, primary: zcomp::Algorithm) -> Result<bool, CtlError> {
     })
 }
 
-/// `algorithm_params PARAMS` before init: the primary's, or a secondary's.
+/// `algorithm_params PARAMS` before init, by Linux 7.x's rules: the words
+/// are parsed now (a malformed or unknown one, or an unreadable or empty
+/// `dict`, is `EINVAL` or the file's errno); `priority=N` (0 to 3) or
+/// `algo=NAME` (the algorithm of some priority; with both, the one at
+/// that priority) choose the compressor, the primary without either; the
+/// write replaces that priority's whole set of settings, and whether its
+/// algorithm takes them is said by `disksize`, when the store is made.
 fn set_algorithm_params(settings: &mut Settings, v: &str) -> Result<(), CtlError> {
-    if !for_secondary(v, settings.comp)? {
-        zcomp::Compressor::with_params(settings.comp, v)
-            .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
-        settings.comp_params = v.to_string();
-        return Ok(());
+    let inval = |e: String| CtlError::inval(format!("algorithm_params: {e}"));
+    let parsed = zcomp::AlgorithmParams::parse(v).map_err(|e| inval(e.to_string()))?;
+    let algorithm_at = |p: usize| match p {
+        0 => Some(settings.comp),
+        _ => settings
+            .recomp
+            .iter()
+            .rev()
+            .find(|r| r.priority == p)
+            .map(|r| r.algorithm),
+    };
+    let priority = match (parsed.priority.map(|p| p as usize), parsed.algo) {
+        (Some(p), _) if p > zram::MAX_SECONDARIES => {
+            return Err(inval(format!(
+                "priority {p} is not 0 to {}",
+                zram::MAX_SECONDARIES
+            )))
+        }
+        (Some(p), Some(a)) if algorithm_at(p) != Some(a) => {
+            return Err(inval(format!("{a} is not the priority {p} algorithm")))
+        }
+        (Some(p), _) => p,
+        (None, Some(a)) => (0..=zram::MAX_SECONDARIES)
+            .find(|&p| algorithm_at(p) == Some(a))
+            .ok_or_else(|| {
+                inval(format!(
+                    "no compressor {a} (set it with comp_algorithm or recomp_algorithm first)"
+                ))
+            })?,
+        (None, None) => 0,
+    };
+    let kept = zcomp::AlgorithmParams::settings_text(v).map_err(|e| inval(e.to_string()))?;
+    match priority {
+        0 => settings.comp_params = kept,
+        p => settings.recomp_params[p - 1] = kept,
     }
-    // Checked for syntax, range and the algorithm's own limits when the
-    // store is made (`disksize`), as the kernel applies them.
-    let parsed = zcomp::AlgorithmParams::parse(v)
-        .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
-    if parsed.priority.is_some_and(|p| p > 3) {
-        return Err(CtlError::inval(format!(
-            "algorithm_params: priority {} is not 0 to 3",
-            parsed.priority.unwrap_or_default()
-        )));
-    }
-    if let Some(a) = parsed.algo {
-        zcomp::Compressor::new(a, &parsed.params)
-            .map_err(|e| CtlError::inval(format!("algorithm_params: {e}")))?;
-    }
-    settings.recomp_params.push(v.to_string());
     Ok(())
 }
 
@@ -974,7 +983,7 @@ mod tests {
             assert!(std::ptr::eq(find(a.name).unwrap(), a));
         }
         assert_eq!(seen.len(), ATTRS.len() + 1, "one alias");
-        assert_eq!(names().count(), 31);
+        assert_eq!(names().count(), 30);
         assert!(find("frobnicate").is_none());
         // Linux 7.0 renamed writeback_compressed before its release.
         assert_eq!(
@@ -982,9 +991,8 @@ mod tests {
             "compressed_writeback"
         );
         assert!(!names().any(|n| n == "writeback_compressed"));
-        // zram_disk_attrs, each with the kernel's DEVICE_ATTR_RO/WO/RW
-        // (max_comp_streams is RW there, but writing it does nothing since
-        // Linux 4.7; here it is read-only).
+        // Linux 7.3's zram_disk_attrs, each with the kernel's
+        // DEVICE_ATTR_RO/WO/RW (max_comp_streams, a no-op since 4.7, is gone).
         for (name, kernel_mode) in [
             ("disksize", "RW"),
             ("initstate", "RO"),
@@ -993,7 +1001,6 @@ mod tests {
             ("mem_limit", "WO"),
             ("mem_used_max", "WO"),
             ("idle", "WO"),
-            ("max_comp_streams", "RO"),
             ("comp_algorithm", "RW"),
             ("backing_dev", "RW"),
             ("writeback", "WO"),
@@ -1012,6 +1019,7 @@ mod tests {
             let a = find(name).unwrap_or_else(|| panic!("{name} is missing"));
             assert_eq!(mode(a), kernel_mode, "{name}");
         }
+        assert!(find("max_comp_streams").is_none());
     }
 
     #[test]

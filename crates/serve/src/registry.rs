@@ -670,6 +670,79 @@ mod tests {
     }
 
     #[test]
+    fn algorithm_params_follow_linux_7() {
+        let reg = registry();
+        let u = Some("u");
+        reg.hot_add("u", None, false).unwrap();
+        let run = |line: &str| execute(&reg, u, line).map(drop);
+        let primary_level = |reg: &Registry| reg.get(u).unwrap().store.compressor().level();
+        // Each write replaces the whole set: the second one's missing level
+        // goes back to zstd's default (3).
+        run("comp_algorithm zstd").unwrap();
+        run("algorithm_params level=8").unwrap();
+        run("algorithm_params algo=zstd").unwrap();
+        run("disksize 1M").unwrap();
+        assert_eq!(primary_level(&reg), 3);
+        run("reset").unwrap();
+        // A comp_algorithm write resets the primary's settings, even for
+        // the same algorithm.
+        run("comp_algorithm zstd").unwrap();
+        run("algorithm_params level=8").unwrap();
+        run("comp_algorithm zstd").unwrap();
+        run("disksize 1M").unwrap();
+        assert_eq!(primary_level(&reg), 3);
+        run("reset").unwrap();
+        // Settings the algorithm refuses are taken by algorithm_params and
+        // refused by disksize, which leaves the export uninitialised.
+        run("comp_algorithm lz4").unwrap();
+        run("algorithm_params level=0").unwrap();
+        let e = execute(&reg, u, "disksize 1M").unwrap_err();
+        assert_eq!(e.errno, Errno::EINVAL, "{}", e.message);
+        assert!(e.message.contains("level"), "{}", e.message);
+        assert_eq!(execute(&reg, u, "initstate").unwrap(), "0\n");
+        run("algorithm_params level=2").unwrap();
+        run("disksize 1M").unwrap();
+        assert_eq!(primary_level(&reg), 2);
+        run("reset").unwrap();
+        // A secondary: algo= and priority= must name the same compressor,
+        // algo= alone one that is set; recomp_algorithm resets its priority.
+        run("recomp_algorithm algo=zstd priority=1").unwrap();
+        for (bad, why) in [
+            (
+                "algorithm_params priority=1 algo=deflate",
+                "not priority 1's",
+            ),
+            (
+                "algorithm_params priority=2 algo=zstd",
+                "none at priority 2",
+            ),
+            ("algorithm_params algo=deflate level=3", "no deflate"),
+            ("algorithm_params priority=4", "no priority 4"),
+        ] {
+            assert_eq!(errno(&reg, u, bad), "EINVAL", "{why}");
+        }
+        run("algorithm_params algo=zstd priority=1 level=9").unwrap();
+        run("recomp_algorithm algo=zstd priority=1").unwrap();
+        run("algorithm_params priority=2 level=7").unwrap();
+        run("recomp_algorithm algo=deflate priority=2").unwrap();
+        run("recomp_algorithm algo=lz4hc priority=3").unwrap();
+        run("algorithm_params algo=lz4hc level=12").unwrap();
+        run("disksize 1M").unwrap();
+        let store = &reg.get(u).unwrap().store;
+        assert_eq!(
+            store.secondary_params(1).level,
+            None,
+            "reset by recomp_algorithm"
+        );
+        assert_eq!(
+            store.secondary_params(2).level,
+            None,
+            "reset by recomp_algorithm"
+        );
+        assert_eq!(store.secondary_params(3).level, Some(12));
+    }
+
+    #[test]
     fn writeback_batch_size_is_a_setting_before_init_as_in_the_kernel() {
         let reg = registry();
         reg.hot_add("u", None, false).unwrap();

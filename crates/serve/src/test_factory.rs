@@ -35,8 +35,7 @@ impl StoreFactory for Factory {
         }
         let pool = zalloc::open("zsmalloc", &zalloc::AllocOptions::default())
             .map_err(|e| refused(e.to_string()))?;
-        let comp = zcomp::Compressor::with_params(settings.comp, &settings.comp_params)
-            .map_err(|e| refused(e.to_string()))?;
+        let comp = settings.compressor()?;
         let label = format!("zsmalloc/default/{}/4K", comp.algorithm().name());
         let store = zram::Store::new(pool, comp, disksize.div_ceil(4096))
             .map_err(|e| refused(e.to_string()))?;

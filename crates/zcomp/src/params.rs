@@ -150,6 +150,26 @@ impl AlgorithmParams {
         }
         Ok(out)
     }
+
+    /// The settings part of an `algorithm_params` text (its `level`, `dict`
+    /// and `deflate.winbits` words, as written), without the `algo=` and
+    /// `priority=` that choose the compressor: what a zram disk keeps for
+    /// the priority once the write has chosen it. Words with spaces are
+    /// quoted again, so the result parses to the same settings.
+    pub fn settings_text(s: &str) -> Result<String> {
+        let kept: Vec<String> = tokens(s)?
+            .into_iter()
+            .filter(|t| !matches!(t.split_once('='), Some(("algo" | "priority", _))))
+            .map(|t| {
+                if t.chars().any(|c| c.is_ascii_whitespace()) {
+                    format!("\"{t}\"")
+                } else {
+                    t
+                }
+            })
+            .collect();
+        Ok(kept.join(" "))
+    }
 }
 
 impl FromStr for AlgorithmParams {
@@ -219,6 +239,26 @@ fn tokens(s: &str) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_text_drops_the_selector_and_keeps_the_settings() {
+        let t = AlgorithmParams::settings_text("algo=zstd  level=8 priority=1 deflate.winbits=-12");
+        assert_eq!(t.unwrap(), "level=8 deflate.winbits=-12");
+        assert_eq!(AlgorithmParams::settings_text("priority=2").unwrap(), "");
+        let dir = std::env::temp_dir().join(format!("zcomp-settings-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a dict");
+        std::fs::write(&path, b"dictionary words").unwrap();
+        let written = format!("algo=lz4 \"dict={}\" level=2", path.display());
+        let kept = AlgorithmParams::settings_text(&written).unwrap();
+        assert_eq!(kept, format!("\"dict={}\" level=2", path.display()));
+        assert_eq!(
+            AlgorithmParams::parse(&kept).unwrap().params,
+            AlgorithmParams::parse(&written).unwrap().params
+        );
+        assert!(AlgorithmParams::settings_text("level=\"1").is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn parse(s: &str) -> Result<AlgorithmParams> {
         AlgorithmParams::parse(s)

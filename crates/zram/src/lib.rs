@@ -79,6 +79,7 @@ pub mod writeback;
 
 pub use backing::{BackingFile, BackingStore};
 pub use compactor::{AutoCompactMode, AutoCompactPolicy};
+pub use disk::MAX_SECONDARIES;
 pub use error::StoreError;
 pub use idle::IdleCutoff;
 pub use policy::{PolicyConfig, PolicyRunner};

@@ -200,24 +200,58 @@ pub struct RecompressReport {
 
 /// The recompression settings of one store: the `algorithm_params` of
 /// priorities 1..=3, kept whether or not that priority has a compressor
-/// yet (as the kernel keeps them). Their mutex is a leaf, taken with no
-/// slot lock held.
+/// yet (as the kernel keeps them), and which lz4 code its lz4 and lz4hc
+/// secondaries run. The mutex is a leaf, taken with no slot lock held.
 #[derive(Default)]
 pub(crate) struct Recompress {
-    params: Mutex<[zcomp::Params; MAX_SECONDARIES]>,
+    table: Mutex<Table>,
+}
+
+/// What [`Recompress`]'s mutex guards.
+struct Table {
+    params: [zcomp::Params; MAX_SECONDARIES],
+    lz4: zcomp::Lz4Impl,
+}
+
+impl Default for Table {
+    fn default() -> Table {
+        Table {
+            params: Default::default(),
+            lz4: zcomp::Lz4Impl::Liblz4,
+        }
+    }
 }
 
 impl Recompress {
-    fn params_table(&self) -> MutexGuard<'_, [zcomp::Params; MAX_SECONDARIES]> {
+    fn table(&self) -> MutexGuard<'_, Table> {
         // Plain values replaced whole: a panic cannot leave them half-updated.
-        self.params.lock().unwrap_or_else(|p| p.into_inner())
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Which code compresses the lz4 and lz4hc secondaries made from now
+    /// on (kernel-compat stores: the kernel's, as their primary).
+    pub(crate) fn set_lz4(&self, lz4: zcomp::Lz4Impl) {
+        self.table().lz4 = lz4;
+    }
+
+    /// A secondary compressor: `algorithm` with `params`, run by the lz4
+    /// code this store's secondaries use.
+    fn secondary(
+        &self,
+        algorithm: zcomp::Algorithm,
+        params: &zcomp::Params,
+    ) -> zcomp::Result<zcomp::Compressor> {
+        let lz4 = self.table().lz4;
+        Ok(zcomp::Compressor::new(algorithm, params)?.with_lz4(lz4))
     }
 
     /// Sets a secondary compressor (`echo "algo=NAME priority=N" >
-    /// recomp_algorithm`; priority 1 when not given). `EINVAL` for a
-    /// missing or unknown algorithm, a word without a value or a priority
-    /// outside 1..=3; `E2BIG` for a name of 128 bytes or more; `EBUSY` once
-    /// the store is initialised.
+    /// recomp_algorithm`; priority 1 when not given) with its default
+    /// settings: as in Linux 7.x, choosing a priority's algorithm resets
+    /// that priority's `algorithm_params`. `EINVAL` for a missing or
+    /// unknown algorithm, a word without a value or a priority outside
+    /// 1..=3; `E2BIG` for a name of 128 bytes or more; `EBUSY` once the
+    /// store is initialised.
     pub(crate) fn set_recomp_algorithm(
         &self,
         disk: &Disk,
@@ -227,25 +261,27 @@ impl Recompress {
             algorithm,
             priority,
         } = recomp;
-        let params = self.secondary_params(priority);
-        let compressor = zcomp::Compressor::new(algorithm, &params).map_err(|e| {
-            inval(format!(
-                "recomp_algorithm: {algorithm} with this priority's algorithm_params: {e}"
-            ))
-        })?;
+        let compressor = self
+            .secondary(algorithm, &zcomp::Params::default())
+            .map_err(|e| inval(format!("recomp_algorithm: {algorithm}: {e}")))?;
         disk.refuse_if_initialised("recomp_algorithm")?;
         disk.set_secondary(priority, Streams::new(compressor));
+        if let Some(entry) = self.table().params.get_mut(priority.wrapping_sub(1)) {
+            *entry = zcomp::Params::default();
+        }
         Ok(())
     }
 
     /// Sets the parameters of a secondary compressor (`echo "priority=N
     /// level=L" > algorithm_params`, or `algo=NAME` for the secondary of
     /// that name): `level`, `dict` and `deflate.winbits`, as for the
-    /// primary. They are kept per priority and used by the compressor of
-    /// that priority, whether `recomp_algorithm` set it before or sets it
-    /// after. `EINVAL` for unknown keys, malformed values, a priority
-    /// outside 1..=3, an `algo` no secondary has (or not the one at the
-    /// given priority) or settings the algorithm refuses; `EBUSY` for the
+    /// primary. Each write replaces the priority's whole set (Linux 7.x:
+    /// what it does not name goes back to its default), kept per priority
+    /// until a `recomp_algorithm` write for that priority resets it.
+    /// `EINVAL` for unknown keys, malformed values, a priority outside
+    /// 1..=3, an `algo` no secondary has (or not the one at the given
+    /// priority, or with no compressor there) or settings the priority's
+    /// algorithm refuses; `EBUSY` for the
     /// primary (priority 0, or neither key: its parameters are given when
     /// the store is made) and once the store is initialised.
     pub(crate) fn set_algorithm_params(&self, disk: &Disk, text: &str) -> Result<(), StoreError> {
@@ -265,8 +301,12 @@ impl Recompress {
                         "algorithm_params: priority {p} is not 0 to {MAX_SECONDARIES}"
                     )));
                 }
-                if let (Some(a), Some(have)) = (algo, disk.secondary(p)) {
-                    if have.compressor().algorithm() != a {
+                if let Some(a) = algo {
+                    let have = match p {
+                        0 => Some(disk.compressor().algorithm()),
+                        _ => disk.secondary(p).map(|s| s.compressor().algorithm()),
+                    };
+                    if have != Some(a) {
                         return Err(inval(format!(
                             "algorithm_params: {} is not the priority {p} algorithm",
                             a.name()
@@ -292,15 +332,12 @@ impl Recompress {
         }
         disk.refuse_if_initialised("algorithm_params")?;
         if let Some(have) = disk.secondary(priority) {
-            let compressor = zcomp::Compressor::new(have.compressor().algorithm(), &parsed.params)
+            let compressor = self
+                .secondary(have.compressor().algorithm(), &parsed.params)
                 .map_err(|e| inval(format!("algorithm_params: {e}")))?;
             disk.set_secondary(priority, Streams::new(compressor));
-        } else if let Some(a) = parsed.algo {
-            // Checked now, so that a later recomp_algorithm does not fail.
-            zcomp::Compressor::new(a, &parsed.params)
-                .map_err(|e| inval(format!("algorithm_params: {e}")))?;
         }
-        if let Some(entry) = self.params_table().get_mut(priority.wrapping_sub(1)) {
+        if let Some(entry) = self.table().params.get_mut(priority.wrapping_sub(1)) {
             *entry = parsed.params;
         }
         Ok(())
@@ -308,7 +345,8 @@ impl Recompress {
 
     /// The `algorithm_params` settings kept for `priority` (1..=3).
     pub(crate) fn secondary_params(&self, priority: usize) -> zcomp::Params {
-        self.params_table()
+        self.table()
+            .params
             .get(priority.wrapping_sub(1))
             .cloned()
             .unwrap_or_default()

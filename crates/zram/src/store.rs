@@ -482,21 +482,29 @@ impl Store {
     }
 
     /// Sets a secondary compressor already parsed (see
-    /// [`Store::set_recomp_algorithm`]): `EINVAL` if the algorithm refuses
-    /// its priority's `algorithm_params`, `EBUSY` once the store is
-    /// initialised.
+    /// [`Store::set_recomp_algorithm`]), with its default settings (the
+    /// priority's `algorithm_params` are reset, as Linux 7.x does); `EBUSY`
+    /// once the store is initialised.
     pub fn set_recomp(&self, recomp: RecompAlgorithm) -> Result<(), StoreError> {
         self.recompress.set_recomp_algorithm(&self.disk, recomp)
+    }
+
+    /// Which code compresses the lz4 and lz4hc secondaries set from now on:
+    /// a kernel-compat store runs the kernel's lib/lz4 (zmem-lz4) for them,
+    /// as for its primary ([`zcomp::Compressor::kernel_compat`]); stores
+    /// start with liblz4, default mode's.
+    pub fn set_recomp_lz4(&self, lz4: zcomp::Lz4Impl) {
+        self.recompress.set_lz4(lz4);
     }
 
     /// Sets the parameters of a secondary compressor (`echo "priority=N
     /// level=L" > algorithm_params`, or `algo=NAME` for the secondary of
     /// that name): `level`, `dict` and `deflate.winbits`, as for the
-    /// primary. They are kept per priority and used by the compressor of
-    /// that priority, whether `recomp_algorithm` set it before or sets it
-    /// after. `EINVAL` for unknown keys, malformed values, a priority
-    /// outside 1..=3, an `algo` no secondary has (or not the one at the
-    /// given priority) or settings the algorithm refuses; `EBUSY` for the
+    /// primary. Each write replaces the priority's whole set, kept until a
+    /// `recomp_algorithm` write for that priority resets it (Linux 7.x).
+    /// `EINVAL` for unknown keys, malformed values, a priority outside
+    /// 1..=3, an `algo` no secondary has (or not the one at the given
+    /// priority) or settings the algorithm refuses; `EBUSY` for the
     /// primary (priority 0, or neither key: its parameters are given when
     /// the store is made) and once the store is initialised.
     pub fn set_algorithm_params(&self, text: &str) -> Result<(), StoreError> {
@@ -506,6 +514,13 @@ impl Store {
     /// The `algorithm_params` settings kept for `priority` (1..=3).
     pub fn secondary_params(&self, priority: usize) -> zcomp::Params {
         self.recompress.secondary_params(priority)
+    }
+
+    /// The compressor set for a priority (1..=3), if any.
+    pub fn secondary_compressor(&self, priority: usize) -> Option<zcomp::Compressor> {
+        self.disk
+            .secondary(priority)
+            .map(|s| s.compressor().clone())
     }
 
     /// The secondary compressors: `(priority, algorithm name)`.

@@ -438,8 +438,8 @@ fn batched_writeback_writes_runs_of_adjacent_blocks_with_one_call() {
 #[test]
 fn algorithm_params_per_priority_reach_recompression() {
     // The same idle pages recompressed with zstd at level -5 and at 19:
-    // the level given with algorithm_params is the one used, whether it
-    // was set before recomp_algorithm or after.
+    // the level given with algorithm_params is the one used, by priority
+    // or by name; a recomp_algorithm write resets it (Linux 7.x).
     let words = [
         "zram ", "keeps ", "idle ", "pages ", "in ", "memory ", "until ", "the ", "backing ",
         "store ", "takes ", "them; ",
@@ -465,13 +465,14 @@ fn algorithm_params_per_priority_reach_recompression() {
         .enumerate()
         .map(|(k, params)| {
             let s = store(64);
-            if k == 2 {
+            if k == 0 {
+                // Set before the algorithm, and reset by it.
+                s.set_algorithm_params("priority=1 level=19").unwrap();
                 s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
-                s.set_algorithm_params(params).unwrap();
-            } else {
-                s.set_algorithm_params(params).unwrap();
-                s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
+                assert_eq!(s.secondary_params(1).level, None);
             }
+            s.set_recomp_algorithm("algo=zstd priority=1").unwrap();
+            s.set_algorithm_params(params).unwrap();
             assert!(s.secondary_params(1).level.is_some());
             for (i, p) in text.iter().enumerate() {
                 s.write_page(i as u64, p).unwrap();
@@ -499,6 +500,11 @@ fn algorithm_params_per_priority_reach_recompression() {
         errno("priority=1 algo=deflate"),
         libc::EINVAL,
         "not priority 1's"
+    );
+    assert_eq!(
+        errno("priority=2 algo=zstd"),
+        libc::EINVAL,
+        "no compressor at priority 2"
     );
     assert_eq!(
         errno("level=3"),

@@ -29,7 +29,7 @@ COMMANDS (as zram's sysfs attributes; reads print the file's text)
   socket (the NBD socket's path that goes with the control socket, for a
   client: `socket=$(zmem ctl socket)`; asks no server)
   mm_stat | io_stat | debug_stat | classes | disksize | comp_algorithm
-  | max_comp_streams | initstate | objs_moved | exports
+  | initstate | objs_moved | exports
   compact | idle all | idle SECONDS | reset | mem_limit SIZE | mem_used_max 0
   hot_add NAME [SIZE] [ro] | hot_remove NAME (as /sys/class/zram-control;
   without SIZE the new export is uninitialised; ro serves it read-only)

@@ -7,6 +7,8 @@
 //! reads each export through the control socket's sysfs-like commands
 //! (`exports`, `comp_algorithm`, `mm_stat`, `max_comp_streams`), as zramctl
 //! reads sysfs files one by one; it never talks NBD and changes nothing.
+//! `max_comp_streams` is gone from Linux 7.x's zram and from zmem's control
+//! table; as zramctl does where the file is missing, STREAMS is then empty.
 
 use std::path::Path;
 
@@ -121,7 +123,7 @@ impl Column {
             Column::Data => size(row.data),
             Column::Compr => size(row.compr),
             Column::Algorithm => row.algorithm.clone(),
-            Column::Streams => row.streams.to_string(),
+            Column::Streams => row.streams.map_or(String::new(), |n| n.to_string()),
             Column::ZeroPages => row.zero_pages.to_string(),
             Column::Total => size(row.total),
             Column::MemLimit => size(row.mem_limit),
@@ -167,8 +169,9 @@ pub struct Row {
     pub compr: u64,
     /// `mem_used_total`.
     pub total: u64,
-    /// `max_comp_streams`.
-    pub streams: u64,
+    /// `max_comp_streams`, where the server still has it (none since
+    /// zmem follows Linux 7.x; zramctl leaves the cell empty then).
+    pub streams: Option<u64>,
     /// `same_pages`.
     pub zero_pages: u64,
     /// `mem_limit` (0: none).
@@ -338,7 +341,9 @@ pub fn read_rows(path: &Path) -> Result<Vec<Row>, CliError> {
             data,
             compr,
             total: mm[2],
-            streams: number("max_comp_streams")?,
+            streams: ask(export, "max_comp_streams")
+                .ok()
+                .and_then(|t| t.trim().parse().ok()),
             zero_pages: mm[5],
             mem_limit: mm[3],
             mem_used: mm[4],
@@ -471,7 +476,7 @@ mod tests {
             data: 30_003_200,
             compr: 13_899_642,
             total: 15_269_888,
-            streams: 4,
+            streams: Some(4),
             zero_pages: 0,
             mem_limit: 0,
             mem_used: 15_269_888,
