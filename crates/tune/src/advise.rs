@@ -209,9 +209,15 @@ impl Candidate {
 
     fn compressor(&self, dict: Option<&Dictionary>) -> Result<Compressor, Error> {
         let algo = self.comp;
+        let dict = match dict.filter(|_| self.dictionary) {
+            Some(d) if matches!(algo, Algorithm::Lz4 | Algorithm::Lz4Hc) => {
+                Some(lz4_dictionary(d)?)
+            }
+            d => d.cloned(),
+        };
         let params = Params {
             level: Some(self.level),
-            dict: if self.dictionary { dict.cloned() } else { None },
+            dict,
             window_bits: None,
         };
         Compressor::new(algo, &params).map_err(|e| Error::Usage(format!("{}: {e}", self.label())))
@@ -643,7 +649,8 @@ pub fn advise(
 }
 
 /// A zstd dictionary trained on the sample's training pages (about 110
-/// KiB, zstd's usual size; capped at a tenth of the sample).
+/// KiB, zstd's usual size; capped at a tenth of the sample). lz4 and
+/// lz4hc candidates take its last 64 KiB ([`lz4_dictionary`]).
 fn train_dictionary(sample: &Sample) -> Result<Dictionary, Error> {
     let pages: Vec<&[u8]> = sample
         .training
@@ -660,6 +667,19 @@ fn train_dictionary(sample: &Sample) -> Result<Dictionary, Error> {
     let bytes = zstd::dict::from_samples(&pages, size)
         .map_err(|e| Error::Failed(format!("training a zstd dictionary: {e}")))?;
     Dictionary::from_bytes(bytes).map_err(|e| Error::Failed(format!("zstd dictionary: {e}")))
+}
+
+/// The most zram's lz4 and lz4hc take as a dictionary.
+const LZ4_DICT_MAX: usize = 64 * 1024;
+
+/// The trained dictionary as lz4 and lz4hc take it: its last
+/// [`LZ4_DICT_MAX`] bytes, the end of its content, which zstd's trainer
+/// fills with what the sample repeats most (the entropy tables at its
+/// start are of no use to lz4).
+fn lz4_dictionary(d: &Dictionary) -> Result<Dictionary, Error> {
+    let bytes = d.bytes();
+    let tail = &bytes[bytes.len().saturating_sub(LZ4_DICT_MAX)..];
+    Dictionary::from_bytes(tail.to_vec()).map_err(|e| Error::Failed(format!("lz4 dictionary: {e}")))
 }
 
 pub(crate) fn spec_for(c: &Candidate, alloc: &str, mode: Mode, page_size: usize) -> StoreSpec {
@@ -1450,6 +1470,34 @@ mod tests {
         let b = result("lz4 1", 1290, 3.1);
         assert_eq!(for_goal(&[&a, &b], "balanced").unwrap().label, "lz4 1");
         assert_eq!(for_goal(&[&a, &b], "memory").unwrap().label, "lzo");
+    }
+
+    #[test]
+    fn lz4_candidates_take_the_dictionarys_last_64_kib() {
+        let c = corpus(2048);
+        let opts = AdviseOptions {
+            sample_pages: 512,
+            latency_reads: 50,
+            ..AdviseOptions::default()
+        };
+        let s = sample(&c, &opts).unwrap();
+        let trained = train_dictionary(&s).unwrap();
+        assert!(
+            trained.bytes().len() > LZ4_DICT_MAX,
+            "{}",
+            trained.bytes().len()
+        );
+        let tail = lz4_dictionary(&trained).unwrap();
+        assert_eq!(tail.bytes().len(), LZ4_DICT_MAX);
+        assert!(trained.bytes().ends_with(tail.bytes()));
+        let with_dict = |comp, level| Candidate {
+            dictionary: true,
+            ..Candidate::new(comp, level)
+        };
+        let cands = [with_dict(Algorithm::Lz4, 1), with_dict(Algorithm::Lz4Hc, 9)];
+        let a = advise("t".into(), &s, &cands, &opts).unwrap();
+        assert_eq!(a.candidates.len(), 2);
+        assert!(a.candidates.iter().all(|r| r.label.ends_with("+dict")));
     }
 
     #[test]
