@@ -445,11 +445,25 @@ pub fn advise(
     let same_filled_pages = (0..sample.pages())
         .filter(|&i| zram::same_filled(sample.page(i)).is_some())
         .count();
+    // A sample whose training runs are gone (their processes exited) or
+    // same-filled trains no dictionary: the +dict candidates are left out,
+    // and said so, unless they are all that was asked.
+    let mut left_out = None;
+    let mut kept: Vec<Candidate> = candidates.to_vec();
     let dict = if candidates.iter().any(|c| c.dictionary) {
-        Some(train_dictionary(sample)?)
+        match train_dictionary(sample) {
+            Ok(d) => Some(d),
+            Err(e) if candidates.iter().any(|c| !c.dictionary) => {
+                kept.retain(|c| !c.dictionary);
+                left_out = Some(format!("the +dict candidates are left out: {e}"));
+                None
+            }
+            Err(e) => return Err(e),
+        }
     } else {
         None
     };
+    let candidates = &kept[..];
     // Candidates run side by side, one per worker at a time.
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
@@ -607,6 +621,7 @@ pub fn advise(
     recompression.sort_by_key(|p| p.recompressed_bytes);
 
     let mut advice = write_advice(&measured, &allocators, &zram_default, &recompression);
+    advice.extend(left_out);
     if let (Some(small), Some(big)) = (
         units.iter().find(|u| u.unit == opts.page_size),
         units
@@ -658,10 +673,11 @@ fn train_dictionary(sample: &Sample) -> Result<Dictionary, Error> {
         .filter(|p| zram::same_filled(p).is_none())
         .collect();
     if pages.len() < 8 {
-        return Err(Error::Failed(
-            "too few distinct pages to train a zstd dictionary; leave out the +dict candidates"
-                .into(),
-        ));
+        return Err(Error::Failed(format!(
+            "{} distinct pages of the sample's training runs could be read, too few to train a \
+             zstd dictionary on (8 needed)",
+            pages.len()
+        )));
     }
     let size = (112 * 1024).min(sample.bytes.len() / 10).max(1024);
     let bytes = zstd::dict::from_samples(&pages, size)
@@ -1470,6 +1486,36 @@ mod tests {
         let b = result("lz4 1", 1290, 3.1);
         assert_eq!(for_goal(&[&a, &b], "balanced").unwrap().label, "lz4 1");
         assert_eq!(for_goal(&[&a, &b], "memory").unwrap().label, "lzo");
+    }
+
+    #[test]
+    fn a_sample_that_trains_no_dictionary_leaves_out_the_dict_candidates() {
+        let c = corpus(256);
+        let opts = AdviseOptions {
+            latency_reads: 50,
+            ..AdviseOptions::default()
+        };
+        let mut s = sample(&c, &opts).unwrap();
+        // As when the training runs' processes exited before they were read.
+        s.training.clear();
+        let dict = Candidate {
+            dictionary: true,
+            ..Candidate::new(Algorithm::Zstd, 3)
+        };
+        let cands = [Candidate::new(Algorithm::Lz4, 1), dict.clone()];
+        let a = advise("t".into(), &s, &cands, &opts).unwrap();
+        assert_eq!(a.candidates.len(), 1);
+        assert_eq!(a.candidates[0].label, "lz4 1");
+        assert!(
+            a.advice
+                .iter()
+                .any(|n| n.starts_with("the +dict candidates are left out: 0 distinct pages")),
+            "{:?}",
+            a.advice
+        );
+        // Only +dict candidates: nothing to measure, an error.
+        let e = advise("t".into(), &s, &[dict], &opts).unwrap_err();
+        assert!(e.to_string().contains("too few to train"), "{e}");
     }
 
     #[test]
