@@ -74,7 +74,9 @@ pub struct Sizing {
     pub disksize: u64,
     /// The same as zram-generator's `zram-size` expression.
     pub zram_size: String,
-    /// The factor of RAM the measured ratio asks for, before rounding.
+    /// The factor of RAM the measured ratio asks for, to the hundredth
+    /// below (so that what is printed with two decimals is never above
+    /// what was asked: 0.695 is 0.69, and rounds down to 0.6).
     pub asked_factor: f64,
     /// The step the factor was rounded down to.
     pub factor_step: f64,
@@ -200,7 +202,7 @@ pub fn size(mem_total: u64, ratio: f64, target_share: f64, same_filled_share: f6
         mem_limit: (mem_limit_mib * MIB) as u64,
         disksize: (disksize_mib * MIB) as u64,
         zram_size,
-        asked_factor,
+        asked_factor: asked,
         factor_step,
         same_filled_share,
         same_filled_note,
@@ -234,6 +236,12 @@ mod tests {
         // Full, the device holds its disksize over the ratio: within the
         // target.
         assert!(s.disksize as f64 / s.ratio <= s.mem_limit as f64);
+        // 0.25 x 2.78 = 0.695: printed as asked, 0.69, below the 0.7 step.
+        let under = size(16 * gib, 2.78, 0.25, 0.0);
+        assert_eq!(
+            (under.asked_factor, under.zram_size.as_str()),
+            (0.69, "ram * 0.6")
+        );
         let zg = &s.defaults[0];
         assert_eq!(zg.disksize, 4 * gib);
         assert!((zg.share_of_ram - 4.0 / 3.0 / 16.0).abs() < 1e-9);
