@@ -1,7 +1,8 @@
 //! `zmem serve --ublk`: the exports as the kernel's block devices.
 //!
-//! In a qemu guest booted with Debian's 6.12 kernel (which has ublk_drv;
-//! scripts/vm-run through `testkit::vm`), `tests/guest/serve_ublk.sh`
+//! In a qemu guest booted with Debian's 7.3 kernel (the newest it ships,
+//! with ublk_drv; scripts/vm-run through `testkit::vm`),
+//! `tests/guest/serve_ublk.sh`
 //! drives the real binary through an export's whole life: data through
 //! `/dev/ublkbN` compressed in the store, discard and write-zeroes,
 //! read-only devices, a mounted ext4 refusing reset and removal, disksize,
@@ -33,7 +34,7 @@ fn exports_live_as_ublk_block_devices_in_a_guest() {
         timeout: Duration::from_secs(600),
     };
     // The data written is the zmem binary itself: real, mixed content.
-    match guest.run_on("6.12", &format!("bash {script} {ZMEM} {ZMEM}")) {
+    match guest.run_on("7.3", &format!("bash {script} {ZMEM} {ZMEM}")) {
         Outcome::Unavailable(why) => eprintln!("skipped: {why}"),
         Outcome::TimedOut { output } => panic!("the guest timed out:\n{output}"),
         Outcome::Ran { code, output, took } => {

@@ -1,5 +1,5 @@
 //! The ublk server against a real ublk_drv: the examples run in a qemu
-//! guest booted with Debian's 6.12 kernel (scripts/vm-run through
+//! guest booted with Debian's 7.3 kernel (scripts/vm-run through
 //! `testkit::vm`), with this machine's filesystem as its root, so the
 //! example binaries cargo built run inside it.
 //!
@@ -50,7 +50,7 @@ fn guest(timeout_s: u64) -> Guest {
 fn ram_device_round_trip_in_guest() {
     let bin = example("ublk_ram");
     let script = format!("modprobe ublk_drv && {} 32 2", bin.display());
-    let Some(out) = guest(300).run_on("6.12", &script).output_if_exited(0) else {
+    let Some(out) = guest(300).run_on("7.3", &script).output_if_exited(0) else {
         return;
     };
     assert!(out.contains("ublk_ram: PASS"), "{out}");
@@ -98,7 +98,7 @@ exit 0
 "#,
         bin = bin.display()
     );
-    let Some(out) = guest(300).run_on("6.12", &script).output_if_exited(0) else {
+    let Some(out) = guest(300).run_on("7.3", &script).output_if_exited(0) else {
         return;
     };
     assert!(out.contains("ublk_null: serving /dev/ublkb0"), "{out}");
