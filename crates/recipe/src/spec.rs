@@ -401,6 +401,7 @@ impl StoreSpec {
             .map_err(|e| Error::Usage(format!("{}: {e}", self.label())))?;
         if self.mode == Mode::KernelCompat {
             store.set_recomp_lz4(zcomp::Lz4Impl::Kernel);
+            store.set_writeback_one_object_per_block(true);
         }
         store.set_mem_limit(self.mem_limit);
         store

@@ -378,6 +378,14 @@ impl Store {
         self.set_compressed_writeback(on)
     }
 
+    /// With `compressed_writeback`, writes each compressed object into a
+    /// block of its own, as Linux 7.x does (`true`: kernel-compat stores,
+    /// whose `bd_stat` is then the kernel's), or packs them back to back
+    /// (`false`, the default: fewer blocks written and held).
+    pub fn set_writeback_one_object_per_block(&self, on: bool) {
+        self.writeback.set_one_object_per_block(on);
+    }
+
     /// [`Store::compressed_writeback`] under the attribute's name before
     /// Linux 7.0's release (`writeback_compressed`).
     pub fn writeback_compressed(&self) -> bool {

@@ -33,7 +33,9 @@
 //!   decompressed, and a read of it reads the object back and decompresses
 //!   it with the compressor (priority) that made it, which the slot keeps.
 //!   The kernel's patch writes each object into a block of its own, so it
-//!   saves the decompression but not one byte of the backing store. zmem
+//!   saves the decompression but not one byte of the backing store;
+//!   kernel-compat stores do the same, so that their `bd_stat` is the
+//!   kernel's (`Store::set_writeback_one_object_per_block`). zmem
 //!   packs instead, to write at least 2x fewer bytes:
 //!   a batch fills its run of blocks with objects back to back, an object
 //!   that does not fit in the rest of a block running on into the next
@@ -285,6 +287,9 @@ pub(crate) struct Writeback {
     /// `compressed_writeback`: write compressed objects, packed, instead of
     /// decompressed pages.
     compressed: AtomicBool,
+    /// With `compressed_writeback`, each object in a block of its own, as
+    /// Linux 7.x lays them out (kernel-compat stores), instead of packed.
+    one_object_per_block: AtomicBool,
 }
 
 impl Writeback {
@@ -324,6 +329,12 @@ impl Writeback {
         disk.refuse_if_initialised("compressed_writeback")?;
         self.compressed.store(on, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Lays compressed objects out one per block, as Linux 7.x does
+    /// (`true`), or packed back to back (`false`, the default).
+    pub(crate) fn set_one_object_per_block(&self, on: bool) {
+        self.one_object_per_block.store(on, Ordering::Relaxed);
     }
 
     /// `compressed_writeback`.
@@ -551,6 +562,7 @@ impl Writeback {
             }
         };
         let pack = self.compressed();
+        let own_block = self.one_object_per_block.load(Ordering::Relaxed);
         // Each page opens at most one block (a packed object runs on into
         // one more at most, and all of them are shorter than a block), so
         // the pages left need no more blocks than there are of them.
@@ -583,8 +595,9 @@ impl Writeback {
                 SlotContent::Compressed { handle, size } if pack => Some((handle, size)),
                 _ => None,
             };
-            if object.is_none() && at > 0 {
-                // A whole page starts a block of its own.
+            if (object.is_none() || own_block) && at > 0 {
+                // A whole page (and, laid out as the kernel's, any object)
+                // starts a block of its own.
                 (block, at) = (block + 1, 0);
             }
             let need = object.map_or(page_size, |(_, size)| size);

@@ -850,3 +850,42 @@ fn compressed_writeback_packs_objects_and_frees_blocks_with_the_last() {
     assert_eq!(s.bd_stat().bd_count, 0);
     assert!(s.compressed_writeback(), "reset keeps the setting");
 }
+
+/// `compressed_writeback` laid out as Linux 7.x does (kernel-compat
+/// stores): each object in a block of its own, so `bd_stat` is the same as
+/// without compressed writeback, and every page still reads back right
+/// with the compressor that made it.
+#[test]
+fn compressed_writeback_one_object_per_block_counts_as_the_kernel() {
+    let pages: Vec<Vec<u8>> = (0..40u64)
+        .map(|i| match i {
+            0..=31 => mixed(i, 600 + (i as usize * 37) % 1200),
+            32..=35 => page(2, i),
+            _ => page(0, i),
+        })
+        .collect();
+    let run = |compressed: bool, own_block: bool| {
+        let s = store(64);
+        s.set_backing_dev(&backing_file(&format!("own-{compressed}-{own_block}"), 64))
+            .unwrap();
+        s.set_compressed_writeback(compressed).unwrap();
+        s.set_writeback_one_object_per_block(own_block);
+        let model: Vec<Option<Vec<u8>>> = pages.iter().cloned().map(Some).collect();
+        for (i, p) in pages.iter().enumerate() {
+            s.write_page(i as u64, p).unwrap();
+        }
+        s.mark_idle(IdleCutoff::All);
+        let r = wb(&s, "idle").unwrap();
+        assert_eq!((r.written, r.failed), (36, 0), "same-filled pages stay");
+        check(&s, &model);
+        let packed = (0..32).all(|j| s.slot_info(j).unwrap().packed.is_some());
+        assert_eq!(packed, compressed, "written as objects");
+        let bd = s.bd_stat();
+        (bd.bd_count, bd.bd_reads, bd.bd_writes)
+    };
+    let plain = run(false, true);
+    assert_eq!(plain, (36, 36, 36));
+    assert_eq!(run(true, true), plain, "one block per object");
+    let packed = run(true, false);
+    assert!(packed.0 < plain.0, "packed: fewer blocks {packed:?}");
+}
