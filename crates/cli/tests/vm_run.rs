@@ -1,5 +1,5 @@
 //! `zmem run` in a guest whose kernel has soft-dirty bits
-//! (`CONFIG_MEM_SOFT_DIRTY`, as Debian's 6.1 has; this project's host
+//! (`CONFIG_MEM_SOFT_DIRTY`, as Debian's 7.3, which the guest boots, has; this project's host
 //! kernel has none, so only a guest shows the clock seeing writes).
 //!
 //! A C page trace (`workloads/page_trace.c`) runs in a region a quarter of
@@ -60,7 +60,7 @@ e['soft_dirty_epochs'], e['limit'], r['faults']['missing_store'])"
         cpus: 2,
         timeout: Duration::from_secs(600),
     };
-    let Some(out) = guest.run(&script).output_if_exited(0) else {
+    let Some(out) = guest.run_on("7.3", &script).output_if_exited(0) else {
         return;
     };
     for sd in ["on", "off"] {
