@@ -1,6 +1,7 @@
 //! `zmem run` in a guest whose kernel has soft-dirty bits
-//! (`CONFIG_MEM_SOFT_DIRTY`, as Debian's 7.3, which the guest boots, has; this project's host
-//! kernel has none, so only a guest shows the clock seeing writes).
+//! (`CONFIG_MEM_SOFT_DIRTY`, as Debian's 7.3, which the guest boots, has;
+//! this project's host kernel has none, so only a guest shows the clock
+//! seeing writes).
 //!
 //! A C page trace (`workloads/page_trace.c`) runs in a region a quarter of
 //! its size with `--soft-dirty on` and `off`: the same output as without
