@@ -26,8 +26,8 @@
 //!   has stopped moving, so that the worker's writebacks fall between the
 //!   same two stores as in the model, which runs the worker at once;
 //! - the `/sys/module/zswap/parameters/*` lines of `zmem advise --system
-//!   --emit zswap`, run in the guest on the guest: each written and read
-//!   back.
+//!   --emit zswap` (a small sample, one candidate: the guest is slow), run
+//!   in the guest on the guest: each written and read back.
 //!
 //! The default test uses 2 MiB corpora; `cargo test --release -p zmem-cli
 //! --test vm_zswap73 -- --ignored` runs the same on 8 MiB ones. Where no
@@ -167,6 +167,23 @@ fn emitted_parameters(out: &str) -> Vec<(String, String)> {
     params
 }
 
+/// Where the guest's time went: the seconds between its `STAMP NAME
+/// UPTIME` lines (the first one, `ready`, after boot and set-up).
+fn print_stamps(out: &str) {
+    let mut last = None;
+    let mut line = String::from("guest seconds:");
+    for l in out.lines().filter_map(|l| l.strip_prefix("STAMP ")) {
+        let (name, t) = l.split_once(' ').unwrap();
+        let t: f64 = t.trim().parse().unwrap();
+        match last {
+            None => line.push_str(&format!(" {name} at {t:.1}")),
+            Some(l) => line.push_str(&format!(", {name} {:.1}", t - l)),
+        }
+        last = Some(t);
+    }
+    eprintln!("{line}");
+}
+
 /// Panics unless every compared figure of `ours` equals `kernel`'s
 /// (`pool_total_size` within [`POOL_PAGES_BOUND`] pages); prints both.
 fn check(label: &str, ours: &serde_json::Value, kernel: &serde_json::Value) -> Vec<String> {
@@ -235,15 +252,16 @@ fn compare_with_7_3(mib: usize, timeout: Duration) {
          echo Y > $P/enabled\n[ \"$(cat $P/enabled)\" = Y ]\n\
          drain() { i=0; while [ \"$(cat $D/stored_pages)\" != 0 ] || [ \"$(cat $D/pool_total_size)\" != 0 ]; do \
          sleep 0.1; i=$((i+1)); [ $i -lt 100 ] || { echo zswap did not drain; exit 1; }; done; }\n\
+         stamp() { echo \"STAMP $1 $(cut -d' ' -f1 /proc/uptime)\"; }\nstamp ready\n\
          echo \"MEM totalram_kb=$(awk '/^MemTotal/ {print $2}' /proc/meminfo) max_pool_percent=$(cat $P/max_pool_percent) accept_threshold_percent=$(cat $P/accept_threshold_percent)\"\n",
     );
     for comp in COMPS {
         script.push_str(&format!(
             "echo {comp} > $P/compressor\n[ \"$(cat $P/compressor)\" = {comp} ]\n"
         ));
-        for (_, file) in &corpora {
+        for (name, file) in &corpora {
             script.push_str(&format!(
-                "drain\nout=$({} {}) || {{ echo \"$out\"; echo zswap_pages failed; exit 1; }}\necho \"$out\"\n",
+                "drain\nout=$({} {}) || {{ echo \"$out\"; echo zswap_pages failed; exit 1; }}\necho \"$out\"\nstamp {name}-{comp}\n",
                 prog.display(),
                 file.display()
             ));
@@ -263,18 +281,18 @@ fn compare_with_7_3(mib: usize, timeout: Duration) {
          pct=$(( pool / 1024 * 100 / 2 / kb ))\n[ $pct -ge 1 ] || pct=1\n\
          echo $pct > $P/max_pool_percent\n\
          echo \"LIMIT max_pool_percent=$pct\"\n\
-         drain\n{} {} settle\n\
+         drain\n{} {} settle\nstamp limit\n\
          echo 20 > $P/max_pool_percent\n",
         prog.display(),
         limit_file.display()
     ));
     // The advice for this guest, applied line by line.
     script.push_str(&format!(
-        "{} advise --system --emit zswap > /run/emit.txt || {{ cat /run/emit.txt; echo advise failed; exit 1; }}\n\
+        "{} advise --system --emit zswap --sample-pages 1024 --comp lz4 --latency-reads 100 > /run/emit.txt || {{ cat /run/emit.txt; echo advise failed; exit 1; }}\n\
          sed 's/^/ADV /' /run/emit.txt\n\
          grep -E '^echo [^ ]+ > /sys/module/zswap/parameters/[a-z_]+$' /run/emit.txt | \
          while read -r _ value _ path; do echo \"$value\" > \"$path\"; \
-         echo \"EMIT ${{path##*/}} wrote=$value read=$(cat $path)\"; done\n",
+         echo \"EMIT ${{path##*/}} wrote=$value read=$(cat $path)\"; done\nstamp advise\n",
         env!("CARGO_BIN_EXE_zmem")
     ));
     script.push_str("drain\nswapoff /dev/vda\n");
@@ -290,6 +308,7 @@ fn compare_with_7_3(mib: usize, timeout: Duration) {
     let _ = fs::remove_file(&swap);
     let Some(out) = out else { return };
     assert!(out.lines().any(|l| l.starts_with("7.3.")), "{out}");
+    print_stamps(&out);
 
     let totalram_pages = guest_value(&out, "MEM ", "totalram_kb") / 4;
     assert_eq!(guest_value(&out, "MEM ", "max_pool_percent"), 20, "{out}");
@@ -353,6 +372,7 @@ fn compare_with_7_3(mib: usize, timeout: Duration) {
 
     // The emitted parameters: each accepted as written.
     let params = emitted_parameters(&out);
+    eprintln!("advise --system --emit zswap in the guest wrote, and 7.3 kept: {params:?}");
     for (name, value) in &params {
         let head = format!("EMIT {name} wrote={value} read=");
         let line = out
