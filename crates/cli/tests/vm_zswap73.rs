@@ -30,7 +30,7 @@
 //!   in the guest on the guest: each written and read back.
 //!
 //! The default test uses 2 MiB corpora; `cargo test --release -p zmem-cli
-//! --test vm_zswap73 -- --ignored` runs the same on 8 MiB ones. Where no
+//! --test vm_zswap73 -- --ignored` runs the same on 24 MiB ones. Where no
 //! guest can run (no qemu, no 7.3 kernel unpacked, not root) or a corpus
 //! cannot be made (no linux-source-6.1, no gcore), the test says why and
 //! passes without running.
@@ -393,9 +393,9 @@ fn zswap_model_equals_linux_7_3_zswap() {
     compare_with_7_3(2, Duration::from_secs(300));
 }
 
-/// The same on 8 MiB corpora.
+/// The same on 24 MiB corpora.
 #[test]
 #[ignore = "minutes: cargo test --release -p zmem-cli --test vm_zswap73 -- --ignored"]
 fn zswap_model_equals_linux_7_3_zswap_on_larger_corpora() {
-    compare_with_7_3(8, Duration::from_secs(1800));
+    compare_with_7_3(24, Duration::from_secs(1800));
 }
