@@ -357,7 +357,7 @@ fn compare_with_7_3(mib: usize, timeout: Duration) {
     let label = format!("usr-bin{limit_mib} lz4 max_pool_percent={pct}");
     assert_eq!(kernel["missing"], 0, "{label}: {kernel}");
     eprintln!(
-        "{label}: max_pages {}, accept_thr_pages {}, model refused {} pages",
+        "{label}: totalram_pages {totalram_pages}, max_pages {}, accept_thr_pages {}, model refused {} pages",
         config.max_pages(),
         config.accept_thr_pages(),
         tally[3]
