@@ -29,7 +29,8 @@
 //!   --emit zswap` (a small sample, one candidate: the guest is slow), run
 //!   in the guest on the guest: each written and read back.
 //!
-//! The default test uses 2 MiB corpora: 18 to 20 s on this 2-core machine
+//! The default test uses 2 MiB corpora: 18 to 20 s on this 2-core machine,
+//! 49 s once while other builds ran
 //! (the guest 17 to 19 s under TCG: boot and set-up 5 to 6, the limit's
 //! waits 4.4, the advice 3); `cargo test --release -p zmem-cli --test
 //! vm_zswap73 -- --ignored` runs the same on 24 MiB ones (86 s). Where no
