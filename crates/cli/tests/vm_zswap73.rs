@@ -29,11 +29,11 @@
 //!   --emit zswap` (a small sample, one candidate: the guest is slow), run
 //!   in the guest on the guest: each written and read back.
 //!
-//! The default test uses 2 MiB corpora: 18 to 20 s on this 2-core machine,
-//! 49 s once while other builds ran
+//! The default test uses 2 MiB corpora: 18 to 20 s on this 2-core machine
 //! (the guest 17 to 19 s under TCG: boot and set-up 5 to 6, the limit's
-//! waits 4.4, the advice 3); `cargo test --release -p zmem-cli --test
-//! vm_zswap73 -- --ignored` runs the same on 24 MiB ones (86 s). Where no
+//! waits 4.4, the advice 3), 49 s once while other builds ran; `cargo test
+//! --release -p zmem-cli --test vm_zswap73 -- --ignored` runs the same on
+//! 24 MiB ones (86 s). Where no
 //! guest can run (no qemu, no 7.3 kernel unpacked, not root) or a corpus
 //! cannot be made (no linux-source-6.1, no gcore), the test says why and
 //! passes without running.
