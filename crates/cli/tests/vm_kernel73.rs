@@ -41,9 +41,8 @@
 mod common;
 
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+
 use std::time::Duration;
 
 use testkit::vm::Guest;
@@ -63,137 +62,6 @@ struct Case {
     file: PathBuf,
     discards: PathBuf,
     ours: Vec<Vec<u64>>,
-}
-
-/// The first `bytes` of the Linux 6.1 source tar (Debian's
-/// linux-source-6.1), the text workload of scripts/make-corpus.
-fn linux_excerpt(path: &Path, bytes: usize) -> Result<(), String> {
-    let tar = Path::new("/usr/src/linux-source-6.1.tar.xz");
-    if !tar.exists() {
-        return Err(format!("{} is missing (linux-source-6.1)", tar.display()));
-    }
-    let mut xz = Command::new("xz")
-        .arg("-dc")
-        .arg(tar)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("xz: {e}"))?;
-    let mut data = vec![0u8; bytes];
-    let read = xz.stdout.take().unwrap().read_exact(&mut data);
-    let _ = xz.kill();
-    let _ = xz.wait();
-    read.map_err(|e| format!("xz -dc {}: {e}", tar.display()))?;
-    fs::write(path, data).unwrap();
-    Ok(())
-}
-
-/// About `bytes` of the system's binaries, whole files in name order, cut
-/// to `bytes`.
-fn binaries(path: &Path, bytes: usize) {
-    let mut entries: Vec<_> = fs::read_dir("/usr/bin")
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .collect();
-    entries.sort();
-    let mut data = Vec::new();
-    for p in entries {
-        if data.len() >= bytes {
-            break;
-        }
-        if let Ok(b) = fs::read(&p) {
-            data.extend_from_slice(&b);
-        }
-    }
-    data.truncate(bytes);
-    fs::write(path, &data).unwrap();
-}
-
-/// `bytes` of a process's memory from its core dump: a python3 that holds
-/// the words of `text` (a list and a dict counting them) is dumped with
-/// gcore, and the contents of its largest PT_LOAD segments, largest first,
-/// are cut to `bytes`.
-fn core_memory(path: &Path, text: &Path, bytes: usize) -> Result<(), String> {
-    let program = r#"
-import sys
-words = open(sys.argv[1], 'rb').read().decode('latin-1').split()
-counts = {}
-for w in words:
-    counts[w] = counts.get(w, 0) + 1
-kept = [w.upper() for w in words]
-print('ready', flush=True)
-sys.stdin.read()
-"#;
-    let mut child = Command::new("python3")
-        .args(["-c", program])
-        .arg(text)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("python3: {e}"))?;
-    let mut line = [0u8; 6];
-    let ready = child.stdout.take().unwrap().read_exact(&mut line);
-    let prefix = path.with_extension("core");
-    let dumped = ready.is_ok()
-        && Command::new("gcore")
-            .arg("-o")
-            .arg(&prefix)
-            .arg(child.id().to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-    drop(child.stdin.take());
-    let _ = child.kill();
-    let _ = child.wait();
-    let core = PathBuf::from(format!("{}.{}", prefix.display(), child.id()));
-    if !dumped || !core.exists() {
-        let _ = fs::remove_file(&core);
-        return Err("gcore could not dump a python3 process".into());
-    }
-    let elf = fs::read(&core).unwrap();
-    fs::remove_file(&core).unwrap();
-    let u16_at = |o: usize| u16::from_le_bytes(elf[o..o + 2].try_into().unwrap()) as usize;
-    let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().unwrap()) as usize;
-    assert_eq!(&elf[..5], b"\x7fELF\x02", "a 64-bit ELF core");
-    let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
-    let mut segments: Vec<(usize, usize)> = (0..phnum)
-        .map(|i| phoff + i * phentsize)
-        .filter(|&h| u32::from_le_bytes(elf[h..h + 4].try_into().unwrap()) == 1)
-        .map(|h| (u64_at(h + 8), u64_at(h + 32)))
-        .filter(|&(_, filesz)| filesz > 0)
-        .collect();
-    segments.sort_by_key(|&(off, size)| (std::cmp::Reverse(size), off));
-    let mut data = Vec::new();
-    for (off, size) in segments {
-        if data.len() >= bytes {
-            break;
-        }
-        data.extend_from_slice(&elf[off..off + size]);
-    }
-    if data.len() < bytes {
-        return Err(format!("the core holds only {} bytes", data.len()));
-    }
-    data.truncate(bytes);
-    fs::write(path, &data).unwrap();
-    Ok(())
-}
-
-/// The three corpora of `mib` MiB each, in `dir` (which the guest sees).
-fn corpora(dir: &Path, mib: usize) -> Result<Vec<(String, PathBuf)>, String> {
-    let bytes = mib << 20;
-    let linux = dir.join(format!("linux{mib}.bin"));
-    linux_excerpt(&linux, bytes)?;
-    let bins = dir.join(format!("usr-bin{mib}.bin"));
-    binaries(&bins, bytes);
-    let core = dir.join(format!("core{mib}.bin"));
-    core_memory(&core, &linux, bytes)?;
-    Ok(vec![
-        ("linux-tar".into(), linux),
-        ("usr-bin".into(), bins),
-        ("core".into(), core),
-    ])
 }
 
 /// mm_stat's nine columns from a JSON object keyed by the kernel's names.
@@ -606,7 +474,7 @@ fn check_writeback(jobs: &[WbJob], kernel: &[WbFigures]) {
 fn compare_with_7_3(mib: usize, timeout: Duration) {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("vm_kernel73_{mib}"));
     fs::create_dir_all(&dir).unwrap();
-    let corpora = match corpora(&dir, mib) {
+    let corpora = match common::corpora::corpora(&dir, mib) {
         Ok(c) => c,
         Err(why) => {
             eprintln!("skipped: {why}");

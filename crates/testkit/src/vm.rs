@@ -90,6 +90,12 @@ impl Guest {
         self.launch(Some(kernel), script, &[])
     }
 
+    /// [`Guest::run_on`] with virtio disks, as [`Guest::run_with_disks`]
+    /// gives them.
+    pub fn run_on_with_disks(&self, kernel: &str, script: &str, blockdevs: &[String]) -> Outcome {
+        self.launch(Some(kernel), script, blockdevs)
+    }
+
     fn launch(&self, kernel: Option<&str>, script: &str, blockdevs: &[String]) -> Outcome {
         let vm_run = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/vm-run");
         let start = Instant::now();

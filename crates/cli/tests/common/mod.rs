@@ -46,6 +46,7 @@ pub fn report(args: &[&str]) -> serde_json::Value {
     json(&zmem(&args))
 }
 
+pub mod corpora;
 pub mod holder;
 
 /// `workloads/NAME.c` compiled to `NAME_OUT` in the tests' target folder,
