@@ -27,31 +27,31 @@ const CHUNK_PAGES: u64 = 1024;
 
 /// One anonymous mapping's pages in the spool file.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Region {
+pub(crate) struct Region {
     /// `[heap]`, `[stack]`, `[anon:NAME]` or `anon`, with its address range.
-    pub name: String,
+    pub(crate) name: String,
     /// Where its pages start in the spool file.
-    pub offset: u64,
+    pub(crate) offset: u64,
     /// Bytes of its pages there (touched pages only).
-    pub len: u64,
+    pub(crate) len: u64,
 }
 
 /// What was read from a process.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ProcessMemory {
+pub(crate) struct ProcessMemory {
     /// The process's page size in bytes.
-    pub page_size: u64,
+    pub(crate) page_size: u64,
     /// Pages present in RAM, read.
-    pub present: u64,
+    pub(crate) present: u64,
     /// Pages in swap, read (which swaps them back in).
-    pub swapped: u64,
+    pub(crate) swapped: u64,
     /// Pages never touched, skipped.
-    pub untouched: u64,
+    pub(crate) untouched: u64,
     /// Touched pages that could not be read (an I/O error from the kernel,
     /// e.g. a mapping that went away while it was read), skipped.
-    pub unreadable: u64,
+    pub(crate) unreadable: u64,
     /// The mappings read, in address order.
-    pub regions: Vec<Region>,
+    pub(crate) regions: Vec<Region>,
 }
 
 /// One line of `/proc/PID/maps` that is a private anonymous mapping:
@@ -103,7 +103,7 @@ fn access_error(pid: u32, what: &str, e: &std::io::Error) -> Error {
 /// Reads the private anonymous memory of process `pid` into `spool`
 /// (appending from its current end, page after page, mapping after
 /// mapping) and says what it read.
-pub fn read(pid: u32, spool: &mut File) -> Result<ProcessMemory, Error> {
+pub(crate) fn read(pid: u32, spool: &mut File) -> Result<ProcessMemory, Error> {
     let proc_dir = format!("/proc/{pid}");
     let maps = std::fs::read_to_string(format!("{proc_dir}/maps"))
         .map_err(|e| access_error(pid, "maps", &e))?;
