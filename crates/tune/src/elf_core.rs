@@ -25,11 +25,11 @@ const PN_XNUM: u16 = 0xffff;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Segment {
     /// The address the segment was mapped at in the dumped process.
-    pub(crate) vaddr: u64,
+    pub vaddr: u64,
     /// Where its data starts in the core file.
-    pub(crate) offset: u64,
+    pub offset: u64,
     /// Bytes of data in the file (`p_filesz`).
-    pub(crate) len: u64,
+    pub len: u64,
 }
 
 /// Whether the first bytes of a file (at least 18) are an ELF header of

@@ -465,30 +465,30 @@ pub fn beside_line(
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct FrontMemory {
     /// `zram` or `zswap`.
-    pub(crate) front: String,
+    pub front: String,
     /// The compressor.
     #[serde(serialize_with = "recipe::spec::algorithm_name")]
-    pub(crate) comp: Algorithm,
+    pub comp: Algorithm,
     /// The allocator's pages: `mem_used_total`, `pool_total_size`.
-    pub(crate) pool_bytes: u64,
+    pub pool_bytes: u64,
     /// The compressed bytes.
-    pub(crate) compressed_bytes: u64,
+    pub compressed_bytes: u64,
     /// The metadata outside the pool.
-    pub(crate) metadata_bytes: u64,
+    pub metadata_bytes: u64,
     /// The two together.
-    pub(crate) total_bytes: u64,
+    pub total_bytes: u64,
     /// The same for the whole input (scaled per page from the sample).
-    pub(crate) predicted_total_bytes: u64,
+    pub predicted_total_bytes: u64,
 }
 
 /// One part of the difference between zswap's memory and zram's.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct DifferencePart {
     /// What it comes from.
-    pub(crate) what: String,
+    pub what: String,
     /// zswap's bytes minus zram's, for the sample (negative: zswap uses
     /// less).
-    pub(crate) bytes: i64,
+    pub bytes: i64,
 }
 
 /// zram against zswap for one set of pages, and which to use.

@@ -83,64 +83,64 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct IdlePoint {
     /// Seconds since the accessed bits were cleared.
-    pub(crate) age_s: u64,
+    pub age_s: u64,
     /// Resident private anonymous bytes of the processes still running.
-    pub(crate) resident: u64,
+    pub resident: u64,
     /// Of those, bytes read or written since.
-    pub(crate) referenced: u64,
+    pub referenced: u64,
     /// `1 - referenced / resident`.
-    pub(crate) idle_share: f64,
+    pub idle_share: f64,
 }
 
 /// Recompression of the idle pages with one pair of compressors.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct IdleRecompression {
     /// The primary's label.
-    pub(crate) primary: String,
+    pub primary: String,
     /// The secondary's label.
-    pub(crate) secondary: String,
+    pub secondary: String,
     /// Compressed bytes of the idle pages with the primary, scaled to all
     /// the scanned memory.
-    pub(crate) primary_bytes: u64,
+    pub primary_bytes: u64,
     /// Bytes saved by recompressing those of them the secondary makes
     /// smaller, scaled to all the scanned memory.
-    pub(crate) saved_bytes: u64,
+    pub saved_bytes: u64,
     /// The saving as a share of the primary's bytes of idle pages.
-    pub(crate) saved_share: f64,
+    pub saved_share: f64,
 }
 
 /// What `--watch` saw.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct IdleReport {
     /// How accesses and writes were observed, and what that perturbs.
-    pub(crate) method: String,
+    pub method: String,
     /// The watch, seconds.
-    pub(crate) seconds: u64,
+    pub seconds: u64,
     /// The untouched memory at each age.
-    pub(crate) points: Vec<IdlePoint>,
+    pub points: Vec<IdlePoint>,
     /// Sampled pages still mapped at the end.
-    pub(crate) sampled_pages: u64,
+    pub sampled_pages: u64,
     /// Whether each sampled page's writes were seen (soft-dirty bits);
     /// else each weighs by its mapping's untouched share.
-    pub(crate) per_page_writes: bool,
+    pub per_page_writes: bool,
     /// Of the sampled pages, those written during the watch (with
     /// `per_page_writes` only).
-    pub(crate) sampled_written: Option<u64>,
+    pub sampled_written: Option<u64>,
     /// Processes that exited during the watch.
-    pub(crate) exited: Vec<u32>,
+    pub exited: Vec<u32>,
     /// An idle writeback policy at the watch's longest age: bytes its
     /// first round writes (each idle page whole; with
     /// `compressed_writeback` the compressed bytes instead).
-    pub(crate) writeback_first_round: u64,
+    pub writeback_first_round: u64,
     /// The same with `compressed_writeback`.
-    pub(crate) writeback_first_round_compressed: u64,
+    pub writeback_first_round_compressed: u64,
     /// A day's writeback at most: every page written during the watch
     /// (without `per_page_writes`, every page touched) going idle and
     /// being written back again, scaled to a day.
-    pub(crate) writeback_per_day_max: u64,
+    pub writeback_per_day_max: u64,
     /// Recompression of the idle pages (not written during the watch, or
     /// weighed by their mapping's untouched share).
-    pub(crate) recompression: Vec<IdleRecompression>,
+    pub recompression: Vec<IdleRecompression>,
 }
 
 /// One private anonymous mapping of a process, from `/proc/PID/smaps`.
@@ -372,16 +372,16 @@ pub(crate) fn watch(
 /// What [`watch`] observed, before it is weighed against the advice.
 pub(crate) struct WatchData {
     /// The untouched memory at each age.
-    pub(crate) points: Vec<IdlePoint>,
+    pub points: Vec<IdlePoint>,
     /// For each sampled page, the weight of its being idle (1 or 0 with
     /// `per_page_writes`), or `None` where it is gone.
-    pub(crate) idle: Vec<Option<f64>>,
+    pub idle: Vec<Option<f64>>,
     /// Whether the weights come from each page's soft-dirty bit.
-    pub(crate) per_page_writes: bool,
+    pub per_page_writes: bool,
     /// Processes that exited.
-    pub(crate) exited: Vec<u32>,
+    pub exited: Vec<u32>,
     /// Seconds watched.
-    pub(crate) seconds: u64,
+    pub seconds: u64,
 }
 
 /// The method, in words, for the report.

@@ -30,7 +30,9 @@
 //! - [`rng`]: the seeded generator the sampling and discards use.
 //!
 //! The linked modules are what other crates use; the others are this
-//! crate's own.
+//! crate's own. Within a module, what other crates use is `pub` and the
+//! rest `pub(crate)`; a crate-private struct's fields are plain `pub`,
+//! bounded by the struct.
 //!
 //! It sits above the recipe and the stores and below the lab and the `zmem`
 //! command; runs end with a [`recipe::Error`].

@@ -68,13 +68,13 @@ pub struct MachineOptions {
 pub(crate) struct KernelInfo {
     /// Where it was read (`/sys/block/zram0`, a device hot-added and
     /// removed, or nowhere).
-    pub(crate) source: String,
+    pub source: String,
     /// Its compressors (`comp_algorithm`); empty when unknown.
-    pub(crate) algorithms: Vec<String>,
+    pub algorithms: Vec<String>,
     /// Its sysfs attributes; empty when unknown.
-    pub(crate) attributes: Vec<String>,
+    pub attributes: Vec<String>,
     /// zswap's `enabled`, where the kernel has zswap.
-    pub(crate) zswap_enabled: Option<bool>,
+    pub zswap_enabled: Option<bool>,
 }
 
 impl KernelInfo {
@@ -138,39 +138,39 @@ impl KernelInfo {
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Chosen {
     /// The goal.
-    pub(crate) goal: String,
+    pub goal: String,
     /// The candidate's label.
-    pub(crate) label: String,
+    pub label: String,
     /// Its compressor, by the kernel's name.
-    pub(crate) comp: String,
+    pub comp: String,
     /// Its level.
-    pub(crate) level: i32,
+    pub level: i32,
     /// Whether the level is not the compressor's default (so
     /// `algorithm_params` must say it).
-    pub(crate) level_set: bool,
+    pub level_set: bool,
     /// `mem_used_total` predicted for all the scanned memory in
     /// kernel-compat mode (the kernel's zsmalloc).
-    pub(crate) predicted_mem_used_total: u64,
+    pub predicted_mem_used_total: u64,
     /// The same in zmem's default mode.
-    pub(crate) predicted_default_mode: u64,
+    pub predicted_default_mode: u64,
     /// The prediction's 95% sampling error, percent.
-    pub(crate) sampling_error_pct: f64,
+    pub sampling_error_pct: f64,
     /// Pages the prediction was made from (single pages at even steps,
     /// more than the candidates' sample).
-    pub(crate) prediction_pages: u64,
+    pub prediction_pages: u64,
     /// Pages chosen for it: those of processes that exited or unmapped them
     /// since the scan could not be read.
-    pub(crate) prediction_pages_asked: u64,
+    pub prediction_pages_asked: u64,
     /// Where fewer than a quarter of those could be read, what that means,
     /// in one line.
-    pub(crate) prediction_note: Option<String>,
+    pub prediction_note: Option<String>,
     /// The scanned bytes over the prediction.
-    pub(crate) ratio: f64,
+    pub ratio: f64,
     /// Its random 4 KiB read median on the sample, microseconds.
-    pub(crate) read_p50_us: f64,
+    pub read_p50_us: f64,
     /// What the goal would choose on a kernel whose zram offered every
     /// compressor measured, where that is one this kernel's zram lacks.
-    pub(crate) elsewhere: Option<Elsewhere>,
+    pub elsewhere: Option<Elsewhere>,
 }
 
 /// The configuration a kernel with more compressors would take for the
@@ -178,16 +178,16 @@ pub(crate) struct Chosen {
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Elsewhere {
     /// The candidate's label.
-    pub(crate) label: String,
+    pub label: String,
     /// Its compressor, by the kernel's name.
-    pub(crate) comp: String,
+    pub comp: String,
     /// The kernel option that builds that compressor into zram (6.12 on).
-    pub(crate) kernel_option: String,
+    pub kernel_option: String,
     /// Its `mem_used_total` predicted for all the memory in zmem's default
     /// mode (as [`Chosen::predicted_default_mode`], to compare).
-    pub(crate) predicted_default_mode: u64,
+    pub predicted_default_mode: u64,
     /// Its random 4 KiB read median on the sample, microseconds.
-    pub(crate) read_p50_us: f64,
+    pub read_p50_us: f64,
 }
 
 /// The kernel option that builds `comp` into zram (Linux 6.12 and later).
@@ -203,16 +203,16 @@ pub(crate) fn backend_option(comp: &str) -> String {
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Policy {
     /// Pages untouched this long are idle.
-    pub(crate) idle_age_s: u64,
+    pub idle_age_s: u64,
     /// Bytes written back per round at most.
-    pub(crate) batch_bytes: u64,
+    pub batch_bytes: u64,
     /// Bytes written back per day at most.
-    pub(crate) daily_budget_bytes: u64,
+    pub daily_budget_bytes: u64,
     /// The secondary compressor for idle pages, by the kernel's name with
     /// its level, where one saves at least 5% of their bytes.
-    pub(crate) recompress: Option<(String, i32)>,
+    pub recompress: Option<(String, i32)>,
     /// Why, in words.
-    pub(crate) reasons: Vec<String>,
+    pub reasons: Vec<String>,
 }
 
 /// The kernel's `mm_stat` beside the prediction.

@@ -29,29 +29,29 @@ const CHUNK_PAGES: u64 = 1024;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Region {
     /// `[heap]`, `[stack]`, `[anon:NAME]` or `anon`, with its address range.
-    pub(crate) name: String,
+    pub name: String,
     /// Where its pages start in the spool file.
-    pub(crate) offset: u64,
+    pub offset: u64,
     /// Bytes of its pages there (touched pages only).
-    pub(crate) len: u64,
+    pub len: u64,
 }
 
 /// What was read from a process.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ProcessMemory {
     /// The process's page size in bytes.
-    pub(crate) page_size: u64,
+    pub page_size: u64,
     /// Pages present in RAM, read.
-    pub(crate) present: u64,
+    pub present: u64,
     /// Pages in swap, read (which swaps them back in).
-    pub(crate) swapped: u64,
+    pub swapped: u64,
     /// Pages never touched, skipped.
-    pub(crate) untouched: u64,
+    pub untouched: u64,
     /// Touched pages that could not be read (an I/O error from the kernel,
     /// e.g. a mapping that went away while it was read), skipped.
-    pub(crate) unreadable: u64,
+    pub unreadable: u64,
     /// The mappings read, in address order.
-    pub(crate) regions: Vec<Region>,
+    pub regions: Vec<Region>,
 }
 
 /// One line of `/proc/PID/maps` that is a private anonymous mapping:

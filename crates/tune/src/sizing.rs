@@ -48,46 +48,46 @@ pub(crate) const SAME_FILLED_NOTE_SHARE: f64 = 0.5;
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct DefaultSize {
     /// Whose default.
-    pub(crate) name: String,
+    pub name: String,
     /// Its `zram-size` expression (MiB of `ram`).
-    pub(crate) zram_size: String,
+    pub zram_size: String,
     /// `disksize` it gives here.
-    pub(crate) disksize: u64,
+    pub disksize: u64,
     /// Memory the device holds when full at the measured ratio.
-    pub(crate) mem_when_full: u64,
+    pub mem_when_full: u64,
     /// That memory as a share of RAM.
-    pub(crate) share_of_ram: f64,
+    pub share_of_ram: f64,
 }
 
 /// The recommended sizes.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Sizing {
     /// `MemTotal`, bytes.
-    pub(crate) mem_total: u64,
+    pub mem_total: u64,
     /// The share of RAM compressed pages may hold.
-    pub(crate) target_share: f64,
+    pub target_share: f64,
     /// Uncompressed bytes over `mem_used_total`, measured.
-    pub(crate) ratio: f64,
+    pub ratio: f64,
     /// `mem_limit`: the target share of RAM, whole MiB.
-    pub(crate) mem_limit: u64,
+    pub mem_limit: u64,
     /// `disksize`: what fits in `mem_limit` at the ratio, whole MiB.
-    pub(crate) disksize: u64,
+    pub disksize: u64,
     /// The same as zram-generator's `zram-size` expression.
-    pub(crate) zram_size: String,
+    pub zram_size: String,
     /// The factor of RAM the measured ratio asks for, before rounding.
-    pub(crate) asked_factor: f64,
+    pub asked_factor: f64,
     /// The step the factor was rounded down to.
-    pub(crate) factor_step: f64,
+    pub factor_step: f64,
     /// The share of the sample's pages that are same-filled.
-    pub(crate) same_filled_share: f64,
+    pub same_filled_share: f64,
     /// Where same-filled pages are over [`SAME_FILLED_NOTE_SHARE`] of the
     /// sample: what that means for the ratio and the size, in one line.
-    pub(crate) same_filled_note: Option<String>,
+    pub same_filled_note: Option<String>,
     /// The factor of RAM the measured ratio asked for, when it was over
     /// [`MAX_RAM_FACTOR`] and the size was capped there.
-    pub(crate) capped_from: Option<f64>,
+    pub capped_from: Option<f64>,
     /// The common defaults on this machine.
-    pub(crate) defaults: Vec<DefaultSize>,
+    pub defaults: Vec<DefaultSize>,
 }
 
 /// `MemTotal` from `/proc/meminfo`, bytes.

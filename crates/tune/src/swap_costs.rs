@@ -57,18 +57,18 @@ pub(crate) const MAX_SECONDS: f64 = 3.0;
 #[derive(Clone, Copy, Debug, Serialize)]
 pub(crate) struct ReadCost {
     /// The median random read of one page over every round, microseconds.
-    pub(crate) one_us: f64,
+    pub one_us: f64,
     /// The median random read of eight consecutive pages, microseconds.
-    pub(crate) eight_us: f64,
+    pub eight_us: f64,
     /// The lowest and the highest of the rounds' one-page medians.
-    pub(crate) one_round_range_us: (f64, f64),
+    pub one_round_range_us: (f64, f64),
     /// Rounds measured.
-    pub(crate) rounds: usize,
+    pub rounds: usize,
     /// Reads of each kind, all rounds together.
-    pub(crate) reads: usize,
+    pub reads: usize,
     /// Whether the last two rounds' medians agreed within [`TOLERANCE`]
     /// (else the rounds or the time ran out).
-    pub(crate) settled: bool,
+    pub settled: bool,
 }
 
 /// The measurements and the sysctls.
@@ -76,33 +76,33 @@ pub(crate) struct ReadCost {
 pub(crate) struct SwapCosts {
     /// The block device under `/`, or where it cannot be opened the
     /// largest files of the system's directories, read with direct I/O.
-    pub(crate) device: Option<String>,
+    pub device: Option<String>,
     /// Its median random 4 KiB read, microseconds.
-    pub(crate) device_read_us: Option<f64>,
+    pub device_read_us: Option<f64>,
     /// Its median random read of eight consecutive pages, microseconds.
-    pub(crate) device_read8_us: Option<f64>,
+    pub device_read8_us: Option<f64>,
     /// The device's measurement in full.
-    pub(crate) device_cost: Option<ReadCost>,
+    pub device_cost: Option<ReadCost>,
     /// The store's median random 4 KiB read, microseconds.
-    pub(crate) store_read_us: f64,
+    pub store_read_us: f64,
     /// The store's median random read of eight consecutive pages.
-    pub(crate) store_read8_us: f64,
+    pub store_read8_us: f64,
     /// The store's measurement in full.
-    pub(crate) store_cost: Option<ReadCost>,
+    pub store_cost: Option<ReadCost>,
     /// The kernel's rule's answer before rounding, where the device could
     /// be measured.
-    pub(crate) swappiness_exact: Option<f64>,
+    pub swappiness_exact: Option<f64>,
     /// The lowest and highest answers the rounds' medians give.
-    pub(crate) swappiness_range: Option<(f64, f64)>,
+    pub swappiness_range: Option<(f64, f64)>,
     /// `vm.swappiness`, where the device could be measured: the rule's
     /// answer rounded to [`SWAPPINESS_STEP`].
-    pub(crate) swappiness: Option<u32>,
+    pub swappiness: Option<u32>,
     /// Why, in one line.
-    pub(crate) swappiness_reason: String,
+    pub swappiness_reason: String,
     /// `vm.page-cluster`.
-    pub(crate) page_cluster: u32,
+    pub page_cluster: u32,
     /// Why, in one line.
-    pub(crate) page_cluster_reason: String,
+    pub page_cluster_reason: String,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

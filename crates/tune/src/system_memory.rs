@@ -84,18 +84,18 @@ struct Run {
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct ProcessPages {
     /// Its pid.
-    pub(crate) pid: u32,
+    pub pid: u32,
     /// Its name (`/proc/PID/comm`).
-    pub(crate) comm: String,
+    pub comm: String,
     /// Pages counted: private anonymous, in RAM or in swap, not already
     /// counted for another process.
-    pub(crate) pages: u64,
+    pub pages: u64,
     /// Of those, pages in swap.
-    pub(crate) swapped: u64,
+    pub swapped: u64,
     /// Pages it maps that another process's count already holds.
-    pub(crate) shared: u64,
+    pub shared: u64,
     /// Pages of it in the sample.
-    pub(crate) sampled: u64,
+    pub sampled: u64,
     #[serde(skip)]
     runs: Vec<Run>,
 }
@@ -104,33 +104,33 @@ pub(crate) struct ProcessPages {
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Skipped {
     /// Its pid.
-    pub(crate) pid: u32,
+    pub pid: u32,
     /// Its name, where it could still be read.
-    pub(crate) comm: String,
+    pub comm: String,
     /// Why, in words.
-    pub(crate) reason: String,
+    pub reason: String,
 }
 
 /// What [`scan`] found.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Scan {
     /// Whose memory, in words.
-    pub(crate) scope: String,
+    pub scope: String,
     /// The page size.
-    pub(crate) page_size: u64,
+    pub page_size: u64,
     /// Processes whose pages are counted, most pages first.
-    pub(crate) processes: Vec<ProcessPages>,
+    pub processes: Vec<ProcessPages>,
     /// Processes left out for a reason other than being a kernel thread or
     /// this process.
-    pub(crate) skipped: Vec<Skipped>,
+    pub skipped: Vec<Skipped>,
     /// Kernel threads passed over (they own no user memory).
-    pub(crate) kernel_threads: u64,
+    pub kernel_threads: u64,
     /// Pages counted, all processes together.
-    pub(crate) pages: u64,
+    pub pages: u64,
     /// Pages mapped by more than one process, counted once.
-    pub(crate) shared_pages: u64,
+    pub shared_pages: u64,
     /// Seconds the scan took.
-    pub(crate) seconds: f64,
+    pub seconds: f64,
 }
 
 impl Scan {
@@ -437,9 +437,9 @@ pub(crate) fn scan(scope: &Scope) -> Result<Scan, Error> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PageRef {
     /// The process.
-    pub(crate) pid: u32,
+    pub pid: u32,
     /// The page's address in it.
-    pub(crate) addr: u64,
+    pub addr: u64,
 }
 
 /// Global page indexes (over all processes' counted pages, in scan order)
@@ -472,13 +472,13 @@ fn locate(scan: &Scan, sorted: &[u64]) -> Vec<PageRef> {
 /// The sampled pages' origins, in sample order.
 pub(crate) struct SampleOrigin {
     /// Each page of the sample's bytes, in order.
-    pub(crate) pages: Vec<PageRef>,
+    pub pages: Vec<PageRef>,
     /// Pages chosen that could no longer be read (their process exited or
     /// unmapped them), left out. Read only by the tests, which check that
     /// kept and lost pages account for every page chosen (the sample's
     /// `how` already says it to the user).
     #[cfg_attr(not(test), expect(dead_code, reason = "read by the tests' accounting"))]
-    pub(crate) lost: u64,
+    pub lost: u64,
 }
 
 /// Reads the pages at `refs` into `out`, a page each; returns the refs
