@@ -32,8 +32,10 @@ fn tree(root: &Path) {
     }
 }
 
-/// Archives `d/name` as `d/name.tar`, its members under `name/`.
-fn tar_of(d: &Path, name: &str) -> PathBuf {
+/// Lays out [`tree`] at `d/name` and archives it as `d/name.tar`, its
+/// members under `name/`.
+fn tree_tar(d: &Path, name: &str) -> PathBuf {
+    tree(&d.join(name));
     let tar = d.join(format!("{name}.tar"));
     let st = Command::new("tar")
         .arg("-cf")
@@ -202,14 +204,8 @@ fn side_by_side_stages_add_up() {
         ]
         .concat(),
     );
+    assert_eq!(stage_names(&r), ["fill", "discard", "compact"]);
     let stages = r["stages"].as_array().unwrap();
-    assert_eq!(
-        stages
-            .iter()
-            .map(|s| s["name"].as_str().unwrap())
-            .collect::<Vec<_>>(),
-        ["fill", "discard", "compact"]
-    );
     let pages = r["verified_pages"].as_u64().unwrap();
     assert!(pages > 100);
     let discarded = fs::read_to_string(discards).unwrap().lines().count() as u64;
@@ -249,8 +245,7 @@ fn side_by_side_stages_add_up() {
 fn tar_members_are_laid_out_like_files_and_raw_is_not() {
     let dir = tmp("tar");
     let d = dir.path();
-    tree(&d.join("t"));
-    let tar = tar_of(d, "t");
+    let tar = tree_tar(d, "t");
     let tree_run = report(&["replay", d.join("t").to_str().unwrap()]);
     let tar_run = report(&["replay", tar.to_str().unwrap()]);
     let raw_run = report(&["replay", tar.to_str().unwrap(), "--raw"]);
@@ -334,8 +329,7 @@ fn exp_chain_runs_small_and_draws() {
 fn exp_merge_removes_directories_largest_first() {
     let dir = tmp("merge");
     let d = dir.path();
-    tree(&d.join("src"));
-    let tar = tar_of(d, "src");
+    let tar = tree_tar(d, "src");
     let r = report(&["exp", "merge", "--tar", tar.to_str().unwrap(), "--no-plot"]);
     assert_eq!(r["removed"], serde_json::json!(["big", "small"]));
     for c in r["configs"].as_array().unwrap() {
@@ -366,9 +360,7 @@ fn exp_merge_removes_directories_largest_first() {
 #[test]
 fn units_are_compressed_whole_over_system_pages() {
     let dir = tmp("unit");
-    let t = dir.path().join("t");
-    tree(&t);
-    let tar = tar_of(dir.path(), "t");
+    let tar = tree_tar(dir.path(), "t");
     let r = report(&[
         "replay",
         tar.to_str().unwrap(),
@@ -468,6 +460,16 @@ fn assert_refused(cases: &[(&[&str], i32, &str)]) {
     }
 }
 
+/// The names of a report's stages, in order.
+fn stage_names(r: &serde_json::Value) -> Vec<&str> {
+    r["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect()
+}
+
 /// The stage named `name` (the `n`th of that name, from 0).
 fn stage<'a>(r: &'a serde_json::Value, name: &str, n: usize) -> &'a serde_json::Value {
     r["stages"]
@@ -495,12 +497,7 @@ fn idle_writeback_report(tag: &str, extra: &[&str]) -> serde_json::Value {
 #[test]
 fn writeback_idle_takes_every_idle_page_that_is_not_same_filled() {
     let r = idle_writeback_report("wb", &["--mode", "default,kernel-compat"]);
-    let names: Vec<&str> = r["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
+    let names = stage_names(&r);
     assert_eq!(names, ["fill", "mark-idle", "writeback"]);
     assert_eq!(r["backing_devs"].as_array().unwrap().len(), 2);
     assert_eq!(r["backing_devs_temporary"], true);
@@ -623,12 +620,7 @@ fn recompress_then_writeback_huge_and_the_table_says_what_it_used() {
     );
     // The pages are marked idle again inside the writeback stage (the one
     // --mark-idle asked for), not in a stage of their own.
-    let names: Vec<&str> = r["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
+    let names = stage_names(&r);
     assert_eq!(names, ["fill", "mark-idle", "recompress", "writeback"]);
     // Noise stays raw under zstd too: writeback huge takes exactly those.
     let huge = mm(rec, "huge_pages");

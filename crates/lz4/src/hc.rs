@@ -76,6 +76,16 @@ struct Found {
     len: isize,
 }
 
+impl Found {
+    /// The same match, its first `by` bytes left to the match before it
+    /// (the `correction` of `LZ4HC_compress_hashChain`).
+    fn skip(&mut self, by: isize) {
+        self.start += by;
+        self.at = self.at.wrapping_add(by as u32);
+        self.len -= by;
+    }
+}
+
 impl State {
     fn new() -> State {
         State {
@@ -168,11 +178,7 @@ impl State {
             } else {
                 let d = (m - self.low_limit) as usize;
                 if dict32(dict, d) == here {
-                    let v = (ip + (dl - m) as usize).min(limit);
-                    let mut len = MINMATCH + prefix_to(src, ip + MINMATCH, v, dict, d + MINMATCH);
-                    if ip + len == v && v < limit {
-                        len += common_prefix(&src[ip + len..limit], src);
-                    }
+                    let len = dict_match_len(src, dict, ip, d, (dl - m) as usize, limit);
                     if len > ml {
                         ml = len;
                         at = m;
@@ -210,13 +216,13 @@ impl State {
         let mut longest = longest;
         while m >= low && tries > 0 {
             tries -= 1;
-            if m >= dl {
+            // The match at `m` as (length, bytes it reaches back), if any.
+            let found = if m >= dl {
                 let ms = (m - dl) as usize;
                 let probe = longest as usize;
                 if src[low_ip + probe] == src[ms + probe - delta] && read32(src, ms) == here {
-                    let mut len = (MINMATCH
-                        + common_prefix(&src[ip + MINMATCH..high], &src[ms + MINMATCH..]))
-                        as isize;
+                    let len =
+                        MINMATCH + common_prefix(&src[ip + MINMATCH..high], &src[ms + MINMATCH..]);
                     let mut back = 0usize;
                     while ip - back > low_ip
                         && ms - back > 0
@@ -224,24 +230,14 @@ impl State {
                     {
                         back += 1;
                     }
-                    len += back as isize;
-                    if len > longest {
-                        longest = len;
-                        best = Some(Found {
-                            at: m - back as u32,
-                            start: (ip - back) as isize,
-                            len,
-                        });
-                    }
+                    Some((len, back))
+                } else {
+                    None
                 }
             } else {
                 let d = (m - self.low_limit) as usize;
                 if dict32(dict, d) == here {
-                    let v = (ip + (dl - m) as usize).min(high);
-                    let mut len = MINMATCH + prefix_to(src, ip + MINMATCH, v, dict, d + MINMATCH);
-                    if ip + len == v && v < high {
-                        len += common_prefix(&src[ip + len..high], src);
-                    }
+                    let len = dict_match_len(src, dict, ip, d, (dl - m) as usize, high);
                     let mut back = 0usize;
                     while ip - back > low_ip
                         && m - back as u32 > low
@@ -249,15 +245,20 @@ impl State {
                     {
                         back += 1;
                     }
-                    let len = (len + back) as isize;
-                    if len > longest {
-                        longest = len;
-                        best = Some(Found {
-                            at: m - back as u32,
-                            start: (ip - back) as isize,
-                            len,
-                        });
-                    }
+                    Some((len, back))
+                } else {
+                    None
+                }
+            };
+            if let Some((len, back)) = found {
+                let len = (len + back) as isize;
+                if len > longest {
+                    longest = len;
+                    best = Some(Found {
+                        at: m - back as u32,
+                        start: (ip - back) as isize,
+                        len,
+                    });
                 }
             }
             m = m.wrapping_sub(u32::from(self.chain[m as u16 as usize]));
@@ -274,6 +275,26 @@ fn prefix_to(src: &[u8], from: usize, to: usize, dict: &[u8], at: usize) -> usiz
         return 0;
     }
     common_prefix(&src[from..to], &dict[at..])
+}
+
+/// The length of a match at `ip` on the dictionary's byte `d`, which is
+/// `to_dict_end` bytes before the dictionary's end: it may run on past
+/// that end into `src` from its start, up to `limit`.
+#[inline(always)]
+fn dict_match_len(
+    src: &[u8],
+    dict: &[u8],
+    ip: usize,
+    d: usize,
+    to_dict_end: usize,
+    limit: usize,
+) -> usize {
+    let v = (ip + to_dict_end).min(limit);
+    let mut len = MINMATCH + prefix_to(src, ip + MINMATCH, v, dict, d + MINMATCH);
+    if ip + len == v && v < limit {
+        len += common_prefix(&src[ip + len..limit], src);
+    }
+    len
 }
 
 /// Where the encoder is: the output, the block and its literal anchor.
@@ -392,9 +413,7 @@ fn compress_generic(
                 }
                 let correction = new_ml - (m2.start - ip);
                 if correction > 0 {
-                    m2.start += correction;
-                    m2.at = m2.at.wrapping_add(correction as u32);
-                    m2.len -= correction;
+                    m2.skip(correction);
                 }
             }
             let wider = if m2.start + m2.len < mflimit {
@@ -425,9 +444,7 @@ fn compress_generic(
                 if m3.start >= ip + ml {
                     if m2.start < ip + ml {
                         let correction = ip + ml - m2.start;
-                        m2.start += correction;
-                        m2.at = m2.at.wrapping_add(correction as u32);
-                        m2.len -= correction;
+                        m2.skip(correction);
                         if m2.len < MINMATCH as isize {
                             m2 = m3;
                         }
@@ -457,9 +474,7 @@ fn compress_generic(
                     }
                     let correction = ml - (m2.start - ip);
                     if correction > 0 {
-                        m2.start += correction;
-                        m2.at = m2.at.wrapping_add(correction as u32);
-                        m2.len -= correction;
+                        m2.skip(correction);
                     }
                 } else {
                     ml = m2.start - ip;

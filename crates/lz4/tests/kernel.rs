@@ -296,6 +296,28 @@ fn caps(inputs: &[Vec<u8>], rng: &mut Rng) -> Vec<usize> {
         .collect()
 }
 
+/// One request per input, of one block with its capacity from `caps`,
+/// compressed as `kind` at `level` with no dictionary.
+fn one_block_each<'a>(inputs: &'a [Vec<u8>], caps: &[usize], kind: u8, level: i32) -> Vec<Req<'a>> {
+    inputs
+        .iter()
+        .zip(caps)
+        .map(|(p, &cap)| Req {
+            kind,
+            level,
+            dict: &[],
+            blocks: vec![(cap, p)],
+        })
+        .collect()
+}
+
+/// `compressed` decompresses to exactly `p`.
+fn assert_decompresses_to(compressed: &[u8], p: &[u8], what: &str) {
+    let mut back = vec![0u8; p.len()];
+    assert_eq!(decompress(compressed, &mut back), Ok(p.len()), "{what}");
+    assert!(back == p, "{what}");
+}
+
 /// The fuzz target's committed corpus (fuzz/corpus/lz4), whole files.
 fn fuzz_corpus() -> Vec<Vec<u8>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/lz4");
@@ -333,16 +355,7 @@ fn fast_equals_the_kernel() {
     let caps = caps(&inputs, &mut rng);
     let mut c = Compressor::new();
     for acc in [1, 2, 7, 65537, 1 << 26, 0, -3] {
-        let reqs: Vec<Req> = inputs
-            .iter()
-            .zip(&caps)
-            .map(|(p, &cap)| Req {
-                kind: 0,
-                level: acc,
-                dict: &[],
-                blocks: vec![(cap, p)],
-            })
-            .collect();
+        let reqs = one_block_each(&inputs, &caps, 0, acc);
         let theirs = kernel(&reqs);
         let mut equal = 0;
         for (i, (r, k)) in reqs.iter().zip(&theirs).enumerate() {
@@ -356,13 +369,7 @@ fn fast_equals_the_kernel() {
             // and stores pages it cannot read back); the bytes are equal
             // all the same.
             if let (Ok(n), true) = (ours, acc < 1 << 26) {
-                let mut back = vec![0u8; p.len()];
-                assert_eq!(
-                    decompress(&buf[..n], &mut back),
-                    Ok(p.len()),
-                    "acceleration {acc} #{i}"
-                );
-                assert!(back == p);
+                assert_decompresses_to(&buf[..n], p, &format!("acceleration {acc} #{i}"));
                 equal += 1;
             }
         }
@@ -393,16 +400,7 @@ fn hc_equals_the_kernel() {
     let caps = caps(&inputs, &mut rng);
     let mut c = HcCompressor::new();
     for level in [9, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 17, 0] {
-        let reqs: Vec<Req> = inputs
-            .iter()
-            .zip(&caps)
-            .map(|(p, &cap)| Req {
-                kind: 2,
-                level,
-                dict: &[],
-                blocks: vec![(cap, p)],
-            })
-            .collect();
+        let reqs = one_block_each(&inputs, &caps, 2, level);
         let theirs = kernel(&reqs);
         for (i, (r, k)) in reqs.iter().zip(&theirs).enumerate() {
             let (cap, p) = r.blocks[0];
@@ -410,9 +408,7 @@ fn hc_equals_the_kernel() {
             let ours = c.compress(p, &mut buf, level);
             check(&format!("hc level {level}"), i, ours, &buf, &k[0]);
             if let Ok(n) = ours {
-                let mut back = vec![0u8; p.len()];
-                assert_eq!(decompress(&buf[..n], &mut back), Ok(p.len()));
-                assert!(back == p);
+                assert_decompresses_to(&buf[..n], p, &format!("hc level {level} #{i}"));
             }
         }
     }

@@ -147,11 +147,7 @@ pub(crate) fn probe(sh: &Shared, p: usize) -> bool {
     if !sh.table.cas(p, RESIDENT, EVICTING) {
         return false;
     }
-    let addr = sh
-        .mapping
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .addr_of(p);
+    let addr = sh.read_mapping().addr_of(p);
     let Some(addr) = addr else {
         sh.table.set(p, GONE);
         return false;

@@ -362,11 +362,7 @@ pub(crate) fn willneed(sh: &Shared, first: usize, end: usize, hot: bool) -> usiz
     for p in first..end {
         let s = sh.table.state(p);
         if (s == STORED || s == PROBATION) && !sh.at_limit() {
-            let addr = sh
-                .mapping
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .addr_of(p);
+            let addr = sh.read_mapping().addr_of(p);
             if let Some(addr) = addr {
                 // EAGAIN (the mapping is changing) leaves the page stored:
                 // a hint, not a promise.

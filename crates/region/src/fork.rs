@@ -153,12 +153,7 @@ fn rebuild(sh: &Arc<Shared>) {
     };
     let in_thread = sh.config.fault_service == FaultService::FaultingThread;
     let registered = Uffd::open(how, in_thread).ok().and_then(|u| {
-        let segs: Vec<_> = sh
-            .mapping
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .segments()
-            .to_vec();
+        let segs: Vec<_> = sh.read_mapping().segments().to_vec();
         for s in segs {
             if u.register(s.addr, s.len).is_err() {
                 u.close();
@@ -184,7 +179,7 @@ fn rebuild(sh: &Arc<Shared>) {
 fn materialise(sh: &Shared) {
     let ps = sh.page_size;
     let mut buf = vec![0u8; ps];
-    let map = sh.mapping.read().unwrap_or_else(|e| e.into_inner()).clone();
+    let map = sh.read_mapping().clone();
     for p in 0..sh.pages() {
         let s = sh.table.state(p);
         let Some(addr) = map.addr_of(p) else { continue };

@@ -365,7 +365,7 @@ impl Handler {
         match m.event {
             EVENT_REMOVE | EVENT_UNMAP => {
                 let (start_a, end_a) = (m.arg[0] as usize, m.arg[1] as usize);
-                let map = sh.mapping.read().unwrap_or_else(|e| e.into_inner());
+                let map = sh.read_mapping();
                 if m.event == EVENT_REMOVE {
                     if let Some(p) = map.page_of(start_a) {
                         if sh.zaps.take(p, end_a.saturating_sub(start_a) / ps) {
@@ -390,16 +390,13 @@ impl Handler {
                 }
                 drop(map);
                 if m.event == EVENT_UNMAP {
-                    let mut map = sh.mapping.write().unwrap_or_else(|e| e.into_inner());
+                    let mut map = sh.write_mapping();
                     map.cut(start_a, end_a);
                 }
             }
             EVENT_REMAP => {
                 let (from, to, len) = (m.arg[0] as usize, m.arg[1] as usize, m.arg[2] as usize);
-                sh.mapping
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remap(from, to, len);
+                sh.write_mapping().remap(from, to, len);
                 Counters::bump(&sh.counters.remaps);
             }
             _ => {}
@@ -410,11 +407,7 @@ impl Handler {
     fn write_protect_fault(&mut self, addr: usize) {
         let sh = &self.sh;
         let ps = sh.page_size;
-        let page = sh
-            .mapping
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .page_of(addr);
+        let page = sh.read_mapping().page_of(addr);
         let outcome = match page {
             Some(p) => fault::write_protected(sh, p, addr, Service::HandlerThread),
             None => Outcome::Turn,
@@ -433,11 +426,7 @@ impl Handler {
         } = f;
         let sh = Arc::clone(&self.sh);
         let ps = sh.page_size;
-        let page = sh
-            .mapping
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .page_of(addr);
+        let page = sh.read_mapping().page_of(addr);
         let Some(p) = page else {
             // Not one of the region's pages (the program grew the mapping).
             // Counted first: the zero page wakes the faulting thread, which
@@ -488,12 +477,7 @@ impl Handler {
         // The faults read before the panic sleep in the kernel: woken, they
         // fault again and come back as messages.
         let uffd = sh.uffd();
-        for seg in sh
-            .mapping
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .segments()
-        {
+        for seg in sh.read_mapping().segments() {
             let _ = uffd.wake(seg.addr, seg.len);
         }
         let efd = sh.handler_efd.load(Ordering::Acquire);
@@ -543,12 +527,7 @@ impl Handler {
         for k in 0..n {
             let mut w = self.retrying[k];
             if !w.reported && watchdog::overdue(&self.sh, w.since, now) {
-                let page = self
-                    .sh
-                    .mapping
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .page_of(w.addr);
+                let page = self.sh.read_mapping().page_of(w.addr);
                 watchdog::report(&self.sh, w.addr, page, w.since, now, n);
                 w.reported = true;
             }

@@ -278,7 +278,7 @@ impl Region {
             // once its event is read, before the handler has moved the
             // mapping.
             let _batch = self.sh.events.read().unwrap_or_else(|e| e.into_inner());
-            let map = self.sh.mapping.read().unwrap_or_else(|e| e.into_inner());
+            let map = self.sh.read_mapping();
             map.addr_of(0).unwrap_or(self.base)
         };
         self.sh.gate.leave(Side::Handler);
@@ -438,13 +438,7 @@ impl Drop for Region {
         signal::unregister(&self.sh);
         fork::unregister(&self.sh, || workers::stop(&self.sh));
         let uffd = self.sh.uffd();
-        let segs: Vec<_> = self
-            .sh
-            .mapping
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .segments()
-            .to_vec();
+        let segs: Vec<_> = self.sh.read_mapping().segments().to_vec();
         for s in &segs {
             if uffd.fd() >= 0 {
                 let _ = uffd.unregister(s.addr, s.len);

@@ -7,7 +7,7 @@
 //! (eventfd kicks); the fault path is `handler`'s, eviction is `evict`'s.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
 use zram::Store;
@@ -127,6 +127,18 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The page addresses, read-locked; a poisoned lock is taken as it is,
+    /// as the region's other locks are.
+    pub(crate) fn read_mapping(&self) -> RwLockReadGuard<'_, Mapping> {
+        self.mapping.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The page addresses, write-locked (poison ignored as for
+    /// [`read_mapping`](Shared::read_mapping)).
+    pub(crate) fn write_mapping(&self) -> RwLockWriteGuard<'_, Mapping> {
+        self.mapping.write().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The userfaultfd.
     pub(crate) fn uffd(&self) -> Uffd {
         Uffd::from_raw(self.uffd_fd.load(Ordering::Acquire), self.uffd_mode)

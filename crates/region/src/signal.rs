@@ -302,11 +302,7 @@ fn serve(sh: &Shared, addr: usize, ctx: *mut libc::c_void) -> Answer {
     // event is read, and a fault at the new address must find the mapping
     // moved.
     let batch = sh.events.read().unwrap_or_else(|e| e.into_inner());
-    let page = sh
-        .mapping
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .page_of(addr);
+    let page = sh.read_mapping().page_of(addr);
     drop(batch);
     let wait = match page {
         Some(p) => {

@@ -135,7 +135,7 @@ pub(crate) fn evict_window(
     let (mut victims, mut spared) = (1, 0);
     // The window's address; it stays within the segment `first` is in.
     let addr = {
-        let map = sh.mapping.read().unwrap_or_else(|e| e.into_inner());
+        let map = sh.read_mapping();
         let Some(addr) = map.addr_of(first) else {
             sh.table.set(first, GONE);
             settle_removed(sh, first);

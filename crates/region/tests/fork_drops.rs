@@ -7,20 +7,16 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{check, config, fill_pages, ps, region_or_skip, Deadline, Ptr, Rng};
+use common::{check, config, fill_pages, in_both_services, ps, region_or_skip, Deadline, Ptr, Rng};
 use region::FaultService;
 
 const MIB: usize = 1 << 20;
 
-#[test]
-fn forks_while_the_program_drops_pages_and_faults_never_hang() {
-    forks_while_dropping_with(FaultService::HandlerThread);
-}
-
-#[test]
-fn forks_while_the_program_drops_pages_and_faults_never_hang_in_the_faulting_thread() {
-    forks_while_dropping_with(FaultService::FaultingThread);
-}
+in_both_services!(
+    forks_while_dropping_with():
+    forks_while_the_program_drops_pages_and_faults_never_hang,
+    forks_while_the_program_drops_pages_and_faults_never_hang_in_the_faulting_thread
+);
 
 /// Forks for 4 s while three threads fault stored pages and a fourth drops
 /// pages with `madvise` (whose events keep the mapping "changing", so a

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    check, check_pages, config, fill, fill_pages, is_zero, ps, region_or_skip, reserve, Deadline,
-    Ptr, Rng,
+    check, check_pages, config, fill, fill_pages, in_both_services, is_zero, ps, region_or_skip,
+    reserve, Deadline, Ptr, Rng,
 };
 use region::{
     ControllerConfig, FaultService, Region, RegionConfig, RegionError, UffdMode, UffdOpen,
@@ -51,15 +51,11 @@ fn bad_lengths_and_limits_are_typed_errors() {
     assert!(e.to_string().contains("at most the region's"), "{e}");
 }
 
-#[test]
-fn pages_beyond_the_limit_are_stored_and_come_back() {
-    pages_beyond_the_limit_are_stored_and_come_back_with(FaultService::HandlerThread);
-}
-
-#[test]
-fn pages_beyond_the_limit_are_stored_and_come_back_in_the_faulting_thread() {
-    pages_beyond_the_limit_are_stored_and_come_back_with(FaultService::FaultingThread);
-}
+in_both_services!(
+    pages_beyond_the_limit_are_stored_and_come_back_with():
+    pages_beyond_the_limit_are_stored_and_come_back,
+    pages_beyond_the_limit_are_stored_and_come_back_in_the_faulting_thread
+);
 
 fn pages_beyond_the_limit_are_stored_and_come_back_with(service: FaultService) {
     let _d = Deadline::new("pages_beyond_the_limit", 60);
@@ -220,15 +216,11 @@ fn a_limit_that_covers_the_process_leaves_the_region_the_rest() {
     drop(outside);
 }
 
-#[test]
-fn many_threads_fault_random_pages_with_checksums() {
-    many_threads_fault_random_pages_with_checksums_with(FaultService::HandlerThread);
-}
-
-#[test]
-fn many_threads_fault_random_pages_with_checksums_in_the_faulting_thread() {
-    many_threads_fault_random_pages_with_checksums_with(FaultService::FaultingThread);
-}
+in_both_services!(
+    many_threads_fault_random_pages_with_checksums_with():
+    many_threads_fault_random_pages_with_checksums,
+    many_threads_fault_random_pages_with_checksums_in_the_faulting_thread
+);
 
 fn many_threads_fault_random_pages_with_checksums_with(service: FaultService) {
     let _d = Deadline::new("many_threads", 120);
@@ -280,15 +272,11 @@ fn many_threads_fault_random_pages_with_checksums_with(service: FaultService) {
     eprintln!("{}", r.stats_json());
 }
 
-#[test]
-fn writes_racing_eviction_are_never_lost() {
-    writes_racing_eviction_are_never_lost_with(FaultService::HandlerThread);
-}
-
-#[test]
-fn writes_racing_eviction_are_never_lost_in_the_faulting_thread() {
-    writes_racing_eviction_are_never_lost_with(FaultService::FaultingThread);
-}
+in_both_services!(
+    writes_racing_eviction_are_never_lost_with():
+    writes_racing_eviction_are_never_lost,
+    writes_racing_eviction_are_never_lost_in_the_faulting_thread
+);
 
 fn writes_racing_eviction_are_never_lost_with(service: FaultService) {
     let _d = Deadline::new("writes_racing_eviction", 90);
@@ -358,15 +346,11 @@ fn writes_racing_eviction_are_never_lost_with(service: FaultService) {
     assert!(s.faults.missing_store > 1000, "{s:?}");
 }
 
-#[test]
-fn madvise_dontneed_reads_zeros_and_frees_the_stored_copies() {
-    madvise_dontneed_reads_zeros_and_frees_the_stored_copies_with(FaultService::HandlerThread);
-}
-
-#[test]
-fn madvise_dontneed_reads_zeros_and_frees_the_stored_copies_in_the_faulting_thread() {
-    madvise_dontneed_reads_zeros_and_frees_the_stored_copies_with(FaultService::FaultingThread);
-}
+in_both_services!(
+    madvise_dontneed_reads_zeros_and_frees_the_stored_copies_with():
+    madvise_dontneed_reads_zeros_and_frees_the_stored_copies,
+    madvise_dontneed_reads_zeros_and_frees_the_stored_copies_in_the_faulting_thread
+);
 
 fn madvise_dontneed_reads_zeros_and_frees_the_stored_copies_with(service: FaultService) {
     let _d = Deadline::new("madvise_dontneed", 60);
@@ -410,6 +394,12 @@ fn madvise_dontneed_reads_zeros_and_frees_the_stored_copies_with(service: FaultS
     }
 }
 
+in_both_services!(
+    drops_racing_eviction_at_the_limit_never_hang_with():
+    drops_racing_eviction_at_the_limit_never_hang,
+    drops_racing_eviction_at_the_limit_never_hang_in_the_faulting_thread
+);
+
 /// The program drops pages (`madvise(DONTNEED)`, as a freeing allocator
 /// does) while the evictor, at the limit, is taking those same pages: the
 /// eviction's copy then faults on a page the kernel zapped, and the handler
@@ -419,16 +409,6 @@ fn madvise_dontneed_reads_zeros_and_frees_the_stored_copies_with(service: FaultS
 /// dropper writes some dropped pages again at once (as an allocator
 /// reuses what it freed): an eviction's zap, still to come, must not throw
 /// those writes away.
-#[test]
-fn drops_racing_eviction_at_the_limit_never_hang() {
-    drops_racing_eviction_at_the_limit_never_hang_with(FaultService::HandlerThread);
-}
-
-#[test]
-fn drops_racing_eviction_at_the_limit_never_hang_in_the_faulting_thread() {
-    drops_racing_eviction_at_the_limit_never_hang_with(FaultService::FaultingThread);
-}
-
 fn drops_racing_eviction_at_the_limit_never_hang_with(service: FaultService) {
     let _d = Deadline::new("drops_racing_eviction", 120);
     let Some(r) = region_or_skip(32 * MIB, config(service, 2 * MIB)) else {
@@ -520,25 +500,17 @@ fn drops_racing_eviction_at_the_limit_never_hang_with(service: FaultService) {
     assert!(st.removed_by_program > 0, "{st:?}");
 }
 
-#[test]
-fn hot_pages_a_window_maps_back_keep_their_contents() {
-    hot_pages_in_windows_with(FaultService::HandlerThread, false);
-}
+in_both_services!(
+    hot_pages_in_windows_with(false):
+    hot_pages_a_window_maps_back_keep_their_contents,
+    hot_pages_a_window_maps_back_keep_their_contents_in_the_faulting_thread
+);
 
-#[test]
-fn hot_pages_a_window_maps_back_keep_their_contents_in_the_faulting_thread() {
-    hot_pages_in_windows_with(FaultService::FaultingThread, false);
-}
-
-#[test]
-fn hot_pages_a_window_maps_back_keep_their_contents_and_drops_win() {
-    hot_pages_in_windows_with(FaultService::HandlerThread, true);
-}
-
-#[test]
-fn hot_pages_a_window_maps_back_keep_their_contents_and_drops_win_in_the_faulting_thread() {
-    hot_pages_in_windows_with(FaultService::FaultingThread, true);
-}
+in_both_services!(
+    hot_pages_in_windows_with(true):
+    hot_pages_a_window_maps_back_keep_their_contents_and_drops_win,
+    hot_pages_a_window_maps_back_keep_their_contents_and_drops_win_in_the_faulting_thread
+);
 
 /// Scattered hot pages: the windows that evict under the limit take them
 /// with their victims and map them back. One thread writes and checks
@@ -651,15 +623,11 @@ fn hot_pages_in_windows_with(service: FaultService, drops: bool) {
     assert!(!drops || st.removed_by_program > 0, "{st:?}");
 }
 
-#[test]
-fn mremap_moves_pages_with_their_contents() {
-    mremap_moves_pages_with_their_contents_with(FaultService::HandlerThread);
-}
-
-#[test]
-fn mremap_moves_pages_with_their_contents_in_the_faulting_thread() {
-    mremap_moves_pages_with_their_contents_with(FaultService::FaultingThread);
-}
+in_both_services!(
+    mremap_moves_pages_with_their_contents_with():
+    mremap_moves_pages_with_their_contents,
+    mremap_moves_pages_with_their_contents_in_the_faulting_thread
+);
 
 fn mremap_moves_pages_with_their_contents_with(service: FaultService) {
     let _d = Deadline::new("mremap", 60);
@@ -693,15 +661,11 @@ fn mremap_moves_pages_with_their_contents_with(service: FaultService) {
     assert_eq!(r.stats().remaps, 1);
 }
 
-#[test]
-fn reads_right_after_mremap_find_the_moved_pages() {
-    reads_right_after_mremap_with(FaultService::HandlerThread);
-}
-
-#[test]
-fn reads_right_after_mremap_find_the_moved_pages_in_the_faulting_thread() {
-    reads_right_after_mremap_with(FaultService::FaultingThread);
-}
+in_both_services!(
+    reads_right_after_mremap_with():
+    reads_right_after_mremap_find_the_moved_pages,
+    reads_right_after_mremap_find_the_moved_pages_in_the_faulting_thread
+);
 
 /// The region moved 200 times, its pages evicted before each move and one
 /// read at once after it: `mremap` returns as soon as
@@ -745,15 +709,11 @@ fn reads_right_after_mremap_with(service: FaultService) {
     assert_eq!(r.stats().remaps, 200);
 }
 
-#[test]
-fn a_growing_mremap_gives_the_program_zero_pages() {
-    growing_mremap_with(FaultService::HandlerThread);
-}
-
-#[test]
-fn a_growing_mremap_gives_the_program_zero_pages_in_the_faulting_thread() {
-    growing_mremap_with(FaultService::FaultingThread);
-}
+in_both_services!(
+    growing_mremap_with():
+    a_growing_mremap_gives_the_program_zero_pages,
+    a_growing_mremap_gives_the_program_zero_pages_in_the_faulting_thread
+);
 
 /// The pages a growing `mremap` adds are the program's: registered with the
 /// userfaultfd but no page of the region, they read as zeros.
@@ -793,15 +753,11 @@ fn growing_mremap_with(service: FaultService) {
     assert!(r.stats().faults.missing_foreign >= (len / ps) as u64);
 }
 
-#[test]
-fn faults_racing_probation_settles_read_their_pages() {
-    probation_race_with(FaultService::HandlerThread);
-}
-
-#[test]
-fn faults_racing_probation_settles_read_their_pages_in_the_faulting_thread() {
-    probation_race_with(FaultService::FaultingThread);
-}
+in_both_services!(
+    probation_race_with():
+    faults_racing_probation_settles_read_their_pages,
+    faults_racing_probation_settles_read_their_pages_in_the_faulting_thread
+);
 
 /// Pages go to probation after 2 ms untouched and are compressed from
 /// there while two threads read them and a third evicts runs of them: a
@@ -858,15 +814,11 @@ fn probation_race_with(service: FaultService) {
     assert!(st.evictions.probed > 0, "{st:?}");
 }
 
-#[test]
-fn munmap_of_part_drops_those_pages() {
-    munmap_of_part_drops_those_pages_with(FaultService::HandlerThread);
-}
-
-#[test]
-fn munmap_of_part_drops_those_pages_in_the_faulting_thread() {
-    munmap_of_part_drops_those_pages_with(FaultService::FaultingThread);
-}
+in_both_services!(
+    munmap_of_part_drops_those_pages_with():
+    munmap_of_part_drops_those_pages,
+    munmap_of_part_drops_those_pages_in_the_faulting_thread
+);
 
 fn munmap_of_part_drops_those_pages_with(service: FaultService) {
     let _d = Deadline::new("munmap_part", 60);

@@ -17,7 +17,7 @@
 //!   unnamed spool file; a FIFO with no writer yet says so on stderr while
 //!   it waits;
 //! - a process (`--pid`) contributes its private anonymous memory
-//!   ([`crate::process_memory`]).
+//!   (`crate::process_memory`).
 //!
 //! An input that yields no pages is an error. [`Corpus::read_line`] says
 //! what was read, page counts by input; [`Corpus::for_each_page`] streams
@@ -212,15 +212,6 @@ fn cstr(field: &[u8]) -> String {
     String::from_utf8_lossy(&field[..end]).into_owned()
 }
 
-/// Whether `path` looks like a tar archive (the ustar magic at 257).
-pub fn is_tar(path: &Path) -> bool {
-    let mut head = [0u8; 512];
-    File::open(path)
-        .and_then(|mut f| f.read_exact(&mut head))
-        .is_ok()
-        && &head[257..262] == b"ustar"
-}
-
 /// The regular members of a tar archive: (name, offset of data, length).
 /// Handles ustar prefixes, GNU long names and pax `path` records.
 fn tar_members(path: &Path) -> Result<Vec<(String, u64, u64)>, Error> {
@@ -308,7 +299,7 @@ pub fn tar_member(path: &Path, suffix: &str) -> Result<Option<Vec<u8>>, Error> {
 /// Where `zmem exp merge` and `zmem exp chain` look for the Linux source tar.
 pub const LINUX_TAR: &str = "/var/tmp/zmem-data/linux-source-6.1.tar";
 /// Debian's linux-source-6.1 package installs this.
-pub const LINUX_TAR_XZ: &str = "/usr/src/linux-source-6.1.tar.xz";
+pub(crate) const LINUX_TAR_XZ: &str = "/usr/src/linux-source-6.1.tar.xz";
 
 /// The Linux source tar at `path`, made from Debian's `.tar.xz` (with `xz
 /// -dc`) when it is missing and the package is installed. The error says how

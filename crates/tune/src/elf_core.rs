@@ -23,7 +23,7 @@ const PN_XNUM: u16 = 0xffff;
 
 /// One `PT_LOAD` segment with data in the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Segment {
+pub(crate) struct Segment {
     /// The address the segment was mapped at in the dumped process.
     pub vaddr: u64,
     /// Where its data starts in the core file.
@@ -34,7 +34,7 @@ pub struct Segment {
 
 /// Whether the first bytes of a file (at least 18) are an ELF header of
 /// type `ET_CORE`.
-pub fn is_core(head: &[u8]) -> bool {
+pub(crate) fn is_core(head: &[u8]) -> bool {
     head.len() >= 18
         && head[..4] == *b"\x7fELF"
         && matches!(head[4], 1 | 2)
@@ -92,7 +92,7 @@ impl Fields {
 /// a segment that runs past the end is cut there, one that starts past it
 /// is left out, and the missing bytes are counted (the corpus refuses a core
 /// with any missing). A malformed header is an error naming the file.
-pub fn segments(path: &Path) -> Result<(Vec<Segment>, u64), Error> {
+pub(crate) fn segments(path: &Path) -> Result<(Vec<Segment>, u64), Error> {
     let bad = |what: String| {
         Error::Failed(format!(
             "{}: not a usable ELF core file: {what}",

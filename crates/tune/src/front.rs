@@ -36,21 +36,21 @@ pub const PAGE: usize = 4096;
 pub struct ZswapSettings {
     /// The compressor (the crypto API's name).
     #[serde(serialize_with = "recipe::spec::algorithm_name")]
-    pub compressor: Algorithm,
+    pub(crate) compressor: Algorithm,
     /// Where it came from.
-    pub compressor_source: String,
+    pub(crate) compressor_source: String,
     /// `totalram_pages()`.
-    pub totalram_pages: u64,
+    pub(crate) totalram_pages: u64,
     /// Where the RAM size came from.
-    pub ram_source: String,
+    pub(crate) ram_source: String,
     /// `max_pool_percent`.
-    pub max_pool_percent: u32,
+    pub(crate) max_pool_percent: u32,
     /// `accept_threshold_percent`.
-    pub accept_threshold_percent: u32,
+    pub(crate) accept_threshold_percent: u32,
     /// The present CPUs (SLUB's slab orders).
     pub nr_cpus: u32,
     /// The running kernel's zswap parameters, as read.
-    pub kernel: KernelZswap,
+    pub(crate) kernel: KernelZswap,
 }
 
 impl ZswapSettings {
@@ -119,7 +119,7 @@ impl ZswapSettings {
     }
 
     /// The model's configuration.
-    pub fn config(&self) -> ZswapConfig {
+    pub(crate) fn config(&self) -> ZswapConfig {
         ZswapConfig {
             max_pool_percent: self.max_pool_percent,
             accept_threshold_percent: self.accept_threshold_percent,
@@ -128,7 +128,7 @@ impl ZswapSettings {
     }
 
     /// The line a report starts its zswap part with.
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         format!(
             "zswap (Linux 7.3's mm/zswap.c, modelled): compressor {} ({}), max_pool_percent {} \
              and accept_threshold_percent {} of {:.1} GiB RAM ({}): the pool may take {:.1} MiB, \
@@ -151,11 +151,11 @@ pub struct ZswapStage {
     /// `fill`, `discard`, `compact`.
     pub name: String,
     /// Every figure.
-    pub stats: ZswapStats,
+    pub(crate) stats: ZswapStats,
     /// Bytes of the pages given to the swap path and still in a swap slot.
-    pub orig_data_size: u64,
+    pub(crate) orig_data_size: u64,
     /// Seconds the stage took in the model.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
 }
 
 /// What a load of every page found.
@@ -409,7 +409,7 @@ pub fn zswap_table(settings: &ZswapSettings, stages: &[ZswapStage]) -> String {
 /// The memory of zram's metadata outside `mem_used_total`: the slot table
 /// (16 bytes a slot, `vzalloc`'d for the disk's pages, whole pages) and a
 /// `zs_handle` for every object (every page stored but the same-filled).
-pub fn zram_metadata_bytes(disk_pages: u64, objects: u64, nr_cpus: u32) -> u64 {
+pub(crate) fn zram_metadata_bytes(disk_pages: u64, objects: u64, nr_cpus: u32) -> u64 {
     (disk_pages * 16).next_multiple_of(PAGE as u64)
         + SlabCache::zs_handle(nr_cpus).bytes_for(objects)
 }
@@ -463,7 +463,7 @@ pub fn beside_line(
 
 /// One front end's memory for the compared pages.
 #[derive(Clone, Debug, Serialize)]
-pub struct FrontMemory {
+pub(crate) struct FrontMemory {
     /// `zram` or `zswap`.
     pub front: String,
     /// The compressor.
@@ -483,7 +483,7 @@ pub struct FrontMemory {
 
 /// One part of the difference between zswap's memory and zram's.
 #[derive(Clone, Debug, Serialize)]
-pub struct DifferencePart {
+pub(crate) struct DifferencePart {
     /// What it comes from.
     pub what: String,
     /// zswap's bytes minus zram's, for the sample (negative: zswap uses
@@ -495,36 +495,36 @@ pub struct DifferencePart {
 #[derive(Clone, Debug, Serialize)]
 pub struct FrontComparison {
     /// The zswap settings.
-    pub zswap_settings: ZswapSettings,
+    pub(crate) zswap_settings: ZswapSettings,
     /// Pages compared.
-    pub pages: u64,
+    pub(crate) pages: u64,
     /// Pages the whole input has.
-    pub input_pages: u64,
+    pub(crate) input_pages: u64,
     /// Zero-filled pages (neither front end stores them).
-    pub zero_pages: u64,
+    pub(crate) zero_pages: u64,
     /// Pages of one repeated non-zero word: zram keeps them without
     /// memory, zswap compresses them.
-    pub same_filled_nonzero_pages: u64,
+    pub(crate) same_filled_nonzero_pages: u64,
     /// Pages zswap keeps as-is (a page that does not compress below a
     /// page).
-    pub zswap_incompressible_pages: u64,
+    pub(crate) zswap_incompressible_pages: u64,
     /// The kernel's zram (kernel-compat, its default compressor, a disk
     /// the size of the pages).
-    pub zram: FrontMemory,
+    pub(crate) zram: FrontMemory,
     /// zswap with its compressor.
-    pub zswap: FrontMemory,
+    pub(crate) zswap: FrontMemory,
     /// zswap with zram's compressor (how much of the difference is the
     /// compressor's).
-    pub zswap_with_zram_comp: FrontMemory,
+    pub(crate) zswap_with_zram_comp: FrontMemory,
     /// Where zswap's total differs from zram's.
-    pub difference: Vec<DifferencePart>,
+    pub(crate) difference: Vec<DifferencePart>,
     /// The input's pages beyond `max_pool_percent` at zswap's measured
     /// memory per page: they would go to the swap device.
-    pub pages_beyond_pool_limit: u64,
+    pub(crate) pages_beyond_pool_limit: u64,
     /// The recommendation: `zram` or `zswap`.
-    pub recommend: String,
+    pub(crate) recommend: String,
     /// Its reason.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// zram's and zswap's memory for `pages` (4 KiB each) of an input of
@@ -709,7 +709,7 @@ pub fn compare(
 
 /// The comparison in words: the memory of each, where the difference comes
 /// from, the limit and the recommendation.
-pub fn format_comparison(c: &FrontComparison) -> String {
+pub(crate) fn format_comparison(c: &FrontComparison) -> String {
     let mut out =
         String::from("zram or zswap, for the sampled pages (the kernel's compressors):\n");
     let one = |m: &FrontMemory, what: &str| {
@@ -762,7 +762,7 @@ pub fn format_comparison(c: &FrontComparison) -> String {
 /// `max_pool_percent` for a pool that holds `needed_bytes` (the pages'
 /// zswap memory), at most `target_share` of `ram_bytes`, in whole percent
 /// (at least 1).
-pub fn max_pool_percent_for(needed_bytes: u64, ram_bytes: u64, target_share: f64) -> u32 {
+pub(crate) fn max_pool_percent_for(needed_bytes: u64, ram_bytes: u64, target_share: f64) -> u32 {
     let share = (needed_bytes as f64 / ram_bytes.max(1) as f64).min(target_share);
     ((share * 100.0).ceil() as u32).clamp(1, 100)
 }

@@ -18,7 +18,7 @@
 //!   the watch are the ones whose recompression is measured. It perturbs
 //!   writes: each page is write-protected again, so its next write takes a
 //!   minor fault. Kernels built without CONFIG_MEM_SOFT_DIRTY accept the
-//!   write and never set the bit ([`soft_dirty_works`] finds out on this
+//!   write and never set the bit (`soft_dirty_works` finds out on this
 //!   process's own page); there each sampled page weighs by its mapping's
 //!   untouched share instead, which is exact for mappings wholly touched or
 //!   wholly idle and an average within the others.
@@ -49,7 +49,7 @@ use crate::system_memory::PageRef;
 const PM_SOFT_DIRTY: u64 = 1 << 55;
 
 /// The ages checked, where the watch lasts that long.
-pub const AGES: [u64; 5] = [60, 600, 3600, 6 * 3600, 24 * 3600];
+pub(crate) const AGES: [u64; 5] = [60, 600, 3600, 6 * 3600, 24 * 3600];
 
 /// Parses `--watch`: `90`, `90s`, `10m`, `1h`, `2d`; more than zero, at
 /// most 30 days.
@@ -81,7 +81,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// The memory untouched at one age.
 #[derive(Clone, Debug, Serialize)]
-pub struct IdlePoint {
+pub(crate) struct IdlePoint {
     /// Seconds since the accessed bits were cleared.
     pub age_s: u64,
     /// Resident private anonymous bytes of the processes still running.
@@ -94,7 +94,7 @@ pub struct IdlePoint {
 
 /// Recompression of the idle pages with one pair of compressors.
 #[derive(Clone, Debug, Serialize)]
-pub struct IdleRecompression {
+pub(crate) struct IdleRecompression {
     /// The primary's label.
     pub primary: String,
     /// The secondary's label.
@@ -111,7 +111,7 @@ pub struct IdleRecompression {
 
 /// What `--watch` saw.
 #[derive(Clone, Debug, Serialize)]
-pub struct IdleReport {
+pub(crate) struct IdleReport {
     /// How accesses and writes were observed, and what that perturbs.
     pub method: String,
     /// The watch, seconds.
@@ -223,7 +223,7 @@ fn clear_refs(pid: u32, what: &str) -> std::io::Result<()> {
 
 /// Whether this kernel keeps soft-dirty bits: a page of this process's
 /// own, written after its bits were cleared, must show bit 55.
-pub fn soft_dirty_works() -> bool {
+pub(crate) fn soft_dirty_works() -> bool {
     let mut page = vec![0u8; 2 * 4096];
     let at = page.as_ptr() as u64 / 4096 * 4096 + 4096;
     let off = (at - page.as_ptr() as u64) as usize;
@@ -279,7 +279,7 @@ fn idle_weights(pages: &[PageRef], page_size: u64, per_page: bool) -> Vec<Option
 /// bits, reads the untouched memory at each of [`AGES`] within the watch
 /// and at its end, then which of the sampled `pages` were written.
 /// `progress` draws a line on standard error as it waits.
-pub fn watch(
+pub(crate) fn watch(
     pids: &[u32],
     pages: &[PageRef],
     page_size: u64,
@@ -370,7 +370,7 @@ pub fn watch(
 }
 
 /// What [`watch`] observed, before it is weighed against the advice.
-pub struct WatchData {
+pub(crate) struct WatchData {
     /// The untouched memory at each age.
     pub points: Vec<IdlePoint>,
     /// For each sampled page, the weight of its being idle (1 or 0 with
@@ -385,7 +385,7 @@ pub struct WatchData {
 }
 
 /// The method, in words, for the report.
-pub const METHOD: &str = "accesses: /proc/PID/clear_refs 1, then the private anonymous \
+pub(crate) const METHOD: &str = "accesses: /proc/PID/clear_refs 1, then the private anonymous \
     mappings' Referenced in /proc/PID/smaps (this clears the accessed bits reclaim ages pages \
     by); writes: clear_refs 4, then the soft-dirty bit of each sampled page in \
     /proc/PID/pagemap (each page's next write takes a minor fault), or, on a kernel without \
@@ -396,7 +396,7 @@ pub const METHOD: &str = "accesses: /proc/PID/clear_refs 1, then the private ano
 /// pages not written during the watch saves with each pair.
 /// `scale` is the scanned pages over the sampled pages; `pairs` are
 /// (primary, secondary) candidates.
-pub fn report(
+pub(crate) fn report(
     data: WatchData,
     page_size: u64,
     scale: f64,

@@ -55,7 +55,11 @@ impl KernelZram {
     /// A new device as [`KernelZram::create`] makes it, with
     /// `algorithm_params` set before `disksize` (e.g. `level=9`) where
     /// `params` is given.
-    pub fn create_with(comp: &str, params: Option<&str>, bytes: u64) -> Result<KernelZram, String> {
+    pub(crate) fn create_with(
+        comp: &str,
+        params: Option<&str>,
+        bytes: u64,
+    ) -> Result<KernelZram, String> {
         let dev = KernelZram::create_unsized()?;
         dev.check_algorithm(comp)?;
         dev.set("comp_algorithm", comp)?;
@@ -91,13 +95,13 @@ impl KernelZram {
     }
 
     /// The device's sysfs attributes, by name.
-    pub fn attributes(&self) -> Vec<String> {
+    pub(crate) fn attributes(&self) -> Vec<String> {
         attribute_names(Path::new(&format!("/sys/block/zram{}", self.id)))
     }
 
     /// Opens the block device for direct-I/O writes at any 4 KiB-aligned
     /// offset, from 4 KiB-aligned buffers ([`PageBuffer`]).
-    pub fn writer(&self) -> io::Result<File> {
+    pub(crate) fn writer(&self) -> io::Result<File> {
         self.open(true)
     }
 
@@ -140,7 +144,7 @@ impl KernelZram {
     }
 
     /// Reads a sysfs attribute.
-    pub fn read(&self, name: &str) -> Result<String, String> {
+    pub(crate) fn read(&self, name: &str) -> Result<String, String> {
         fs::read_to_string(self.attr(name)).map_err(|e| format!("zram{} {name}: {e}", self.id))
     }
 
@@ -222,7 +226,7 @@ impl KernelZram {
 
 /// The sysfs attributes of a zram device's directory
 /// (`/sys/block/zramN`), by name, sorted; none where it cannot be read.
-pub fn attribute_names(dir: &Path) -> Vec<String> {
+pub(crate) fn attribute_names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(dir)
         .map(|d| {
             d.flatten()
@@ -237,7 +241,7 @@ pub fn attribute_names(dir: &Path) -> Vec<String> {
 
 /// The compressors a `comp_algorithm` value lists (`lzo [lz4] zstd`: the
 /// one in use in brackets), by name.
-pub fn algorithm_names(value: &str) -> Vec<String> {
+pub(crate) fn algorithm_names(value: &str) -> Vec<String> {
     value
         .split_whitespace()
         .map(|a| a.trim_matches(['[', ']']).to_string())

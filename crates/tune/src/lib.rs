@@ -4,8 +4,8 @@
 //! This crate owns, one concept per module:
 //! - [`corpus`]: input data laid out page by page, opened by kind (files,
 //!   trees, tar members, block devices, pipes, FIFOs, standard input, ELF
-//!   core segments via [`elf_core`], a process's memory via
-//!   [`process_memory`]);
+//!   core segments via `elf_core`, a process's memory via
+//!   `process_memory`);
 //! - [`replay`]: the stage engine (fill, discard, compact, idle marking,
 //!   recompression, writeback, verify) that `zmem replay` and the lab's
 //!   experiments run on [`recipe::StoreSpec`]s;
@@ -13,9 +13,9 @@
 //!   user's data, and the advice (its figures are drawn by the lab);
 //! - [`system_memory`]: the anonymous memory of a whole machine, a cgroup
 //!   or chosen processes, scanned and sampled as zram would receive it;
-//! - [`sizing`]: `disksize` and `mem_limit` for a share of RAM, beside the
+//! - `sizing`: `disksize` and `mem_limit` for a share of RAM, beside the
 //!   distributions' defaults;
-//! - [`swap_costs`]: a swap-in from zram against a read from the disk, and
+//! - `swap_costs`: a swap-in from zram against a read from the disk, and
 //!   the `vm.swappiness` and `vm.page-cluster` that follow;
 //! - [`machine`]: `zmem advise --system`'s steps, choice, idle policy and
 //!   kernel check;
@@ -29,20 +29,25 @@
 //!   beside the kernel's zram, for `replay --front zswap` and the advice;
 //! - [`rng`]: the seeded generator the sampling and discards use.
 //!
+//! The linked modules are what other crates use; the others are this
+//! crate's own. Within a module, what other crates use is `pub` and the
+//! rest `pub(crate)`; a crate-private struct's fields are plain `pub`,
+//! bounded by the struct.
+//!
 //! It sits above the recipe and the stores and below the lab and the `zmem`
 //! command; runs end with a [`recipe::Error`].
 
 pub mod advise;
 pub mod corpus;
-pub mod elf_core;
+pub(crate) mod elf_core;
 pub mod emit;
 pub mod front;
 pub mod idle_watch;
 pub mod kernel_zram;
 pub mod machine;
-pub mod process_memory;
+pub(crate) mod process_memory;
 pub mod replay;
 pub mod rng;
-pub mod sizing;
-pub mod swap_costs;
+pub(crate) mod sizing;
+pub(crate) mod swap_costs;
 pub mod system_memory;

@@ -6,8 +6,8 @@
 //! kernel's zram offers; choose the configuration for the goal among the
 //! compressors the kernel has, and predict its `mem_used_total` in
 //! kernel-compat mode (the kernel's own geometry) for all the memory; size
-//! the device for a share of RAM ([`sizing`]); measure the swap costs the
-//! sysctls follow from ([`swap_costs`]); optionally watch the memory go
+//! the device for a share of RAM (`sizing`); measure the swap costs the
+//! sysctls follow from (`swap_costs`); optionally watch the memory go
 //! idle ([`idle_watch`]) and write an idle writeback and recompression
 //! policy from it. [`verify`] then checks the prediction by writing every
 //! scanned page into a hot-added kernel zram device ([`kernel_zram`]).
@@ -22,8 +22,6 @@
 //!
 //! [`system_memory`]: crate::system_memory
 //! [`advise`]: crate::advise
-//! [`sizing`]: crate::sizing
-//! [`swap_costs`]: crate::swap_costs
 //! [`idle_watch`]: crate::idle_watch
 //! [`kernel_zram`]: crate::kernel_zram
 
@@ -67,7 +65,7 @@ pub struct MachineOptions {
 
 /// What this machine's kernel zram offers.
 #[derive(Clone, Debug, Serialize)]
-pub struct KernelInfo {
+pub(crate) struct KernelInfo {
     /// Where it was read (`/sys/block/zram0`, a device hot-added and
     /// removed, or nowhere).
     pub source: String,
@@ -81,18 +79,18 @@ pub struct KernelInfo {
 
 impl KernelInfo {
     /// Whether the kernel's zram offers `name` (true when unknown).
-    pub fn has_algorithm(&self, name: &str) -> bool {
+    pub(crate) fn has_algorithm(&self, name: &str) -> bool {
         self.algorithms.is_empty() || self.algorithms.iter().any(|a| a == name)
     }
 
     /// Whether the kernel's zram has the attribute (true when unknown).
-    pub fn has_attribute(&self, name: &str) -> bool {
+    pub(crate) fn has_attribute(&self, name: &str) -> bool {
         self.attributes.is_empty() || self.attributes.iter().any(|a| a == name)
     }
 
     /// Reads an existing device's attributes (read only), or hot-adds a
     /// device for a moment where there is none.
-    pub fn read() -> KernelInfo {
+    pub(crate) fn read() -> KernelInfo {
         let zswap_enabled = std::fs::read_to_string("/sys/module/zswap/parameters/enabled")
             .ok()
             .map(|s| s.trim() == "Y");
@@ -138,7 +136,7 @@ impl KernelInfo {
 
 /// The configuration chosen for the goal.
 #[derive(Clone, Debug, Serialize)]
-pub struct Chosen {
+pub(crate) struct Chosen {
     /// The goal.
     pub goal: String,
     /// The candidate's label.
@@ -178,7 +176,7 @@ pub struct Chosen {
 /// The configuration a kernel with more compressors would take for the
 /// goal: not one this kernel accepts.
 #[derive(Clone, Debug, Serialize)]
-pub struct Elsewhere {
+pub(crate) struct Elsewhere {
     /// The candidate's label.
     pub label: String,
     /// Its compressor, by the kernel's name.
@@ -193,7 +191,7 @@ pub struct Elsewhere {
 }
 
 /// The kernel option that builds `comp` into zram (Linux 6.12 and later).
-pub fn backend_option(comp: &str) -> String {
+pub(crate) fn backend_option(comp: &str) -> String {
     let name = match comp {
         "lzo" | "lzo-rle" => "LZO",
         other => return format!("CONFIG_ZRAM_BACKEND_{}", other.to_uppercase()),
@@ -203,7 +201,7 @@ pub fn backend_option(comp: &str) -> String {
 
 /// An idle writeback and recompression policy.
 #[derive(Clone, Debug, Serialize)]
-pub struct Policy {
+pub(crate) struct Policy {
     /// Pages untouched this long are idle.
     pub idle_age_s: u64,
     /// Bytes written back per round at most.
@@ -221,50 +219,50 @@ pub struct Policy {
 #[derive(Clone, Debug, Serialize)]
 pub struct Verify {
     /// The device used (hot-added, removed afterwards).
-    pub device: String,
+    pub(crate) device: String,
     /// Its compressor.
-    pub comp: String,
+    pub(crate) comp: String,
     /// Pages written.
-    pub pages_written: u64,
+    pub(crate) pages_written: u64,
     /// Scanned pages that could no longer be read.
-    pub pages_missed: u64,
+    pub(crate) pages_missed: u64,
     /// The kernel's `mm_stat` columns.
-    pub mm_stat: Vec<u64>,
+    pub(crate) mm_stat: Vec<u64>,
     /// The predicted `mem_used_total`, for the pages written.
-    pub predicted_mem_used_total: u64,
+    pub(crate) predicted_mem_used_total: u64,
     /// (kernel - predicted) / kernel, percent.
-    pub error_pct: f64,
+    pub(crate) error_pct: f64,
     /// Seconds writing took.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
 }
 
 /// Everything `zmem advise --system` found and advises.
 #[derive(Clone, Debug, Serialize)]
 pub struct MachineAdvice {
     /// The scan.
-    pub scan: Scan,
+    pub(crate) scan: Scan,
     /// Every candidate measured on the sample.
-    pub advice: Advice,
+    pub(crate) advice: Advice,
     /// This kernel's zram.
-    pub kernel: KernelInfo,
+    pub(crate) kernel: KernelInfo,
     /// The configuration chosen.
-    pub chosen: Chosen,
+    pub(crate) chosen: Chosen,
     /// Its sizes.
-    pub sizing: Sizing,
+    pub(crate) sizing: Sizing,
     /// Swap-in costs and the sysctls.
-    pub swap_costs: SwapCosts,
+    pub(crate) swap_costs: SwapCosts,
     /// The watch, with `--watch`.
-    pub idle: Option<IdleReport>,
+    pub(crate) idle: Option<IdleReport>,
     /// The idle policy, with `--watch`.
-    pub policy: Option<Policy>,
+    pub(crate) policy: Option<Policy>,
     /// The kernel check, with `--verify` ([`verify`]).
     pub verify: Option<Verify>,
     /// The device idle pages go to, where given.
-    pub backing_dev: Option<String>,
+    pub(crate) backing_dev: Option<String>,
     /// Warnings, one line each.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Seconds the whole run took.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
 }
 
 /// Chooses among `measured` for `goal` (as `zmem advise` does,
@@ -443,7 +441,7 @@ pub fn run(opts: &MachineOptions) -> Result<MachineAdvice, Error> {
 
 /// Whether `/proc/swaps` lists a swap area that is not a zram device: a
 /// disk zswap can sit in front of.
-pub fn has_disk_swap() -> bool {
+pub(crate) fn has_disk_swap() -> bool {
     std::fs::read_to_string("/proc/swaps").is_ok_and(|t| {
         t.lines()
             .skip(1)
@@ -669,7 +667,7 @@ fn mib(b: u64) -> String {
 /// The sysfs lines for the chosen configuration, in the order the kernel
 /// takes them (the compressor and its level before `disksize`, `mem_limit`
 /// after), for a device `zramN`.
-pub fn sysfs_lines(m: &MachineAdvice) -> Vec<String> {
+pub(crate) fn sysfs_lines(m: &MachineAdvice) -> Vec<String> {
     let c = &m.chosen;
     let mut v = vec![format!("echo {} > /sys/block/zramN/comp_algorithm", c.comp)];
     if c.level_set {

@@ -27,7 +27,7 @@ const CHUNK_PAGES: u64 = 1024;
 
 /// One anonymous mapping's pages in the spool file.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Region {
+pub(crate) struct Region {
     /// `[heap]`, `[stack]`, `[anon:NAME]` or `anon`, with its address range.
     pub name: String,
     /// Where its pages start in the spool file.
@@ -38,7 +38,7 @@ pub struct Region {
 
 /// What was read from a process.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ProcessMemory {
+pub(crate) struct ProcessMemory {
     /// The process's page size in bytes.
     pub page_size: u64,
     /// Pages present in RAM, read.
@@ -103,7 +103,7 @@ fn access_error(pid: u32, what: &str, e: &std::io::Error) -> Error {
 /// Reads the private anonymous memory of process `pid` into `spool`
 /// (appending from its current end, page after page, mapping after
 /// mapping) and says what it read.
-pub fn read(pid: u32, spool: &mut File) -> Result<ProcessMemory, Error> {
+pub(crate) fn read(pid: u32, spool: &mut File) -> Result<ProcessMemory, Error> {
     let proc_dir = format!("/proc/{pid}");
     let maps = std::fs::read_to_string(format!("{proc_dir}/maps"))
         .map_err(|e| access_error(pid, "maps", &e))?;

@@ -46,11 +46,11 @@ pub struct StageResult {
     pub io_stat: IoStat,
     /// The class-merging patch's overhead ratio,
     /// (mem_used_total - compr) / compr.
-    pub overhead_ratio: f64,
+    pub(crate) overhead_ratio: f64,
     /// Live allocator objects per allocator page.
-    pub objs_per_page: f64,
+    pub(crate) objs_per_page: f64,
     /// Seconds the stage's store calls took on this configuration's thread.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
     /// The background compactor's counters so far, when it is on (the
     /// figures are taken once it has dealt with the stage's frees).
     pub auto_compact: Option<AutoCompactStats>,
@@ -59,7 +59,7 @@ pub struct StageResult {
     /// What the stage's own action counted, by name (mark-idle: `marked`;
     /// recompress: `chosen`, `recompressed`, `incompressible`; writeback:
     /// `chosen`, `written`, `failed`); empty for the other stages.
-    pub pages: BTreeMap<&'static str, u64>,
+    pub(crate) pages: BTreeMap<&'static str, u64>,
     /// The error the stage's action ended with on this store (writeback
     /// stops at a full backing file, say), if any: the pages it dealt with
     /// before stay dealt with.
@@ -71,9 +71,9 @@ pub struct StageResult {
 pub struct WritebackSettings {
     /// `writeback_compressed`: pages go to the backing store as their
     /// compressed objects, packed into blocks.
-    pub writeback_compressed: bool,
+    pub(crate) writeback_compressed: bool,
     /// `writeback_batch_size`: pages (blocks) written with one call.
-    pub writeback_batch_size: usize,
+    pub(crate) writeback_batch_size: usize,
 }
 
 /// All configurations after one stage.
@@ -87,7 +87,7 @@ pub struct Stage {
 
 /// A 64-bit page fingerprint for verification (not cryptographic; it only
 /// has to catch a wrong or corrupted page).
-pub fn page_hash(page: &[u8]) -> u64 {
+pub(crate) fn page_hash(page: &[u8]) -> u64 {
     let mut h = 0x243f_6a88_85a3_08d3u64 ^ page.len() as u64;
     for w in page.chunks(8) {
         let mut b = [0u8; 8];
@@ -405,7 +405,7 @@ impl Replay {
     /// Holds every store's background compactor until the next
     /// [`Replay::snapshot`], so that it does not run part-way through a
     /// stage at a moment that depends on the machine's speed.
-    pub fn hold_compactors(&self) {
+    pub(crate) fn hold_compactors(&self) {
         let off = zram::AutoCompactPolicy::new(zram::AutoCompactMode::Off);
         for s in &self.stores {
             // Turning it off cannot fail.
@@ -432,7 +432,7 @@ impl Replay {
     /// stage's timers.
     ///
     /// A store whose background compactor is on is held during each
-    /// stage's store calls ([`Replay::hold_compactors`]) and let go here,
+    /// stage's store calls (`Replay::hold_compactors`) and let go here,
     /// then given the time to deal with the stage's frees (within its CPU
     /// budget), so the figures are what the store settles at after the
     /// stage, the same every run.

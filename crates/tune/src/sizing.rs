@@ -9,12 +9,12 @@
 //! `zram-size` takes an expression in MiB of `ram`; the defaults below are
 //! written in that syntax and evaluated here.
 //!
-//! The factor of RAM is rounded down to a tenth ([`FACTOR_STEP`]; a
+//! The factor of RAM is rounded down to a tenth (`FACTOR_STEP`; a
 //! hundredth below 0.2): the ratio moves with the memory in use from one
 //! run to the next by more than its sampling error, and a size that changes
 //! in the second decimal with each run is not one to trust.
 //!
-//! The device is never sized past twice the RAM ([`MAX_RAM_FACTOR`]): the
+//! The device is never sized past twice the RAM (`MAX_RAM_FACTOR`): the
 //! kernel's zram documentation says there is little point in a larger one,
 //! and a sample of mostly same-filled pages (which zram stores for
 //! nothing) measures ratios of ten and more that the memory of a working
@@ -31,22 +31,22 @@ const MIB: f64 = (1u64 << 20) as f64;
 /// The largest `disksize`, in multiples of RAM (Documentation/admin-guide/
 /// blockdev/zram.rst: "there is little point creating a zram of greater
 /// than twice the size of memory").
-pub const MAX_RAM_FACTOR: f64 = 2.0;
+pub(crate) const MAX_RAM_FACTOR: f64 = 2.0;
 
 /// The step `zram-size`'s factor of RAM is rounded down to (factors below
 /// [`FINE_BELOW`] take a hundredth: a tenth of them would be most of them).
-pub const FACTOR_STEP: f64 = 0.1;
+pub(crate) const FACTOR_STEP: f64 = 0.1;
 
 /// Factors below this are rounded down to a hundredth.
-pub const FINE_BELOW: f64 = 0.2;
+pub(crate) const FINE_BELOW: f64 = 0.2;
 
 /// The share of same-filled pages in the sample over which the report
 /// says the ratio rests on them.
-pub const SAME_FILLED_NOTE_SHARE: f64 = 0.5;
+pub(crate) const SAME_FILLED_NOTE_SHARE: f64 = 0.5;
 
 /// What a distribution's default size would do on this machine.
 #[derive(Clone, Debug, Serialize)]
-pub struct DefaultSize {
+pub(crate) struct DefaultSize {
     /// Whose default.
     pub name: String,
     /// Its `zram-size` expression (MiB of `ram`).
@@ -61,7 +61,7 @@ pub struct DefaultSize {
 
 /// The recommended sizes.
 #[derive(Clone, Debug, Serialize)]
-pub struct Sizing {
+pub(crate) struct Sizing {
     /// `MemTotal`, bytes.
     pub mem_total: u64,
     /// The share of RAM compressed pages may hold.
@@ -93,7 +93,7 @@ pub struct Sizing {
 }
 
 /// `MemTotal` from `/proc/meminfo`, bytes.
-pub fn mem_total() -> Result<u64, Error> {
+pub(crate) fn mem_total() -> Result<u64, Error> {
     let text = std::fs::read_to_string("/proc/meminfo")
         .map_err(|e| Error::Failed(format!("reading /proc/meminfo: {e}")))?;
     meminfo_field(&text, "MemTotal")
@@ -101,7 +101,7 @@ pub fn mem_total() -> Result<u64, Error> {
 }
 
 /// A `/proc/meminfo` field in bytes (the file gives kB).
-pub fn meminfo_field(text: &str, name: &str) -> Option<u64> {
+pub(crate) fn meminfo_field(text: &str, name: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let rest = l.strip_prefix(name)?.strip_prefix(':')?;
         let kb: u64 = rest.split_whitespace().next()?.parse().ok()?;
@@ -140,7 +140,7 @@ const DEFAULTS: [(&str, &str); 4] = [
 
 /// Rounds `factor` down to [`FACTOR_STEP`] (a hundredth below
 /// [`FINE_BELOW`], and never below one); returns it with the step.
-pub fn round_factor(factor: f64) -> (f64, f64) {
+pub(crate) fn round_factor(factor: f64) -> (f64, f64) {
     let step = if factor < FINE_BELOW {
         0.01
     } else {
@@ -155,7 +155,12 @@ pub fn round_factor(factor: f64) -> (f64, f64) {
 /// Sizes for `mem_total` bytes of RAM, a measured `ratio` and a
 /// `target_share` of RAM (0 to 1) for compressed pages, from a sample of
 /// which `same_filled_share` (0 to 1) was same-filled pages.
-pub fn size(mem_total: u64, ratio: f64, target_share: f64, same_filled_share: f64) -> Sizing {
+pub(crate) fn size(
+    mem_total: u64,
+    ratio: f64,
+    target_share: f64,
+    same_filled_share: f64,
+) -> Sizing {
     let ram_mib = (mem_total as f64 / MIB).floor();
     let ratio = ratio.max(1.0);
     let mem_limit_mib = (ram_mib * target_share).floor();

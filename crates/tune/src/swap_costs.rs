@@ -9,7 +9,7 @@
 //!   133 (x + 2x = 200). So `swappiness = 200 * file / (file + swap)`, from
 //!   the median random 4 KiB read of the block device under `/` (direct
 //!   I/O, past the page cache) and of the store holding the sample.
-//!   Swappiness is rounded to a step of [`SWAPPINESS_STEP`], the precision
+//!   Swappiness is rounded to a step of `SWAPPINESS_STEP`, the precision
 //!   a disk's read cost supports from one run to the next.
 //! - `vm.page-cluster` reads 2^N pages on each swap-in. A disk reads eight
 //!   neighbours for little more than one; zram decompresses each, so eight
@@ -18,8 +18,8 @@
 //!   pages over one.
 //!
 //! Both costs are measured in rounds until two consecutive rounds' medians
-//! agree within [`TOLERANCE`] (at least [`MIN_ROUNDS`], at most
-//! [`MAX_ROUNDS`] or [`MAX_SECONDS`]); the cost is the median of all the
+//! agree within `TOLERANCE` (at least `MIN_ROUNDS`, at most
+//! `MAX_ROUNDS` or `MAX_SECONDS`); the cost is the median of all the
 //! reads, and the spread of the rounds' medians is kept. The disk's offsets are new on
 //! each run: a disk, or the host under a virtual one, keeps what was read,
 //! and the same offsets read again on the next run cost less.
@@ -37,25 +37,25 @@ use crate::kernel_zram::PageBuffer;
 use crate::rng::Rng;
 
 /// `vm.swappiness` is rounded to a multiple of this.
-pub const SWAPPINESS_STEP: u32 = 20;
+pub(crate) const SWAPPINESS_STEP: u32 = 20;
 
 /// A measurement stops once two consecutive rounds' medians differ by
 /// less than this share.
-pub const TOLERANCE: f64 = 0.10;
+pub(crate) const TOLERANCE: f64 = 0.10;
 
 /// Rounds measured at least.
-pub const MIN_ROUNDS: usize = 3;
+pub(crate) const MIN_ROUNDS: usize = 3;
 
 /// Rounds measured at most.
-pub const MAX_ROUNDS: usize = 20;
+pub(crate) const MAX_ROUNDS: usize = 20;
 
 /// Seconds one measurement may take at most (it stops after the round
 /// that passes them).
-pub const MAX_SECONDS: f64 = 3.0;
+pub(crate) const MAX_SECONDS: f64 = 3.0;
 
 /// One target's read costs, measured until stable.
 #[derive(Clone, Copy, Debug, Serialize)]
-pub struct ReadCost {
+pub(crate) struct ReadCost {
     /// The median random read of one page over every round, microseconds.
     pub one_us: f64,
     /// The median random read of eight consecutive pages, microseconds.
@@ -73,7 +73,7 @@ pub struct ReadCost {
 
 /// The measurements and the sysctls.
 #[derive(Clone, Debug, Serialize)]
-pub struct SwapCosts {
+pub(crate) struct SwapCosts {
     /// The block device under `/`, or where it cannot be opened the
     /// largest files of the system's directories, read with direct I/O.
     pub device: Option<String>,
@@ -220,12 +220,12 @@ fn measure_until_settled(
 
 /// The kernel's rule: swappiness as the relative cost of file and swap
 /// I/O, `200 * file / (file + swap)`.
-pub fn swappiness_rule(file_us: f64, swap_us: f64) -> f64 {
+pub(crate) fn swappiness_rule(file_us: f64, swap_us: f64) -> f64 {
     (200.0 * file_us / (file_us + swap_us)).min(200.0)
 }
 
 /// `exact` rounded to the nearest multiple of [`SWAPPINESS_STEP`].
-pub fn round_swappiness(exact: f64) -> u32 {
+pub(crate) fn round_swappiness(exact: f64) -> u32 {
     let step = f64::from(SWAPPINESS_STEP);
     ((exact / step).round() * step).clamp(0.0, 200.0) as u32
 }
@@ -313,7 +313,7 @@ const STORE_ROUND_READS: usize = 2000;
 /// ones that hold data: an empty slot reads for almost nothing) until
 /// stable (see the module's rule), and derives the sysctls. The store's
 /// offsets follow `seed`; the disk's are new on each call.
-pub fn measure(store: &zram::Store, written: u64, seed: u64) -> SwapCosts {
+pub(crate) fn measure(store: &zram::Store, written: u64, seed: u64) -> SwapCosts {
     let pages = written.min(store.disk_pages()).max(1);
     let store_cost = measure_until_settled(
         pages,

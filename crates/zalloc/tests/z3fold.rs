@@ -5,7 +5,7 @@
 mod common;
 
 use zalloc::z3fold::*;
-use zpool::{read_into, ZHandle, ZPool, ZPoolError};
+use zpool::{ZHandle, ZPool, ZPoolError};
 
 fn offset_of(pool: &Z3Fold, h: ZHandle) -> usize {
     let p = pool.read_begin(h, 0).unwrap().cast::<u8>().as_ptr() as usize;
@@ -44,9 +44,7 @@ fn big_objects_go_headless() {
     assert_eq!(pool.total_pages(), 3);
     pool.write(c, &[5; 4096]).unwrap();
     assert_eq!(offset_of(&pool, c), 0);
-    let mut buf = vec![0; 4096];
-    read_into(&pool, c, &mut buf).unwrap();
-    assert_eq!(buf, vec![5; 4096]);
+    assert_eq!(common::read_vec(&pool, c, 4096), vec![5; 4096]);
     assert!(matches!(
         pool.malloc(4097),
         Err(ZPoolError::TooLarge { .. })
@@ -72,9 +70,7 @@ fn a_lone_middle_moves_to_first_and_keeps_its_bytes() {
     // Single object, no other page: it slides to FIRST in place.
     assert_eq!((r.objs_moved, r.pages_freed), (1, 0));
     assert_eq!(offset_of(&pool, c), 64);
-    let mut buf = vec![0; 1000];
-    read_into(&pool, c, &mut buf).unwrap();
-    assert_eq!(buf, vec![0xc3; 1000]);
+    assert_eq!(common::read_vec(&pool, c, 1000), vec![0xc3; 1000]);
     pool.check_invariants().unwrap();
     pool.free(c).unwrap();
 }
@@ -93,9 +89,7 @@ fn a_single_object_moves_to_another_page() {
     let r = pool.compact();
     assert_eq!(r.pages_freed, 1);
     assert_eq!(pool.total_pages(), 1);
-    let mut buf = vec![0; 1900];
-    read_into(&pool, d, &mut buf).unwrap();
-    assert_eq!(buf, vec![0xdd; 1900]);
+    assert_eq!(common::read_vec(&pool, d, 1900), vec![0xdd; 1900]);
     assert_eq!(pool.stats().pages_compacted, 1);
     pool.check_invariants().unwrap();
     pool.free(a).unwrap();

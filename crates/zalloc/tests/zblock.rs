@@ -4,7 +4,7 @@
 mod common;
 
 use zalloc::zblock::*;
-use zpool::{read_into, ZHandle, ZPool, ZPoolError};
+use zpool::{ZHandle, ZPool};
 
 #[test]
 fn sizes_go_to_the_smallest_slot_that_holds_them() {
@@ -16,19 +16,10 @@ fn sizes_go_to_the_smallest_slot_that_holds_them() {
     assert_eq!(pool.type_for(145).unwrap(), 1);
     // The largest-slot edge case: 4080 fits the last type, 4081 nothing.
     assert_eq!(pool.type_for(4080).unwrap(), 36);
-    assert_eq!(pool.max_object_size(), 4080);
-    assert_eq!(
-        pool.malloc(4081).unwrap_err(),
-        ZPoolError::TooLarge {
-            len: 4081,
-            max: 4080
-        }
-    );
+    common::assert_too_large(&pool, 4080);
     let h = pool.malloc(4080).unwrap();
     pool.write(h, &[0xee; 4080]).unwrap();
-    let mut buf = vec![0; 4080];
-    read_into(&pool, h, &mut buf).unwrap();
-    assert_eq!(buf, vec![0xee; 4080]);
+    assert_eq!(common::read_vec(&pool, h, 4080), vec![0xee; 4080]);
     assert_eq!(pool.total_pages(), 4, "4080 B x 4 slots in 4 pages");
     pool.free(h).unwrap();
     assert_eq!(pool.total_pages(), 0);

@@ -5,20 +5,13 @@
 mod common;
 
 use zalloc::zbud::*;
-use zpool::{read_into, ZPool, ZPoolError};
+use zpool::ZPool;
 
 #[test]
 fn geometry_is_the_kernels() {
     let pool = ZBud::new(4096, None).unwrap();
     assert_eq!(pool.chunk_size(), 64);
-    assert_eq!(pool.max_object_size(), 3968);
-    assert_eq!(
-        pool.malloc(3969).unwrap_err(),
-        ZPoolError::TooLarge {
-            len: 3969,
-            max: 3968
-        }
-    );
+    common::assert_too_large(&pool, 3968);
     let big = ZBud::new(65536, None).unwrap();
     assert_eq!(big.chunk_size(), 1024);
     assert_eq!(big.max_object_size(), 65536 - 2048);
@@ -50,9 +43,7 @@ fn buddies_pair_up_first_then_last() {
     // The first buddy's space (62 chunks free) takes a 3000-byte object.
     let d = pool.malloc(3000).unwrap();
     assert_eq!(pool.total_pages(), 2);
-    let mut buf = [0; 64];
-    read_into(&pool, b, &mut buf).unwrap();
-    assert_eq!(buf, [9; 64]);
+    assert_eq!(common::read_vec(&pool, b, 64), [9; 64]);
     for h in [b, c, d] {
         pool.free(h).unwrap();
     }

@@ -844,30 +844,20 @@ mod tests {
             p("idle"),
             "unknown key=value is ignored"
         );
-        assert_eq!(errno(WritebackRequest::parse("sleepy", 100)), libc::EINVAL);
-        assert_eq!(
-            errno(WritebackRequest::parse("type=sleepy", 100)),
-            libc::EINVAL
-        );
-        assert_eq!(
-            errno(WritebackRequest::parse("page_index=x", 100)),
-            libc::EINVAL
-        );
-        assert_eq!(
-            errno(WritebackRequest::parse("page_index=100", 100)),
-            libc::ERANGE
-        );
-        assert_eq!(
-            errno(WritebackRequest::parse("page_indexes=5", 100)),
-            libc::EINVAL
-        );
-        assert_eq!(
-            errno(WritebackRequest::parse("page_indexes=9-3", 100)),
-            libc::ERANGE
-        );
-        assert_eq!(
-            errno(WritebackRequest::parse("page_indexes=3-100", 100)),
-            libc::ERANGE
-        );
+        for (request, want) in [
+            ("sleepy", libc::EINVAL),
+            ("type=sleepy", libc::EINVAL),
+            ("page_index=x", libc::EINVAL),
+            ("page_index=100", libc::ERANGE),
+            ("page_indexes=5", libc::EINVAL),
+            ("page_indexes=9-3", libc::ERANGE),
+            ("page_indexes=3-100", libc::ERANGE),
+        ] {
+            assert_eq!(
+                errno(WritebackRequest::parse(request, 100)),
+                want,
+                "{request}"
+            );
+        }
     }
 }

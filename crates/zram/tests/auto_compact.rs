@@ -42,8 +42,11 @@ fn store(pool: &Arc<Pool>, pages: u64) -> Store {
     Store::new(pool, zcomp::Compressor::parse("lz4", "").unwrap(), pages).unwrap()
 }
 
-fn policy(mode: AutoCompactMode, words: &str) -> AutoCompactPolicy {
-    AutoCompactPolicy::new(mode).with_words(words).unwrap()
+/// Turns `store`'s automatic compaction to `mode`, set by `words`.
+fn set_policy(store: &Store, mode: AutoCompactMode, words: &str) {
+    store
+        .set_auto_compact(AutoCompactPolicy::new(mode).with_words(words).unwrap())
+        .unwrap();
 }
 
 /// Fills `pages` pages, then discards all but every `keep`-th.
@@ -87,8 +90,7 @@ fn eventually(mut done: impl FnMut() -> bool) -> bool {
 fn it_runs_after_frees_and_leaves_what_a_manual_compact_would() {
     let p = pool(Mode::Default);
     let s = store(&p, 8192);
-    s.set_auto_compact(policy(AutoCompactMode::On, "on"))
-        .unwrap();
+    set_policy(&s, AutoCompactMode::On, "on");
     assert!(s.auto_compact_running());
     fill_and_thin(&s, 8192, 4);
     let min_gain = s.auto_compact().min_gain_pages;
@@ -128,8 +130,7 @@ fn it_keeps_to_its_cpu_share() {
     // takes more than the 2 ms burst, so the budget must hold it back.
     fill_and_thin(&s, 32768, 3);
     let start = Instant::now();
-    s.set_auto_compact(policy(AutoCompactMode::On, "cpu=2 min_gain=1"))
-        .unwrap();
+    set_policy(&s, AutoCompactMode::On, "cpu=2 min_gain=1");
     assert!(
         eventually(|| p.can_compact() == 0 && s.auto_compact_stats().runs > 0),
         "{:?}",
@@ -156,8 +157,7 @@ fn it_keeps_to_its_cpu_share() {
 fn it_never_runs_below_the_minimum_gain() {
     let p = pool(Mode::Default);
     let s = store(&p, 4096);
-    s.set_auto_compact(policy(AutoCompactMode::On, "min_gain=100000"))
-        .unwrap();
+    set_policy(&s, AutoCompactMode::On, "min_gain=100000");
     fill_and_thin(&s, 4096, 2);
     let freeable = p.can_compact();
     assert!(freeable > 0);
@@ -175,16 +175,11 @@ fn it_never_runs_below_the_minimum_gain() {
     assert_eq!(s.mm_stat().pages_compacted, 0);
     assert_eq!(p.can_compact(), freeable);
     // The share of compr_data_size counts too: 100% of it is never freeable.
-    s.set_auto_compact(policy(
-        AutoCompactMode::On,
-        "min_gain=1 min_gain_percent=100",
-    ))
-    .unwrap();
+    set_policy(&s, AutoCompactMode::On, "min_gain=1 min_gain_percent=100");
     assert!(eventually(|| s.auto_compact_stats().skipped > 1));
     assert_eq!(s.auto_compact_stats().runs, 0);
     // Lowered: it runs.
-    s.set_auto_compact(policy(AutoCompactMode::On, "min_gain=1 min_gain_percent=0"))
-        .unwrap();
+    set_policy(&s, AutoCompactMode::On, "min_gain=1 min_gain_percent=0");
     assert!(eventually(|| s.auto_compact_stats().runs > 0));
 }
 
@@ -192,16 +187,13 @@ fn it_never_runs_below_the_minimum_gain() {
 fn it_stops_when_switched_off_and_when_the_store_drops() {
     let p = pool(Mode::Default);
     let s = store(&p, 1024);
-    s.set_auto_compact(policy(AutoCompactMode::On, "on"))
-        .unwrap();
+    set_policy(&s, AutoCompactMode::On, "on");
     // The store and the thread each hold the pool.
     assert!(Arc::strong_count(&p) >= 3);
-    s.set_auto_compact(policy(AutoCompactMode::Off, "off"))
-        .unwrap();
+    set_policy(&s, AutoCompactMode::Off, "off");
     assert!(!s.auto_compact_running());
     assert_eq!(Arc::strong_count(&p), 2, "the thread let go of the pool");
-    s.set_auto_compact(policy(AutoCompactMode::On, "on"))
-        .unwrap();
+    set_policy(&s, AutoCompactMode::On, "on");
     fill_and_thin(&s, 1024, 2);
     drop(s);
     assert_eq!(Arc::strong_count(&p), 1, "the thread ended with the store");
@@ -228,11 +220,11 @@ fn the_shrinker_waits_for_tight_memory() {
     let p = pool(Mode::KernelCompat);
     let s = store(&p, 4096);
     // Pressure can never reach 100% of avg10 here, and there is no limit.
-    s.set_auto_compact(policy(
+    set_policy(
+        &s,
         AutoCompactMode::Shrinker,
         "shrinker min_gain=1 pressure=100",
-    ))
-    .unwrap();
+    );
     fill_and_thin(&s, 4096, 2);
     assert!(eventually(|| s.auto_compact_stats().skipped > 0));
     assert_eq!(s.auto_compact_stats().runs, 0);
@@ -268,11 +260,11 @@ fn racing_writes_discards_resets_and_limits_loses_nothing() {
     const THREADS: u64 = 4;
     let p = pool(Mode::Default);
     let s = Arc::new(store(&p, PAGES));
-    s.set_auto_compact(policy(
+    set_policy(
+        &s,
         AutoCompactMode::On,
         "cpu=100 min_gain=1 min_gain_percent=0 postpone_ms=0",
-    ))
-    .unwrap();
+    );
     // Bumped by every reset: a page may read as zeros only if a reset came
     // after it was written.
     let resets = Arc::new(AtomicU64::new(0));
@@ -357,8 +349,7 @@ fn racing_writes_discards_resets_and_limits_loses_nothing() {
     }
     stop.store(true, Ordering::Relaxed);
     controller.join().unwrap();
-    s.set_auto_compact(policy(AutoCompactMode::Off, "off"))
-        .unwrap();
+    set_policy(&s, AutoCompactMode::Off, "off");
     p.check_invariants().unwrap();
     let st = s.auto_compact_stats();
     assert!(st.wakeups > 0 && st.runs > 0, "{st:?}");
@@ -374,8 +365,7 @@ fn an_idle_store_gives_back_the_pages_kept_for_reuse() {
     let p = pool(Mode::Default);
     let s = store(&p, 8192);
     // A minimum gain no run reaches: only the idle epochs give pages back.
-    s.set_auto_compact(policy(AutoCompactMode::On, "min_gain=100000"))
-        .unwrap();
+    set_policy(&s, AutoCompactMode::On, "min_gain=100000");
     for i in 0..8192 {
         s.write_page(i, &page(i)).unwrap();
     }

@@ -3,36 +3,42 @@
 //! of failing writes, and the timed rule marks, recompresses and writes
 //! back on its own, each checked by reading every page back.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::PAGE;
 use zram::{
     IdleCutoff, PolicyConfig, PolicyRunner, RecompressRequest, SlotState, Store, WritebackRequest,
 };
-use zsmalloc::{Pool, PoolConfig};
 
-const PAGE: usize = 4096;
-
+/// A store of `pages` pages, shared with the policy's thread.
 fn store(pages: u64) -> Arc<Store> {
-    let pool = Arc::new(Pool::new(PoolConfig::kernel_compat()).expect("pool"));
-    Arc::new(
-        Store::new(
-            pool,
-            zcomp::Compressor::parse("lz4", "").expect("lz4"),
-            pages,
-        )
-        .expect("store"),
-    )
+    Arc::new(common::store(pages))
 }
 
+/// A backing file of `blocks` pages in this suite's directory.
 fn backing_file(name: &str, blocks: u64) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("zram-policy-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join(name);
-    let f = std::fs::File::create(&path).expect("backing file");
-    f.set_len(blocks * PAGE as u64).expect("size");
-    path
+    common::backing_file("policy", name, blocks)
+}
+
+/// Writes `data` page by page from page 0.
+fn write_all(s: &Store, data: &[u8]) {
+    for (i, p) in data.chunks_exact(PAGE).enumerate() {
+        s.write_page(i as u64, p).expect("write");
+    }
+}
+
+/// `pages` pages of real data and a store of that size with a backing
+/// file `name` of as many blocks, nothing written yet.
+fn backed_store(pages: u64, name: &str) -> (Vec<u8>, Arc<Store>) {
+    let data = testkit::real_data(pages as usize * PAGE);
+    let s = store(pages);
+    s.set_backing_dev(&backing_file(name, pages))
+        .expect("backing_dev");
+    (data, s)
 }
 
 fn read_all_back(s: &Store, data: &[u8]) {
@@ -54,9 +60,7 @@ fn memory_aware_rule_keeps_every_write_under_the_limit() {
     let data = testkit::real_data(pages as usize * PAGE);
     // The compressed size, measured on a store without a limit.
     let free = store(pages);
-    for (i, p) in data.chunks_exact(PAGE).enumerate() {
-        free.write_page(i as u64, p).expect("write");
-    }
+    write_all(&free, &data);
     let full = free.mm_stat().mem_used_total;
     drop(free);
 
@@ -112,14 +116,9 @@ fn memory_aware_rule_keeps_every_write_under_the_limit() {
 #[test]
 fn reclaim_takes_idle_pages_first() {
     let pages = 512u64;
-    let data = testkit::real_data(pages as usize * PAGE);
-    let s = store(pages);
-    s.set_backing_dev(&backing_file("idle.img", pages))
-        .expect("backing_dev");
+    let (data, s) = backed_store(pages, "idle.img");
     s.set_writeback_near_limit(90).expect("rule on");
-    for (i, p) in data.chunks_exact(PAGE).enumerate() {
-        s.write_page(i as u64, p).expect("write");
-    }
+    write_all(&s, &data);
     // All idle, then the lower half read (a read clears the mark): the
     // upper half is idle, the lower half older but in use.
     s.mark_idle(IdleCutoff::All);
@@ -159,15 +158,10 @@ fn reclaim_takes_idle_pages_first() {
 #[test]
 fn the_timed_rule_marks_recompresses_and_writes_back() {
     let pages = 256u64;
-    let data = testkit::real_data(pages as usize * PAGE);
-    let s = store(pages);
-    s.set_backing_dev(&backing_file("timed.img", pages))
-        .expect("backing_dev");
+    let (data, s) = backed_store(pages, "timed.img");
     s.set_recomp_algorithm("algo=zstd priority=1")
         .expect("secondary");
-    for (i, p) in data.chunks_exact(PAGE).enumerate() {
-        s.write_page(i as u64, p).expect("write");
-    }
+    write_all(&s, &data);
     let before = s.mm_stat().compr_data_size;
     let recompress = RecompressRequest::parse("type=idle").expect("request");
     let runner = PolicyRunner::start(

@@ -3,18 +3,18 @@
 //! backing store, reads back byte for byte, and the statistics move as the
 //! kernel's do.
 
+mod common;
+
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use common::{store, PAGE};
 use zram::{
     BackingFile, BackingStore, IdleCutoff, RecompressRequest, SlotState, Store, StoreError,
     WritebackRequest,
 };
-use zsmalloc::{Pool, PoolConfig};
-
-const PAGE: usize = 4096;
 
 /// A seeded xorshift generator.
 struct Rng(u64);
@@ -43,23 +43,9 @@ fn page(kind: u64, seed: u64) -> Vec<u8> {
     }
 }
 
-fn store(pages: u64) -> Store {
-    let pool = Arc::new(Pool::new(PoolConfig::kernel_compat()).expect("pool"));
-    Store::new(
-        pool,
-        zcomp::Compressor::parse("lz4", "").expect("lz4"),
-        pages,
-    )
-    .expect("store")
-}
-
+/// A backing file of `blocks` pages in this suite's directory.
 fn backing_file(name: &str, blocks: u64) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("zram-wb-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join(name);
-    let f = std::fs::File::create(&path).expect("backing file");
-    f.set_len(blocks * PAGE as u64).expect("size");
-    path
+    common::backing_file("wb", name, blocks)
 }
 
 fn wb(s: &Store, text: &str) -> Result<zram::WritebackReport, StoreError> {

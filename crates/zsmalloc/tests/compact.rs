@@ -134,24 +134,21 @@ fn per_class_compaction_touches_one_class() {
         .enumerate()
         .max_by_key(|(_, r)| r.freeable)
         .unwrap();
-    let others: u64 = rows
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != id)
-        .map(|(_, r)| r.freeable)
-        .sum();
+    // Pages freeable in every class but `id`.
+    let elsewhere = |rows: &[zsmalloc::ClassStats]| -> u64 {
+        rows.iter()
+            .enumerate()
+            .filter(|(i, _)| *i != id)
+            .map(|(_, r)| r.freeable)
+            .sum()
+    };
+    let others = elsewhere(&rows);
     let r = pool.compact_class(id);
     assert!(r.pages_freed > 0);
     let after = pool.class_stats();
     assert_eq!(after[id].freeable, 0);
     assert_eq!(after[id].objs_moved, r.objs_moved);
-    let others_after: u64 = after
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != id)
-        .map(|(_, r)| r.freeable)
-        .sum();
-    assert_eq!(others, others_after);
+    assert_eq!(others, elsewhere(&after));
     pool.check_invariants().unwrap();
     verify(&pool, &live);
 }

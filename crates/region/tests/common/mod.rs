@@ -181,3 +181,24 @@ pub struct Ptr(pub *mut u8);
 unsafe impl Send for Ptr {}
 // SAFETY: as above.
 unsafe impl Sync for Ptr {}
+
+/// Two tests of `$body`, a function taking the [`FaultService`] first (and
+/// then `$arg`s): `$handler` with faults served by the handler thread,
+/// `$faulting` with them served in the faulting thread.
+// Not every test binary runs tests in both services.
+#[allow(unused_macros)]
+macro_rules! in_both_services {
+    ($body:ident($($arg:expr),*): $handler:ident, $faulting:ident) => {
+        #[test]
+        fn $handler() {
+            $body(region::FaultService::HandlerThread $(, $arg)*);
+        }
+
+        #[test]
+        fn $faulting() {
+            $body(region::FaultService::FaultingThread $(, $arg)*);
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use in_both_services;

@@ -103,6 +103,16 @@ pub fn read_vec(pool: &dyn ZPool, h: zpool::ZHandle, len: usize) -> Vec<u8> {
     buf
 }
 
+/// Checks that `pool`'s largest object is `max` bytes and that one byte
+/// more is refused as too large.
+pub fn assert_too_large(pool: &dyn ZPool, max: usize) {
+    assert_eq!(pool.max_object_size(), max);
+    assert_eq!(
+        pool.malloc(max + 1),
+        Err(ZPoolError::TooLarge { len: max + 1, max })
+    );
+}
+
 /// The refusals of a handle, as every allocator here words them.
 pub const FOREIGN: ZPoolError = ZPoolError::InvalidHandle("not a handle of this pool");
 /// A handle whose object was freed.
