@@ -388,8 +388,9 @@ impl StoreSpec {
             .map_err(|e| Error::Usage(format!("{}: {e}", self.label())))?;
         let comp = zcomp::Compressor::with_params(self.comp, &self.comp_params)
             .map_err(|e| Error::Usage(format!("--comp {}: {e}", self.comp)))?;
-        // kernel-compat compresses lz4 and lz4hc as the kernel's lib/lz4
-        // does (zmem-lz4); default mode keeps the faster liblz4.
+        // kernel-compat compresses lz4, lz4hc and deflate as the kernel
+        // does (zmem-lz4, the C zlib); default mode keeps the faster liblz4
+        // and zlib-rs.
         let comp = if self.mode == Mode::KernelCompat {
             comp.kernel_compat()
         } else {
@@ -400,7 +401,7 @@ impl StoreSpec {
         let store = Store::with_block_size(Arc::clone(&pool), comp, pages, block)
             .map_err(|e| Error::Usage(format!("{}: {e}", self.label())))?;
         if self.mode == Mode::KernelCompat {
-            store.set_recomp_lz4(zcomp::Lz4Impl::Kernel);
+            store.set_recomp_encoder(zcomp::Encoder::Kernel);
             store.set_writeback_one_object_per_block(true);
         }
         store.set_mem_limit(self.mem_limit);

@@ -34,7 +34,8 @@ pub enum Algorithm {
     /// `zstd`: libzstd 1.5.7 through the `zstd` crate; `level` may be
     /// negative; an optional dictionary.
     Zstd,
-    /// `deflate`: raw deflate (no zlib header) through `flate2` on `zlib-rs`;
+    /// `deflate`: raw deflate (no zlib header) through `flate2` on `zlib-rs`,
+    /// or (in kernel-compat mode) the C zlib, whose output is the kernel's;
     /// `level` 0..=9 and a window of 2^9..2^15 bytes.
     Deflate,
     /// `lz4-flex`: the pure-Rust `lz4_flex` block codec. Its output is plain

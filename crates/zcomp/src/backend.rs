@@ -2,17 +2,19 @@
 //!
 //! This module owns everything that touches a compression library: the
 //! prepared zstd and lz4 dictionaries shared by all contexts ([`Prepared`]),
-//! which lz4 runs (liblz4, or zmem-lz4's ports of the kernel's lib/lz4:
-//! [`Lz4Impl`]), each context's library state ([`State`]: zstd's CCtx/DCtx,
-//! zlib-rs's deflate and inflate streams, lz4_flex's, zmem-lz4's and
-//! LZO1X-1's tables), the worst-case output size
+//! which encoder runs lz4, lz4hc and deflate ([`Encoder`]: liblz4 and
+//! zlib-rs, or the kernel's output from zmem-lz4 and the C zlib), each
+//! context's library state ([`State`]: zstd's CCtx/DCtx, zlib-rs's deflate
+//! and inflate streams, lz4_flex's, zmem-lz4's and LZO1X-1's tables), the
+//! worst-case output size
 //! of each algorithm, and the translation of library failures into
 //! [`Error`]s. It assumes its callers (the [`crate::Context`] methods) have
 //! validated the parameters and pass an output buffer of at least
 //! [`compress_bound`] bytes to [`State::compress`]; it does not check sizes
 //! against the caller's expectations beyond what decompression needs.
 //!
-//! No `unsafe` here: the libraries' safe Rust APIs are enough. One-shot
+//! No `unsafe` here: the libraries' safe Rust APIs are enough (the C
+//! zlib's calls are the `zlib` module's). One-shot
 //! calls with a prepared dictionary (`ZSTD_compress_usingCDict`) borrow the
 //! shared dictionary per call, so a context needs no self-reference.
 
@@ -24,6 +26,7 @@ use zstd::zstd_safe::{self, CCtx, CDict, DCtx, DDict};
 use crate::algorithm::{Algorithm, DEFLATE_MAX_WINBITS};
 use crate::error::{Error, Result};
 use crate::params::Dictionary;
+use crate::zlib;
 
 /// liblz4's `LZ4_MAX_INPUT_SIZE`.
 const LZ4_MAX_INPUT_SIZE: usize = 0x7E00_0000;
@@ -44,13 +47,26 @@ pub(crate) fn compress_bound(algorithm: Algorithm, len: usize) -> usize {
     }
 }
 
-/// Which code compresses lz4 and lz4hc (the data of both reads with either).
+/// Which code compresses the algorithms zmem has two encoders for (lz4,
+/// lz4hc and deflate; each reads the other's data). The others have one
+/// encoder, whatever is asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Lz4Impl {
-    /// liblz4 1.10 through the `lz4` crate (no dictionaries).
-    Liblz4,
-    /// zmem-lz4: the kernel's lib/lz4, byte for byte.
+pub enum Encoder {
+    /// The faster: liblz4 1.10 through the `lz4` crate (no dictionaries)
+    /// and zlib-rs through `flate2` (default mode).
+    Fastest,
+    /// The kernel's output, byte for byte: zmem-lz4 (the kernel's lib/lz4)
+    /// and the C zlib at the kernel's memLevel (its lib/zlib_deflate's
+    /// encoder) (kernel-compat mode).
     Kernel,
+}
+
+/// Whether `algorithm` has the two encoders of [`Encoder`].
+fn has_two_encoders(algorithm: Algorithm) -> bool {
+    matches!(
+        algorithm,
+        Algorithm::Lz4 | Algorithm::Lz4Hc | Algorithm::Deflate
+    )
 }
 
 /// The lz4 and lz4hc dictionaries, as zmem-lz4 prepares them.
@@ -76,8 +92,8 @@ pub(crate) struct Prepared {
     pub(crate) level: i32,
     pub(crate) window_bits: u8,
     pub(crate) dict: Option<Dictionary>,
-    /// Which lz4 compresses (lz4 and lz4hc only).
-    pub(crate) lz4: Lz4Impl,
+    /// Which encoder compresses (lz4, lz4hc and deflate only).
+    pub(crate) encoder: Encoder,
     lz4_dict: Option<Lz4Dict>,
     zstd: Option<(CDict<'static>, DDict<'static>)>,
 }
@@ -90,16 +106,17 @@ impl Prepared {
             level,
             window_bits,
             dict: None,
-            lz4: Lz4Impl::Liblz4,
+            encoder: Encoder::Fastest,
             lz4_dict: None,
             zstd: None,
         }
     }
 
-    /// The same settings compressed by `lz4` (lz4 and lz4hc; the others
-    /// have one implementation and keep it). A dictionary needs zmem-lz4.
-    pub(crate) fn with_lz4(&self, lz4: Lz4Impl) -> Option<Prepared> {
-        if !matches!(self.algorithm, Algorithm::Lz4 | Algorithm::Lz4Hc) {
+    /// The same settings compressed by `encoder` (lz4, lz4hc and deflate;
+    /// the others have one encoder and keep it). An lz4 dictionary needs
+    /// zmem-lz4.
+    pub(crate) fn with_encoder(&self, encoder: Encoder) -> Option<Prepared> {
+        if !has_two_encoders(self.algorithm) {
             return None;
         }
         Some(Prepared {
@@ -107,10 +124,10 @@ impl Prepared {
             level: self.level,
             window_bits: self.window_bits,
             dict: self.dict.clone(),
-            lz4: if self.lz4_dict.is_some() {
-                Lz4Impl::Kernel
+            encoder: if self.lz4_dict.is_some() {
+                Encoder::Kernel
             } else {
-                lz4
+                encoder
             },
             lz4_dict: self.lz4_dict.clone(),
             zstd: None,
@@ -172,10 +189,10 @@ impl Prepared {
             level,
             window_bits,
             dict,
-            lz4: if lz4_dict.is_some() {
-                Lz4Impl::Kernel
+            encoder: if lz4_dict.is_some() {
+                Encoder::Kernel
             } else {
-                Lz4Impl::Liblz4
+                Encoder::Fastest
             },
             lz4_dict,
             zstd,
@@ -206,6 +223,11 @@ pub(crate) enum State {
     /// reads data made with any smaller window).
     Deflate {
         deflate: Box<flate2::Compress>,
+        inflate: Box<flate2::Decompress>,
+    },
+    /// The C zlib's raw deflate stream, and zlib-rs's inflate.
+    DeflateKernel {
+        deflate: zlib::Deflate,
         inflate: Box<flate2::Decompress>,
     },
 }
@@ -290,14 +312,22 @@ impl State {
     pub(crate) fn new(p: &Prepared) -> Result<State> {
         Ok(match p.algorithm {
             Algorithm::LzoRle | Algorithm::Lzo => State::Lzo(Box::default()),
-            Algorithm::Lz4 if p.lz4 == Lz4Impl::Kernel => State::Lz4Kernel(Box::default()),
-            Algorithm::Lz4Hc if p.lz4 == Lz4Impl::Kernel => State::Lz4HcKernel(Box::default()),
+            Algorithm::Lz4 if p.encoder == Encoder::Kernel => State::Lz4Kernel(Box::default()),
+            Algorithm::Lz4Hc if p.encoder == Encoder::Kernel => State::Lz4HcKernel(Box::default()),
             Algorithm::Lz4 => State::Lz4,
             Algorithm::Lz4Hc => State::Lz4Hc,
             Algorithm::Lz4Flex => State::Lz4Flex(Box::default()),
             Algorithm::Zstd => State::Zstd {
                 cctx: CCtx::try_create().ok_or_else(|| out_of_memory(p.algorithm))?,
                 dctx: DCtx::try_create().ok_or_else(|| out_of_memory(p.algorithm))?,
+            },
+            Algorithm::Deflate if p.encoder == Encoder::Kernel => State::DeflateKernel {
+                deflate: zlib::Deflate::new(p.level, p.window_bits)
+                    .ok_or_else(|| out_of_memory(p.algorithm))?,
+                inflate: Box::new(flate2::Decompress::new_with_window_bits(
+                    false,
+                    DEFLATE_MAX_WINBITS,
+                )),
             },
             Algorithm::Deflate => {
                 // The level is in 0..=9 here.
@@ -390,6 +420,16 @@ impl State {
                     Err(e) => Err(failed(e.to_string())),
                 }
             }
+            State::DeflateKernel { deflate, .. } => match deflate.compress(src, dst) {
+                Ok(n) => Ok(n),
+                Err(zlib::DeflateError::OutputFull) => Err(Error::OutputTooSmall {
+                    algorithm,
+                    capacity: dst.len(),
+                }),
+                Err(zlib::DeflateError::Library(code)) => {
+                    Err(failed(format!("zlib's deflate returned {code}")))
+                }
+            },
         }
     }
 
@@ -414,7 +454,7 @@ impl State {
                     result.map_err(|code| corrupt(algorithm, zstd_safe::get_error_name(code)))?;
                 exact(algorithm, expected, n)
             }
-            State::Deflate { inflate, .. } => {
+            State::Deflate { inflate, .. } | State::DeflateKernel { inflate, .. } => {
                 inflate.reset(false);
                 let status = inflate
                     .decompress(src, dst, FlushDecompress::Finish)

@@ -16,10 +16,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::algorithm::{Algorithm, DEFLATE_DEFAULT_WINBITS};
-pub use crate::backend::Lz4Impl;
+pub use crate::backend::Encoder;
 use crate::backend::{self, Prepared, State};
 use crate::error::{Error, Result};
 use crate::params::{AlgorithmParams, Dictionary, Params};
+use crate::zlib;
 
 /// An algorithm with its settings, shared by all the contexts made from it.
 #[derive(Clone)]
@@ -151,16 +152,18 @@ impl Compressor {
 
     /// The same compressor as kernel-compat mode runs it: lz4 and lz4hc
     /// through zmem-lz4, whose output is the kernel's lib/lz4's byte for
-    /// byte (default mode runs liblz4, faster; see BENCHMARKS.md). The other
-    /// algorithms have one implementation each and come back unchanged.
+    /// byte, and deflate through the C zlib, whose output at the kernel's
+    /// memLevel is its lib/zlib_deflate's (default mode runs liblz4 and
+    /// zlib-rs, faster; see BENCHMARKS.md). The other algorithms have one
+    /// encoder each and come back unchanged.
     pub fn kernel_compat(&self) -> Compressor {
-        self.with_lz4(Lz4Impl::Kernel)
+        self.with_encoder(Encoder::Kernel)
     }
 
-    /// The same compressor with lz4 and lz4hc run by `lz4` (with a
-    /// dictionary, always zmem-lz4, the one that takes one).
-    pub fn with_lz4(&self, lz4: Lz4Impl) -> Compressor {
-        match self.prepared.with_lz4(lz4) {
+    /// The same compressor with lz4, lz4hc and deflate run by `encoder`
+    /// (with an lz4 dictionary, always zmem-lz4, the one that takes one).
+    pub fn with_encoder(&self, encoder: Encoder) -> Compressor {
+        match self.prepared.with_encoder(encoder) {
             Some(p) => Compressor {
                 prepared: Arc::new(p),
             },
@@ -168,19 +171,21 @@ impl Compressor {
         }
     }
 
-    /// Which code compresses lz4 and lz4hc (meaningless for the others).
-    pub fn lz4_impl(&self) -> Lz4Impl {
-        self.prepared.lz4
+    /// Which encoder compresses lz4, lz4hc and deflate (meaningless for the
+    /// others).
+    pub fn encoder(&self) -> Encoder {
+        self.prepared.encoder
     }
 
     /// The code that compresses, as a report names it.
     pub fn implementation(&self) -> &'static str {
-        match (self.algorithm(), self.prepared.lz4) {
+        match (self.algorithm(), self.prepared.encoder) {
             (Algorithm::LzoRle | Algorithm::Lzo, _) => "zmem-lzo",
-            (Algorithm::Lz4 | Algorithm::Lz4Hc, Lz4Impl::Kernel) => "zmem-lz4",
-            (Algorithm::Lz4 | Algorithm::Lz4Hc, Lz4Impl::Liblz4) => "liblz4 1.10",
+            (Algorithm::Lz4 | Algorithm::Lz4Hc, Encoder::Kernel) => "zmem-lz4",
+            (Algorithm::Lz4 | Algorithm::Lz4Hc, Encoder::Fastest) => "liblz4 1.10",
             (Algorithm::Zstd, _) => "libzstd 1.5.7",
-            (Algorithm::Deflate, _) => "zlib-rs",
+            (Algorithm::Deflate, Encoder::Kernel) => zlib::version(),
+            (Algorithm::Deflate, Encoder::Fastest) => "zlib-rs",
             (Algorithm::Lz4Flex, _) => "lz4_flex",
         }
     }

@@ -8,12 +8,13 @@
 //!
 //! Algorithms are chosen by zram's names (`lzo-rle`, `lzo`, `lz4`, `lz4hc`,
 //! `zstd`, `deflate`, plus `lz4-flex`, a pure-Rust lz4), and settings by zram's
-//! `algorithm_params` syntax (`"level=3 dict=/path"`). lz4 and lz4hc have two
-//! implementations ([`Lz4Impl`]): liblz4 1.10, the faster, by default, and
-//! zmem-lz4, the kernel's lib/lz4 byte for byte, which
-//! [`Compressor::kernel_compat`] picks (kernel-compat mode) and every lz4 or
-//! lz4hc dictionary uses (liblz4's dictionary calls are not in the `lz4`
-//! crate's API).
+//! `algorithm_params` syntax (`"level=3 dict=/path"`). lz4, lz4hc and
+//! deflate have two encoders ([`Encoder`]): liblz4 1.10 and zlib-rs, the
+//! faster, by default, and the kernel's output byte for byte (zmem-lz4, the
+//! kernel's lib/lz4, and the C zlib at the kernel's memLevel, whose encoder
+//! is lib/zlib_deflate's), which [`Compressor::kernel_compat`] picks
+//! (kernel-compat mode) and every lz4 or lz4hc dictionary uses (liblz4's
+//! dictionary calls are not in the `lz4` crate's API).
 //!
 //! ```
 //! use zcomp::Compressor;
@@ -32,6 +33,8 @@
 //! - [`algorithm`]: names, level ranges and defaults, capabilities.
 //! - [`params`]: [`Params`], [`Dictionary`], the `algorithm_params` parser.
 //! - [`mod@error`]: the [`Error`] type.
+//! - `zlib` (private): the C zlib's deflate stream, the crate's only
+//!   `unsafe` code.
 //! - `backend` (private): the library calls.
 //! - [`compressor`]: [`Compressor`] and [`Context`].
 
@@ -42,8 +45,9 @@ mod backend;
 pub mod compressor;
 pub mod error;
 pub mod params;
+mod zlib;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
-pub use compressor::{Compressor, Context, Lz4Impl};
+pub use compressor::{Compressor, Context, Encoder};
 pub use error::{Error, Result};
 pub use params::{AlgorithmParams, Dictionary, Params};

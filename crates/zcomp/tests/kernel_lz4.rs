@@ -7,7 +7,7 @@
 mod common;
 
 use common::{real_pages, PAGE};
-use zcomp::{Algorithm, Compressor, Dictionary, Error, Lz4Impl, Params};
+use zcomp::{Algorithm, Compressor, Dictionary, Encoder, Error, Params};
 
 fn with_dict(algorithm: Algorithm, level: Option<i32>, dict: &[u8]) -> zcomp::Result<Compressor> {
     let params = Params {
@@ -30,10 +30,10 @@ fn kernel_compat_is_zmem_lz4_and_reads_liblz4() {
         ("lz4hc", "level=16", 16),
     ] {
         let lib = Compressor::parse(name, params).unwrap();
-        assert_eq!(lib.lz4_impl(), Lz4Impl::Liblz4);
+        assert_eq!(lib.encoder(), Encoder::Fastest);
         assert_eq!(lib.implementation(), "liblz4 1.10");
         let kernel = lib.kernel_compat();
-        assert_eq!(kernel.lz4_impl(), Lz4Impl::Kernel);
+        assert_eq!(kernel.encoder(), Encoder::Kernel);
         assert_eq!(kernel.implementation(), "zmem-lz4");
         assert_eq!(kernel.level(), level);
         let (mut lc, mut kc) = (lib.context().unwrap(), kernel.context().unwrap());
@@ -78,8 +78,11 @@ fn lz4_dictionaries_round_trip_and_help() {
             .kernel_compat();
         let with = with_dict(algorithm, None, &dict).unwrap();
         // A dictionary always runs zmem-lz4, in either mode.
-        assert_eq!(with.lz4_impl(), Lz4Impl::Kernel);
-        assert_eq!(with.with_lz4(Lz4Impl::Liblz4).lz4_impl(), Lz4Impl::Kernel);
+        assert_eq!(with.encoder(), Encoder::Kernel);
+        assert_eq!(
+            with.with_encoder(Encoder::Fastest).encoder(),
+            Encoder::Kernel
+        );
         let (mut pc, mut wc) = (plain.context().unwrap(), with.context().unwrap());
         let (mut a, mut b, mut need_dict) = (0, 0, 0);
         let mut back = vec![0u8; PAGE];

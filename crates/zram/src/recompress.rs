@@ -210,14 +210,14 @@ pub(crate) struct Recompress {
 /// What [`Recompress`]'s mutex guards.
 struct Table {
     params: [zcomp::Params; MAX_SECONDARIES],
-    lz4: zcomp::Lz4Impl,
+    encoder: zcomp::Encoder,
 }
 
 impl Default for Table {
     fn default() -> Table {
         Table {
             params: Default::default(),
-            lz4: zcomp::Lz4Impl::Liblz4,
+            encoder: zcomp::Encoder::Fastest,
         }
     }
 }
@@ -228,21 +228,22 @@ impl Recompress {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Which code compresses the lz4 and lz4hc secondaries made from now
-    /// on (kernel-compat stores: the kernel's, as their primary).
-    pub(crate) fn set_lz4(&self, lz4: zcomp::Lz4Impl) {
-        self.table().lz4 = lz4;
+    /// Which encoder compresses the lz4, lz4hc and deflate secondaries
+    /// made from now on (kernel-compat stores: the kernel's, as their
+    /// primary).
+    pub(crate) fn set_encoder(&self, encoder: zcomp::Encoder) {
+        self.table().encoder = encoder;
     }
 
-    /// A secondary compressor: `algorithm` with `params`, run by the lz4
-    /// code this store's secondaries use.
+    /// A secondary compressor: `algorithm` with `params`, run by the
+    /// encoder this store's secondaries use.
     fn secondary(
         &self,
         algorithm: zcomp::Algorithm,
         params: &zcomp::Params,
     ) -> zcomp::Result<zcomp::Compressor> {
-        let lz4 = self.table().lz4;
-        Ok(zcomp::Compressor::new(algorithm, params)?.with_lz4(lz4))
+        let encoder = self.table().encoder;
+        Ok(zcomp::Compressor::new(algorithm, params)?.with_encoder(encoder))
     }
 
     /// Sets a secondary compressor (`echo "algo=NAME priority=N" >

@@ -497,12 +497,13 @@ impl Store {
         self.recompress.set_recomp_algorithm(&self.disk, recomp)
     }
 
-    /// Which code compresses the lz4 and lz4hc secondaries set from now on:
-    /// a kernel-compat store runs the kernel's lib/lz4 (zmem-lz4) for them,
-    /// as for its primary ([`zcomp::Compressor::kernel_compat`]); stores
-    /// start with liblz4, default mode's.
-    pub fn set_recomp_lz4(&self, lz4: zcomp::Lz4Impl) {
-        self.recompress.set_lz4(lz4);
+    /// Which encoder compresses the lz4, lz4hc and deflate secondaries set
+    /// from now on: a kernel-compat store runs the kernel's output
+    /// ([`zcomp::Encoder::Kernel`]) for them, as for its primary
+    /// ([`zcomp::Compressor::kernel_compat`]); stores start with
+    /// [`zcomp::Encoder::Fastest`], default mode's.
+    pub fn set_recomp_encoder(&self, encoder: zcomp::Encoder) {
+        self.recompress.set_encoder(encoder);
     }
 
     /// Sets the parameters of a secondary compressor (`echo "priority=N

@@ -31,9 +31,9 @@
 //! hysteresis and the shrink worker are the system's), the memory-pressure
 //! shrinker (`shrinker_enabled`, off by default), large folios (every store
 //! is one page), and the swap cache (a writeback never finds the page
-//! there). The compressors are zcomp's kernel-compat ones (lzo, lzo-rle,
-//! lz4 and lz4hc give the kernel's bytes; zstd and deflate are libzstd's and
-//! zlib-rs's, not the kernel's copies).
+//! there). The compressors are zcomp's kernel-compat ones: lzo, lzo-rle,
+//! lz4, lz4hc and deflate (at zram's window and memLevel) give the kernel's
+//! bytes; zstd is libzstd 1.5.7, the version of the kernel's lib/zstd.
 //!
 //! Owns the model's state (entries, LRU, zero map, counters) and its
 //! figures; the pool is zsmalloc's, the compressor zcomp's, the arithmetic

@@ -39,18 +39,23 @@ use recipe::output::{write_json, write_stdout, Format, FormatArg};
 const PAGE: usize = 4096;
 
 /// The compressors always measured: zram's default and its plain variant,
-/// lz4 and lz4hc by both implementations (liblz4, default mode's, and
-/// zmem-lz4, kernel-compat mode's), and zstd at its fastest common level
-/// (name, `algorithm_params`, which lz4).
-const DEFAULT_COMPRESSORS: [(&str, &str, zcomp::Lz4Impl); 7] = [
-    ("lzo-rle", "", zcomp::Lz4Impl::Liblz4),
-    ("lzo", "", zcomp::Lz4Impl::Liblz4),
-    ("lz4", "", zcomp::Lz4Impl::Liblz4),
-    ("lz4", "", zcomp::Lz4Impl::Kernel),
-    ("lz4hc", "", zcomp::Lz4Impl::Liblz4),
-    ("lz4hc", "", zcomp::Lz4Impl::Kernel),
-    ("zstd", "level=-1", zcomp::Lz4Impl::Liblz4),
+/// lz4, lz4hc and deflate by both encoders (liblz4 and zlib-rs, default
+/// mode's, and zmem-lz4 and the C zlib, kernel-compat mode's), and zstd at
+/// its fastest common level (name, `algorithm_params`, which encoder).
+const DEFAULT_COMPRESSORS: [(&str, &str, zcomp::Encoder); 9] = [
+    ("lzo-rle", "", zcomp::Encoder::Fastest),
+    ("lzo", "", zcomp::Encoder::Fastest),
+    ("lz4", "", zcomp::Encoder::Fastest),
+    ("lz4", "", zcomp::Encoder::Kernel),
+    ("lz4hc", "", zcomp::Encoder::Fastest),
+    ("lz4hc", "", zcomp::Encoder::Kernel),
+    ("zstd", "level=-1", zcomp::Encoder::Fastest),
+    ("deflate", "", zcomp::Encoder::Fastest),
+    ("deflate", "", zcomp::Encoder::Kernel),
 ];
+
+/// The label's mark of a row run by the kernel's encoder.
+const KERNEL_ENCODER_TAG: &str = " [kernel]";
 
 /// Arguments of `zmem bench compressors`.
 #[derive(Args, Debug)]
@@ -83,7 +88,8 @@ struct Row {
     /// The data file.
     corpus: String,
     /// The compressor: its zram name, its settings if not zram's
-    /// defaults, and `[zmem-lz4]` for the port of the kernel's lz4.
+    /// defaults, and `[kernel]` for the kernel's encoder (zmem-lz4, the C
+    /// zlib) where default mode runs another.
     compressor: String,
     /// The code that compressed (`zmem-lz4`, `liblz4 1.10`, ...).
     implementation: String,
@@ -146,17 +152,17 @@ fn failed(what: &str, e: impl std::fmt::Display) -> Error {
 /// (each with zram's default settings) not already among them.
 fn compressors(extra: &[String]) -> Result<Vec<(String, zcomp::Compressor)>, Error> {
     let mut out = Vec::new();
-    for (name, params, lz4) in DEFAULT_COMPRESSORS {
+    for (name, params, encoder) in DEFAULT_COMPRESSORS {
         let comp = zcomp::Compressor::parse(name, params)
             .map_err(|e| failed(name, e))?
-            .with_lz4(lz4);
+            .with_encoder(encoder);
         let mut label = if params.is_empty() {
             name.to_string()
         } else {
             format!("{name} {params}")
         };
-        if lz4 == zcomp::Lz4Impl::Kernel {
-            label.push_str(" [zmem-lz4]");
+        if encoder == zcomp::Encoder::Kernel {
+            label.push_str(KERNEL_ENCODER_TAG);
         }
         out.push((label, comp));
     }
@@ -317,8 +323,8 @@ pub fn run(args: &CompressorsArgs) -> Result<(), Error> {
         for (label, comp) in &comps {
             let ctx = comp.context().map_err(|e| failed(label, e))?;
             let name = comp.algorithm().name();
-            let kernel = if label.ends_with("[zmem-lz4]") {
-                Err("the kernel's zram runs on the liblz4 row".to_string())
+            let kernel = if label.ends_with(KERNEL_ENCODER_TAG) {
+                Err("the kernel's zram runs on the default encoder's row".to_string())
             } else {
                 kernel_device(args, name, label != name, data.len() as u64)
             };

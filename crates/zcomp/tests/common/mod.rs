@@ -154,5 +154,12 @@ pub fn configurations() -> Vec<Compressor> {
             add(Algorithm::Deflate, level, Some(bits));
         }
     }
+    // deflate by the C zlib too, as kernel-compat mode runs it.
+    let kernel: Vec<Compressor> = out
+        .iter()
+        .filter(|c| c.algorithm() == Algorithm::Deflate)
+        .map(Compressor::kernel_compat)
+        .collect();
+    out.extend(kernel);
     out
 }
