@@ -60,7 +60,7 @@ fn the_harness_passes_exit_codes_and_kills_a_guest_past_its_deadline() {
     else {
         return;
     };
-    assert!(out.contains("6.1."), "the guest runs its own kernel: {out}");
+    assert!(out.contains("7.3."), "the guest runs its own kernel: {out}");
     match guest(256, 30).run("echo started; sleep 600") {
         Outcome::TimedOut { output } => assert!(output.contains("started"), "{output}"),
         other => panic!("a guest past its deadline: {other:?}"),

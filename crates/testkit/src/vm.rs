@@ -1,6 +1,6 @@
 //! A command run inside a qemu guest, for the tests of what only a kernel
 //! of its own can show: swap onto zmem, nbd.ko, ublk. It runs
-//! `scripts/vm-run` (which boots Debian's 6.1 kernel, or 6.12, or 7.3, with
+//! `scripts/vm-run` (which boots Debian's 7.3 kernel, or 6.12, or 6.1, with
 //! this machine's filesystem as the guest's root, kills qemu on any failure
 //! or deadline, and exits with the command's status) and says what came of
 //! it. A guest boots and powers off in 11 to 15 s under TCG on a busy
