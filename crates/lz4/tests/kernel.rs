@@ -25,22 +25,10 @@ use lz4k::{
     compress_bound, decompress, decompress_with_dict, Compressor, Dict, HcCompressor, HcDict,
     HcStream, Stream,
 };
+use testkit::kernel_oracle;
 use testkit::SplitMix64 as Rng;
 
 const PAGE: usize = 4096;
-
-fn kernel_source() -> Option<PathBuf> {
-    let has = |d: &Path| {
-        d.join("lib/lz4/lz4_compress.c").is_file() && d.join("include/linux/lz4.h").is_file()
-    };
-    if let Some(dir) = std::env::var_os("ZMEM_KERNEL_SRC") {
-        return Some(PathBuf::from(dir)).filter(|d| has(d));
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(cache.join("zmem/linux-source-7.3")).filter(|d| has(d))
-}
 
 /// The oracle's binary, built once per test run; `None` (and one line on
 /// stderr) without the kernel's sources.
@@ -48,31 +36,23 @@ fn harness() -> Option<&'static Path> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let Some(src) = kernel_source() else {
+            let Some(src) = kernel_oracle::source(&[
+                "lib/lz4/lz4_compress.c",
+                "lib/lz4/lz4hc_compress.c",
+                "include/linux/lz4.h",
+            ]) else {
                 eprintln!("skipped: no kernel lib/lz4 source ($ZMEM_KERNEL_SRC or ~/.cache/zmem/linux-source-7.3, which scripts/install-deps unpacks)");
                 return None;
             };
-            let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle");
-            let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("lz4-oracle");
-            std::fs::create_dir_all(out.join("linux")).expect("oracle build directory");
-            std::fs::copy(src.join("include/linux/lz4.h"), out.join("linux/lz4.h")).expect("copy lz4.h");
-            let bin = out.join("harness");
-            let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
-            let status = Command::new(cc)
-                .args(["-O2", "-fno-strict-aliasing", "-DCONFIG_64BIT", "-D__LITTLE_ENDIAN", "-w"])
-                .arg("-I")
-                .arg(here.join("shim"))
-                .arg("-I")
-                .arg(&out)
-                .arg("-o")
-                .arg(&bin)
-                .arg(here.join("harness.c"))
-                .arg(src.join("lib/lz4/lz4_compress.c"))
-                .arg(src.join("lib/lz4/lz4hc_compress.c"))
-                .status()
-                .expect("run the C compiler");
-            assert!(status.success(), "the kernel's lib/lz4 did not build from {}", src.display());
-            Some(bin)
+            Some(kernel_oracle::build(
+                &src,
+                &Path::new(env!("CARGO_TARGET_TMPDIR")).join("lz4-oracle"),
+                "harness",
+                &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/harness.c"),
+                &["lib/lz4/lz4_compress.c", "lib/lz4/lz4hc_compress.c"],
+                &["linux/lz4.h"],
+                &["-fno-strict-aliasing", "-DCONFIG_64BIT", "-D__LITTLE_ENDIAN"],
+            ))
         })
         .as_deref()
 }

@@ -9,7 +9,8 @@
 //! ([`noise`]), seeded generators and object contents ([`Rng`],
 //! [`SplitMix64`], [`pattern`]), reading the process's resident set ([`rss`]),
 //! TLS certificates made with `openssl` ([`certs`]), commands run in a qemu
-//! guest with a kernel of its own ([`vm`]), the workspace as cargo and the
+//! guest with a kernel of its own ([`vm`]), the kernel's own C code built
+//! as a test oracle ([`kernel_oracle`]), the workspace as cargo and the
 //! file tree describe it ([`workspace`]), and the harness both C libraries'
 //! tests build, run and install their library with ([`clib`]). What is about
 //! one crate (a test server, the `zmem` binary) stays in that crate's tests.
@@ -17,6 +18,7 @@
 pub mod certs;
 pub mod clib;
 pub mod clients;
+pub mod kernel_oracle;
 pub mod rss;
 pub mod vm;
 pub mod workspace;

@@ -5,11 +5,12 @@
 //! must give the same bytes, and decode to their input. Default mode's
 //! zlib-rs is shown to differ, so the comparison can fail.
 //!
-//! The oracle is tests/oracle/deflate.c, compiled at test time with the
-//! kernel's lib/zlib_deflate/deflate.c and deftree.c and its
-//! include/linux/zlib.h, zutil.h and zconf.h (GPL-2.0 / zlib licence, never
-//! in zmem's tree) from $ZMEM_KERNEL_SRC, else from the Linux 7.3 source
-//! scripts/install-deps unpacks into ~/.cache/zmem/linux-source-7.3.
+//! The oracle is tests/oracle/deflate.c, compiled at test time
+//! (`testkit::kernel_oracle`) with the kernel's lib/zlib_deflate/deflate.c
+//! and deftree.c and its include/linux/zlib.h, zutil.h and zconf.h
+//! (GPL-2.0 / zlib licence, never in zmem's tree) from $ZMEM_KERNEL_SRC,
+//! else from the Linux 7.3 source scripts/install-deps unpacks into
+//! ~/.cache/zmem/linux-source-7.3.
 //! Without either, each test says so in one line and passes without
 //! checking.
 
@@ -21,26 +22,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use common::{edge_inputs, real_pages, PAGE};
+use testkit::kernel_oracle;
 use zcomp::{Compressor, Encoder};
-
-/// The headers the oracle takes from the kernel.
-const HEADERS: [&str; 3] = ["zlib.h", "zutil.h", "zconf.h"];
-
-fn kernel_source() -> Option<PathBuf> {
-    let has = |d: &Path| {
-        d.join("lib/zlib_deflate/deflate.c").is_file()
-            && HEADERS
-                .iter()
-                .all(|h| d.join("include/linux").join(h).is_file())
-    };
-    if let Some(dir) = std::env::var_os("ZMEM_KERNEL_SRC") {
-        return Some(PathBuf::from(dir)).filter(|d| has(d));
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(cache.join("zmem/linux-source-7.3")).filter(|d| has(d))
-}
 
 /// The oracle's binary, built once per test run; `None` (and one line on
 /// stderr) without the kernel's sources.
@@ -48,38 +31,27 @@ fn oracle() -> Option<&'static Path> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let Some(src) = kernel_source() else {
+            let sources = ["lib/zlib_deflate/deflate.c", "lib/zlib_deflate/deftree.c"];
+            let headers = ["linux/zlib.h", "linux/zutil.h", "linux/zconf.h"];
+            let needed: Vec<String> = sources
+                .iter()
+                .map(|s| s.to_string())
+                .chain(headers.iter().map(|h| format!("include/{h}")))
+                .collect();
+            let needed: Vec<&str> = needed.iter().map(String::as_str).collect();
+            let Some(src) = kernel_oracle::source(&needed) else {
                 eprintln!("skipped: no kernel lib/zlib_deflate source ($ZMEM_KERNEL_SRC or ~/.cache/zmem/linux-source-7.3, which scripts/install-deps unpacks)");
                 return None;
             };
-            let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle");
-            let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("deflate-oracle");
-            std::fs::create_dir_all(out.join("linux")).expect("oracle build directory");
-            for h in HEADERS {
-                std::fs::copy(src.join("include/linux").join(h), out.join("linux").join(h))
-                    .expect("copy a zlib header");
-            }
-            let bin = out.join("deflate");
-            let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
-            let status = Command::new(cc)
-                .args(["-O2", "-w"])
-                .arg("-I")
-                .arg(here.join("shim"))
-                .arg("-I")
-                .arg(&out)
-                .arg("-o")
-                .arg(&bin)
-                .arg(here.join("deflate.c"))
-                .arg(src.join("lib/zlib_deflate/deflate.c"))
-                .arg(src.join("lib/zlib_deflate/deftree.c"))
-                .status()
-                .expect("run the C compiler");
-            assert!(
-                status.success(),
-                "the kernel's lib/zlib_deflate did not build from {}",
-                src.display()
-            );
-            Some(bin)
+            Some(kernel_oracle::build(
+                &src,
+                &Path::new(env!("CARGO_TARGET_TMPDIR")).join("deflate-oracle"),
+                "deflate",
+                &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/deflate.c"),
+                &sources,
+                &headers,
+                &[],
+            ))
         })
         .as_deref()
 }

@@ -1,5 +1,6 @@
-/* The kernel definitions lib/lz4 uses, for building it in user space as
- * zmem-lz4's test oracle. Written for zmem.
+/* The kernel definitions lib/lz4 and lib/zlib_deflate use, for building
+ * them in user space as test oracles (testkit::kernel_oracle). Written for
+ * zmem.
  * SPDX-License-Identifier: MIT OR Apache-2.0 */
 #ifndef ZMEM_SHIM_TYPES_H
 #define ZMEM_SHIM_TYPES_H
