@@ -31,11 +31,14 @@
 //!
 //! The linked modules are what other crates use; the others are this
 //! crate's own. Within a module, what other crates use is `pub` and the
-//! rest `pub(crate)`; a crate-private struct's fields are plain `pub`,
+//! rest `pub(crate)` (`unreachable_pub` warns of a `pub` item no other
+//! crate can reach); a crate-private struct's fields are plain `pub`,
 //! bounded by the struct.
 //!
 //! It sits above the recipe and the stores and below the lab and the `zmem`
 //! command; runs end with a [`recipe::Error`].
+
+#![warn(unreachable_pub)]
 
 pub mod advise;
 pub mod corpus;
