@@ -4,8 +4,11 @@
 //! give the same output in a region a quarter of their size, the first
 //! with the kernel reading and writing region pages (its `read` of the
 //! text, its `write` of the copy);
-//! threads, a forked child and a program it runs work; the exit code is
-//! the program's; bad input is one line and a non-zero exit.
+//! threads, a forked child and a program it runs work; a child made by a
+//! path glibc's fork() handlers do not see (`_Fork`, `clone` without
+//! `CLONE_VM`, the raw clone, clone3 and fork system calls;
+//! `workloads/fork_paths.c`) reads its own copy of every page too; the
+//! exit code is the program's; bad input is one line and a non-zero exit.
 //!
 //! The binary carries its preload library (a copy of zmem alone in a
 //! directory runs a program in a region); a program it runs sees only the
@@ -346,6 +349,67 @@ print(digest == hashlib.sha256(b"".join(out[k][0] for k in range(4))).hexdigest(
     assert!(
         own["region"]["faults"]["missing_store"].as_u64().unwrap() > 0,
         "{own}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_child_made_by_clone_clone3_fork_or_a_raw_fork_sees_its_own_memory() {
+    if !full_userfaultfd() {
+        eprintln!("skipped: no access to /dev/userfaultfd");
+        return;
+    }
+    let dir = scratch("fork-paths");
+    let bin = dir.join("fork_paths");
+    let built = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&bin)
+        .arg(root().join("crates/cli/tests/workloads/fork_paths.c"))
+        .output();
+    match built {
+        Err(e) => {
+            eprintln!("skipped: no C compiler (cc: {e})");
+            return;
+        }
+        Ok(o) => assert!(o.status.success(), "cc failed: {}", text(&o.stderr)),
+    }
+    // 64 MiB under a 16 MiB limit: three quarters of the pages are in the
+    // store when each child is made (by fork(), _Fork(), clone() without
+    // CLONE_VM, and the raw clone, clone3 and fork system calls). Each
+    // child checks every page and writes some; the parent checks its own
+    // after each. The deadline makes a child that hangs (or a parent
+    // waiting for one) fail the test: each run takes a few seconds.
+    let deadline = |cmd: &mut Command| {
+        let mut c = Command::new("timeout");
+        c.arg("120").arg(cmd.get_program()).args(cmd.get_args());
+        c.env_remove("ZMEM_PRELOAD").output().unwrap()
+    };
+    let plain = deadline(Command::new(&bin).arg("64"));
+    assert_eq!(plain.status.code(), Some(0), "{}", text(&plain.stderr));
+    let out = text(&plain.stdout);
+    assert_eq!(out.lines().count(), 7, "{out}");
+    assert!(out.ends_with("16384 pages, all right\n"), "{out}");
+    let stats = dir.join("stats.json");
+    let run =
+        deadline(
+            Command::new(ZMEM)
+                .arg("run")
+                .args(run_args("16M", &[], &stats, &bin, &["64"])),
+        );
+    let err = text(&run.stderr);
+    assert_eq!(text(&run.stdout), out, "{err}");
+    assert_eq!(run.status.code(), Some(0), "{err}");
+    let all = stats_of(&stats);
+    let r = &all[0]["region"];
+    assert!(
+        all[0]["handed_out_peak_bytes"].as_u64().unwrap() >= 64 << 20,
+        "the buffer was not in the region: {}",
+        all[0]
+    );
+    assert_eq!(r["resident_limit_pages"].as_u64().unwrap(), 4096, "{r}");
+    assert!(
+        r["faults"]["missing_store"].as_u64().unwrap() > 0,
+        "the limit never bit: {r}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
