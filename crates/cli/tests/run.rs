@@ -353,6 +353,40 @@ print(digest == hashlib.sha256(b"".join(out[k][0] for k in range(4))).hexdigest(
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Runs `program` with `args` under a 120 s deadline (`timeout`, which
+/// kills its process group when it expires), its output in files, so a
+/// process it leaves behind cannot hang the test; fails the test (after
+/// killing them) if any process of the group is left when it ends. The
+/// exit code, standard output and standard error.
+fn within_deadline(dir: &Path, program: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let (out, err) = (dir.join("stdout"), dir.join("stderr"));
+    let mut child = Command::new("timeout")
+        .arg("120")
+        .arg(program)
+        .args(args)
+        .env_remove("ZMEM_PRELOAD")
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let code = child.wait().unwrap().code();
+    // `timeout` leads a process group of its own.
+    let group = child.id() as libc::pid_t;
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // SAFETY: signal 0 only asks whether the group has a member.
+    let left = unsafe { libc::kill(-group, 0) } == 0;
+    if left {
+        // SAFETY: the group `timeout` made for this program alone.
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+    }
+    let (out, err) = (
+        std::fs::read_to_string(&out).unwrap(),
+        std::fs::read_to_string(&err).unwrap(),
+    );
+    assert!(!left, "{program:?} left a process behind: {out}{err}");
+    (code, out, err)
+}
+
 #[test]
 fn a_child_made_by_clone_clone3_fork_or_a_raw_fork_sees_its_own_memory() {
     if !full_userfaultfd() {
@@ -377,28 +411,18 @@ fn a_child_made_by_clone_clone3_fork_or_a_raw_fork_sees_its_own_memory() {
     // store when each child is made (by fork(), _Fork(), clone() without
     // CLONE_VM, and the raw clone, clone3 and fork system calls). Each
     // child checks every page and writes some; the parent checks its own
-    // after each. The deadline makes a child that hangs (or a parent
-    // waiting for one) fail the test: each run takes a few seconds.
-    let deadline = |cmd: &mut Command| {
-        let mut c = Command::new("timeout");
-        c.arg("120").arg(cmd.get_program()).args(cmd.get_args());
-        c.env_remove("ZMEM_PRELOAD").output().unwrap()
-    };
-    let plain = deadline(Command::new(&bin).arg("64"));
-    assert_eq!(plain.status.code(), Some(0), "{}", text(&plain.stderr));
-    let out = text(&plain.stdout);
+    // after each. Each run takes a few seconds.
+    let plain = within_deadline(&dir, &bin, &["64"]);
+    assert_eq!(plain.0, Some(0), "{}", plain.2);
+    let out = plain.1;
     assert_eq!(out.lines().count(), 7, "{out}");
     assert!(out.ends_with("16384 pages, all right\n"), "{out}");
     let stats = dir.join("stats.json");
-    let run =
-        deadline(
-            Command::new(ZMEM)
-                .arg("run")
-                .args(run_args("16M", &[], &stats, &bin, &["64"])),
-        );
-    let err = text(&run.stderr);
-    assert_eq!(text(&run.stdout), out, "{err}");
-    assert_eq!(run.status.code(), Some(0), "{err}");
+    let mut args = vec!["run"];
+    args.extend(run_args("16M", &[], &stats, &bin, &["64"]));
+    let (code, run_out, err) = within_deadline(&dir, Path::new(ZMEM), &args);
+    assert_eq!(run_out, out, "{err}");
+    assert_eq!(code, Some(0), "{err}");
     let all = stats_of(&stats);
     let r = &all[0]["region"];
     assert!(

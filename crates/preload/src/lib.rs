@@ -35,6 +35,8 @@ pub mod system;
 // The hooks and what only they use are left out of the crate's unit-test
 // binary, which must keep glibc's allocator.
 #[cfg(not(test))]
+mod forks;
+#[cfg(not(test))]
 mod hooks;
 #[cfg(not(test))]
 mod process;
@@ -51,8 +53,10 @@ static ALLOC: system::LibcAlloc = system::LibcAlloc;
 /// Runs when the library is loaded, before the program's `main`.
 #[cfg(not(test))]
 extern "C" fn load() {
-    // Needed by `malloc_usable_size` even when the library is inert.
+    // Needed by `malloc_usable_size`, `_Fork`, `clone` and `syscall` even
+    // when the library is inert.
     system::find_usable_size();
+    forks::find();
     let settings = match settings::Settings::from_env() {
         Ok(Some(s)) => s,
         Ok(None) => return,
