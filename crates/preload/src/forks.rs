@@ -34,6 +34,13 @@
 //! Owns these three symbols and the look-up of glibc's; the sequence's
 //! steps are `process`', `threads`' and the region's.
 
+// Elsewhere only `_Fork` is interposed (`clone` and `syscall` are declared
+// for these two architectures' calling conventions).
+#![cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{c_int, c_long, c_void, pid_t};
