@@ -4,8 +4,11 @@
 //! give the same output in a region a quarter of their size, the first
 //! with the kernel reading and writing region pages (its `read` of the
 //! text, its `write` of the copy);
-//! threads, a forked child and a program it runs work; the exit code is
-//! the program's; bad input is one line and a non-zero exit.
+//! threads, a forked child and a program it runs work; a child made by a
+//! path glibc's fork() handlers do not see (`_Fork`, `clone` without
+//! `CLONE_VM`, the raw clone, clone3 and fork system calls;
+//! `workloads/fork_paths.c`) reads its own copy of every page too; the
+//! exit code is the program's; bad input is one line and a non-zero exit.
 //!
 //! The binary carries its preload library (a copy of zmem alone in a
 //! directory runs a program in a region); a program it runs sees only the
@@ -346,6 +349,91 @@ print(digest == hashlib.sha256(b"".join(out[k][0] for k in range(4))).hexdigest(
     assert!(
         own["region"]["faults"]["missing_store"].as_u64().unwrap() > 0,
         "{own}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `program` with `args` under a 120 s deadline (`timeout`, which
+/// kills its process group when it expires), its output in files, so a
+/// process it leaves behind cannot hang the test; fails the test (after
+/// killing them) if any process of the group is left when it ends. The
+/// exit code, standard output and standard error.
+fn within_deadline(dir: &Path, program: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let (out, err) = (dir.join("stdout"), dir.join("stderr"));
+    let mut child = Command::new("timeout")
+        .arg("120")
+        .arg(program)
+        .args(args)
+        .env_remove("ZMEM_PRELOAD")
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let code = child.wait().unwrap().code();
+    // `timeout` leads a process group of its own.
+    let group = child.id() as libc::pid_t;
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // SAFETY: signal 0 only asks whether the group has a member.
+    let left = unsafe { libc::kill(-group, 0) } == 0;
+    if left {
+        // SAFETY: the group `timeout` made for this program alone.
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+    }
+    let (out, err) = (
+        std::fs::read_to_string(&out).unwrap(),
+        std::fs::read_to_string(&err).unwrap(),
+    );
+    assert!(!left, "{program:?} left a process behind: {out}{err}");
+    (code, out, err)
+}
+
+#[test]
+fn a_child_made_by_clone_clone3_fork_or_a_raw_fork_sees_its_own_memory() {
+    if !full_userfaultfd() {
+        eprintln!("skipped: no access to /dev/userfaultfd");
+        return;
+    }
+    let dir = scratch("fork-paths");
+    let bin = dir.join("fork_paths");
+    let built = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&bin)
+        .arg(root().join("crates/cli/tests/workloads/fork_paths.c"))
+        .output();
+    match built {
+        Err(e) => {
+            eprintln!("skipped: no C compiler (cc: {e})");
+            return;
+        }
+        Ok(o) => assert!(o.status.success(), "cc failed: {}", text(&o.stderr)),
+    }
+    // 64 MiB under a 16 MiB limit: three quarters of the pages are in the
+    // store when each child is made (by fork(), _Fork(), clone() without
+    // CLONE_VM, and the raw clone, clone3 and fork system calls). Each
+    // child checks every page and writes some; the parent checks its own
+    // after each. Each run takes a few seconds.
+    let plain = within_deadline(&dir, &bin, &["64"]);
+    assert_eq!(plain.0, Some(0), "{}", plain.2);
+    let out = plain.1;
+    assert_eq!(out.lines().count(), 7, "{out}");
+    assert!(out.ends_with("16384 pages, all right\n"), "{out}");
+    let stats = dir.join("stats.json");
+    let mut args = vec!["run"];
+    args.extend(run_args("16M", &[], &stats, &bin, &["64"]));
+    let (code, run_out, err) = within_deadline(&dir, Path::new(ZMEM), &args);
+    assert_eq!(run_out, out, "{err}");
+    assert_eq!(code, Some(0), "{err}");
+    let all = stats_of(&stats);
+    let r = &all[0]["region"];
+    assert!(
+        all[0]["handed_out_peak_bytes"].as_u64().unwrap() >= 64 << 20,
+        "the buffer was not in the region: {}",
+        all[0]
+    );
+    assert_eq!(r["resident_limit_pages"].as_u64().unwrap(), 4096, "{r}");
+    assert!(
+        r["faults"]["missing_store"].as_u64().unwrap() > 0,
+        "the limit never bit: {r}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -212,7 +212,9 @@ impl Process {
     }
 }
 
-extern "C" fn fork_prepare() {
+/// Before a copy of the process (the `fork()` handler, also run by
+/// `forks`): the span's lock taken.
+pub(crate) extern "C" fn fork_prepare() {
     if let Some(p) = process() {
         // SAFETY: the span's mutex, held across fork and released by
         // `fork_after` in the parent and in the child.
@@ -220,12 +222,14 @@ extern "C" fn fork_prepare() {
     }
 }
 
-extern "C" fn fork_child() {
+/// In the child: one thread counted, the span's lock let go.
+pub(crate) extern "C" fn fork_child() {
     crate::threads::after_fork_child();
     fork_after();
 }
 
-extern "C" fn fork_after() {
+/// In the parent (and the child): the span's lock let go.
+pub(crate) extern "C" fn fork_after() {
     if let Some(p) = process() {
         // SAFETY: locked by `fork_prepare` on this thread (in the child,
         // the copy of that thread).

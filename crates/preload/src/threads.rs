@@ -62,6 +62,12 @@ pub fn after_fork_child() {
     LIVE.store(1, Ordering::Release);
 }
 
+/// Whether the calling thread is the program's last one (the count is
+/// kept, and it is one).
+pub fn last() -> bool {
+    ON.load(Ordering::Acquire) && LIVE.load(Ordering::Acquire) == 1
+}
+
 /// Gives the calling thread the value whose destructor counts it out.
 fn mark() {
     // SAFETY: a key made by `start`; any non-null value.

@@ -15,8 +15,22 @@
 //!   and probation page is written back into the (now ordinary) memory, so
 //!   the child still reads its own copy, above the limit.
 //!
-//! Owns the registry of live regions and the three handlers; the threads
-//! are `workers`'. A fork from inside the region's own threads is not
+//! glibc runs these handlers for `fork()` alone. A process copy it does
+//! not see (`_Fork()`, glibc's `clone()` without `CLONE_VM`, the raw
+//! `clone`, `clone3` and `fork` system calls) gets the same three steps
+//! only if whoever makes it calls [`before_fork`], then
+//! [`after_fork_parent`] or [`after_fork_child`] around it; `zmem run`'s
+//! preload library does so from its interposed `_Fork`, `clone` and
+//! `syscall`. Three functions, not one taking a closure that forks: the
+//! child of glibc's `clone()` starts on a stack of its own in a function
+//! of the caller's, and never returns through the closure. A copy made by
+//! a system call no library call is on the way of (a static program's own
+//! instruction, as Go's runtime makes them) is not seen at all: its child
+//! reads the parent's evicted pages as zeros. A copy that shares the
+//! memory (`CLONE_VM`: threads, `vfork`, `posix_spawn`) needs nothing.
+//!
+//! Owns the registry of live regions and the handlers; the threads are
+//! `workers'`. A fork from inside the region's own threads is not
 //! supported (they never fork).
 
 use std::cell::UnsafeCell;
@@ -24,6 +38,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Once, Weak};
 
 use crate::config::FaultService;
+use crate::gate::Side;
 use crate::own::OwnCode;
 use crate::shared::Shared;
 use crate::signal;
@@ -106,16 +121,53 @@ fn remove(sh: &Shared) {
 }
 
 extern "C" fn prepare() {
+    before_fork(|| {});
+}
+
+extern "C" fn parent() {
+    after_fork_parent();
+}
+
+extern "C" fn child() {
+    after_fork_child();
+}
+
+/// Before a copy of the process that glibc's `fork()` handlers do not see
+/// (`_Fork()`, `clone()` or a raw `clone`, `clone3` or `fork` system call
+/// without `CLONE_VM`): what the prepare handler does for `fork()`. Every
+/// region's evicting side stops, then `touch` runs, then every region's
+/// fault service stops, until [`after_fork_parent`] in the parent or
+/// [`after_fork_child`] in the child, one of which must follow on this
+/// thread (the registry's lock is held meanwhile).
+///
+/// `touch` reads or writes every page of region memory the forking call
+/// itself will write once this returns (glibc's `clone()` writes its
+/// function and argument at the top of the child's stack): a page it
+/// brings back stays resident until the fault service resumes, so the
+/// call never faults on a region with no one to serve the fault. It runs
+/// once before anything stops too (where the fault is cheapest), so it
+/// must be harmless to repeat. Nothing else of region memory may be
+/// touched on this thread until the copy is made.
+pub fn before_fork(touch: impl Fn()) {
+    touch();
     let _own = OwnCode::enter();
     lock();
     for w in list().iter() {
         if let Some(sh) = w.upgrade() {
-            sh.gate.freeze();
+            sh.gate.freeze_side(Side::Evict);
+        }
+    }
+    touch();
+    for w in list().iter() {
+        if let Some(sh) = w.upgrade() {
+            sh.gate.freeze_side(Side::Handler);
         }
     }
 }
 
-extern "C" fn parent() {
+/// In the parent after a copy [`before_fork`] prepared (made or failed):
+/// every region runs again.
+pub fn after_fork_parent() {
     let _own = OwnCode::enter();
     for w in list().iter() {
         if let Some(sh) = w.upgrade() {
@@ -125,7 +177,15 @@ extern "C" fn parent() {
     unlock();
 }
 
-extern "C" fn child() {
+/// In the child of a copy [`before_fork`] prepared, before anything else
+/// touches region memory: every region is rebuilt over the child's copy
+/// (a new userfaultfd and threads, or every stored page written back), as
+/// in a `fork()` child. The rebuild allocates and starts threads, as the
+/// child handler of `fork()` does; glibc's `fork()` resets its allocator's
+/// locks in the child before its handlers run, a copy it does not see
+/// does not, so in a child copied while another thread held glibc's
+/// allocator lock the rebuild waits for ever.
+pub fn after_fork_child() {
     let _own = OwnCode::enter();
     signal::forget_parent_threads();
     for w in list().iter() {

@@ -79,15 +79,14 @@ impl Gate {
         self.busy[ix(side)].fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// Freezes the evicting side, then the fault side, each after its
-    /// units in progress end.
-    pub(crate) fn freeze(&self) {
-        for side in [Side::Evict, Side::Handler] {
-            let i = ix(side);
-            self.frozen[i].store(true, Ordering::SeqCst);
-            while self.busy[i].load(Ordering::SeqCst) > 0 {
-                nap();
-            }
+    /// Freezes one side after its units in progress end: the evicting
+    /// side first, then the fault side (what runs between the two may
+    /// still fault on the region, not evict).
+    pub(crate) fn freeze_side(&self, side: Side) {
+        let i = ix(side);
+        self.frozen[i].store(true, Ordering::SeqCst);
+        while self.busy[i].load(Ordering::SeqCst) > 0 {
+            nap();
         }
     }
 
@@ -121,7 +120,8 @@ mod tests {
         let freezer = {
             let (g, froze) = (Arc::clone(&g), Arc::clone(&froze));
             std::thread::spawn(move || {
-                g.freeze();
+                g.freeze_side(Side::Evict);
+                g.freeze_side(Side::Handler);
                 froze.store(true, Ordering::SeqCst);
             })
         };

@@ -25,7 +25,8 @@
 //! - `os_thread`: threads made without std's start (which may wait for
 //!   the dynamic loader's lock);
 //! - `workers`, `fork`, `wake_cost`: starting and stopping the threads;
-//!   rebuilding in a forked child; what waking a sleeping thread costs here
+//!   rebuilding in a forked child ([`fork`]'s public calls serve a process
+//!   copy glibc's `fork()` handlers do not see); what waking a sleeping thread costs here
 //!   (the handler's default poll, measured as a region is made);
 //! - `region`: the public [`Region`];
 //! - `own`: which code on a thread is the region's ([`in_own_code`]), for
@@ -50,7 +51,7 @@ mod evict;
 mod evictor;
 mod fault;
 mod follow;
-mod fork;
+pub mod fork;
 mod gate;
 mod handler;
 mod mapping;
