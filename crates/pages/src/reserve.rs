@@ -24,8 +24,20 @@
 //! min watermark the kernel wakes kswapd, which is then at work already,
 //! and serves it all the same; a program's faults take memory down to the
 //! min watermark, so a refill that stopped at the low one would lose every
-//! race to them). Below that it waits ([`FREE_POLL`]) and looks again; it
-//! never faults under pressure. It also runs its caller's `top_up`, for other memory kept
+//! race to them). Below that it waits ([`FREE_POLL`]) and looks again,
+//! with one exception: when no piece at all is ready (writes are failing
+//! for want of one) and the kernel holds cache it can drop without writing
+//! anything ([`cache_droppable_for`]: the swap cache and clean file cache,
+//! at least [`CLEAN_CACHE_BYTES`] beyond the piece), it populates the next
+//! piece anyway, and its fault's reclaim finds the memory in that cache.
+//! On Linux 7.x a page swapped in from a device that is not synchronous
+//! (this process's, over NBD or ublk) keeps its swap-cache copy, tens of
+//! MiB under a swap storm, while free memory sits at the min watermark and
+//! a refill from free memory alone gets nothing. Where there is no such
+//! cache it never faults under pressure: reclaim would have to swap out,
+//! to this very process, through a kernel that may lack the memory to send
+//! the request (a 6.1 guest wedged so, its nbd worker, kswapd and the
+//! program in `mempool_alloc`). It also runs its caller's `top_up`, for other memory kept
 //! ahead the same way. A source that drops gives its pieces back, zeroed.
 //!
 //! Giving pages back to the kernel is impossible in locked memory
@@ -257,17 +269,49 @@ pub fn stats() -> Option<ReserveStats> {
     })
 }
 
-/// `MemFree` of a `/proc/meminfo` text, in bytes.
-fn mem_free_bytes(meminfo: &str) -> Option<u64> {
+/// A field of a `/proc/meminfo` text (`"MemFree"`), in bytes.
+fn meminfo_bytes(meminfo: &str, field: &str) -> Option<u64> {
     let kib: u64 = meminfo
         .lines()
-        .find_map(|l| l.strip_prefix("MemFree:"))?
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
         .trim()
         .strip_suffix("kB")?
         .trim()
         .parse()
         .ok()?;
     Some(kib << 10)
+}
+
+/// `MemFree` of a `/proc/meminfo` text, in bytes.
+fn mem_free_bytes(meminfo: &str) -> Option<u64> {
+    meminfo_bytes(meminfo, "MemFree")
+}
+
+/// What the kernel can free without writing anything, from a
+/// `/proc/meminfo` text: the swap cache and the file cache, less what is
+/// dirty or under writeback. An estimate (mapped pages need unmapping,
+/// a swap-cache page written since its swap-in is dirty), kept only to
+/// tell a kernel with cache to drop from one with none.
+fn clean_cache_bytes(meminfo: &str) -> Option<u64> {
+    let f = |name| meminfo_bytes(meminfo, name);
+    let cache = f("SwapCached")? + f("Active(file)")? + f("Inactive(file)")?;
+    Some(cache.saturating_sub(f("Dirty")? + f("Writeback")?))
+}
+
+/// Clean cache the refill thread needs the kernel to hold before it
+/// populates a piece without free memory for it ([`CLEAN_CACHE_BYTES`]).
+pub const CLEAN_CACHE_BYTES: u64 = 8 << 20;
+
+/// Whether the kernel holds at least [`CLEAN_CACHE_BYTES`] plus `bytes`
+/// of cache it can drop without I/O ([`clean_cache_bytes`]): a fault that
+/// enters reclaim now finds its memory there, not in a swap-out (to this
+/// very process, whose requests the kernel may not even be able to send
+/// for want of memory). `false` when the file cannot be read.
+pub fn cache_droppable_for(bytes: u64) -> bool {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| clean_cache_bytes(&m))
+        .is_some_and(|clean| clean >= CLEAN_CACHE_BYTES + bytes)
 }
 
 /// The sum of every zone's min watermark in a `/proc/zoneinfo` text, in
@@ -305,8 +349,9 @@ pub fn memory_free_for(bytes: u64) -> bool {
 }
 
 /// Starts the thread (named `reserve`) that brings the ready pieces back
-/// to the resident part as they are taken, from free memory only
-/// ([`memory_free_for`]); it runs `setup` first. It must not be a thread
+/// to the resident part as they are taken, from free memory
+/// ([`memory_free_for`]), or, when none is ready, from cache the kernel
+/// can drop ([`cache_droppable_for`]); it runs `setup` first. It must not be a thread
 /// the kernel spares I/O (`PR_SET_IO_FLUSHER`), so that a fault of its own
 /// in a race with the kernel's other allocations is an ordinary one
 /// (`setup` is where the caller clears such a flag). It also runs `top_up`
@@ -342,8 +387,9 @@ impl Reserve {
     }
 
     /// The refill thread's loop: populate a piece whenever fewer than the
-    /// target are ready, address space is left and memory is free; run
-    /// `top_up` after every wake-up.
+    /// target are ready, address space is left and memory is free (or none
+    /// is ready and the kernel has cache to drop); run `top_up` after
+    /// every wake-up.
     fn refill_forever(&self, mut top_up: impl FnMut()) -> ! {
         loop {
             top_up();
@@ -362,9 +408,12 @@ impl Reserve {
                 if !self.wants(&s) {
                     continue;
                 }
-                s.populated
+                (s.populated, s.ready.is_empty())
             };
-            if !memory_free_for(PIECE_BYTES as u64) {
+            let (next, starved) = next;
+            let piece = PIECE_BYTES as u64;
+            let may = memory_free_for(piece) || (starved && cache_droppable_for(piece));
+            if !may {
                 self.lock().waited += 1;
                 std::thread::sleep(FREE_POLL);
                 continue;
@@ -451,6 +500,27 @@ mod tests {
         );
         assert_eq!(min_watermarks_bytes("Node 0, zone DMA\n", 4096), None);
         assert_eq!(min_watermarks_bytes("        min      x\n", 4096), None);
+    }
+
+    #[test]
+    fn the_clean_cache_is_the_swap_and_file_cache_less_what_is_dirty() {
+        // The shape of a 7.3 guest's file during a swap storm.
+        let m = "MemFree:           31000 kB\nActive(file):        120 kB\n\
+                 Inactive(file):      880 kB\nDirty:                40 kB\n\
+                 Writeback:           60 kB\nSwapCached:        65536 kB\n";
+        assert_eq!(clean_cache_bytes(m), Some((65536 + 1000 - 100) << 10));
+        // A 6.1 guest wedged with no cache to drop, its memory locked.
+        let wedged = "Active(file): 0 kB\nInactive(file): 0 kB\nDirty: 0 kB\n\
+                      Writeback: 700 kB\nSwapCached: 716 kB\n";
+        assert_eq!(clean_cache_bytes(wedged), Some(16 << 10));
+        assert!(clean_cache_bytes(wedged).unwrap() < CLEAN_CACHE_BYTES);
+        // A field missing (an older kernel's file, a truncated read).
+        assert_eq!(clean_cache_bytes("SwapCached: 1 kB\n"), None);
+        // A field name that is a prefix of another is not taken for it.
+        assert_eq!(
+            meminfo_bytes("MemFreeX: 5 kB\nMemFree: 7 kB\n", "MemFree"),
+            Some(7 << 10)
+        );
     }
 
     #[cfg_attr(miri, ignore = "Miri reads no /proc")]

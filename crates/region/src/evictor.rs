@@ -229,11 +229,14 @@ fn make_room(sh: &Shared, buf: &mut [u8]) -> usize {
     }
     let hand = sh.hand.load(Ordering::Relaxed);
     let (now, stamp) = (sh.now_ms(), sh.stamp_ms() as u32);
-    if sh
+    if let Some(took) = sh
         .soft_dirty
         .end_epoch_if_due(&sh.table, &sh.mapping, hand, now, stamp)
     {
         Counters::bump(&sh.counters.soft_dirty_epochs);
+        sh.counters
+            .soft_dirty_ns
+            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
     }
     evicted
 }

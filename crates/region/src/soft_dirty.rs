@@ -334,8 +334,9 @@ impl SoftDirty {
     /// has passed half the region's pages since the last clear, and
     /// `MIN_EPOCH_MS` have gone by since it, `now_ms` in the region's
     /// milliseconds): sweeps the resident pages' bits into their flags
-    /// and their stamps (`stamp`), then clears the bits. Returns whether
-    /// the bits were cleared. Called by the evictor.
+    /// and their stamps (`stamp`), then clears the bits. Returns the time
+    /// the sweep and the clear took when the bits were cleared. Called by
+    /// the evictor.
     pub(crate) fn end_epoch_if_due(
         &self,
         table: &PageTable,
@@ -343,7 +344,7 @@ impl SoftDirty {
         hand: usize,
         now_ms: u64,
         stamp: u32,
-    ) -> bool {
+    ) -> Option<std::time::Duration> {
         let (pm, cr) = (
             self.pagemap.load(Ordering::Acquire),
             self.clear_refs.load(Ordering::Acquire),
@@ -353,12 +354,13 @@ impl SoftDirty {
             || hand.wrapping_sub(self.hand_at_clear.load(Ordering::Relaxed)) < table.len() / 2
             || now_ms < self.cleared_ms.load(Ordering::Relaxed) + MIN_EPOCH_MS
         {
-            return false;
+            return None;
         }
+        let start = std::time::Instant::now();
         self.sweep(table, mapping, pm, stamp);
         self.hand_at_clear.store(hand, Ordering::Relaxed);
         self.cleared_ms.store(now_ms, Ordering::Relaxed);
-        clear(cr)
+        clear(cr).then(|| start.elapsed())
     }
 
     /// Turns the epoch's writes into references (and fresh stamps), block

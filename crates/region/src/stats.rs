@@ -151,6 +151,9 @@ pub struct Counters {
     pub written_spared: AtomicU64,
     /// Clears of the process's soft-dirty bits (epochs ended).
     pub soft_dirty_epochs: AtomicU64,
+    /// Nanoseconds the evictor spent ending epochs: the sweeps of the
+    /// bits and the clears.
+    pub soft_dirty_ns: AtomicU64,
     /// Pages the program dropped itself (madvise) or unmapped.
     pub removed_by_program: AtomicU64,
     /// mremap events followed.
@@ -243,6 +246,10 @@ pub struct EvictionStats {
     pub written_spared: u64,
     /// Clears of the process's soft-dirty bits.
     pub soft_dirty_epochs: u64,
+    /// Microseconds the evictor spent ending those epochs (reading the
+    /// bits, then the clear itself; the program's write faults after a
+    /// clear are the program's time, not counted here).
+    pub soft_dirty_us: u64,
 }
 
 /// Where the time of a missing-from-store fault goes, on the thread that
@@ -364,6 +371,7 @@ impl Counters {
             window_spared: l(&self.window_spared),
             written_spared: l(&self.written_spared),
             soft_dirty_epochs: l(&self.soft_dirty_epochs),
+            soft_dirty_us: l(&self.soft_dirty_ns) / 1000,
         };
         let n = l(&self.split_faults).max(1);
         let (d, c, t) = (

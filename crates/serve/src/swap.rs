@@ -11,8 +11,9 @@
 //!   (`pages::reserve`): address space for the exports' `mem_limit`, its
 //!   resident part ([`default_resident`], or `--swap-reserve`) populated
 //!   and locked now, before any device is offered, and a thread that
-//!   brings the ready pieces back to that size from free memory only,
-//!   outside the I/O path; a write that finds no ready piece fails at once
+//!   brings the ready pieces back to that size from free memory (or, when
+//!   none is ready, from cache the kernel can drop without I/O), outside
+//!   the I/O path; a write that finds no ready piece fails at once
 //!   with an error the kernel sees, as the kernel's zram fails a write it
 //!   has no memory for;
 //! - the C heap never gives memory back, never maps a fresh region per

@@ -562,8 +562,10 @@ fn report(cmd: &OsStr, pid: u32, code: i32, secs: f64, stats: &[Value]) -> Strin
     let e = &r["evictions"];
     let refs = if r["soft_dirty"].as_bool() == Some(true) {
         format!(
-            "faults and writes (soft-dirty: {} pages spared for a write, {} clears)",
-            e["written_spared"], e["soft_dirty_epochs"]
+            "faults and writes (soft-dirty: {} pages spared for a write, {} clears taking {:.1} ms)",
+            e["written_spared"],
+            e["soft_dirty_epochs"],
+            e["soft_dirty_us"].as_f64().unwrap_or(0.0) / 1000.0
         )
     } else {
         "faults only (soft-dirty off, or not in this kernel)".to_string()
