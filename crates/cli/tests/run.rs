@@ -105,6 +105,27 @@ fn run_args<'a>(
 
 /// Every process's statistics that `--stats-json` wrote (the command's own
 /// process first).
+/// `workloads/NAME.c` compiled into `dir`; `None` (saying so) without a C
+/// compiler.
+fn compiled(dir: &Path, name: &str) -> Option<PathBuf> {
+    let bin = dir.join(name);
+    let built = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&bin)
+        .arg(root().join(format!("crates/cli/tests/workloads/{name}.c")))
+        .output();
+    match built {
+        Err(e) => {
+            eprintln!("skipped: no C compiler (cc: {e})");
+            None
+        }
+        Ok(o) => {
+            assert!(o.status.success(), "cc failed: {}", text(&o.stderr));
+            Some(bin)
+        }
+    }
+}
+
 fn stats_of(path: &Path) -> Vec<serde_json::Value> {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
@@ -185,19 +206,9 @@ fn a_c_page_trace_gives_the_same_output_in_a_quarter_of_its_memory() {
         return;
     }
     let dir = scratch("trace");
-    let bin = dir.join("page_trace");
-    let built = Command::new("cc")
-        .args(["-O2", "-o"])
-        .arg(&bin)
-        .arg(root().join("crates/cli/tests/workloads/page_trace.c"))
-        .output();
-    match built {
-        Err(e) => {
-            eprintln!("skipped: no C compiler (cc: {e})");
-            return;
-        }
-        Ok(o) => assert!(o.status.success(), "cc failed: {}", text(&o.stderr)),
-    }
+    let Some(bin) = compiled(&dir, "page_trace") else {
+        return;
+    };
     // 16 MiB in one malloc, 100,000 Zipf page accesses, seed 7.
     let args = ["16", "100000", "7"];
     let plain = Command::new(&bin).args(args).output().unwrap();
@@ -394,19 +405,9 @@ fn a_child_made_by_clone_clone3_fork_or_a_raw_fork_sees_its_own_memory() {
         return;
     }
     let dir = scratch("fork-paths");
-    let bin = dir.join("fork_paths");
-    let built = Command::new("cc")
-        .args(["-O2", "-o"])
-        .arg(&bin)
-        .arg(root().join("crates/cli/tests/workloads/fork_paths.c"))
-        .output();
-    match built {
-        Err(e) => {
-            eprintln!("skipped: no C compiler (cc: {e})");
-            return;
-        }
-        Ok(o) => assert!(o.status.success(), "cc failed: {}", text(&o.stderr)),
-    }
+    let Some(bin) = compiled(&dir, "fork_paths") else {
+        return;
+    };
     // 64 MiB under a 16 MiB limit: three quarters of the pages are in the
     // store when each child is made (by fork(), _Fork(), clone() without
     // CLONE_VM, and the raw clone, clone3 and fork system calls). Each
