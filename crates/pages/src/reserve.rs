@@ -25,7 +25,10 @@
 //! and serves it all the same; a program's faults take memory down to the
 //! min watermark, so a refill that stopped at the low one would lose every
 //! race to them). Below that it waits ([`FREE_POLL`]) and looks again,
-//! with one exception: when no piece at all is ready (writes are failing
+//! with one exception, for a caller that asks for it (a device whose
+//! kernel side needs no memory to hand a request over: ublk, not nbd.ko,
+//! whose worker allocates socket buffers for each request it sends): when
+//! no piece at all is ready (writes are failing
 //! for want of one) and the kernel holds cache it can drop without writing
 //! anything ([`cache_droppable_for`]: the swap cache and clean file cache,
 //! at least [`CLEAN_CACHE_BYTES`] beyond the piece), it populates the next
@@ -34,10 +37,13 @@
 //! (this process's, over NBD or ublk) keeps its swap-cache copy, tens of
 //! MiB under a swap storm, while free memory sits at the min watermark and
 //! a refill from free memory alone gets nothing. Where there is no such
-//! cache it never faults under pressure: reclaim would have to swap out,
-//! to this very process, through a kernel that may lack the memory to send
-//! the request (a 6.1 guest wedged so, its nbd worker, kswapd and the
-//! program in `mempool_alloc`). It also runs its caller's `top_up`, for other memory kept
+//! cache, or for other callers, it never faults under pressure: reclaim
+//! would have to swap out, to this very process, through a kernel that
+//! may lack the memory to send the request. Two 6.1 guests over nbd.ko
+//! wedged so: with no cache to drop (the nbd worker, kswapd and the
+//! program in `mempool_alloc`), and with 36 MiB of swap cache that was
+//! itself on its way out (the refill's reclaim writing pages out and
+//! throttled behind them). It also runs its caller's `top_up`, for other memory kept
 //! ahead the same way. A source that drops gives its pieces back, zeroed.
 //!
 //! Giving pages back to the kernel is impossible in locked memory
@@ -350,8 +356,8 @@ pub fn memory_free_for(bytes: u64) -> bool {
 
 /// Starts the thread (named `reserve`) that brings the ready pieces back
 /// to the resident part as they are taken, from free memory
-/// ([`memory_free_for`]), or, when none is ready, from cache the kernel
-/// can drop ([`cache_droppable_for`]); it runs `setup` first. It must not be a thread
+/// ([`memory_free_for`]), or, with `from_cache` and none ready, from cache
+/// the kernel can drop ([`cache_droppable_for`]); it runs `setup` first. It must not be a thread
 /// the kernel spares I/O (`PR_SET_IO_FLUSHER`), so that a fault of its own
 /// in a race with the kernel's other allocations is an ordinary one
 /// (`setup` is where the caller clears such a flag). It also runs `top_up`
@@ -362,6 +368,7 @@ pub fn memory_free_for(bytes: u64) -> bool {
 pub fn start_refill(
     setup: impl FnOnce() + Send + 'static,
     top_up: impl FnMut() + Send + 'static,
+    from_cache: bool,
 ) -> std::io::Result<()> {
     let Some(r) = RESERVE.get() else {
         return Ok(());
@@ -370,7 +377,7 @@ pub fn start_refill(
         .name("reserve".into())
         .spawn(move || {
             setup();
-            r.refill_forever(top_up)
+            r.refill_forever(top_up, from_cache)
         })?;
     Ok(())
 }
@@ -390,7 +397,7 @@ impl Reserve {
     /// target are ready, address space is left and memory is free (or none
     /// is ready and the kernel has cache to drop); run `top_up` after
     /// every wake-up.
-    fn refill_forever(&self, mut top_up: impl FnMut()) -> ! {
+    fn refill_forever(&self, mut top_up: impl FnMut(), from_cache: bool) -> ! {
         loop {
             top_up();
             let next = {
@@ -412,7 +419,8 @@ impl Reserve {
             };
             let (next, starved) = next;
             let piece = PIECE_BYTES as u64;
-            let may = memory_free_for(piece) || (starved && cache_droppable_for(piece));
+            let may =
+                memory_free_for(piece) || (from_cache && starved && cache_droppable_for(piece));
             if !may {
                 self.lock().waited += 1;
                 std::thread::sleep(FREE_POLL);

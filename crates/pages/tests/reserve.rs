@@ -99,7 +99,7 @@ fn sources_carve_from_the_locked_reserve_and_fail_cleanly_past_it() {
     // The refill thread brings the ready pieces back to the resident part
     // from free memory (this machine has plenty), until the address space
     // is used up.
-    reserve::start_refill(|| (), || ()).unwrap();
+    reserve::start_refill(|| (), || (), false).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let err = loop {
         let err = carve(&mut runs);

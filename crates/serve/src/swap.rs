@@ -11,9 +11,9 @@
 //!   (`pages::reserve`): address space for the exports' `mem_limit`, its
 //!   resident part ([`default_resident`], or `--swap-reserve`) populated
 //!   and locked now, before any device is offered, and a thread that
-//!   brings the ready pieces back to that size from free memory (or, when
-//!   none is ready, from cache the kernel can drop without I/O), outside
-//!   the I/O path; a write that finds no ready piece fails at once
+//!   brings the ready pieces back to that size from free memory (or, over
+//!   ublk when none is ready, from cache the kernel can drop without I/O),
+//!   outside the I/O path; a write that finds no ready piece fails at once
 //!   with an error the kernel sees, as the kernel's zram fails a write it
 //!   has no memory for;
 //! - the C heap never gives memory back, never maps a fresh region per
@@ -364,22 +364,25 @@ pub(crate) fn enter(inflight_total: u64, pool_bytes: u64) -> Result<u64, SwapErr
 /// the stall after which the refill thread asks the OOM killer to run
 /// (`None`: never), with `failed_writes` the stores' failed writes so far.
 ///
-/// With `code_on_fault` (a front end that runs its I/O path once before it
-/// announces a device: ublk's `warm_up`), code and constants are locked
-/// as they are touched instead of populated whole.
+/// With `ublk` (the front end runs its I/O path once before it announces
+/// a device, ublk's `warm_up`, and the kernel hands it requests without
+/// allocating, where nbd.ko's worker needs socket buffers), code and
+/// constants are locked as they are touched instead of populated whole,
+/// and the refill may also take droppable cache when no piece is ready
+/// (`pages::reserve::start_refill`).
 pub(crate) fn lock(
     reserve_bytes: u64,
     resident_bytes: u64,
     heap_bytes: u64,
-    code_on_fault: bool,
+    ublk: bool,
     min_free_kbytes_was: u64,
     oom_after: Option<Duration>,
     failed_writes: impl Fn() -> u64 + Send + 'static,
 ) -> Result<SwapMode, SwapError> {
-    if code_on_fault {
+    if ublk {
         drop_code_pages()?;
     }
-    let current = if code_on_fault {
+    let current = if ublk {
         // SAFETY: mlockall only changes how this process's mappings are
         // paged; it has no memory-safety preconditions. With
         // `MCL_ONFAULT` the pages present now and every page faulted in
@@ -428,13 +431,14 @@ pub(crate) fn lock(
                 }
             }
         },
+        ublk,
     )
     .map_err(SwapError::Thread)?;
     Ok(SwapMode {
         reserve_bytes,
         resident_bytes: pages::reserve::stats().map_or(0, |s| s.resident),
         heap_bytes,
-        code_on_fault,
+        code_on_fault: ublk,
         oom_score_adj: OOM_SCORE_ADJ,
         min_free_kbytes: min_free_kbytes().unwrap_or(0),
         min_free_kbytes_was,
