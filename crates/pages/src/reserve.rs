@@ -309,7 +309,7 @@ fn clean_cache_bytes(meminfo: &str) -> Option<u64> {
 pub const CLEAN_CACHE_BYTES: u64 = 8 << 20;
 
 /// Whether the kernel holds at least [`CLEAN_CACHE_BYTES`] plus `bytes`
-/// of cache it can drop without I/O ([`clean_cache_bytes`]): a fault that
+/// of cache it can drop without I/O (`clean_cache_bytes`): a fault that
 /// enters reclaim now finds its memory there, not in a swap-out (to this
 /// very process, whose requests the kernel may not even be able to send
 /// for want of memory). `false` when the file cannot be read.
