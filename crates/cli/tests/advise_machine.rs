@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::holder::{kernel_zram_here, zram_devices, Holder};
-use common::zmem;
+use common::{assert_ok, spawn_zmem, zmem};
 
 /// The tests that add a kernel zram device run one at a time: each counts
 /// the devices before and after.
@@ -27,11 +27,7 @@ fn kernel_devices() -> Option<std::sync::MutexGuard<'static, ()>> {
 }
 
 fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(out);
     String::from_utf8(out.stdout.clone()).unwrap()
 }
 
@@ -119,11 +115,7 @@ fn the_zram_generator_file_makes_its_units() {
         .env("ZRAM_GENERATOR_ROOT", root.path())
         .output()
         .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    assert_ok(&run);
     let unit = std::fs::read_to_string(out_dir.path().join("dev-zram0.swap")).unwrap();
     assert!(unit.contains("What=/dev/zram0"), "{unit}");
     assert!(unit.contains("Priority=100"), "{unit}");
@@ -358,26 +350,21 @@ fn a_process_that_exits_while_watched_is_noted_and_the_rest_kept() {
     let stays = Holder::start("same", 16, Duration::from_secs(60));
     let mut leaves = Holder::start("same", 16, Duration::from_secs(60));
     let (a, b) = (stays.pid().to_string(), leaves.pid().to_string());
-    let child = Command::new(env!("CARGO_BIN_EXE_zmem"))
-        .args([
-            "advise",
-            "--pid",
-            &a,
-            "--pid",
-            &b,
-            "--watch",
-            "4s",
-            "--comp",
-            "lz4",
-            "--latency-reads",
-            "500",
-            "--format",
-            "json",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_zmem(&[
+        "advise",
+        "--pid",
+        &a,
+        "--pid",
+        &b,
+        "--watch",
+        "4s",
+        "--comp",
+        "lz4",
+        "--latency-reads",
+        "500",
+        "--format",
+        "json",
+    ]);
     std::thread::sleep(Duration::from_secs(2));
     leaves.kill();
     let out = child.wait_with_output().unwrap();
@@ -402,21 +389,16 @@ fn an_interrupted_verify_removes_its_kernel_device() {
     let before = zram_devices();
     let h = Holder::start("binaries", 1024, Duration::from_secs(120));
     let pid = h.pid().to_string();
-    let child = Command::new(env!("CARGO_BIN_EXE_zmem"))
-        .args([
-            "advise",
-            "--pid",
-            &pid,
-            "--verify",
-            "--comp",
-            "lz4",
-            "--latency-reads",
-            "500",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_zmem(&[
+        "advise",
+        "--pid",
+        &pid,
+        "--verify",
+        "--comp",
+        "lz4",
+        "--latency-reads",
+        "500",
+    ]);
     // SIGTERM as soon as its device exists, while it writes 1 GiB there.
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while zram_devices().len() == before.len() {

@@ -17,6 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::holder::{kernel_zram_here, mem_available, zram_devices, Holder};
+use common::json;
 
 #[test]
 fn the_prediction_meets_the_kernel_zram_within_two_percent() {
@@ -44,12 +45,7 @@ fn the_prediction_meets_the_kernel_zram_within_two_percent() {
         .output()
         .unwrap();
     let took = start.elapsed();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = json(&out);
     // Every holder is read, each about as large as it says it is (pages
     // it shares with no one; its interpreter's own besides).
     let procs = m["scan"]["processes"].as_array().unwrap();

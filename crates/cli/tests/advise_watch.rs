@@ -19,6 +19,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::holder::Holder;
+use common::json;
 
 #[test]
 #[ignore = "ten minutes long: scripts/test-all runs it beside Miri and fuzz"]
@@ -42,12 +43,7 @@ fn a_ten_minute_watch_finds_the_untouched_half() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = json(&out);
     let points = m["idle"]["points"].as_array().unwrap();
     let ages: Vec<u64> = points
         .iter()

@@ -10,11 +10,11 @@ mod common;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{json, zmem};
+use common::{assert_ok, json, spawn_zmem, zmem};
 
 /// The directories the experiment removes, in its order: the generated
 /// tree has each of them.
@@ -80,11 +80,7 @@ fn not_runnable(tar: &Path) -> Option<String> {
         "100",
         "--no-plot",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let text = String::from_utf8(out.stdout).unwrap();
     let line = text.lines().next().unwrap_or("");
     line.starts_with("exp untar not run: it needs ")
@@ -267,22 +263,19 @@ fn ctrl_c_takes_everything_down() {
         return;
     }
     let before = mounts_with("/zmem-untar.");
-    let child = Command::new(env!("CARGO_BIN_EXE_zmem"))
-        .args(["exp", "untar", "--tar"])
-        .arg(&tar)
-        .args([
-            "--config",
-            "default",
-            "--size",
-            "64M",
-            "--settle-ms",
-            "3000",
-            "--no-plot",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_zmem(&[
+        "exp",
+        "untar",
+        "--tar",
+        tar.to_str().unwrap(),
+        "--config",
+        "default",
+        "--size",
+        "64M",
+        "--settle-ms",
+        "3000",
+        "--no-plot",
+    ]);
     // Wait for its filesystem to be mounted: then every layer is up.
     let deadline = Instant::now() + Duration::from_secs(30);
     let fs_mount = loop {

@@ -5,7 +5,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -441,19 +441,10 @@ fn a_gcore_file_holds_the_same_pages_as_the_live_process() {
     let dir = tmp("gcore");
     let prefix = dir.path().join("core");
     let started = Instant::now();
-    let status = Command::new("gcore")
-        .arg("-o")
-        .arg(&prefix)
-        .arg(holder.pid().to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    let core = PathBuf::from(format!("{}.{}", prefix.display(), holder.pid()));
-    if !status.success() || !core.exists() {
-        eprintln!("skipped: gcore could not dump the process ({status})");
+    let Some(core) = common::corpora::gcore(&prefix, holder.pid()) else {
+        eprintln!("skipped: gcore could not dump the process");
         return;
-    }
+    };
     assert!(started.elapsed() < Duration::from_secs(120));
     let corpus = Corpus::from_paths(std::slice::from_ref(&core), false).unwrap();
     // gcore dumps the whole mapping: untouched pages read as zeros.

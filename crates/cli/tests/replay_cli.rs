@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{report, zmem};
+use common::{assert_ok, report, zmem};
 
 /// A fresh directory of its own for one test, removed when dropped (also
 /// when the test fails).
@@ -52,11 +52,7 @@ fn tree_tar(d: &Path, name: &str) -> PathBuf {
 #[test]
 fn default_corpus_runs_and_says_what_it_used() {
     let out = zmem(&["replay", "--default-size", "4M"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     // The first line says which kernel kernel-compat stands for, the
     // second what was read, by input; the third the corpus.
@@ -861,11 +857,7 @@ fn front_zswap_counts_the_pages_as_zswap_would() {
             .collect::<Vec<_>>(),
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     assert!(text.contains("== zswap/lzo =="), "{text}");
     assert!(text.contains("\nstored_incompressible_pages "), "{text}");
     assert!(text.contains("\nzswap after fill: "), "{text}");

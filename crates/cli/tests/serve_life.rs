@@ -6,7 +6,7 @@ mod serve_common;
 
 use std::time::{Duration, Instant};
 
-use serve_common::{read_export, Zmem, MIB};
+use serve_common::{read_export, serve_usage_error, Zmem, MIB};
 use testkit::clients::{nbdinfo_export_names, raw_go, run_ok, run_tool};
 use testkit::rss::rss_kib_of;
 use testkit::{real_data, require_tools};
@@ -278,24 +278,20 @@ fn serve_swap_needs_a_mem_limit_and_says_what_the_kernel_refused() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("nbd.sock");
     let zmem = env!("CARGO_BIN_EXE_zmem");
-    let out = std::process::Command::new(zmem)
-        .args(["serve", "--swap", "--size", "64M", "--socket"])
-        .arg(&sock)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let sock_arg = sock.to_str().unwrap();
+    let err = serve_usage_error(&["--swap", "--size", "64M", "--socket", sock_arg]);
     assert!(err.contains("--swap needs --mem-limit"), "{err}");
-    let out = std::process::Command::new(zmem)
-        .args(["serve", "--swap", "--size", "64M", "--mem-limit", "16M"])
-        .args(["--swap-reserve", "64M", "--socket"])
-        .arg(&sock)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = serve_usage_error(&[
+        "--swap",
+        "--size",
+        "64M",
+        "--mem-limit",
+        "16M",
+        "--swap-reserve",
+        "64M",
+        "--socket",
+        sock_arg,
+    ]);
     assert!(
         err.contains("--swap-reserve 67108864 is more than"),
         "{err}"

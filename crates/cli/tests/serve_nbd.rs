@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serve_common::{read_export, Zmem, MIB};
+use serve_common::{read_export, serve_usage_error, Zmem, MIB};
 use testkit::clients::{
     assert_write_past_end_refused, nbdinfo_export_names, odd_offsets_model, qemu_io, run_ok,
     run_tool, ODD_OFFSETS,
@@ -44,6 +44,15 @@ fn no_same_pages(mut data: Vec<u8>) -> Vec<u8> {
         page[4088..].copy_from_slice(&(!(i as u64)).to_le_bytes());
     }
     data
+}
+
+/// Copies 4 MiB of real data, no page of it same-filled, onto `export` with
+/// nbdcopy: the data, and the export's mm_stat after.
+fn fill_4_mib(z: &Zmem, export: &str) -> (Vec<u8>, Vec<u64>) {
+    let data = no_same_pages(real_data(4 * MIB));
+    let src = write_file(z, "src.raw", &data);
+    run_ok("nbdcopy", &[&src, &z.uri(export)]);
+    (data, z.mm_stat(export))
 }
 
 #[test]
@@ -266,10 +275,7 @@ fn ctl_reads_and_writes_the_attributes() {
     let exports = z.ctl_ok(&["exports"]);
     assert_eq!(exports.lines().count(), 2, "{exports}");
 
-    let data = no_same_pages(real_data(4 * MIB));
-    let src = write_file(&z, "src.raw", &data);
-    run_ok("nbdcopy", &[&src, &z.uri("x")]);
-    let mm = z.mm_stat("x");
+    let (data, mm) = fill_4_mib(&z, "x");
     assert_eq!(mm[0], 4 * MIB as u64);
     assert!(mm[1] > 0 && mm[2] >= mm[1] && mm[4] >= mm[2], "{mm:?}");
     assert_eq!(z.mm_stat("y")[0], 0, "the other export is untouched");
@@ -839,10 +845,7 @@ fn bench_serve_json(bytes: usize, flags: &[&str]) -> serde_json::Value {
 fn ctl_status_prints_zramctls_table_and_json() {
     require_tools!("nbdcopy");
     let z = Zmem::start(&["--size", "16M", "--export", "x", "--export", "y:1G"]);
-    let data = no_same_pages(real_data(4 * MIB));
-    let src = write_file(&z, "src.raw", &data);
-    run_ok("nbdcopy", &[&src, &z.uri("x")]);
-    let mm = z.mm_stat("x");
+    let (_, mm) = fill_4_mib(&z, "x");
 
     // The default columns, zramctl's order and alignment.
     let table = z.ctl_ok(&["status"]);
@@ -947,13 +950,7 @@ fn a_config_file_sets_the_flags_and_the_command_line_overrides_it() {
 
     // A bad key or value is a one-line usage error naming it.
     std::fs::write(&cfg, "max_connections = 0\n").unwrap();
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_zmem"))
-        .args(["serve", "--config", cfg.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = serve_usage_error(&["--config", cfg.to_str().unwrap()]);
     assert!(err.contains("--max-connections"), "{err}");
 }
 
@@ -986,10 +983,7 @@ fn serve_writeback_compressed_packs_pages_and_reads_them_back() {
     // The name Linux 7.0 released, and the old one as its alias.
     assert_eq!(z.ctl_ok(&["compressed_writeback"]), "1\n");
     assert_eq!(z.ctl_ok(&["writeback_compressed"]), "1\n");
-    let data = no_same_pages(real_data(4 * MIB));
-    let src = write_file(&z, "src.raw", &data);
-    run_ok("nbdcopy", &[&src, &z.uri("w")]);
-    let stored = z.mm_stat("w");
+    let (data, stored) = fill_4_mib(&z, "w");
     z.ctl_ok(&["idle", "all"]);
     z.ctl_ok(&["writeback", "idle"]);
     assert_eq!(z.mm_stat("w")[1], 0, "every page was idle");
@@ -1032,10 +1026,7 @@ fn writeback_and_recompression_through_ctl_read_back_identical() {
     assert_eq!(z.ctl_ok(&["backing_dev"]), format!("{backing}\n"));
     assert_eq!(z.ctl_ok(&["recomp_algorithm"]), "#1: [zstd]\n");
     assert_eq!(z.ctl_ok(&["bd_stat"]), "       0        0        0\n");
-    let data = no_same_pages(real_data(4 * MIB));
-    let src = write_file(&z, "src.raw", &data);
-    run_ok("nbdcopy", &[&src, &z.uri("w")]);
-    let stored = z.mm_stat("w");
+    let (data, stored) = fill_4_mib(&z, "w");
 
     // Recompress idle pages with zstd: smaller, nothing else moves.
     z.ctl_ok(&["idle", "all"]);

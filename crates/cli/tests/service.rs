@@ -38,6 +38,33 @@ fn the_units_verify_without_a_warning() {
 /// Kills the activator (and the server it became) when dropped.
 struct Activated(Child);
 
+impl Activated {
+    /// systemd-socket-activate listening on `sockets` for `zmem serve ARGS`
+    /// (its stderr to `log`), once the first socket exists: the activator
+    /// binds at once; the server starts on the first client.
+    fn start(sockets: &[&Path], args: &[&str], log: std::fs::File) -> Activated {
+        let mut activate = Command::new("systemd-socket-activate");
+        for s in sockets {
+            activate.arg("-l").arg(s);
+        }
+        let child = activate
+            .arg(env!("CARGO_BIN_EXE_zmem"))
+            .arg("serve")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let activated = Activated(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !sockets[0].exists() {
+            assert!(Instant::now() < deadline, "the activator never listened");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        activated
+    }
+}
+
 impl Drop for Activated {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -52,23 +79,11 @@ fn a_socket_activated_server_serves_the_socket_it_was_given() {
     let sock = dir.path().join("nbd.sock");
     let ctl = dir.path().join("ctl.sock");
     let log = std::fs::File::create(dir.path().join("log")).unwrap();
-    let child = Command::new("systemd-socket-activate")
-        .arg("-l")
-        .arg(&sock)
-        .arg(env!("CARGO_BIN_EXE_zmem"))
-        .args(["serve", "--size", "8M", "--ctl-socket"])
-        .arg(&ctl)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let server = Activated(child);
-    // The activator binds at once; the server starts on the first client.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !sock.exists() {
-        assert!(Instant::now() < deadline, "the activator never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let server = Activated::start(
+        &[&sock],
+        &["--size", "8M", "--ctl-socket", ctl.to_str().unwrap()],
+        log,
+    );
     let uri = format!("nbd+unix:///zram0?socket={}", sock.display());
     let list = run_ok("nbdinfo", &["--list", &uri]);
     assert!(list.contains("export=\"zram0\""), "{list}");
@@ -108,23 +123,7 @@ fn two_sockets_from_systemd_are_refused_with_one_line() {
     let (a, b) = (dir.path().join("a.sock"), dir.path().join("b.sock"));
     let log_path = dir.path().join("log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let child = Command::new("systemd-socket-activate")
-        .arg("-l")
-        .arg(&a)
-        .arg("-l")
-        .arg(&b)
-        .arg(env!("CARGO_BIN_EXE_zmem"))
-        .args(["serve", "--size", "8M"])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let _server = Activated(child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !a.exists() {
-        assert!(Instant::now() < deadline, "the activator never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let _server = Activated::start(&[&a, &b], &["--size", "8M"], log);
     // The first client makes the activator start zmem, which refuses.
     let _ = run_tool(
         "nbdinfo",

@@ -206,21 +206,7 @@ fn real_data_is_within_the_lz4_version_tolerance() {
 /// About `bytes` of the system's binaries, whole files in name order, padded
 /// with zeros to whole pages, written to `path`.
 fn usr_bin_cut(path: &Path, bytes: usize) {
-    let mut data = Vec::new();
-    let mut entries: Vec<_> = fs::read_dir("/usr/bin")
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .collect();
-    entries.sort();
-    for p in entries {
-        if data.len() >= bytes {
-            break;
-        }
-        if let Ok(b) = fs::read(&p) {
-            data.extend_from_slice(&b);
-        }
-    }
+    let mut data = common::corpora::usr_bin(bytes);
     data.resize(data.len().div_ceil(PAGE) * PAGE, 0);
     fs::write(path, &data).unwrap();
 }

@@ -29,33 +29,36 @@ pub fn plot_fronts(a: &Advice, stem: &std::path::Path) -> Result<Vec<std::path::
         std::path::PathBuf::from(s)
     };
     let mut files = Vec::new();
-    let write = [Series {
-        name: format!("front: {}", a.pareto_memory_write.join(", ")),
-        points: front(&a.pareto_memory_write, |r| r.compress_mbps),
-    }];
-    let (svg, png) = line_chart(
-        &name("-write"),
-        &Chart {
-            title: "zmem advise: memory against compression speed (Pareto front)",
-            x_label: "mem_used_total for the whole input (MiB)",
-            y_label: "compression, one core (MB/s)",
-            series: &write,
-        },
-    )?;
-    files.extend([svg, png]);
-    let read = [Series {
-        name: format!("front: {}", a.pareto_memory_read.join(", ")),
-        points: front(&a.pareto_memory_read, |r| r.read_p50_us),
-    }];
-    let (svg, png) = line_chart(
-        &name("-read"),
-        &Chart {
-            title: "zmem advise: memory against 4 KiB read latency (Pareto front)",
-            x_label: "mem_used_total for the whole input (MiB)",
-            y_label: "random 4 KiB read, median (us)",
-            series: &read,
-        },
-    )?;
-    files.extend([svg, png]);
+    for (suffix, title, y_label, labels, y) in [
+        (
+            "-write",
+            "zmem advise: memory against compression speed (Pareto front)",
+            "compression, one core (MB/s)",
+            &a.pareto_memory_write,
+            (|r| r.compress_mbps) as fn(&CandidateResult) -> f64,
+        ),
+        (
+            "-read",
+            "zmem advise: memory against 4 KiB read latency (Pareto front)",
+            "random 4 KiB read, median (us)",
+            &a.pareto_memory_read,
+            |r| r.read_p50_us,
+        ),
+    ] {
+        let series = [Series {
+            name: format!("front: {}", labels.join(", ")),
+            points: front(labels, y),
+        }];
+        let (svg, png) = line_chart(
+            &name(suffix),
+            &Chart {
+                title,
+                x_label: "mem_used_total for the whole input (MiB)",
+                y_label,
+                series: &series,
+            },
+        )?;
+        files.extend([svg, png]);
+    }
     Ok(files)
 }

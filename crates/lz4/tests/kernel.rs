@@ -199,12 +199,7 @@ fn shapes() -> Vec<Vec<u8>> {
     }
     for dist in [1, 2, 3, 4, 7, 8, 15, 16, 100, 4000, 65535, 65536, 70000] {
         for len in [4, 5, 18, 19, 270, 271, 300, 1000, 70000] {
-            let mut p = rng.bytes(dist.max(len) + 8);
-            let start = p.len() - dist;
-            let copy: Vec<u8> = (0..len).map(|i| p[start + i % dist]).collect();
-            p.extend(copy);
-            p.extend(rng.bytes(30));
-            v.push(p);
+            v.push(rng.with_copy(dist, len, 30));
         }
     }
     v

@@ -14,19 +14,10 @@ use testkit::SplitMix64 as Rng;
 /// times slower, the short ones only.
 fn shapes() -> Vec<Vec<u8>> {
     let mut rng = Rng(17);
-    let mut v = Vec::new();
-    for n in 0..30 {
-        v.push(rng.bytes(n));
-        v.push(vec![0u8; n]);
-    }
+    let mut v = rng.short_inputs(30);
     for dist in [1, 2, 3, 8, 100, 2000] {
         for len in [4, 15, 19, 300] {
-            let mut p = rng.bytes(dist.max(len) + 8);
-            let start = p.len() - dist;
-            let copy: Vec<u8> = (0..len).map(|i| p[start + i % dist]).collect();
-            p.extend(copy);
-            p.extend(rng.bytes(20));
-            v.push(p);
+            v.push(rng.with_copy(dist, len, 20));
         }
     }
     let mut r = Rng(3);
@@ -76,13 +67,7 @@ fn dictionaries_and_streams_round_trip() {
             .map(<[u8]>::to_vec)
             .collect()
     };
-    let dict: Vec<u8> = pages
-        .iter()
-        .step_by(2)
-        .flatten()
-        .copied()
-        .take(64 * 1024)
-        .collect();
+    let dict = testkit::every_other_page(&pages, 64 * 1024);
     let (fd, hd) = (Dict::new(&dict), HcDict::new(&dict));
     assert!(fd.accepted_by_zram() && hd.accepted_by_zram());
     let mut fast = Compressor::new();

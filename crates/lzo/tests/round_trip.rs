@@ -30,11 +30,7 @@ fn round_trip(c: &mut Compressor, variant: Variant, input: &[u8]) -> Vec<u8> {
 /// kind, matches up to 2049 bytes back, one block.
 fn shapes() -> Vec<Vec<u8>> {
     let mut rng = Rng(17);
-    let mut v = Vec::new();
-    for n in 0..80 {
-        v.push(rng.bytes(n));
-        v.push(vec![0u8; n]);
-    }
+    let mut v = rng.short_inputs(80);
     for lit in [1, 2, 3, 4, 15, 16, 17, 18, 19, 238, 239, 273, 274, 1000] {
         let mut p = rng.bytes(lit);
         p.extend_from_slice(&[0u8; 64]);
@@ -59,12 +55,7 @@ fn shapes() -> Vec<Vec<u8>> {
             if cfg!(miri) && dist > 2049 {
                 continue;
             }
-            let mut p = rng.bytes(dist.max(len) + 8);
-            let start = p.len() - dist;
-            let copy: Vec<u8> = (0..len).map(|i| p[start + i % dist]).collect();
-            p.extend(copy);
-            p.extend(rng.bytes(30));
-            v.push(p);
+            v.push(rng.with_copy(dist, len, 30));
         }
     }
     // Small alphabets make every kind of match; long inputs span blocks.

@@ -438,13 +438,22 @@ fn handshake_rules() {
     assert!(c.is_closed());
 }
 
+/// A 1 MiB memory device as the default export, served with `config`.
+fn mib_served_with(config: Config) -> TestServer {
+    TestServer::start(vec![("", Arc::new(MemDevice::new(MIB)))], config)
+}
+
+/// The same served to at most `max_connections` clients at once.
+fn mib_served_to_at_most(max_connections: usize) -> TestServer {
+    mib_served_with(Config {
+        max_connections,
+        ..Config::default()
+    })
+}
+
 #[test]
 fn connection_limit() {
-    let config = Config {
-        max_connections: 2,
-        ..Config::default()
-    };
-    let ts = TestServer::start(vec![("", Arc::new(MemDevice::new(MIB)))], config);
+    let ts = mib_served_to_at_most(2);
     let a = RawClient::go(&ts.path, "", false, false);
     let _b = RawClient::go(&ts.path, "", false, false);
     let mut s = std::os::unix::net::UnixStream::connect(&ts.path).unwrap();
@@ -473,7 +482,7 @@ fn stalled_handshakes_neither_lock_out_clients_nor_outlive_the_deadline() {
         handshake_timeout: Duration::from_millis(300),
         ..Config::default()
     };
-    let ts = TestServer::start(vec![("", Arc::new(MemDevice::new(MIB)))], config);
+    let ts = mib_served_with(config);
     // Twice as many stalled clients as there are handshake slots: some
     // connect and send nothing, some send their flags and half an option.
     let mut stalled: Vec<std::os::unix::net::UnixStream> = (0..16)
@@ -515,11 +524,7 @@ fn stalled_handshakes_neither_lock_out_clients_nor_outlive_the_deadline() {
 
 #[test]
 fn a_client_finishing_its_handshake_beyond_the_limit_is_refused() {
-    let config = Config {
-        max_connections: 1,
-        ..Config::default()
-    };
-    let ts = TestServer::start(vec![("", Arc::new(MemDevice::new(MIB)))], config);
+    let ts = mib_served_to_at_most(1);
     // `late` starts negotiating while nobody is served; `first` finishes
     // first and takes the only place.
     let mut late = RawClient::connect(&ts.path, hs::C_FIXED_NEWSTYLE | hs::C_NO_ZEROES);

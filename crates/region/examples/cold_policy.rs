@@ -233,30 +233,15 @@ fn main() {
     let mut probing = RegionConfig::new((LIMIT - SLOTS) * ps);
     probing.probation_pages = Some(SLOTS);
     probing.scan_interval = Duration::from_millis(10);
+    let probing_at = |threshold_ms| {
+        let mut c = probing.clone();
+        c.controller = region::ControllerConfig::fixed(Duration::from_millis(threshold_ms));
+        c
+    };
     for (name, cfg) in [
         ("region: clock over faults only", faults_only),
-        ("region: probing, threshold 40 ms", {
-            let mut c = probing.clone();
-            let th = Duration::from_millis(40);
-            c.controller = region::ControllerConfig {
-                initial: th,
-                min: th,
-                max: th,
-                ..region::ControllerConfig::default()
-            };
-            c
-        }),
-        ("region: probing, threshold 200 ms", {
-            let mut c = probing.clone();
-            let th = Duration::from_millis(200);
-            c.controller = region::ControllerConfig {
-                initial: th,
-                min: th,
-                max: th,
-                ..region::ControllerConfig::default()
-            };
-            c
-        }),
+        ("region: probing, threshold 40 ms", probing_at(40)),
+        ("region: probing, threshold 200 ms", probing_at(200)),
     ] {
         if let Some(x) = real(&t, cfg) {
             println!(

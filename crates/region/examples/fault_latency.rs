@@ -195,13 +195,7 @@ fn main() {
     pcfg.probation_pages = Some(n);
     pcfg.fault_service = service;
     pcfg.scan_interval = std::time::Duration::from_millis(10);
-    let t = std::time::Duration::from_secs(4);
-    pcfg.controller = region::ControllerConfig {
-        initial: t,
-        min: t,
-        max: t,
-        ..region::ControllerConfig::default()
-    };
+    pcfg.controller = region::ControllerConfig::fixed(std::time::Duration::from_secs(4));
     let pr = Region::new(len, pcfg).unwrap();
     let pbase = pr.as_ptr();
     // SAFETY: the whole second region, written with the real data.

@@ -39,6 +39,19 @@ impl Default for ControllerConfig {
     }
 }
 
+impl ControllerConfig {
+    /// The defaults with the threshold held at `threshold`: it starts
+    /// there and the bounds allow it no other value.
+    pub fn fixed(threshold: Duration) -> ControllerConfig {
+        ControllerConfig {
+            initial: threshold,
+            min: threshold,
+            max: threshold,
+            ..ControllerConfig::default()
+        }
+    }
+}
+
 /// The largest step, in doublings of the threshold: a raise doubles it, a
 /// cut takes a quarter off (`CUT` of a doubling).
 const MAX_STEP: f64 = 1.0;

@@ -108,6 +108,15 @@ struct UffdioRange {
     len: u64,
 }
 
+impl UffdioRange {
+    fn new(start: usize, len: usize) -> UffdioRange {
+        UffdioRange {
+            start: start as u64,
+            len: len as u64,
+        }
+    }
+}
+
 /// `struct uffdio_register`.
 #[repr(C)]
 struct UffdioRegister {
@@ -396,28 +405,29 @@ impl Uffd {
     /// Registers `[start, start + len)` for missing and write-protect faults.
     pub(crate) fn register(&self, start: usize, len: usize) -> io::Result<()> {
         let mut reg = UffdioRegister {
-            range: UffdioRange {
-                start: start as u64,
-                len: len as u64,
-            },
+            range: UffdioRange::new(start, len),
             mode: REGISTER_MODE_MISSING | REGISTER_MODE_WP,
             ioctls: 0,
         };
         // SAFETY: a valid `struct uffdio_register`.
-        if unsafe { libc::ioctl(self.fd, UFFDIO_REGISTER, &mut reg) } < 0 {
-            return Err(last_err());
-        }
-        Ok(())
+        unsafe { self.ioctl(UFFDIO_REGISTER, &mut reg) }
     }
 
     /// Unregisters a range (waking any thread waiting on it).
     pub(crate) fn unregister(&self, start: usize, len: usize) -> io::Result<()> {
-        let range = UffdioRange {
-            start: start as u64,
-            len: len as u64,
-        };
         // SAFETY: a valid `struct uffdio_range`.
-        if unsafe { libc::ioctl(self.fd, UFFDIO_UNREGISTER, &range) } < 0 {
+        unsafe { self.ioctl(UFFDIO_UNREGISTER, &mut UffdioRange::new(start, len)) }
+    }
+
+    /// `ioctl(fd, request, arg)`; its failure as the error.
+    ///
+    /// # Safety
+    ///
+    /// `arg` is the argument `request` takes, valid for what the kernel
+    /// reads and writes through it.
+    unsafe fn ioctl<T>(&self, request: libc::c_ulong, arg: *mut T) -> io::Result<()> {
+        // SAFETY: the caller's: `arg` is what `request` takes.
+        if unsafe { libc::ioctl(self.fd, request, arg) } < 0 {
             return Err(last_err());
         }
         Ok(())
@@ -462,10 +472,7 @@ impl Uffd {
         };
         // SAFETY: a valid `struct uffdio_copy`; the kernel reads `len` bytes
         // at `src`, which the caller owns.
-        if unsafe { libc::ioctl(self.fd, UFFDIO_COPY, &mut c) } < 0 {
-            return Err(last_err());
-        }
-        Ok(())
+        unsafe { self.ioctl(UFFDIO_COPY, &mut c) }
     }
 
     /// `UFFDIO_ZEROPAGE`: maps the zero page at `dst` (read-only until the
@@ -477,35 +484,23 @@ impl Uffd {
     /// `UFFDIO_ZEROPAGE`, waking the waiters only when `wake`.
     pub(crate) fn zeropage_mode(&self, dst: usize, len: usize, wake: bool) -> io::Result<()> {
         let mut z = UffdioZeropage {
-            range: UffdioRange {
-                start: dst as u64,
-                len: len as u64,
-            },
+            range: UffdioRange::new(dst, len),
             mode: if wake { 0 } else { ZEROPAGE_MODE_DONTWAKE },
             zeropage: 0,
         };
         // SAFETY: a valid `struct uffdio_zeropage`.
-        if unsafe { libc::ioctl(self.fd, UFFDIO_ZEROPAGE, &mut z) } < 0 {
-            return Err(last_err());
-        }
-        Ok(())
+        unsafe { self.ioctl(UFFDIO_ZEROPAGE, &mut z) }
     }
 
     /// Write-protects (`protect`) or unprotects a range. Unprotecting wakes
     /// the threads blocked on its write-protect faults.
     pub(crate) fn write_protect(&self, start: usize, len: usize, protect: bool) -> io::Result<()> {
         let mut wp = UffdioWriteprotect {
-            range: UffdioRange {
-                start: start as u64,
-                len: len as u64,
-            },
+            range: UffdioRange::new(start, len),
             mode: if protect { WRITEPROTECT_MODE_WP } else { 0 },
         };
         // SAFETY: a valid `struct uffdio_writeprotect`.
-        if unsafe { libc::ioctl(self.fd, UFFDIO_WRITEPROTECT, &mut wp) } < 0 {
-            return Err(last_err());
-        }
-        Ok(())
+        unsafe { self.ioctl(UFFDIO_WRITEPROTECT, &mut wp) }
     }
 
     /// `UFFDIO_POISON` of the missing page(s) at `[start, start + len)`:
@@ -517,18 +512,12 @@ impl Uffd {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         let mut p = UffdioPoison {
-            range: UffdioRange {
-                start: start as u64,
-                len: len as u64,
-            },
+            range: UffdioRange::new(start, len),
             mode: 0,
             updated: 0,
         };
         // SAFETY: a valid `struct uffdio_poison`.
-        if unsafe { libc::ioctl(self.fd, UFFDIO_POISON, &mut p) } < 0 {
-            return Err(last_err());
-        }
-        Ok(())
+        unsafe { self.ioctl(UFFDIO_POISON, &mut p) }
     }
 
     /// Whether this process's userfaultfds were opened with
@@ -539,15 +528,8 @@ impl Uffd {
 
     /// Wakes the threads waiting on faults in a range; they fault again.
     pub(crate) fn wake(&self, start: usize, len: usize) -> io::Result<()> {
-        let range = UffdioRange {
-            start: start as u64,
-            len: len as u64,
-        };
         // SAFETY: a valid `struct uffdio_range`.
-        if unsafe { libc::ioctl(self.fd, UFFDIO_WAKE, &range) } < 0 {
-            return Err(last_err());
-        }
-        Ok(())
+        unsafe { self.ioctl(UFFDIO_WAKE, &mut UffdioRange::new(start, len)) }
     }
 
     /// Reads up to `out.len()` messages without blocking; 0 when none.

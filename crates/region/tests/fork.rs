@@ -9,7 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use common::{check, check_pages, fill, fill_pages, region_or_skip, Deadline, Ptr, Rng};
+use common::{
+    check, check_pages, fill, fill_pages, filled_region, region_or_skip, spawn_page_readers,
+    Deadline, Ptr, Rng,
+};
 use region::{FaultService, Region, RegionConfig};
 
 const MIB: usize = 1 << 20;
@@ -36,6 +39,17 @@ fn fork_and_check(body: impl FnOnce()) -> libc::c_int {
     // SAFETY: waits for our child.
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
     status
+}
+
+/// Every child's wait status (as [`fork_and_check`] returns them) is a
+/// plain exit with code 0.
+fn assert_children_exited_0(statuses: &[libc::c_int]) {
+    for (k, st) in statuses.iter().enumerate() {
+        assert!(
+            libc::WIFEXITED(*st) && libc::WEXITSTATUS(*st) == 0,
+            "child {k}: wait status {st:#x}"
+        );
+    }
 }
 
 /// In a child: every page holds `(i, version)`; then rewrites them all with
@@ -112,32 +126,13 @@ fn forks_while_a_thread_looks_up_the_address_never_hang() {
 
 fn forked_while_threads_fault(cfg: RegionConfig) {
     let _d = Deadline::new("fork", 120);
-    let Some(r) = region_or_skip(16 * MIB, cfg) else {
+    let Some((r, n)) = filled_region(16 * MIB, cfg, 1) else {
         return;
     };
-    let ps = region::page_size();
-    let n = r.len() / ps;
     let base = Ptr(r.as_ptr());
-    fill_pages(base.0, n, 1);
     assert!(r.stats().stored_pages as usize > n / 2);
     let stop = Arc::new(AtomicBool::new(false));
-    let readers: Vec<_> = (0..4)
-        .map(|t| {
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                let base = base;
-                let mut rng = Rng(77 + t);
-                let mut reads = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let i = rng.below(n as u64) as usize;
-                    // SAFETY: page i.
-                    assert_eq!(check(unsafe { base.0.add(i * ps) }, ps), (i as u64, 1));
-                    reads += 1;
-                }
-                reads
-            })
-        })
-        .collect();
+    let readers = spawn_page_readers(base, n, 1, 4, 77, &stop);
     let r = Arc::new(r);
     // Fork from a thread of its own, five times, while the readers fault.
     let r2 = Arc::clone(&r);
@@ -152,12 +147,7 @@ fn forked_while_threads_fault(cfg: RegionConfig) {
     let statuses = forker.join().unwrap();
     stop.store(true, Ordering::Relaxed);
     let reads: u64 = readers.into_iter().map(|h| h.join().unwrap()).sum();
-    for (k, st) in statuses.iter().enumerate() {
-        assert!(
-            libc::WIFEXITED(*st) && libc::WEXITSTATUS(*st) == 0,
-            "child {k}: wait status {st:#x}"
-        );
-    }
+    assert_children_exited_0(&statuses);
     // The parent's pages are its own still.
     check_pages(base.0, n, 1);
     let s = r.stats();
@@ -272,12 +262,7 @@ fn stress_1g_region(cfg: RegionConfig) {
     }
     stop.store(true, Ordering::Relaxed);
     let ops: u64 = workers.into_iter().map(|h| h.join().unwrap()).sum();
-    for (k, st) in statuses.iter().enumerate() {
-        assert!(
-            libc::WIFEXITED(*st) && libc::WEXITSTATUS(*st) == 0,
-            "child {k}: wait status {st:#x}"
-        );
-    }
+    assert_children_exited_0(&statuses);
     for i in (0..n).step_by(7) {
         // SAFETY: page i.
         let (idx, v) = check(unsafe { base.0.add(i * ps) }, ps);

@@ -7,7 +7,7 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{check, config, fill_pages, in_both_services, ps, region_or_skip, Deadline, Ptr, Rng};
+use common::{config, filled_region, in_both_services, ps, read_random_pages, Deadline, Ptr, Rng};
 use region::FaultService;
 
 const MIB: usize = 1 << 20;
@@ -25,26 +25,18 @@ in_both_services!(
 /// the handler inside it.
 fn forks_while_dropping_with(service: FaultService) {
     let _d = Deadline::new("forks_while_dropping", 60);
-    let Some(r) = region_or_skip(16 * MIB, config(service, 2 * MIB)) else {
+    let Some((r, n)) = filled_region(16 * MIB, config(service, 2 * MIB), 1) else {
         return;
     };
     let ps = ps();
-    let n = r.len() / ps;
     let base = Ptr(r.as_ptr());
-    fill_pages(base.0, n, 1);
     let stop = AtomicBool::new(false);
     let mut forks = 0;
     std::thread::scope(|s| {
         for t in 0..3u64 {
             let (base, stop) = (&base, &stop);
-            s.spawn(move || {
-                let mut rng = Rng(0x1234 + t);
-                while !stop.load(Ordering::Relaxed) {
-                    let i = rng.below(n as u64 / 2) as usize;
-                    // SAFETY: page i of the half nobody drops.
-                    assert_eq!(check(unsafe { base.0.add(i * ps) }, ps), (i as u64, 1));
-                }
-            });
+            // The half nobody drops.
+            s.spawn(move || read_random_pages(*base, n / 2, 1, &mut Rng(0x1234 + t), stop));
         }
         let (base, stop) = (&base, &stop);
         s.spawn(move || {

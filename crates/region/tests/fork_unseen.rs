@@ -19,7 +19,7 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::{check, check_pages, fill_pages, region_or_skip, Deadline, Ptr, Rng};
+use common::{check_pages, fill_pages, filled_region, spawn_page_readers, Deadline, Ptr};
 use region::RegionConfig;
 
 const MIB: usize = 1 << 20;
@@ -27,29 +27,14 @@ const MIB: usize = 1 << 20;
 #[test]
 fn a_raw_clone_between_the_public_steps_gives_the_child_its_own_copy() {
     let _d = Deadline::new("fork_unseen", 120);
-    let Some(r) = region_or_skip(16 * MIB, RegionConfig::new(2 * MIB)) else {
+    let Some((r, n)) = filled_region(16 * MIB, RegionConfig::new(2 * MIB), 1) else {
         return;
     };
     let ps = region::page_size();
-    let n = r.len() / ps;
     let base = Ptr(r.as_ptr());
-    fill_pages(base.0, n, 1);
     assert!(r.stats().stored_pages as usize > n / 2);
     let stop = Arc::new(AtomicBool::new(false));
-    let readers: Vec<_> = (0..2)
-        .map(|t| {
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                let base = base;
-                let mut rng = Rng(91 + t);
-                while !stop.load(Ordering::Relaxed) {
-                    let i = rng.below(n as u64) as usize;
-                    // SAFETY: page i.
-                    assert_eq!(check(unsafe { base.0.add(i * ps) }, ps), (i as u64, 1));
-                }
-            })
-        })
-        .collect();
+    let readers = spawn_page_readers(base, n, 1, 2, 91, &stop);
     for k in 0..5 {
         // The first page is long evicted: the fill went on past the limit.
         let page = base.0.wrapping_add(k * ps);

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    check, check_pages, config, fill, fill_pages, in_both_services, is_zero, ps, region_or_skip,
-    reserve, Deadline, Ptr, Rng,
+    check, check_pages, config, fill, fill_pages, filled_region, in_both_services, is_zero, ps,
+    region_or_skip, reserve, Deadline, Ptr, Rng,
 };
 use region::{
     ControllerConfig, FaultService, Region, RegionConfig, RegionError, UffdMode, UffdOpen,
@@ -109,13 +109,11 @@ fn the_handler_follows_a_lone_faulting_thread() {
     let _d = Deadline::new("the_handler_follows", 60);
     let mut cfg = RegionConfig::new(2 * MIB);
     cfg.handler_follows = true;
-    let Some(r) = region_or_skip(32 * MIB, cfg) else {
+    let Some((r, n)) = filled_region(32 * MIB, cfg, 0) else {
         return;
     };
     let ps = ps();
-    let n = r.len() / ps;
     let base = r.as_ptr();
-    fill_pages(base, n, 0);
     // Faults from this thread alone for at least a few periods; again
     // while other work keeps the machine busy (the handler does not
     // follow then), up to five times.
@@ -224,13 +222,11 @@ in_both_services!(
 
 fn many_threads_fault_random_pages_with_checksums_with(service: FaultService) {
     let _d = Deadline::new("many_threads", 120);
-    let Some(r) = region_or_skip(32 * MIB, config(service, 2 * MIB)) else {
+    let Some((r, n)) = filled_region(32 * MIB, config(service, 2 * MIB), 0) else {
         return;
     };
     let ps = ps();
-    let n = r.len() / ps;
     let base = Ptr(r.as_ptr());
-    fill_pages(base.0, n, 0);
     const THREADS: usize = 8;
     let handles: Vec<_> = (0..THREADS)
         .map(|t| {
@@ -354,13 +350,11 @@ in_both_services!(
 
 fn madvise_dontneed_reads_zeros_and_frees_the_stored_copies_with(service: FaultService) {
     let _d = Deadline::new("madvise_dontneed", 60);
-    let Some(r) = region_or_skip(8 * MIB, config(service, 8 * MIB)) else {
+    let Some((r, n)) = filled_region(8 * MIB, config(service, 8 * MIB), 7) else {
         return;
     };
     let ps = ps();
-    let n = r.len() / ps;
     let base = r.as_ptr();
-    fill_pages(base, n, 7);
     // Pages 0..n/2 go to the store; n/4..3n/4 are then dropped by the
     // program: half of them stored, half resident.
     assert_eq!(r.cold(0..n / 2 * ps).unwrap(), n / 2);
@@ -769,13 +763,7 @@ fn probation_race_with(service: FaultService) {
     let mut c = config(service, len);
     c.probation_pages = Some(512);
     c.scan_interval = Duration::from_millis(1);
-    let t = Duration::from_millis(2);
-    c.controller = ControllerConfig {
-        initial: t,
-        min: t,
-        max: t,
-        ..ControllerConfig::default()
-    };
+    c.controller = ControllerConfig::fixed(Duration::from_millis(2));
     let Some(r) = region_or_skip(len, c) else {
         return;
     };
@@ -822,13 +810,11 @@ in_both_services!(
 
 fn munmap_of_part_drops_those_pages_with(service: FaultService) {
     let _d = Deadline::new("munmap_part", 60);
-    let Some(r) = region_or_skip(4 * MIB, config(service, 4 * MIB)) else {
+    let Some((r, n)) = filled_region(4 * MIB, config(service, 4 * MIB), 1) else {
         return;
     };
     let ps = ps();
-    let n = r.len() / ps;
     let base = r.as_ptr();
-    fill_pages(base, n, 1);
     r.cold(0..r.len()).unwrap();
     // SAFETY: the program unmaps the last quarter of the region.
     let rc = unsafe { libc::munmap(base.add(3 * n / 4 * ps).cast(), n / 4 * ps) };
@@ -969,13 +955,10 @@ fn store_faults_are_timed_part_by_part_in_a_sample() {
 #[test]
 fn hints_move_pages_and_stats_are_json() {
     let _d = Deadline::new("hints", 60);
-    let Some(r) = region_or_skip(4 * MIB, RegionConfig::new(4 * MIB)) else {
+    let Some((r, n)) = filled_region(4 * MIB, RegionConfig::new(4 * MIB), 2) else {
         return;
     };
-    let ps = ps();
-    let n = r.len() / ps;
     let base = r.as_ptr();
-    fill_pages(base, n, 2);
     assert_eq!(r.cold(0..r.len()).unwrap(), n);
     assert_eq!(r.stats().stored_pages as usize, n);
     assert_eq!(r.willneed(0..r.len() / 2).unwrap(), n / 2);
@@ -997,20 +980,13 @@ fn untouched_pages_are_probed_then_compressed() {
     let _d = Deadline::new("age_eviction", 60);
     let mut cfg = RegionConfig::new(MIB);
     cfg.scan_interval = Duration::from_millis(20);
-    cfg.controller = ControllerConfig {
-        initial: Duration::from_millis(200),
-        min: Duration::from_millis(200),
-        max: Duration::from_millis(200),
-        ..ControllerConfig::default()
-    };
+    cfg.controller = ControllerConfig::fixed(Duration::from_millis(200));
     cfg.probation_pages = Some(64);
-    let Some(r) = region_or_skip(MIB, cfg) else {
+    let Some((r, n)) = filled_region(MIB, cfg, 4) else {
         return;
     };
     let ps = ps();
-    let n = r.len() / ps;
     let base = r.as_ptr();
-    fill_pages(base, n, 4);
     // Keep the first eight pages in use by touching them (a probe's fault
     // brings each back from its probation copy).
     let end = std::time::Instant::now() + Duration::from_secs(3);

@@ -7,13 +7,15 @@
 //! ([`clients`]), whether a server closed a raw connection
 //! ([`peer_closed`]), real data ([`real_data`]), incompressible bytes
 //! ([`noise`]), seeded generators and object contents ([`Rng`],
-//! [`SplitMix64`], [`pattern`]), reading the process's resident set ([`rss`]),
-//! TLS certificates made with `openssl` ([`certs`]), commands run in a qemu
-//! guest with a kernel of its own ([`vm`]), the kernel's own C code built
-//! as a test oracle ([`kernel_oracle`]), the workspace as cargo and the
-//! file tree describe it ([`workspace`]), and the harness both C libraries'
-//! tests build, run and install their library with ([`clib`]). What is about
-//! one crate (a test server, the `zmem` binary) stays in that crate's tests.
+//! [`SplitMix64`] and the compressor test inputs it makes, [`pattern`]), a
+//! dictionary made of pages ([`every_other_page`]), reading the process's
+//! resident set ([`rss`]), TLS certificates made with `openssl`
+//! ([`certs`]), commands run in a qemu guest with a kernel of its own
+//! ([`vm`]), the kernel's own C code built as a test oracle
+//! ([`kernel_oracle`]), the workspace as cargo and the file tree describe
+//! it ([`workspace`]), and the harness both C libraries' tests build, run
+//! and install their library with ([`clib`]). What is about one crate (a
+//! test server, the `zmem` binary) stays in that crate's tests.
 
 pub mod certs;
 pub mod clib;
@@ -120,6 +122,18 @@ pub fn pattern(id: u64, len: usize) -> Vec<u8> {
     (0..len).map(|_| rng.next_u64() as u8).collect()
 }
 
+/// A dictionary for compressor tests: every other page of `pages` (the
+/// first, the third, ...), concatenated and cut to `max` bytes.
+pub fn every_other_page(pages: &[Vec<u8>], max: usize) -> Vec<u8> {
+    pages
+        .iter()
+        .step_by(2)
+        .flatten()
+        .copied()
+        .take(max)
+        .collect()
+}
+
 /// splitmix64, a seeded source of bytes and positions for tests whose data
 /// must not depend on the seed's bit pattern (any seed, 0 included).
 #[derive(Clone, Debug)]
@@ -150,5 +164,28 @@ impl SplitMix64 {
     /// `n` bytes, one draw a byte (its low byte).
     pub fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next_u64() as u8).collect()
+    }
+
+    /// Compressor test inputs: for each length below `n`, that many random
+    /// bytes and as many zeros.
+    pub fn short_inputs(&mut self, n: usize) -> Vec<Vec<u8>> {
+        let mut v = Vec::new();
+        for len in 0..n {
+            v.push(self.bytes(len));
+            v.push(vec![0u8; len]);
+        }
+        v
+    }
+
+    /// A compressor test input: `dist.max(len) + 8` random bytes, a copy of
+    /// the `len` bytes from `dist` back (repeating itself where `len >
+    /// dist`), then `tail` random bytes.
+    pub fn with_copy(&mut self, dist: usize, len: usize, tail: usize) -> Vec<u8> {
+        let mut p = self.bytes(dist.max(len) + 8);
+        let start = p.len() - dist;
+        let copy: Vec<u8> = (0..len).map(|i| p[start + i % dist]).collect();
+        p.extend(copy);
+        p.extend(self.bytes(tail));
+        p
     }
 }

@@ -1256,7 +1256,7 @@ fn tables(a: &Advice) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
 
     use super::*;
@@ -1313,13 +1313,7 @@ mod tests {
 
     #[test]
     fn advice_ranks_by_memory_and_every_figure_is_measured() {
-        let c = corpus(256);
-        let opts = AdviseOptions {
-            latency_reads: 200,
-            kernel: KernelCompat::given(Algorithm::LzoRle),
-            ..AdviseOptions::default()
-        };
-        let s = sample(&c, &opts).unwrap();
+        let (opts, s) = sampled_on(256, Algorithm::LzoRle);
         let cands = vec![
             Candidate::new(Algorithm::Lz4, 1),
             Candidate::new(Algorithm::LzoRle, 1),
@@ -1399,13 +1393,7 @@ mod tests {
     /// names the kernel.
     #[test]
     fn what_zram_would_use_is_kernel_compat_with_the_kernels_compressor() {
-        let c = corpus(128);
-        let opts = AdviseOptions {
-            latency_reads: 200,
-            kernel: KernelCompat::given(Algorithm::Lz4),
-            ..AdviseOptions::default()
-        };
-        let s = sample(&c, &opts).unwrap();
+        let (opts, s) = sampled_on(128, Algorithm::Lz4);
         let a = advise("t".into(), &s, &[Candidate::new(Algorithm::Zstd, 3)], &opts).unwrap();
         let z = &a.zram_default;
         assert_eq!(z.comp, Algorithm::Lz4);
@@ -1451,9 +1439,32 @@ mod tests {
         );
     }
 
+    /// The sample of `pages` synthetic pages, and the options it was taken
+    /// with: 200 reads each, on a kernel whose zram defaults to `kernel`.
+    fn sampled_on(pages: usize, kernel: Algorithm) -> (AdviseOptions, Sample) {
+        let opts = AdviseOptions {
+            latency_reads: 200,
+            kernel: KernelCompat::given(kernel),
+            ..AdviseOptions::default()
+        };
+        let s = sample(&corpus(pages), &opts).unwrap();
+        (opts, s)
+    }
+
     fn result(label: &str, mem: u64, read: f64) -> CandidateResult {
+        measured(Candidate::new(Algorithm::Lz4, 1), label, mem, read)
+    }
+
+    /// `candidate`'s result as `label` with `mem` bytes of memory and
+    /// `read` microseconds per read; every other figure the same for all.
+    pub(crate) fn measured(
+        candidate: Candidate,
+        label: &str,
+        mem: u64,
+        read: f64,
+    ) -> CandidateResult {
         CandidateResult {
-            candidate: Candidate::new(Algorithm::Lz4, 1),
+            candidate,
             label: label.into(),
             ratio: 2.0,
             compress_mbps: 100.0,

@@ -49,31 +49,25 @@ struct Fields {
 }
 
 impl Fields {
-    fn u16(self, b: &[u8], at: usize) -> u16 {
-        let v = [b[at], b[at + 1]];
+    /// The `N` bytes at `at`, least significant first.
+    fn le_bytes<const N: usize>(self, b: &[u8], at: usize) -> [u8; N] {
+        let mut v: [u8; N] = b[at..at + N].try_into().expect("N bytes");
         if self.big {
-            u16::from_be_bytes(v)
-        } else {
-            u16::from_le_bytes(v)
+            v.reverse();
         }
+        v
+    }
+
+    fn u16(self, b: &[u8], at: usize) -> u16 {
+        u16::from_le_bytes(self.le_bytes(b, at))
     }
 
     fn u32(self, b: &[u8], at: usize) -> u32 {
-        let v: [u8; 4] = b[at..at + 4].try_into().expect("four bytes");
-        if self.big {
-            u32::from_be_bytes(v)
-        } else {
-            u32::from_le_bytes(v)
-        }
+        u32::from_le_bytes(self.le_bytes(b, at))
     }
 
     fn u64(self, b: &[u8], at: usize) -> u64 {
-        let v: [u8; 8] = b[at..at + 8].try_into().expect("eight bytes");
-        if self.big {
-            u64::from_be_bytes(v)
-        } else {
-            u64::from_le_bytes(v)
-        }
+        u64::from_le_bytes(self.le_bytes(b, at))
     }
 
     /// A word of the ELF class: 8 bytes in ELF64, 4 in ELF32.

@@ -989,20 +989,8 @@ mod tests {
     use zcomp::Algorithm;
 
     fn result(comp: Algorithm, level: i32, mem: u64, read: f64) -> CandidateResult {
-        CandidateResult {
-            candidate: Candidate::new(comp, level),
-            label: format!("{} {level}", comp.name()),
-            ratio: 2.0,
-            compress_mbps: 100.0,
-            decompress_mbps: 100.0,
-            mem_used_total: mem,
-            compr_data_size: mem,
-            predicted_mem_used_total: mem,
-            sampling_error_pct: 1.0,
-            read_p50_us: read,
-            read_p99_us: read,
-            sizes: Vec::new(),
-        }
+        let label = format!("{} {level}", comp.name());
+        crate::advise::tests::measured(Candidate::new(comp, level), &label, mem, read)
     }
 
     #[test]

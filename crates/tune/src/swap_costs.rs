@@ -488,24 +488,38 @@ mod tests {
         assert!(measure_until_settled(1000, 5, &mut Rng::new(1, 2), |_, _| false).is_none());
     }
 
-    /// A store with a few pages written in many slots: the reads time the
-    /// written pages, not the empty slots around them.
-    #[test]
-    fn only_the_written_pages_are_timed() {
+    /// A default-mode zsmalloc store of `comp` at `level` with `slots` 4 KiB
+    /// pages, its first 64 written: byte `k` of page `i` is `byte(i, k)`.
+    fn store_of_64_pages(
+        comp: zcomp::Algorithm,
+        level: i32,
+        slots: u64,
+        byte: impl Fn(u64, usize) -> u8,
+    ) -> zram::Store {
         let spec = crate::advise::spec_for(
-            &crate::advise::Candidate::new(zcomp::Algorithm::Deflate, 6),
+            &crate::advise::Candidate::new(comp, level),
             "zsmalloc",
             zsmalloc::Mode::Default,
             4096,
         );
-        let store = spec.open(65536 * 4096).unwrap();
+        let store = spec.open(slots * 4096).unwrap();
         let mut page = vec![0u8; 4096];
         for i in 0..64u64 {
             for (k, b) in page.iter_mut().enumerate() {
-                *b = b"some text to decompress, "[(k * 7 + i as usize + k / 97) % 25];
+                *b = byte(i, k);
             }
             store.write_page(i, &page).unwrap();
         }
+        store
+    }
+
+    /// A store with a few pages written in many slots: the reads time the
+    /// written pages, not the empty slots around them.
+    #[test]
+    fn only_the_written_pages_are_timed() {
+        let store = store_of_64_pages(zcomp::Algorithm::Deflate, 6, 65536, |i, k| {
+            b"some text to decompress, "[(k * 7 + i as usize + k / 97) % 25]
+        });
         let written = measure(&store, 64, 1).store_read_us;
         let everywhere = measure(&store, store.disk_pages(), 1).store_read_us;
         assert!(
@@ -516,20 +530,9 @@ mod tests {
 
     #[test]
     fn a_store_of_compressible_pages_gets_page_cluster_zero_and_a_reason() {
-        let spec = crate::advise::spec_for(
-            &crate::advise::Candidate::new(zcomp::Algorithm::Lz4, 1),
-            "zsmalloc",
-            zsmalloc::Mode::Default,
-            4096,
-        );
-        let store = spec.open(64 * 4096).unwrap();
-        let mut page = vec![0u8; 4096];
-        for i in 0..64u64 {
-            for (k, b) in page.iter_mut().enumerate() {
-                *b = ((k as u64 * 7 + i) % 251) as u8 ^ (k / 64) as u8;
-            }
-            store.write_page(i, &page).unwrap();
-        }
+        let store = store_of_64_pages(zcomp::Algorithm::Lz4, 1, 64, |i, k| {
+            ((k as u64 * 7 + i) % 251) as u8 ^ (k / 64) as u8
+        });
         let c = measure(&store, 64, 1);
         assert!(c.store_read_us > 0.0 && c.store_read8_us > c.store_read_us);
         assert!(c.store_cost.unwrap().rounds >= MIN_ROUNDS);

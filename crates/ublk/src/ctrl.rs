@@ -84,14 +84,8 @@ impl Control {
     /// flags.
     pub fn get_features(&mut self) -> io::Result<u64> {
         let mut features: u64 = 0;
-        let cmd = sys::CtrlCmd {
-            dev_id: u32::MAX,
-            queue_id: u16::MAX,
-            len: size_of::<u64>() as u16,
-            addr: &mut features as *mut u64 as u64,
-            ..Default::default()
-        };
-        self.command(sys::U_CMD_GET_FEATURES, cmd)?;
+        // No device: the driver's.
+        self.command(sys::U_CMD_GET_FEATURES, buffer_cmd(u32::MAX, &mut features))?;
         Ok(features)
     }
 
@@ -99,26 +93,16 @@ impl Control {
     /// (`dev_id` `u32::MAX` for any free number), which the driver
     /// updates: the id, the flags it forces, its limits.
     pub fn add_dev(&mut self, info: &mut sys::CtrlDevInfo) -> io::Result<()> {
-        let cmd = sys::CtrlCmd {
-            dev_id: info.dev_id,
-            queue_id: u16::MAX,
-            len: size_of::<sys::CtrlDevInfo>() as u16,
-            addr: info as *mut sys::CtrlDevInfo as u64,
-            ..Default::default()
-        };
+        let cmd = buffer_cmd(info.dev_id, info);
         self.command(sys::U_CMD_ADD_DEV, cmd).map(drop)
     }
 
     /// SET_PARAMS: the device's sizes and limits, before START_DEV.
     pub fn set_params(&mut self, dev_id: u32, params: &sys::Params) -> io::Result<()> {
-        let cmd = sys::CtrlCmd {
-            dev_id,
-            queue_id: u16::MAX,
-            len: size_of::<sys::Params>() as u16,
-            addr: params as *const sys::Params as u64,
-            ..Default::default()
-        };
-        self.command(sys::U_CMD_SET_PARAMS, cmd).map(drop)
+        // The driver only reads the parameters.
+        let params = (params as *const sys::Params).cast_mut();
+        self.command(sys::U_CMD_SET_PARAMS, buffer_cmd(dev_id, params))
+            .map(drop)
     }
 
     /// GET_PARAMS: the parameters in force (with the device numbers).
@@ -127,14 +111,7 @@ impl Control {
             len: size_of::<sys::Params>() as u32,
             ..Default::default()
         };
-        let cmd = sys::CtrlCmd {
-            dev_id,
-            queue_id: u16::MAX,
-            len: size_of::<sys::Params>() as u16,
-            addr: &mut params as *mut sys::Params as u64,
-            ..Default::default()
-        };
-        self.command(sys::U_CMD_GET_PARAMS, cmd)?;
+        self.command(sys::U_CMD_GET_PARAMS, buffer_cmd(dev_id, &mut params))?;
         Ok(params)
     }
 
@@ -145,11 +122,8 @@ impl Control {
         // SAFETY: cpu_set_t is a plain bit array; all zeros is the empty set.
         let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
         let cmd = sys::CtrlCmd {
-            dev_id,
             queue_id: q_id,
-            len: size_of::<libc::cpu_set_t>() as u16,
-            addr: &mut set as *mut libc::cpu_set_t as u64,
-            ..Default::default()
+            ..buffer_cmd(dev_id, &mut set)
         };
         self.command(sys::U_CMD_GET_QUEUE_AFFINITY, cmd)?;
         Ok(set)
@@ -158,14 +132,7 @@ impl Control {
     /// GET_DEV_INFO: the device's state, queues, owner and server pid.
     pub fn get_dev_info(&mut self, dev_id: u32) -> io::Result<sys::CtrlDevInfo> {
         let mut info = sys::CtrlDevInfo::default();
-        let cmd = sys::CtrlCmd {
-            dev_id,
-            queue_id: u16::MAX,
-            len: size_of::<sys::CtrlDevInfo>() as u16,
-            addr: &mut info as *mut sys::CtrlDevInfo as u64,
-            ..Default::default()
-        };
-        self.command(sys::U_CMD_GET_DEV_INFO, cmd)?;
+        self.command(sys::U_CMD_GET_DEV_INFO, buffer_cmd(dev_id, &mut info))?;
         Ok(info)
     }
 
@@ -173,10 +140,8 @@ impl Control {
     /// then creates /dev/ublkbN served by process `pid`.
     pub fn start_dev(&mut self, dev_id: u32, pid: i32) -> io::Result<()> {
         let cmd = sys::CtrlCmd {
-            dev_id,
-            queue_id: u16::MAX,
             data: [pid as u64],
-            ..Default::default()
+            ..device_cmd(dev_id)
         };
         self.command(sys::U_CMD_START_DEV, cmd).map(drop)
     }
@@ -184,22 +149,34 @@ impl Control {
     /// STOP_DEV: removes /dev/ublkbN (after its requests drain) and
     /// completes the queues' outstanding fetches with `UBLK_IO_RES_ABORT`.
     pub fn stop_dev(&mut self, dev_id: u32) -> io::Result<()> {
-        let cmd = sys::CtrlCmd {
-            dev_id,
-            queue_id: u16::MAX,
-            ..Default::default()
-        };
-        self.command(sys::U_CMD_STOP_DEV, cmd).map(drop)
+        self.command(sys::U_CMD_STOP_DEV, device_cmd(dev_id))
+            .map(drop)
     }
 
     /// DEL_DEV: removes the device; waits until nothing holds its
     /// /dev/ublkcN (close it and the queues' rings first).
     pub fn del_dev(&mut self, dev_id: u32) -> io::Result<()> {
-        let cmd = sys::CtrlCmd {
-            dev_id,
-            queue_id: u16::MAX,
-            ..Default::default()
-        };
-        self.command(sys::U_CMD_DEL_DEV, cmd).map(drop)
+        self.command(sys::U_CMD_DEL_DEV, device_cmd(dev_id))
+            .map(drop)
+    }
+}
+
+/// A command for device `dev_id` as a whole (no one queue) with no buffer
+/// and no data: what a command needs besides is set over it.
+fn device_cmd(dev_id: u32) -> sys::CtrlCmd {
+    sys::CtrlCmd {
+        dev_id,
+        queue_id: u16::MAX,
+        ..Default::default()
+    }
+}
+
+/// A command for device `dev_id` (no one queue) whose buffer is the `T` at
+/// `buf`, which the driver reads or fills.
+fn buffer_cmd<T>(dev_id: u32, buf: *mut T) -> sys::CtrlCmd {
+    sys::CtrlCmd {
+        len: size_of::<T>() as u16,
+        addr: buf as u64,
+        ..device_cmd(dev_id)
     }
 }

@@ -62,13 +62,7 @@ fn kernel_compat_is_zmem_lz4_and_reads_liblz4() {
 #[test]
 fn lz4_dictionaries_round_trip_and_help() {
     let pages = real_pages(64);
-    let dict: Vec<u8> = pages
-        .iter()
-        .step_by(2)
-        .flatten()
-        .copied()
-        .take(64 * 1024)
-        .collect();
+    let dict = testkit::every_other_page(&pages, 64 * 1024);
     let (fd, hd) = (lz4k::Dict::new(&dict), lz4k::HcDict::new(&dict));
     let mut fast = lz4k::Compressor::new();
     let mut hc = lz4k::HcCompressor::new();

@@ -18,6 +18,11 @@ fn decode(ctx: &mut Context, z: &[u8], len: usize) -> Vec<u8> {
     out
 }
 
+/// A context of `algorithm` at its defaults.
+fn context_of(algorithm: Algorithm) -> Context {
+    Compressor::with_defaults(algorithm).context().unwrap()
+}
+
 fn inputs() -> Vec<Vec<u8>> {
     let mut v = real_pages(128);
     v.extend(edge_inputs());
@@ -27,9 +32,7 @@ fn inputs() -> Vec<Vec<u8>> {
 #[test]
 fn lz4_flex_reads_every_liblz4_setting() {
     let inputs = inputs();
-    let mut flex = Compressor::with_defaults(Algorithm::Lz4Flex)
-        .context()
-        .unwrap();
+    let mut flex = context_of(Algorithm::Lz4Flex);
     let liblz4 = configurations()
         .into_iter()
         .filter(|c| matches!(c.algorithm(), Algorithm::Lz4 | Algorithm::Lz4Hc));
@@ -45,13 +48,9 @@ fn lz4_flex_reads_every_liblz4_setting() {
 #[test]
 fn liblz4_reads_lz4_flex() {
     let inputs = inputs();
-    let mut flex = Compressor::with_defaults(Algorithm::Lz4Flex)
-        .context()
-        .unwrap();
-    let mut lz4 = Compressor::with_defaults(Algorithm::Lz4).context().unwrap();
-    let mut hc = Compressor::with_defaults(Algorithm::Lz4Hc)
-        .context()
-        .unwrap();
+    let mut flex = context_of(Algorithm::Lz4Flex);
+    let mut lz4 = context_of(Algorithm::Lz4);
+    let mut hc = context_of(Algorithm::Lz4Hc);
     for input in &inputs {
         let z = flex.compress_buffered(input).unwrap().to_vec();
         assert!(decode(&mut lz4, &z, input.len()) == *input);
@@ -63,7 +62,7 @@ fn liblz4_reads_lz4_flex() {
 fn both_compress_real_pages_about_equally() {
     let pages = real_pages(128);
     let total = |algorithm| {
-        let mut ctx = Compressor::with_defaults(algorithm).context().unwrap();
+        let mut ctx = context_of(algorithm);
         pages
             .iter()
             .map(|p| ctx.compress_buffered(p).unwrap().len())

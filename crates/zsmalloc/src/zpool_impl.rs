@@ -9,6 +9,17 @@ use zpool::{RetainedPages, ZCompacted, ZHandle, ZPool, ZPoolError, ZPoolStats};
 
 use crate::handle::Handle;
 use crate::pool::{Pool, PoolError};
+use crate::CompactResult;
+
+impl From<CompactResult> for ZCompacted {
+    fn from(r: CompactResult) -> Self {
+        ZCompacted {
+            pages_freed: r.pages_freed,
+            objs_moved: r.objs_moved,
+            objs_moved_trim: r.objs_moved_trim,
+        }
+    }
+}
 
 impl From<PoolError> for ZPoolError {
     fn from(e: PoolError) -> Self {
@@ -114,21 +125,11 @@ impl ZPool for Pool {
     }
 
     fn compact(&self) -> ZCompacted {
-        let r = Pool::compact(self);
-        ZCompacted {
-            pages_freed: r.pages_freed,
-            objs_moved: r.objs_moved,
-            objs_moved_trim: r.objs_moved_trim,
-        }
+        Pool::compact(self).into()
     }
 
     fn compact_background(&self) -> ZCompacted {
-        let r = Pool::compact_background(self);
-        ZCompacted {
-            pages_freed: r.pages_freed,
-            objs_moved: r.objs_moved,
-            objs_moved_trim: r.objs_moved_trim,
-        }
+        Pool::compact_background(self).into()
     }
 
     fn can_compact(&self) -> u64 {

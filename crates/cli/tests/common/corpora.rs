@@ -1,7 +1,8 @@
 //! The corpora the tests against a guest's kernel share (vm_kernel73,
 //! vm_zswap73): an excerpt of the Linux source tar, the system's binaries,
 //! the memory of a python3 process's core dump, each made in a folder the
-//! caller gives (one the guest sees). Owns only the making of these files.
+//! caller gives (one the guest sees). Owns only the making of these files,
+//! and of their parts other tests use too (the binaries, a gcore dump).
 
 use std::fs;
 use std::io::Read;
@@ -31,9 +32,9 @@ pub fn linux_excerpt(path: &Path, bytes: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// About `bytes` of the system's binaries, whole files in name order, cut
-/// to `bytes`.
-pub fn binaries(path: &Path, bytes: usize) {
+/// The system's binaries (`/usr/bin`), whole files in name order, up to
+/// the first that reaches `bytes` in all.
+pub fn usr_bin(bytes: usize) -> Vec<u8> {
     let mut entries: Vec<_> = fs::read_dir("/usr/bin")
         .unwrap()
         .filter_map(Result::ok)
@@ -49,8 +50,35 @@ pub fn binaries(path: &Path, bytes: usize) {
             data.extend_from_slice(&b);
         }
     }
+    data
+}
+
+/// About `bytes` of the system's binaries, whole files in name order, cut
+/// to `bytes`.
+pub fn binaries(path: &Path, bytes: usize) {
+    let mut data = usr_bin(bytes);
     data.truncate(bytes);
     fs::write(path, &data).unwrap();
+}
+
+/// Dumps process `pid` with gcore to `PREFIX.PID`: that file, or `None`
+/// where gcore did not make it (or could not run).
+pub fn gcore(prefix: &Path, pid: u32) -> Option<PathBuf> {
+    let dumped = Command::new("gcore")
+        .arg("-o")
+        .arg(prefix)
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let core = PathBuf::from(format!("{}.{pid}", prefix.display()));
+    if dumped && core.exists() {
+        Some(core)
+    } else {
+        let _ = fs::remove_file(&core);
+        None
+    }
 }
 
 /// `bytes` of a process's memory from its core dump: a python3 that holds
@@ -77,24 +105,16 @@ sys.stdin.read()
         .map_err(|e| format!("python3: {e}"))?;
     let mut line = [0u8; 6];
     let ready = child.stdout.take().unwrap().read_exact(&mut line);
-    let prefix = path.with_extension("core");
-    let dumped = ready.is_ok()
-        && Command::new("gcore")
-            .arg("-o")
-            .arg(&prefix)
-            .arg(child.id().to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
+    let core = match ready {
+        Ok(()) => gcore(&path.with_extension("core"), child.id()),
+        Err(_) => None,
+    };
     drop(child.stdin.take());
     let _ = child.kill();
     let _ = child.wait();
-    let core = PathBuf::from(format!("{}.{}", prefix.display(), child.id()));
-    if !dumped || !core.exists() {
-        let _ = fs::remove_file(&core);
+    let Some(core) = core else {
         return Err("gcore could not dump a python3 process".into());
-    }
+    };
     let elf = fs::read(&core).unwrap();
     fs::remove_file(&core).unwrap();
     let u16_at = |o: usize| u16::from_le_bytes(elf[o..o + 2].try_into().unwrap()) as usize;

@@ -1,11 +1,12 @@
-//! Test support for running the `zmem` binary: its output, the stdout of a
-//! run that must succeed and the JSON report of one (or of a run asked for
-//! `--format json`). (`zmem serve`, a
-//! server rather than a run, has its own: `serve_common`.)
+//! Test support for running the `zmem` binary: its output, starting one
+//! to act on while it runs, the check that a run succeeded, the stdout of
+//! a run that must succeed and the JSON report of one (or of a run asked
+//! for `--format json`). (`zmem serve`, a server rather than a run, has its
+//! own: `serve_common`.)
 
 #![allow(dead_code)]
 
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
 /// Runs `zmem ARGS` to the end; its output, whatever the exit status.
 pub fn zmem(args: &[&str]) -> Output {
@@ -13,6 +14,17 @@ pub fn zmem(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("run zmem")
+}
+
+/// Starts `zmem ARGS` with its stdout and stderr piped, for a test that
+/// acts while it runs.
+pub fn spawn_zmem(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start zmem")
 }
 
 /// The stdout of `zmem ARGS`, which must succeed (the test fails with its
@@ -27,14 +39,19 @@ pub fn stdout_of(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The JSON report of a run that must have succeeded (the test fails with
-/// its stderr otherwise).
-pub fn json(out: &Output) -> serde_json::Value {
+/// Fails the test with the run's stderr unless the run succeeded.
+pub fn assert_ok(out: &Output) {
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The JSON report of a run that must have succeeded (the test fails with
+/// its stderr otherwise).
+pub fn json(out: &Output) -> serde_json::Value {
+    assert_ok(out);
     serde_json::from_slice(&out.stdout).unwrap()
 }
 

@@ -1,5 +1,5 @@
 //! Test support for `zmem serve`: the real binary on sockets in a temporary
-//! directory, and reading an export back. The Debian NBD clients (run with a
+//! directory, its usage errors, and reading an export back. The Debian NBD clients (run with a
 //! timeout) and real data come from `testkit`, which the nbd crate's tests
 //! share.
 
@@ -185,6 +185,20 @@ impl Drop for Zmem {
             let _ = c.wait();
         }
     }
+}
+
+/// The one line of stderr with which `zmem serve ARGS` refuses its settings
+/// as a usage error (exit code 2).
+pub fn serve_usage_error(args: &[&str]) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_zmem"))
+        .arg("serve")
+        .args(args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(2), "zmem serve {args:?}: {err}");
+    assert_eq!(err.lines().count(), 1, "zmem serve {args:?}: {err}");
+    err
 }
 
 /// Reads an export whole through `nbdcopy URI FILE`.

@@ -403,18 +403,9 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), Error> {
             path.display()
         )));
     }
-    let off = store_phase(
-        "store, churn, auto off",
-        raw,
-        zram::AutoCompactMode::Off,
-        args.seconds,
-    )?;
-    let on = store_phase(
-        "store, churn, auto on",
-        raw,
-        zram::AutoCompactMode::On,
-        args.seconds,
-    )?;
+    let churn = |name, auto| store_phase(name, raw, auto, args.seconds);
+    let off = churn("store, churn, auto off", zram::AutoCompactMode::Off)?;
+    let on = churn("store, churn, auto on", zram::AutoCompactMode::On)?;
     let auto_p999_ratio = on.p999_ns as f64 / off.p999_ns as f64;
     let store_phases = vec![off, on];
 

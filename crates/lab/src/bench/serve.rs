@@ -1203,6 +1203,16 @@ fn table(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> String 
                     .collect(),
             )
         };
+        // The same over both servers' runs (the client's figures).
+        let med_both = |f: fn(&Sample) -> f64| {
+            median(
+                samples
+                    .iter()
+                    .filter(|s| &s.setup == setup && &s.data == data)
+                    .map(f)
+                    .collect(),
+            )
+        };
         for server in ["nbdkit", "zmem"] {
             let _ = writeln!(
                 out,
@@ -1271,13 +1281,7 @@ fn table(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> String 
             .find(|c| &c.setup == setup && &c.data == data)
         {
             let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let client = median(
-                samples
-                    .iter()
-                    .filter(|s| &s.setup == setup && &s.data == data)
-                    .map(|s| s.client_write_cpu_s)
-                    .collect(),
-            );
+            let client = med_both(|s| s.client_write_cpu_s);
             let bytes = samples
                 .iter()
                 .find(|s| &s.setup == setup && &s.data == data)
@@ -1309,13 +1313,7 @@ fn table(samples: &[Sample], setups: &[&Setup], ceilings: &[Ceiling]) -> String 
             // sum; when the CPUs are the limit (both busy, or other jobs
             // running), read throughput follows CPU.
             if st.is_some_and(|s| s.nbdkit_allocator == "sparse") {
-                let client_rd = median(
-                    samples
-                        .iter()
-                        .filter(|s| &s.setup == setup && &s.data == data)
-                        .map(|s| s.client_read_cpu_s)
-                        .collect(),
-                );
+                let client_rd = med_both(|s| s.client_read_cpu_s);
                 let (kit, zm) = (
                     med("nbdkit", |s| s.read_cpu_s),
                     med("zmem", |s| s.read_cpu_s),

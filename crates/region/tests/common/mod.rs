@@ -110,6 +110,57 @@ pub fn region_or_skip(len: usize, cfg: RegionConfig) -> Option<Region> {
     }
 }
 
+/// A region of `len` bytes under `cfg` with all its pages filled by
+/// [`fill_pages`] at `version`, and how many pages it has; `None` where
+/// [`region_or_skip`] skips.
+pub fn filled_region(len: usize, cfg: RegionConfig, version: u64) -> Option<(Region, usize)> {
+    let r = region_or_skip(len, cfg)?;
+    let n = r.len() / ps();
+    fill_pages(r.as_ptr(), n, version);
+    Some((r, n))
+}
+
+/// Reads random pages of the `n` from `base` until `stop` is set, each
+/// checked to hold its own index at `version`; returns how many it read.
+pub fn read_random_pages(
+    base: Ptr,
+    n: usize,
+    version: u64,
+    rng: &mut Rng,
+    stop: &AtomicBool,
+) -> u64 {
+    let ps = ps();
+    let mut reads = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let i = rng.below(n as u64) as usize;
+        // SAFETY: page i of the caller's `n` pages, readable.
+        let page = unsafe { base.0.add(i * ps) };
+        assert_eq!(check(page, ps), (i as u64, version));
+        reads += 1;
+    }
+    reads
+}
+
+/// `threads` threads of [`read_random_pages`] at `version`, thread `t`
+/// drawing from `Rng(seed + t)`, until `stop` is set.
+pub fn spawn_page_readers(
+    base: Ptr,
+    n: usize,
+    version: u64,
+    threads: u64,
+    seed: u64,
+    stop: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<u64>> {
+    (0..threads)
+        .map(|t| {
+            let stop = Arc::clone(stop);
+            std::thread::spawn(move || {
+                read_random_pages(base, n, version, &mut Rng(seed + t), &stop)
+            })
+        })
+        .collect()
+}
+
 /// xorshift64*.
 pub struct Rng(pub u64);
 
