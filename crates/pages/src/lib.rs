@@ -84,7 +84,8 @@
 //! allocator keeps there. Any read or write through a [`Run`]'s pointer is the
 //! caller's business and its own `unsafe`.
 //!
-//! Lock order: the source's mutex is a leaf; nothing is locked under it. A
+//! Lock order: under the source's mutex only the locked reserve's (a
+//! source takes and gives its pieces with its own held), which is a leaf. A
 //! batch is released oldest first in chunks of at most 256 pages, each with
 //! the mutex held, so that [`PageSource::reclaim`] (which takes it) cannot
 //! return while pages it reclaims are being dropped; between two chunks the
@@ -153,7 +154,7 @@ pub enum PagesError {
     /// taken and the refill has not made another from free memory, or the
     /// reserve is used up. Returned at once, never after a wait.
     ReserveExhausted {
-        /// Bytes of the reserve populated when it happened.
+        /// Bytes of the reserve locked when it happened.
         bytes: u64,
     },
     /// The locked reserve cannot be made (the reason).

@@ -46,14 +46,23 @@
 //! throttled behind them). It also runs its caller's `top_up`, for other memory kept
 //! ahead the same way. A source that drops gives its pieces back, zeroed.
 //!
-//! Giving pages back to the kernel is impossible in locked memory
-//! (`MADV_DONTNEED` refuses locked ranges), so released ranges are zeroed
-//! instead (`release.rs` asks [`active`]): they read as zero afterwards, as
-//! released pages do, and stay resident and locked.
+//! Pages inside a piece a source holds cannot go back to the kernel one run
+//! at a time (`MADV_DONTNEED` refuses locked ranges, and a piece is locked
+//! whole), so released runs are zeroed instead (`release.rs` asks
+//! [`active`]): they read as zero afterwards, as released pages do, and
+//! stay resident and locked. A whole piece goes back: a source gives the
+//! reserve every piece none of whose runs it still holds (`free_runs.rs`
+//! counts them), and a piece given back while the resident part is ready
+//! already is unlocked and dropped (`munlock`, then `MADV_DONTNEED`), its
+//! address space kept for the refill thread to populate again. So the
+//! memory locked follows what the stores hold plus the resident part, not
+//! their high-water mark.
 //!
-//! This module owns the reserve's mapping, its ready pieces and the refill
-//! thread; which runs are carved from a piece is the frontier's business,
-//! and it never reads or writes a piece that is handed out.
+//! This module owns the reserve's mapping, its ready pieces, the pieces
+//! given back to the kernel and the refill thread; which runs are carved
+//! from a piece is the frontier's business, and it never reads or writes a
+//! piece that is handed out. Its mutex is a leaf: a source takes and gives
+//! pieces with its own held, and nothing is locked under this one.
 
 use std::ptr::NonNull;
 use std::sync::{Condvar, Mutex, OnceLock};
@@ -103,9 +112,15 @@ struct State {
     /// Offsets of the ready pieces (populated, locked, zero, not handed
     /// out). Its capacity is every piece, so a push never allocates.
     ready: Vec<usize>,
-    /// Bytes from the start populated so far; pieces past it are address
-    /// space only.
+    /// Offsets of pieces below `populated` given back to the kernel
+    /// (unlocked, dropped): address space only again, populated first by
+    /// the refill thread. Its capacity is every piece.
+    returned: Vec<usize>,
+    /// Bytes from the start populated at least once; pieces past it are
+    /// address space only.
     populated: usize,
+    /// Pieces given back to the kernel since the reserve was made.
+    returned_total: u64,
     /// Set when populating failed (the kernel refused memory): the refill
     /// thread stops trying until a piece is given back.
     refused: bool,
@@ -132,7 +147,7 @@ pub struct ReserveStats {
     /// Bytes kept ready when free memory allows: the resident part, all of
     /// it populated and locked by [`lock_reserve`].
     pub resident: u64,
-    /// Bytes populated and locked so far.
+    /// Bytes populated and locked now: the pieces taken and the ready ones.
     pub locked: u64,
     /// Bytes of the pieces handed to page sources.
     pub taken: u64,
@@ -142,6 +157,10 @@ pub struct ReserveStats {
     pub exhausted: u64,
     /// Times the refill thread found too little free memory to take a piece.
     pub refill_waits: u64,
+    /// Bytes of pieces given back to the kernel (unlocked and dropped, none
+    /// of their pages held by a source, the resident part ready already)
+    /// since the reserve was made.
+    pub returned: u64,
 }
 
 /// Reserves `limit` bytes of address space (rounded up to whole pieces)
@@ -208,7 +227,9 @@ pub fn lock_reserve(limit: u64, resident: u64) -> Result<ReserveStats, PagesErro
         target: first / PIECE_BYTES,
         state: Mutex::new(State {
             ready,
+            returned: Vec::with_capacity(len / PIECE_BYTES),
             populated: first,
+            returned_total: 0,
             refused: false,
             exhausted: 0,
             waited: 0,
@@ -263,16 +284,28 @@ pub fn active() -> bool {
 pub fn stats() -> Option<ReserveStats> {
     let r = RESERVE.get()?;
     let s = r.state.lock().unwrap_or_else(|e| e.into_inner());
-    let ready = (s.ready.len() * PIECE_BYTES) as u64;
+    let piece = PIECE_BYTES as u64;
+    let ready = s.ready.len() as u64 * piece;
+    let locked = s.populated as u64 - s.returned.len() as u64 * piece;
     Some(ReserveStats {
         limit: r.len as u64,
-        resident: (r.target * PIECE_BYTES) as u64,
-        locked: s.populated as u64,
-        taken: s.populated as u64 - ready,
+        resident: r.target as u64 * piece,
+        locked,
+        taken: locked - ready,
         ready,
         exhausted: s.exhausted,
         refill_waits: s.waited,
+        returned: s.returned_total * piece,
     })
+}
+
+/// The start of the reserve's piece that holds `addr`, if a reserve is
+/// locked and `addr` lies in it.
+pub(crate) fn piece_of(addr: usize) -> Option<usize> {
+    let r = RESERVE.get()?;
+    let base = r.base.as_ptr() as usize;
+    let off = addr.checked_sub(base).filter(|&off| off < r.len)?;
+    Some(base + off / PIECE_BYTES * PIECE_BYTES)
 }
 
 /// A field of a `/proc/meminfo` text (`"MemFree"`), in bytes.
@@ -388,9 +421,22 @@ impl Reserve {
     }
 
     /// Whether the refill thread has a piece to make: fewer than the
-    /// target ready, address space left, and the kernel not refusing.
+    /// target ready, address space left (a piece given back, or past the
+    /// populated part), and the kernel not refusing.
     fn wants(&self, s: &State) -> bool {
-        !s.refused && s.ready.len() < self.target && s.populated + PIECE_BYTES <= self.len
+        !s.refused
+            && s.ready.len() < self.target
+            && (!s.returned.is_empty() || s.populated + PIECE_BYTES <= self.len)
+    }
+
+    /// The piece the refill thread populates next: the last one given back
+    /// to the kernel, else the first past the populated part. `None` when
+    /// it has none to make ([`Reserve::wants`]).
+    fn next_piece(&self, s: &State) -> Option<usize> {
+        if !self.wants(s) {
+            return None;
+        }
+        Some(s.returned.last().copied().unwrap_or(s.populated))
     }
 
     /// The refill thread's loop: populate a piece whenever fewer than the
@@ -412,10 +458,10 @@ impl Reserve {
                         .unwrap_or_else(|e| e.into_inner())
                         .0
                 };
-                if !self.wants(&s) {
+                let Some(next) = self.next_piece(&s) else {
                     continue;
-                }
-                (s.populated, s.ready.is_empty())
+                };
+                (next, s.ready.is_empty())
             };
             let (next, starved) = next;
             let piece = PIECE_BYTES as u64;
@@ -427,13 +473,20 @@ impl Reserve {
                 continue;
             }
             // SAFETY: `next..next + PIECE_BYTES` lies in the mapping (checked
-            // above) past every populated piece, so nobody holds it; only this
-            // thread advances `populated`.
+            // above) and is either past every populated piece or a piece given
+            // back to the kernel, so nobody holds it; only this thread
+            // advances `populated` and takes pieces off `returned`.
             let made = unsafe { populate_and_lock(self.base.as_ptr().add(next), PIECE_BYTES) };
             let mut s = self.lock();
             match made {
                 Ok(()) => {
-                    s.populated = next + PIECE_BYTES;
+                    if next == s.populated {
+                        s.populated = next + PIECE_BYTES;
+                    } else {
+                        let at = s.returned.iter().rposition(|&o| o == next);
+                        s.returned
+                            .swap_remove(at.expect("the piece was given back"));
+                    }
                     s.ready.push(next);
                 }
                 Err(_) => s.refused = true,
@@ -450,7 +503,7 @@ pub(crate) fn take_piece() -> Result<NonNull<u8>, PagesError> {
     let mut s = r.lock();
     let Some(off) = s.ready.pop() else {
         s.exhausted += 1;
-        let bytes = s.populated as u64;
+        let bytes = (s.populated - s.returned.len() * PIECE_BYTES) as u64;
         drop(s);
         r.changed.notify_all();
         return Err(PagesError::ReserveExhausted { bytes });
@@ -464,24 +517,64 @@ pub(crate) fn take_piece() -> Result<NonNull<u8>, PagesError> {
     Ok(unsafe { r.base.add(off) })
 }
 
-/// Gives a piece back, zeroing it first (a frontier's fresh bytes read as
-/// zero).
+/// Gives a piece back: kept ready, zeroed (a frontier's fresh bytes read
+/// as zero), while fewer than the resident part are ready; given back to
+/// the kernel otherwise (unlocked, its pages dropped), for the refill
+/// thread to populate again when pieces are wanted.
 ///
 /// # Safety
 /// `piece` came from [`take_piece`], is given back once, and nobody holds a
 /// reference into it any more.
 pub(crate) unsafe fn give_piece(piece: NonNull<u8>) {
     let Some(r) = RESERVE.get() else { return };
-    // SAFETY: the caller's contract: the piece is ours alone now, and it lies
-    // in the writable reserve mapping.
-    unsafe { piece.as_ptr().write_bytes(0, PIECE_BYTES) };
     let off = piece.as_ptr() as usize - r.base.as_ptr() as usize;
+    // Two pieces given back at once may both be kept: one piece more ready
+    // than the resident part, until the next one goes.
+    let keep = r.lock().ready.len() < r.target;
+    // SAFETY: the caller's contract: the piece is ours alone now, and it
+    // lies in the reserve's writable mapping.
+    let dropped = !keep && unsafe { unlock_and_drop(piece.as_ptr(), PIECE_BYTES) };
+    if !dropped {
+        // SAFETY: as above.
+        unsafe { piece.as_ptr().write_bytes(0, PIECE_BYTES) };
+    }
     let mut s = r.lock();
-    // The list's capacity is every piece: this push never allocates.
-    s.ready.push(off);
+    // Both lists' capacity is every piece: these pushes never allocate.
+    if dropped {
+        s.returned.push(off);
+        s.returned_total += 1;
+    } else {
+        s.ready.push(off);
+    }
     s.refused = false;
     drop(s);
     r.changed.notify_all();
+}
+
+/// Unlocks `len` bytes at `addr` and gives their pages back to the kernel
+/// (`munlock`, `MADV_DONTNEED`; later reads would see zeros). `false`,
+/// with the range left locked and resident, when the kernel refuses either.
+///
+/// # Safety
+/// The range lies in the reserve's mapping and nobody holds a reference
+/// into it.
+unsafe fn unlock_and_drop(addr: *mut u8, len: usize) -> bool {
+    let a = addr.cast::<libc::c_void>();
+    // SAFETY: the caller's range; unlocking changes no contents.
+    if unsafe { libc::munlock(a, len) } != 0 {
+        return false;
+    }
+    // SAFETY: the caller's range, whose contents nobody uses; the pages
+    // read as zero afterwards.
+    if unsafe { libc::madvise(a, len, libc::MADV_DONTNEED) } != 0 {
+        // Keep the rule that a piece below `populated` is locked or given
+        // back: lock it again (it is resident, so this cannot fail for
+        // want of memory the piece does not hold already).
+        // SAFETY: as above.
+        unsafe { libc::mlock(a, len) };
+        return false;
+    }
+    true
 }
 
 #[cfg(test)]

@@ -150,6 +150,28 @@ impl Inner {
     }
 
     /// A new stamp, later than every one before.
+    /// Gives the reserve every piece of it none of whose pages this source
+    /// holds any more: no run of it out, cached or pending.
+    fn give_back_whole_pieces(&mut self) {
+        for start in self.free.take_whole_pieces() {
+            let Some(at) = self
+                .chunks
+                .iter()
+                .position(|c| c.reserved && c.base.as_ptr() as usize == start)
+            else {
+                debug_assert!(false, "a free piece that is not a chunk of this source");
+                continue;
+            };
+            let chunk = self.chunks.swap_remove(at);
+            // SAFETY: a piece this source took from the reserve: every page of
+            // it is in the free lists, which no longer name it, so no run of
+            // it is out and none will be handed out; a frontier that carved it
+            // has carved it to its end and never reads it again. It leaves
+            // `chunks`, so it is given back once.
+            unsafe { reserve::give_piece(chunk.base) };
+        }
+    }
+
     fn next_stamp(&mut self) -> u64 {
         self.stamp += 1;
         self.stamp
@@ -195,7 +217,7 @@ impl PageSource {
             waiting: AtomicUsize::new(0),
             inner: Mutex::new(Inner {
                 chunks: Vec::new(),
-                free: FreeRuns::new(),
+                free: FreeRuns::new(page_size),
                 cache: ResidentCache::new(),
                 sparse: Frontier::new(Use::Sparse),
                 dense: Frontier::new(Use::Dense),
@@ -351,7 +373,7 @@ impl PageSource {
                 return Err(PagesError::LimitReached { limit });
             }
         }
-        let ptr = match inner.free.take(pages, self.page_size) {
+        let ptr = match inner.free.take(pages) {
             Some(ptr) => ptr,
             None => {
                 let bytes = pages as usize * self.page_size;
@@ -394,6 +416,7 @@ impl PageSource {
         }
         if resident == 0 {
             inner.free.push(run.pages, run.ptr);
+            inner.give_back_whole_pieces();
             return;
         }
         let stamp = inner.next_stamp();
@@ -681,6 +704,7 @@ impl PageSource {
         // entries cleared.
         unsafe { release::advise_dontneed(&ranges, &self.counters) };
         inner.runs_released += inner.cache.released(&mut inner.free, before);
+        inner.give_back_whole_pieces();
     }
 
     /// Returns pages `first..first + count` of `run` to the kernel at once

@@ -289,7 +289,7 @@ impl fmt::Display for SwapMode {
         let s = pages::reserve::stats().unwrap_or_default();
         write!(
             f,
-            "on reserve={} resident={} locked={} ready={} taken={} exhausted={} \
+            "on reserve={} resident={} locked={} ready={} taken={} returned={} exhausted={} \
              refill_waits={} oom_kills={} heap={} heap_in_use={} heap_top={} mlockall={} \
              io_flusher=1 oom_score_adj={} min_free_kbytes={} min_free_kbytes_was={}",
             self.reserve_bytes,
@@ -297,6 +297,7 @@ impl fmt::Display for SwapMode {
             s.locked,
             s.ready,
             s.taken,
+            s.returned,
             s.exhausted,
             s.refill_waits,
             OOM_KILLS.load(Ordering::Relaxed),
@@ -798,6 +799,7 @@ mod tests {
             "reserve=8388608",
             "resident=4194304",
             "ready=",
+            "returned=",
             "exhausted=",
             "refill_waits=",
             "oom_kills=",

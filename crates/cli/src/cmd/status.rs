@@ -424,14 +424,15 @@ pub fn swap_line(path: &Path) -> Result<Option<String>, CliError> {
         _ => String::new(),
     };
     Ok(Some(format!(
-        "swap mode: reserve resident={} locked={} ready={} taken={} of {} bytes, \
-         exhausted={}, heap={} ahead, mlockall, PR_SET_IO_FLUSHER, oom_score_adj {}, \
+        "swap mode: reserve resident={} locked={} ready={} taken={} of {} bytes \
+         ({} given back), exhausted={}, heap={} ahead, mlockall, PR_SET_IO_FLUSHER, oom_score_adj {}, \
          vm.min_free_kbytes {}{was}\n",
         bytes("resident"),
         bytes("locked"),
         bytes("ready"),
         bytes("taken"),
         bytes("reserve"),
+        bytes("returned"),
         bytes("exhausted"),
         bytes("heap"),
         bytes("oom_score_adj"),

@@ -8,8 +8,10 @@
 # FRONT is nbd (nbd.ko through nbd-client over a Unix socket) or ublk
 # (/dev/ublkb0). zmem serves a 2G export with a 128M mem_limit, as a user
 # would start it. BURST_MIB MiB of random (incompressible) data go through
-# the device and are read back first (O_DIRECT), then mkswap and swapon,
-# then PROG (swap_pages) touches MIB MiB with a checksum per page. The
+# the device and are read back first (O_DIRECT), then mkswap and
+# `swapon --discard=pages` (as docs/serve.md starts it: the store hears of
+# the slots the kernel frees), then PROG (swap_pages) touches MIB MiB with
+# a checksum per page. The
 # whole round runs under WATCHDOG (watchdog.c): past DEADLINE seconds the
 # guest prints its task dump and powers off.
 #
@@ -57,7 +59,7 @@ cmp -s /tmp/burst /tmp/back && echo "burst: $burst MiB of random data read back 
 rm -f /tmp/burst /tmp/back
 echo "swap_mode after the burst: $(ctl swap_mode)"
 mkswap $dev >/dev/null
-swapon $dev
+swapon --discard=pages $dev
 before=$(awk '/^pswpout /{print $2}' /proc/vmstat)
 kills=$(awk '/^oom_kill /{print $2}' /proc/vmstat)
 dmesg -c >/dev/null
@@ -75,6 +77,11 @@ if kill -0 $zp 2>/dev/null; then up=up; else up=DEAD; fi
 after=$(awk '/^pswpout /{print $2}' /proc/vmstat)
 failed=$(ctl io_stat 2>/dev/null | awk '{print $2}')
 echo "swap_mode after: $(ctl swap_mode 2>&1)"
+echo "mm_stat after: $(ctl mm_stat 2>&1)"
+sleep 3
+ctl compact 1 >/dev/null 2>&1
+echo "mm_stat compacted: $(ctl mm_stat 2>&1)"
+echo "swap_mode compacted: $(ctl swap_mode 2>&1)"
 ctl status 2>&1 | tail -1
 grep -E '^(VmRSS|VmHWM|VmLck)' /proc/$zp/status 2>/dev/null | tr -s ' \n' ' '; echo
 echo "ROUND $front $burst outcome=$outcome zmem=$up secs=$(awk -v s="$start" -v e="$end" 'BEGIN{printf "%.1f", e - s}') pswpout=$((after - before)) failed_writes=${failed:-?}"
