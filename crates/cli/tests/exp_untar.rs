@@ -63,23 +63,29 @@ fn make_tar(dir: &Path) -> (PathBuf, u64) {
     (tar, bytes)
 }
 
+/// The arguments of `zmem exp untar --tar TAR` followed by `args`.
+fn untar<'a>(tar: &'a Path, args: &[&'a str]) -> Vec<&'a str> {
+    let mut all = vec!["exp", "untar", "--tar", tar.to_str().unwrap()];
+    all.extend_from_slice(args);
+    all
+}
+
 /// Why the experiment cannot run here (its own one-line answer), or `None`.
 fn not_runnable(tar: &Path) -> Option<String> {
-    let out = zmem(&[
-        "exp",
-        "untar",
-        "--tar",
-        tar.to_str().unwrap(),
-        "--config",
-        "kernel-compat",
-        "--remove",
-        "drivers",
-        "--size",
-        "64M",
-        "--settle-ms",
-        "100",
-        "--no-plot",
-    ]);
+    let out = zmem(&untar(
+        tar,
+        &[
+            "--config",
+            "kernel-compat",
+            "--remove",
+            "drivers",
+            "--size",
+            "64M",
+            "--settle-ms",
+            "100",
+            "--no-plot",
+        ],
+    ));
     assert_ok(&out);
     let text = String::from_utf8(out.stdout).unwrap();
     let line = text.lines().next().unwrap_or("");
@@ -139,20 +145,19 @@ fn every_step_of_every_configuration_and_nothing_left_behind() {
     let dir = tempfile::tempdir().unwrap();
     let (tar, bytes) = make_tar(dir.path());
     let stem = dir.path().join("plot");
-    let out = zmem(&[
-        "exp",
-        "untar",
-        "--tar",
-        tar.to_str().unwrap(),
-        "--size",
-        "64M",
-        "--settle-ms",
-        "150",
-        "--plot",
-        stem.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
+    let out = zmem(&untar(
+        &tar,
+        &[
+            "--size",
+            "64M",
+            "--settle-ms",
+            "150",
+            "--plot",
+            stem.to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+    ));
     let r = json(&out);
     if let Some(why) = r["skipped"].as_str() {
         assert!(why.starts_with("exp untar not run: it needs "), "{why}");
@@ -263,19 +268,18 @@ fn ctrl_c_takes_everything_down() {
         return;
     }
     let before = mounts_with("/zmem-untar.");
-    let child = spawn_zmem(&[
-        "exp",
-        "untar",
-        "--tar",
-        tar.to_str().unwrap(),
-        "--config",
-        "default",
-        "--size",
-        "64M",
-        "--settle-ms",
-        "3000",
-        "--no-plot",
-    ]);
+    let child = spawn_zmem(&untar(
+        &tar,
+        &[
+            "--config",
+            "default",
+            "--size",
+            "64M",
+            "--settle-ms",
+            "3000",
+            "--no-plot",
+        ],
+    ));
     // Wait for its filesystem to be mounted: then every layer is up.
     let deadline = Instant::now() + Duration::from_secs(30);
     let fs_mount = loop {

@@ -176,48 +176,13 @@ fn inputs_without_pages_are_errors() {
     fails_with(&zmem(&["replay", "/dev/null"]), "a character device");
 }
 
-/// A little-endian ELF64 core file: a PT_NOTE, then one PT_LOAD per
-/// (address, data) segment.
-fn elf_core(segs: &[(u64, Vec<u8>)]) -> Vec<u8> {
-    let phnum = segs.len() + 1;
-    let mut at = 64 + 56 * phnum as u64;
-    let mut out = vec![0u8; 64];
-    out[..4].copy_from_slice(b"\x7fELF");
-    out[4] = 2; // ELFCLASS64
-    out[5] = 1; // little-endian
-    out[6] = 1; // EV_CURRENT
-    out[16..18].copy_from_slice(&4u16.to_le_bytes()); // ET_CORE
-    out[18..20].copy_from_slice(&62u16.to_le_bytes()); // x86-64
-    out[32..40].copy_from_slice(&64u64.to_le_bytes()); // e_phoff
-    out[52..54].copy_from_slice(&64u16.to_le_bytes()); // e_ehsize
-    out[54..56].copy_from_slice(&56u16.to_le_bytes()); // e_phentsize
-    out[56..58].copy_from_slice(&(phnum as u16).to_le_bytes());
-    let mut note = vec![0u8; 56];
-    note[..4].copy_from_slice(&4u32.to_le_bytes()); // PT_NOTE, no data
-    out.extend(note);
-    for (vaddr, data) in segs {
-        let mut ph = vec![0u8; 56];
-        ph[..4].copy_from_slice(&1u32.to_le_bytes()); // PT_LOAD
-        ph[8..16].copy_from_slice(&at.to_le_bytes());
-        ph[16..24].copy_from_slice(&vaddr.to_le_bytes());
-        ph[32..40].copy_from_slice(&(data.len() as u64).to_le_bytes());
-        ph[40..48].copy_from_slice(&(data.len() as u64).to_le_bytes());
-        out.extend(ph);
-        at += data.len() as u64;
-    }
-    for (_, data) in segs {
-        out.extend_from_slice(data);
-    }
-    out
-}
-
 #[test]
 fn elf_core_files_give_their_segments_and_truncation_is_an_error() {
     let dir = tmp("core");
     let a = data(40_960);
     let b = data(12_288);
     let core = dir.path().join("core.1234");
-    let bytes = elf_core(&[(0x10000, a.clone()), (0x7f00_0000_0000, b.clone())]);
+    let bytes = testkit::elf_core(&[(0x10000, &a), (0x7f00_0000_0000, &b)]);
     std::fs::write(&core, &bytes).unwrap();
     let (first, with_core) = first_line(&zmem(&["replay", core.to_str().unwrap()]));
     assert_eq!(

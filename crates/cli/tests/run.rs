@@ -42,11 +42,19 @@ fn full_userfaultfd() -> bool {
     testkit::userfaultfd_serves_kernel()
 }
 
+/// Whether `zmem run` can serve a program here (after saying why not).
+fn region_or_skip() -> bool {
+    let here = full_userfaultfd();
+    if !here {
+        eprintln!("skipped: no access to /dev/userfaultfd");
+    }
+    here
+}
+
 /// The Python interpreter, where `zmem run` can serve it here (after
 /// saying why not).
 fn python_in_a_region() -> Option<PathBuf> {
-    if !full_userfaultfd() {
-        eprintln!("skipped: no access to /dev/userfaultfd");
+    if !region_or_skip() {
         return None;
     }
     let py = python();
@@ -56,11 +64,38 @@ fn python_in_a_region() -> Option<PathBuf> {
     py
 }
 
-fn scratch(name: &str) -> PathBuf {
+/// An empty directory of the test's own under the temp directory,
+/// removed on drop unless the test is failing (what it holds then may
+/// tell why).
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
     let d = std::env::temp_dir().join(format!("zmem-run-test-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    Scratch(d)
 }
 
 fn zmem_run(args: &[&str]) -> Output {
@@ -103,8 +138,6 @@ fn run_args<'a>(
     all
 }
 
-/// Every process's statistics that `--stats-json` wrote (the command's own
-/// process first).
 /// `workloads/NAME.c` compiled into `dir`; `None` (saying so) without a C
 /// compiler.
 fn compiled(dir: &Path, name: &str) -> Option<PathBuf> {
@@ -126,6 +159,25 @@ fn compiled(dir: &Path, name: &str) -> Option<PathBuf> {
     }
 }
 
+/// [`python_in_a_region`], and a scratch directory for the test's files.
+fn python_with_scratch(name: &str) -> Option<(PathBuf, Scratch)> {
+    let py = python_in_a_region()?;
+    Some((py, scratch(name)))
+}
+
+/// `workloads/NAME.c` compiled into a scratch directory named after it,
+/// where `zmem run` can serve it; `None` (saying why) otherwise.
+fn workload_in_a_region(name: &str) -> Option<(Scratch, PathBuf)> {
+    if !region_or_skip() {
+        return None;
+    }
+    let dir = scratch(name);
+    let bin = compiled(&dir, name)?;
+    Some((dir, bin))
+}
+
+/// Every process's statistics that `--stats-json` wrote (the command's own
+/// process first).
 fn stats_of(path: &Path) -> Vec<serde_json::Value> {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
@@ -136,10 +188,9 @@ fn text(o: &[u8]) -> String {
 
 #[test]
 fn a_python_word_index_gives_the_same_answers_in_a_quarter_of_its_memory() {
-    let Some(py) = python_in_a_region() else {
+    let Some((py, dir)) = python_with_scratch("words") else {
         return;
     };
-    let dir = scratch("words");
     let words = dir.join("words.txt");
     let made = Command::new(root().join("scripts/linux-text"))
         .arg("8")
@@ -196,17 +247,11 @@ fn a_python_word_index_gives_the_same_answers_in_a_quarter_of_its_memory() {
         "{own}"
     );
     assert!(r["mm_stat"]["mem_used_max"].as_u64().unwrap() > 0, "{own}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_c_page_trace_gives_the_same_output_in_a_quarter_of_its_memory() {
-    if !full_userfaultfd() {
-        eprintln!("skipped: no access to /dev/userfaultfd");
-        return;
-    }
-    let dir = scratch("trace");
-    let Some(bin) = compiled(&dir, "page_trace") else {
+    let Some((dir, bin)) = workload_in_a_region("page_trace") else {
         return;
     };
     // 16 MiB in one malloc, 100,000 Zipf page accesses, seed 7.
@@ -307,15 +352,13 @@ fn a_c_page_trace_gives_the_same_output_in_a_quarter_of_its_memory() {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn threads_a_forked_child_and_a_program_it_runs_all_work() {
-    let Some(py) = python_in_a_region() else {
+    let Some((py, dir)) = python_with_scratch("procs") else {
         return;
     };
-    let dir = scratch("procs");
     let stats = dir.join("stats.json");
     // Four threads each build 8 MiB of text in a bytearray and a list of
     // strings; a forked child checks its copy and changes it; a second
@@ -361,7 +404,6 @@ print(digest == hashlib.sha256(b"".join(out[k][0] for k in range(4))).hexdigest(
         own["region"]["faults"]["missing_store"].as_u64().unwrap() > 0,
         "{own}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Runs `program` with `args` under a 120 s deadline (`timeout`, which
@@ -400,12 +442,7 @@ fn within_deadline(dir: &Path, program: &Path, args: &[&str]) -> (Option<i32>, S
 
 #[test]
 fn a_child_made_by_clone_clone3_fork_or_a_raw_fork_sees_its_own_memory() {
-    if !full_userfaultfd() {
-        eprintln!("skipped: no access to /dev/userfaultfd");
-        return;
-    }
-    let dir = scratch("fork-paths");
-    let Some(bin) = compiled(&dir, "fork_paths") else {
+    let Some((dir, bin)) = workload_in_a_region("fork_paths") else {
         return;
     };
     // 64 MiB under a 16 MiB limit: three quarters of the pages are in the
@@ -436,7 +473,6 @@ fn a_child_made_by_clone_clone3_fork_or_a_raw_fork_sees_its_own_memory() {
         r["faults"]["missing_store"].as_u64().unwrap() > 0,
         "the limit never bit: {r}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -457,11 +493,10 @@ fn the_exit_code_is_the_programs() {
 
 #[test]
 fn the_binary_carries_its_preload_library() {
-    let Some(py) = python_in_a_region() else {
+    let Some((py, dir)) = python_with_scratch("alone") else {
         return;
     };
     // A copy of zmem alone in a directory: nothing beside it to find.
-    let dir = scratch("alone");
     let zmem = dir.join("zmem");
     std::fs::copy(ZMEM, &zmem).unwrap();
     let stats = dir.join("stats.json");
@@ -508,15 +543,13 @@ fn the_binary_carries_its_preload_library() {
         "ZMEM_PRELOAD=/nonexistent/lib.so is not a file",
         &[("ZMEM_PRELOAD", "/nonexistent/lib.so")],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_program_it_runs_sees_only_the_descriptors_it_was_given() {
-    let Some(py) = python_in_a_region() else {
+    let Some((py, dir)) = python_with_scratch("fds") else {
         return;
     };
-    let dir = scratch("fds");
     let stats = dir.join("stats.json");
     // The Python program lists what its children see: an unserved one
     // (`ls /proc/self/fd`), a served one by vfork and by fork (the numbers
@@ -549,7 +582,6 @@ fn a_program_it_runs_sees_only_the_descriptors_it_was_given() {
         .filter(|v| v["region"].is_object())
         .count();
     assert!(served >= 4, "{served} served processes: {err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -665,7 +697,6 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
             &[],
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A JVM under `zmem run`: its launcher `dlopen`s libjvm.so, whose
@@ -675,8 +706,7 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
 /// run's. (Skipped where there is no `java`.)
 #[test]
 fn a_jvm_finishes_under_either_limit_rule() {
-    if !full_userfaultfd() {
-        eprintln!("skipped: no access to /dev/userfaultfd");
+    if !region_or_skip() {
         return;
     }
     if Command::new("java").arg("-version").output().is_err() {
@@ -740,5 +770,4 @@ fn a_jvm_finishes_under_either_limit_rule() {
             assert_eq!(text(&out.stdout), want, "zmem run {rule:?}, round {round}");
         }
     }
-    let _ = std::fs::remove_dir_all(&d);
 }

@@ -36,14 +36,14 @@ fn harness() -> Option<&'static Path> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let Some(src) = kernel_oracle::source(&[
-                "lib/lz4/lz4_compress.c",
-                "lib/lz4/lz4hc_compress.c",
-                "include/linux/lz4.h",
-            ]) else {
-                eprintln!("skipped: no kernel lib/lz4 source ($ZMEM_KERNEL_SRC or ~/.cache/zmem/linux-source-7.3, which scripts/install-deps unpacks)");
-                return None;
-            };
+            let src = kernel_oracle::source_or_skip(
+                "lib/lz4",
+                &[
+                    "lib/lz4/lz4_compress.c",
+                    "lib/lz4/lz4hc_compress.c",
+                    "include/linux/lz4.h",
+                ],
+            )?;
             Some(kernel_oracle::build(
                 &src,
                 &Path::new(env!("CARGO_TARGET_TMPDIR")).join("lz4-oracle"),
@@ -51,7 +51,11 @@ fn harness() -> Option<&'static Path> {
                 &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/harness.c"),
                 &["lib/lz4/lz4_compress.c", "lib/lz4/lz4hc_compress.c"],
                 &["linux/lz4.h"],
-                &["-fno-strict-aliasing", "-DCONFIG_64BIT", "-D__LITTLE_ENDIAN"],
+                &[
+                    "-fno-strict-aliasing",
+                    "-DCONFIG_64BIT",
+                    "-D__LITTLE_ENDIAN",
+                ],
             ))
         })
         .as_deref()
@@ -64,6 +68,24 @@ struct Req<'a> {
     dict: &'a [u8],
     /// Each block with the output capacity offered.
     blocks: Vec<(usize, &'a [u8])>,
+}
+
+impl<'a> Req<'a> {
+    /// One request of every input, each with its capacity from `caps`.
+    fn all_blocks(
+        kind: u8,
+        level: i32,
+        dict: &'a [u8],
+        inputs: &'a [Vec<u8>],
+        caps: &[usize],
+    ) -> Req<'a> {
+        Req {
+            kind,
+            level,
+            dict,
+            blocks: inputs.iter().zip(caps).map(|(p, &c)| (c, &p[..])).collect(),
+        }
+    }
 }
 
 /// The kernel's answers: per request, per block, its output (`None` where
@@ -316,78 +338,68 @@ fn all_inputs() -> Vec<Vec<u8>> {
     v
 }
 
-#[test]
-#[cfg_attr(
-    miri,
-    ignore = "runs the kernel's C in a process, which Miri cannot start"
-)]
-fn fast_equals_the_kernel() {
-    if harness().is_none() {
-        return;
-    }
-    let inputs = all_inputs();
-    let mut rng = Rng(1);
-    let caps = caps(&inputs, &mut rng);
-    let mut c = Compressor::new();
-    for acc in [1, 2, 7, 65537, 1 << 26, 0, -3] {
-        let reqs = one_block_each(&inputs, &caps, 0, acc);
-        let theirs = kernel(&reqs);
-        let mut equal = 0;
-        for (i, (r, k)) in reqs.iter().zip(&theirs).enumerate() {
-            let (cap, p) = r.blocks[0];
-            let mut buf = vec![0u8; cap];
-            let ours = c.compress_fast(p, &mut buf, acc);
-            check(&format!("fast acceleration {acc}"), i, ours, &buf, &k[0]);
-            // From 2^26 on, the kernel's `acceleration << 6` wraps to a
-            // search step of 0, which finds each position as its own match
-            // at offset 0: no decoder reads that (zram takes such a level
-            // and stores pages it cannot read back); the bytes are equal
-            // all the same.
-            if let (Ok(n), true) = (ours, acc < 1 << 26) {
-                assert_decompresses_to(&buf[..n], p, &format!("acceleration {acc} #{i}"));
-                equal += 1;
+testkit::oracle_test!(
+    harness,
+    fn fast_equals_the_kernel() {
+        let inputs = all_inputs();
+        let mut rng = Rng(1);
+        let caps = caps(&inputs, &mut rng);
+        let mut c = Compressor::new();
+        for acc in [1, 2, 7, 65537, 1 << 26, 0, -3] {
+            let reqs = one_block_each(&inputs, &caps, 0, acc);
+            let theirs = kernel(&reqs);
+            let mut equal = 0;
+            for (i, (r, k)) in reqs.iter().zip(&theirs).enumerate() {
+                let (cap, p) = r.blocks[0];
+                let mut buf = vec![0u8; cap];
+                let ours = c.compress_fast(p, &mut buf, acc);
+                check(&format!("fast acceleration {acc}"), i, ours, &buf, &k[0]);
+                // From 2^26 on, the kernel's `acceleration << 6` wraps to a
+                // search step of 0, which finds each position as its own match
+                // at offset 0: no decoder reads that (zram takes such a level
+                // and stores pages it cannot read back); the bytes are equal
+                // all the same.
+                if let (Ok(n), true) = (ours, acc < 1 << 26) {
+                    assert_decompresses_to(&buf[..n], p, &format!("acceleration {acc} #{i}"));
+                    equal += 1;
+                }
+            }
+            if acc < 1 << 26 {
+                assert!(
+                    equal > inputs.len() / 2,
+                    "acceleration {acc}: only {equal} compressed"
+                );
             }
         }
-        if acc < 1 << 26 {
-            assert!(
-                equal > inputs.len() / 2,
-                "acceleration {acc}: only {equal} compressed"
-            );
-        }
     }
-}
+);
 
-#[test]
-#[cfg_attr(
-    miri,
-    ignore = "runs the kernel's C in a process, which Miri cannot start"
-)]
-fn hc_equals_the_kernel() {
-    if harness().is_none() {
-        return;
-    }
-    let pages = corpus_pages(1);
-    let mut inputs: Vec<Vec<u8>> = pages.into_iter().step_by(2).collect();
-    inputs.extend(shapes());
-    inputs.extend(fuzz_corpus());
-    inputs.extend(random_inputs(6, 200));
-    let mut rng = Rng(2);
-    let caps = caps(&inputs, &mut rng);
-    let mut c = HcCompressor::new();
-    for level in [9, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 17, 0] {
-        let reqs = one_block_each(&inputs, &caps, 2, level);
-        let theirs = kernel(&reqs);
-        for (i, (r, k)) in reqs.iter().zip(&theirs).enumerate() {
-            let (cap, p) = r.blocks[0];
-            let mut buf = vec![0u8; cap];
-            let ours = c.compress(p, &mut buf, level);
-            check(&format!("hc level {level}"), i, ours, &buf, &k[0]);
-            if let Ok(n) = ours {
-                assert_decompresses_to(&buf[..n], p, &format!("hc level {level} #{i}"));
+testkit::oracle_test!(
+    harness,
+    fn hc_equals_the_kernel() {
+        let pages = corpus_pages(1);
+        let mut inputs: Vec<Vec<u8>> = pages.into_iter().step_by(2).collect();
+        inputs.extend(shapes());
+        inputs.extend(fuzz_corpus());
+        inputs.extend(random_inputs(6, 200));
+        let mut rng = Rng(2);
+        let caps = caps(&inputs, &mut rng);
+        let mut c = HcCompressor::new();
+        for level in [9, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 17, 0] {
+            let reqs = one_block_each(&inputs, &caps, 2, level);
+            let theirs = kernel(&reqs);
+            for (i, (r, k)) in reqs.iter().zip(&theirs).enumerate() {
+                let (cap, p) = r.blocks[0];
+                let mut buf = vec![0u8; cap];
+                let ours = c.compress(p, &mut buf, level);
+                check(&format!("hc level {level}"), i, ours, &buf, &k[0]);
+                if let Ok(n) = ours {
+                    assert_decompresses_to(&buf[..n], p, &format!("hc level {level} #{i}"));
+                }
             }
         }
     }
-}
+);
 
 /// Dictionaries: usable sizes (8 bytes to 64 KiB) cut from the corpus, and
 /// sizes zram refuses.
@@ -403,123 +415,95 @@ fn dicts(pages: &[Vec<u8>]) -> Vec<Vec<u8>> {
     v
 }
 
-#[test]
-#[cfg_attr(
-    miri,
-    ignore = "runs the kernel's C in a process, which Miri cannot start"
-)]
-fn dictionaries_equal_the_kernel() {
-    if harness().is_none() {
-        return;
-    }
-    let pages = corpus_pages(1);
-    let mut inputs: Vec<Vec<u8>> = pages.iter().step_by(3).cloned().collect();
-    inputs.extend(random_inputs(7, 100));
-    inputs.extend(shapes().into_iter().step_by(5));
-    let mut rng = Rng(3);
-    let caps = caps(&inputs, &mut rng);
-    let mut fast = Compressor::new();
-    let mut hc = HcCompressor::new();
-    for dict in dicts(&pages) {
-        for (kind, level) in [(1u8, 1), (1, 4), (3, 9), (3, 2), (3, 16)] {
-            let reqs = [Req {
-                kind,
-                level,
-                dict: &dict,
-                blocks: inputs
-                    .iter()
-                    .zip(&caps)
-                    .map(|(p, &c)| (c, &p[..]))
-                    .collect(),
-            }];
-            let theirs = &kernel(&reqs)[0];
-            let what = format!("kind {kind} level {level} dictionary of {}", dict.len());
-            let fd = Dict::new(&dict);
-            let hd = HcDict::new(&dict);
-            let (accepted, kept) = if kind == 1 {
-                (fd.accepted_by_zram(), fd.bytes().to_vec())
-            } else {
-                (hd.accepted_by_zram(), hd.bytes().to_vec())
-            };
-            for (i, (cap, p)) in reqs[0].blocks.iter().enumerate() {
-                if !accepted {
-                    assert_eq!(theirs[i], Err(()), "{what}: the kernel took it");
-                    continue;
-                }
-                let mut buf = vec![0u8; *cap];
-                let ours = if kind == 1 {
-                    fast.compress_fast_dict(&fd, p, &mut buf, level)
+testkit::oracle_test!(
+    harness,
+    fn dictionaries_equal_the_kernel() {
+        let pages = corpus_pages(1);
+        let mut inputs: Vec<Vec<u8>> = pages.iter().step_by(3).cloned().collect();
+        inputs.extend(random_inputs(7, 100));
+        inputs.extend(shapes().into_iter().step_by(5));
+        let mut rng = Rng(3);
+        let caps = caps(&inputs, &mut rng);
+        let mut fast = Compressor::new();
+        let mut hc = HcCompressor::new();
+        for dict in dicts(&pages) {
+            for (kind, level) in [(1u8, 1), (1, 4), (3, 9), (3, 2), (3, 16)] {
+                let req = Req::all_blocks(kind, level, &dict, &inputs, &caps);
+                let theirs = &kernel(std::slice::from_ref(&req))[0];
+                let what = format!("kind {kind} level {level} dictionary of {}", dict.len());
+                let fd = Dict::new(&dict);
+                let hd = HcDict::new(&dict);
+                let (accepted, kept) = if kind == 1 {
+                    (fd.accepted_by_zram(), fd.bytes().to_vec())
                 } else {
-                    hc.compress_dict(&hd, p, &mut buf, level)
+                    (hd.accepted_by_zram(), hd.bytes().to_vec())
                 };
-                check(&what, i, ours, &buf, &theirs[i]);
-                if let Ok(n) = ours {
-                    let mut back = vec![0u8; p.len()];
-                    assert_eq!(
-                        decompress_with_dict(&buf[..n], &mut back, &kept),
-                        Ok(p.len()),
-                        "{what} #{i}"
-                    );
-                    assert!(back == *p, "{what} #{i}");
+                for (i, (cap, p)) in req.blocks.iter().enumerate() {
+                    if !accepted {
+                        assert_eq!(theirs[i], Err(()), "{what}: the kernel took it");
+                        continue;
+                    }
+                    let mut buf = vec![0u8; *cap];
+                    let ours = if kind == 1 {
+                        fast.compress_fast_dict(&fd, p, &mut buf, level)
+                    } else {
+                        hc.compress_dict(&hd, p, &mut buf, level)
+                    };
+                    check(&what, i, ours, &buf, &theirs[i]);
+                    if let Ok(n) = ours {
+                        let mut back = vec![0u8; p.len()];
+                        assert_eq!(
+                            decompress_with_dict(&buf[..n], &mut back, &kept),
+                            Ok(p.len()),
+                            "{what} #{i}"
+                        );
+                        assert!(back == *p, "{what} #{i}");
+                    }
                 }
             }
         }
     }
-}
+);
 
-#[test]
-#[cfg_attr(
-    miri,
-    ignore = "runs the kernel's C in a process, which Miri cannot start"
-)]
-fn streams_equal_the_kernel() {
-    if harness().is_none() {
-        return;
-    }
-    let pages = corpus_pages(1);
-    let mut blocks: Vec<Vec<u8>> = pages.iter().step_by(5).take(60).cloned().collect();
-    blocks.extend(random_inputs(8, 40));
-    let mut r = Rng(9);
-    blocks.push((0..200_000).map(|_| b"abcd\0\0\0\0"[r.below(8)]).collect());
-    let mut rng = Rng(4);
-    let caps = caps(&blocks, &mut rng);
-    for dict in [
-        Vec::new(),
-        pages[1].clone(),
-        pages.iter().take(20).flatten().copied().collect(),
-    ] {
-        for (kind, level) in [(4u8, 1), (4, 3), (5, 9), (5, 4)] {
-            let reqs = [Req {
-                kind,
-                level,
-                dict: &dict,
-                blocks: blocks
-                    .iter()
-                    .zip(&caps)
-                    .map(|(p, &c)| (c, &p[..]))
-                    .collect(),
-            }];
-            let theirs = &kernel(&reqs)[0];
-            let what = format!(
-                "stream kind {kind} level {level} dictionary of {}",
-                dict.len()
-            );
-            let mut fast = Stream::new();
-            let mut hc = HcStream::new(level);
-            if kind == 4 {
-                fast.load_dict(&dict);
-            } else if !dict.is_empty() {
-                hc.load_dict(&dict);
-            }
-            for (i, (cap, p)) in reqs[0].blocks.iter().enumerate() {
-                let mut buf = vec![0u8; *cap];
-                let ours = if kind == 4 {
-                    fast.compress_fast_continue(p, &mut buf, level)
-                } else {
-                    hc.compress_continue(p, &mut buf)
-                };
-                check(&what, i, ours, &buf, &theirs[i]);
+testkit::oracle_test!(
+    harness,
+    fn streams_equal_the_kernel() {
+        let pages = corpus_pages(1);
+        let mut blocks: Vec<Vec<u8>> = pages.iter().step_by(5).take(60).cloned().collect();
+        blocks.extend(random_inputs(8, 40));
+        let mut r = Rng(9);
+        blocks.push((0..200_000).map(|_| b"abcd\0\0\0\0"[r.below(8)]).collect());
+        let mut rng = Rng(4);
+        let caps = caps(&blocks, &mut rng);
+        for dict in [
+            Vec::new(),
+            pages[1].clone(),
+            pages.iter().take(20).flatten().copied().collect(),
+        ] {
+            for (kind, level) in [(4u8, 1), (4, 3), (5, 9), (5, 4)] {
+                let req = Req::all_blocks(kind, level, &dict, &blocks, &caps);
+                let theirs = &kernel(std::slice::from_ref(&req))[0];
+                let what = format!(
+                    "stream kind {kind} level {level} dictionary of {}",
+                    dict.len()
+                );
+                let mut fast = Stream::new();
+                let mut hc = HcStream::new(level);
+                if kind == 4 {
+                    fast.load_dict(&dict);
+                } else if !dict.is_empty() {
+                    hc.load_dict(&dict);
+                }
+                for (i, (cap, p)) in req.blocks.iter().enumerate() {
+                    let mut buf = vec![0u8; *cap];
+                    let ours = if kind == 4 {
+                        fast.compress_fast_continue(p, &mut buf, level)
+                    } else {
+                        hc.compress_continue(p, &mut buf)
+                    };
+                    check(&what, i, ours, &buf, &theirs[i]);
+                }
             }
         }
     }
-}
+);

@@ -22,7 +22,7 @@
 
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::device::{check_range, BlockDevice, BlockSize, Extent};
+use crate::device::{check_range, forward_capabilities, BlockDevice, BlockSize, Extent};
 use crate::error::{DeviceError, DeviceResult};
 
 /// Number of lock stripes.
@@ -344,37 +344,7 @@ impl<D: BlockDevice> BlockDevice for BlockAligned<D> {
         Ok(out)
     }
 
-    fn can_trim(&self) -> bool {
-        self.inner.can_trim()
-    }
-
-    fn can_zero(&self) -> bool {
-        self.inner.can_zero()
-    }
-
-    fn can_fast_zero(&self) -> bool {
-        self.inner.can_fast_zero()
-    }
-
-    fn can_flush(&self) -> bool {
-        self.inner.can_flush()
-    }
-
-    fn can_fua(&self) -> bool {
-        self.inner.can_fua()
-    }
-
-    fn can_multi_conn(&self) -> bool {
-        self.inner.can_multi_conn()
-    }
-
-    fn can_cache(&self) -> bool {
-        self.inner.can_cache()
-    }
-
-    fn is_read_only(&self) -> bool {
-        self.inner.is_read_only()
-    }
+    forward_capabilities!(self => self.inner);
 }
 
 #[cfg(test)]

@@ -303,6 +303,24 @@ pub trait BlockDevice: Send + Sync {
     }
 }
 
+/// The capability queries of a [`BlockDevice`] that wraps another, each
+/// answered by the device `$inner` names (an expression of `$self`): what
+/// the wrapped device offers, the wrapper offers.
+macro_rules! forward_capabilities {
+    ($self:ident => $inner:expr) => {
+        forward_capabilities!(@each $self => $inner; can_trim, can_zero,
+            can_fast_zero, can_flush, can_fua, can_multi_conn, can_cache, is_read_only);
+    };
+    (@each $self:ident => $inner:expr; $($query:ident),+) => {
+        $(
+            fn $query(&$self) -> bool {
+                $inner.$query()
+            }
+        )+
+    };
+}
+pub(crate) use forward_capabilities;
+
 impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     fn size(&self) -> u64 {
         (**self).size()
@@ -331,30 +349,7 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     fn block_status(&self, offset: u64, len: u64) -> DeviceResult<Vec<Extent>> {
         (**self).block_status(offset, len)
     }
-    fn can_trim(&self) -> bool {
-        (**self).can_trim()
-    }
-    fn can_zero(&self) -> bool {
-        (**self).can_zero()
-    }
-    fn can_fast_zero(&self) -> bool {
-        (**self).can_fast_zero()
-    }
-    fn can_flush(&self) -> bool {
-        (**self).can_flush()
-    }
-    fn can_fua(&self) -> bool {
-        (**self).can_fua()
-    }
-    fn can_multi_conn(&self) -> bool {
-        (**self).can_multi_conn()
-    }
-    fn can_cache(&self) -> bool {
-        (**self).can_cache()
-    }
-    fn is_read_only(&self) -> bool {
-        (**self).is_read_only()
-    }
+    forward_capabilities!(self => (**self));
 }
 
 /// Checks that `offset..offset + len` lies inside a device of `size` bytes;

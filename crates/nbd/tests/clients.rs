@@ -27,24 +27,24 @@ fn write_file(ts: &TestServer, name: &str, data: &[u8]) -> String {
     p.to_string_lossy().into_owned()
 }
 
-/// Writes `data` onto the default export with `qemu-img convert`: the
-/// source file's path and the export's URI.
-fn convert_in(ts: &TestServer, data: &[u8]) -> (String, String) {
-    let src = write_file(ts, "src.raw", data);
+/// Writes `len` bytes of real data onto the default export with `qemu-img
+/// convert`: the data, the source file's path and the export's URI.
+fn convert_in(ts: &TestServer, len: usize) -> (Vec<u8>, String, String) {
+    let data = real_data(len);
+    let src = write_file(ts, "src.raw", &data);
     let uri = ts.uri("");
     run_ok(
         "qemu-img",
         &["convert", "-n", "-f", "raw", "-O", "raw", &src, &uri],
     );
-    (src, uri)
+    (data, src, uri)
 }
 
 #[test]
 fn qemu_img_convert_in_then_nbdcopy_out() {
     require_tools!("qemu-img", "nbdcopy");
     let (ts, dev) = TestServer::mem(8 * MIB as u64);
-    let data = real_data(6 * MIB + 12345);
-    let (src, uri) = convert_in(&ts, &data);
+    let (data, src, uri) = convert_in(&ts, 6 * MIB + 12345);
     let on_dev = read_all(dev.as_ref());
     assert_eq!(
         &on_dev[..data.len()],
@@ -305,8 +305,7 @@ fn parallel_clients_and_multi_conn() {
 fn misbehaving_clients_do_not_hurt_others() {
     require_tools!("qemu-img", "qemu-io");
     let (ts, dev) = TestServer::mem(4 * MIB as u64);
-    let data = real_data(3 * MIB + 999);
-    let (src, uri) = convert_in(&ts, &data);
+    let (data, src, uri) = convert_in(&ts, 3 * MIB + 999);
 
     // A good client stays connected through all of it.
     let mut good = RawClient::go(&ts.path, "", true, false);

@@ -14,11 +14,19 @@ use std::sync::Arc;
 use common::{read_all, RawClient, TestServer};
 use nbd::wire::{hs, opt, rep, InfoRequest};
 use nbd::{BlockDevice, Config, MemDevice, Tls, TlsMode};
-use testkit::certs::make_certs;
+use testkit::certs::{make_certs, Certs};
 use testkit::clients::{run_ok, run_tool};
 use testkit::{real_data, require_tools};
 
 const MIB: usize = 1 << 20;
+
+/// Certificates made by `openssl` in a directory of their own, which
+/// lives as long as the returned `TempDir`.
+fn certs() -> (tempfile::TempDir, Certs) {
+    let work = tempfile::tempdir().unwrap();
+    let certs = make_certs(work.path());
+    (work, certs)
+}
 
 /// A server of one 8 MiB RAM disk named "disk" with TLS in `mode`.
 fn tls_server(certs: &Path, mode: TlsMode, verify_peer: bool) -> (TestServer, Arc<MemDevice>) {
@@ -45,8 +53,7 @@ fn nbds_uri(ts: &TestServer, dir: &Path) -> String {
 #[test]
 fn qemu_img_in_nbdcopy_out_over_tls_identical() {
     require_tools!("openssl", "qemu-img", "nbdcopy");
-    let work = tempfile::tempdir().unwrap();
-    let certs = make_certs(work.path());
+    let (_work, certs) = certs();
     let (ts, dev) = tls_server(&certs.server, TlsMode::Require, false);
     let data = real_data(6 * MIB + 4321);
     let src = ts.file("src.raw");
@@ -94,8 +101,7 @@ fn qemu_img_in_nbdcopy_out_over_tls_identical() {
 #[test]
 fn plaintext_client_refused_under_require_and_served_under_on() {
     require_tools!("openssl", "nbdinfo");
-    let work = tempfile::tempdir().unwrap();
-    let certs = make_certs(work.path());
+    let (_work, certs) = certs();
     let (ts, dev) = tls_server(&certs.server, TlsMode::Require, false);
 
     // A raw client: every option but STARTTLS and ABORT is refused with
@@ -161,8 +167,7 @@ fn plaintext_client_refused_under_require_and_served_under_on() {
 #[test]
 fn verify_peer_refuses_a_stranger_and_a_client_without_certificate() {
     require_tools!("openssl", "nbdinfo");
-    let work = tempfile::tempdir().unwrap();
-    let certs = make_certs(work.path());
+    let (_work, certs) = certs();
     let (ts, _dev) = tls_server(&certs.server, TlsMode::Require, true);
     let size = run_ok("nbdinfo", &["--size", &nbds_uri(&ts, &certs.client)]);
     assert_eq!(size.trim(), (8 * MIB).to_string());
@@ -180,8 +185,7 @@ fn verify_peer_refuses_a_stranger_and_a_client_without_certificate() {
 #[test]
 fn bad_certificate_directories_give_one_line_errors() {
     require_tools!("openssl");
-    let work = tempfile::tempdir().unwrap();
-    let certs = make_certs(work.path());
+    let (work, certs) = certs();
     let err = |dir: &Path, verify: bool| {
         let e = Tls::from_dir(dir, TlsMode::Require, verify).unwrap_err();
         assert!(!e.contains('\n'), "{e}");

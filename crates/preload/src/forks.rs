@@ -78,6 +78,17 @@ fn next(slot: &AtomicUsize, name: &std::ffi::CStr) -> usize {
     f
 }
 
+/// [`next`], or `None` with errno set to `ENOSYS` where there is none: a
+/// call that must fail as the system call it stands for would.
+fn next_or_enosys(slot: &AtomicUsize, name: &std::ffi::CStr) -> Option<usize> {
+    let f = next(slot, name);
+    if f == 0 {
+        set_errno(libc::ENOSYS);
+        return None;
+    }
+    Some(f)
+}
+
 /// Looks up glibc's three functions, at load (so no later call, from a
 /// signal handler or a child, needs `dlsym`).
 pub fn find() {
@@ -135,11 +146,9 @@ fn around<R: PartialEq + From<i8>>(touch: impl Fn(), copy: impl FnOnce() -> R) -
 /// As _Fork(3).
 #[no_mangle]
 pub unsafe extern "C" fn _Fork() -> pid_t {
-    let f = next(&REAL_FORK, c"_Fork");
-    if f == 0 {
-        set_errno(libc::ENOSYS);
+    let Some(f) = next_or_enosys(&REAL_FORK, c"_Fork") else {
         return -1;
-    }
+    };
     // SAFETY: glibc's _Fork, found by dlsym, has this type.
     let real = unsafe { std::mem::transmute::<usize, ForkFn>(f) };
     if process().is_none() {
@@ -202,11 +211,9 @@ pub unsafe extern "C" fn clone(
     tls: *mut c_void,
     ctid: *mut pid_t,
 ) -> c_int {
-    let f = next(&REAL_CLONE, c"clone");
-    if f == 0 {
-        set_errno(libc::ENOSYS);
+    let Some(f) = next_or_enosys(&REAL_CLONE, c"clone") else {
         return -1;
-    }
+    };
     // SAFETY: glibc's clone, found by dlsym, has this type.
     let real = unsafe { std::mem::transmute::<usize, CloneFn>(f) };
     let copies = flags & (libc::CLONE_VM | libc::CLONE_SETTLS) == 0;
@@ -342,11 +349,9 @@ pub unsafe extern "C" fn syscall(
     a5: c_long,
     a6: c_long,
 ) -> c_long {
-    let f = next(&REAL_SYSCALL, c"syscall");
-    if f == 0 {
-        set_errno(libc::ENOSYS);
+    let Some(f) = next_or_enosys(&REAL_SYSCALL, c"syscall") else {
         return -1;
-    }
+    };
     // SAFETY: glibc's syscall, found by dlsym, called with the arguments
     // as this function received them (see above).
     let real = unsafe { std::mem::transmute::<usize, SyscallFn>(f) };

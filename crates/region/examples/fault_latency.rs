@@ -166,28 +166,17 @@ fn main() {
     assert!(back == &data[..], "contents differ");
 
     // Reference: a fresh anonymous page faulted by the kernel alone.
-    // SAFETY: a private anonymous mapping of our own.
-    let plain = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    } as *mut u8;
+    let plain = testkit::AnonMap::new(len);
     let mut kernel = Vec::with_capacity(n);
     for &i in &order {
         let t = Instant::now();
         // SAFETY: page i of our mapping.
-        unsafe { std::ptr::write_volatile(plain.add(i * ps), 1) };
+        unsafe { std::ptr::write_volatile(plain.as_ptr().add(i * ps), 1) };
         kernel.push(t.elapsed().as_nanos() as u64);
     }
     percentiles("reference: kernel anonymous fault", kernel);
     percentiles("reference: store read_page alone", decompress);
-    // SAFETY: our mapping.
-    unsafe { libc::munmap(plain.cast(), len) };
+    drop(plain);
 
     // Probed pages: the mapping dropped, the raw copy kept; a touch copies
     // it back without decompressing.

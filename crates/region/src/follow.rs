@@ -716,9 +716,20 @@ mod tests {
         None
     }
 
+    /// [`following`] with a state of its own, joined: `test` runs to its
+    /// end, or not at all where following is not enabled.
+    fn run_following<F>(test: F)
+    where
+        F: FnOnce(&mut Follow, &FollowState, u32) + Send + 'static,
+    {
+        if let Some(t) = following(Arc::default(), test) {
+            t.join().unwrap();
+        }
+    }
+
     #[test]
     fn follows_a_thread_with_three_in_four_faults_and_leaves_a_mixed_load() {
-        let Some(t) = following(Arc::default(), |f, state, me| {
+        run_following(|f, state, me| {
             let mut now = 0;
             // The first period names the leader; its wait is not known yet.
             period(f, state, &mut now, me, 5);
@@ -761,10 +772,7 @@ mod tests {
                 period(&mut off, state, &mut now, me, 0);
             }
             assert!(!off.pinned());
-        }) else {
-            return;
-        };
-        t.join().unwrap();
+        });
     }
 
     #[test]
@@ -780,7 +788,7 @@ mod tests {
                 waited: w.load(Ordering::Relaxed),
             })
         }
-        let Some(t) = following(Arc::default(), |f, state, me| {
+        run_following(|f, state, me| {
             f.times_of = waits;
             f.own_tid = 1;
             let mut now = 0;
@@ -807,10 +815,7 @@ mod tests {
             OWN_WAIT.fetch_add(PERIOD_NS / 4, Ordering::Relaxed);
             period(f, state, &mut now, me, 0);
             assert!(!f.pinned() && f.contended() == 2);
-        }) else {
-            return;
-        };
-        t.join().unwrap();
+        });
     }
 
     #[test]
@@ -820,7 +825,7 @@ mod tests {
         fn machine() -> Option<(u64, u64)> {
             Some((BUSY.load(Ordering::Relaxed), 0))
         }
-        let Some(t) = following(Arc::default(), |f, state, me| {
+        run_following(|f, state, me| {
             f.machine_of = machine;
             let mut now = 0;
             period(f, state, &mut now, me, 0);
@@ -843,10 +848,7 @@ mod tests {
                 period(f, state, &mut now, me, 0);
             }
             assert!(f.pinned());
-        }) else {
-            return;
-        };
-        t.join().unwrap();
+        });
     }
 
     #[test]

@@ -394,12 +394,16 @@ mod tests {
 
     #[test]
     fn buckets_are_log2() {
-        assert_eq!(bucket_of(0), 0);
-        assert_eq!(bucket_of(1), 0);
-        assert_eq!(bucket_of(2), 1);
-        assert_eq!(bucket_of(3), 1);
-        assert_eq!(bucket_of(4096), 12);
-        assert_eq!(bucket_of(u64::MAX), BUCKETS - 1);
+        for (ns, bucket) in [
+            (0, 0),
+            (1, 0),
+            (2, 1),
+            (3, 1),
+            (4096, 12),
+            (u64::MAX, BUCKETS - 1),
+        ] {
+            assert_eq!(bucket_of(ns), bucket, "{ns} ns");
+        }
     }
 
     #[test]

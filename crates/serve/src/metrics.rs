@@ -568,34 +568,44 @@ mod tests {
             c.read_to_string(&mut out).unwrap();
             out
         };
+        // Each line of the exposition, as written, is in `out`.
+        let has_lines = |out: &str, lines: &[&str]| {
+            for line in lines {
+                assert!(out.contains(line), "no {line:?} in:\n{out}");
+            }
+        };
         let out = get("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
         assert!(out.starts_with("HTTP/1.0 200 OK\r\n"), "{out}");
-        assert!(
-            out.contains("zmem_orig_data_size_bytes{export=\"d\\\"q\"} 4096\n"),
-            "{out}"
+        has_lines(
+            &out,
+            &[
+                "zmem_orig_data_size_bytes{export=\"d\\\"q\"} 4096\n",
+                "# TYPE zmem_failed_writes_total counter\n",
+                "zmem_page_writes_total{export=\"d\\\"q\"} 1\n",
+                "zmem_auto_compact_enabled{export=\"d\\\"q\"} 0\n",
+                "# TYPE zmem_bd_writes_total counter\n",
+                "zmem_bd_count{export=\"d\\\"q\"} 0\n",
+                // The writeback settings, beside bd_stat: the defaults,
+                // then the values a control command set.
+                "# TYPE zmem_writeback_compressed gauge\n",
+                "zmem_writeback_compressed{export=\"d\\\"q\"} 0\n",
+                "zmem_writeback_batch_size_pages{export=\"d\\\"q\"} 32\n",
+                "zmem_writeback_limit_enabled{export=\"d\\\"q\"} 0\n",
+            ],
         );
-        assert!(out.contains("# TYPE zmem_failed_writes_total counter\n"));
-        assert!(out.contains("zmem_page_writes_total{export=\"d\\\"q\"} 1\n"));
-        assert!(out.contains("zmem_auto_compact_enabled{export=\"d\\\"q\"} 0\n"));
-        assert!(out.contains("# TYPE zmem_bd_writes_total counter\n"));
-        assert!(out.contains("zmem_bd_count{export=\"d\\\"q\"} 0\n"));
-        // The writeback settings, beside bd_stat: the defaults, then the
-        // values a control command set.
-        assert!(out.contains("# TYPE zmem_writeback_compressed gauge\n"));
-        assert!(out.contains("zmem_writeback_compressed{export=\"d\\\"q\"} 0\n"));
-        assert!(out.contains("zmem_writeback_batch_size_pages{export=\"d\\\"q\"} 32\n"));
-        assert!(out.contains("zmem_writeback_limit_enabled{export=\"d\\\"q\"} 0\n"));
         reg.served()[0].store.set_writeback_batch_size(8).unwrap();
         reg.served()[0].store.set_writeback_limit_enable(true);
         reg.served()[0].store.set_writeback_limit(12);
         let out = get("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-        assert!(
-            out.contains("zmem_writeback_batch_size_pages{export=\"d\\\"q\"} 8\n"),
-            "{out}"
+        has_lines(
+            &out,
+            &[
+                "zmem_writeback_batch_size_pages{export=\"d\\\"q\"} 8\n",
+                "zmem_writeback_limit_enabled{export=\"d\\\"q\"} 1\n",
+                "zmem_writeback_limit{export=\"d\\\"q\"} 12\n",
+                "# TYPE zmem_auto_compact_runs_total counter\n",
+            ],
         );
-        assert!(out.contains("zmem_writeback_limit_enabled{export=\"d\\\"q\"} 1\n"));
-        assert!(out.contains("zmem_writeback_limit{export=\"d\\\"q\"} 12\n"));
-        assert!(out.contains("# TYPE zmem_auto_compact_runs_total counter\n"));
         assert!(get("GET / HTTP/1.0\r\n\r\n").starts_with("HTTP/1.0 404"));
         assert!(get("POST /metrics HTTP/1.0\r\n\r\n").starts_with("HTTP/1.0 405"));
         assert!(MetricsServer::bind(

@@ -676,22 +676,18 @@ mod tests {
         reg.hot_add("u", None, false).unwrap();
         let run = |line: &str| execute(&reg, u, line).map(drop);
         let primary_level = |reg: &Registry| reg.get(u).unwrap().store.compressor().level();
-        // Each write replaces the whole set: the second one's missing level
-        // goes back to zstd's default (3).
-        run("comp_algorithm zstd").unwrap();
-        run("algorithm_params level=8").unwrap();
-        run("algorithm_params algo=zstd").unwrap();
-        run("disksize 1M").unwrap();
-        assert_eq!(primary_level(&reg), 3);
-        run("reset").unwrap();
-        // A comp_algorithm write resets the primary's settings, even for
-        // the same algorithm.
-        run("comp_algorithm zstd").unwrap();
-        run("algorithm_params level=8").unwrap();
-        run("comp_algorithm zstd").unwrap();
-        run("disksize 1M").unwrap();
-        assert_eq!(primary_level(&reg), 3);
-        run("reset").unwrap();
+        // Level 8 is forgotten, and the store gets zstd's default (3): each
+        // algorithm_params write replaces the whole set (the second one
+        // has no level), and a comp_algorithm write resets the primary's
+        // settings, even for the same algorithm.
+        for last in ["algorithm_params algo=zstd", "comp_algorithm zstd"] {
+            run("comp_algorithm zstd").unwrap();
+            run("algorithm_params level=8").unwrap();
+            run(last).unwrap();
+            run("disksize 1M").unwrap();
+            assert_eq!(primary_level(&reg), 3, "after {last:?}");
+            run("reset").unwrap();
+        }
         // Settings the algorithm refuses are taken by algorithm_params and
         // refused by disksize, which leaves the export uninitialised.
         run("comp_algorithm lz4").unwrap();

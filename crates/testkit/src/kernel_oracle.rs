@@ -3,8 +3,10 @@
 //! scripts/install-deps unpacks into ~/.cache/zmem/linux-source-7.3), and
 //! a C harness compiled with them over the shim headers in
 //! crates/testkit/kernel-shim (the few kernel definitions lib/lz4 and
-//! lib/zlib_deflate use). The kernel's files are never copied into zmem's
-//! tree; the harness is built in the test's own target folder.
+//! lib/zlib_deflate use), and the tests that compare with it
+//! ([`oracle_test!`](crate::oracle_test)). The kernel's files are never
+//! copied into zmem's tree; the harness is built in the test's own target
+//! folder.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,6 +22,38 @@ pub fn source(files: &[&str]) -> Option<PathBuf> {
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
     Some(cache.join("zmem/linux-source-7.3")).filter(|d| has(d))
+}
+
+/// [`source`], or `None` after one line on stderr that says the test
+/// skips for want of the kernel's `what` (`lib/lz4`).
+pub fn source_or_skip(what: &str, files: &[&str]) -> Option<PathBuf> {
+    let src = source(files);
+    if src.is_none() {
+        eprintln!("skipped: no kernel {what} source ($ZMEM_KERNEL_SRC or ~/.cache/zmem/linux-source-7.3, which scripts/install-deps unpacks)");
+    }
+    src
+}
+
+/// A test of zmem's code against the kernel's, built by `$oracle` (a
+/// function that gives `None` where the kernel's sources are missing, the
+/// test then passing without checking): `#[test]`, and ignored under Miri,
+/// which cannot start the oracle's process.
+#[macro_export]
+macro_rules! oracle_test {
+    ($oracle:ident, $(#[$attr:meta])* fn $name:ident() $body:block) => {
+        $(#[$attr])*
+        #[test]
+        #[cfg_attr(
+            miri,
+            ignore = "runs the kernel's C in a process, which Miri cannot start"
+        )]
+        fn $name() {
+            if $oracle().is_none() {
+                return;
+            }
+            $body
+        }
+    };
 }
 
 /// Compiles `harness` with the kernel's `sources` (paths inside `src`)

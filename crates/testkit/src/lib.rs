@@ -8,8 +8,9 @@
 //! ([`peer_closed`]), real data ([`real_data`]), incompressible bytes
 //! ([`noise`]), seeded generators and object contents ([`Rng`],
 //! [`SplitMix64`] and the compressor test inputs it makes, [`pattern`]), a
-//! dictionary made of pages ([`every_other_page`]), reading the process's
-//! resident set ([`rss`]), TLS certificates made with `openssl`
+//! dictionary made of pages ([`every_other_page`]), ELF core files to read
+//! back ([`elf_core`]), an anonymous mapping of the test's own, outside any
+//! allocator ([`AnonMap`]), reading the process's resident set ([`rss`]), TLS certificates made with `openssl`
 //! ([`certs`]), commands run in a qemu guest with a kernel of its own
 //! ([`vm`]), the kernel's own C code built as a test oracle
 //! ([`kernel_oracle`]), the workspace as cargo and the file tree describe
@@ -187,5 +188,98 @@ impl SplitMix64 {
         p.extend(copy);
         p.extend(self.bytes(tail));
         p
+    }
+}
+
+/// A little-endian x86-64 ELF64 core file: the ELF header, a PT_NOTE
+/// without data, then one PT_LOAD per (address, data) segment, the
+/// segments' data after the program headers in the same order.
+pub fn elf_core(segs: &[(u64, &[u8])]) -> Vec<u8> {
+    let phnum = segs.len() + 1;
+    let mut at = 64 + 56 * phnum as u64;
+    let mut out = vec![0u8; 64];
+    out[..4].copy_from_slice(b"\x7fELF");
+    out[4] = 2; // ELFCLASS64
+    out[5] = 1; // little-endian
+    out[6] = 1; // EV_CURRENT
+    out[16..18].copy_from_slice(&4u16.to_le_bytes()); // ET_CORE
+    out[18..20].copy_from_slice(&62u16.to_le_bytes()); // x86-64
+    out[32..40].copy_from_slice(&64u64.to_le_bytes()); // e_phoff
+    out[52..54].copy_from_slice(&64u16.to_le_bytes()); // e_ehsize
+    out[54..56].copy_from_slice(&56u16.to_le_bytes()); // e_phentsize
+    out[56..58].copy_from_slice(&(phnum as u16).to_le_bytes());
+    let mut note = vec![0u8; 56];
+    note[..4].copy_from_slice(&4u32.to_le_bytes()); // PT_NOTE, no data
+    out.extend(note);
+    for (vaddr, data) in segs {
+        let mut ph = vec![0u8; 56];
+        ph[..4].copy_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+        ph[8..16].copy_from_slice(&at.to_le_bytes());
+        ph[16..24].copy_from_slice(&vaddr.to_le_bytes());
+        ph[32..40].copy_from_slice(&(data.len() as u64).to_le_bytes());
+        ph[40..48].copy_from_slice(&(data.len() as u64).to_le_bytes());
+        out.extend(ph);
+        at += data.len() as u64;
+    }
+    for (_, data) in segs {
+        out.extend_from_slice(data);
+    }
+    out
+}
+
+/// A private anonymous mapping, readable and writable, at an address the
+/// kernel chooses, unmapped on drop: memory of a test's own that no
+/// allocator (nor any region or store) serves, its pages faulted by the
+/// kernel alone.
+#[derive(Debug)]
+pub struct AnonMap {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+impl AnonMap {
+    /// Maps `len` bytes (more than 0); no page is touched. Panics if the
+    /// kernel refuses.
+    pub fn new(len: usize) -> AnonMap {
+        // SAFETY: a fresh private anonymous mapping; no memory of this
+        // program is named by the call.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(
+            p,
+            libc::MAP_FAILED,
+            "mmap of {len} bytes: {}",
+            std::io::Error::last_os_error()
+        );
+        let ptr = std::ptr::NonNull::new(p.cast::<u8>()).expect("mmap returns a non-null address");
+        AnonMap { ptr, len }
+    }
+
+    /// The mapping's first byte.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The mapping's bytes.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `len` bytes mapped readable and writable until drop,
+        // borrowed mutably with this value.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for AnonMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, with its length; no borrow of
+        // it outlives this value.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }

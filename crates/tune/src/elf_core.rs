@@ -181,44 +181,10 @@ pub(crate) fn segments(path: &Path) -> Result<(Vec<Segment>, u64), Error> {
 mod tests {
     use super::*;
 
-    /// A little-endian ELF64 core with the given PT_LOAD (vaddr, data)
-    /// segments and one PT_NOTE before them.
-    fn core64(segs: &[(u64, &[u8])]) -> Vec<u8> {
-        let phnum = segs.len() + 1;
-        let mut data_at = 64 + 56 * phnum as u64;
-        let mut out = vec![0u8; 64];
-        out[..4].copy_from_slice(b"\x7fELF");
-        out[4] = 2;
-        out[5] = 1;
-        out[6] = 1;
-        out[16..18].copy_from_slice(&ET_CORE.to_le_bytes());
-        out[32..40].copy_from_slice(&64u64.to_le_bytes());
-        out[52..54].copy_from_slice(&64u16.to_le_bytes());
-        out[54..56].copy_from_slice(&56u16.to_le_bytes());
-        out[56..58].copy_from_slice(&(phnum as u16).to_le_bytes());
-        let mut note = vec![0u8; 56];
-        note[..4].copy_from_slice(&4u32.to_le_bytes());
-        out.extend(note);
-        for (vaddr, data) in segs {
-            let mut ph = vec![0u8; 56];
-            ph[..4].copy_from_slice(&PT_LOAD.to_le_bytes());
-            ph[8..16].copy_from_slice(&data_at.to_le_bytes());
-            ph[16..24].copy_from_slice(&vaddr.to_le_bytes());
-            ph[32..40].copy_from_slice(&(data.len() as u64).to_le_bytes());
-            ph[40..48].copy_from_slice(&(data.len() as u64).to_le_bytes());
-            out.extend(ph);
-            data_at += data.len() as u64;
-        }
-        for (_, data) in segs {
-            out.extend_from_slice(data);
-        }
-        out
-    }
-
     #[test]
     fn load_segments_with_data_are_found_and_truncation_refused() {
         let a = vec![7u8; 8192];
-        let bytes = core64(&[(0x1000, &a), (0x9000, &[]), (0x20000, &a[..4096])]);
+        let bytes = testkit::elf_core(&[(0x1000, &a), (0x9000, &[]), (0x20000, &a[..4096])]);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("core");
         std::fs::write(&path, &bytes).unwrap();

@@ -532,25 +532,8 @@ mod tests {
         // second not (and read-only, so that the kernel does not merge the
         // two into one mapping).
         let len = 4 << 20;
-        let map = || {
-            // SAFETY: a fresh private anonymous mapping; no memory of this
-            // program is named by the call.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(p, libc::MAP_FAILED);
-            // SAFETY: the mapping is `len` bytes, readable and writable, and
-            // unmapped at the end of the test, after its last use.
-            unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) }
-        };
-        let (hot, cold) = (map(), map());
+        let (mut hot_map, mut cold_map) = (testkit::AnonMap::new(len), testkit::AnonMap::new(len));
+        let (hot, cold) = (hot_map.as_mut_slice(), cold_map.as_mut_slice());
         hot.fill(1);
         cold.fill(2);
         // SAFETY: the mapping made above, `len` bytes; it is only read (by
@@ -579,10 +562,6 @@ mod tests {
             hot[8192] = 4;
             let w = idle_weights(&[page(hot), page(cold)], 4096, true);
             assert_eq!(w, [Some(0.0), Some(1.0)]);
-        }
-        for b in [hot, cold] {
-            // SAFETY: mapped above with this length, not used after.
-            unsafe { libc::munmap(b.as_mut_ptr().cast(), len) };
         }
     }
 }

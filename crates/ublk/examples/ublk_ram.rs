@@ -19,28 +19,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::Arc;
 use std::time::Instant;
 
-use ublk::{device_info, stop_on_signals, BlockTarget, Device, Errno, Options, RamTarget};
-
-/// A target whose reads fail with EIO (writes and the rest succeed).
-struct FailingReads;
-
-impl BlockTarget for FailingReads {
-    fn read(&self, _off: u64, _buf: &mut [u8]) -> Result<(), Errno> {
-        Err(libc::EIO)
-    }
-    fn write(&self, _off: u64, _buf: &[u8]) -> Result<(), Errno> {
-        Ok(())
-    }
-    fn discard(&self, _off: u64, _len: u64) -> Result<(), Errno> {
-        Ok(())
-    }
-    fn write_zeroes(&self, _off: u64, _len: u64) -> Result<(), Errno> {
-        Ok(())
-    }
-    fn flush(&self) -> Result<(), Errno> {
-        Ok(())
-    }
-}
+use ublk::{device_info, stop_on_signals, Device, Options, RamTarget, ReadsWith};
 
 /// A device whose reads fail: the reader sees EIO; then the running
 /// device is dropped, which must delete it.
@@ -51,7 +30,7 @@ fn failing_then_dropped() -> Result<(), String> {
     let dev = Device::add(&opts).map_err(|e| e.to_string())?;
     let id = dev.id();
     let running = dev
-        .start(Arc::new(FailingReads))
+        .start(Arc::new(ReadsWith::new(|_, _| Err(libc::EIO))))
         .map_err(|e| e.to_string())?;
     let path = running.block_path();
     let read = std::thread::spawn(move || -> io::Result<()> {

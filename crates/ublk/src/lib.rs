@@ -47,7 +47,7 @@
 //! Modules:
 //! - [`sys`]: the uapi (structures, command numbers, flags), no calls.
 //! - [`ctrl`]: /dev/ublk-control and its ring.
-//! - [`target`]: [`BlockTarget`], [`NullTarget`], [`RamTarget`].
+//! - [`target`]: [`BlockTarget`], [`NullTarget`], [`ReadsWith`], [`RamTarget`].
 //! - `queue`: a queue thread's ring and loop.
 //! - [`device`]: a device's life, signals.
 
@@ -63,4 +63,4 @@ pub use device::{
     DeviceInfo, Options, Running, Stats, Stopper,
 };
 pub use queue::QueueStats;
-pub use target::{BlockTarget, Errno, NullTarget, RamTarget};
+pub use target::{BlockTarget, Errno, NullTarget, RamTarget, ReadsWith};

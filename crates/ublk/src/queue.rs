@@ -445,7 +445,7 @@ fn prepare(setup: &QueueSetup) -> io::Result<(Mapping, Mapping, IoUring)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::RamTarget;
+    use crate::target::{RamTarget, ReadsWith};
 
     fn desc(op: u8, sector: u64, sectors: u32) -> sys::IoDesc {
         sys::IoDesc {
@@ -519,36 +519,17 @@ mod tests {
         );
     }
 
-    struct Panics;
-
-    impl BlockTarget for Panics {
-        fn read(&self, _: u64, _: &mut [u8]) -> Result<(), Errno> {
-            panic!("a target's bug")
-        }
-        fn write(&self, _: u64, _: &[u8]) -> Result<(), Errno> {
-            Ok(())
-        }
-        fn discard(&self, _: u64, _: u64) -> Result<(), Errno> {
-            Ok(())
-        }
-        fn write_zeroes(&self, _: u64, _: u64) -> Result<(), Errno> {
-            Ok(())
-        }
-        fn flush(&self) -> Result<(), Errno> {
-            Ok(())
-        }
-    }
-
     #[test]
     fn a_panicking_target_fails_the_request_with_eio() {
+        let panics = ReadsWith::new(|_, _| panic!("a target's bug"));
         let mut stats = QueueStats::default();
         let mut buf = vec![0u8; 4096];
         assert_eq!(
-            serve(&Panics, &desc(sys::IO_OP_READ, 0, 8), &mut buf, &mut stats),
+            serve(&panics, &desc(sys::IO_OP_READ, 0, 8), &mut buf, &mut stats),
             -libc::EIO
         );
         assert_eq!(
-            serve(&Panics, &desc(sys::IO_OP_WRITE, 0, 8), &mut buf, &mut stats),
+            serve(&panics, &desc(sys::IO_OP_WRITE, 0, 8), &mut buf, &mut stats),
             4096
         );
         assert_eq!((stats.errors, stats.writes), (1, 1));

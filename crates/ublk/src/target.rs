@@ -1,5 +1,6 @@
 //! What serves a device's requests: the [`BlockTarget`] trait, the null
-//! target and the RAM target. Owns neither rings nor the driver's files:
+//! target (and the null target whose reads do what a test says) and the
+//! RAM target. Owns neither rings nor the driver's files:
 //! a target only sees offsets and buffers.
 
 use std::sync::RwLock;
@@ -46,6 +47,43 @@ impl BlockTarget for NullTarget {
     }
     fn flush(&self) -> Result<(), Errno> {
         Ok(())
+    }
+}
+
+/// The null target with reads of its own: each read calls the function
+/// (to fail or panic as a test needs); every other request succeeds at
+/// once, as [`NullTarget`]'s.
+#[derive(Clone, Copy)]
+pub struct ReadsWith<F>(F);
+
+impl<F> ReadsWith<F>
+where
+    F: Fn(u64, &mut [u8]) -> Result<(), Errno> + Send + Sync,
+{
+    /// The null target whose read of `buf` at `off` is `read(off, buf)`.
+    pub fn new(read: F) -> ReadsWith<F> {
+        ReadsWith(read)
+    }
+}
+
+impl<F> BlockTarget for ReadsWith<F>
+where
+    F: Fn(u64, &mut [u8]) -> Result<(), Errno> + Send + Sync,
+{
+    fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), Errno> {
+        (self.0)(off, buf)
+    }
+    fn write(&self, off: u64, buf: &[u8]) -> Result<(), Errno> {
+        NullTarget.write(off, buf)
+    }
+    fn discard(&self, off: u64, len: u64) -> Result<(), Errno> {
+        NullTarget.discard(off, len)
+    }
+    fn write_zeroes(&self, off: u64, len: u64) -> Result<(), Errno> {
+        NullTarget.write_zeroes(off, len)
+    }
+    fn flush(&self) -> Result<(), Errno> {
+        NullTarget.flush()
     }
 }
 

@@ -14,12 +14,20 @@ fn offset_of(pool: &Z3Fold, h: ZHandle) -> usize {
     p % pool.page_size()
 }
 
+/// A 4 KiB pool and the three objects of its one page, made in this order:
+/// FIRST and LAST of 640 bytes (10 chunks), and a MIDDLE of `middle` bytes
+/// after FIRST.
+fn first_last_middle(middle: usize) -> (Z3Fold, ZHandle, ZHandle, ZHandle) {
+    let pool = Z3Fold::new(4096, None).unwrap();
+    let first = pool.malloc(640).unwrap();
+    let last = pool.malloc(640).unwrap();
+    let middle = pool.malloc(middle).unwrap();
+    (pool, first, last, middle)
+}
+
 #[test]
 fn three_buddies_share_a_page() {
-    let pool = Z3Fold::new(4096, None).unwrap();
-    let a = pool.malloc(640).unwrap(); // FIRST, 10 chunks
-    let b = pool.malloc(640).unwrap(); // LAST
-    let c = pool.malloc(640).unwrap(); // MIDDLE, after FIRST
+    let (pool, a, b, c) = first_last_middle(640);
     assert_eq!(pool.total_pages(), 1);
     assert_eq!(offset_of(&pool, a), 64);
     assert_eq!(offset_of(&pool, b), 4096 - 640);
@@ -57,10 +65,7 @@ fn big_objects_go_headless() {
 
 #[test]
 fn a_lone_middle_moves_to_first_and_keeps_its_bytes() {
-    let pool = Z3Fold::new(4096, None).unwrap();
-    let a = pool.malloc(640).unwrap();
-    let b = pool.malloc(640).unwrap();
-    let c = pool.malloc(1000).unwrap();
+    let (pool, a, b, c) = first_last_middle(1000);
     pool.write(c, &[0xc3; 1000]).unwrap();
     // Keep the middle alone with a second page holding nothing that fits.
     pool.free(a).unwrap();
@@ -99,10 +104,7 @@ fn a_single_object_moves_to_another_page() {
 
 #[test]
 fn a_read_object_is_not_moved() {
-    let pool = Z3Fold::new(4096, None).unwrap();
-    let a = pool.malloc(640).unwrap();
-    let b = pool.malloc(640).unwrap();
-    let c = pool.malloc(640).unwrap();
+    let (pool, a, b, c) = first_last_middle(640);
     pool.free(a).unwrap();
     pool.free(b).unwrap();
     let _held = pool.read_begin(c, 10).unwrap();

@@ -155,30 +155,22 @@ impl Prepared {
         };
         // zram's lz4 backends take a dictionary only if the kernel's
         // LZ4_loadDict / LZ4_loadDictHC keep all of it (-EINVAL otherwise).
+        let too_long = |d: &Dictionary, takes: &str| Error::Dictionary {
+            path: d.source().to_string(),
+            reason: format!("{takes}, not {} bytes", d.bytes().len()),
+        };
         let lz4_dict = match (&dict, algorithm) {
             (Some(d), Algorithm::Lz4) => {
                 let fast = lz4k::Dict::new(d.bytes());
                 if !fast.accepted_by_zram() {
-                    return Err(Error::Dictionary {
-                        path: d.source().to_string(),
-                        reason: format!(
-                            "lz4 takes a dictionary of 8 bytes to 64 KiB, not {} bytes",
-                            d.bytes().len()
-                        ),
-                    });
+                    return Err(too_long(d, "lz4 takes a dictionary of 8 bytes to 64 KiB"));
                 }
                 Some(Lz4Dict::Fast(fast))
             }
             (Some(d), Algorithm::Lz4Hc) => {
                 let hc = lz4k::HcDict::new(d.bytes());
                 if !hc.accepted_by_zram() {
-                    return Err(Error::Dictionary {
-                        path: d.source().to_string(),
-                        reason: format!(
-                            "lz4hc takes a dictionary of at most 64 KiB, not {} bytes",
-                            d.bytes().len()
-                        ),
-                    });
+                    return Err(too_long(d, "lz4hc takes a dictionary of at most 64 KiB"));
                 }
                 Some(Lz4Dict::Hc(hc))
             }

@@ -39,10 +39,7 @@ fn oracle() -> Option<&'static Path> {
                 .chain(headers.iter().map(|h| format!("include/{h}")))
                 .collect();
             let needed: Vec<&str> = needed.iter().map(String::as_str).collect();
-            let Some(src) = kernel_oracle::source(&needed) else {
-                eprintln!("skipped: no kernel lib/zlib_deflate source ($ZMEM_KERNEL_SRC or ~/.cache/zmem/linux-source-7.3, which scripts/install-deps unpacks)");
-                return None;
-            };
+            let src = kernel_oracle::source_or_skip("lib/zlib_deflate", &needed)?;
             Some(kernel_oracle::build(
                 &src,
                 &Path::new(env!("CARGO_TARGET_TMPDIR")).join("deflate-oracle"),
@@ -115,96 +112,94 @@ fn inputs() -> Vec<Vec<u8>> {
     v
 }
 
-#[test]
-fn kernel_compat_deflate_is_the_kernels_at_every_level_and_window() {
-    if oracle().is_none() {
-        return;
+testkit::oracle_test!(
+    oracle,
+    fn kernel_compat_deflate_is_the_kernels_at_every_level_and_window() {
+        let inputs = inputs();
+        let mut settings: Vec<(i32, u8)> =
+            (1..=9).flat_map(|l| [(l, 9), (l, 11), (l, 15)]).collect();
+        settings.extend((10..=14).map(|b| (6, b)));
+        let mut back = vec![0u8; 0];
+        for (level, bits) in settings {
+            let comp = compressor(level, bits, Encoder::Kernel);
+            assert!(comp.implementation().starts_with("zlib "));
+            let mut ctx = comp.context().unwrap();
+            // zram's compression buffer: two pages, as big as any input here
+            // needs.
+            let cap = inputs
+                .iter()
+                .map(|p| comp.compress_bound(p.len()))
+                .max()
+                .unwrap();
+            let theirs = kernel(level, bits, cap, &inputs);
+            for (i, (p, k)) in inputs.iter().zip(&theirs).enumerate() {
+                let ours = ctx.compress_buffered(p).unwrap().to_vec();
+                let k = k
+                    .as_ref()
+                    .unwrap_or_else(|| panic!("the kernel failed on input {i}"));
+                assert!(
+                    ours == *k,
+                    "level {level} window {bits} input {i} ({} bytes): ours {} bytes, the kernel's {}",
+                    p.len(),
+                    ours.len(),
+                    k.len()
+                );
+                back.resize(p.len(), 0);
+                assert_eq!(ctx.decompress(&ours, &mut back).unwrap(), p.len());
+                assert!(back == *p);
+            }
+        }
     }
-    let inputs = inputs();
-    let mut settings: Vec<(i32, u8)> = (1..=9).flat_map(|l| [(l, 9), (l, 11), (l, 15)]).collect();
-    settings.extend((10..=14).map(|b| (6, b)));
-    let mut back = vec![0u8; 0];
-    for (level, bits) in settings {
-        let comp = compressor(level, bits, Encoder::Kernel);
-        assert!(comp.implementation().starts_with("zlib "));
-        let mut ctx = comp.context().unwrap();
-        // zram's compression buffer: two pages, as big as any input here
-        // needs.
-        let cap = inputs
-            .iter()
-            .map(|p| comp.compress_bound(p.len()))
-            .max()
-            .unwrap();
-        let theirs = kernel(level, bits, cap, &inputs);
-        for (i, (p, k)) in inputs.iter().zip(&theirs).enumerate() {
-            let ours = ctx.compress_buffered(p).unwrap().to_vec();
-            let k = k
-                .as_ref()
-                .unwrap_or_else(|| panic!("the kernel failed on input {i}"));
+);
+
+testkit::oracle_test!(
+    oracle,
+    fn default_modes_zlib_rs_is_not_the_kernels_but_reads_it() {
+        let inputs = real_pages(160);
+        let theirs = kernel(6, 11, 2 * PAGE, &inputs);
+        let fast = compressor(6, 11, Encoder::Fastest);
+        assert_eq!(fast.implementation(), "zlib-rs");
+        let mut ctx = fast.context().unwrap();
+        let mut differ = 0;
+        let mut back = vec![0u8; PAGE];
+        for (p, k) in inputs.iter().zip(&theirs) {
+            let k = k.as_ref().expect("a page fits in two");
+            if ctx.compress_buffered(p).unwrap() != &k[..] {
+                differ += 1;
+            }
+            // Either encoder's data reads with the other's decoder.
+            assert_eq!(ctx.decompress(k, &mut back).unwrap(), PAGE);
+            assert!(back == *p);
+        }
+        assert!(
+            differ > inputs.len() / 4,
+            "zlib-rs gave the kernel's bytes on {} of {} pages: the comparison would not tell them apart",
+            inputs.len() - differ,
+            inputs.len()
+        );
+    }
+);
+
+testkit::oracle_test!(
+    oracle,
+    fn level_0_differs_only_where_zram_stores_the_page_whole() {
+        // zlib 1.2.11 split stored blocks differently from zlib 1.1's (the
+        // kernel's); a level-0 page is always longer than a page, so zram
+        // keeps it uncompressed (a huge page) with either.
+        let inputs = real_pages(16);
+        let theirs = kernel(0, 11, 2 * PAGE, &inputs);
+        let mut ctx = compressor(0, 11, Encoder::Kernel).context().unwrap();
+        let mut back = vec![0u8; PAGE];
+        for (p, k) in inputs.iter().zip(&theirs) {
+            let k = k.as_ref().expect("a page fits in two");
+            let ours = ctx.compress_buffered(p).unwrap().len();
             assert!(
-                ours == *k,
-                "level {level} window {bits} input {i} ({} bytes): ours {} bytes, the kernel's {}",
-                p.len(),
-                ours.len(),
+                ours > PAGE && k.len() > PAGE,
+                "{ours} and {} bytes",
                 k.len()
             );
-            back.resize(p.len(), 0);
-            assert_eq!(ctx.decompress(&ours, &mut back).unwrap(), p.len());
+            assert_eq!(ctx.decompress(k, &mut back).unwrap(), PAGE);
             assert!(back == *p);
         }
     }
-}
-
-#[test]
-fn default_modes_zlib_rs_is_not_the_kernels_but_reads_it() {
-    if oracle().is_none() {
-        return;
-    }
-    let inputs = real_pages(160);
-    let theirs = kernel(6, 11, 2 * PAGE, &inputs);
-    let fast = compressor(6, 11, Encoder::Fastest);
-    assert_eq!(fast.implementation(), "zlib-rs");
-    let mut ctx = fast.context().unwrap();
-    let mut differ = 0;
-    let mut back = vec![0u8; PAGE];
-    for (p, k) in inputs.iter().zip(&theirs) {
-        let k = k.as_ref().expect("a page fits in two");
-        if ctx.compress_buffered(p).unwrap() != &k[..] {
-            differ += 1;
-        }
-        // Either encoder's data reads with the other's decoder.
-        assert_eq!(ctx.decompress(k, &mut back).unwrap(), PAGE);
-        assert!(back == *p);
-    }
-    assert!(
-        differ > inputs.len() / 4,
-        "zlib-rs gave the kernel's bytes on {} of {} pages: the comparison would not tell them apart",
-        inputs.len() - differ,
-        inputs.len()
-    );
-}
-
-#[test]
-fn level_0_differs_only_where_zram_stores_the_page_whole() {
-    if oracle().is_none() {
-        return;
-    }
-    // zlib 1.2.11 split stored blocks differently from zlib 1.1's (the
-    // kernel's); a level-0 page is always longer than a page, so zram
-    // keeps it uncompressed (a huge page) with either.
-    let inputs = real_pages(16);
-    let theirs = kernel(0, 11, 2 * PAGE, &inputs);
-    let mut ctx = compressor(0, 11, Encoder::Kernel).context().unwrap();
-    let mut back = vec![0u8; PAGE];
-    for (p, k) in inputs.iter().zip(&theirs) {
-        let k = k.as_ref().expect("a page fits in two");
-        let ours = ctx.compress_buffered(p).unwrap().len();
-        assert!(
-            ours > PAGE && k.len() > PAGE,
-            "{ours} and {} bytes",
-            k.len()
-        );
-        assert_eq!(ctx.decompress(k, &mut back).unwrap(), PAGE);
-        assert!(back == *p);
-    }
-}
+);

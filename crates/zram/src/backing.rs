@@ -457,19 +457,39 @@ impl Blocks {
 mod tests {
     use super::*;
 
-    fn temp_file(name: &str, len: u64) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("zram-backing-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(name);
-        let f = File::create(&path).unwrap();
-        f.set_len(len).unwrap();
-        path
+    /// A file of `len` bytes in this process's directory under the temp
+    /// directory, removed on drop.
+    struct TempFile(PathBuf);
+
+    impl TempFile {
+        fn new(name: &str, len: u64) -> TempFile {
+            let dir = std::env::temp_dir().join(format!("zram-backing-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join(name);
+            let f = File::create(&path).unwrap();
+            f.set_len(len).unwrap();
+            TempFile(path)
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    /// The block bitmap of a backing file of `blocks` 4 KiB blocks, and
+    /// the file.
+    fn blocks_of(name: &str, blocks: u64) -> (TempFile, Blocks) {
+        let file = TempFile::new(name, blocks * 4096);
+        let dev = Arc::new(BackingFile::open(&file.0, 4096).unwrap());
+        (file, Blocks::new(dev))
     }
 
     #[test]
     fn bitmap_takes_the_lowest_free_block_and_stops_when_full() {
-        let path = temp_file("bitmap", 70 * 4096 + 100);
-        let dev = Arc::new(BackingFile::open(&path, 4096).unwrap());
+        let file = TempFile::new("bitmap", 70 * 4096 + 100);
+        let dev = Arc::new(BackingFile::open(&file.0, 4096).unwrap());
         assert_eq!(dev.blocks(), 70, "a partial block at the end is not used");
         let blocks = Blocks::new(dev);
         let got: Vec<u64> = (0..70).map(|_| blocks.reserve().unwrap()).collect();
@@ -485,13 +505,11 @@ mod tests {
         assert_eq!(blocks.used(), 65);
         let again: Vec<u64> = (0..5).map(|_| blocks.reserve().unwrap()).collect();
         assert_eq!(again, vec![2, 7, 8, 9, 64]);
-        std::fs::remove_file(path).unwrap();
     }
 
     #[test]
     fn a_shared_block_is_freed_with_its_last_object() {
-        let path = temp_file("shared", 4 * 4096);
-        let blocks = Blocks::new(Arc::new(BackingFile::open(&path, 4096).unwrap()));
+        let (_file, blocks) = blocks_of("shared", 4);
         assert_eq!(blocks.reserve_run(2), Some((0, 2)));
         blocks.share(0, 3);
         blocks.release(0);
@@ -505,13 +523,11 @@ mod tests {
         // Reset lists a shared block once per object.
         blocks.release_many(&mut vec![0, 1, 0, 2]);
         assert_eq!(blocks.used(), 0);
-        std::fs::remove_file(path).unwrap();
     }
 
     #[test]
     fn runs_take_adjacent_free_blocks() {
-        let path = temp_file("runs", 10 * 4096);
-        let blocks = Blocks::new(Arc::new(BackingFile::open(&path, 4096).unwrap()));
+        let (_file, blocks) = blocks_of("runs", 10);
         assert_eq!(blocks.reserve_run(4), Some((0, 4)));
         assert_eq!(blocks.reserve_run(3), Some((4, 3)));
         blocks.release(1);
@@ -523,13 +539,12 @@ mod tests {
         assert_eq!(blocks.reserve_run(8), Some((7, 3)), "the end stops a run");
         assert_eq!(blocks.reserve_run(8), None);
         assert_eq!(blocks.used(), 10);
-        std::fs::remove_file(path).unwrap();
     }
 
     #[test]
     fn a_run_of_blocks_is_written_with_one_call() {
-        let path = temp_file("run-io", 8 * 4096);
-        let dev = BackingFile::open(&path, 4096).unwrap();
+        let file = TempFile::new("run-io", 8 * 4096);
+        let dev = BackingFile::open(&file.0, 4096).unwrap();
         let pages: Vec<u8> = (0..3 * 4096)
             .map(|i| (i / 4096 * 50 + i % 7) as u8)
             .collect();
@@ -543,13 +558,12 @@ mod tests {
             dev.read_block(block, &mut back).unwrap();
             assert_eq!(back, pages[(k % 3) * 4096..][..4096], "block {block}");
         }
-        std::fs::remove_file(path).unwrap();
     }
 
     #[test]
     fn blocks_round_trip_and_holes_are_punched() {
-        let path = temp_file("io", 16 * 4096);
-        let dev = BackingFile::open(&path, 4096).unwrap();
+        let file = TempFile::new("io", 16 * 4096);
+        let dev = BackingFile::open(&file.0, 4096).unwrap();
         let page: Vec<u8> = (0..4096).map(|i| (i * 7 % 256) as u8).collect();
         dev.write_block(5, &page).unwrap();
         let mut back = vec![0; 4096];
@@ -560,8 +574,7 @@ mod tests {
         // A punched hole reads as zeros (every Linux file system that
         // supports holes; the temp dir's does).
         assert!(back.iter().all(|b| *b == 0));
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), 16 * 4096);
-        std::fs::remove_file(path).unwrap();
+        assert_eq!(std::fs::metadata(&file.0).unwrap().len(), 16 * 4096);
     }
 
     #[test]
@@ -576,8 +589,7 @@ mod tests {
         assert_eq!(errno(Path::new("/nonexistent/zmem-backing")), libc::ENOENT);
         assert_eq!(errno(&std::env::temp_dir()), libc::EISDIR);
         assert_eq!(errno(Path::new("/dev/null")), libc::ENOTBLK);
-        let small = temp_file("small", 100);
-        assert_eq!(errno(&small), libc::EINVAL);
-        std::fs::remove_file(small).unwrap();
+        let small = TempFile::new("small", 100);
+        assert_eq!(errno(&small.0), libc::EINVAL);
     }
 }

@@ -429,23 +429,13 @@ impl Compactor {
         if !self.running() {
             return true;
         }
-        let deadline = Instant::now() + timeout;
-        let mut c = self.shared.control();
-        loop {
-            if c.stop || (c.idle && self.shared.armed.load(Ordering::Acquire)) {
-                return true;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            c = self
-                .shared
-                .went_idle
-                .wait_timeout(c, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
+        let done = |c: &Control| c.stop || (c.idle && self.shared.armed.load(Ordering::Acquire));
+        let (c, _) = self
+            .shared
+            .went_idle
+            .wait_timeout_while(self.shared.control(), timeout, |c| !done(c))
+            .unwrap_or_else(|e| e.into_inner());
+        done(&c)
     }
 
     /// Whether a thread is running.
@@ -542,22 +532,11 @@ impl Budget {
 /// Waits on the condition variable until `until` or a stop. Returns false
 /// if the compactor is stopping.
 fn sleep(shared: &Shared, d: Duration) -> bool {
-    let deadline = Instant::now() + d;
-    let mut c = shared.control();
-    loop {
-        if c.stop {
-            return false;
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return true;
-        }
-        c = shared
-            .wake
-            .wait_timeout(c, deadline - now)
-            .unwrap_or_else(|e| e.into_inner())
-            .0;
-    }
+    let (c, _) = shared
+        .wake
+        .wait_timeout_while(shared.control(), d, |c| !c.stop)
+        .unwrap_or_else(|e| e.into_inner());
+    !c.stop
 }
 
 fn tight(policy: &AutoCompactPolicy, w: &Watched, limit_hit: bool) -> bool {

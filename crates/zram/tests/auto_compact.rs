@@ -30,10 +30,7 @@ fn page(seed: u64) -> Vec<u8> {
 }
 
 fn pool(mode: Mode) -> Arc<Pool> {
-    let config = match mode {
-        Mode::KernelCompat => PoolConfig::kernel_compat(),
-        Mode::Default => PoolConfig::default_mode(4096),
-    };
+    let config = PoolConfig::of_mode(mode);
     Arc::new(Pool::new(config).expect("pool"))
 }
 

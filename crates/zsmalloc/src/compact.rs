@@ -965,10 +965,7 @@ mod tests {
     /// A pool of one class (200-byte objects), 70% of them freed, the same
     /// every call.
     fn fragmented(mode: Mode, fullness: FullnessScheme, algo: CompactionAlgo) -> Pool {
-        let mut cfg = match mode {
-            Mode::KernelCompat => PoolConfig::kernel_compat(),
-            Mode::Default => PoolConfig::default_mode(4096),
-        };
+        let mut cfg = PoolConfig::of_mode(mode);
         cfg.fullness = fullness;
         cfg.compaction = algo;
         let pool = Pool::new(cfg).unwrap();

@@ -96,6 +96,15 @@ impl PoolConfig {
         }
     }
 
+    /// The pool of `mode` on 4 KiB pages: [`Self::kernel_compat`] or
+    /// [`Self::default_mode`].
+    pub fn of_mode(mode: Mode) -> PoolConfig {
+        match mode {
+            Mode::KernelCompat => Self::kernel_compat(),
+            Mode::Default => Self::default_mode(4096),
+        }
+    }
+
     /// zmem's default pool on pages of `page_size` bytes: chain 16, classes
     /// 16 bytes apart on 4 KiB pages and `page_size / 512` apart on larger
     /// ones (32 bytes on 16 KiB, 128 on 64 KiB), min-waste, merged.

@@ -31,10 +31,7 @@ fn variants() -> Vec<(Mode, FullnessScheme, CompactionAlgo)> {
 }
 
 fn pool_for(mode: Mode, fullness: FullnessScheme, compaction: CompactionAlgo) -> Pool {
-    let mut cfg = match mode {
-        Mode::KernelCompat => PoolConfig::kernel_compat(),
-        Mode::Default => PoolConfig::default_mode(4096),
-    };
+    let mut cfg = PoolConfig::of_mode(mode);
     cfg.fullness = fullness;
     cfg.compaction = compaction;
     Pool::new(cfg).unwrap()

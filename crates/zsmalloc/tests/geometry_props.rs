@@ -1,34 +1,13 @@
 //! Property tests of the size-class geometry over random configurations.
 
+mod common;
+
 use proptest::prelude::*;
 use zsmalloc::geometry::{MAX_ZSPAGE_PAGES, ZS_ALIGN, ZS_MIN_ALLOC_SIZE};
-use zsmalloc::{ChainRule, ClassDelta, Geometry, GeometryConfig};
+use zsmalloc::{Geometry, GeometryConfig};
 
 fn any_config() -> impl Strategy<Value = GeometryConfig> {
-    (
-        prop::sample::select(vec![4096u32, 8192, 16384, 32768, 65536]),
-        1u32..=16,
-        prop_oneof![
-            Just(ClassDelta::Kernel),
-            (1u32..=32).prop_map(|k| ClassDelta::Fixed(k * 8))
-        ],
-        prop::sample::select(vec![
-            ChainRule::MinWaste,
-            ChainRule::UsedPercent,
-            ChainRule::Balanced,
-        ]),
-        any::<bool>(),
-    )
-        .prop_map(
-            |(page_size, chain, delta, chain_rule, merge)| GeometryConfig {
-                page_size,
-                chain,
-                delta,
-                chain_rule,
-                merge,
-                unit: 0,
-            },
-        )
+    common::any_geometry(32)
 }
 
 /// A configuration with a compression unit from the page size to 64 KiB:

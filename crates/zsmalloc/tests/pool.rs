@@ -1,6 +1,8 @@
 //! The pool against a plain model, object sizes at every boundary, threads, and
 //! bad input.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -618,18 +620,7 @@ fn any_product_pool_config() -> impl Strategy<Value = PoolConfig> {
 /// Any geometry, mode, grouping and compaction algorithm.
 fn any_tuned_pool_config() -> impl Strategy<Value = PoolConfig> {
     (
-        prop::sample::select(vec![4096u32, 8192, 16384, 32768, 65536]),
-        1u32..=16,
-        prop_oneof![
-            Just(ClassDelta::Kernel),
-            (1u32..=8).prop_map(|k| ClassDelta::Fixed(k * 8))
-        ],
-        prop::sample::select(vec![
-            ChainRule::MinWaste,
-            ChainRule::UsedPercent,
-            ChainRule::Balanced,
-        ]),
-        any::<bool>(),
+        common::any_geometry(8),
         prop::sample::select(vec![Mode::KernelCompat, Mode::Default]),
         prop::sample::select(vec![
             FullnessScheme::InuseRatio,
@@ -644,25 +635,17 @@ fn any_tuned_pool_config() -> impl Strategy<Value = PoolConfig> {
         // at most 64 KiB, so objects span pages.
         prop_oneof![Just(0u32), 1u32..=4],
     )
-        .prop_map(
-            |(page_size, chain, delta, chain_rule, merge, mode, fullness, compaction, shift)| {
-                PoolConfig {
-                    geometry: GeometryConfig {
-                        page_size,
-                        chain,
-                        delta,
-                        chain_rule,
-                        merge,
-                        unit: (page_size << shift).min(65536),
-                    },
-                    mode,
-                    fullness,
-                    page_limit: None,
-                    compaction,
-                    auto_compact: None,
-                }
-            },
-        )
+        .prop_map(|(mut geometry, mode, fullness, compaction, shift)| {
+            geometry.unit = (geometry.page_size << shift).min(65536);
+            PoolConfig {
+                geometry,
+                mode,
+                fullness,
+                page_limit: None,
+                compaction,
+                auto_compact: None,
+            }
+        })
 }
 
 fn any_ops() -> impl Strategy<Value = Vec<Op>> {

@@ -312,10 +312,7 @@ pub fn run(args: &ReadLatencyArgs) -> Result<(), Error> {
     }
     let (bytes, spans) = compressed_pages(&path)?;
     let bytes = Arc::new(bytes);
-    let config = match args.mode {
-        Mode::KernelCompat => PoolConfig::kernel_compat(),
-        Mode::Default => PoolConfig::default_mode(4096),
-    };
+    let config = PoolConfig::of_mode(args.mode);
     let pool = Arc::new(Pool::new(config).map_err(|e| Error::Failed(e.to_string()))?);
     if let Some(kib) = args.page_cache_kib {
         pool.set_page_cache_limit((kib << 10) / pool.page_size());

@@ -127,10 +127,7 @@ fn run_variant(
     zspages: u32,
     (name, mode, fullness, compaction): (&'static str, Mode, FullnessScheme, CompactionAlgo),
 ) -> Result<VariantResult, Error> {
-    let mut config = match mode {
-        Mode::KernelCompat => PoolConfig::kernel_compat(),
-        Mode::Default => PoolConfig::default_mode(4096),
-    };
+    let mut config = PoolConfig::of_mode(mode);
     config.fullness = fullness;
     config.compaction = compaction;
     let pool = Pool::new(config).map_err(|e| Error::Failed(e.to_string()))?;
