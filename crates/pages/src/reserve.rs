@@ -17,7 +17,8 @@
 //!
 //! A refill thread ([`start_refill`]) brings the ready pieces back to the
 //! resident size as they are taken, but only from memory that is free: it
-//! populates a piece only while the system's free memory (`MemFree`) stays
+//! populates a piece only while the system's free memory (`MemFree`, read
+//! with `sysinfo(2)`, the watermarks once a second) stays
 //! above the zones' min watermarks (`/proc/zoneinfo`) by
 //! [`FREE_MARGIN_BYTES`] plus the piece, where an allocation is served
 //! from the free lists without entering reclaim (between the low and the
@@ -66,7 +67,7 @@
 
 use std::ptr::NonNull;
 use std::sync::{Condvar, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::PagesError;
 
@@ -321,9 +322,44 @@ fn meminfo_bytes(meminfo: &str, field: &str) -> Option<u64> {
     Some(kib << 10)
 }
 
-/// `MemFree` of a `/proc/meminfo` text, in bytes.
-fn mem_free_bytes(meminfo: &str) -> Option<u64> {
-    meminfo_bytes(meminfo, "MemFree")
+/// The system's free memory in bytes (`sysinfo(2)`'s `freeram`: the free
+/// pages the kernel counts, `MemFree` of `/proc/meminfo`), with one system
+/// call and no text to format: the refill thread looks every
+/// [`FREE_POLL`] while it cannot take a piece, and under emulation a read
+/// of `/proc/meminfo` and `/proc/zoneinfo` each time cost the guest's only
+/// CPU most of its time.
+fn mem_free_now() -> Option<u64> {
+    // SAFETY: `sysinfo` only writes the structure it is given.
+    let mut si: libc::sysinfo = unsafe { std::mem::zeroed() };
+    // SAFETY: `si` is a valid, writable `struct sysinfo`.
+    if unsafe { libc::sysinfo(&mut si) } != 0 {
+        return None;
+    }
+    // `freeram` is a `c_ulong`: 32 bits wide on some targets.
+    #[allow(clippy::useless_conversion)]
+    let free = u64::from(si.freeram);
+    Some(free * u64::from(si.mem_unit.max(1)))
+}
+
+/// How long the sum of the min watermarks read from `/proc/zoneinfo` is
+/// used before it is read again: it changes only with
+/// `vm.min_free_kbytes`, `vm.watermark_scale_factor` or memory hot-plug.
+const WATERMARKS_FOR: Duration = Duration::from_secs(1);
+
+/// The sum of the zones' min watermarks in bytes, read from
+/// `/proc/zoneinfo` at most once every [`WATERMARKS_FOR`].
+fn min_watermarks_now() -> Option<u64> {
+    static LAST: Mutex<Option<(Instant, u64)>> = Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((at, bytes)) = *last {
+        if at.elapsed() < WATERMARKS_FOR {
+            return Some(bytes);
+        }
+    }
+    let zoneinfo = std::fs::read_to_string("/proc/zoneinfo").ok()?;
+    let bytes = min_watermarks_bytes(&zoneinfo, crate::os_page_size() as u64)?;
+    *last = Some((Instant::now(), bytes));
+    Some(bytes)
 }
 
 /// What the kernel can free without writing anything, from a
@@ -372,16 +408,9 @@ fn min_watermarks_bytes(zoneinfo: &str, page: u64) -> Option<u64> {
 /// Whether `bytes` more can be taken from the kernel now without bringing
 /// free memory within [`FREE_MARGIN_BYTES`] of the zones' min watermarks:
 /// an allocation the kernel serves from its free lists, with no reclaim.
-/// `false` when either file cannot be read.
+/// `false` when either cannot be read.
 pub fn memory_free_for(bytes: u64) -> bool {
-    let read = |p| std::fs::read_to_string(p).ok();
-    let (Some(meminfo), Some(zoneinfo)) = (read("/proc/meminfo"), read("/proc/zoneinfo")) else {
-        return false;
-    };
-    match (
-        mem_free_bytes(&meminfo),
-        min_watermarks_bytes(&zoneinfo, crate::os_page_size() as u64),
-    ) {
+    match (mem_free_now(), min_watermarks_now()) {
         (Some(free), Some(min)) => free >= min + FREE_MARGIN_BYTES + bytes,
         _ => false,
     }
@@ -593,8 +622,8 @@ mod tests {
 
     #[test]
     fn free_memory_and_the_min_watermarks_are_read_as_the_kernel_writes_them() {
-        assert_eq!(mem_free_bytes(MEMINFO), Some(51204 << 10));
-        assert_eq!(mem_free_bytes("MemTotal: 1 kB\n"), None);
+        assert_eq!(meminfo_bytes(MEMINFO, "MemFree"), Some(51204 << 10));
+        assert_eq!(meminfo_bytes("MemTotal: 1 kB\n", "MemFree"), None);
         assert_eq!(
             min_watermarks_bytes(ZONEINFO, 4096),
             Some((33 + 6788) * 4096)
@@ -626,9 +655,26 @@ mod tests {
 
     #[cfg_attr(miri, ignore = "Miri reads no /proc")]
     #[test]
-    fn this_machine_has_memory_free_for_a_piece_and_not_for_all_of_it() {
+    fn the_free_memory_counted_is_what_proc_meminfo_says() {
+        // Read back to back, on a machine whose other processes allocate
+        // and free meanwhile.
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
-        let free = mem_free_bytes(&meminfo).unwrap();
+        let said = meminfo_bytes(&meminfo, "MemFree").unwrap();
+        let counted = mem_free_now().unwrap();
+        assert!(
+            counted.abs_diff(said) < 64 << 20,
+            "sysinfo {counted}, /proc/meminfo {said}"
+        );
+        let zoneinfo = std::fs::read_to_string("/proc/zoneinfo").unwrap();
+        let min = min_watermarks_bytes(&zoneinfo, crate::os_page_size() as u64);
+        assert_eq!(min_watermarks_now(), min);
+        assert_eq!(min_watermarks_now(), min, "from the copy kept");
+    }
+
+    #[cfg_attr(miri, ignore = "Miri reads no /proc")]
+    #[test]
+    fn this_machine_has_memory_free_for_a_piece_and_not_for_all_of_it() {
+        let free = mem_free_now().unwrap();
         assert!(memory_free_for(0) || free < 64 << 20, "{free} bytes free");
         assert!(!memory_free_for(free), "all of the free memory");
     }

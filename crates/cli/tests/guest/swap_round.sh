@@ -84,6 +84,10 @@ echo "mm_stat compacted: $(ctl mm_stat 2>&1)"
 echo "swap_mode compacted: $(ctl swap_mode 2>&1)"
 ctl status 2>&1 | tail -1
 grep -E '^(VmRSS|VmHWM|VmLck)' /proc/$zp/status 2>/dev/null | tr -s ' \n' ' '; echo
+for t in /proc/$zp/task/*; do
+    [ "$(cat $t/comm 2>/dev/null)" = reserve ] || continue
+    awk -v hz="$(getconf CLK_TCK)" '{printf "reserve thread cpu %.1f s\n", ($14 + $15) / hz}' $t/stat
+done
 echo "ROUND $front $burst outcome=$outcome zmem=$up secs=$(awk -v s="$start" -v e="$end" 'BEGIN{printf "%.1f", e - s}') pswpout=$((after - before)) failed_writes=${failed:-?}"
 swapoff $dev 2>/dev/null || true
 [ "$front" = nbd ] && nbd-client -d $dev >/dev/null 2>&1
