@@ -8,19 +8,11 @@
 
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::locked_bytes;
 use pages::reserve::{self, PIECE_BYTES};
 use pages::{PageSource, PagesError, MAX_RUN_PAGES};
-
-/// Bytes resident and locked in this process (`VmLck` of /proc/self/status).
-fn locked_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmLck:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kib << 10
-}
 
 #[test]
 #[cfg_attr(miri, ignore = "Miri maps no locked or populated memory")]

@@ -8,19 +8,11 @@
 
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::locked_bytes;
 use pages::reserve::{self, ReserveStats, PIECE_BYTES};
 use pages::{PageSource, Run};
-
-/// Bytes resident and locked in this process (`VmLck` of /proc/self/status).
-fn locked_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmLck:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kib << 10
-}
 
 const PAGE: usize = 4096;
 /// Pages of each run: 16 runs a piece.
