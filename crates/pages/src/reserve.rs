@@ -53,11 +53,15 @@
 //! [`active`]): they read as zero afterwards, as released pages do, and
 //! stay resident and locked. A whole piece goes back: a source gives the
 //! reserve every piece none of whose runs it still holds (`free_runs.rs`
-//! counts them), and a piece given back while the resident part is ready
-//! already is unlocked and dropped (`munlock`, then `MADV_DONTNEED`), its
-//! address space kept for the refill thread to populate again. So the
-//! memory locked follows what the stores hold plus the resident part, not
-//! their high-water mark.
+//! counts them), kept ready, and the refill thread gives the kernel the
+//! ready pieces beyond the resident part, unlocked and dropped (`munlock`,
+//! then `MADV_DONTNEED`, the address space kept to populate first), once
+//! free memory has stayed above the zones' high watermarks for
+//! [`CALM_FOR`]: never while the system is short, since the stores that
+//! gave them back in a swap storm take them again before it ends (given
+//! back at once, a storm that began by freeing a burst's pieces failed
+//! more writes). So after a storm the memory locked follows what the
+//! stores hold plus the resident part, not their high-water mark.
 //!
 //! This module owns the reserve's mapping, its ready pieces, the pieces
 //! given back to the kernel and the refill thread; which runs are carved
@@ -158,9 +162,9 @@ pub struct ReserveStats {
     pub exhausted: u64,
     /// Times the refill thread found too little free memory to take a piece.
     pub refill_waits: u64,
-    /// Bytes of pieces given back to the kernel (unlocked and dropped, none
-    /// of their pages held by a source, the resident part ready already)
-    /// since the reserve was made.
+    /// Bytes of pieces given back to the kernel (unlocked and dropped: none
+    /// of their pages held by a source, beyond the resident part, memory
+    /// calm) since the reserve was made.
     pub returned: u64,
 }
 
@@ -346,21 +350,46 @@ fn mem_free_now() -> Option<u64> {
 /// `vm.min_free_kbytes`, `vm.watermark_scale_factor` or memory hot-plug.
 const WATERMARKS_FOR: Duration = Duration::from_secs(1);
 
-/// The sum of the zones' min watermarks in bytes, read from
+/// The sums of the zones' min and high watermarks in bytes, read from
 /// `/proc/zoneinfo` at most once every [`WATERMARKS_FOR`].
-fn min_watermarks_now() -> Option<u64> {
-    static LAST: Mutex<Option<(Instant, u64)>> = Mutex::new(None);
+fn watermarks_now() -> Option<(u64, u64)> {
+    static LAST: Mutex<Option<(Instant, (u64, u64))>> = Mutex::new(None);
     let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((at, bytes)) = *last {
+    if let Some((at, marks)) = *last {
         if at.elapsed() < WATERMARKS_FOR {
-            return Some(bytes);
+            return Some(marks);
         }
     }
     let zoneinfo = std::fs::read_to_string("/proc/zoneinfo").ok()?;
-    let bytes = min_watermarks_bytes(&zoneinfo, crate::os_page_size() as u64)?;
-    *last = Some((Instant::now(), bytes));
-    Some(bytes)
+    let page = crate::os_page_size() as u64;
+    let marks = (
+        min_watermarks_bytes(&zoneinfo, page)?,
+        watermarks_bytes(&zoneinfo, "high", page)?,
+    );
+    *last = Some((Instant::now(), marks));
+    Some(marks)
 }
+
+/// The sum of the zones' min watermarks in bytes ([`watermarks_now`]).
+fn min_watermarks_now() -> Option<u64> {
+    watermarks_now().map(|(min, _)| min)
+}
+
+/// Whether the system's free memory is above the zones' high watermarks
+/// by `bytes`: where kswapd stops reclaiming, so nobody is short of memory.
+fn memory_calm_for(bytes: u64) -> bool {
+    match (mem_free_now(), watermarks_now()) {
+        (Some(free), Some((_, high))) => free >= high + bytes,
+        _ => false,
+    }
+}
+
+/// How long free memory must stay above the high watermarks before the
+/// refill thread gives the kernel back ready pieces beyond the resident
+/// part: in a swap storm free memory reaches them for a moment between
+/// kswapd's passes, and the pool that gave those pieces back takes them
+/// again before the storm ends.
+pub const CALM_FOR: Duration = Duration::from_secs(1);
 
 /// What the kernel can free without writing anything, from a
 /// `/proc/meminfo` text: the swap cache and the file cache, less what is
@@ -393,11 +422,17 @@ pub fn cache_droppable_for(bytes: u64) -> bool {
 /// bytes (`page` bytes a page): an allocation above it is served from the
 /// free lists, one below it enters direct reclaim.
 fn min_watermarks_bytes(zoneinfo: &str, page: u64) -> Option<u64> {
+    watermarks_bytes(zoneinfo, "min", page)
+}
+
+/// The sum of every zone's watermark `which` (`min`, `low`, `high`) in a
+/// `/proc/zoneinfo` text, in bytes (`page` bytes a page).
+fn watermarks_bytes(zoneinfo: &str, which: &str, page: u64) -> Option<u64> {
     let mut pages = 0u64;
     let mut zones = 0;
     for line in zoneinfo.lines() {
         let mut words = line.split_whitespace();
-        if words.next() == Some("min") {
+        if words.next() == Some(which) {
             pages += words.next()?.parse::<u64>().ok()?;
             zones += 1;
         }
@@ -473,8 +508,10 @@ impl Reserve {
     /// is ready and the kernel has cache to drop); run `top_up` after
     /// every wake-up.
     fn refill_forever(&self, mut top_up: impl FnMut(), from_cache: bool) -> ! {
+        let mut calm_since = None;
         loop {
             top_up();
+            self.trim_surplus(&mut calm_since);
             let next = {
                 let s = self.lock();
                 let s = if self.wants(&s) {
@@ -524,6 +561,49 @@ impl Reserve {
     }
 }
 
+impl Reserve {
+    /// Gives the kernel back the ready pieces beyond the resident part
+    /// (pieces sources gave back), unlocked and dropped, once free memory
+    /// has stayed above the zones' high watermarks by a piece for
+    /// [`CALM_FOR`] (`calm_since`: when this thread first saw it so, since
+    /// it last saw it not): never while the system is short, when the
+    /// stores that gave them back are likely to need them again.
+    fn trim_surplus(&self, calm_since: &mut Option<Instant>) {
+        if self.lock().ready.len() <= self.target {
+            *calm_since = None;
+            return;
+        }
+        if !memory_calm_for(PIECE_BYTES as u64) {
+            *calm_since = None;
+            return;
+        }
+        let since = *calm_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < CALM_FOR {
+            return;
+        }
+        loop {
+            let off = {
+                let mut s = self.lock();
+                if s.ready.len() <= self.target {
+                    return;
+                }
+                s.ready.pop().expect("more ready than the resident part")
+            };
+            // SAFETY: a ready piece, taken off the list: inside the mapping,
+            // handed to nobody.
+            let dropped = unsafe { unlock_and_drop(self.base.as_ptr().add(off), PIECE_BYTES) };
+            let mut s = self.lock();
+            if dropped {
+                s.returned.push(off);
+                s.returned_total += 1;
+            } else {
+                s.ready.push(off);
+                return;
+            }
+        }
+    }
+}
+
 /// A ready piece (its start; [`PIECE_BYTES`] long, every byte zero,
 /// resident and locked). Never waits: an error at once when none is ready
 /// (the refill thread is told) or the reserve is used up.
@@ -547,9 +627,8 @@ pub(crate) fn take_piece() -> Result<NonNull<u8>, PagesError> {
 }
 
 /// Gives a piece back: kept ready, zeroed (a frontier's fresh bytes read
-/// as zero), while fewer than the resident part are ready; given back to
-/// the kernel otherwise (unlocked, its pages dropped), for the refill
-/// thread to populate again when pieces are wanted.
+/// as zero). Beyond the resident part, the refill thread gives it to the
+/// kernel once memory is calm ([`CALM_FOR`]).
 ///
 /// # Safety
 /// `piece` came from [`take_piece`], is given back once, and nobody holds a
@@ -557,24 +636,12 @@ pub(crate) fn take_piece() -> Result<NonNull<u8>, PagesError> {
 pub(crate) unsafe fn give_piece(piece: NonNull<u8>) {
     let Some(r) = RESERVE.get() else { return };
     let off = piece.as_ptr() as usize - r.base.as_ptr() as usize;
-    // Two pieces given back at once may both be kept: one piece more ready
-    // than the resident part, until the next one goes.
-    let keep = r.lock().ready.len() < r.target;
     // SAFETY: the caller's contract: the piece is ours alone now, and it
     // lies in the reserve's writable mapping.
-    let dropped = !keep && unsafe { unlock_and_drop(piece.as_ptr(), PIECE_BYTES) };
-    if !dropped {
-        // SAFETY: as above.
-        unsafe { piece.as_ptr().write_bytes(0, PIECE_BYTES) };
-    }
+    unsafe { piece.as_ptr().write_bytes(0, PIECE_BYTES) };
     let mut s = r.lock();
-    // Both lists' capacity is every piece: these pushes never allocate.
-    if dropped {
-        s.returned.push(off);
-        s.returned_total += 1;
-    } else {
-        s.ready.push(off);
-    }
+    // The list's capacity is every piece: this push never allocates.
+    s.ready.push(off);
     s.refused = false;
     drop(s);
     r.changed.notify_all();
