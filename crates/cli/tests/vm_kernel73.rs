@@ -74,23 +74,7 @@ fn columns(v: &serde_json::Value) -> Vec<u64> {
 /// discard and compaction, which writes its discards for the guest.
 fn host_case(corpus: &str, file: &Path, comp: &'static str, dir: &Path) -> Case {
     let discards = dir.join(format!("{corpus}-{comp}.discards"));
-    let report = common::report(&[
-        "replay",
-        file.to_str().unwrap(),
-        "--raw",
-        "--mode",
-        "kernel-compat",
-        "--comp",
-        comp,
-        "--free-fraction",
-        "0.5",
-        "--seed",
-        "7",
-        "--compact",
-        "--write-discards",
-        discards.to_str().unwrap(),
-        "--no-verify",
-    ]);
+    let report = common::kernel_compat_replay(file, comp, &discards, &["--no-verify"]);
     let stages = report["stages"].as_array().unwrap();
     let names: Vec<&str> = stages.iter().map(|s| s["name"].as_str().unwrap()).collect();
     assert_eq!(names, STAGES, "{report}");
