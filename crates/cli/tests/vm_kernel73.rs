@@ -403,14 +403,8 @@ fn check_writeback(jobs: &[WbJob], kernel: &[WbFigures]) {
 /// Every corpus and compressor, and every writeback job, on both sides in
 /// one guest, compared.
 fn compare_with_7_3(mib: usize, timeout: Duration) {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("vm_kernel73_{mib}"));
-    fs::create_dir_all(&dir).unwrap();
-    let corpora = match common::corpora::corpora(&dir, mib) {
-        Ok(c) => c,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
+    let Some((dir, corpora)) = common::corpora::corpora_or_skip("vm_kernel73", mib) else {
+        return;
     };
     let mut cases = Vec::new();
     for (name, file) in &corpora {
@@ -492,14 +486,8 @@ fn compare_with_7_3(mib: usize, timeout: Duration) {
     check_writeback(&wb_jobs, &kernel_wb);
 }
 
-#[test]
-fn kernel_compat_and_writeback_equal_linux_7_3_zram() {
-    compare_with_7_3(2, Duration::from_secs(300));
-}
-
-/// The same on 24 MiB corpora.
-#[test]
-#[ignore = "minutes: cargo test --release -p zmem-cli --test vm_kernel73 -- --ignored"]
-fn kernel_compat_and_writeback_equal_linux_7_3_zram_on_larger_corpora() {
-    compare_with_7_3(24, Duration::from_secs(1800));
-}
+common::corpora::on_2_and_24_mib_corpora!(
+    compare_with_7_3: kernel_compat_and_writeback_equal_linux_7_3_zram,
+    kernel_compat_and_writeback_equal_linux_7_3_zram_on_larger_corpora,
+    "minutes: cargo test --release -p zmem-cli --test vm_kernel73 -- --ignored"
+);
