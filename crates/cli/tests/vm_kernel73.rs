@@ -74,23 +74,7 @@ fn columns(v: &serde_json::Value) -> Vec<u64> {
 /// discard and compaction, which writes its discards for the guest.
 fn host_case(corpus: &str, file: &Path, comp: &'static str, dir: &Path) -> Case {
     let discards = dir.join(format!("{corpus}-{comp}.discards"));
-    let report = common::report(&[
-        "replay",
-        file.to_str().unwrap(),
-        "--raw",
-        "--mode",
-        "kernel-compat",
-        "--comp",
-        comp,
-        "--free-fraction",
-        "0.5",
-        "--seed",
-        "7",
-        "--compact",
-        "--write-discards",
-        discards.to_str().unwrap(),
-        "--no-verify",
-    ]);
+    let report = common::kernel_compat_replay(file, comp, &discards, &["--no-verify"]);
     let stages = report["stages"].as_array().unwrap();
     let names: Vec<&str> = stages.iter().map(|s| s["name"].as_str().unwrap()).collect();
     assert_eq!(names, STAGES, "{report}");
@@ -419,14 +403,8 @@ fn check_writeback(jobs: &[WbJob], kernel: &[WbFigures]) {
 /// Every corpus and compressor, and every writeback job, on both sides in
 /// one guest, compared.
 fn compare_with_7_3(mib: usize, timeout: Duration) {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("vm_kernel73_{mib}"));
-    fs::create_dir_all(&dir).unwrap();
-    let corpora = match common::corpora::corpora(&dir, mib) {
-        Ok(c) => c,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
+    let Some((dir, corpora)) = common::corpora::corpora_or_skip("vm_kernel73", mib) else {
+        return;
     };
     let mut cases = Vec::new();
     for (name, file) in &corpora {
@@ -508,14 +486,8 @@ fn compare_with_7_3(mib: usize, timeout: Duration) {
     check_writeback(&wb_jobs, &kernel_wb);
 }
 
-#[test]
-fn kernel_compat_and_writeback_equal_linux_7_3_zram() {
-    compare_with_7_3(2, Duration::from_secs(300));
-}
-
-/// The same on 24 MiB corpora.
-#[test]
-#[ignore = "minutes: cargo test --release -p zmem-cli --test vm_kernel73 -- --ignored"]
-fn kernel_compat_and_writeback_equal_linux_7_3_zram_on_larger_corpora() {
-    compare_with_7_3(24, Duration::from_secs(1800));
-}
+common::corpora::on_2_and_24_mib_corpora!(
+    compare_with_7_3: kernel_compat_and_writeback_equal_linux_7_3_zram,
+    kernel_compat_and_writeback_equal_linux_7_3_zram_on_larger_corpora,
+    "minutes: cargo test --release -p zmem-cli --test vm_kernel73 -- --ignored"
+);

@@ -221,14 +221,8 @@ fn check(label: &str, ours: &serde_json::Value, kernel: &serde_json::Value) -> V
 /// Every corpus with lz4 and zstd, the limit, and the emitted parameters,
 /// in one guest, against the model.
 fn compare_with_7_3(mib: usize, timeout: Duration) {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("vm_zswap73_{mib}"));
-    fs::create_dir_all(&dir).unwrap();
-    let corpora = match common::corpora::corpora(&dir, mib) {
-        Ok(c) => c,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
+    let Some((dir, corpora)) = common::corpora::corpora_or_skip("vm_zswap73", mib) else {
+        return;
     };
     let prog = zswap_pages();
     let bins = &corpora[1].1;
@@ -391,14 +385,8 @@ fn compare_with_7_3(mib: usize, timeout: Duration) {
     assert!(unequal.is_empty(), "unequal:\n{}", unequal.join("\n"));
 }
 
-#[test]
-fn zswap_model_equals_linux_7_3_zswap() {
-    compare_with_7_3(2, Duration::from_secs(300));
-}
-
-/// The same on 24 MiB corpora.
-#[test]
-#[ignore = "minutes: cargo test --release -p zmem-cli --test vm_zswap73 -- --ignored"]
-fn zswap_model_equals_linux_7_3_zswap_on_larger_corpora() {
-    compare_with_7_3(24, Duration::from_secs(1800));
-}
+common::corpora::on_2_and_24_mib_corpora!(
+    compare_with_7_3: zswap_model_equals_linux_7_3_zswap,
+    zswap_model_equals_linux_7_3_zswap_on_larger_corpora,
+    "minutes: cargo test --release -p zmem-cli --test vm_zswap73 -- --ignored"
+);

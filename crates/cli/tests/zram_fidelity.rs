@@ -15,7 +15,7 @@ mod serve_common;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use common::report;
+use common::kernel_compat_replay;
 use lab::kernel_zram::{KernelZram, PageBuffer};
 
 const PAGE: usize = 4096;
@@ -49,22 +49,7 @@ fn run_both(file: &Path, comp: &str) -> Option<Stages> {
     };
     let tmp = tempfile::tempdir().unwrap();
     let discards = tmp.path().join("discards.txt");
-    let report = report(&[
-        "replay",
-        file.to_str().unwrap(),
-        "--raw",
-        "--mode",
-        "kernel-compat",
-        "--comp",
-        comp,
-        "--free-fraction",
-        "0.5",
-        "--seed",
-        "7",
-        "--compact",
-        "--write-discards",
-        discards.to_str().unwrap(),
-    ]);
+    let report = kernel_compat_replay(file, comp, &discards, &[]);
     let ours: Vec<serde_json::Value> = report["stages"]
         .as_array()
         .unwrap()

@@ -334,6 +334,27 @@ impl StoreArgs {
 }
 
 impl StoreSpec {
+    /// `alloc` with `comp` (no compressor settings) in `mode`, on 4 KiB
+    /// pages compressed one by one, with the allocator's own chain, delta
+    /// and class merging, no memory limit, no background compactor and the
+    /// mode's retained share: what a caller changes, it sets after.
+    pub fn new(alloc: &str, comp: Algorithm, mode: Mode) -> StoreSpec {
+        StoreSpec {
+            alloc: alloc.into(),
+            comp,
+            comp_params: String::new(),
+            page_size: 4096,
+            unit: None,
+            mode,
+            chain: None,
+            delta: None,
+            merge: true,
+            mem_limit: 0,
+            auto_compact: AutoCompactPolicy::new(AutoCompactMode::Off),
+            retain_divisor: None,
+        }
+    }
+
     /// A short name: `zsmalloc/default/lz4/4K`, plus chain and delta when set.
     pub fn label(&self) -> String {
         let mut s = self.alloc.clone();
@@ -425,18 +446,8 @@ mod tests {
             (Mode::KernelCompat, Algorithm::LzoRle, "zmem-lzo"),
         ] {
             let spec = StoreSpec {
-                alloc: "zsmalloc".into(),
-                comp,
-                comp_params: String::new(),
-                page_size: 4096,
-                unit: None,
-                mode,
-                chain: None,
-                delta: None,
-                merge: true,
-                mem_limit: 0,
-                auto_compact: zram::AutoCompactPolicy::new(default_auto_compact(mode)),
-                retain_divisor: None,
+                auto_compact: AutoCompactPolicy::new(default_auto_compact(mode)),
+                ..StoreSpec::new("zsmalloc", comp, mode)
             };
             let store = spec.open(1 << 20).unwrap();
             assert_eq!(

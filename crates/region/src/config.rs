@@ -9,7 +9,6 @@ use std::time::Duration;
 use serde::Serialize;
 
 use recipe::StoreSpec;
-use zram::{AutoCompactMode, AutoCompactPolicy};
 use zsmalloc::Mode;
 
 use crate::budget::LimitCovers;
@@ -137,18 +136,12 @@ impl FaultService {
 /// more peak in the word index's runs of `zmem run` (BENCHMARKS.md).
 pub fn default_store() -> StoreSpec {
     StoreSpec {
-        alloc: "zsmalloc".into(),
-        comp: recipe::default_comp(Mode::Default),
-        comp_params: String::new(),
-        page_size: 4096,
-        unit: None,
-        mode: Mode::Default,
-        chain: None,
-        delta: None,
-        merge: true,
-        mem_limit: 0,
-        auto_compact: AutoCompactPolicy::new(AutoCompactMode::Off),
         retain_divisor: Some(0),
+        ..StoreSpec::new(
+            "zsmalloc",
+            recipe::default_comp(Mode::Default),
+            Mode::Default,
+        )
     }
 }
 

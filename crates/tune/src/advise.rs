@@ -699,20 +699,12 @@ fn lz4_dictionary(d: &Dictionary) -> Result<Dictionary, Error> {
 }
 
 pub(crate) fn spec_for(c: &Candidate, alloc: &str, mode: Mode, page_size: usize) -> StoreSpec {
+    // No background compactor: only a fill is measured, nothing for a
+    // compactor to do.
     StoreSpec {
-        alloc: alloc.into(),
-        comp: c.comp,
         comp_params: c.store_params(),
         page_size,
-        unit: None,
-        mode,
-        chain: None,
-        delta: None,
-        merge: true,
-        mem_limit: 0,
-        // Only a fill is measured: nothing for a compactor to do.
-        auto_compact: zram::AutoCompactPolicy::new(zram::AutoCompactMode::Off),
-        retain_divisor: None,
+        ..StoreSpec::new(alloc, c.comp, mode)
     }
 }
 

@@ -1,8 +1,9 @@
 //! The corpora the tests against a guest's kernel share (vm_kernel73,
 //! vm_zswap73): an excerpt of the Linux source tar, the system's binaries,
 //! the memory of a python3 process's core dump, each made in a folder the
-//! caller gives (one the guest sees). Owns only the making of these files,
-//! and of their parts other tests use too (the binaries, a gcore dump).
+//! caller gives (one the guest sees), and the pair of tests each such file
+//! runs on them. Owns only the making of these files, and of their parts
+//! other tests use too (the binaries, a gcore dump).
 
 use std::fs;
 use std::io::Read;
@@ -143,6 +144,22 @@ sys.stdin.read()
     Ok(())
 }
 
+/// The folder `TEST_MIB` in the tests' target folder (which a guest sees)
+/// and the three [`corpora`] of `mib` MiB each in it; `None`, printing
+/// why, where a corpus cannot be made (the test then passes without
+/// running).
+pub fn corpora_or_skip(test: &str, mib: usize) -> Option<(PathBuf, Vec<(String, PathBuf)>)> {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{test}_{mib}"));
+    fs::create_dir_all(&dir).unwrap();
+    match corpora(&dir, mib) {
+        Ok(c) => Some((dir, c)),
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            None
+        }
+    }
+}
+
 /// The three corpora of `mib` MiB each, in `dir` (which the guest sees).
 pub fn corpora(dir: &Path, mib: usize) -> Result<Vec<(String, PathBuf)>, String> {
     let bytes = mib << 20;
@@ -158,3 +175,26 @@ pub fn corpora(dir: &Path, mib: usize) -> Result<Vec<(String, PathBuf)>, String>
         ("core".into(), core),
     ])
 }
+
+/// The two tests of a comparison with a guest's kernel, `$compare(mib,
+/// timeout)`: `$test` on 2 MiB corpora within 5 minutes, and `$larger`,
+/// ignored (`$how` says how to run it), on 24 MiB corpora within 30.
+// Only the tests against a guest's kernel use it.
+#[allow(unused_macros)]
+macro_rules! on_2_and_24_mib_corpora {
+    ($compare:ident: $test:ident, $larger:ident, $how:literal) => {
+        #[test]
+        fn $test() {
+            $compare(2, std::time::Duration::from_secs(300));
+        }
+
+        /// The same on 24 MiB corpora.
+        #[test]
+        #[ignore = $how]
+        fn $larger() {
+            $compare(24, std::time::Duration::from_secs(1800));
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_2_and_24_mib_corpora;

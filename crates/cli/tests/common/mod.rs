@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
 /// Runs `zmem ARGS` to the end; its output, whatever the exit status.
@@ -61,6 +62,32 @@ pub fn report(args: &[&str]) -> serde_json::Value {
     let mut args = args.to_vec();
     args.extend(["--format", "json"]);
     json(&zmem(&args))
+}
+
+/// The JSON report of `zmem replay FILE --raw --mode kernel-compat --comp
+/// COMP` with a seeded half discard and compaction, its discards written
+/// to `discards` for a kernel's zram to replay, and `extra` flags: the run
+/// the fidelity tests compare a kernel's mm_stat with.
+pub fn kernel_compat_replay(
+    file: &Path,
+    comp: &str,
+    discards: &Path,
+    extra: &[&str],
+) -> serde_json::Value {
+    let file = file.to_str().unwrap();
+    let mut args = vec![
+        "replay",
+        file,
+        "--raw",
+        "--mode",
+        "kernel-compat",
+        "--comp",
+        comp,
+    ];
+    args.extend(["--free-fraction", "0.5", "--seed", "7", "--compact"]);
+    args.extend(["--write-discards", discards.to_str().unwrap()]);
+    args.extend(extra);
+    report(&args)
 }
 
 pub mod corpora;

@@ -115,18 +115,8 @@ fn store_phase(
     use recipe::spec::StoreSpec;
     let n = pages.len() / 4096;
     let spec = StoreSpec {
-        alloc: "zsmalloc".into(),
-        comp: zcomp::Algorithm::Lz4,
-        comp_params: String::new(),
-        page_size: 4096,
-        mode: Mode::Default,
-        chain: None,
-        delta: None,
-        merge: true,
-        mem_limit: 0,
         auto_compact: zram::AutoCompactPolicy::new(mode),
-        retain_divisor: None,
-        unit: None,
+        ..StoreSpec::new("zsmalloc", zcomp::Algorithm::Lz4, Mode::Default)
     };
     let store = spec.open(pages.len() as u64)?;
     let page = |i: usize| &pages[i * 4096..(i + 1) * 4096];

@@ -130,18 +130,8 @@ pub fn run(args: &ChainArgs) -> Result<(), Error> {
         .chains
         .iter()
         .map(|&c| StoreSpec {
-            alloc: "zsmalloc".into(),
-            comp: args.comp,
-            comp_params: String::new(),
-            page_size: 4096,
-            unit: None,
-            mode: Mode::KernelCompat,
             chain: Some(c),
-            delta: None,
-            merge: true,
-            mem_limit: 0,
-            auto_compact: zram::AutoCompactPolicy::new(zram::AutoCompactMode::Off),
-            retain_divisor: None,
+            ..StoreSpec::new("zsmalloc", args.comp, Mode::KernelCompat)
         })
         .collect();
     let description = corpus.description.clone();

@@ -114,18 +114,10 @@ pub fn run(args: &MergeArgs) -> Result<(), Error> {
     let tar = corpus::linux_tar(&args.tar)?;
     let corpus = Corpus::from_paths(&[tar], false)?;
     let spec = |mode: Mode, chain: Option<u32>, merge: bool, auto: AutoCompactMode| StoreSpec {
-        alloc: "zsmalloc".into(),
-        comp: args.comp,
-        comp_params: String::new(),
-        page_size: 4096,
-        unit: None,
-        mode,
         chain,
-        delta: None,
         merge,
-        mem_limit: 0,
         auto_compact: AutoCompactPolicy::new(auto),
-        retain_divisor: None,
+        ..StoreSpec::new("zsmalloc", args.comp, mode)
     };
     let off = AutoCompactMode::Off;
     let specs = vec![
