@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::locked_bytes;
+use common::{locked_bytes, proc_kib_field};
 use pages::reserve::{self, ReserveStats, PIECE_BYTES};
 use pages::{PageSource, Run};
 
@@ -67,19 +67,14 @@ fn settled() -> ReserveStats {
 /// pieces: where the refill thread gives the kernel back ready pieces
 /// beyond the resident part (after `reserve::CALM_FOR`).
 fn calm() -> bool {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let free_kib: u64 = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemFree:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
+    let free = proc_kib_field("/proc/meminfo", "MemFree");
     let zoneinfo = std::fs::read_to_string("/proc/zoneinfo").unwrap();
     let high_pages: u64 = zoneinfo
         .lines()
         .filter_map(|l| l.trim().strip_prefix("high"))
         .filter_map(|v| v.trim().parse::<u64>().ok())
         .sum();
-    free_kib << 10 > high_pages * PAGE as u64 + (16 << 20)
+    free > high_pages * PAGE as u64 + (16 << 20)
 }
 
 /// The reserve's stats once `bytes` have gone back to the kernel in all.
