@@ -136,6 +136,14 @@ struct State {
     waited: u64,
 }
 
+impl State {
+    /// Bytes populated and locked now: those populated at least once, less
+    /// the pieces given back to the kernel.
+    fn locked_bytes(&self) -> u64 {
+        (self.populated - self.returned.len() * PIECE_BYTES) as u64
+    }
+}
+
 // SAFETY: the mapping is process memory handed out piece by piece; the
 // state is behind a mutex and `base`/`len` never change.
 unsafe impl Send for Reserve {}
@@ -291,7 +299,7 @@ pub fn stats() -> Option<ReserveStats> {
     let s = r.state.lock().unwrap_or_else(|e| e.into_inner());
     let piece = PIECE_BYTES as u64;
     let ready = s.ready.len() as u64 * piece;
-    let locked = s.populated as u64 - s.returned.len() as u64 * piece;
+    let locked = s.locked_bytes();
     Some(ReserveStats {
         limit: r.len as u64,
         resident: r.target as u64 * piece,
@@ -345,8 +353,8 @@ fn mem_free_now() -> Option<u64> {
     Some(free * u64::from(si.mem_unit.max(1)))
 }
 
-/// How long the sum of the min watermarks read from `/proc/zoneinfo` is
-/// used before it is read again: it changes only with
+/// How long the sums of the watermarks read from `/proc/zoneinfo` are
+/// used before they are read again: they change only with
 /// `vm.min_free_kbytes`, `vm.watermark_scale_factor` or memory hot-plug.
 const WATERMARKS_FOR: Duration = Duration::from_secs(1);
 
@@ -559,9 +567,7 @@ impl Reserve {
             }
         }
     }
-}
 
-impl Reserve {
     /// Gives the kernel back the ready pieces beyond the resident part
     /// (pieces sources gave back), unlocked and dropped, once free memory
     /// has stayed above the zones' high watermarks by a piece for
@@ -612,7 +618,7 @@ pub(crate) fn take_piece() -> Result<NonNull<u8>, PagesError> {
     let mut s = r.lock();
     let Some(off) = s.ready.pop() else {
         s.exhausted += 1;
-        let bytes = (s.populated - s.returned.len() * PIECE_BYTES) as u64;
+        let bytes = s.locked_bytes();
         drop(s);
         r.changed.notify_all();
         return Err(PagesError::ReserveExhausted { bytes });

@@ -149,7 +149,6 @@ impl Inner {
         self.cache.cached_pages() + self.cache.pending_pages()
     }
 
-    /// A new stamp, later than every one before.
     /// Gives the reserve every piece of it none of whose pages this source
     /// holds any more: no run of it out, cached or pending.
     fn give_back_whole_pieces(&mut self) {
@@ -172,6 +171,7 @@ impl Inner {
         }
     }
 
+    /// A new stamp, later than every one before.
     fn next_stamp(&mut self) -> u64 {
         self.stamp += 1;
         self.stamp
