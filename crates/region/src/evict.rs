@@ -568,7 +568,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::test_region::four_pages;
+    use crate::test_region::{finish_eviction, page_one_filled, wait_until};
 
     /// The program drops a page an evicting thread holds and writes it
     /// again while the holder is still copying it out: the holder's copy
@@ -576,22 +576,14 @@ mod tests {
     /// outlive the holder's zap.
     #[test]
     fn a_write_after_a_drop_outlives_the_holders_zap() {
-        let ps = crate::page_size();
-        let Some(r) = four_pages(|_| {}) else {
+        let Some((r, addr)) = page_one_filled(0xaa) else {
             return;
         };
         let sh = r.shared();
-        let p = 1;
-        let addr = r.as_ptr() as usize + p * ps;
-        // SAFETY: page 1 of the region.
-        unsafe { std::ptr::write_bytes(addr as *mut u8, 0xaa, ps) };
+        let (p, ps) = (1, crate::page_size());
         // The holder takes the page (published once its fault's copy has
         // woken this thread) and write-protects it.
-        let t0 = std::time::Instant::now();
-        while !sh.table.cas(p, RESIDENT, EVICTING) {
-            assert!(t0.elapsed() < Duration::from_secs(5), "never resident");
-            std::thread::yield_now();
-        }
+        wait_until("resident", || sh.table.cas(p, RESIDENT, EVICTING));
         sh.uffd().write_protect(addr, ps, true).unwrap();
         // The program drops it: the handler only flags a held page.
         // SAFETY: a page of the region, given up.
@@ -615,12 +607,7 @@ mod tests {
             );
             // The holder goes on as an eviction does: store, zap, publish,
             // wake, let go.
-            sh.store.write_page(p as u64, &buf).unwrap();
-            assert!(zap(sh, p, 1, addr));
-            sh.resident.fetch_sub(1, Ordering::AcqRel);
-            sh.table.set(p, STORED);
-            sh.uffd().wake(addr, ps).unwrap();
-            settle_removed(sh, p);
+            finish_eviction(sh, p, addr, &buf);
         });
         assert!(wrote.load(Ordering::Acquire));
         // SAFETY: page 1 of the region, read whole.
@@ -628,10 +615,6 @@ mod tests {
         assert_eq!(page[0], 0x55, "the write after the drop was lost");
         assert!(page[1..].iter().all(|&b| b == 0), "the rest reads zeros");
         // Published by the handler just after its copy woke the writer.
-        let t0 = std::time::Instant::now();
-        while sh.table.state(p) != RESIDENT {
-            assert!(t0.elapsed() < Duration::from_secs(5), "never resident");
-            std::thread::yield_now();
-        }
+        wait_until("resident again", || sh.table.state(p) == RESIDENT);
     }
 }

@@ -282,8 +282,8 @@ mod tests {
 
     use super::hook::{self, Point};
     use super::*;
-    use crate::evict::{read_own_ranges, zap};
-    use crate::test_region::{four_pages, wait_until};
+    use crate::evict::read_own_ranges;
+    use crate::test_region::{finish_eviction, four_pages, page_one_filled, wait_until};
 
     /// An eviction is abandoned while a write waits on its protection, and
     /// a second eviction of the same page starts while the write's fault is
@@ -295,14 +295,11 @@ mod tests {
     #[test]
     fn a_stale_protection_never_unprotects_a_later_eviction() {
         let ps = crate::page_size();
-        let Some(r) = four_pages(|_| {}) else {
+        let Some((r, addr)) = page_one_filled(0x11) else {
             return;
         };
         let sh = r.shared();
         let p = 1;
-        let addr = r.as_ptr() as usize + p * ps;
-        // SAFETY: page 1 of the region.
-        unsafe { std::ptr::write_bytes(addr as *mut u8, 0x11, ps) };
         wait_until("resident", || sh.table.state(p) == RESIDENT);
 
         // The first eviction takes the page and protects it.
@@ -377,12 +374,7 @@ mod tests {
             // The second eviction goes on: store, zap, publish, wake, let
             // go.
             let c = copy.lock().unwrap().clone();
-            sh.store.write_page(p as u64, &c).unwrap();
-            assert!(zap(sh, p, 1, addr));
-            sh.resident.fetch_sub(1, Ordering::AcqRel);
-            sh.table.set(p, STORED);
-            sh.uffd().wake(addr, ps).unwrap();
-            settle_removed(sh, p);
+            finish_eviction(sh, p, addr, &c);
         });
         hook::clear();
         // SAFETY: page 1 of the region, read whole.
