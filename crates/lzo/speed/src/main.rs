@@ -1,21 +1,21 @@
 //! Compress and decompress throughput, one thread, of zmem-lzo (lzo-rle and
 //! lzo), of the `lzo1x` crate at level 1 and (when build.rs found a kernel
 //! source) of the Linux kernel's own lib/lzo C code built in user space,
-//! page by page (4 KiB) over real
-//! data: the first MIB (default 64) MiB of FILE if one is given (such as
-//! scripts/make-corpus's /var/tmp/zmem-data/linux256.bin), else of the files
-//! under /usr/lib and /usr/bin in sorted order. Each figure is the best of five passes, in MB/s
-//! of uncompressed data. It also checks that each decoder reads the other
-//! encoders' streams, and that zmem-lzo's streams equal the kernel's byte
-//! for byte. ZMEM_SPEED_CPU_TIME=1 times by the thread's CPU time instead of
-//! wall time; ZMEM_SPEED_KERNEL_ONLY=1 runs only the timing against the
-//! kernel's C (after the same checks), for quick A/B runs.
+//! page by page (4 KiB) over real data: the first MIB (default 64) MiB of
+//! FILE if one is given (such as scripts/make-corpus's
+//! /var/tmp/zmem-data/linux256.bin), else testkit's `real_data` (the files
+//! under /usr/lib and /usr/bin in sorted order). Each figure is the best of
+//! five passes, in MB/s of uncompressed data. It also checks that each
+//! decoder reads the other encoders' streams, and that zmem-lzo's streams
+//! equal the kernel's byte for byte. ZMEM_SPEED_CPU_TIME=1 times by the
+//! thread's CPU time instead of wall time; ZMEM_SPEED_KERNEL_ONLY=1 runs
+//! only the timing against the kernel's C (after the same checks), for
+//! quick A/B runs.
 //!
 //! This program owns only the measurement; it is not part of zmem.
 
 use std::hint::black_box;
 use std::io::Read;
-use std::path::PathBuf;
 use std::time::Instant;
 
 const PAGE: usize = 4096;
@@ -77,30 +77,6 @@ mod kernel {
 }
 const PASSES: usize = 5;
 
-fn real_data(len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len);
-    for dir in ["/usr/lib/x86_64-linux-gnu", "/usr/lib", "/usr/bin"] {
-        let Ok(rd) = std::fs::read_dir(dir) else {
-            continue;
-        };
-        let mut files: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
-        files.sort();
-        for f in files {
-            if out.len() >= len {
-                return out;
-            }
-            if f.is_file() {
-                if let Ok(file) = std::fs::File::open(&f) {
-                    let want = (len - out.len()).min(2 << 20) as u64;
-                    let _ = file.take(want).read_to_end(&mut out);
-                }
-            }
-        }
-    }
-    out.truncate(len - len % PAGE);
-    out
-}
-
 /// Seconds of CPU time this thread has used: unlike wall time, it does not
 /// count the time other processes of a busy machine run instead.
 fn thread_cpu_seconds() -> f64 {
@@ -159,7 +135,7 @@ fn main() {
                 .expect("FILE");
             v
         }
-        None => real_data(mib << 20),
+        None => testkit::real_data(mib << 20),
     };
     let data = &data[..data.len() - data.len() % PAGE];
     let pages: Vec<&[u8]> = data.chunks(PAGE).collect();
