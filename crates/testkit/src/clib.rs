@@ -386,6 +386,26 @@ impl CLibrary {
         Some(bin)
     }
 
+    /// Builds the C test program twice as a user of the installed library
+    /// would, and gives each build to `check` to run: linked with
+    /// pkg-config's flags against the installed shared library
+    /// ([`Self::build_installed`], `{stem}_installed`), and with `cc
+    /// -static` and `pkg-config --static`, a program that needs no library
+    /// at run time ([`Self::build_installed_static`],
+    /// `{stem}_installed_static`). A build this machine has no tools for is
+    /// skipped with a `SKIPPED:` line; without a C compiler, both are.
+    pub fn check_installed(&self, stem: &str, check: impl Fn(&mut Command)) {
+        if !have_cc() {
+            return;
+        }
+        if let Some(bin) = self.build_installed(&format!("{stem}_installed")) {
+            check(&mut Command::new(&bin));
+        }
+        if let Some(bin) = self.build_installed_static(&format!("{stem}_installed_static")) {
+            check(&mut Command::new(&bin));
+        }
+    }
+
     /// Installs the fresh library under `out_dir()/prefix` with
     /// `scripts/install-clib`, checks the installed files and what
     /// `pkg-config` says of them (the include and library directories, the
