@@ -35,6 +35,7 @@ const RANGES: &[(&str, bool, &[&str])] = &[
     ("advise --target-share", false, &["101"]),
     ("advise --ram", false, &["4095", "2P"]),
     ("advise --max-pool-percent", true, &["101"]),
+    ("advise --accept-threshold-percent", true, &["101"]),
     ("classes --page-size", false, &["12288", "131072"]),
     ("classes --unit", false, &["2K", "12K", "128K"]),
     ("classes --chain", false, &["17"]),

@@ -19,6 +19,7 @@ use tune::emit::Emit;
 use tune::machine::{self, MachineOptions};
 use tune::system_memory::Scope;
 
+use super::replay::ZswapArgs;
 use crate::error::CliError;
 
 /// Arguments of `zmem advise`.
@@ -149,19 +150,6 @@ pub struct AdviseArgs {
     /// else upstream's lzo-rle]
     #[arg(long, value_name = "NAME", value_parser = recipe::spec::parse_comp)]
     kernel_comp: Option<zcomp::Algorithm>,
-    /// zswap's compressor for the zram-or-zswap comparison (the crypto
-    /// API's name; default: the running kernel's
-    /// /sys/module/zswap/parameters/compressor, else lzo).
-    #[arg(long, value_name = "NAME")]
-    zswap_comp: Option<String>,
-    /// The RAM zswap's max_pool_percent is a share of, for the comparison
-    /// (default: this machine's MemTotal).
-    #[arg(long, value_name = "SIZE", value_parser = recipe::flags::size(4096, 1 << 50))]
-    ram: Option<u64>,
-    /// zswap's max_pool_percent for the comparison (0..=100; default: the
-    /// running kernel's, else 20).
-    #[arg(long, value_name = "PERCENT", value_parser = recipe::flags::whole::<u32>(0, 100))]
-    max_pool_percent: Option<u32>,
     /// Size of the built-in default corpus (4K to 1T).
     #[arg(long, value_parser = recipe::flags::size(4096, 1 << 40), default_value = "64M")]
     default_size: u64,
@@ -173,6 +161,8 @@ pub struct AdviseArgs {
     plot: Option<PathBuf>,
     #[command(flatten)]
     format: FormatArg,
+    #[command(flatten)]
+    zswap: ZswapArgs,
 }
 
 /// `NAME[:LEVEL][:dict]`, checked against the compressor's own levels.
@@ -224,17 +214,6 @@ fn scope(args: &AdviseArgs) -> Option<Scope> {
     }
 }
 
-/// zswap's settings for the comparison: the flags, else the running
-/// kernel's parameters, else Linux 7.3's defaults.
-fn zswap_settings(args: &AdviseArgs) -> Result<tune::front::ZswapSettings, CliError> {
-    Ok(tune::front::ZswapSettings::resolve(
-        args.zswap_comp.as_deref(),
-        args.ram,
-        args.max_pool_percent,
-        None,
-    )?)
-}
-
 fn advise_options(args: &AdviseArgs) -> AdviseOptions {
     AdviseOptions {
         sample_pages: args.sample_pages,
@@ -265,7 +244,7 @@ fn run_machine(args: &AdviseArgs, scope: Scope) -> Result<(), CliError> {
         target_share: f64::from(args.target_share) / 100.0,
         watch: args.watch,
         backing_dev: args.backing_dev.clone(),
-        zswap: Some(zswap_settings(args)?),
+        zswap: Some(args.zswap.settings()?),
     };
     let mut m = machine::run(&opts)?;
     if args.verify {
@@ -341,7 +320,7 @@ pub fn run(args: &AdviseArgs) -> Result<(), CliError> {
     } else {
         args.comp.clone()
     };
-    let settings = zswap_settings(args)?;
+    let settings = args.zswap.settings()?;
     let mut advice = advise::advise(read, &sample, &candidates, &opts)?;
     advice.zram_or_zswap = Some(tune::front::compare(
         &sample.bytes,

@@ -121,6 +121,22 @@ pub struct ReplayArgs {
     /// memory for the same pages.
     #[arg(long, value_name = "zram|zswap", default_value = "zram", value_parser = ["zram", "zswap"])]
     front: String,
+    #[command(flatten)]
+    format: FormatArg,
+    /// Never draw a progress line (it is drawn only when stderr is a
+    /// terminal).
+    #[arg(long)]
+    quiet: bool,
+    #[command(flatten)]
+    zswap: ZswapArgs,
+}
+
+/// zswap's settings, for `replay --front zswap` and for `advise`'s
+/// zram-or-zswap comparison: each flag, else the running kernel's
+/// parameter, else Linux 7.3's default.
+#[derive(Args, Debug)]
+#[command(next_help_heading = "zswap's settings")]
+pub(crate) struct ZswapArgs {
     /// zswap's compressor (the crypto API's name; default: the running
     /// kernel's /sys/module/zswap/parameters/compressor, else lzo).
     #[arg(long, value_name = "NAME")]
@@ -137,12 +153,33 @@ pub struct ReplayArgs {
     /// kernel's, else 90).
     #[arg(long, value_name = "PERCENT", value_parser = recipe::flags::whole::<u32>(0, 100))]
     accept_threshold_percent: Option<u32>,
-    #[command(flatten)]
-    format: FormatArg,
-    /// Never draw a progress line (it is drawn only when stderr is a
-    /// terminal).
-    #[arg(long)]
-    quiet: bool,
+}
+
+impl ZswapArgs {
+    /// The settings the flags give, the rest filled in as the type says.
+    pub(crate) fn settings(&self) -> Result<ZswapSettings, CliError> {
+        Ok(ZswapSettings::resolve(
+            self.zswap_comp.as_deref(),
+            self.ram,
+            self.max_pool_percent,
+            self.accept_threshold_percent,
+        )?)
+    }
+
+    /// The first of the flags that was given, by its name.
+    fn first_given(&self) -> Option<&'static str> {
+        [
+            ("--zswap-comp", self.zswap_comp.is_some()),
+            ("--ram", self.ram.is_some()),
+            ("--max-pool-percent", self.max_pool_percent.is_some()),
+            (
+                "--accept-threshold-percent",
+                self.accept_threshold_percent.is_some(),
+            ),
+        ]
+        .into_iter()
+        .find_map(|(flag, given)| given.then_some(flag))
+    }
 }
 
 /// The help's definitions of the rows of zram's tables and zswap's.
@@ -396,25 +433,9 @@ pub fn run(args: &ReplayArgs) -> Result<(), CliError> {
         .flat_map(|spec| compressed.iter().map(move |&on| (spec.clone(), on)))
         .unzip();
     let zswap_settings = if args.front == "zswap" {
-        Some(ZswapSettings::resolve(
-            args.zswap_comp.as_deref(),
-            args.ram,
-            args.max_pool_percent,
-            args.accept_threshold_percent,
-        )?)
+        Some(args.zswap.settings()?)
     } else {
-        if let Some(flag) = [
-            ("--zswap-comp", args.zswap_comp.is_some()),
-            ("--ram", args.ram.is_some()),
-            ("--max-pool-percent", args.max_pool_percent.is_some()),
-            (
-                "--accept-threshold-percent",
-                args.accept_threshold_percent.is_some(),
-            ),
-        ]
-        .iter()
-        .find_map(|(f, given)| given.then_some(f))
-        {
+        if let Some(flag) = args.zswap.first_given() {
             return Err(CliError::Usage(format!(
                 "{flag} is for --front zswap, which was not given"
             )));
